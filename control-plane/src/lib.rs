@@ -1,0 +1,1 @@
+//! Wharf control plane (library half; the binary is a thin composition root).

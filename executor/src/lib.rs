@@ -1,0 +1,1 @@
+//! Wharf executor (library half; the binary is a thin composition root).

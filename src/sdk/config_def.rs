@@ -1,0 +1,339 @@
+//! Config definitions, as Kafka Connect's `ConfigDef`: what keys a plugin takes, and the
+//! per-key validation that `ValidateConnectorConfig` reports.
+
+use super::ConfigMap;
+
+/// What a secret value is shown as, in every response and log line.
+pub const REDACTED: &str = "[hidden]";
+
+/// Type of a config value.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ConfigType {
+    /// Free text.
+    String,
+    /// 32-bit signed integer.
+    Int,
+    /// 64-bit signed integer.
+    Long,
+    /// `true` or `false`.
+    Boolean,
+    /// Comma-separated list.
+    List,
+    /// Secret text (Kafka Connect's PASSWORD): always redacted.
+    Password,
+    /// 64-bit float.
+    Double,
+}
+
+/// How much a key matters.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Importance {
+    /// Most users must set or understand it.
+    High,
+    /// Often useful.
+    Medium,
+    /// Rarely changed.
+    Low,
+}
+
+/// A check on one value; returns the error text for the operator.
+pub type Validator = fn(&str) -> Result<(), String>;
+
+/// Definition of one config key.
+#[derive(Debug, Clone)]
+pub struct ConfigKey {
+    /// Key name.
+    pub name: String,
+    /// Value type.
+    pub ty: ConfigType,
+    /// Default as text; `None` with `required` means the key must be set.
+    pub default: Option<String>,
+    /// Importance.
+    pub importance: Importance,
+    /// What it does, with units.
+    pub documentation: String,
+    /// Secret: redacted in responses and logs. Always true for [`ConfigType::Password`].
+    pub secret: bool,
+    /// Must be set.
+    pub required: bool,
+    /// When not empty, the only values accepted.
+    pub allowed_values: Vec<String>,
+    /// Extra check beyond the type.
+    pub validator: Option<Validator>,
+}
+
+impl ConfigKey {
+    /// A key of type `ty`, optional with no default.
+    pub fn new(name: &str, ty: ConfigType, importance: Importance, documentation: &str) -> Self {
+        Self {
+            name: name.to_owned(),
+            ty,
+            default: None,
+            importance,
+            documentation: documentation.to_owned(),
+            secret: ty == ConfigType::Password,
+            required: false,
+            allowed_values: Vec::new(),
+            validator: None,
+        }
+    }
+
+    /// Marks the key required.
+    pub fn required(mut self) -> Self {
+        self.required = true;
+        self
+    }
+
+    /// Sets the default value.
+    pub fn default_value(mut self, value: &str) -> Self {
+        self.default = Some(value.to_owned());
+        self
+    }
+
+    /// Marks the value secret.
+    pub fn secret(mut self) -> Self {
+        self.secret = true;
+        self
+    }
+
+    /// Restricts the value to one of `values`.
+    pub fn one_of(mut self, values: &[&str]) -> Self {
+        self.allowed_values = values.iter().map(|v| (*v).to_owned()).collect();
+        self
+    }
+
+    /// Adds a check beyond the type.
+    pub fn validator(mut self, check: Validator) -> Self {
+        self.validator = Some(check);
+        self
+    }
+
+    fn check(&self, value: &str) -> Vec<String> {
+        let mut errors = Vec::new();
+        let type_error = match self.ty {
+            ConfigType::Int => value
+                .trim()
+                .parse::<i32>()
+                .err()
+                .map(|_| "is not a 32-bit integer"),
+            ConfigType::Long => value
+                .trim()
+                .parse::<i64>()
+                .err()
+                .map(|_| "is not a 64-bit integer"),
+            ConfigType::Double => value.trim().parse::<f64>().err().map(|_| "is not a number"),
+            ConfigType::Boolean => match value.trim() {
+                "true" | "false" => None,
+                _ => Some("is not true or false"),
+            },
+            ConfigType::String | ConfigType::List | ConfigType::Password => None,
+        };
+        if let Some(e) = type_error {
+            errors.push(format!("value {} {e}", self.shown(value)));
+        }
+        if !self.allowed_values.is_empty() && !self.allowed_values.iter().any(|a| a == value) {
+            errors.push(format!(
+                "value {} is not one of: {}",
+                self.shown(value),
+                self.allowed_values.join(", ")
+            ));
+        }
+        if errors.is_empty()
+            && let Some(check) = self.validator
+            && let Err(e) = check(value)
+        {
+            errors.push(e);
+        }
+        errors
+    }
+
+    fn shown(&self, value: &str) -> String {
+        if self.secret {
+            REDACTED.to_owned()
+        } else {
+            format!("{value:?}")
+        }
+    }
+}
+
+/// Result of validating one key.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ConfigValue {
+    /// Key name.
+    pub name: String,
+    /// Value given or defaulted, redacted when secret; `None` when unset with no default.
+    pub value: Option<String>,
+    /// What is wrong; empty when valid.
+    pub errors: Vec<String>,
+}
+
+/// The set of keys a plugin (or the runtime) understands.
+#[derive(Debug, Clone, Default)]
+pub struct ConfigDef {
+    /// Keys in documentation order.
+    pub keys: Vec<ConfigKey>,
+}
+
+impl ConfigDef {
+    /// An empty definition.
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// Adds a key.
+    pub fn define(mut self, key: ConfigKey) -> Self {
+        self.keys.push(key);
+        self
+    }
+
+    /// Adds every key of `other` after this one's.
+    pub fn merged(mut self, other: &ConfigDef) -> Self {
+        self.keys.extend(other.keys.iter().cloned());
+        self
+    }
+
+    /// The key called `name`.
+    pub fn key(&self, name: &str) -> Option<&ConfigKey> {
+        self.keys.iter().find(|k| k.name == name)
+    }
+
+    /// Validates `config`: one entry per defined key, in definition order. Unknown keys
+    /// are not reported (plugins may read keys of their own).
+    pub fn validate(&self, config: &ConfigMap) -> Vec<ConfigValue> {
+        self.keys
+            .iter()
+            .map(|key| {
+                let given = config.get(&key.name);
+                let mut errors = Vec::new();
+                let value = match given.or(key.default.as_ref()) {
+                    Some(v) => {
+                        if given.is_some() {
+                            errors.extend(key.check(v));
+                        }
+                        Some(if key.secret {
+                            REDACTED.to_owned()
+                        } else {
+                            v.clone()
+                        })
+                    }
+                    None => {
+                        if key.required {
+                            errors.push(format!("missing required configuration {:?}", key.name));
+                        }
+                        None
+                    }
+                };
+                ConfigValue {
+                    name: key.name.clone(),
+                    value,
+                    errors,
+                }
+            })
+            .collect()
+    }
+
+    /// True when any value in `config` would be reported with an error.
+    pub fn has_errors(&self, config: &ConfigMap) -> bool {
+        self.validate(config).iter().any(|v| !v.errors.is_empty())
+    }
+
+    /// A copy of `config` with every secret value replaced by [`REDACTED`]. Keys whose
+    /// names look secret (`password`, `secret`, `token`, `credential`) are redacted too,
+    /// even when the plugin forgot to mark them.
+    pub fn redact(&self, config: &ConfigMap) -> ConfigMap {
+        config
+            .iter()
+            .map(|(k, v)| {
+                let secret = self.key(k).is_some_and(|key| key.secret) || looks_secret(k);
+                (
+                    k.clone(),
+                    if secret {
+                        REDACTED.to_owned()
+                    } else {
+                        v.clone()
+                    },
+                )
+            })
+            .collect()
+    }
+}
+
+fn looks_secret(key: &str) -> bool {
+    let k = key.to_ascii_lowercase();
+    ["password", "secret", "token", "credential"]
+        .iter()
+        .any(|s| k.contains(s))
+}
+
+fn positive_int(value: &str) -> Result<(), String> {
+    match value.trim().parse::<i64>() {
+        Ok(n) if n > 0 => Ok(()),
+        _ => Err(format!("value {value:?} is not a positive integer")),
+    }
+}
+
+/// The keys every connector takes, whatever its plugin: `connector.class`, `tasks.max`
+/// and the runtime's cleanup settings (lifecycle contract, points 6 and 12).
+pub fn runtime_config_def() -> ConfigDef {
+    ConfigDef::new()
+        .define(
+            ConfigKey::new("connector.class", ConfigType::String, Importance::High, "Name of the plugin that runs this connector, as listed by ListConnectorPlugins.")
+                .required(),
+        )
+        .define(
+            ConfigKey::new("tasks.max", ConfigType::Int, Importance::High, "Upper bound on the number of tasks; a positive integer.")
+                .default_value("1")
+                .validator(positive_int),
+        )
+        .define(
+            ConfigKey::new("cleanup.timeout.ms", ConfigType::Long, Importance::Medium, "How long one stop(connector_deleted = true) may take, in milliseconds, before the attempt counts as failed.")
+                .default_value("30000")
+                .validator(positive_int),
+        )
+        .define(
+            ConfigKey::new("cleanup.max.attempts", ConfigType::Int, Importance::Medium, "Attempts per cleanup step before it is reported as failed (and, with cleanup.policy=give-up, left out with a leak report).")
+                .default_value("5")
+                .validator(positive_int),
+        )
+        .define(
+            ConfigKey::new("cleanup.policy", ConfigType::String, Importance::Low, "After cleanup.max.attempts: keep-trying stays DELETING until retried or forced; give-up finishes the deletion and keeps a leak report.")
+                .default_value("keep-trying")
+                .one_of(&["keep-trying", "give-up"]),
+        )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn config(pairs: &[(&str, &str)]) -> ConfigMap {
+        pairs
+            .iter()
+            .map(|(k, v)| ((*k).to_owned(), (*v).to_owned()))
+            .collect()
+    }
+
+    #[test]
+    fn missing_required_key_and_bad_tasks_max_are_reported_by_name() {
+        let def = runtime_config_def();
+        let values = def.validate(&config(&[("tasks.max", "0")]));
+        let errors = |n: &str| values.iter().find(|v| v.name == n).unwrap().errors.clone();
+        assert_eq!(errors("connector.class").len(), 1);
+        assert!(errors("tasks.max")[0].contains("positive integer"));
+        assert!(errors("cleanup.timeout.ms").is_empty());
+    }
+
+    #[test]
+    fn secrets_are_redacted_in_validation_and_copies() {
+        let def = ConfigDef::new().define(ConfigKey::new(
+            "connection.password",
+            ConfigType::Password,
+            Importance::High,
+            "pw",
+        ));
+        let c = config(&[("connection.password", "s3cr3t-pa55"), ("api.token", "t0k")]);
+        assert_eq!(def.validate(&c)[0].value.as_deref(), Some(REDACTED));
+        let r = def.redact(&c);
+        assert!(r.values().all(|v| v == REDACTED));
+    }
+}

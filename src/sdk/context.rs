@@ -1,0 +1,80 @@
+use std::collections::BTreeMap;
+use std::sync::Arc;
+
+use tokio_util::sync::CancellationToken;
+
+/// What the runtime gives a connector instance at start.
+#[derive(Clone)]
+pub struct ConnectorContext {
+    /// Connector name.
+    pub connector: String,
+    /// Identifies this incarnation: a connector deleted and created again under the same
+    /// name gets a new one. Useful to tag provisioned resources.
+    pub incarnation: String,
+    /// True when started only to run cleanup: the next call is `stop_with(true)`.
+    pub cleanup_only: bool,
+    reconfigure: Arc<dyn Fn() + Send + Sync>,
+}
+
+impl ConnectorContext {
+    /// Builds a context; `reconfigure` is called by
+    /// [`ConnectorContext::request_task_reconfiguration`].
+    pub fn new(
+        connector: impl Into<String>,
+        incarnation: impl Into<String>,
+        cleanup_only: bool,
+        reconfigure: Arc<dyn Fn() + Send + Sync>,
+    ) -> Self {
+        Self {
+            connector: connector.into(),
+            incarnation: incarnation.into(),
+            cleanup_only,
+            reconfigure,
+        }
+    }
+
+    /// Asks the control plane to call `task_configs` again (for example because the
+    /// watched tables changed), as Kafka Connect's `requestTaskReconfiguration`.
+    pub fn request_task_reconfiguration(&self) {
+        (self.reconfigure)();
+    }
+}
+
+impl std::fmt::Debug for ConnectorContext {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ConnectorContext")
+            .field("connector", &self.connector)
+            .field("incarnation", &self.incarnation)
+            .field("cleanup_only", &self.cleanup_only)
+            .finish_non_exhaustive()
+    }
+}
+
+/// What the runtime gives a task at start.
+#[derive(Debug, Clone)]
+pub struct TaskContext {
+    /// Connector name.
+    pub connector: String,
+    /// Task index, from 0.
+    pub task: u32,
+    /// Identifies the connector's incarnation (see [`ConnectorContext::incarnation`]).
+    pub incarnation: String,
+    /// True when started only to run cleanup: no poll or put follows, only
+    /// `stop_with(true)`.
+    pub cleanup_only: bool,
+    /// The connector's full config (the task config holds only the task's share).
+    pub connector_config: super::ConfigMap,
+    /// Last committed source offsets, keyed by the canonical JSON text of the partition.
+    pub offsets: BTreeMap<String, serde_json::Value>,
+    /// Cancelled when the task is being stopped; long waits inside the plugin can select
+    /// on it.
+    pub cancel: CancellationToken,
+}
+
+impl TaskContext {
+    /// Last committed offset of a source partition (Kafka Connect's
+    /// `OffsetStorageReader.offset`), or `None` before the first commit.
+    pub fn offset(&self, partition: &serde_json::Value) -> Option<&serde_json::Value> {
+        self.offsets.get(&partition.to_string())
+    }
+}
