@@ -13,6 +13,8 @@ pub struct ConnectorContext {
     pub incarnation: String,
     /// True when started only to run cleanup: the next call is `stop_with(true)`.
     pub cleanup_only: bool,
+    /// Id of the executor hosting this instance.
+    pub executor_id: String,
     reconfigure: Arc<dyn Fn() + Send + Sync>,
 }
 
@@ -23,12 +25,14 @@ impl ConnectorContext {
         connector: impl Into<String>,
         incarnation: impl Into<String>,
         cleanup_only: bool,
+        executor_id: impl Into<String>,
         reconfigure: Arc<dyn Fn() + Send + Sync>,
     ) -> Self {
         Self {
             connector: connector.into(),
             incarnation: incarnation.into(),
             cleanup_only,
+            executor_id: executor_id.into(),
             reconfigure,
         }
     }
@@ -46,6 +50,7 @@ impl std::fmt::Debug for ConnectorContext {
             .field("connector", &self.connector)
             .field("incarnation", &self.incarnation)
             .field("cleanup_only", &self.cleanup_only)
+            .field("executor_id", &self.executor_id)
             .finish_non_exhaustive()
     }
 }
@@ -62,6 +67,8 @@ pub struct TaskContext {
     /// True when started only to run cleanup: no poll or put follows, only
     /// `stop_with(true)`.
     pub cleanup_only: bool,
+    /// Id of the executor hosting this task.
+    pub executor_id: String,
     /// The connector's full config (the task config holds only the task's share).
     pub connector_config: super::ConfigMap,
     /// Last committed source offsets, keyed by the canonical JSON text of the partition.
