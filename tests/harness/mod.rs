@@ -1,0 +1,195 @@
+//! Test harness: real Wharf processes on loopback addresses, each with a temp data dir,
+//! plus `wait_until` for condition-based waiting. Logs are kept on failure (the temp dir
+//! is persisted and its path printed when a test panics).
+//!
+//! Conventions the binaries follow so that tests can pass port 0:
+//! - each binary writes the address it bound, as `IP:PORT`, to `<data-dir>/listen.addr`
+//!   (written to a temp name, then renamed) once it serves;
+//! - stdout and stderr of each process go to `<data-dir>/process.log`.
+#![allow(dead_code)] // each test binary uses a different part of the harness
+
+use std::future::Future;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+/// Default upper bound for a wait in tests.
+pub const WAIT_DEADLINE: Duration = Duration::from_secs(30);
+
+/// Directory holding the built binaries: `$WHARF_BIN_DIR`, or the cargo target dir
+/// this test binary was built into.
+pub fn bin_dir() -> PathBuf {
+    if let Ok(dir) = std::env::var("WHARF_BIN_DIR") {
+        return PathBuf::from(dir);
+    }
+    let exe = std::env::current_exe().expect("current_exe");
+    // target/debug/deps/test-hash -> target/debug
+    exe.parent().and_then(Path::parent).expect("target dir").to_path_buf()
+}
+
+/// Path of a workspace binary; panics with a hint when it was not built.
+pub fn bin(name: &str) -> PathBuf {
+    let path = bin_dir().join(name);
+    assert!(
+        path.exists(),
+        "{} not found: build the workspace first (cargo build --workspace --bins)",
+        path.display()
+    );
+    path
+}
+
+/// Polls `check` every 20 ms until it returns `Some`, or panics after `deadline` with
+/// `what` in the message.
+pub async fn wait_until<T, F, Fut>(what: &str, deadline: Duration, mut check: F) -> T
+where
+    F: FnMut() -> Fut,
+    Fut: Future<Output = Option<T>>,
+{
+    let start = Instant::now();
+    loop {
+        if let Some(v) = check().await {
+            return v;
+        }
+        assert!(start.elapsed() < deadline, "timed out after {deadline:?} waiting for {what}");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
+/// A running Wharf process. Killed (SIGKILL) on drop.
+pub struct Proc {
+    /// The child process.
+    pub child: Option<Child>,
+    /// Its data dir.
+    pub data_dir: PathBuf,
+    /// Program path.
+    pub program: PathBuf,
+    /// Arguments it was started with (to start it again).
+    pub args: Vec<String>,
+}
+
+impl Proc {
+    /// Starts `program args...`, logging into `<data_dir>/process.log`.
+    pub fn spawn(program: PathBuf, args: Vec<String>, data_dir: &Path) -> Self {
+        std::fs::create_dir_all(data_dir).expect("data dir");
+        let _ = std::fs::remove_file(data_dir.join("listen.addr"));
+        let log = std::fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(data_dir.join("process.log"))
+            .expect("log file");
+        let child = Command::new(&program)
+            .args(&args)
+            .env("RUST_LOG", std::env::var("RUST_LOG").unwrap_or_else(|_| "info".into()))
+            .stdin(Stdio::null())
+            .stdout(log.try_clone().expect("log"))
+            .stderr(log)
+            .spawn()
+            .unwrap_or_else(|e| panic!("spawn {}: {e}", program.display()));
+        Self { child: Some(child), data_dir: data_dir.to_path_buf(), program, args }
+    }
+
+    /// Waits until the process wrote `listen.addr` and returns it (`IP:PORT`).
+    pub async fn listen_addr(&mut self) -> String {
+        let path = self.data_dir.join("listen.addr");
+        let log = self.data_dir.join("process.log");
+        let mut child = self.child.take();
+        let addr = wait_until(&format!("{} to listen", self.program.display()), WAIT_DEADLINE, || {
+            let exited = child.as_mut().and_then(|c| c.try_wait().ok().flatten());
+            if let Some(status) = exited {
+                panic!(
+                    "{} exited with {status} before listening; log:\n{}",
+                    self.program.display(),
+                    std::fs::read_to_string(&log).unwrap_or_default()
+                );
+            }
+            let r = std::fs::read_to_string(&path).ok().map(|s| s.trim().to_owned());
+            async move { r.filter(|s| !s.is_empty()) }
+        })
+        .await;
+        self.child = child;
+        addr
+    }
+
+    /// OS process id.
+    pub fn pid(&self) -> i32 {
+        self.child.as_ref().map(|c| c.id() as i32).expect("running")
+    }
+
+    /// Sends `signal` (for example "TERM", "KILL", "STOP", "CONT") with kill(1).
+    pub fn signal(&self, signal: &str) {
+        let status = Command::new("kill")
+            .arg(format!("-{signal}"))
+            .arg(self.pid().to_string())
+            .status()
+            .expect("kill");
+        assert!(status.success(), "kill -{signal} failed");
+    }
+
+    /// SIGKILL and reap.
+    pub fn kill9(&mut self) {
+        if let Some(mut c) = self.child.take() {
+            let _ = c.kill();
+            let _ = c.wait();
+        }
+    }
+
+    /// SIGTERM, then wait up to `deadline` for exit; returns the exit code.
+    pub async fn terminate(&mut self, deadline: Duration) -> Option<i32> {
+        self.signal("TERM");
+        let mut child = self.child.take().expect("running");
+        let status = wait_until("process to exit after SIGTERM", deadline, || {
+            let r = child.try_wait().ok().flatten();
+            async move { r }
+        })
+        .await;
+        status.code()
+    }
+
+    /// Starts the same program with the same arguments again (same data dir).
+    pub fn restart(&mut self) {
+        self.kill9();
+        let again = Proc::spawn(self.program.clone(), self.args.clone(), &self.data_dir);
+        self.child = again.child;
+        std::mem::forget(again);
+    }
+
+    /// The process log so far.
+    pub fn log(&self) -> String {
+        std::fs::read_to_string(self.data_dir.join("process.log")).unwrap_or_default()
+    }
+}
+
+impl Drop for Proc {
+    fn drop(&mut self) {
+        if let Some(mut c) = self.child.take() {
+            let _ = c.kill();
+            let _ = c.wait();
+        }
+    }
+}
+
+/// A temp dir that is kept (and its path printed) when the test panics, so that the
+/// process logs inside it can be read.
+pub struct KeepOnFailure(pub Option<tempfile::TempDir>);
+
+impl KeepOnFailure {
+    /// A new temp dir.
+    pub fn new() -> Self {
+        Self(Some(tempfile::Builder::new().prefix("wharf-test-").tempdir().expect("tempdir")))
+    }
+
+    /// Its path.
+    pub fn path(&self) -> &Path {
+        self.0.as_ref().expect("dir").path()
+    }
+}
+
+impl Drop for KeepOnFailure {
+    fn drop(&mut self) {
+        if std::thread::panicking()
+            && let Some(dir) = self.0.take()
+        {
+            eprintln!("test failed; logs kept in {}", dir.keep().display());
+        }
+    }
+}
