@@ -1,1 +1,2 @@
 //! Wharf executor (library half; the binary is a thin composition root).
+pub mod log;
