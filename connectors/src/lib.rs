@@ -1,1 +1,51 @@
-//! Built-in connector plugins.
+//! Built-in connector plugins: `file-source` and `file-sink` for the quickstart, and the
+//! lifecycle-recording `test-source` / `test-sink` that tests use to assert the exact
+//! sequence of calls (start, poll..., stop(true)) an instance received.
+
+pub mod file;
+pub mod test_plugin;
+
+use wharf::sdk::Plugin;
+
+/// Every plugin built into Wharf, as an executor advertises them.
+pub fn builtin_plugins() -> Vec<Plugin> {
+    vec![
+        file::source_plugin(),
+        file::sink_plugin(),
+        test_plugin::source_plugin(),
+        test_plugin::sink_plugin(),
+        // Audit sources (sqlite-audit, postgres-audit) are added here, one line each.
+    ]
+}
+
+/// Reads an optional config value parsed as `T`.
+///
+/// # Errors
+/// A message naming `key` when the value does not parse.
+pub(crate) fn parse_opt<T: std::str::FromStr>(
+    config: &wharf::sdk::ConfigMap,
+    key: &str,
+) -> Result<Option<T>, String> {
+    match config.get(key) {
+        None => Ok(None),
+        Some(v) => v
+            .trim()
+            .parse::<T>()
+            .map(Some)
+            .map_err(|_| format!("config {key:?}: cannot parse {v:?}")),
+    }
+}
+
+/// Reads a required config value.
+///
+/// # Errors
+/// A message naming `key` when it is missing.
+pub(crate) fn required<'a>(
+    config: &'a wharf::sdk::ConfigMap,
+    key: &str,
+) -> Result<&'a str, String> {
+    config
+        .get(key)
+        .map(String::as_str)
+        .ok_or_else(|| format!("missing required configuration {key:?}"))
+}
