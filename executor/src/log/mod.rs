@@ -5,11 +5,160 @@
 //! offsets to the control plane. Sink tasks read through a named consumer shared by all
 //! tasks of one sink connector and acknowledge only after the plugin's `flush` returned.
 //! Delivery is therefore at least once.
+//!
+//! Backends: [`EmbeddedLog`] (redb files under the data dir, one process) and
+//! [`JetStreamLog`] (NATS JetStream, several hosts). [`open`] picks one from a
+//! [`LogConfig`]; [`LogConfig::from_spec`] reads the one-word form a command line gives.
 
+pub mod codec;
+pub mod embedded;
+pub mod jetstream;
+
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
 use std::time::Duration;
 
 use async_trait::async_trait;
-use wharf::sdk::SinkRecord;
+use wharf::sdk::{SinkRecord, SourceRecord};
+
+pub use embedded::EmbeddedLog;
+pub use jetstream::{JetStreamLog, JetStreamOptions};
+
+/// Default for [`LogLimits::max_fetch_records`]: records one fetch returns at most.
+pub const DEFAULT_MAX_FETCH_RECORDS: usize = 500;
+/// Default for [`LogLimits::max_fetch_bytes`]: encoded bytes one fetch returns at most
+/// (a single larger record is still delivered alone).
+pub const DEFAULT_MAX_FETCH_BYTES: usize = 4 * 1024 * 1024;
+/// Default for [`LogLimits::max_in_flight_records`]: delivered, unacknowledged records.
+pub const DEFAULT_MAX_IN_FLIGHT_RECORDS: usize = 5_000;
+/// Default for [`LogLimits::max_append_in_flight_records`]: records of one append sent
+/// before waiting for their acknowledgements (JetStream), or written per transaction
+/// (embedded).
+pub const DEFAULT_MAX_APPEND_IN_FLIGHT_RECORDS: usize = 1_000;
+
+/// Bounds that keep a slow reader or a large batch from growing memory without bound.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct LogLimits {
+    /// Records one [`LogConsumer::fetch`] returns at most, whatever `max` asks.
+    pub max_fetch_records: usize,
+    /// Encoded bytes one fetch returns at most (at least one record is always returned).
+    pub max_fetch_bytes: usize,
+    /// Delivered but unacknowledged records: per reader for the embedded log (a reader at
+    /// the limit gets nothing until it acknowledges), per consumer for JetStream (the
+    /// consumer's `max_ack_pending`, shared by its readers).
+    pub max_in_flight_records: usize,
+    /// Records of one [`RecordLog::append`] in flight at once.
+    pub max_append_in_flight_records: usize,
+}
+
+impl Default for LogLimits {
+    fn default() -> Self {
+        Self {
+            max_fetch_records: DEFAULT_MAX_FETCH_RECORDS,
+            max_fetch_bytes: DEFAULT_MAX_FETCH_BYTES,
+            max_in_flight_records: DEFAULT_MAX_IN_FLIGHT_RECORDS,
+            max_append_in_flight_records: DEFAULT_MAX_APPEND_IN_FLIGHT_RECORDS,
+        }
+    }
+}
+
+impl LogLimits {
+    /// Rejects zero limits, naming the field.
+    pub fn validate(&self) -> Result<(), LogError> {
+        let fields = [
+            ("max_fetch_records", self.max_fetch_records),
+            ("max_fetch_bytes", self.max_fetch_bytes),
+            ("max_in_flight_records", self.max_in_flight_records),
+            (
+                "max_append_in_flight_records",
+                self.max_append_in_flight_records,
+            ),
+        ];
+        match fields.iter().find(|(_, v)| *v == 0) {
+            Some((name, _)) => Err(LogError::InvalidConfig(format!(
+                "{name} must be at least 1"
+            ))),
+            None => Ok(()),
+        }
+    }
+}
+
+/// Which record log an executor uses; the one place that decides is [`open`].
+#[derive(Debug, Clone, PartialEq)]
+pub enum LogConfig {
+    /// Embedded redb files in `dir` (conventionally `<data-dir>/log`); one process only.
+    Embedded {
+        /// Directory of the log's files (created when missing).
+        dir: PathBuf,
+        /// Fetch and in-flight bounds.
+        limits: LogLimits,
+    },
+    /// NATS JetStream at `url` (for example `nats://127.0.0.1:4222`).
+    JetStream {
+        /// Server URL(s), comma separated.
+        url: String,
+        /// Naming, replication and bounds.
+        options: JetStreamOptions,
+    },
+}
+
+impl LogConfig {
+    /// Reads a command-line spec: `embedded` (files in `<data_dir>/log`) or a NATS URL
+    /// `nats://host:port[,nats://host2:port]` with an optional `?replicas=N`.
+    pub fn from_spec(spec: &str, data_dir: &Path) -> Result<Self, LogError> {
+        let spec = spec.trim();
+        if spec == "embedded" {
+            return Ok(Self::Embedded {
+                dir: data_dir.join("log"),
+                limits: LogLimits::default(),
+            });
+        }
+        if !(spec.starts_with("nats://") || spec.starts_with("tls://")) {
+            return Err(LogError::InvalidConfig(format!(
+                "record log spec must be `embedded` or a nats:// URL, got {spec:?}"
+            )));
+        }
+        let (url, query) = spec.split_once('?').unwrap_or((spec, ""));
+        let mut options = JetStreamOptions::default();
+        for pair in query.split('&').filter(|p| !p.is_empty()) {
+            match pair.split_once('=') {
+                Some(("replicas", n)) => {
+                    options.replicas =
+                        n.parse()
+                            .ok()
+                            .filter(|n| (1..=5).contains(n))
+                            .ok_or_else(|| {
+                                LogError::InvalidConfig(format!(
+                                    "replicas must be 1..=5, got {n:?}"
+                                ))
+                            })?;
+                }
+                _ => {
+                    return Err(LogError::InvalidConfig(format!(
+                        "unknown record log option {pair:?} (known: replicas)"
+                    )));
+                }
+            }
+        }
+        Ok(Self::JetStream {
+            url: url.to_string(),
+            options,
+        })
+    }
+}
+
+/// Opens the configured backend.
+pub async fn open(config: &LogConfig) -> Result<Arc<dyn RecordLog>, LogError> {
+    match config {
+        LogConfig::Embedded { dir, limits } => {
+            Ok(Arc::new(EmbeddedLog::open_with(dir, *limits).await?))
+        }
+        LogConfig::JetStream { url, options } => {
+            Ok(Arc::new(JetStreamLog::connect(url, options.clone()).await?))
+        }
+    }
+}
 
 /// A record as stored in the log (the topic is given separately).
 #[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
@@ -22,6 +171,31 @@ pub struct LogRecord {
     pub headers: Vec<(String, Vec<u8>)>,
     /// Event time, Unix milliseconds.
     pub timestamp_ms: Option<i64>,
+}
+
+impl From<&SourceRecord> for LogRecord {
+    fn from(record: &SourceRecord) -> Self {
+        Self {
+            key: record.key.clone(),
+            value: record.value.clone(),
+            headers: record.headers.clone(),
+            timestamp_ms: record.timestamp_ms,
+        }
+    }
+}
+
+impl LogRecord {
+    /// The record as a sink task sees it, read from `topic` at `offset`.
+    pub fn into_sink_record(self, topic: &str, offset: u64) -> SinkRecord {
+        SinkRecord {
+            topic: topic.to_string(),
+            key: self.key,
+            value: self.value,
+            headers: self.headers,
+            timestamp_ms: self.timestamp_ms,
+            offset,
+        }
+    }
 }
 
 /// Where a new consumer starts when it has no acknowledged position yet.
@@ -65,6 +239,12 @@ pub enum LogError {
     /// A stored record could not be decoded.
     #[error("record log holds a corrupt record: {0}")]
     Corrupt(String),
+    /// The log's configuration is invalid (the message names the field).
+    #[error("invalid record log config: {0}")]
+    InvalidConfig(String),
+    /// The consumer was deleted while this reader still used it.
+    #[error("record log consumer {0} was deleted")]
+    ConsumerDeleted(String),
 }
 
 /// A durable, append-only log of topics.

@@ -1,0 +1,506 @@
+//! The NATS JetStream record log, for executors on several hosts.
+//!
+//! # Mapping
+//! - **One stream per topic.** Topic `t` is stream `<PREFIX>_T_<token>` holding subject
+//!   `<prefix>.t.<token>`, where `<token>` is [`name_token`]`(t)`. A stream per topic keeps
+//!   positions dense (the stream sequence minus one is the record's position, as in the
+//!   embedded log), lets replication and retention differ per topic later, and keeps a
+//!   consumer from scanning other topics' records. The cost is one stream (one Raft group
+//!   when replicated) per topic; Wharf deployments have few topics.
+//! - **A durable pull consumer per (stream, consumer name)**, named [`name_token`] of the
+//!   consumer name (`wharf-sink-<connector>` for sinks). All tasks of one sink connector bind
+//!   to it, so JetStream hands each record to one of them. Explicit acks; `ack_wait`
+//!   redelivers records of a reader that died; `max_ack_pending` =
+//!   [`LogLimits::max_in_flight_records`] is the back-pressure bound shared by the readers.
+//! - Record payload: [`super::codec`] (headers may hold any bytes, NATS headers cannot).
+//! - `append` returns after JetStream's publish acknowledgement of every record (stored on
+//!   the stream's replicas). `ack` uses double acks (waits for the server's confirmation).
+//!
+//! # Caveats
+//! - nats-server's file store syncs to disk every two minutes by default: a killed server
+//!   loses nothing (the page cache survives), a power loss of a single R1 server may; use
+//!   `replicas = 3` on a cluster for machine-loss durability.
+//! - Consumer positions are kept by the server; after a server crash a few acknowledged
+//!   records may be delivered again (at least once).
+//! - A reader of several topics waits on them in turns of [`MULTI_TOPIC_WAIT_SLICE_MS`].
+//! - An existing stream or consumer is used as it is (its replicas and start are not changed).
+
+use std::collections::HashSet;
+use std::sync::Mutex;
+use std::time::Duration;
+
+use async_nats::jetstream::{self, consumer, stream};
+use async_trait::async_trait;
+use futures::StreamExt;
+
+use super::{
+    AckToken, Delivered, LogConsumer, LogError, LogLimits, LogRecord, RecordLog, StartPosition,
+    codec,
+};
+
+/// Default prefix of stream names and subjects.
+pub const DEFAULT_PREFIX: &str = "wharf";
+/// Default time a delivered record may stay unacknowledged before JetStream redelivers it.
+pub const DEFAULT_ACK_WAIT_MS: u64 = 30_000;
+/// Default timeout of one JetStream API request (publish ack, create, double ack).
+pub const DEFAULT_REQUEST_TIMEOUT_MS: u64 = 5_000;
+/// Longest wait on one topic before trying the next, for readers of several topics.
+pub const MULTI_TOPIC_WAIT_SLICE_MS: u64 = 200;
+/// Double acks sent before waiting for their confirmations.
+pub const ACK_IN_FLIGHT: usize = 256;
+/// Longest name token kept before a hash replaces the rest.
+const MAX_TOKEN_CHARS: usize = 48;
+
+/// Options of the JetStream backend.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct JetStreamOptions {
+    /// Replicas of each stream (1 for a single server, 3 or 5 in a cluster).
+    pub replicas: usize,
+    /// Prefix of stream names (upper-cased) and subjects (as given); letters, digits, `-`, `_`.
+    pub prefix: String,
+    /// Milliseconds a delivered record may stay unacknowledged before redelivery.
+    pub ack_wait_ms: u64,
+    /// Milliseconds one JetStream request may take.
+    pub request_timeout_ms: u64,
+    /// Fetch and in-flight bounds.
+    pub limits: LogLimits,
+}
+
+impl Default for JetStreamOptions {
+    fn default() -> Self {
+        Self {
+            replicas: 1,
+            prefix: DEFAULT_PREFIX.to_string(),
+            ack_wait_ms: DEFAULT_ACK_WAIT_MS,
+            request_timeout_ms: DEFAULT_REQUEST_TIMEOUT_MS,
+            limits: LogLimits::default(),
+        }
+    }
+}
+
+impl JetStreamOptions {
+    fn validate(&self) -> Result<(), LogError> {
+        self.limits.validate()?;
+        if !(1..=5).contains(&self.replicas) {
+            return Err(LogError::InvalidConfig(format!(
+                "replicas must be 1..=5, got {}",
+                self.replicas
+            )));
+        }
+        if self.prefix.is_empty()
+            || !self
+                .prefix
+                .chars()
+                .all(|c| c.is_ascii_alphanumeric() || c == '-' || c == '_')
+        {
+            return Err(LogError::InvalidConfig(format!(
+                "prefix must be letters, digits, '-' or '_', got {:?}",
+                self.prefix
+            )));
+        }
+        if self.ack_wait_ms == 0 || self.request_timeout_ms == 0 {
+            return Err(LogError::InvalidConfig(
+                "ack_wait_ms and request_timeout_ms must be at least 1".into(),
+            ));
+        }
+        Ok(())
+    }
+}
+
+/// A name usable as a NATS stream/consumer name and subject token, whatever `name` is:
+/// ASCII letters, digits, `-` and `_` are kept, anything else becomes `_`; when that
+/// changed the name or it is longer than 48 characters, the kept part is cut to 48 and
+/// `-` plus 16 hex digits of a stable 64-bit FNV-1a hash of the original are appended,
+/// so distinct names never share a token in practice. Empty names hash too.
+pub fn name_token(name: &str) -> String {
+    let cleaned: String = name
+        .chars()
+        .map(|c| {
+            if c.is_ascii_alphanumeric() || c == '-' || c == '_' {
+                c
+            } else {
+                '_'
+            }
+        })
+        .collect();
+    if cleaned == name && !name.is_empty() && name.len() <= MAX_TOKEN_CHARS {
+        return cleaned;
+    }
+    let kept: String = cleaned.chars().take(MAX_TOKEN_CHARS).collect();
+    format!("{kept}-{:016x}", fnv1a64(name.as_bytes()))
+}
+
+fn fnv1a64(bytes: &[u8]) -> u64 {
+    let mut hash: u64 = 0xcbf2_9ce4_8422_2325;
+    for b in bytes {
+        hash ^= u64::from(*b);
+        hash = hash.wrapping_mul(0x0000_0100_0000_01b3);
+    }
+    hash
+}
+
+fn unavailable(what: &str, err: impl std::fmt::Display) -> LogError {
+    LogError::Unavailable(format!("{what}: {err}"))
+}
+
+/// The JetStream backend. Cheap to clone.
+#[derive(Clone)]
+pub struct JetStreamLog {
+    client: async_nats::Client,
+    js: jetstream::Context,
+    options: JetStreamOptions,
+    /// Streams known to exist (created or checked by this process).
+    streams: std::sync::Arc<Mutex<HashSet<String>>>,
+}
+
+impl JetStreamLog {
+    /// Connects to `url` (comma-separated server URLs). The client reconnects by itself
+    /// after a server restart; calls made meanwhile fail with [`LogError::Unavailable`].
+    pub async fn connect(url: &str, options: JetStreamOptions) -> Result<Self, LogError> {
+        options.validate()?;
+        let timeout = Duration::from_millis(options.request_timeout_ms);
+        let client = async_nats::ConnectOptions::new()
+            .name("wharf-record-log")
+            .request_timeout(Some(timeout))
+            .retry_on_initial_connect()
+            .connect(url)
+            .await
+            .map_err(|err| unavailable("connect to NATS", err))?;
+        let js = jetstream::ContextBuilder::new()
+            .timeout(timeout)
+            .build(client.clone());
+        Ok(Self {
+            client,
+            js,
+            options,
+            streams: Default::default(),
+        })
+    }
+
+    /// Stream name of `topic`.
+    pub fn stream_name(&self, topic: &str) -> String {
+        format!(
+            "{}_T_{}",
+            self.options.prefix.to_ascii_uppercase(),
+            name_token(topic)
+        )
+    }
+
+    /// Subject the records of `topic` are published on.
+    pub fn subject(&self, topic: &str) -> String {
+        format!("{}.t.{}", self.options.prefix, name_token(topic))
+    }
+
+    async fn ensure_stream(&self, topic: &str) -> Result<String, LogError> {
+        let name = self.stream_name(topic);
+        if self.known(&name) {
+            return Ok(name);
+        }
+        self.js
+            .get_or_create_stream(stream::Config {
+                name: name.clone(),
+                subjects: vec![self.subject(topic)],
+                description: Some(format!("wharf topic {topic}")),
+                storage: stream::StorageType::File,
+                retention: stream::RetentionPolicy::Limits,
+                num_replicas: self.options.replicas,
+                ..Default::default()
+            })
+            .await
+            .map_err(|err| unavailable(&format!("create stream {name} for topic {topic}"), err))?;
+        self.streams
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .insert(name.clone());
+        Ok(name)
+    }
+
+    fn known(&self, stream: &str) -> bool {
+        self.streams
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .contains(stream)
+    }
+}
+
+#[async_trait]
+impl RecordLog for JetStreamLog {
+    async fn append(&self, topic: &str, records: Vec<LogRecord>) -> Result<Vec<u64>, LogError> {
+        let stream = self.ensure_stream(topic).await?;
+        let subject = self.subject(topic);
+        let mut positions = Vec::with_capacity(records.len());
+        for batch in records.chunks(self.options.limits.max_append_in_flight_records) {
+            let mut acks = Vec::with_capacity(batch.len());
+            for record in batch {
+                let ack = self
+                    .js
+                    .publish(subject.clone(), codec::encode(record).into())
+                    .await
+                    .map_err(|err| unavailable(&format!("publish to {stream}"), err))?;
+                acks.push(ack);
+            }
+            for ack in acks {
+                let ack = ack
+                    .await
+                    .map_err(|err| unavailable(&format!("publish ack from {stream}"), err))?;
+                if ack.stream != stream {
+                    return Err(LogError::Unavailable(format!(
+                        "subject {subject} is stored by stream {} instead of {stream}",
+                        ack.stream
+                    )));
+                }
+                positions.push(ack.sequence.saturating_sub(1));
+            }
+        }
+        Ok(positions)
+    }
+
+    async fn consumer(
+        &self,
+        consumer: &str,
+        topics: &[String],
+        start: StartPosition,
+    ) -> Result<Box<dyn LogConsumer>, LogError> {
+        let durable = name_token(consumer);
+        let mut bound = Vec::with_capacity(topics.len());
+        for topic in topics {
+            let stream_name = self.ensure_stream(topic).await?;
+            let max_ack_pending =
+                i64::try_from(self.options.limits.max_in_flight_records).unwrap_or(i64::MAX);
+            let pull = self
+                .js
+                .create_consumer_on_stream(
+                    consumer::pull::Config {
+                        durable_name: Some(durable.clone()),
+                        description: Some(format!("wharf consumer {consumer}")),
+                        ack_policy: consumer::AckPolicy::Explicit,
+                        deliver_policy: match start {
+                            StartPosition::Earliest => consumer::DeliverPolicy::All,
+                            StartPosition::Latest => consumer::DeliverPolicy::New,
+                        },
+                        ack_wait: Duration::from_millis(self.options.ack_wait_ms),
+                        max_ack_pending,
+                        ..Default::default()
+                    },
+                    &stream_name,
+                )
+                .await;
+            let pull: consumer::PullConsumer = match pull {
+                Ok(pull) => pull,
+                // Exists with another config (e.g. the other start): use it as it is.
+                Err(_) => self
+                    .js
+                    .get_consumer_from_stream(&durable, &stream_name)
+                    .await
+                    .map_err(|err| {
+                        unavailable(&format!("consumer {durable} on stream {stream_name}"), err)
+                    })?,
+            };
+            bound.push((topic.clone(), pull));
+        }
+        Ok(Box::new(JetStreamConsumer {
+            client: self.client.clone(),
+            name: consumer.to_string(),
+            topics: bound,
+            next_topic: 0,
+            limits: self.options.limits,
+        }))
+    }
+
+    async fn delete_consumer(&self, consumer: &str) -> Result<(), LogError> {
+        let durable = name_token(consumer);
+        let prefix = format!("{}_T_", self.options.prefix.to_ascii_uppercase());
+        let mut names = self.js.stream_names();
+        let mut streams = Vec::new();
+        while let Some(name) = names.next().await {
+            let name = name.map_err(|err| unavailable("list streams", err))?;
+            if name.starts_with(&prefix) {
+                streams.push(name);
+            }
+        }
+        for stream_name in streams {
+            match self
+                .js
+                .delete_consumer_from_stream(&durable, &stream_name)
+                .await
+            {
+                Ok(_) => {}
+                Err(err) => {
+                    let missing = matches!(
+                        err.kind(),
+                        stream::ConsumerErrorKind::JetStream(e)
+                            if e.error_code() == jetstream::ErrorCode::CONSUMER_NOT_FOUND
+                                || e.error_code() == jetstream::ErrorCode::STREAM_NOT_FOUND
+                    );
+                    if !missing {
+                        return Err(unavailable(
+                            &format!("delete consumer {durable} on {stream_name}"),
+                            err,
+                        ));
+                    }
+                }
+            }
+        }
+        Ok(())
+    }
+}
+
+/// One reader of a JetStream consumer (bound to the durable consumer of each topic).
+pub struct JetStreamConsumer {
+    client: async_nats::Client,
+    name: String,
+    topics: Vec<(String, consumer::PullConsumer)>,
+    next_topic: usize,
+    limits: LogLimits,
+}
+
+impl JetStreamConsumer {
+    fn convert(topic: &str, msg: jetstream::Message) -> Result<Delivered, LogError> {
+        let info = msg
+            .info()
+            .map_err(|err| LogError::Corrupt(format!("message without JetStream info: {err}")))?;
+        let position = info.stream_sequence.saturating_sub(1);
+        let handle = msg
+            .reply
+            .as_ref()
+            .map(|s| s.to_string())
+            .unwrap_or_default();
+        let record = codec::decode(&msg.payload)?;
+        Ok(Delivered {
+            record: record.into_sink_record(topic, position),
+            ack: AckToken {
+                topic: topic.to_string(),
+                position,
+                handle,
+            },
+        })
+    }
+
+    /// Drains a batch into `out`. A 409 (max ack pending reached) ends the batch quietly:
+    /// that is back-pressure, not a failure.
+    async fn drain(
+        topic: &str,
+        mut batch: consumer::pull::Batch,
+        out: &mut Vec<Delivered>,
+    ) -> Result<(), LogError> {
+        while let Some(msg) = batch.next().await {
+            match msg {
+                Ok(msg) => out.push(Self::convert(topic, msg)?),
+                Err(err) => {
+                    let text = err.to_string();
+                    if text.contains("409") {
+                        return Ok(());
+                    }
+                    return Err(unavailable(&format!("fetch from topic {topic}"), text));
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// Whatever is available now, up to `max`, without waiting.
+    async fn fetch_now(&mut self, max: usize) -> Result<Vec<Delivered>, LogError> {
+        let mut out = Vec::new();
+        let n = self.topics.len();
+        for i in 0..n {
+            let want = max - out.len();
+            if want == 0 {
+                break;
+            }
+            let (topic, pull) = &self.topics[(self.next_topic + i) % n];
+            let batch = pull
+                .fetch()
+                .max_messages(want)
+                .max_bytes(self.limits.max_fetch_bytes)
+                .messages()
+                .await
+                .map_err(|err| unavailable(&format!("fetch from topic {topic}"), err))?;
+            Self::drain(topic, batch, &mut out).await?;
+        }
+        self.next_topic = (self.next_topic + 1) % n.max(1);
+        Ok(out)
+    }
+}
+
+#[async_trait]
+impl LogConsumer for JetStreamConsumer {
+    async fn fetch(&mut self, max: usize, wait: Duration) -> Result<Vec<Delivered>, LogError> {
+        if self.topics.is_empty() {
+            tokio::time::sleep(wait).await;
+            return Ok(Vec::new());
+        }
+        let max = max.clamp(1, self.limits.max_fetch_records);
+        let out = self.fetch_now(max).await?;
+        if !out.is_empty() {
+            return Ok(out);
+        }
+        let deadline = tokio::time::Instant::now() + wait;
+        let slice = if self.topics.len() == 1 {
+            wait
+        } else {
+            Duration::from_millis(MULTI_TOPIC_WAIT_SLICE_MS)
+        };
+        loop {
+            let now = tokio::time::Instant::now();
+            // JetStream rejects pull expiries under a millisecond.
+            let left = deadline.saturating_duration_since(now);
+            if left < Duration::from_millis(10) {
+                return Ok(Vec::new());
+            }
+            let i = self.next_topic % self.topics.len();
+            self.next_topic = (self.next_topic + 1) % self.topics.len();
+            let (topic, pull) = &self.topics[i];
+            // Wait for one record only, so the request ends as soon as one arrives and no
+            // pending pull request outlives this call.
+            let batch = pull
+                .batch()
+                .max_messages(1)
+                .expires(left.min(slice))
+                .messages()
+                .await
+                .map_err(|err| unavailable(&format!("fetch from topic {topic}"), err))?;
+            let topic = topic.clone();
+            let mut got = Vec::new();
+            Self::drain(&topic, batch, &mut got).await?;
+            if !got.is_empty() {
+                self.next_topic = i;
+                let more = self.fetch_now(max - got.len()).await?;
+                got.extend(more);
+                return Ok(got);
+            }
+        }
+    }
+
+    async fn ack(&mut self, tokens: &[AckToken]) -> Result<(), LogError> {
+        if let Some(t) = tokens.iter().find(|t| t.handle.is_empty()) {
+            return Err(LogError::InvalidConfig(format!(
+                "ack token for {}@{} has no JetStream reply subject",
+                t.topic, t.position
+            )));
+        }
+        let requests: Vec<_> = tokens
+            .iter()
+            .map(|token| {
+                let client = self.client.clone();
+                let handle = token.handle.clone();
+                let what = format!(
+                    "ack {}@{} for consumer {}",
+                    token.topic, token.position, self.name
+                );
+                async move {
+                    client
+                        .request(handle, "+ACK".into())
+                        .await
+                        .map(|_| ())
+                        .map_err(|err| unavailable(&what, err))
+                }
+            })
+            .collect();
+        let results: Vec<Result<(), LogError>> = futures::stream::iter(requests)
+            .buffer_unordered(ACK_IN_FLIGHT)
+            .collect()
+            .await;
+        results.into_iter().collect()
+    }
+}
