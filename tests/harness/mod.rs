@@ -24,7 +24,10 @@ pub fn bin_dir() -> PathBuf {
     }
     let exe = std::env::current_exe().expect("current_exe");
     // target/debug/deps/test-hash -> target/debug
-    exe.parent().and_then(Path::parent).expect("target dir").to_path_buf()
+    exe.parent()
+        .and_then(Path::parent)
+        .expect("target dir")
+        .to_path_buf()
 }
 
 /// Path of a workspace binary; panics with a hint when it was not built.
@@ -50,7 +53,10 @@ where
         if let Some(v) = check().await {
             return v;
         }
-        assert!(start.elapsed() < deadline, "timed out after {deadline:?} waiting for {what}");
+        assert!(
+            start.elapsed() < deadline,
+            "timed out after {deadline:?} waiting for {what}"
+        );
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
 }
@@ -79,13 +85,21 @@ impl Proc {
             .expect("log file");
         let child = Command::new(&program)
             .args(&args)
-            .env("RUST_LOG", std::env::var("RUST_LOG").unwrap_or_else(|_| "info".into()))
+            .env(
+                "RUST_LOG",
+                std::env::var("RUST_LOG").unwrap_or_else(|_| "info".into()),
+            )
             .stdin(Stdio::null())
             .stdout(log.try_clone().expect("log"))
             .stderr(log)
             .spawn()
             .unwrap_or_else(|e| panic!("spawn {}: {e}", program.display()));
-        Self { child: Some(child), data_dir: data_dir.to_path_buf(), program, args }
+        Self {
+            child: Some(child),
+            data_dir: data_dir.to_path_buf(),
+            program,
+            args,
+        }
     }
 
     /// Waits until the process wrote `listen.addr` and returns it (`IP:PORT`).
@@ -93,18 +107,24 @@ impl Proc {
         let path = self.data_dir.join("listen.addr");
         let log = self.data_dir.join("process.log");
         let mut child = self.child.take();
-        let addr = wait_until(&format!("{} to listen", self.program.display()), WAIT_DEADLINE, || {
-            let exited = child.as_mut().and_then(|c| c.try_wait().ok().flatten());
-            if let Some(status) = exited {
-                panic!(
-                    "{} exited with {status} before listening; log:\n{}",
-                    self.program.display(),
-                    std::fs::read_to_string(&log).unwrap_or_default()
-                );
-            }
-            let r = std::fs::read_to_string(&path).ok().map(|s| s.trim().to_owned());
-            async move { r.filter(|s| !s.is_empty()) }
-        })
+        let addr = wait_until(
+            &format!("{} to listen", self.program.display()),
+            WAIT_DEADLINE,
+            || {
+                let exited = child.as_mut().and_then(|c| c.try_wait().ok().flatten());
+                if let Some(status) = exited {
+                    panic!(
+                        "{} exited with {status} before listening; log:\n{}",
+                        self.program.display(),
+                        std::fs::read_to_string(&log).unwrap_or_default()
+                    );
+                }
+                let r = std::fs::read_to_string(&path)
+                    .ok()
+                    .map(|s| s.trim().to_owned());
+                async move { r.filter(|s| !s.is_empty()) }
+            },
+        )
         .await;
         self.child = child;
         addr
@@ -148,9 +168,8 @@ impl Proc {
     /// Starts the same program with the same arguments again (same data dir).
     pub fn restart(&mut self) {
         self.kill9();
-        let again = Proc::spawn(self.program.clone(), self.args.clone(), &self.data_dir);
-        self.child = again.child;
-        std::mem::forget(again);
+        let mut again = Proc::spawn(self.program.clone(), self.args.clone(), &self.data_dir);
+        self.child = again.child.take();
     }
 
     /// The process log so far.
@@ -175,7 +194,12 @@ pub struct KeepOnFailure(pub Option<tempfile::TempDir>);
 impl KeepOnFailure {
     /// A new temp dir.
     pub fn new() -> Self {
-        Self(Some(tempfile::Builder::new().prefix("wharf-test-").tempdir().expect("tempdir")))
+        Self(Some(
+            tempfile::Builder::new()
+                .prefix("wharf-test-")
+                .tempdir()
+                .expect("tempdir"),
+        ))
     }
 
     /// Its path.
