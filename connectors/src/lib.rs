@@ -2,7 +2,10 @@
 //! lifecycle-recording `test-source` / `test-sink` that tests use to assert the exact
 //! sequence of calls (start, poll..., stop(true)) an instance received.
 
+pub mod audit_names;
 pub mod file;
+pub mod postgres_audit;
+pub mod sqlite_audit;
 pub mod test_plugin;
 
 use wharf::sdk::Plugin;
@@ -15,6 +18,8 @@ pub fn builtin_plugins() -> Vec<Plugin> {
         test_plugin::source_plugin(),
         test_plugin::sink_plugin(),
         // Audit sources (sqlite-audit, postgres-audit) are added here, one line each.
+        postgres_audit::plugin(),
+        sqlite_audit::plugin(),
     ]
 }
 
