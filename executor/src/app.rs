@@ -1,0 +1,290 @@
+//! Builds and runs an executor: binds its listener, writes `<data-dir>/listen.addr`,
+//! registers with the control plane and serves the `Executor` service until shut down.
+
+use std::net::{IpAddr, Ipv4Addr, SocketAddr};
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::Duration;
+
+use tokio::task::JoinHandle;
+use tokio_util::sync::CancellationToken;
+use wharf::pb::v1::executor_server::ExecutorServer;
+use wharf::sdk::Plugin;
+
+use crate::grpc::ExecutorService;
+use crate::host::{Host, spawn_named};
+use crate::log::{LogConfig, LogError};
+use crate::registry_client::{Registry, RegistryError};
+
+/// Default bound on the stops run at shutdown (SIGTERM), in milliseconds.
+pub const DEFAULT_GRACEFUL_TIMEOUT_MS: u64 = 10_000;
+
+/// How long shutdown waits for the last status reports to reach the control plane, in
+/// milliseconds.
+pub const REPORT_DRAIN_TIMEOUT_MS: u64 = 1_000;
+
+/// File in the data dir holding the executor id generated on first start.
+pub const EXECUTOR_ID_FILE: &str = "executor.id";
+
+/// File in the data dir holding the bound address (`IP:PORT`).
+pub const LISTEN_ADDR_FILE: &str = "listen.addr";
+
+/// Everything an executor needs to start.
+#[derive(Clone)]
+pub struct ExecutorConfig {
+    /// Address to bind (port 0 picks a free one; see [`RunningExecutor::local_addr`]).
+    pub listen: SocketAddr,
+    /// URL of the control plane's `ExecutorRegistry`, for example `http://127.0.0.1:7000`.
+    pub control_plane: String,
+    /// Data dir: `executor.id`, `listen.addr`, the embedded record log.
+    pub data_dir: PathBuf,
+    /// URL the control plane uses to reach this executor; default `http://<bound address>`.
+    pub advertise: Option<String>,
+    /// Executor id; default the one kept in `<data-dir>/executor.id` (generated once).
+    pub executor_id: Option<String>,
+    /// Bound on stopping everything at shutdown; also the default stop timeout.
+    pub graceful_timeout: Duration,
+    /// NATS URL of the JetStream record log; `None` uses the embedded log in the data dir.
+    pub nats_url: Option<String>,
+    /// Plugins this executor runs.
+    pub plugins: Vec<Plugin>,
+}
+
+impl ExecutorConfig {
+    /// A config with the built-in plugins, the embedded log and the default timeout.
+    pub fn new(
+        listen: SocketAddr,
+        control_plane: impl Into<String>,
+        data_dir: impl Into<PathBuf>,
+    ) -> Self {
+        Self {
+            listen,
+            control_plane: control_plane.into(),
+            data_dir: data_dir.into(),
+            advertise: None,
+            executor_id: None,
+            graceful_timeout: Duration::from_millis(DEFAULT_GRACEFUL_TIMEOUT_MS),
+            nats_url: None,
+            plugins: wharf_connectors::builtin_plugins(),
+        }
+    }
+}
+
+/// Why an executor could not start.
+#[derive(Debug, thiserror::Error)]
+pub enum AppError {
+    /// The data dir or one of its files could not be used.
+    #[error("data dir {path}: {source}")]
+    DataDir {
+        /// The path involved.
+        path: PathBuf,
+        /// The I/O error.
+        source: std::io::Error,
+    },
+    /// The listen address could not be bound.
+    #[error("cannot listen on {addr}")]
+    Bind {
+        /// The address.
+        addr: SocketAddr,
+        /// The I/O error.
+        #[source]
+        source: std::io::Error,
+    },
+    /// The record log could not be opened.
+    #[error("cannot open the record log")]
+    RecordLog(#[source] LogError),
+    /// The control-plane client could not be built.
+    #[error("control plane client")]
+    Registry(#[source] RegistryError),
+    /// Server reflection could not be set up (a build defect).
+    #[error("server reflection: {0}")]
+    Reflection(String),
+}
+
+/// Starts executors.
+pub struct ExecutorApp;
+
+impl ExecutorApp {
+    /// Binds, writes `listen.addr`, opens the record log, starts serving and registering.
+    ///
+    /// # Errors
+    /// [`AppError`] naming the step that failed.
+    pub async fn start(config: ExecutorConfig) -> Result<RunningExecutor, AppError> {
+        let ExecutorConfig {
+            listen,
+            control_plane,
+            data_dir,
+            advertise,
+            executor_id,
+            graceful_timeout,
+            nats_url,
+            plugins,
+        } = config;
+        std::fs::create_dir_all(&data_dir).map_err(|source| AppError::DataDir {
+            path: data_dir.clone(),
+            source,
+        })?;
+        let executor_id = match executor_id {
+            Some(id) => id,
+            None => stored_executor_id(&data_dir)?,
+        };
+        let listener = tokio::net::TcpListener::bind(listen)
+            .await
+            .map_err(|source| AppError::Bind {
+                addr: listen,
+                source,
+            })?;
+        let local_addr = listener.local_addr().map_err(|source| AppError::Bind {
+            addr: listen,
+            source,
+        })?;
+        let advertised =
+            advertise.map_or_else(|| default_advertise(local_addr), |a| with_scheme(&a));
+
+        let log_spec = nats_url.as_deref().unwrap_or("embedded");
+        let log_config = LogConfig::from_spec(log_spec, &data_dir).map_err(AppError::RecordLog)?;
+        let log = crate::log::open(&log_config)
+            .await
+            .map_err(AppError::RecordLog)?;
+
+        let plugin_infos = plugins.iter().map(wharf::wire::plugin_info).collect();
+        let registry = Arc::new(
+            Registry::new(
+                &control_plane,
+                executor_id.clone(),
+                advertised.clone(),
+                plugin_infos,
+            )
+            .map_err(AppError::Registry)?,
+        );
+        let host = Arc::new(Host::new(
+            executor_id.clone(),
+            plugins,
+            registry.clone(),
+            log,
+            graceful_timeout,
+        ));
+
+        let router = tonic::transport::Server::builder()
+            .add_service(ExecutorServer::new(ExecutorService::new(host.clone())));
+        let (router, health) = wharf::server::add_common_services(router)
+            .map_err(|e| AppError::Reflection(e.to_string()))?;
+        health
+            .set_serving::<ExecutorServer<ExecutorService>>()
+            .await;
+
+        write_listen_addr(&data_dir, local_addr)?;
+        let cancel = CancellationToken::new();
+        let server_cancel = cancel.child_token();
+        let server = spawn_named("executor grpc server", async move {
+            let incoming = tonic::transport::server::TcpIncoming::from(listener);
+            if let Err(e) = router
+                .serve_with_incoming_shutdown(incoming, server_cancel.cancelled_owned())
+                .await
+            {
+                tracing::error!(error = %e, "executor gRPC server failed");
+            }
+        });
+        let registry_cancel = cancel.child_token();
+        let loops = registry.run(host.clone(), graceful_timeout, registry_cancel);
+        tracing::info!(executor = %executor_id, listen = %local_addr, advertised = %advertised, control_plane = %control_plane,
+            record_log = log_spec, "executor serving");
+        Ok(RunningExecutor {
+            local_addr,
+            executor_id,
+            host,
+            registry,
+            graceful_timeout,
+            cancel,
+            server,
+            loops,
+        })
+    }
+}
+
+/// A started executor.
+pub struct RunningExecutor {
+    local_addr: SocketAddr,
+    executor_id: String,
+    host: Arc<Host>,
+    registry: Arc<Registry>,
+    graceful_timeout: Duration,
+    cancel: CancellationToken,
+    server: JoinHandle<()>,
+    loops: Vec<JoinHandle<()>>,
+}
+
+impl RunningExecutor {
+    /// The address the gRPC server bound.
+    pub fn local_addr(&self) -> SocketAddr {
+        self.local_addr
+    }
+
+    /// This executor's id.
+    pub fn executor_id(&self) -> &str {
+        &self.executor_id
+    }
+
+    /// Graceful shutdown: stops every instance with `connector_deleted = false` within the
+    /// graceful timeout, sends the last status reports, then stops serving.
+    pub async fn shutdown(self) {
+        tracing::info!(executor = %self.executor_id, graceful_timeout_ms = self.graceful_timeout.as_millis() as u64,
+            "shutting down: stopping every instance with connector_deleted=false");
+        self.host.stop_all(self.graceful_timeout).await;
+        self.registry
+            .drain_reports(Duration::from_millis(REPORT_DRAIN_TIMEOUT_MS))
+            .await;
+        self.cancel.cancel();
+        let _ = self.server.await;
+        for l in self.loops {
+            let _ = l.await;
+        }
+        tracing::info!(executor = %self.executor_id, "executor stopped");
+    }
+}
+
+fn with_scheme(addr: &str) -> String {
+    if addr.contains("://") {
+        addr.to_owned()
+    } else {
+        format!("http://{addr}")
+    }
+}
+
+fn default_advertise(local: SocketAddr) -> String {
+    let ip = if local.ip().is_unspecified() {
+        IpAddr::V4(Ipv4Addr::LOCALHOST)
+    } else {
+        local.ip()
+    };
+    format!("http://{}", SocketAddr::new(ip, local.port()))
+}
+
+/// The id kept in `<data-dir>/executor.id`, generated on first start.
+fn stored_executor_id(data_dir: &Path) -> Result<String, AppError> {
+    let path = data_dir.join(EXECUTOR_ID_FILE);
+    match std::fs::read_to_string(&path) {
+        Ok(id) if !id.trim().is_empty() => return Ok(id.trim().to_owned()),
+        Ok(_) => {}
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+        Err(source) => return Err(AppError::DataDir { path, source }),
+    }
+    let id = format!("executor-{}", uuid::Uuid::new_v4());
+    write_atomically(&path, &id)?;
+    Ok(id)
+}
+
+/// Writes `IP:PORT` to `<data-dir>/listen.addr` (temp file, then rename).
+fn write_listen_addr(data_dir: &Path, addr: SocketAddr) -> Result<(), AppError> {
+    write_atomically(&data_dir.join(LISTEN_ADDR_FILE), &addr.to_string())
+}
+
+fn write_atomically(path: &Path, text: &str) -> Result<(), AppError> {
+    let tmp = path.with_extension("tmp");
+    std::fs::write(&tmp, text)
+        .and_then(|()| std::fs::rename(&tmp, path))
+        .map_err(|source| AppError::DataDir {
+            path: path.to_path_buf(),
+            source,
+        })
+}

@@ -1,0 +1,250 @@
+//! The `Executor` gRPC service: converts wire requests into host calls, validating at the
+//! edge, and maps host errors to statuses in one place.
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+
+use tonic::{Request, Response, Status};
+use wharf::ids::{ConnectorName, TaskKey};
+use wharf::pb::v1 as pb;
+
+use crate::host::{
+    Host, HostError, InstanceState, StartConnector, StartTask, StopOutcome, StopResult,
+};
+
+/// The `wharf.v1.Executor` service over a [`Host`].
+pub struct ExecutorService {
+    host: Arc<Host>,
+}
+
+impl ExecutorService {
+    /// A service answering for `host`.
+    pub fn new(host: Arc<Host>) -> Self {
+        Self { host }
+    }
+}
+
+impl From<HostError> for Status {
+    fn from(e: HostError) -> Self {
+        let msg = e.to_string();
+        match e {
+            HostError::InvalidArgument { .. } => Status::invalid_argument(msg),
+            HostError::UnknownPlugin(_)
+            | HostError::StaleGeneration { .. }
+            | HostError::EpochMismatch { .. }
+            | HostError::GenerationStopped { .. }
+            | HostError::NotRunning { .. } => Status::failed_precondition(msg),
+            HostError::NotHosted(_) => Status::not_found(msg),
+            HostError::TaskConfigsFailed { .. } => Status::internal(msg),
+        }
+    }
+}
+
+fn invalid(field: &str, reason: impl Into<String>) -> HostError {
+    HostError::InvalidArgument {
+        field: field.to_owned(),
+        reason: reason.into(),
+    }
+}
+
+fn connector_name(name: &str, field: &str) -> Result<String, HostError> {
+    ConnectorName::parse(name)
+        .map(|n| n.as_str().to_owned())
+        .map_err(|e| invalid(field, e.to_string()))
+}
+
+fn task_key(task: Option<pb::TaskId>) -> Result<TaskKey, HostError> {
+    let task = task.ok_or_else(|| invalid("task", "missing"))?;
+    Ok(TaskKey {
+        connector: connector_name(&task.connector, "task.connector")?,
+        task: task.task,
+    })
+}
+
+/// True for PAUSED; STOPPED is refused (a stopped connector has no instances).
+fn paused(target_state: i32) -> Result<bool, HostError> {
+    match pb::TargetState::try_from(target_state) {
+        Ok(pb::TargetState::Unspecified | pb::TargetState::Started) => Ok(false),
+        Ok(pb::TargetState::Paused) => Ok(true),
+        Ok(pb::TargetState::Stopped) => Err(invalid("target_state", "STOPPED is never started")),
+        Err(_) => Err(invalid(
+            "target_state",
+            format!("unknown value {target_state}"),
+        )),
+    }
+}
+
+fn offsets(
+    offsets: Vec<pb::SourceOffset>,
+) -> Result<BTreeMap<String, serde_json::Value>, HostError> {
+    offsets
+        .into_iter()
+        .enumerate()
+        .map(|(i, o)| {
+            let partition: serde_json::Value = serde_json::from_str(&o.partition).map_err(|e| {
+                invalid(&format!("offsets[{i}].partition"), format!("not JSON: {e}"))
+            })?;
+            let offset: serde_json::Value = serde_json::from_str(&o.offset)
+                .map_err(|e| invalid(&format!("offsets[{i}].offset"), format!("not JSON: {e}")))?;
+            Ok((partition.to_string(), offset))
+        })
+        .collect()
+}
+
+fn wire_state(state: &InstanceState) -> (i32, String) {
+    let (s, e) = state.to_wire();
+    (s as i32, e)
+}
+
+fn stop_outcome(o: StopOutcome) -> pb::StopOutcome {
+    match o {
+        StopOutcome::Stopped => pb::StopOutcome::Stopped,
+        StopOutcome::Failed => pb::StopOutcome::Failed,
+        StopOutcome::TimedOut => pb::StopOutcome::TimedOut,
+    }
+}
+
+fn elapsed_ms(r: &StopResult) -> u64 {
+    u64::try_from(r.record.elapsed.as_millis()).unwrap_or(u64::MAX)
+}
+
+#[tonic::async_trait]
+impl pb::executor_server::Executor for ExecutorService {
+    #[tracing::instrument(skip_all, fields(connector = %request.get_ref().connector, generation = request.get_ref().generation))]
+    async fn start_connector(
+        &self,
+        request: Request<pb::StartConnectorRequest>,
+    ) -> Result<Response<pb::StartConnectorResponse>, Status> {
+        let r = request.into_inner();
+        let req = StartConnector {
+            connector: connector_name(&r.connector, "connector")?,
+            config: r.config.into_iter().collect(),
+            generation: r.generation,
+            paused: paused(r.target_state)?,
+            cleanup_only: r.cleanup_only,
+            incarnation: r.incarnation,
+            executor_epoch: r.executor_epoch,
+        };
+        let (state, error) = wire_state(&self.host.start_connector(req).await?);
+        Ok(Response::new(pb::StartConnectorResponse { state, error }))
+    }
+
+    #[tracing::instrument(skip_all, fields(connector = %request.get_ref().connector, generation = request.get_ref().generation,
+        connector_deleted = request.get_ref().connector_deleted))]
+    async fn stop_connector(
+        &self,
+        request: Request<pb::ExecutorStopConnectorRequest>,
+    ) -> Result<Response<pb::ExecutorStopConnectorResponse>, Status> {
+        let r = request.into_inner();
+        let name = connector_name(&r.connector, "connector")?;
+        let result = self
+            .host
+            .stop_connector(&name, r.connector_deleted, r.generation, r.timeout_ms)
+            .await?;
+        Ok(Response::new(pb::ExecutorStopConnectorResponse {
+            outcome: stop_outcome(result.record.outcome) as i32,
+            connector_deleted: result.record.connector_deleted,
+            replayed: result.replayed,
+            error: result.record.error.clone().unwrap_or_default(),
+            generation: result.record.generation,
+            elapsed_ms: elapsed_ms(&result),
+        }))
+    }
+
+    #[tracing::instrument(skip_all, fields(connector = %request.get_ref().connector, generation = request.get_ref().generation))]
+    async fn compute_task_configs(
+        &self,
+        request: Request<pb::ComputeTaskConfigsRequest>,
+    ) -> Result<Response<pb::ComputeTaskConfigsResponse>, Status> {
+        let r = request.into_inner();
+        let name = connector_name(&r.connector, "connector")?;
+        let configs = self
+            .host
+            .task_configs(&name, r.max_tasks, r.generation)
+            .await?;
+        Ok(Response::new(pb::ComputeTaskConfigsResponse {
+            task_configs: configs
+                .into_iter()
+                .map(|c| pb::TaskConfig {
+                    config: c.into_iter().collect(),
+                })
+                .collect(),
+        }))
+    }
+
+    #[tracing::instrument(skip_all, fields(task = ?request.get_ref().task, generation = request.get_ref().generation,
+        cleanup_only = request.get_ref().cleanup_only))]
+    async fn start_task(
+        &self,
+        request: Request<pb::StartTaskRequest>,
+    ) -> Result<Response<pb::StartTaskResponse>, Status> {
+        let r = request.into_inner();
+        let req = StartTask {
+            task: task_key(r.task)?,
+            connector_config: r.connector_config.into_iter().collect(),
+            task_config: r.task_config.into_iter().collect(),
+            generation: r.generation,
+            paused: paused(r.target_state)?,
+            cleanup_only: r.cleanup_only,
+            offsets: offsets(r.offsets)?,
+            incarnation: r.incarnation,
+            executor_epoch: r.executor_epoch,
+        };
+        let (state, error) = wire_state(&self.host.start_task(req).await?);
+        Ok(Response::new(pb::StartTaskResponse { state, error }))
+    }
+
+    #[tracing::instrument(skip_all, fields(task = ?request.get_ref().task, generation = request.get_ref().generation,
+        connector_deleted = request.get_ref().connector_deleted))]
+    async fn stop_task(
+        &self,
+        request: Request<pb::StopTaskRequest>,
+    ) -> Result<Response<pb::StopTaskResponse>, Status> {
+        let r = request.into_inner();
+        let task = task_key(r.task)?;
+        let result = self
+            .host
+            .stop_task(&task, r.connector_deleted, r.generation, r.timeout_ms)
+            .await?;
+        Ok(Response::new(pb::StopTaskResponse {
+            outcome: stop_outcome(result.record.outcome) as i32,
+            connector_deleted: result.record.connector_deleted,
+            replayed: result.replayed,
+            error: result.record.error.clone().unwrap_or_default(),
+            generation: result.record.generation,
+            elapsed_ms: elapsed_ms(&result),
+        }))
+    }
+
+    async fn list_assignments(
+        &self,
+        _request: Request<pb::ListAssignmentsRequest>,
+    ) -> Result<Response<pb::ListAssignmentsResponse>, Status> {
+        let (connectors, tasks) = self.host.assignments();
+        Ok(Response::new(pb::ListAssignmentsResponse {
+            executor_id: self.host.executor_id().to_owned(),
+            epoch: self.host.epoch(),
+            connectors: connectors
+                .into_iter()
+                .map(|c| pb::HostedConnector {
+                    connector: c.key,
+                    generation: c.generation,
+                    state: wire_state(&c.state).0,
+                    cleanup_only: c.cleanup_only,
+                })
+                .collect(),
+            tasks: tasks
+                .into_iter()
+                .map(|t| pb::HostedTask {
+                    task: Some(pb::TaskId {
+                        connector: t.key.connector,
+                        task: t.key.task,
+                    }),
+                    generation: t.generation,
+                    state: wire_state(&t.state).0,
+                    cleanup_only: t.cleanup_only,
+                })
+                .collect(),
+        }))
+    }
+}

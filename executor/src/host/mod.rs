@@ -1,0 +1,549 @@
+//! The task host: connector instances and tasks of this executor, keyed by connector name
+//! and task id, each with the generations it has seen and the outcome of every stop.
+//!
+//! Instance guarantees (DESIGN.md, "Connector SDK"): `start` runs once and first; `stop`
+//! runs at most once, after `start` returned, never concurrently with `poll`/`put`/`flush`
+//! (a pending `poll` is cancelled first); a stop is bounded by its timeout, after which the
+//! instance is abandoned, reported FAILED and its output fenced. Every plugin call runs in
+//! a spawned tokio task, so that a panic fails only that instance.
+//!
+//! Status reports: a start reports its outcome; a work loop that fails reports FAILED; a
+//! stop asked for by the control plane reports only a failure or a timeout (the StopTask
+//! response carries the rest); a stop the executor decides itself (shutdown, fencing, a
+//! superseding generation) reports UNASSIGNED.
+
+mod connector;
+mod instance;
+mod task;
+
+use std::collections::{BTreeMap, HashMap};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use futures::future::join_all;
+use wharf::ids::TaskKey;
+use wharf::sdk::{ConfigMap, Plugin};
+
+use crate::log::RecordLog;
+use crate::registry_client::Registry;
+
+pub use instance::{InstanceState, StopOutcome, StopRecord, StopResult};
+
+use connector::ConnectorInstance;
+use task::TaskInstance;
+
+/// Least time a connector instance gets for its stop when the tasks used up the shutdown
+/// budget.
+pub const MIN_STOP_TIMEOUT: Duration = Duration::from_millis(100);
+
+/// Config key naming the plugin of a connector.
+pub const CONNECTOR_CLASS: &str = "connector.class";
+
+/// Errors of the task host, one variant per refused request; mapped to gRPC statuses in
+/// `grpc.rs`.
+#[derive(Debug, thiserror::Error)]
+pub enum HostError {
+    /// A request field is missing or malformed.
+    #[error("invalid {field}: {reason}")]
+    InvalidArgument {
+        /// The offending field.
+        field: String,
+        /// What is wrong with it.
+        reason: String,
+    },
+    /// `connector.class` names a plugin this executor does not have.
+    #[error("plugin {0:?} is not installed on this executor")]
+    UnknownPlugin(String),
+    /// The request's generation is older than the newest seen for the instance.
+    #[error("stale generation {requested} for {what}: generation {newest} was already seen")]
+    StaleGeneration {
+        /// Which connector or task.
+        what: String,
+        /// Generation in the request.
+        requested: u64,
+        /// Newest generation seen.
+        newest: u64,
+    },
+    /// The request addresses another registration epoch of this executor.
+    #[error("executor epoch {requested} does not match the current epoch {current}")]
+    EpochMismatch {
+        /// Epoch in the request.
+        requested: u64,
+        /// This executor's current epoch.
+        current: u64,
+    },
+    /// A start for a generation whose instance was already stopped.
+    #[error("{what} generation {generation} was already stopped; start a new generation")]
+    GenerationStopped {
+        /// Which connector or task.
+        what: String,
+        /// The generation.
+        generation: u64,
+    },
+    /// The executor never hosted the instance (or not that generation).
+    #[error("{0} is not hosted on this executor")]
+    NotHosted(String),
+    /// The instance exists but is not running (failed, stopping or stopped).
+    #[error("{what} is not running (state {state})")]
+    NotRunning {
+        /// Which connector.
+        what: String,
+        /// Its state.
+        state: String,
+    },
+    /// The plugin's `task_configs` failed.
+    #[error("task_configs of {connector} failed: {error}")]
+    TaskConfigsFailed {
+        /// Connector name.
+        connector: String,
+        /// The plugin's error text.
+        error: String,
+    },
+}
+
+/// A StartConnector request, validated.
+#[derive(Debug, Clone)]
+pub struct StartConnector {
+    /// Connector name.
+    pub connector: String,
+    /// Full connector config.
+    pub config: ConfigMap,
+    /// Assignment generation.
+    pub generation: u64,
+    /// True when the target state is PAUSED.
+    pub paused: bool,
+    /// Start only for a following stop(true).
+    pub cleanup_only: bool,
+    /// The connector's incarnation id.
+    pub incarnation: String,
+    /// The epoch addressed; 0 skips the check.
+    pub executor_epoch: u64,
+}
+
+/// A StartTask request, validated.
+#[derive(Debug, Clone)]
+pub struct StartTask {
+    /// Which task.
+    pub task: TaskKey,
+    /// The connector's config.
+    pub connector_config: ConfigMap,
+    /// The task's config.
+    pub task_config: ConfigMap,
+    /// Assignment generation.
+    pub generation: u64,
+    /// True when the target state is PAUSED: started, but no poll or put.
+    pub paused: bool,
+    /// Start only for a following stop(true): no poll or put.
+    pub cleanup_only: bool,
+    /// Committed offsets, keyed by the canonical JSON text of the partition.
+    pub offsets: BTreeMap<String, serde_json::Value>,
+    /// The connector's incarnation id.
+    pub incarnation: String,
+    /// The epoch addressed; 0 skips the check.
+    pub executor_epoch: u64,
+}
+
+/// A hosted instance as ListAssignments shows it.
+#[derive(Debug, Clone)]
+pub struct Hosted<K> {
+    /// Connector name or task id.
+    pub key: K,
+    /// Generation.
+    pub generation: u64,
+    /// Current state.
+    pub state: InstanceState,
+    /// Started in cleanup-only mode.
+    pub cleanup_only: bool,
+}
+
+/// Every instance ever created for one key, by generation, and the newest generation seen.
+struct Slot<I> {
+    newest: u64,
+    instances: BTreeMap<u64, Arc<I>>,
+}
+
+impl<I> Default for Slot<I> {
+    fn default() -> Self {
+        Self {
+            newest: 0,
+            instances: BTreeMap::new(),
+        }
+    }
+}
+
+/// What the instances of this executor share.
+pub(crate) struct Shared {
+    /// This executor's id.
+    pub executor_id: String,
+    /// Registry client: status reports, offset commits, the current epoch.
+    pub registry: Arc<Registry>,
+    /// Record log for source and sink tasks.
+    pub log: Arc<dyn RecordLog>,
+}
+
+/// The connector instances and tasks of this executor.
+pub struct Host {
+    shared: Arc<Shared>,
+    plugins: HashMap<String, Plugin>,
+    default_stop_timeout: Duration,
+    tasks: Mutex<HashMap<TaskKey, Slot<TaskInstance>>>,
+    connectors: Mutex<HashMap<String, Slot<ConnectorInstance>>>,
+}
+
+/// Locks a std mutex, recovering from poisoning (the maps stay consistent: every update is
+/// one insert or field write).
+fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
+}
+
+impl Host {
+    /// A host running `plugins`; a stop whose request says 0 ms gets `default_stop_timeout`.
+    pub fn new(
+        executor_id: String,
+        plugins: Vec<Plugin>,
+        registry: Arc<Registry>,
+        log: Arc<dyn RecordLog>,
+        default_stop_timeout: Duration,
+    ) -> Self {
+        Self {
+            shared: Arc::new(Shared {
+                executor_id,
+                registry,
+                log,
+            }),
+            plugins: plugins.into_iter().map(|p| (p.name.clone(), p)).collect(),
+            default_stop_timeout,
+            tasks: Mutex::new(HashMap::new()),
+            connectors: Mutex::new(HashMap::new()),
+        }
+    }
+
+    /// This executor's id.
+    pub fn executor_id(&self) -> &str {
+        &self.shared.executor_id
+    }
+
+    /// The current registration epoch (0 before the first registration).
+    pub fn epoch(&self) -> u64 {
+        self.shared.registry.epoch()
+    }
+
+    fn check_epoch(&self, requested: u64) -> Result<(), HostError> {
+        let current = self.epoch();
+        if requested != 0 && requested != current {
+            return Err(HostError::EpochMismatch { requested, current });
+        }
+        Ok(())
+    }
+
+    fn plugin_for(&self, config: &ConfigMap, field: &str) -> Result<Plugin, HostError> {
+        let class = config
+            .get(CONNECTOR_CLASS)
+            .ok_or_else(|| HostError::InvalidArgument {
+                field: format!("{field}.{CONNECTOR_CLASS}"),
+                reason: "missing".into(),
+            })?;
+        self.plugins
+            .get(class)
+            .cloned()
+            .ok_or_else(|| HostError::UnknownPlugin(class.clone()))
+    }
+
+    fn stop_timeout(&self, timeout_ms: u32) -> Duration {
+        if timeout_ms == 0 {
+            self.default_stop_timeout
+        } else {
+            Duration::from_millis(u64::from(timeout_ms))
+        }
+    }
+
+    /// Starts a task (or returns the state of the same generation already started).
+    ///
+    /// # Errors
+    /// Epoch mismatch, stale or stopped generation, unknown plugin. A plugin failure is
+    /// not an error: the state says FAILED.
+    pub async fn start_task(&self, req: StartTask) -> Result<InstanceState, HostError> {
+        self.check_epoch(req.executor_epoch)?;
+        let plugin = self.plugin_for(&req.connector_config, "connector_config")?;
+        let what = format!("task {}", req.task);
+        let (instance, superseded) = {
+            let mut tasks = lock(&self.tasks);
+            let slot = tasks.entry(req.task.clone()).or_default();
+            if req.generation < slot.newest {
+                return Err(HostError::StaleGeneration {
+                    what,
+                    requested: req.generation,
+                    newest: slot.newest,
+                });
+            }
+            if let Some(existing) = slot.instances.get(&req.generation) {
+                if existing.life.stop_claimed() {
+                    return Err(HostError::GenerationStopped {
+                        what,
+                        generation: req.generation,
+                    });
+                }
+                return Ok(existing.life.state());
+            }
+            let superseded: Vec<_> = slot
+                .instances
+                .values()
+                .filter(|i| !i.life.stop_claimed())
+                .cloned()
+                .collect();
+            let instance = Arc::new(TaskInstance::new(&plugin, &req, self.shared.clone()));
+            slot.newest = req.generation;
+            slot.instances.insert(req.generation, instance.clone());
+            (instance, superseded)
+        };
+        let timeout = self.default_stop_timeout;
+        // Spawned so that a cancelled request does not cut the start in half.
+        let handle = spawn_named("start task", async move {
+            for old in superseded {
+                old.stop(false, timeout, true).await;
+            }
+            instance.start(req).await
+        });
+        Ok(handle
+            .await
+            .unwrap_or_else(|e| InstanceState::Failed(panic_text(e))))
+    }
+
+    /// Stops a task with `connector_deleted`, bounded by `timeout_ms` (0: the default).
+    ///
+    /// # Errors
+    /// NotHosted when this executor never had the task (or that generation),
+    /// StaleGeneration when a newer generation was seen.
+    pub async fn stop_task(
+        &self,
+        task: &TaskKey,
+        connector_deleted: bool,
+        generation: u64,
+        timeout_ms: u32,
+    ) -> Result<StopResult, HostError> {
+        let what = format!("task {task}");
+        let instance = {
+            let tasks = lock(&self.tasks);
+            let slot = tasks
+                .get(task)
+                .ok_or_else(|| HostError::NotHosted(what.clone()))?;
+            pick_for_stop(slot, generation, &what, |i| i.life.stop_claimed())?
+        };
+        Ok(instance
+            .stop(connector_deleted, self.stop_timeout(timeout_ms), false)
+            .await)
+    }
+
+    /// Starts a connector instance (or returns the state of the same generation).
+    ///
+    /// # Errors
+    /// As [`Host::start_task`].
+    pub async fn start_connector(&self, req: StartConnector) -> Result<InstanceState, HostError> {
+        self.check_epoch(req.executor_epoch)?;
+        let plugin = self.plugin_for(&req.config, "config")?;
+        let what = format!("connector {}", req.connector);
+        let (instance, superseded) = {
+            let mut connectors = lock(&self.connectors);
+            let slot = connectors.entry(req.connector.clone()).or_default();
+            if req.generation < slot.newest {
+                return Err(HostError::StaleGeneration {
+                    what,
+                    requested: req.generation,
+                    newest: slot.newest,
+                });
+            }
+            if let Some(existing) = slot.instances.get(&req.generation) {
+                if existing.life.stop_claimed() {
+                    return Err(HostError::GenerationStopped {
+                        what,
+                        generation: req.generation,
+                    });
+                }
+                return Ok(existing.life.state());
+            }
+            let superseded: Vec<_> = slot
+                .instances
+                .values()
+                .filter(|i| !i.life.stop_claimed())
+                .cloned()
+                .collect();
+            let instance = Arc::new(ConnectorInstance::new(&plugin, &req, self.shared.clone()));
+            slot.newest = req.generation;
+            slot.instances.insert(req.generation, instance.clone());
+            (instance, superseded)
+        };
+        let timeout = self.default_stop_timeout;
+        let handle = spawn_named("start connector", async move {
+            for old in superseded {
+                old.stop(false, timeout, true).await;
+            }
+            instance.start(req).await
+        });
+        Ok(handle
+            .await
+            .unwrap_or_else(|e| InstanceState::Failed(panic_text(e))))
+    }
+
+    /// Asks a running connector instance for at most `max_tasks` task configs.
+    ///
+    /// # Errors
+    /// NotHosted, StaleGeneration, NotRunning, TaskConfigsFailed.
+    pub async fn task_configs(
+        &self,
+        connector: &str,
+        max_tasks: u32,
+        generation: u64,
+    ) -> Result<Vec<ConfigMap>, HostError> {
+        let what = format!("connector {connector}");
+        let instance = {
+            let connectors = lock(&self.connectors);
+            let slot = connectors
+                .get(connector)
+                .ok_or_else(|| HostError::NotHosted(what.clone()))?;
+            if generation < slot.newest {
+                return Err(HostError::StaleGeneration {
+                    what,
+                    requested: generation,
+                    newest: slot.newest,
+                });
+            }
+            slot.instances
+                .get(&generation)
+                .cloned()
+                .ok_or_else(|| HostError::NotHosted(format!("{what} generation {generation}")))?
+        };
+        instance.task_configs(max_tasks).await
+    }
+
+    /// Stops a connector instance with `connector_deleted`; a sink connector stopped with
+    /// `true` also loses its log consumer.
+    ///
+    /// # Errors
+    /// As [`Host::stop_task`].
+    pub async fn stop_connector(
+        &self,
+        connector: &str,
+        connector_deleted: bool,
+        generation: u64,
+        timeout_ms: u32,
+    ) -> Result<StopResult, HostError> {
+        let what = format!("connector {connector}");
+        let instance = {
+            let connectors = lock(&self.connectors);
+            let slot = connectors
+                .get(connector)
+                .ok_or_else(|| HostError::NotHosted(what.clone()))?;
+            pick_for_stop(slot, generation, &what, |i| i.life.stop_claimed())?
+        };
+        Ok(instance
+            .stop(connector_deleted, self.stop_timeout(timeout_ms), false)
+            .await)
+    }
+
+    /// Connector instances and tasks not yet stopped.
+    pub fn assignments(&self) -> (Vec<Hosted<String>>, Vec<Hosted<TaskKey>>) {
+        let connectors = lock(&self.connectors)
+            .iter()
+            .flat_map(|(name, slot)| {
+                slot.instances
+                    .values()
+                    .map(move |i| (name.clone(), i.clone()))
+            })
+            .filter(|(_, i)| !i.life.stop_claimed())
+            .map(|(key, i)| Hosted {
+                key,
+                generation: i.life.generation,
+                state: i.life.state(),
+                cleanup_only: i.life.cleanup_only,
+            })
+            .collect();
+        let tasks = lock(&self.tasks)
+            .iter()
+            .flat_map(|(key, slot)| {
+                slot.instances
+                    .values()
+                    .map(move |i| (key.clone(), i.clone()))
+            })
+            .filter(|(_, i)| !i.life.stop_claimed())
+            .map(|(key, i)| Hosted {
+                key,
+                generation: i.life.generation,
+                state: i.life.state(),
+                cleanup_only: i.life.cleanup_only,
+            })
+            .collect();
+        (connectors, tasks)
+    }
+
+    /// Stops every instance with `connector_deleted = false` (shutdown, fencing): tasks
+    /// first, then connector instances, in parallel, all within `timeout`.
+    pub async fn stop_all(&self, timeout: Duration) {
+        let deadline = tokio::time::Instant::now() + timeout;
+        let tasks: Vec<_> = lock(&self.tasks)
+            .values()
+            .flat_map(|s| s.instances.values().cloned())
+            .filter(|i| !i.life.stop_claimed())
+            .collect();
+        join_all(tasks.iter().map(|t| t.stop(false, timeout, true))).await;
+        let connectors: Vec<_> = lock(&self.connectors)
+            .values()
+            .flat_map(|s| s.instances.values().cloned())
+            .filter(|i| !i.life.stop_claimed())
+            .collect();
+        let remaining = deadline
+            .saturating_duration_since(tokio::time::Instant::now())
+            .max(MIN_STOP_TIMEOUT);
+        join_all(connectors.iter().map(|c| c.stop(false, remaining, true))).await;
+    }
+}
+
+/// The instance a stop for `generation` applies to: that generation's instance, or, when
+/// the request is newer than anything seen, the instance still running.
+fn pick_for_stop<I>(
+    slot: &Slot<I>,
+    generation: u64,
+    what: &str,
+    stop_claimed: impl Fn(&I) -> bool,
+) -> Result<Arc<I>, HostError> {
+    if let Some(i) = slot.instances.get(&generation) {
+        return Ok(i.clone());
+    }
+    if generation < slot.newest {
+        return Err(HostError::StaleGeneration {
+            what: what.to_owned(),
+            requested: generation,
+            newest: slot.newest,
+        });
+    }
+    slot.instances
+        .values()
+        .rev()
+        .find(|i| !stop_claimed(i))
+        .cloned()
+        .ok_or_else(|| HostError::NotHosted(format!("{what} generation {generation}")))
+}
+
+/// Spawns background work under a name that appears in its tracing span. A panic inside
+/// comes back as the handle's `JoinError`, which callers turn into a FAILED state.
+pub(crate) fn spawn_named<F>(name: &'static str, fut: F) -> tokio::task::JoinHandle<F::Output>
+where
+    F: std::future::Future + Send + 'static,
+    F::Output: Send + 'static,
+{
+    use tracing::Instrument;
+    tokio::spawn(fut.instrument(tracing::debug_span!("background", task = name)))
+}
+
+/// Text of a failed plugin call's join error (a panic message, or a cancellation).
+pub(crate) fn panic_text(e: tokio::task::JoinError) -> String {
+    if e.is_cancelled() {
+        return "plugin call was cancelled".into();
+    }
+    let payload = e.into_panic();
+    let msg = payload
+        .downcast_ref::<&str>()
+        .map(|s| (*s).to_owned())
+        .or_else(|| payload.downcast_ref::<String>().cloned())
+        .unwrap_or_else(|| "non-text panic payload".into());
+    format!("plugin panicked: {msg}")
+}
