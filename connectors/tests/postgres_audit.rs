@@ -20,6 +20,8 @@ const PG_USER: &str = "postgres";
 const RECORDS_DEADLINE_SECS: u64 = 20;
 /// Poll interval the tests configure, in milliseconds.
 const TEST_POLL_INTERVAL_MS: &str = "20";
+/// Pause between two checks of a condition being waited for, in milliseconds.
+const CONDITION_CHECK_INTERVAL_MS: u64 = 10;
 
 static COUNTER: AtomicU32 = AtomicU32::new(0);
 
@@ -625,4 +627,92 @@ fn table_names_in_list_form_round_trip() {
         name: "na-me".into(),
     };
     assert_eq!(t.to_string(), "weird.na-me");
+}
+
+#[tokio::test]
+async fn a_configured_audit_table_is_used_and_a_foreign_one_is_never_adopted_or_dropped() {
+    let db = TestDb::new().await;
+    db.exec(
+        "CREATE SCHEMA audit_s; CREATE TABLE t (id int);
+         CREATE TABLE public.precious (id int); INSERT INTO precious VALUES (1);",
+    )
+    .await;
+    let mut cfg = config(&db, "t");
+    cfg.insert(keys::AUDIT_TABLE.to_owned(), "audit_s.events".to_owned());
+    let (connector, tasks) = start_all("custom", &cfg, 1, false).await;
+    assert!(db.table_exists("audit_s", "events").await);
+    // An operator drops the whole schema (table and function) by hand: cleanup copes.
+    db.exec("DROP SCHEMA audit_s CASCADE;").await;
+    delete_all(connector, tasks).await;
+    assert!(db.catalog().await.is_empty(), "{:?}", db.catalog().await);
+
+    // audit.table naming somebody else's table: start refuses, cleanup leaves it alone.
+    cfg.insert(keys::AUDIT_TABLE.to_owned(), "public.precious".to_owned());
+    let mut connector = PgAuditConnector::default();
+    let err = connector
+        .start(connector_ctx("custom", false), cfg.clone())
+        .await
+        .unwrap_err();
+    assert!(
+        err.to_string().contains("not created by this connector"),
+        "{err}"
+    );
+    connector.stop_with(true).await.unwrap();
+    assert!(db.table_exists("public", "precious").await);
+    assert!(db.catalog().await.triggers.is_empty());
+}
+
+#[tokio::test]
+async fn concurrent_writers_never_make_a_resumed_task_skip_a_row() {
+    let db = TestDb::new().await;
+    db.exec("CREATE TABLE w (id int, writer int);").await;
+    let cfg = config(&db, "w");
+    let (connector, mut tasks) = start_all("conc", &cfg, 1, false).await;
+    // Transactions commit in the opposite order of their first write: without the
+    // ordering lock the later id would commit first and a reader could pass it.
+    let first = connect(&db.name).await;
+    let second = connect(&db.name).await;
+    first
+        .batch_execute("BEGIN; INSERT INTO w VALUES (1, 1);")
+        .await
+        .unwrap();
+    let second_write = tokio::spawn(async move {
+        second
+            .batch_execute("BEGIN; INSERT INTO w VALUES (2, 2); COMMIT;")
+            .await
+            .map(|_| second)
+    });
+    // The second writer waits on the ordering lock (seen in pg_locks), so nothing is
+    // visible yet.
+    let deadline = Instant::now() + Duration::from_secs(RECORDS_DEADLINE_SECS);
+    loop {
+        let waiting: i64 = db
+            .client
+            .query_one(
+                "SELECT count(*) FROM pg_locks WHERE locktype = 'advisory' AND NOT granted",
+                &[],
+            )
+            .await
+            .unwrap()
+            .get(0);
+        if waiting == 1 {
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "the second writer never waited for the lock"
+        );
+        tokio::time::sleep(Duration::from_millis(CONDITION_CHECK_INTERVAL_MS)).await;
+    }
+    assert!(tasks[0].poll().await.unwrap().is_empty());
+    first.batch_execute("COMMIT;").await.unwrap();
+    let _second = second_write.await.unwrap().unwrap();
+    let records = poll_records(&mut tasks[0], 2).await;
+    let writers: Vec<i64> = records
+        .iter()
+        .map(|r| value(r)["new"]["writer"].as_i64().unwrap())
+        .collect();
+    assert_eq!(writers, vec![1, 2], "audit ids follow commit order");
+    delete_all(connector, tasks).await;
+    assert!(db.catalog().await.is_empty());
 }
