@@ -1,1 +1,12 @@
-//! Wharf control plane (library half; the binary is a thin composition root).
+//! Wharf control plane: the herder, the state store, the deletion finalizer and the
+//! admin API.
+//!
+//! Layout: [`model`] is data, [`plan`] decides, [`reconcile`] acts, [`store`] persists,
+//! [`grpc`] adapts; [`app`] composes them.
+
+pub mod app;
+pub mod grpc;
+pub mod model;
+pub mod plan;
+pub mod reconcile;
+pub mod store;

@@ -1,0 +1,240 @@
+//! Composition root of the control plane: opens the store, binds the listener, writes
+//! `<data-dir>/listen.addr`, and runs the gRPC services, the herder and the finalizer
+//! under one cancellation tree.
+
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::sync::Arc;
+
+use tokio::net::TcpListener;
+use tokio_stream::wrappers::TcpListenerStream;
+use tokio_util::sync::CancellationToken;
+use tracing::{error, info};
+use wharf::pb::v1::connector_admin_server::ConnectorAdminServer;
+use wharf::pb::v1::executor_registry_server::ExecutorRegistryServer;
+
+use crate::grpc::admin::AdminService;
+use crate::grpc::registry::RegistryService;
+use crate::reconcile::{Cluster, LeaseConfig, finalizer, run_herder};
+use crate::store::seal::Sealer;
+use crate::store::{RedbStore, STORE_FILE_NAME, StateStore};
+
+/// Default executor lease, in milliseconds.
+pub const DEFAULT_LEASE_MS: u32 = 10_000;
+/// Default executor heartbeat interval, in milliseconds.
+pub const DEFAULT_HEARTBEAT_INTERVAL_MS: u32 = 2_000;
+/// Largest request the services decode, in bytes (our own, smaller limits answer
+/// INVALID_ARGUMENT naming the field; this is the transport's last line).
+pub const MAX_REQUEST_BYTES: usize = 16 * 1024 * 1024;
+/// File (in the data dir) holding the bound address.
+pub const LISTEN_ADDR_FILE: &str = "listen.addr";
+
+/// Validated settings of one control-plane process.
+#[derive(Debug, Clone)]
+pub struct Config {
+    /// Address to bind (port 0 picks one).
+    pub listen: SocketAddr,
+    /// Directory of the store, its key and `listen.addr`.
+    pub data_dir: PathBuf,
+    /// Lease and heartbeat settings handed to executors.
+    pub lease: LeaseConfig,
+}
+
+/// Why the control plane could not start.
+#[derive(Debug, thiserror::Error)]
+pub enum StartError {
+    /// A setting is out of range.
+    #[error("invalid setting {field}: {reason}")]
+    InvalidSetting {
+        /// Flag name.
+        field: &'static str,
+        /// What is wrong.
+        reason: String,
+    },
+    /// The data dir or `listen.addr` could not be written.
+    #[error("data dir {path}: {source}")]
+    DataDir {
+        /// Path.
+        path: PathBuf,
+        /// Cause.
+        source: std::io::Error,
+    },
+    /// Binding the listener failed.
+    #[error("bind {addr}: {source}")]
+    Bind {
+        /// Address.
+        addr: SocketAddr,
+        /// Cause.
+        source: std::io::Error,
+    },
+    /// The store failed to open.
+    #[error(transparent)]
+    Store(#[from] crate::store::StoreError),
+    /// Reflection descriptors did not decode (a build defect).
+    #[error("reflection: {0}")]
+    Reflection(#[from] tonic_reflection_error::Error),
+}
+
+/// Re-export so that the error type is nameable without a direct dependency.
+mod tonic_reflection_error {
+    pub type Error = Box<dyn std::error::Error + Send + Sync>;
+}
+
+impl Config {
+    /// Checks the settings; destructures so that a new field cannot be ignored.
+    ///
+    /// # Errors
+    /// [`StartError::InvalidSetting`].
+    pub fn build(self) -> Result<Self, StartError> {
+        let Config {
+            listen,
+            data_dir,
+            lease,
+        } = self;
+        let LeaseConfig {
+            lease_ms,
+            heartbeat_interval_ms,
+        } = lease;
+        if lease_ms == 0 {
+            return Err(StartError::InvalidSetting {
+                field: "--lease-ms",
+                reason: "must be positive".into(),
+            });
+        }
+        if heartbeat_interval_ms == 0 || heartbeat_interval_ms >= lease_ms {
+            return Err(StartError::InvalidSetting {
+                field: "--heartbeat-interval-ms",
+                reason: format!("must be positive and shorter than the lease ({lease_ms} ms)"),
+            });
+        }
+        Ok(Config {
+            listen,
+            data_dir,
+            lease,
+        })
+    }
+}
+
+/// A bound, not yet serving control plane.
+pub struct App {
+    listener: TcpListener,
+    local_addr: SocketAddr,
+    cluster: Arc<Cluster>,
+}
+
+impl App {
+    /// Opens the store under the data dir, binds, and writes `listen.addr`.
+    ///
+    /// # Errors
+    /// [`StartError`].
+    pub async fn build(config: Config) -> Result<Self, StartError> {
+        let config = config.build()?;
+        let dir = config.data_dir.clone();
+        std::fs::create_dir_all(&dir).map_err(|source| StartError::DataDir {
+            path: dir.clone(),
+            source,
+        })?;
+        let sealer = Sealer::load_or_create(&dir)?;
+        let store: Arc<dyn StateStore> =
+            Arc::new(RedbStore::open(&dir.join(STORE_FILE_NAME), sealer)?);
+        let cluster = Cluster::new(store, config.lease)?;
+        let listener =
+            TcpListener::bind(config.listen)
+                .await
+                .map_err(|source| StartError::Bind {
+                    addr: config.listen,
+                    source,
+                })?;
+        let local_addr = listener.local_addr().map_err(|source| StartError::Bind {
+            addr: config.listen,
+            source,
+        })?;
+        let tmp = dir.join(format!("{LISTEN_ADDR_FILE}.tmp"));
+        std::fs::write(&tmp, local_addr.to_string())
+            .and_then(|()| std::fs::rename(&tmp, dir.join(LISTEN_ADDR_FILE)))
+            .map_err(|source| StartError::DataDir {
+                path: dir.clone(),
+                source,
+            })?;
+        info!(addr = %local_addr, data_dir = %dir.display(), "control plane bound");
+        Ok(Self {
+            listener,
+            local_addr,
+            cluster,
+        })
+    }
+
+    /// The address actually bound.
+    pub fn local_addr(&self) -> SocketAddr {
+        self.local_addr
+    }
+
+    /// Serves until `shutdown` resolves; then stops the loops and drains connections.
+    ///
+    /// # Errors
+    /// When the server fails.
+    pub async fn run(
+        self,
+        shutdown: impl std::future::Future<Output = ()> + Send + 'static,
+    ) -> Result<(), StartError> {
+        let cancel = CancellationToken::new();
+        let herder = spawn_named(
+            "herder",
+            run_herder(self.cluster.clone(), cancel.child_token()),
+        );
+        let fin = spawn_named(
+            "finalizer",
+            finalizer::run_finalizer(self.cluster.clone(), cancel.child_token()),
+        );
+
+        let admin = ConnectorAdminServer::new(AdminService::new(self.cluster.clone()))
+            .max_decoding_message_size(MAX_REQUEST_BYTES);
+        let registry = ExecutorRegistryServer::new(RegistryService::new(self.cluster.clone()))
+            .max_decoding_message_size(MAX_REQUEST_BYTES);
+        let router = tonic::transport::Server::builder()
+            .add_service(admin)
+            .add_service(registry);
+        let (router, reporter) = wharf::server::add_common_services(router)
+            .map_err(|e| StartError::Reflection(Box::new(e)))?;
+        reporter
+            .set_serving::<ConnectorAdminServer<AdminService>>()
+            .await;
+        reporter
+            .set_serving::<ExecutorRegistryServer<RegistryService>>()
+            .await;
+
+        let stop = cancel.clone();
+        let result = router
+            .serve_with_incoming_shutdown(TcpListenerStream::new(self.listener), async move {
+                shutdown.await;
+                stop.cancel();
+            })
+            .await;
+        cancel.cancel();
+        let _ = herder.await;
+        let _ = fin.await;
+        result.map_err(|e| StartError::Bind {
+            addr: self.local_addr,
+            source: std::io::Error::other(e),
+        })
+    }
+}
+
+/// Spawns a named background task; it runs until its cancellation token fires. A panic
+/// inside is logged at ERROR (the operator must act: that loop no longer runs).
+pub fn spawn_named(
+    name: &'static str,
+    fut: impl std::future::Future<Output = ()> + Send + 'static,
+) -> tokio::task::JoinHandle<()> {
+    tokio::spawn(async move {
+        let inner = tokio::spawn(fut);
+        if let Err(e) = inner.await
+            && e.is_panic()
+        {
+            error!(
+                task = name,
+                "background task panicked; restart the control plane"
+            );
+        }
+    })
+}

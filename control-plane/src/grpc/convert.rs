@@ -1,0 +1,379 @@
+//! Conversions at the edge: wire requests into validated domain types (refusing bad input
+//! with the field named), and records into redacted wire responses.
+
+use std::collections::HashMap;
+use std::num::NonZeroU32;
+
+use prost::Message;
+use wharf::ids::ConnectorName;
+use wharf::pb::v1 as pb;
+use wharf::sdk::{ConfigDef, ConfigMap, runtime_config_def};
+
+use super::error::ApiError;
+use crate::model::{
+    CONNECTOR_CLASS, CleanupState, ConnectorRecord, ConnectorSpec, DeletionRecord, ExecutorRecord,
+    InstanceState, PluginKind, PluginRecord, TASKS_MAX, TargetState,
+};
+
+/// Most config entries a request may carry.
+pub const MAX_CONFIG_ENTRIES: usize = 1024;
+/// Longest config key, in bytes.
+pub const MAX_CONFIG_KEY_BYTES: usize = 256;
+/// Largest config value, in bytes.
+pub const MAX_CONFIG_VALUE_BYTES: usize = 64 * 1024;
+/// Largest config in total (keys and values), in bytes.
+pub const MAX_CONFIG_TOTAL_BYTES: usize = 256 * 1024;
+/// Most offsets one AlterOffsets may carry.
+pub const MAX_OFFSETS_PER_REQUEST: usize = 10_000;
+/// Largest partition or offset JSON, in bytes.
+pub const MAX_OFFSET_JSON_BYTES: usize = 16 * 1024;
+
+fn invalid(field: impl Into<String>, reason: impl Into<String>) -> ApiError {
+    ApiError::InvalidArgument {
+        field: field.into(),
+        reason: reason.into(),
+    }
+}
+
+/// The `name` field of a request, checked against the naming rule of `wharf::ids`.
+///
+/// # Errors
+/// INVALID_ARGUMENT naming `name` and the rule.
+pub fn parse_name(name: &str) -> Result<ConnectorName, ApiError> {
+    // Do not echo a huge or invisible name back; the rule says enough.
+    ConnectorName::parse(name).map_err(|e| invalid("name", e.to_string()))
+}
+
+/// Checks the size limits of a config map.
+///
+/// # Errors
+/// INVALID_ARGUMENT naming `config` or the oversized key.
+pub fn check_config_size(config: &HashMap<String, String>) -> Result<(), ApiError> {
+    if config.len() > MAX_CONFIG_ENTRIES {
+        return Err(invalid(
+            "config",
+            format!(
+                "has {} entries, at most {MAX_CONFIG_ENTRIES} are accepted",
+                config.len()
+            ),
+        ));
+    }
+    let mut total = 0usize;
+    for (k, v) in config {
+        if k.len() > MAX_CONFIG_KEY_BYTES {
+            return Err(invalid(
+                "config",
+                format!("a key is longer than {MAX_CONFIG_KEY_BYTES} bytes"),
+            ));
+        }
+        if v.len() > MAX_CONFIG_VALUE_BYTES {
+            return Err(invalid(
+                format!("config[{k}]"),
+                format!("value is longer than {MAX_CONFIG_VALUE_BYTES} bytes"),
+            ));
+        }
+        total += k.len() + v.len();
+    }
+    if total > MAX_CONFIG_TOTAL_BYTES {
+        return Err(invalid(
+            "config",
+            format!("is larger than {MAX_CONFIG_TOTAL_BYTES} bytes"),
+        ));
+    }
+    Ok(())
+}
+
+/// A name and config from a create or put request.
+pub struct RawConnector<'a> {
+    /// Requested name.
+    pub name: &'a str,
+    /// Requested config.
+    pub config: &'a HashMap<String, String>,
+}
+
+impl TryFrom<RawConnector<'_>> for ConnectorSpec {
+    type Error = ApiError;
+
+    fn try_from(raw: RawConnector<'_>) -> Result<Self, ApiError> {
+        let name = parse_name(raw.name)?;
+        check_config_size(raw.config)?;
+        let plugin = raw
+            .config
+            .get(CONNECTOR_CLASS)
+            .map(|s| s.trim().to_owned())
+            .filter(|s| !s.is_empty())
+            .ok_or_else(|| {
+                invalid(
+                    format!("config[{CONNECTOR_CLASS}]"),
+                    "missing required configuration: the plugin name",
+                )
+            })?;
+        let tasks_max = match raw.config.get(TASKS_MAX) {
+            None => NonZeroU32::MIN,
+            Some(v) => v
+                .trim()
+                .parse::<u32>()
+                .ok()
+                .and_then(NonZeroU32::new)
+                .filter(|n| i32::try_from(n.get()).is_ok())
+                .ok_or_else(|| {
+                    invalid(format!("config[{TASKS_MAX}]"), "is not a positive integer")
+                })?,
+        };
+        Ok(ConnectorSpec {
+            name,
+            plugin,
+            tasks_max,
+            config: raw
+                .config
+                .iter()
+                .map(|(k, v)| (k.clone(), v.clone()))
+                .collect(),
+        })
+    }
+}
+
+/// A plugin as registered executors advertised it.
+#[derive(Debug, Clone)]
+pub struct KnownPlugin {
+    /// Wire form.
+    pub info: pb::PluginInfo,
+    /// Live executors offering it.
+    pub live_on: Vec<String>,
+}
+
+/// Plugins from registered executors (alive ones first), by name.
+pub fn known_plugins(
+    executors: &[ExecutorRecord],
+    live: &dyn Fn(&ExecutorRecord) -> bool,
+) -> std::collections::BTreeMap<String, KnownPlugin> {
+    let mut out: std::collections::BTreeMap<String, KnownPlugin> = Default::default();
+    for e in executors {
+        let is_live = live(e);
+        for p in &e.plugins {
+            let Ok(info) = pb::PluginInfo::decode(p.info.as_slice()) else {
+                continue;
+            };
+            let entry = out.entry(p.name.clone()).or_insert_with(|| KnownPlugin {
+                info: info.clone(),
+                live_on: Vec::new(),
+            });
+            if is_live {
+                entry.info = info;
+                entry.live_on.push(e.id.clone());
+            }
+        }
+    }
+    out
+}
+
+/// The runtime's keys followed by the plugin's.
+pub fn full_def(plugin: Option<&pb::PluginInfo>) -> ConfigDef {
+    let def = runtime_config_def();
+    match plugin {
+        Some(p) => def.merged(&wharf::wire::config_def(&p.config_defs)),
+        None => def,
+    }
+}
+
+/// Validates a spec against the plugin's definition; the first error is returned.
+///
+/// # Errors
+/// INVALID_ARGUMENT naming `config[key]`.
+pub fn validate_spec(spec: &ConnectorSpec, def: &ConfigDef) -> Result<(), ApiError> {
+    for v in def.validate(&spec.config) {
+        if let Some(e) = v.errors.first() {
+            return Err(invalid(format!("config[{}]", v.name), e.clone()));
+        }
+    }
+    Ok(())
+}
+
+/// Plugin records as stored from a registration.
+pub fn plugin_records(plugins: &[pb::PluginInfo]) -> Vec<PluginRecord> {
+    plugins
+        .iter()
+        .map(|p| PluginRecord {
+            name: p.name.clone(),
+            kind: match pb::PluginKind::try_from(p.kind) {
+                Ok(pb::PluginKind::Source) => PluginKind::Source,
+                Ok(pb::PluginKind::Sink) => PluginKind::Sink,
+                Ok(pb::PluginKind::Unspecified) | Err(_) => PluginKind::Unknown,
+            },
+            info: p.encode_to_vec(),
+        })
+        .collect()
+}
+
+/// Wire target state.
+pub fn target_to_pb(t: TargetState) -> pb::TargetState {
+    match t {
+        TargetState::Started => pb::TargetState::Started,
+        TargetState::Paused => pb::TargetState::Paused,
+        TargetState::Stopped => pb::TargetState::Stopped,
+    }
+}
+
+fn kind_to_pb(plugin: Option<&pb::PluginInfo>) -> i32 {
+    plugin.map_or(pb::PluginKind::Unspecified as i32, |p| p.kind)
+}
+
+fn state_to_pb(s: InstanceState, target: TargetState) -> pb::State {
+    match s {
+        InstanceState::Unassigned => pb::State::Unassigned,
+        InstanceState::Running if target == TargetState::Paused => pb::State::Paused,
+        InstanceState::Running => pb::State::Running,
+        InstanceState::Paused => pb::State::Paused,
+        InstanceState::Stopped => pb::State::Stopped,
+        InstanceState::Failed => pb::State::Failed,
+        InstanceState::Restarting => pb::State::Restarting,
+    }
+}
+
+fn cleanup_to_pb(s: CleanupState) -> pb::CleanupState {
+    match s {
+        CleanupState::Pending => pb::CleanupState::Pending,
+        CleanupState::Running => pb::CleanupState::Running,
+        CleanupState::Done => pb::CleanupState::Done,
+        CleanupState::Failed => pb::CleanupState::Failed,
+        CleanupState::Skipped => pb::CleanupState::Skipped,
+    }
+}
+
+/// Redacts secrets of `config` with `def` (plugin-marked secrets and secret-looking keys).
+pub fn redact(def: &ConfigDef, config: &ConfigMap) -> HashMap<String, String> {
+    def.redact(config).into_iter().collect()
+}
+
+/// The wire form of a connector, secrets redacted.
+pub fn connector_info(rec: &ConnectorRecord, plugin: Option<&pb::PluginInfo>) -> pb::ConnectorInfo {
+    let def = full_def(plugin);
+    pb::ConnectorInfo {
+        name: rec.name.clone(),
+        config: redact(&def, &rec.config),
+        target_state: target_to_pb(rec.target) as i32,
+        kind: kind_to_pb(plugin),
+        tasks: rec
+            .task_configs
+            .iter()
+            .enumerate()
+            .map(|(i, c)| pb::TaskInfo {
+                task: i as u32,
+                config: redact(&def, c),
+            })
+            .collect(),
+    }
+}
+
+/// The status of a connector; DELETING with cleanup progress when a deletion is pending.
+pub fn connector_status(
+    rec: &ConnectorRecord,
+    deletion: Option<&DeletionRecord>,
+    plugin: Option<&pb::PluginInfo>,
+) -> pb::ConnectorStatus {
+    let instance = |i: &crate::model::Instance, deleting: bool| pb::InstanceStatus {
+        state: if deleting {
+            pb::State::Deleting
+        } else {
+            state_to_pb(i.state, rec.target)
+        } as i32,
+        executor_id: i.executor.clone().unwrap_or_default(),
+        error: i.error.clone(),
+        generation: i.generation,
+    };
+    let deleting = deletion.is_some() || rec.deleting;
+    pb::ConnectorStatus {
+        name: rec.name.clone(),
+        kind: kind_to_pb(plugin),
+        connector: Some(instance(&rec.connector, deleting)),
+        tasks: rec
+            .tasks
+            .iter()
+            .enumerate()
+            .map(|(i, t)| pb::TaskStatus {
+                task: i as u32,
+                status: Some(instance(t, deleting)),
+            })
+            .collect(),
+        deletion: deletion.map(|d| pb::DeletionStatus {
+            requested_at_ms: d.requested_at_ms,
+            cleanup: d.cleanup,
+            steps: d
+                .steps
+                .iter()
+                .map(|s| pb::CleanupStep {
+                    task: s.task,
+                    state: cleanup_to_pb(s.state) as i32,
+                    executor_id: s.executor.clone(),
+                    attempts: s.attempts,
+                    last_error: s.last_error.clone(),
+                    rehosted: s.rehosted,
+                    connector_deleted: s.connector_deleted,
+                })
+                .collect(),
+        }),
+        target_state: target_to_pb(rec.target) as i32,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn raw(name: &str, pairs: &[(&str, &str)]) -> Result<ConnectorSpec, ApiError> {
+        let config: HashMap<String, String> = pairs
+            .iter()
+            .map(|(k, v)| ((*k).into(), (*v).into()))
+            .collect();
+        ConnectorSpec::try_from(RawConnector {
+            name,
+            config: &config,
+        })
+    }
+
+    fn field(e: ApiError) -> String {
+        match e {
+            ApiError::InvalidArgument { field, .. } => field,
+            other => panic!("expected invalid argument, got {other}"),
+        }
+    }
+
+    #[test]
+    fn a_bad_name_is_refused_naming_the_name_field() {
+        assert_eq!(
+            field(raw("a/b", &[("connector.class", "p")]).unwrap_err()),
+            "name"
+        );
+        assert_eq!(
+            field(raw("", &[("connector.class", "p")]).unwrap_err()),
+            "name"
+        );
+    }
+
+    #[test]
+    fn tasks_max_must_be_a_positive_integer() {
+        for bad in ["0", "-1", "x", "1.5", "99999999999"] {
+            let e = raw("c", &[("connector.class", "p"), ("tasks.max", bad)]).unwrap_err();
+            assert_eq!(field(e), "config[tasks.max]", "{bad}");
+        }
+        assert_eq!(
+            raw("c", &[("connector.class", "p")])
+                .unwrap()
+                .tasks_max
+                .get(),
+            1
+        );
+    }
+
+    #[test]
+    fn a_missing_connector_class_is_named() {
+        assert_eq!(field(raw("c", &[]).unwrap_err()), "config[connector.class]");
+    }
+
+    #[test]
+    fn an_oversized_value_is_refused_naming_its_key() {
+        let big = "x".repeat(MAX_CONFIG_VALUE_BYTES + 1);
+        let e = raw("c", &[("connector.class", "p"), ("k", &big)]).unwrap_err();
+        assert_eq!(field(e), "config[k]");
+    }
+}

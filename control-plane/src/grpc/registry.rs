@@ -1,0 +1,232 @@
+//! `wharf.v1.ExecutorRegistry`: registration with lease and epoch, heartbeats, status
+//! reports, offset commits and task reconfiguration requests. Every call after
+//! registration must come from the executor's current, leased epoch; anything else is
+//! refused with FAILED_PRECONDITION so that the executor stops its instances (with
+//! `false`) and registers again.
+
+use std::sync::Arc;
+
+use tonic::{Request, Response, Status};
+use tracing::{info, warn};
+use wharf::pb::v1 as pb;
+use wharf::pb::v1::executor_registry_server::ExecutorRegistry;
+
+use super::convert;
+use super::error::ApiError;
+use crate::model::{InstanceEvent, InstanceState};
+use crate::reconcile::Cluster;
+
+/// Longest executor id accepted, in bytes.
+pub const MAX_EXECUTOR_ID_BYTES: usize = 200;
+
+/// The registry service.
+pub struct RegistryService {
+    cluster: Arc<Cluster>,
+}
+
+impl RegistryService {
+    /// A service over `cluster`.
+    pub fn new(cluster: Arc<Cluster>) -> Self {
+        Self { cluster }
+    }
+
+    fn check_epoch(&self, executor: &str, epoch: u64) -> Result<(), ApiError> {
+        if self.cluster.holds_lease(executor, epoch) {
+            Ok(())
+        } else {
+            Err(ApiError::FencedEpoch {
+                executor: executor.to_owned(),
+                epoch,
+            })
+        }
+    }
+}
+
+fn reported(state: i32) -> Option<InstanceEvent> {
+    match pb::State::try_from(state).ok()? {
+        pb::State::Running => Some(InstanceEvent::Started),
+        pb::State::Failed => Some(InstanceEvent::Failed),
+        pb::State::Unspecified
+        | pb::State::Unassigned
+        | pb::State::Paused
+        | pb::State::Stopped
+        | pb::State::Restarting
+        | pb::State::Deleting => None,
+    }
+}
+
+#[tonic::async_trait]
+impl ExecutorRegistry for RegistryService {
+    async fn register_executor(
+        &self,
+        request: Request<pb::RegisterExecutorRequest>,
+    ) -> Result<Response<pb::RegisterExecutorResponse>, Status> {
+        let req = request.into_inner();
+        if req.executor_id.is_empty() || req.executor_id.len() > MAX_EXECUTOR_ID_BYTES {
+            return Err(ApiError::InvalidArgument {
+                field: "executor_id".into(),
+                reason: format!("must be 1 to {MAX_EXECUTOR_ID_BYTES} bytes"),
+            }
+            .into());
+        }
+        if tonic::transport::Endpoint::from_shared(req.advertised_address.clone()).is_err()
+            || !req.advertised_address.starts_with("http")
+        {
+            return Err(ApiError::InvalidArgument {
+                field: "advertised_address".into(),
+                reason: "is not a URL like http://127.0.0.2:7070".into(),
+            }
+            .into());
+        }
+        let plugins = convert::plugin_records(&req.plugins);
+        let rec = self
+            .cluster
+            .store
+            .register_executor(&req.executor_id, &req.advertised_address, plugins)
+            .map_err(ApiError::from)?;
+        self.cluster.grant_lease(&rec.id, rec.epoch);
+        info!(executor = %rec.id, epoch = rec.epoch, address = %rec.address,
+            plugins = ?rec.plugins.iter().map(|p| &p.name).collect::<Vec<_>>(), "executor registered");
+        Ok(Response::new(pb::RegisterExecutorResponse {
+            epoch: rec.epoch,
+            lease_ms: self.cluster.lease.lease_ms,
+            heartbeat_interval_ms: self.cluster.lease.heartbeat_interval_ms,
+        }))
+    }
+
+    async fn heartbeat(
+        &self,
+        request: Request<pb::HeartbeatRequest>,
+    ) -> Result<Response<pb::HeartbeatResponse>, Status> {
+        let req = request.into_inner();
+        if !self.cluster.renew_lease(&req.executor_id, req.epoch) {
+            warn!(executor = %req.executor_id, epoch = req.epoch, "heartbeat from fenced epoch refused");
+            return Err(ApiError::FencedEpoch {
+                executor: req.executor_id,
+                epoch: req.epoch,
+            }
+            .into());
+        }
+        Ok(Response::new(pb::HeartbeatResponse {
+            lease_ms: self.cluster.lease.lease_ms,
+        }))
+    }
+
+    async fn report_status(
+        &self,
+        request: Request<pb::ReportStatusRequest>,
+    ) -> Result<Response<pb::ReportStatusResponse>, Status> {
+        let req = request.into_inner();
+        self.check_epoch(&req.executor_id, req.epoch)?;
+        let id = req.executor_id.clone();
+        for c in req.connectors {
+            let Some(event) = reported(c.state) else {
+                continue;
+            };
+            self.cluster
+                .modify_connector(&c.connector, |r| {
+                    if r.deleting
+                        || r.connector.generation != c.generation
+                        || r.connector.executor.as_deref() != Some(id.as_str())
+                        || r.connector.state == InstanceState::Restarting
+                    {
+                        return None;
+                    }
+                    let next = r.connector.state.on(event);
+                    if next == r.connector.state && r.connector.error == c.error {
+                        return None;
+                    }
+                    r.connector.state = next;
+                    r.connector.error = c.error.clone();
+                    Some(())
+                })
+                .map_err(ApiError::from)?;
+        }
+        for t in req.tasks {
+            let Some(task) = t.task else { continue };
+            let Some(event) = reported(t.state) else {
+                continue;
+            };
+            self.cluster
+                .modify_connector(&task.connector, |r| {
+                    if r.deleting {
+                        return None;
+                    }
+                    let cur = r.tasks.get_mut(task.task as usize)?;
+                    if cur.generation != t.generation
+                        || cur.executor.as_deref() != Some(id.as_str())
+                        || cur.state == InstanceState::Restarting
+                    {
+                        return None;
+                    }
+                    let next = cur.state.on(event);
+                    if next == cur.state && cur.error == t.error {
+                        return None;
+                    }
+                    cur.state = next;
+                    cur.error = t.error.clone();
+                    Some(())
+                })
+                .map_err(ApiError::from)?;
+        }
+        Ok(Response::new(pb::ReportStatusResponse {}))
+    }
+
+    async fn commit_offsets(
+        &self,
+        request: Request<pb::CommitOffsetsRequest>,
+    ) -> Result<Response<pb::CommitOffsetsResponse>, Status> {
+        let req = request.into_inner();
+        self.check_epoch(&req.executor_id, req.epoch)?;
+        let task = req.task.ok_or_else(|| ApiError::InvalidArgument {
+            field: "task".into(),
+            reason: "is required".into(),
+        })?;
+        let rec = self
+            .cluster
+            .store
+            .connector(&task.connector)
+            .map_err(ApiError::from)?
+            .ok_or_else(|| ApiError::ConnectorNotFound(task.connector.clone()))?;
+        let current = rec
+            .tasks
+            .get(task.task as usize)
+            .map_or(0, |t| t.generation);
+        if rec.deleting || req.generation < current {
+            return Err(ApiError::StaleGeneration {
+                what: format!("task {}-{}", task.connector, task.task),
+                got: req.generation,
+                current,
+            }
+            .into());
+        }
+        let pairs: Vec<(String, String)> = req
+            .offsets
+            .into_iter()
+            .map(|o| (o.partition, o.offset))
+            .collect();
+        self.cluster
+            .store
+            .put_offsets(&task.connector, &pairs)
+            .map_err(ApiError::from)?;
+        Ok(Response::new(pb::CommitOffsetsResponse {}))
+    }
+
+    async fn request_task_reconfiguration(
+        &self,
+        request: Request<pb::RequestTaskReconfigurationRequest>,
+    ) -> Result<Response<pb::RequestTaskReconfigurationResponse>, Status> {
+        let req = request.into_inner();
+        self.check_epoch(&req.executor_id, req.epoch)?;
+        self.cluster
+            .modify_connector(&req.connector, |r| {
+                if r.deleting || r.connector.generation != req.generation {
+                    return None;
+                }
+                r.task_configs_stale = true;
+                Some(())
+            })
+            .map_err(ApiError::from)?;
+        Ok(Response::new(pb::RequestTaskReconfigurationResponse {}))
+    }
+}

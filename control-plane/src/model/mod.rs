@@ -1,0 +1,464 @@
+//! Domain types of the control plane. Wire types (`wharf::pb`) are converted into these
+//! once, at the gRPC edge ([`crate::grpc`]); the herder, the planner and the store see only
+//! these.
+
+use std::num::NonZeroU32;
+
+use serde::{Deserialize, Serialize};
+use wharf::ids::ConnectorName;
+use wharf::sdk::ConfigMap;
+
+/// Config key naming the plugin.
+pub const CONNECTOR_CLASS: &str = "connector.class";
+/// Config key bounding the number of tasks.
+pub const TASKS_MAX: &str = "tasks.max";
+/// Config key: how long one stop(connector_deleted = true) may take, in milliseconds.
+pub const CLEANUP_TIMEOUT_MS: &str = "cleanup.timeout.ms";
+/// Config key: attempts per cleanup step before it is reported as failed.
+pub const CLEANUP_MAX_ATTEMPTS: &str = "cleanup.max.attempts";
+/// Config key: `keep-trying` or `give-up` after `cleanup.max.attempts`.
+pub const CLEANUP_POLICY: &str = "cleanup.policy";
+
+/// Default of `cleanup.timeout.ms`, in milliseconds.
+pub const DEFAULT_CLEANUP_TIMEOUT_MS: u32 = 30_000;
+/// Default of `cleanup.max.attempts`.
+pub const DEFAULT_CLEANUP_MAX_ATTEMPTS: u32 = 5;
+
+/// A connector config that passed validation at the edge: its name, plugin and
+/// tasks.max are known to be well formed.
+#[derive(Debug, Clone)]
+pub struct ConnectorSpec {
+    /// Validated name.
+    pub name: ConnectorName,
+    /// Plugin (`connector.class`).
+    pub plugin: String,
+    /// Upper bound on tasks (`tasks.max`), at least 1.
+    pub tasks_max: NonZeroU32,
+    /// The complete config as given (secrets included; never logged).
+    pub config: ConfigMap,
+}
+
+/// What the operator asked a connector to be (Kafka Connect's target state).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub enum TargetState {
+    /// Run the connector and its tasks.
+    Started,
+    /// Connector instance runs; task instances are stopped with `false` and stay assigned.
+    Paused,
+    /// Nothing runs; config and offsets are kept (KIP-875).
+    Stopped,
+}
+
+/// Source or sink, as the plugin says.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub enum PluginKind {
+    /// Produces records.
+    Source,
+    /// Consumes records.
+    Sink,
+    /// No registered executor told us yet.
+    Unknown,
+}
+
+/// State of one connector instance or task, as the herder records it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub enum InstanceState {
+    /// Not placed on a live executor.
+    Unassigned,
+    /// Started and working.
+    Running,
+    /// Kept assigned but not running (target PAUSED).
+    Paused,
+    /// Not running at all (target STOPPED).
+    Stopped,
+    /// Start or work failed; waits for a restart.
+    Failed,
+    /// A restart was requested and is under way.
+    Restarting,
+}
+
+/// Something that happens to an instance; the one input of [`InstanceState::on`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum InstanceEvent {
+    /// The executor answered a start with RUNNING.
+    Started,
+    /// The executor answered a start with FAILED, or reported a failure.
+    Failed,
+    /// Stopped with `false` because the target is PAUSED.
+    Paused,
+    /// Stopped with `false` because the target is STOPPED.
+    Stopped,
+    /// Its executor was lost or it was moved away: no instance runs anywhere.
+    Unassigned,
+    /// The operator asked for a restart.
+    RestartRequested,
+}
+
+impl InstanceState {
+    /// The one transition function of an instance.
+    pub fn on(self, event: InstanceEvent) -> InstanceState {
+        match (self, event) {
+            (_, InstanceEvent::Started) => InstanceState::Running,
+            (_, InstanceEvent::Failed) => InstanceState::Failed,
+            (_, InstanceEvent::Paused) => InstanceState::Paused,
+            (_, InstanceEvent::Stopped) => InstanceState::Stopped,
+            (_, InstanceEvent::Unassigned) => InstanceState::Unassigned,
+            (
+                InstanceState::Running
+                | InstanceState::Failed
+                | InstanceState::Restarting
+                | InstanceState::Unassigned,
+                InstanceEvent::RestartRequested,
+            ) => InstanceState::Restarting,
+            // Nothing runs to restart: a paused or stopped instance stays as it is.
+            (
+                state @ (InstanceState::Paused | InstanceState::Stopped),
+                InstanceEvent::RestartRequested,
+            ) => state,
+        }
+    }
+
+    /// True when an instance of this state is believed to exist on its executor.
+    pub fn has_live_instance(self) -> bool {
+        match self {
+            InstanceState::Running | InstanceState::Restarting => true,
+            InstanceState::Unassigned
+            | InstanceState::Paused
+            | InstanceState::Stopped
+            | InstanceState::Failed => false,
+        }
+    }
+}
+
+/// Where one connector instance or task is placed and how it is doing.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Instance {
+    /// Hosting executor; `None` when unassigned.
+    pub executor: Option<String>,
+    /// Epoch of that executor when the instance was started there.
+    pub epoch: u64,
+    /// Generation of the assignment (bumped on every start or move).
+    pub generation: u64,
+    /// Recorded state.
+    pub state: InstanceState,
+    /// Error text when FAILED.
+    pub error: String,
+    /// A restart was requested and not yet carried out.
+    pub restart: bool,
+}
+
+impl Instance {
+    /// A fresh, unassigned instance.
+    pub fn unassigned() -> Self {
+        Self {
+            executor: None,
+            epoch: 0,
+            generation: 0,
+            state: InstanceState::Unassigned,
+            error: String::new(),
+            restart: false,
+        }
+    }
+}
+
+/// Everything the store keeps about one connector.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct ConnectorRecord {
+    /// Name (validated when created).
+    pub name: String,
+    /// Changes on delete and re-create; given to plugins to tag resources.
+    pub incarnation: String,
+    /// Complete config, secrets included.
+    pub config: ConfigMap,
+    /// Plugin name.
+    pub plugin: String,
+    /// tasks.max.
+    pub tasks_max: u32,
+    /// Target state.
+    pub target: TargetState,
+    /// Next generation to hand out for this connector (connector instance and tasks share
+    /// one counter, so generations only grow).
+    pub next_generation: u64,
+    /// The connector instance.
+    pub connector: Instance,
+    /// Task configs from the connector instance, by task index.
+    pub task_configs: Vec<ConfigMap>,
+    /// Tasks, by index; as long as `task_configs`.
+    pub tasks: Vec<Instance>,
+    /// Task configs must be recomputed (config changed or the connector asked).
+    pub task_configs_stale: bool,
+    /// The connector instance must be restarted with the current config.
+    pub config_changed: bool,
+    /// True once a deletion was recorded; the herder leaves it to the finalizer.
+    pub deleting: bool,
+    /// Store revision this copy was read at (set by the store).
+    #[serde(skip)]
+    pub revision: u64,
+}
+
+impl ConnectorRecord {
+    /// A new connector as created by the operator.
+    pub fn new(spec: &ConnectorSpec, target: TargetState) -> Self {
+        Self {
+            name: spec.name.as_str().to_owned(),
+            incarnation: uuid::Uuid::new_v4().to_string(),
+            config: spec.config.clone(),
+            plugin: spec.plugin.clone(),
+            tasks_max: spec.tasks_max.get(),
+            target,
+            next_generation: 1,
+            connector: Instance::unassigned(),
+            task_configs: Vec::new(),
+            tasks: Vec::new(),
+            task_configs_stale: true,
+            config_changed: false,
+            deleting: false,
+            revision: 0,
+        }
+    }
+
+    /// Hands out the next generation.
+    pub fn take_generation(&mut self) -> u64 {
+        let g = self.next_generation;
+        self.next_generation += 1;
+        g
+    }
+
+    /// `cleanup.timeout.ms` of this connector.
+    pub fn cleanup_timeout_ms(&self) -> u32 {
+        parse_positive(&self.config, CLEANUP_TIMEOUT_MS).unwrap_or(DEFAULT_CLEANUP_TIMEOUT_MS)
+    }
+
+    /// `cleanup.max.attempts` of this connector.
+    pub fn cleanup_max_attempts(&self) -> u32 {
+        parse_positive(&self.config, CLEANUP_MAX_ATTEMPTS).unwrap_or(DEFAULT_CLEANUP_MAX_ATTEMPTS)
+    }
+
+    /// True when `cleanup.policy` is `give-up`.
+    pub fn cleanup_gives_up(&self) -> bool {
+        self.config.get(CLEANUP_POLICY).map(String::as_str) == Some("give-up")
+    }
+}
+
+fn parse_positive(config: &ConfigMap, key: &str) -> Option<u32> {
+    config
+        .get(key)
+        .and_then(|v| v.trim().parse::<u32>().ok())
+        .filter(|v| *v > 0)
+}
+
+/// Progress of one cleanup step.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub enum CleanupState {
+    /// Not started yet.
+    Pending,
+    /// Sent, not confirmed.
+    Running,
+    /// The plugin's stop completed.
+    Done,
+    /// The last attempt failed (see attempts and last_error).
+    Failed,
+    /// Not run: forced, or given up by policy.
+    Skipped,
+}
+
+impl CleanupState {
+    /// True when nothing more will run for this step.
+    pub fn is_final(self) -> bool {
+        match self {
+            CleanupState::Done | CleanupState::Skipped => true,
+            CleanupState::Pending | CleanupState::Running | CleanupState::Failed => false,
+        }
+    }
+}
+
+/// One cleanup step of a deletion: a task, or (task `None`) the connector instance.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct CleanupStep {
+    /// Task index; `None` for the connector instance.
+    pub task: Option<u32>,
+    /// Where it stands.
+    pub state: CleanupState,
+    /// Executor where the cleanup ran or runs.
+    pub executor: String,
+    /// Attempts that reached the plugin and failed or timed out, plus the successful one.
+    pub attempts: u32,
+    /// Error of the last failed attempt.
+    pub last_error: String,
+    /// True when it ran on a fresh cleanup-only instance.
+    pub rehosted: bool,
+    /// The flag the instance is stopped with.
+    pub connector_deleted: bool,
+    /// Generation of the instance the cleanup stops.
+    pub generation: u64,
+    /// Earliest next attempt, Unix milliseconds (backoff).
+    pub next_attempt_ms: i64,
+}
+
+/// Everything a deferred or moved cleanup needs, kept until the deletion completes
+/// (lifecycle contract point 11).
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct SealedContext {
+    /// Last config, secrets included.
+    pub config: ConfigMap,
+    /// Plugin.
+    pub plugin: String,
+    /// Incarnation of the deleted connector.
+    pub incarnation: String,
+    /// Task configs by index.
+    pub task_configs: Vec<ConfigMap>,
+    /// Where each task was when the deletion was recorded.
+    pub task_hosts: Vec<Instance>,
+    /// Where the connector instance was.
+    pub connector_host: Instance,
+    /// Committed source offsets (partition, offset) at the time of the deletion.
+    pub offsets: Vec<(String, String)>,
+    /// `cleanup.timeout.ms`.
+    pub cleanup_timeout_ms: u32,
+    /// `cleanup.max.attempts`.
+    pub cleanup_max_attempts: u32,
+    /// `cleanup.policy = give-up`.
+    pub gives_up: bool,
+}
+
+/// A deletion in progress; removed from the store only by a conditional write on its
+/// revision once every step is final.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct DeletionRecord {
+    /// Connector name.
+    pub name: String,
+    /// When the deletion was recorded, Unix milliseconds.
+    pub requested_at_ms: i64,
+    /// False when the operator chose to keep external resources.
+    pub cleanup: bool,
+    /// Sealed cleanup context.
+    pub sealed: SealedContext,
+    /// Steps: one per task in index order, then the connector instance.
+    pub steps: Vec<CleanupStep>,
+    /// Next generation for cleanup-only instances.
+    pub next_generation: u64,
+    /// Store revision this copy was read at (set by the store).
+    #[serde(skip)]
+    pub revision: u64,
+}
+
+impl DeletionRecord {
+    /// Seals the context of `rec` and plans one step per task, then the connector.
+    pub fn seal(
+        rec: &ConnectorRecord,
+        offsets: Vec<(String, String)>,
+        cleanup: bool,
+        now_ms: i64,
+    ) -> Self {
+        let step = |task: Option<u32>, host: &Instance| CleanupStep {
+            task,
+            state: CleanupState::Pending,
+            executor: host.executor.clone().unwrap_or_default(),
+            attempts: 0,
+            last_error: String::new(),
+            rehosted: false,
+            connector_deleted: cleanup,
+            generation: host.generation,
+            next_attempt_ms: 0,
+        };
+        let mut steps: Vec<CleanupStep> = rec
+            .tasks
+            .iter()
+            .enumerate()
+            .map(|(i, t)| step(Some(i as u32), t))
+            .collect();
+        steps.push(step(None, &rec.connector));
+        Self {
+            name: rec.name.clone(),
+            requested_at_ms: now_ms,
+            cleanup,
+            sealed: SealedContext {
+                config: rec.config.clone(),
+                plugin: rec.plugin.clone(),
+                incarnation: rec.incarnation.clone(),
+                task_configs: rec.task_configs.clone(),
+                task_hosts: rec.tasks.clone(),
+                connector_host: rec.connector.clone(),
+                offsets,
+                cleanup_timeout_ms: rec.cleanup_timeout_ms(),
+                cleanup_max_attempts: rec.cleanup_max_attempts(),
+                gives_up: rec.cleanup_gives_up(),
+            },
+            steps,
+            next_generation: rec.next_generation,
+            revision: 0,
+        }
+    }
+
+    /// True when every step is done or skipped.
+    pub fn is_complete(&self) -> bool {
+        self.steps.iter().all(|s| s.state.is_final())
+    }
+}
+
+/// One plugin as an executor advertised it, kept as its wire encoding so that the config
+/// definition travels unchanged.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct PluginRecord {
+    /// Plugin name.
+    pub name: String,
+    /// Source or sink.
+    pub kind: PluginKind,
+    /// `wharf.v1.PluginInfo`, protobuf-encoded.
+    pub info: Vec<u8>,
+}
+
+/// A registered executor.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct ExecutorRecord {
+    /// Executor id.
+    pub id: String,
+    /// Address of its Executor service.
+    pub address: String,
+    /// Current epoch; every older one is fenced.
+    pub epoch: u64,
+    /// Its plugins.
+    pub plugins: Vec<PluginRecord>,
+    /// Set when its lease expired; cleared by a new registration.
+    pub lost: bool,
+}
+
+impl ExecutorRecord {
+    /// True when it offers `plugin`.
+    pub fn has_plugin(&self, plugin: &str) -> bool {
+        self.plugins.iter().any(|p| p.name == plugin)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_paused_instance_is_not_restarted_by_a_restart_request() {
+        assert_eq!(
+            InstanceState::Paused.on(InstanceEvent::RestartRequested),
+            InstanceState::Paused
+        );
+        assert_eq!(
+            InstanceState::Failed.on(InstanceEvent::RestartRequested),
+            InstanceState::Restarting
+        );
+    }
+
+    #[test]
+    fn a_deletion_has_one_step_per_task_then_the_connector() {
+        let spec = ConnectorSpec {
+            name: ConnectorName::parse("c1").unwrap(),
+            plugin: "test-source".into(),
+            tasks_max: NonZeroU32::new(2).unwrap(),
+            config: ConfigMap::new(),
+        };
+        let mut rec = ConnectorRecord::new(&spec, TargetState::Started);
+        rec.tasks = vec![Instance::unassigned(), Instance::unassigned()];
+        let d = DeletionRecord::seal(&rec, vec![], true, 0);
+        let tasks: Vec<_> = d.steps.iter().map(|s| s.task).collect();
+        assert_eq!(tasks, vec![Some(0), Some(1), None]);
+        assert!(!d.is_complete());
+    }
+}

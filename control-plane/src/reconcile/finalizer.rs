@@ -1,0 +1,554 @@
+//! The deletion finalizer: turns a recorded deletion into a completed stop(true) of every
+//! task and then of the connector instance, and only then forgets the connector.
+//!
+//! # Flow
+//! 1. `DeleteConnector` seals the cleanup context (last config with secrets, task configs,
+//!    the host, epoch and generation of every instance, incarnation, offsets, cleanup
+//!    settings) into a deletion record and marks the connector deleting, in one store
+//!    write, before it answers. The herder no longer touches the connector.
+//! 2. This loop reads every pending deletion from the store (so it resumes after a restart)
+//!    and works through its steps, tasks first, then the connector instance:
+//!    - if the instance runs on its host and that host holds a lease at the recorded
+//!      epoch: `StopTask`/`StopConnector(connector_deleted = true)` at the recorded
+//!      generation, bounded by `cleanup.timeout.ms`;
+//!    - otherwise (paused, stopped, failed, unassigned, host lost or re-registered, or the
+//!      executor answers NOT_FOUND / FAILED_PRECONDITION / a replayed stop(false)): a fresh
+//!      instance is started with `cleanup_only = true` and a new generation on a live
+//!      executor with the plugin, preferring the last host, then stopped with `true`.
+//!
+//!    Each outcome is written to the deletion record (state, executor, attempts, error).
+//! 3. When every step is DONE or SKIPPED, the deletion record, the connector, its task
+//!    configs, status and offsets are removed in one write, conditional on the deletion's
+//!    revision.
+//!
+//! # Guarantees
+//! - Every task and the connector instance of a deleted connector get a completed
+//!   stop(true) (at least once), unless the operator forces or keeps resources, or the
+//!   connector's `cleanup.policy` is `give-up` and `cleanup.max.attempts` ran out (then
+//!   the skipped steps are logged at ERROR as a leak report).
+//! - Nothing of the connector is removed before its cleanup finished; a crash at any
+//!   point resumes from the store.
+//! - Tasks are cleaned before the connector instance.
+//! - A re-hosted cleanup starts only after the original instance's host answered that it
+//!   does not run it, or after that host's lease expired (its epoch is fenced).
+//!
+//! # Assumptions
+//! - Executors implement the lifecycle protocol: they refuse older generations and stale
+//!   epochs, and replay a repeated stop without running it again.
+//! - An executor whose lease expired stops its instances with `false` on its own and
+//!   re-registers, so a fenced instance does not keep working.
+//! - Plugins' cleanup is idempotent and tolerates a start that never ran.
+//!
+//! # Caveats
+//! - Unreachable-but-leased executors are retried without counting attempts, so a
+//!   deletion waits at most about one lease for a host that went silent.
+//! - A stop(true) that the executor completed but whose answer was lost is sent again;
+//!   the executor replays the recorded outcome, but a re-hosted attempt after the host's
+//!   lease expired may run the plugin's cleanup a second time (at least once).
+//! - `force` skips what is left even if a stop is in flight; that stop may still finish.
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+use std::time::Duration;
+
+use tokio_util::sync::CancellationToken;
+use tracing::{error, info, warn};
+use wharf::pb::v1 as pb;
+
+use super::client::CallError;
+use super::{Cluster, HerderError, RECONCILE_INTERVAL_MS, now_ms};
+use crate::model::{CleanupState, DeletionRecord, ExecutorRecord, Instance};
+
+/// First retry delay after a failed cleanup attempt, in milliseconds (doubles per attempt).
+pub const CLEANUP_BACKOFF_BASE_MS: i64 = 200;
+/// Longest retry delay between cleanup attempts, in milliseconds.
+pub const CLEANUP_BACKOFF_MAX_MS: i64 = 10_000;
+
+fn backoff_ms(attempts: u32) -> i64 {
+    let shift = attempts.min(16);
+    (CLEANUP_BACKOFF_BASE_MS << shift).min(CLEANUP_BACKOFF_MAX_MS)
+}
+
+/// Runs the finalizer until `cancel` fires.
+pub async fn run_finalizer(cluster: Arc<Cluster>, cancel: CancellationToken) {
+    loop {
+        if let Err(e) = finalizer_pass(&cluster).await {
+            warn!(error = %e, "finalizer pass failed; retrying");
+        }
+        tokio::select! {
+            () = cancel.cancelled() => return,
+            () = cluster.finalizer_wake.notified() => {}
+            () = tokio::time::sleep(Duration::from_millis(RECONCILE_INTERVAL_MS)) => {}
+        }
+    }
+}
+
+async fn finalizer_pass(cluster: &Cluster) -> Result<(), HerderError> {
+    for d in cluster.store.deletions()? {
+        if let Err(e) = advance(cluster, &d.name).await {
+            warn!(connector = %d.name, error = %e, "deletion step failed; retrying");
+        }
+    }
+    Ok(())
+}
+
+/// Finishes the deletion if complete: one conditional write removes everything.
+fn finish_if_complete(cluster: &Cluster, d: &DeletionRecord) -> Result<bool, HerderError> {
+    if !d.is_complete() {
+        return Ok(false);
+    }
+    if cluster.store.finish_deletion(&d.name, d.revision)? {
+        let skipped: Vec<_> = d
+            .steps
+            .iter()
+            .filter(|s| s.state == CleanupState::Skipped)
+            .map(|s| s.task)
+            .collect();
+        info!(connector = %d.name, ?skipped, "deletion finished; connector removed");
+        cluster.changed(&d.name);
+        return Ok(true);
+    }
+    Ok(false)
+}
+
+/// Writes `d` back; false when it changed underneath (reload next pass).
+fn save(cluster: &Cluster, d: &mut DeletionRecord) -> Result<bool, HerderError> {
+    if cluster.store.put_deletion(d)? {
+        cluster.changed(&d.name);
+        // Re-read to pick up the new revision.
+        if let Some(fresh) = cluster.store.deletion(&d.name)? {
+            *d = fresh;
+        }
+        return Ok(true);
+    }
+    Ok(false)
+}
+
+/// Makes progress on one deletion: every ready task step, or the connector step once all
+/// task steps are final.
+async fn advance(cluster: &Cluster, name: &str) -> Result<(), HerderError> {
+    let Some(mut d) = cluster.store.deletion(name)? else {
+        return Ok(());
+    };
+    if finish_if_complete(cluster, &d)? {
+        return Ok(());
+    }
+    let live = cluster.live_executors()?;
+    let tasks_final = d
+        .steps
+        .iter()
+        .filter(|s| s.task.is_some())
+        .all(|s| s.state.is_final());
+    let ready: Vec<usize> = d
+        .steps
+        .iter()
+        .enumerate()
+        .filter(|(_, s)| {
+            !s.state.is_final()
+                && s.next_attempt_ms <= now_ms()
+                && (s.task.is_some() || tasks_final)
+        })
+        .map(|(i, _)| i)
+        .collect();
+    for idx in ready {
+        if !run_step(cluster, &mut d, idx, &live).await? {
+            return Ok(()); // changed underneath: next pass reloads
+        }
+    }
+    finish_if_complete(cluster, &d)?;
+    Ok(())
+}
+
+/// Where an attempt ended.
+enum Attempt {
+    /// stop(true) (or stop(false) when keeping resources) completed.
+    Done { executor: String },
+    /// The instance is not where the record says: run a cleanup-only instance next.
+    Rehost,
+    /// The plugin's stop failed or timed out: counts as an attempt.
+    Failed { executor: String, error: String },
+    /// No answer, or no capable executor: retry later without counting.
+    Wait { error: String },
+}
+
+fn host_of(d: &DeletionRecord, task: Option<u32>) -> Instance {
+    match task {
+        Some(t) => d
+            .sealed
+            .task_hosts
+            .get(t as usize)
+            .cloned()
+            .unwrap_or_else(Instance::unassigned),
+        None => d.sealed.connector_host.clone(),
+    }
+}
+
+async fn run_step(
+    cluster: &Cluster,
+    d: &mut DeletionRecord,
+    idx: usize,
+    live: &BTreeMap<String, ExecutorRecord>,
+) -> Result<bool, HerderError> {
+    let step = d.steps[idx].clone();
+    let host = host_of(d, step.task);
+    let host_live = host
+        .executor
+        .as_ref()
+        .and_then(|e| live.get(e))
+        .filter(|e| e.epoch == host.epoch);
+    let flag = d.cleanup;
+
+    let original = host_live
+        .filter(|_| !step.rehosted && host.state.has_live_instance())
+        .cloned();
+    let attempt = if let Some(exec) = original {
+        d.steps[idx].state = CleanupState::Running;
+        d.steps[idx].executor = exec.id.clone();
+        if !save(cluster, d)? {
+            return Ok(false);
+        }
+        stop(cluster, d, step.task, &exec, host.generation, flag).await
+    } else if !step.rehosted
+        && host.state.has_live_instance()
+        && host.executor.as_ref().is_some_and(|e| {
+            // Leased at the recorded epoch but not in `live`: cannot happen; a host that is
+            // registered, not lost, but at another epoch re-registered and dropped the instance.
+            live.get(e).is_none()
+                && cluster
+                    .store
+                    .executor(e)
+                    .ok()
+                    .flatten()
+                    .is_some_and(|r| !r.lost && r.epoch == host.epoch)
+        })
+    {
+        Attempt::Wait {
+            error: "host executor not reachable yet".into(),
+        }
+    } else if !flag {
+        // Keeping resources and nothing runs: nothing to stop.
+        Attempt::Done {
+            executor: String::new(),
+        }
+    } else {
+        Attempt::Rehost
+    };
+
+    let attempt = match attempt {
+        Attempt::Rehost if flag => {
+            // A fresh cleanup-only instance on a live executor with the plugin, preferring
+            // the last host (local state such as a SQLite file lives there).
+            let preferred = host.executor.as_ref().and_then(|e| live.get(e));
+            let exec = preferred
+                .filter(|e| e.has_plugin(&d.sealed.plugin))
+                .or_else(|| live.values().find(|e| e.has_plugin(&d.sealed.plugin)))
+                .cloned();
+            match exec {
+                None => Attempt::Wait {
+                    error: format!("no live executor offers plugin {}", d.sealed.plugin),
+                },
+                Some(exec) => {
+                    let generation = d.next_generation;
+                    d.next_generation += 1;
+                    let s = &mut d.steps[idx];
+                    s.state = CleanupState::Running;
+                    s.executor = exec.id.clone();
+                    s.generation = generation;
+                    s.rehosted = true;
+                    if !save(cluster, d)? {
+                        return Ok(false);
+                    }
+                    match start_cleanup_only(cluster, d, step.task, &exec, generation).await {
+                        Err(e @ CallError::Unreachable { .. }) => Attempt::Wait {
+                            error: e.to_string(),
+                        },
+                        Err(e) => Attempt::Failed {
+                            executor: exec.id.clone(),
+                            error: e.to_string(),
+                        },
+                        Ok(()) => {
+                            match stop(cluster, d, step.task, &exec, generation, true).await {
+                                Attempt::Rehost => Attempt::Failed {
+                                    executor: exec.id.clone(),
+                                    error: "cleanup-only instance was not found at stop".into(),
+                                },
+                                other => other,
+                            }
+                        }
+                    }
+                }
+            }
+        }
+        Attempt::Rehost => Attempt::Done {
+            executor: String::new(),
+        },
+        other => other,
+    };
+
+    let max = d.sealed.cleanup_max_attempts;
+    let gives_up = d.sealed.gives_up;
+    let s = &mut d.steps[idx];
+    match attempt {
+        Attempt::Done { executor } => {
+            s.attempts += 1;
+            s.state = if flag {
+                CleanupState::Done
+            } else {
+                CleanupState::Skipped
+            };
+            s.connector_deleted = flag;
+            if !executor.is_empty() {
+                s.executor = executor;
+            }
+            s.last_error.clear();
+            info!(connector = %d.name, task = ?s.task, generation = s.generation, executor = %s.executor,
+                outcome = "done", connector_deleted = flag, "cleanup step");
+        }
+        Attempt::Rehost => {
+            // The original instance is gone: the next attempt runs cleanup-only.
+            s.rehosted = true;
+            s.state = CleanupState::Pending;
+            s.next_attempt_ms = 0;
+            info!(connector = %d.name, task = ?s.task, generation = s.generation, executor = %s.executor,
+                outcome = "rehost", "cleanup step");
+        }
+        Attempt::Failed { executor, error } => {
+            s.attempts += 1;
+            s.executor = executor;
+            s.last_error = error;
+            // The instance that failed to stop is gone; a new attempt starts a fresh one.
+            s.rehosted = true;
+            if s.attempts >= max {
+                if gives_up {
+                    s.state = CleanupState::Skipped;
+                    error!(connector = %d.name, task = ?s.task, attempts = s.attempts, error = %s.last_error,
+                        "cleanup given up (cleanup.policy=give-up): external resources of this instance may leak");
+                } else {
+                    s.state = CleanupState::Failed;
+                    s.next_attempt_ms = i64::MAX;
+                    error!(connector = %d.name, task = ?s.task, attempts = s.attempts, error = %s.last_error,
+                        "cleanup failed cleanup.max.attempts times; connector stays DELETING until RetryCleanup or force");
+                }
+            } else {
+                s.state = CleanupState::Failed;
+                s.next_attempt_ms = now_ms() + backoff_ms(s.attempts);
+                warn!(connector = %d.name, task = ?s.task, generation = s.generation, executor = %s.executor,
+                    attempts = s.attempts, error = %s.last_error, outcome = "failed", "cleanup step");
+            }
+        }
+        Attempt::Wait { error } => {
+            s.state = CleanupState::Pending;
+            s.last_error = error;
+            s.next_attempt_ms = now_ms() + CLEANUP_BACKOFF_BASE_MS;
+            info!(connector = %d.name, task = ?s.task, error = %s.last_error, outcome = "waiting", "cleanup step");
+        }
+    }
+    save(cluster, d)
+}
+
+async fn start_cleanup_only(
+    cluster: &Cluster,
+    d: &DeletionRecord,
+    task: Option<u32>,
+    exec: &ExecutorRecord,
+    generation: u64,
+) -> Result<(), CallError> {
+    let sealed = &d.sealed;
+    match task {
+        Some(t) => cluster
+            .clients
+            .start_task(
+                &exec.address,
+                pb::StartTaskRequest {
+                    task: Some(pb::TaskId {
+                        connector: d.name.clone(),
+                        task: t,
+                    }),
+                    connector_config: sealed.config.clone().into_iter().collect(),
+                    task_config: sealed
+                        .task_configs
+                        .get(t as usize)
+                        .cloned()
+                        .unwrap_or_default()
+                        .into_iter()
+                        .collect(),
+                    generation,
+                    target_state: pb::TargetState::Started as i32,
+                    cleanup_only: true,
+                    offsets: sealed
+                        .offsets
+                        .iter()
+                        .map(|(p, o)| pb::SourceOffset {
+                            partition: p.clone(),
+                            offset: o.clone(),
+                        })
+                        .collect(),
+                    incarnation: sealed.incarnation.clone(),
+                    executor_epoch: exec.epoch,
+                },
+            )
+            .await
+            .map(|_| ()),
+        None => cluster
+            .clients
+            .start_connector(
+                &exec.address,
+                pb::StartConnectorRequest {
+                    connector: d.name.clone(),
+                    config: sealed.config.clone().into_iter().collect(),
+                    generation,
+                    target_state: pb::TargetState::Started as i32,
+                    cleanup_only: true,
+                    incarnation: sealed.incarnation.clone(),
+                    executor_epoch: exec.epoch,
+                },
+            )
+            .await
+            .map(|_| ()),
+    }
+}
+
+/// Sends the stop with `flag` and classifies the answer.
+async fn stop(
+    cluster: &Cluster,
+    d: &DeletionRecord,
+    task: Option<u32>,
+    exec: &ExecutorRecord,
+    generation: u64,
+    flag: bool,
+) -> Attempt {
+    let timeout_ms = d.sealed.cleanup_timeout_ms;
+    let result = match task {
+        Some(t) => cluster
+            .clients
+            .stop_task(
+                &exec.address,
+                pb::StopTaskRequest {
+                    task: Some(pb::TaskId {
+                        connector: d.name.clone(),
+                        task: t,
+                    }),
+                    connector_deleted: flag,
+                    generation,
+                    timeout_ms,
+                },
+            )
+            .await
+            .map(|r| (r.outcome, r.connector_deleted, r.error)),
+        None => cluster
+            .clients
+            .stop_connector(
+                &exec.address,
+                pb::ExecutorStopConnectorRequest {
+                    connector: d.name.clone(),
+                    connector_deleted: flag,
+                    generation,
+                    timeout_ms,
+                },
+            )
+            .await
+            .map(|r| (r.outcome, r.connector_deleted, r.error)),
+    };
+    info!(connector = %d.name, task = ?task, generation, executor = %exec.id, connector_deleted = flag,
+        result = ?result.as_ref().map(|r| r.0), "cleanup stop sent");
+    match result {
+        Ok((outcome, deleted, _)) if outcome == pb::StopOutcome::Stopped as i32 => {
+            if deleted == flag {
+                Attempt::Done {
+                    executor: exec.id.clone(),
+                }
+            } else {
+                // A stop with the other flag already ran on this instance (a pause or
+                // a restart beat us): it is gone, its cleanup has not run.
+                Attempt::Rehost
+            }
+        }
+        Ok((outcome, deleted, error)) => {
+            if deleted != flag {
+                return Attempt::Rehost;
+            }
+            let what = if outcome == pb::StopOutcome::TimedOut as i32 {
+                format!("stop timed out after {timeout_ms} ms: {error}")
+            } else {
+                error
+            };
+            Attempt::Failed {
+                executor: exec.id.clone(),
+                error: what,
+            }
+        }
+        Err(e) => match e.code() {
+            Some(tonic::Code::NotFound | tonic::Code::FailedPrecondition) => Attempt::Rehost,
+            Some(_) => Attempt::Failed {
+                executor: exec.id.clone(),
+                error: e.to_string(),
+            },
+            None => Attempt::Wait {
+                error: e.to_string(),
+            },
+        },
+    }
+}
+
+/// Makes failed or waiting steps run again now (RetryCleanup, or a repeated delete).
+///
+/// # Errors
+/// Store failures.
+pub fn retry_now(cluster: &Cluster, name: &str) -> Result<bool, HerderError> {
+    for _ in 0..16 {
+        let Some(mut d) = cluster.store.deletion(name)? else {
+            return Ok(false);
+        };
+        for s in &mut d.steps {
+            if !s.state.is_final() {
+                if s.state == CleanupState::Failed {
+                    s.state = CleanupState::Pending;
+                }
+                s.next_attempt_ms = 0;
+            }
+        }
+        if cluster.store.put_deletion(&d)? {
+            cluster.changed(name);
+            return Ok(true);
+        }
+    }
+    Err(HerderError::Contended(name.to_owned()))
+}
+
+/// Skips every step not yet final and finishes the deletion. Returns the skipped task
+/// indexes and whether the connector step was skipped.
+///
+/// # Errors
+/// Store failures.
+pub fn force(cluster: &Cluster, name: &str) -> Result<Option<(Vec<u32>, bool)>, HerderError> {
+    for _ in 0..16 {
+        let Some(mut d) = cluster.store.deletion(name)? else {
+            return Ok(None);
+        };
+        let mut tasks = Vec::new();
+        let mut connector = false;
+        for s in &mut d.steps {
+            if !s.state.is_final() {
+                s.state = CleanupState::Skipped;
+                s.connector_deleted = false;
+                match s.task {
+                    Some(t) => tasks.push(t),
+                    None => connector = true,
+                }
+            }
+        }
+        if !cluster.store.put_deletion(&d)? {
+            continue;
+        }
+        let Some(d) = cluster.store.deletion(name)? else {
+            return Ok(Some((tasks, connector)));
+        };
+        if cluster.store.finish_deletion(name, d.revision)? {
+            warn!(connector = %name, skipped_tasks = ?tasks, connector_skipped = connector,
+                "deletion forced: remaining cleanup skipped; external resources may remain");
+            cluster.changed(name);
+            return Ok(Some((tasks, connector)));
+        }
+    }
+    Err(HerderError::Contended(name.to_owned()))
+}

@@ -1,0 +1,98 @@
+//! Persistence of the herder state behind [`StateStore`]. The herder, the finalizer and
+//! the gRPC services only use the trait, so a second backend (etcd: compare on
+//! `mod_revision` in a transaction) can be added without touching them.
+//!
+//! Every record carries a revision; writers that raced with another writer use the
+//! conditional methods (`put_connector` with the revision they read, `finish_deletion`
+//! with the deletion's revision) and reload on a conflict rather than guess.
+
+mod redb_store;
+pub mod seal;
+
+pub use redb_store::RedbStore;
+
+use crate::model::{ConnectorRecord, DeletionRecord, ExecutorRecord, PluginRecord};
+
+/// File name of the embedded store inside `--data-dir`.
+pub const STORE_FILE_NAME: &str = "state.redb";
+
+/// Why a store operation failed.
+#[derive(Debug, thiserror::Error)]
+pub enum StoreError {
+    /// The backend failed (I/O, corruption, a lost connection); whether a write landed is
+    /// unknown, so callers reload.
+    #[error("state store unavailable: {0}")]
+    Unavailable(String),
+    /// A stored record does not decode (written by an incompatible version).
+    #[error("state store record {key} does not decode: {reason}")]
+    Corrupt {
+        /// Table and key.
+        key: String,
+        /// Decoder message.
+        reason: String,
+    },
+}
+
+/// Result of [`StateStore::create_connector`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum CreateOutcome {
+    /// Stored.
+    Created,
+    /// A connector with that name exists.
+    AlreadyExists,
+    /// A connector with that name is still being deleted.
+    StillDeleting,
+}
+
+/// The herder's persistent state. All methods are atomic; none blocks for long.
+pub trait StateStore: Send + Sync + 'static {
+    /// One connector, with its revision.
+    fn connector(&self, name: &str) -> Result<Option<ConnectorRecord>, StoreError>;
+    /// Every connector (deleting ones included), sorted by name.
+    fn connectors(&self) -> Result<Vec<ConnectorRecord>, StoreError>;
+    /// Stores a new connector unless the name is taken or still deleting.
+    fn create_connector(&self, rec: &ConnectorRecord) -> Result<CreateOutcome, StoreError>;
+    /// Replaces a connector if its stored revision is still `rec.revision`; returns
+    /// false on a conflict (or when it no longer exists).
+    fn put_connector(&self, rec: &ConnectorRecord) -> Result<bool, StoreError>;
+
+    /// Records a deletion and marks the connector deleting, if the connector's revision is
+    /// still `rec.revision` and no deletion is recorded; false otherwise.
+    fn start_deletion(
+        &self,
+        rec: &ConnectorRecord,
+        deletion: &DeletionRecord,
+    ) -> Result<bool, StoreError>;
+    /// One pending deletion.
+    fn deletion(&self, name: &str) -> Result<Option<DeletionRecord>, StoreError>;
+    /// Every pending deletion.
+    fn deletions(&self) -> Result<Vec<DeletionRecord>, StoreError>;
+    /// Replaces a deletion if its stored revision is still `d.revision`.
+    fn put_deletion(&self, d: &DeletionRecord) -> Result<bool, StoreError>;
+    /// Removes the deletion record, the connector (config, task configs, assignments,
+    /// status) and its offsets in one write, only if the deletion's revision is still
+    /// `revision`. False on a conflict.
+    fn finish_deletion(&self, name: &str, revision: u64) -> Result<bool, StoreError>;
+
+    /// Registers an executor: a new epoch (greater than every epoch handed out before, to
+    /// any executor), fencing every older one. Returns the stored record.
+    fn register_executor(
+        &self,
+        id: &str,
+        address: &str,
+        plugins: Vec<PluginRecord>,
+    ) -> Result<ExecutorRecord, StoreError>;
+    /// One executor.
+    fn executor(&self, id: &str) -> Result<Option<ExecutorRecord>, StoreError>;
+    /// Every executor, sorted by id.
+    fn executors(&self) -> Result<Vec<ExecutorRecord>, StoreError>;
+    /// Marks an executor lost if its epoch is still `epoch`.
+    fn mark_executor_lost(&self, id: &str, epoch: u64) -> Result<bool, StoreError>;
+
+    /// Committed source offsets of a connector: (partition JSON, offset JSON), sorted.
+    fn offsets(&self, connector: &str) -> Result<Vec<(String, String)>, StoreError>;
+    /// Writes offsets; an empty offset removes that partition.
+    fn put_offsets(&self, connector: &str, offsets: &[(String, String)]) -> Result<(), StoreError>;
+    /// Removes every offset of a connector.
+    fn reset_offsets(&self, connector: &str) -> Result<(), StoreError>;
+}
