@@ -127,10 +127,6 @@ async fn grpcurl_lists_describes_and_health_checks_both_binaries() {
             "control plane lists {services:?}, not {wanted}"
         );
     }
-    assert!(
-        !services.iter().any(|s| s == "wharf.v1.Executor"),
-        "the control plane does not serve the Executor service: {services:?}"
-    );
     assert_describes(
         &cp_addr,
         "wharf.v1.ConnectorAdmin",
@@ -153,6 +149,8 @@ async fn grpcurl_lists_describes_and_health_checks_both_binaries() {
     )
     .await;
     assert_serving(&cp_addr, "").await;
+    assert_serving(&cp_addr, "wharf.v1.ConnectorAdmin").await;
+    assert_serving(&cp_addr, "wharf.v1.ExecutorRegistry").await;
 
     // An executor: its Executor service, health, reflection.
     let services = list(&ex_addr).await;
@@ -186,6 +184,30 @@ async fn grpcurl_lists_describes_and_health_checks_both_binaries() {
         "describe wharf.v1.StopTaskRequest:\n{stop_task}"
     );
     assert_serving(&ex_addr, "").await;
+    assert_serving(&ex_addr, "wharf.v1.Executor").await;
+
+    // The operator sees the executor that registered, through the admin API.
+    let executor_id = std::fs::read_to_string(dir.path().join("ex").join("executor.id"))
+        .expect("the executor keeps its id in <data-dir>/executor.id");
+    let executor_id = executor_id.trim();
+    let listing = harness::wait_until(
+        "ListExecutors to show the executor alive",
+        harness::WAIT_DEADLINE,
+        || async {
+            let out = grpcurl(&[
+                "-plaintext",
+                &cp_addr,
+                "wharf.v1.ConnectorAdmin/ListExecutors",
+            ])
+            .await;
+            (out.contains(executor_id) && out.contains("EXECUTOR_STATE_ALIVE")).then_some(out)
+        },
+    )
+    .await;
+    assert!(
+        listing.contains(&format!("http://{ex_addr}")),
+        "ListExecutors shows the executor's address http://{ex_addr}:\n{listing}"
+    );
 
     // Both stop cleanly on SIGTERM.
     assert_eq!(
