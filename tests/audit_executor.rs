@@ -28,6 +28,9 @@ const LEASE_MS: u32 = 30_000;
 /// Poll interval of the audit tasks, in milliseconds.
 const AUDIT_POLL_INTERVAL_MS: &str = "50";
 
+/// Password given to postgres-audit (trust auth ignores it); must never be logged.
+const PASSWORD: &str = "not-needed-with-trust-but-secret";
+
 static DB_COUNTER: AtomicU32 = AtomicU32::new(0);
 
 // ---------------------------------------------------------------------------------------
@@ -414,7 +417,7 @@ async fn postgres_audit_cleanup_runs_wherever_the_task_lives_even_after_its_firs
         ("tasks.max", "2"),
         ("connection.host", "127.0.0.1"),
         ("connection.user", "postgres"),
-        ("connection.password", "not-needed-with-trust"),
+        ("connection.password", PASSWORD),
         ("connection.database", db.name.as_str()),
         ("tables", "public.t1,public.t2"),
         ("topic", "audit"),
@@ -559,6 +562,12 @@ async fn postgres_audit_cleanup_runs_wherever_the_task_lives_even_after_its_firs
     let again = b.stop_connector("pga", 2, true).await;
     assert!(again.replayed);
     assert_eq!(again.outcome, pb::StopOutcome::Stopped as i32);
+    for ex in [&a, &b] {
+        assert!(
+            !ex.proc.log().contains(PASSWORD),
+            "the password leaked into an executor log"
+        );
+    }
     b.proc.kill9();
 }
 

@@ -20,6 +20,14 @@
 //! never skip a row committed later with a smaller id. The price is that audited writes
 //! to the watched tables of one connector are serialized.
 //!
+//! Records: one per audit row, on `topic`, key = the table in list form, source
+//! partition `{"table": "<schema.table>"}`, source offset `{"id": <audit id>}`, value a
+//! JSON object `{"id", "table", "schema", "name", "operation": "INSERT"|"UPDATE"|"DELETE",
+//! "old": row|null, "new": row|null, "commit_time": RFC 3339 UTC, "commit_time_ms"}` where
+//! rows are `to_jsonb` of the table row and the time is the writing transaction's
+//! timestamp (`now()`: its start, the closest to a commit time PostgreSQL keeps without
+//! `track_commit_timestamp`). A task started with offsets resumes after them, per table.
+//!
 //! TLS: only `connection.sslmode=disable` is supported for now (no TLS stack is linked).
 
 use std::collections::{BTreeMap, HashMap};

@@ -16,6 +16,11 @@
 //! because audit rows are never deleted) are in commit order.
 //!
 //! Every SQLite call runs on the blocking pool (`spawn_blocking`), never on the runtime.
+//!
+//! Records: as `postgres-audit` (source partition `{"table": "main.<name>"}`, offset
+//! `{"id": n}`, value `{"id", "table", "schema", "name", "operation", "old", "new",
+//! "commit_time_ms"}`), where the time is the statement's `julianday('now')` in Unix
+//! milliseconds (SQLite keeps no commit time).
 
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
@@ -365,9 +370,7 @@ fn open(path: &Path) -> Result<Option<Connection>, SqliteAuditError> {
     };
     let conn = Connection::open_with_flags(
         path,
-        OpenFlags::SQLITE_OPEN_READ_WRITE
-            | OpenFlags::SQLITE_OPEN_NO_MUTEX
-            | OpenFlags::SQLITE_OPEN_URI,
+        OpenFlags::SQLITE_OPEN_READ_WRITE | OpenFlags::SQLITE_OPEN_NO_MUTEX,
     )
     .map_err(open_err)?;
     conn.busy_timeout(Duration::from_millis(BUSY_TIMEOUT_MS))
