@@ -10,8 +10,10 @@
 //! - **A durable pull consumer per (stream, consumer name)**, named [`name_token`] of the
 //!   consumer name (`wharf-sink-<connector>` for sinks). All tasks of one sink connector bind
 //!   to it, so JetStream hands each record to one of them. Explicit acks; `ack_wait`
-//!   redelivers records of a reader that died; `max_ack_pending` =
-//!   [`LogLimits::max_in_flight_records`] is the back-pressure bound shared by the readers.
+//!   redelivers records of a reader that died. [`LogLimits::max_in_flight_records`] bounds
+//!   each reader's unacknowledged records exactly (client side) and is also the consumer's
+//!   `max_ack_pending`, the server's bound shared by all readers (nats-server may overshoot
+//!   it by up to one fetch).
 //! - Record payload: [`super::codec`] (headers may hold any bytes, NATS headers cannot).
 //! - `append` returns after JetStream's publish acknowledgement of every record (stored on
 //!   the stream's replicas). `ack` uses double acks (waits for the server's confirmation).
@@ -305,6 +307,7 @@ impl RecordLog for JetStreamLog {
             topics: bound,
             next_topic: 0,
             limits: self.options.limits,
+            in_flight: HashSet::new(),
         }))
     }
 
@@ -353,6 +356,8 @@ pub struct JetStreamConsumer {
     topics: Vec<(String, consumer::PullConsumer)>,
     next_topic: usize,
     limits: LogLimits,
+    /// (topic, position) delivered to this reader and not yet acknowledged by it.
+    in_flight: HashSet<(String, u64)>,
 }
 
 impl JetStreamConsumer {
@@ -399,6 +404,12 @@ impl JetStreamConsumer {
         Ok(())
     }
 
+    fn track(&mut self, delivered: &[Delivered]) {
+        for d in delivered {
+            self.in_flight.insert((d.ack.topic.clone(), d.ack.position));
+        }
+    }
+
     /// Whatever is available now, up to `max`, without waiting.
     async fn fetch_now(&mut self, max: usize) -> Result<Vec<Delivered>, LogError> {
         let mut out = Vec::new();
@@ -426,13 +437,19 @@ impl JetStreamConsumer {
 #[async_trait]
 impl LogConsumer for JetStreamConsumer {
     async fn fetch(&mut self, max: usize, wait: Duration) -> Result<Vec<Delivered>, LogError> {
-        if self.topics.is_empty() {
+        let room = self
+            .limits
+            .max_in_flight_records
+            .saturating_sub(self.in_flight.len());
+        if self.topics.is_empty() || room == 0 {
+            // Nothing may be delivered until this reader acknowledges: wait like an empty log.
             tokio::time::sleep(wait).await;
             return Ok(Vec::new());
         }
-        let max = max.clamp(1, self.limits.max_fetch_records);
+        let max = max.clamp(1, self.limits.max_fetch_records).min(room);
         let out = self.fetch_now(max).await?;
         if !out.is_empty() {
+            self.track(&out);
             return Ok(out);
         }
         let deadline = tokio::time::Instant::now() + wait;
@@ -467,6 +484,7 @@ impl LogConsumer for JetStreamConsumer {
                 self.next_topic = i;
                 let more = self.fetch_now(max - got.len()).await?;
                 got.extend(more);
+                self.track(&got);
                 return Ok(got);
             }
         }
@@ -501,6 +519,13 @@ impl LogConsumer for JetStreamConsumer {
             .buffer_unordered(ACK_IN_FLIGHT)
             .collect()
             .await;
-        results.into_iter().collect()
+        let result: Result<(), LogError> = results.into_iter().collect();
+        if result.is_ok() {
+            for token in tokens {
+                self.in_flight
+                    .remove(&(token.topic.clone(), token.position));
+            }
+        }
+        result
     }
 }
