@@ -192,7 +192,10 @@ impl ExecutorRegistry for RegistryService {
             .tasks
             .get(task.task as usize)
             .map_or(0, |t| t.generation);
-        if rec.deleting || req.generation < current {
+        if rec.deleting {
+            return Err(ApiError::StillDeleting(task.connector).into());
+        }
+        if req.generation < current {
             return Err(ApiError::StaleGeneration {
                 what: format!("task {}-{}", task.connector, task.task),
                 got: req.generation,

@@ -27,6 +27,10 @@ const META: TableDefinition<&str, u64> = TableDefinition::new("meta");
 
 const REVISION_KEY: &str = "revision";
 const EPOCH_KEY: &str = "epoch";
+/// Lowest generation a new connector starts at: above every generation handed out to an
+/// earlier connector of any name, so that executors, which refuse generations older than
+/// the newest they saw for a connector name, accept a re-created connector.
+const GENERATION_FLOOR_KEY: &str = "generation_floor";
 
 #[derive(Serialize, Deserialize)]
 struct Stored<T> {
@@ -183,7 +187,14 @@ impl StateStore for RedbStore {
                 CreateOutcome::AlreadyExists
             } else {
                 let rev = next_counter(&mut meta, REVISION_KEY)?;
-                let bytes = self.encode(rev, rec)?;
+                let floor = meta
+                    .get(GENERATION_FLOOR_KEY)
+                    .map_err(unavailable)?
+                    .map(|v| v.value())
+                    .unwrap_or(0);
+                let mut rec = rec.clone();
+                rec.next_generation = rec.next_generation.max(floor);
+                let bytes = self.encode(rev, &rec)?;
                 conns
                     .insert(rec.name.as_str(), bytes.as_slice())
                     .map_err(unavailable)?;
@@ -307,9 +318,22 @@ impl StateStore for RedbStore {
             let mut conns = tx.open_table(CONNECTORS).map_err(unavailable)?;
             let mut dels = tx.open_table(DELETIONS).map_err(unavailable)?;
             let mut offs = tx.open_table(OFFSETS).map_err(unavailable)?;
-            if stored_rev(&dels, name, &self.sealer)? != Some(revision) {
+            let mut meta = tx.open_table(META).map_err(unavailable)?;
+            let stored: Option<(u64, DeletionRecord)> = match dels.get(name).map_err(unavailable)? {
+                Some(v) => Some(self.decode(name, v.value())?),
+                None => None,
+            };
+            if stored.as_ref().map(|(rev, _)| *rev) != Some(revision) {
                 false
             } else {
+                let used = stored.map_or(0, |(_, d)| d.next_generation);
+                let floor = meta
+                    .get(GENERATION_FLOOR_KEY)
+                    .map_err(unavailable)?
+                    .map(|v| v.value())
+                    .unwrap_or(0);
+                meta.insert(GENERATION_FLOOR_KEY, floor.max(used))
+                    .map_err(unavailable)?;
                 dels.remove(name).map_err(unavailable)?;
                 conns.remove(name).map_err(unavailable)?;
                 let start = offset_key(name, "");
@@ -491,8 +515,11 @@ mod tests {
         );
         let d = s.deletion("a").unwrap().unwrap();
         assert!(!s.finish_deletion("a", d.revision + 100).unwrap());
+        let used = d.next_generation;
         assert!(s.finish_deletion("a", d.revision).unwrap());
         assert!(s.connector("a").unwrap().is_none());
+        s.create_connector(&rec("a")).unwrap();
+        assert!(s.connector("a").unwrap().unwrap().next_generation >= used);
         assert!(s.offsets("a").unwrap().is_empty());
         assert_eq!(s.offsets("ab").unwrap().len(), 1);
     }

@@ -1,0 +1,269 @@
+//! Shared by the control-plane end-to-end tests: a real `wharf-control-plane` and real
+//! `wharf-executor` processes on 127.0.0.2-4, driven with real `grpcurl`.
+//!
+//! Build the binaries first: `cargo build -p wharf-control-plane -p wharf-executor`.
+#![allow(dead_code)] // each test binary uses a different part
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::time::Duration;
+
+use serde_json::{Value, json};
+
+use crate::harness::{KeepOnFailure, Proc, wait_until};
+
+/// Lease the test control plane grants, in milliseconds (short, so lost executors are
+/// noticed quickly).
+pub const TEST_LEASE_MS: u32 = 2_000;
+/// Heartbeat interval the test control plane asks for, in milliseconds.
+pub const TEST_HEARTBEAT_INTERVAL_MS: u32 = 200;
+/// Upper bound on a wait for the cluster to converge.
+pub const CONVERGE: Duration = Duration::from_secs(40);
+
+/// grpcurl's exit code is 64 + the gRPC status code.
+pub const GRPCURL_STATUS_BASE: i32 = 64;
+/// gRPC status codes used by the tests.
+pub const INVALID_ARGUMENT: i32 = 3;
+/// NOT_FOUND.
+pub const NOT_FOUND: i32 = 5;
+/// ALREADY_EXISTS.
+pub const ALREADY_EXISTS: i32 = 6;
+/// FAILED_PRECONDITION.
+pub const FAILED_PRECONDITION: i32 = 9;
+
+/// A control plane and its executors.
+pub struct TestCluster {
+    /// Temp dir holding every process's data dir (kept on failure).
+    pub dir: KeepOnFailure,
+    /// The control plane.
+    pub cp: Proc,
+    /// Its address, IP:PORT.
+    pub addr: String,
+    /// Executors, `exec-1` on 127.0.0.2, `exec-2` on 127.0.0.3, ...
+    pub executors: Vec<Proc>,
+}
+
+/// Result of one grpcurl call.
+#[derive(Debug)]
+pub struct Call {
+    /// gRPC status code (0 = OK).
+    pub code: i32,
+    /// Parsed response (Null on error).
+    pub body: Value,
+    /// stderr (the error message on failure).
+    pub err: String,
+}
+
+impl TestCluster {
+    /// Starts a control plane and `n` executors and waits until all are ALIVE.
+    pub async fn start(n: usize) -> Self {
+        let dir = KeepOnFailure::new();
+        let cp_dir = dir.path().join("cp");
+        let mut cp = Proc::spawn(
+            crate::harness::bin("wharf-control-plane"),
+            vec![
+                "--listen".into(),
+                "127.0.0.1:0".into(),
+                "--data-dir".into(),
+                cp_dir.display().to_string(),
+                "--lease-ms".into(),
+                TEST_LEASE_MS.to_string(),
+                "--heartbeat-interval-ms".into(),
+                TEST_HEARTBEAT_INTERVAL_MS.to_string(),
+            ],
+            &cp_dir,
+        );
+        let addr = cp.listen_addr().await;
+        let mut c = Self {
+            dir,
+            cp,
+            addr,
+            executors: Vec::new(),
+        };
+        for i in 0..n {
+            c.add_executor(i).await;
+        }
+        c.wait_alive(n).await;
+        c
+    }
+
+    /// Starts executor `exec-{i+1}` on 127.0.0.{i+2}.
+    pub async fn add_executor(&mut self, i: usize) {
+        let d = self.dir.path().join(format!("exec-{}", i + 1));
+        let mut p = Proc::spawn(
+            crate::harness::bin("wharf-executor"),
+            vec![
+                "--listen".into(),
+                format!("127.0.0.{}:0", i + 2),
+                "--control-plane".into(),
+                format!("http://{}", self.addr),
+                "--data-dir".into(),
+                d.display().to_string(),
+                "--executor-id".into(),
+                format!("exec-{}", i + 1),
+                "--graceful-timeout-ms".into(),
+                "3000".into(),
+            ],
+            &d,
+        );
+        p.listen_addr().await;
+        if self.executors.len() <= i {
+            self.executors.push(p);
+        } else {
+            self.executors[i] = p;
+        }
+    }
+
+    /// Waits until `n` executors are ALIVE.
+    pub async fn wait_alive(&self, n: usize) {
+        wait_until(&format!("{n} executors alive"), CONVERGE, || async {
+            let r = self.call("ListExecutors", json!({}));
+            let alive = r.body["executors"]
+                .as_array()
+                .map(|a| {
+                    a.iter()
+                        .filter(|e| e["state"] == "EXECUTOR_STATE_ALIVE")
+                        .count()
+                })
+                .unwrap_or(0);
+            (alive == n).then_some(())
+        })
+        .await;
+    }
+
+    /// Calls `wharf.v1.ConnectorAdmin/<method>` with grpcurl.
+    pub fn call(&self, method: &str, body: Value) -> Call {
+        grpcurl(
+            &self.addr,
+            &format!("wharf.v1.ConnectorAdmin/{method}"),
+            &body,
+        )
+    }
+
+    /// The lifecycle file path for connector `name`.
+    pub fn lifecycle_path(&self, name: &str) -> PathBuf {
+        self.dir.path().join(format!("lifecycle-{name}.jsonl"))
+    }
+
+    /// A test-source config.
+    pub fn source_config(&self, name: &str, tasks_max: u32) -> Value {
+        json!({
+            "connector.class": "test-source",
+            "tasks.max": tasks_max.to_string(),
+            "lifecycle.path": self.lifecycle_path(name).display().to_string(),
+            "test.poll.block.ms": "50",
+        })
+    }
+
+    /// GetConnectorStatus body, or None when not found.
+    pub fn status(&self, name: &str) -> Option<Value> {
+        let r = self.call("GetConnectorStatus", json!({ "name": name }));
+        (r.code == 0).then(|| r.body["status"].clone())
+    }
+
+    /// Waits until the connector and exactly `tasks` tasks are in `state` (e.g. "STATE_RUNNING").
+    pub async fn wait_state(
+        &self,
+        name: &str,
+        connector_state: &str,
+        task_state: &str,
+        tasks: usize,
+    ) -> Value {
+        wait_until(
+            &format!("{name}: connector {connector_state}, {tasks} tasks {task_state}"),
+            CONVERGE,
+            || async {
+                let s = self.status(name)?;
+                let ts = s["tasks"].as_array().cloned().unwrap_or_default();
+                (s["connector"]["state"] == connector_state
+                    && ts.len() == tasks
+                    && ts.iter().all(|t| t["status"]["state"] == task_state))
+                .then_some(s)
+            },
+        )
+        .await
+    }
+
+    /// Host of each task, from a status body.
+    pub fn hosts(status: &Value) -> Vec<String> {
+        status["tasks"]
+            .as_array()
+            .map(|a| {
+                a.iter()
+                    .map(|t| t["status"]["executorId"].as_str().unwrap_or("").to_owned())
+                    .collect()
+            })
+            .unwrap_or_default()
+    }
+
+    /// The store file of the control plane.
+    pub fn store_file(&self) -> PathBuf {
+        self.dir.path().join("cp").join("state.redb")
+    }
+
+    /// The control plane's process log.
+    pub fn cp_log(&self) -> String {
+        self.cp.log()
+    }
+}
+
+/// Runs grpcurl against `addr` with `body` on stdin.
+pub fn grpcurl(addr: &str, method: &str, body: &Value) -> Call {
+    let mut child = Command::new("grpcurl")
+        .args([
+            "-plaintext",
+            "-emit-defaults",
+            "-max-time",
+            "60",
+            "-d",
+            "@",
+            addr,
+            method,
+        ])
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .expect("grpcurl on PATH");
+    {
+        use std::io::Write;
+        let mut stdin = child.stdin.take().expect("stdin");
+        stdin
+            .write_all(body.to_string().as_bytes())
+            .expect("write body");
+    }
+    let out = child.wait_with_output().expect("grpcurl");
+    let code = match out.status.code() {
+        Some(0) => 0,
+        Some(c) if c > GRPCURL_STATUS_BASE => c - GRPCURL_STATUS_BASE,
+        other => panic!(
+            "grpcurl failed to run ({other:?}): {}",
+            String::from_utf8_lossy(&out.stderr)
+        ),
+    };
+    let stdout = String::from_utf8_lossy(&out.stdout).to_string();
+    let body = if code == 0 {
+        // Streaming calls print several JSON objects; keep them all as an array.
+        let mut values = Vec::new();
+        for v in serde_json::Deserializer::from_str(&stdout).into_iter::<Value>() {
+            values.push(v.expect("grpcurl JSON output"));
+        }
+        if values.len() == 1 {
+            values.pop().unwrap_or(Value::Null)
+        } else {
+            Value::Array(values)
+        }
+    } else {
+        Value::Null
+    };
+    Call {
+        code,
+        body,
+        err: String::from_utf8_lossy(&out.stderr).to_string(),
+    }
+}
+
+/// Reads a whole file as bytes (empty when missing).
+pub fn bytes_of(path: &Path) -> Vec<u8> {
+    std::fs::read(path).unwrap_or_default()
+}

@@ -1,0 +1,236 @@
+//! End to end: a real control plane and three real executors on 127.0.0.2-4, driven with
+//! real grpcurl; outcomes read from the test plugin's lifecycle file.
+//!
+//! Build first: `cargo build -p wharf-control-plane -p wharf-executor`.
+
+mod control_plane_common;
+mod harness;
+
+use std::collections::BTreeSet;
+
+use control_plane_common::{CONVERGE, NOT_FOUND, TestCluster};
+use harness::lifecycle::Lifecycle;
+use harness::wait_until;
+use serde_json::json;
+
+fn task_gens(status: &serde_json::Value) -> Vec<u64> {
+    status["tasks"]
+        .as_array()
+        .map(|a| {
+            a.iter()
+                .map(|t| {
+                    t["status"]["generation"]
+                        .as_str()
+                        .and_then(|g| g.parse().ok())
+                        .unwrap_or(0)
+                })
+                .collect()
+        })
+        .unwrap_or_default()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_connector_lives_through_pause_resume_stop_restart_reconfigure_and_delete() {
+    let c = TestCluster::start(3).await;
+    let name = "life";
+    let r = c.call(
+        "CreateConnector",
+        json!({ "name": name, "config": c.source_config(name, 3) }),
+    );
+    assert_eq!(r.code, 0, "{}", r.err);
+
+    // RUNNING, one task per executor.
+    let s = c
+        .wait_state(name, "STATE_RUNNING", "STATE_RUNNING", 3)
+        .await;
+    let hosts: BTreeSet<String> = TestCluster::hosts(&s).into_iter().collect();
+    assert_eq!(hosts.len(), 3, "tasks spread over the three executors: {s}");
+
+    // Pause: tasks stop with false, stay assigned as PAUSED.
+    assert_eq!(c.call("PauseConnector", json!({ "name": name })).code, 0);
+    c.wait_state(name, "STATE_PAUSED", "STATE_PAUSED", 3).await;
+    let lc = Lifecycle::read(&c.lifecycle_path(name));
+    for t in 0..3 {
+        let stops = lc.stops_for(name, t);
+        assert!(
+            !stops.is_empty() && stops.iter().all(|(_, deleted, _)| !deleted),
+            "task {t}: {stops:?}"
+        );
+    }
+
+    // Resume.
+    assert_eq!(c.call("ResumeConnector", json!({ "name": name })).code, 0);
+    c.wait_state(name, "STATE_RUNNING", "STATE_RUNNING", 3)
+        .await;
+
+    // Stop (KIP-875) and resume again.
+    assert_eq!(c.call("StopConnector", json!({ "name": name })).code, 0);
+    c.wait_state(name, "STATE_STOPPED", "STATE_STOPPED", 3)
+        .await;
+    let lc = Lifecycle::read(&c.lifecycle_path(name));
+    assert!(lc.stops(name, None).iter().all(|s| !s.connector_deleted));
+    assert_eq!(c.call("ResumeConnector", json!({ "name": name })).code, 0);
+    let before = c
+        .wait_state(name, "STATE_RUNNING", "STATE_RUNNING", 3)
+        .await;
+
+    // Restart with tasks: new generations, RUNNING again.
+    let r = c.call(
+        "RestartConnector",
+        json!({ "name": name, "include_tasks": true }),
+    );
+    assert_eq!(r.code, 0, "{}", r.err);
+    let old = task_gens(&before);
+    wait_until(
+        "restart to give every task a new generation",
+        CONVERGE,
+        || async {
+            let s = c.status(name)?;
+            let g = task_gens(&s);
+            let running = s["tasks"]
+                .as_array()?
+                .iter()
+                .all(|t| t["status"]["state"] == "STATE_RUNNING");
+            (running && g.len() == 3 && g.iter().zip(&old).all(|(n, o)| n > o)).then_some(())
+        },
+    )
+    .await;
+
+    // Reconfigure: tasks.max up, then down.
+    let r = c.call(
+        "PutConnectorConfig",
+        json!({ "name": name, "config": c.source_config(name, 5) }),
+    );
+    assert_eq!(r.code, 0, "{}", r.err);
+    c.wait_state(name, "STATE_RUNNING", "STATE_RUNNING", 5)
+        .await;
+    let r = c.call(
+        "PutConnectorConfig",
+        json!({ "name": name, "config": c.source_config(name, 2) }),
+    );
+    assert_eq!(r.code, 0, "{}", r.err);
+    let s = c
+        .wait_state(name, "STATE_RUNNING", "STATE_RUNNING", 2)
+        .await;
+    let final_hosts = TestCluster::hosts(&s);
+    let lc = Lifecycle::read(&c.lifecycle_path(name));
+    for t in 2..5 {
+        assert!(
+            lc.stops_for(name, t).iter().all(|(_, deleted, _)| !deleted),
+            "removed task {t} got stop(false) only"
+        );
+    }
+
+    // Delete and wait: every task's live instance got stop(true) exactly once, on its host.
+    let r = c.call(
+        "DeleteConnector",
+        json!({ "name": name, "wait": true, "wait_timeout_ms": 30000 }),
+    );
+    assert_eq!(r.code, 0, "{}", r.err);
+    assert_eq!(r.body["deleted"], true, "{}", r.body);
+    let lc = Lifecycle::read(&c.lifecycle_path(name));
+    for (t, host) in final_hosts.iter().enumerate() {
+        let trues: Vec<_> = lc
+            .stops(name, Some(t as u32))
+            .into_iter()
+            .filter(|s| s.connector_deleted)
+            .collect();
+        assert_eq!(
+            trues.len(),
+            1,
+            "task {t}: exactly one stop(true): {trues:?}"
+        );
+        assert_eq!(&trues[0].executor, host, "task {t}: stop(true) on its host");
+        assert!(trues[0].ok && !trues[0].cleanup_only);
+    }
+    for t in 2..5 {
+        assert!(
+            lc.stops(name, Some(t)).iter().all(|s| !s.connector_deleted),
+            "removed task {t} never saw stop(true)"
+        );
+    }
+    let conn_trues: Vec<_> = lc
+        .stops(name, None)
+        .into_iter()
+        .filter(|s| s.connector_deleted)
+        .collect();
+    assert_eq!(
+        conn_trues.len(),
+        1,
+        "connector instance: one stop(true): {conn_trues:?}"
+    );
+
+    // Gone from list, status and offsets.
+    let list = c.call("ListConnectors", json!({}));
+    assert!(
+        !list.body.to_string().contains(&format!("\"{name}\"")),
+        "{}",
+        list.body
+    );
+    assert_eq!(
+        c.call("GetConnectorStatus", json!({ "name": name })).code,
+        NOT_FOUND
+    );
+    assert_eq!(
+        c.call("GetOffsets", json!({ "name": name })).code,
+        NOT_FOUND
+    );
+
+    // The name can be reused; the new incarnation starts fresh.
+    let r = c.call(
+        "CreateConnector",
+        json!({ "name": name, "config": c.source_config(name, 1) }),
+    );
+    assert_eq!(r.code, 0, "{}", r.err);
+    c.wait_state(name, "STATE_RUNNING", "STATE_RUNNING", 1)
+        .await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_killed_executor_loses_its_tasks_to_the_others_and_delete_reaches_the_new_hosts() {
+    let mut c = TestCluster::start(3).await;
+    let name = "moving";
+    let r = c.call(
+        "CreateConnector",
+        json!({ "name": name, "config": c.source_config(name, 3) }),
+    );
+    assert_eq!(r.code, 0, "{}", r.err);
+    let s = c
+        .wait_state(name, "STATE_RUNNING", "STATE_RUNNING", 3)
+        .await;
+    let before = TestCluster::hosts(&s);
+
+    c.executors[2].kill9();
+    let s = wait_until("tasks of exec-3 to move", CONVERGE, || async {
+        let s = c.status(name)?;
+        let hosts = TestCluster::hosts(&s);
+        let running = s["tasks"]
+            .as_array()?
+            .iter()
+            .all(|t| t["status"]["state"] == "STATE_RUNNING");
+        (running && hosts.len() == 3 && hosts.iter().all(|h| h != "exec-3")).then_some(s)
+    })
+    .await;
+    let after = TestCluster::hosts(&s);
+    for (b, a) in before.iter().zip(&after) {
+        if b != "exec-3" {
+            assert_eq!(
+                a, b,
+                "tasks on live executors stay put: {before:?} -> {after:?}"
+            );
+        }
+    }
+
+    let r = c.call("DeleteConnector", json!({ "name": name, "wait": true }));
+    assert_eq!(r.body["deleted"], true, "{} {}", r.body, r.err);
+    let lc = Lifecycle::read(&c.lifecycle_path(name));
+    for (t, host) in after.iter().enumerate() {
+        let trues: Vec<_> = lc
+            .stops(name, Some(t as u32))
+            .into_iter()
+            .filter(|s| s.connector_deleted)
+            .collect();
+        assert_eq!(trues.len(), 1, "task {t}: {trues:?}");
+        assert_eq!(&trues[0].executor, host);
+    }
+}
