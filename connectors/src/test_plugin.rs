@@ -11,7 +11,7 @@
 //! Knobs (config keys, read by the connector and by its tasks; task configs copy the
 //! connector config): `test.tasks`, `test.poll.block.ms`, `test.ignore.cancel`,
 //! `test.stop.delay.ms`, `test.stop.fail.times`, `test.start.fail`,
-//! `test.records.per.poll`, `test.topic`.
+//! `test.records.per.poll`, `test.topic`, and `test.poll.panic` (poll panics).
 
 use std::io::Write;
 use std::path::{Path, PathBuf};
@@ -52,6 +52,7 @@ struct Knobs {
     start_fail: bool,
     records_per_poll: u32,
     topic: Option<String>,
+    poll_panic: bool,
 }
 
 impl Knobs {
@@ -66,6 +67,7 @@ impl Knobs {
             start_fail: parse_opt(config, "test.start.fail")?.unwrap_or(false),
             records_per_poll: parse_opt(config, "test.records.per.poll")?.unwrap_or(1),
             topic: config.get("test.topic").cloned(),
+            poll_panic: parse_opt(config, "test.poll.panic")?.unwrap_or(false),
         })
     }
 }
@@ -178,6 +180,7 @@ fn config_def() -> ConfigDef {
         .define(ConfigKey::new("test.stop.fail.times", ConfigType::Int, Importance::Low, "The first N stop_with(true) calls of this connector fail (counted across instances and executors)."))
         .define(ConfigKey::new("test.start.fail", ConfigType::Boolean, Importance::Low, "When true, start fails."))
         .define(ConfigKey::new("test.records.per.poll", ConfigType::Int, Importance::Low, "Records returned by each poll; default 1."))
+        .define(ConfigKey::new("test.poll.panic", ConfigType::Boolean, Importance::Low, "When true, poll panics (to show that a panic fails only that task)."))
         .define(ConfigKey::new("test.topic", ConfigType::String, Importance::Low, "Topic of the records; default test-<connector>."))
 }
 
@@ -318,6 +321,9 @@ impl SourceTask for TestSourceTask {
         if !self.polled {
             self.polled = true;
             self.recorder.record("poll", None, Ok(()));
+        }
+        if self.knobs.poll_panic {
+            panic!("test.poll.panic: injected panic in poll");
         }
         let wait =
             Duration::from_millis(self.knobs.poll_block_ms.unwrap_or(DEFAULT_POLL_INTERVAL_MS));

@@ -130,7 +130,7 @@ impl pb::executor_server::Executor for ExecutorService {
     }
 
     #[tracing::instrument(skip_all, fields(connector = %request.get_ref().connector, generation = request.get_ref().generation,
-        connector_deleted = request.get_ref().connector_deleted))]
+        connector_deleted = request.get_ref().connector_deleted, timeout_ms = request.get_ref().timeout_ms))]
     async fn stop_connector(
         &self,
         request: Request<pb::ExecutorStopConnectorRequest>,
@@ -195,7 +195,7 @@ impl pb::executor_server::Executor for ExecutorService {
     }
 
     #[tracing::instrument(skip_all, fields(task = ?request.get_ref().task, generation = request.get_ref().generation,
-        connector_deleted = request.get_ref().connector_deleted))]
+        connector_deleted = request.get_ref().connector_deleted, timeout_ms = request.get_ref().timeout_ms))]
     async fn stop_task(
         &self,
         request: Request<pb::StopTaskRequest>,

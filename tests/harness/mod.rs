@@ -8,6 +8,8 @@
 //! - stdout and stderr of each process go to `<data-dir>/process.log`.
 #![allow(dead_code)] // each test binary uses a different part of the harness
 
+pub mod lifecycle;
+
 use std::future::Future;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};

@@ -1,0 +1,1059 @@
+//! Component tests of a real `wharf-executor` process driven over gRPC, against a scripted
+//! fake control plane (an in-process `ExecutorRegistry` that grants epochs and records
+//! reports and commits). Each test proves its outcome from the test plugin's lifecycle
+//! file: which instance saw `stop(false)` or `stop(true)`, and how many times.
+//!
+//! Build the binary first: `cargo build -p wharf-executor`.
+
+mod harness;
+
+use std::collections::HashMap;
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use harness::lifecycle::Lifecycle;
+use harness::{KeepOnFailure, Proc, WAIT_DEADLINE, wait_until};
+use tonic::transport::Channel;
+use tonic::{Code, Request, Response, Status};
+use wharf::pb::v1 as pb;
+use wharf::pb::v1::executor_client::ExecutorClient;
+use wharf::pb::v1::executor_registry_server::{ExecutorRegistry, ExecutorRegistryServer};
+
+/// Graceful timeout given to the executors under test, in milliseconds.
+const GRACEFUL_TIMEOUT_MS: u64 = 3_000;
+/// Heartbeat interval the fake control plane asks for, in milliseconds.
+const HEARTBEAT_INTERVAL_MS: u32 = 100;
+/// Lease the fake control plane grants, in milliseconds.
+const LEASE_MS: u32 = 10_000;
+
+// ---------------------------------------------------------------------------------------
+// The fake control plane.
+
+#[derive(Default)]
+struct Recorded {
+    registrations: Mutex<Vec<pb::RegisterExecutorRequest>>,
+    reports: Mutex<Vec<pb::ReportStatusRequest>>,
+    commits: Mutex<Vec<pb::CommitOffsetsRequest>>,
+    epoch: AtomicU64,
+    /// Heartbeats for an epoch at or below this are refused (fenced).
+    fenced_up_to: AtomicU64,
+}
+
+impl Recorded {
+    fn task_reports(&self, connector: &str, task: u32) -> Vec<pb::TaskStatusReport> {
+        self.reports
+            .lock()
+            .unwrap()
+            .iter()
+            .flat_map(|r| r.tasks.clone())
+            .filter(|t| {
+                t.task
+                    .as_ref()
+                    .is_some_and(|id| id.connector == connector && id.task == task)
+            })
+            .collect()
+    }
+}
+
+struct FakeRegistry(Arc<Recorded>);
+
+impl FakeRegistry {
+    fn check_epoch(&self, epoch: u64) -> Result<(), Status> {
+        if epoch == 0
+            || epoch <= self.0.fenced_up_to.load(Ordering::SeqCst)
+            || epoch != self.0.epoch.load(Ordering::SeqCst)
+        {
+            return Err(Status::failed_precondition(format!(
+                "epoch {epoch} is fenced"
+            )));
+        }
+        Ok(())
+    }
+}
+
+#[tonic::async_trait]
+impl ExecutorRegistry for FakeRegistry {
+    async fn register_executor(
+        &self,
+        request: Request<pb::RegisterExecutorRequest>,
+    ) -> Result<Response<pb::RegisterExecutorResponse>, Status> {
+        self.0
+            .registrations
+            .lock()
+            .unwrap()
+            .push(request.into_inner());
+        let epoch = self.0.epoch.fetch_add(1, Ordering::SeqCst) + 1;
+        Ok(Response::new(pb::RegisterExecutorResponse {
+            epoch,
+            lease_ms: LEASE_MS,
+            heartbeat_interval_ms: HEARTBEAT_INTERVAL_MS,
+        }))
+    }
+
+    async fn heartbeat(
+        &self,
+        request: Request<pb::HeartbeatRequest>,
+    ) -> Result<Response<pb::HeartbeatResponse>, Status> {
+        self.check_epoch(request.get_ref().epoch)?;
+        Ok(Response::new(pb::HeartbeatResponse { lease_ms: LEASE_MS }))
+    }
+
+    async fn report_status(
+        &self,
+        request: Request<pb::ReportStatusRequest>,
+    ) -> Result<Response<pb::ReportStatusResponse>, Status> {
+        self.check_epoch(request.get_ref().epoch)?;
+        self.0.reports.lock().unwrap().push(request.into_inner());
+        Ok(Response::new(pb::ReportStatusResponse {}))
+    }
+
+    async fn commit_offsets(
+        &self,
+        request: Request<pb::CommitOffsetsRequest>,
+    ) -> Result<Response<pb::CommitOffsetsResponse>, Status> {
+        self.check_epoch(request.get_ref().epoch)?;
+        self.0.commits.lock().unwrap().push(request.into_inner());
+        Ok(Response::new(pb::CommitOffsetsResponse {}))
+    }
+
+    async fn request_task_reconfiguration(
+        &self,
+        _request: Request<pb::RequestTaskReconfigurationRequest>,
+    ) -> Result<Response<pb::RequestTaskReconfigurationResponse>, Status> {
+        Ok(Response::new(pb::RequestTaskReconfigurationResponse {}))
+    }
+}
+
+/// Serves the fake registry on 127.0.0.1:0; returns its URL and what it records.
+async fn fake_control_plane() -> (String, Arc<Recorded>) {
+    let recorded = Arc::new(Recorded::default());
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    let service = ExecutorRegistryServer::new(FakeRegistry(recorded.clone()));
+    tokio::spawn(async move {
+        tonic::transport::Server::builder()
+            .add_service(service)
+            .serve_with_incoming(tonic::transport::server::TcpIncoming::from(listener))
+            .await
+            .unwrap();
+    });
+    (format!("http://{addr}"), recorded)
+}
+
+// ---------------------------------------------------------------------------------------
+// One executor under test.
+
+struct Executor {
+    proc: Proc,
+    client: ExecutorClient<Channel>,
+    id: String,
+}
+
+async fn start_executor(
+    dir: &Path,
+    name: &str,
+    control_plane: &str,
+    recorded: &Recorded,
+) -> Executor {
+    let data_dir = dir.join(name);
+    let id = format!("executor-{name}");
+    let args = vec![
+        "--listen".into(),
+        "127.0.0.1:0".into(),
+        "--control-plane".into(),
+        control_plane.to_owned(),
+        "--data-dir".into(),
+        data_dir.display().to_string(),
+        "--executor-id".into(),
+        id.clone(),
+        "--graceful-timeout-ms".into(),
+        GRACEFUL_TIMEOUT_MS.to_string(),
+    ];
+    let mut proc = Proc::spawn(harness::bin("wharf-executor"), args, &data_dir);
+    let addr = proc.listen_addr().await;
+    let client = ExecutorClient::connect(format!("http://{addr}"))
+        .await
+        .unwrap();
+    wait_until("the executor to register", WAIT_DEADLINE, || {
+        let registered = recorded
+            .registrations
+            .lock()
+            .unwrap()
+            .iter()
+            .any(|r| r.executor_id == id);
+        async move { registered.then_some(()) }
+    })
+    .await;
+    Executor { proc, client, id }
+}
+
+struct Setup {
+    dir: KeepOnFailure,
+    recorded: Arc<Recorded>,
+    control_plane: String,
+    lifecycle: PathBuf,
+}
+
+impl Setup {
+    async fn new() -> Self {
+        let dir = KeepOnFailure::new();
+        let (control_plane, recorded) = fake_control_plane().await;
+        let lifecycle = dir.path().join("lifecycle.jsonl");
+        Self {
+            dir,
+            recorded,
+            control_plane,
+            lifecycle,
+        }
+    }
+
+    async fn executor(&self, name: &str) -> Executor {
+        start_executor(self.dir.path(), name, &self.control_plane, &self.recorded).await
+    }
+
+    fn lifecycle(&self) -> Lifecycle {
+        Lifecycle::read(&self.lifecycle)
+    }
+
+    /// A `test-source` connector config with the given knobs.
+    fn config(&self, extra: &[(&str, &str)]) -> HashMap<String, String> {
+        let mut c: HashMap<String, String> = [
+            ("connector.class", "test-source"),
+            ("tasks.max", "1"),
+            ("lifecycle.path", self.lifecycle.to_str().unwrap()),
+        ]
+        .into_iter()
+        .map(|(k, v)| (k.to_owned(), v.to_owned()))
+        .collect();
+        c.extend(
+            extra
+                .iter()
+                .map(|(k, v)| ((*k).to_owned(), (*v).to_owned())),
+        );
+        c
+    }
+
+    /// Waits until `pred` holds for the lifecycle file.
+    async fn wait_lifecycle(&self, what: &str, pred: impl Fn(&Lifecycle) -> bool) -> Lifecycle {
+        wait_until(what, WAIT_DEADLINE, || {
+            let l = self.lifecycle();
+            let ok = pred(&l);
+            async move { ok.then_some(l) }
+        })
+        .await
+    }
+}
+
+fn task_id(connector: &str, task: u32) -> Option<pb::TaskId> {
+    Some(pb::TaskId {
+        connector: connector.into(),
+        task,
+    })
+}
+
+async fn start_task(
+    ex: &mut Executor,
+    connector: &str,
+    task: u32,
+    generation: u64,
+    config: &HashMap<String, String>,
+    cleanup_only: bool,
+) -> Result<pb::StartTaskResponse, Status> {
+    ex.client
+        .start_task(pb::StartTaskRequest {
+            task: task_id(connector, task),
+            connector_config: config.clone(),
+            task_config: config.clone(),
+            generation,
+            target_state: pb::TargetState::Started as i32,
+            cleanup_only,
+            incarnation: format!("inc-{connector}"),
+            ..Default::default()
+        })
+        .await
+        .map(Response::into_inner)
+}
+
+async fn stop_task(
+    ex: &mut Executor,
+    connector: &str,
+    task: u32,
+    generation: u64,
+    connector_deleted: bool,
+    timeout_ms: u32,
+) -> Result<pb::StopTaskResponse, Status> {
+    let req = pb::StopTaskRequest {
+        task: task_id(connector, task),
+        connector_deleted,
+        generation,
+        timeout_ms,
+    };
+    ex.client.stop_task(req).await.map(Response::into_inner)
+}
+
+async fn start_connector(
+    ex: &mut Executor,
+    connector: &str,
+    generation: u64,
+    config: &HashMap<String, String>,
+    cleanup_only: bool,
+) -> pb::StartConnectorResponse {
+    ex.client
+        .start_connector(pb::StartConnectorRequest {
+            connector: connector.into(),
+            config: config.clone(),
+            generation,
+            target_state: pb::TargetState::Started as i32,
+            cleanup_only,
+            incarnation: format!("inc-{connector}"),
+            executor_epoch: 0,
+        })
+        .await
+        .unwrap()
+        .into_inner()
+}
+
+async fn stop_connector(
+    ex: &mut Executor,
+    connector: &str,
+    generation: u64,
+    connector_deleted: bool,
+) -> pb::ExecutorStopConnectorResponse {
+    ex.client
+        .stop_connector(pb::ExecutorStopConnectorRequest {
+            connector: connector.into(),
+            connector_deleted,
+            generation,
+            timeout_ms: 0,
+        })
+        .await
+        .unwrap()
+        .into_inner()
+}
+
+fn running(r: &pb::StartTaskResponse) -> bool {
+    r.state == pb::State::Running as i32
+}
+
+/// Waits until the task's instance number `n` (0-based) polled.
+async fn wait_polled(s: &Setup, connector: &str, task: u32, n: usize) -> Lifecycle {
+    s.wait_lifecycle(
+        &format!("instance {n} of {connector}-{task} to poll"),
+        |l| {
+            l.instances(connector, Some(task))
+                .get(n)
+                .is_some_and(|i| l.of_instance(i).iter().any(|e| e.call == "poll"))
+        },
+    )
+    .await
+}
+
+fn stopped_once(l: &Lifecycle, connector: &str, task: u32, executor: &str, deleted: bool) {
+    assert_eq!(
+        l.stops_for(connector, task),
+        vec![(executor.to_owned(), deleted, true)],
+        "stops of {connector}-{task}; calls: {:?}",
+        l.calls(connector, Some(task))
+    );
+}
+
+// ---------------------------------------------------------------------------------------
+// Stops that are not deletions pass false, exactly once.
+
+#[tokio::test]
+async fn restart_stops_the_task_once_with_false_and_starts_a_new_generation() {
+    let s = Setup::new().await;
+    let mut ex = s.executor("a").await;
+    let config = s.config(&[]);
+    assert!(running(
+        &start_task(&mut ex, "orders", 0, 1, &config, false)
+            .await
+            .unwrap()
+    ));
+    wait_polled(&s, "orders", 0, 0).await;
+
+    let stop = stop_task(&mut ex, "orders", 0, 1, false, 0).await.unwrap();
+    assert_eq!(stop.outcome, pb::StopOutcome::Stopped as i32);
+    assert!(!stop.connector_deleted && !stop.replayed);
+    assert!(running(
+        &start_task(&mut ex, "orders", 0, 2, &config, false)
+            .await
+            .unwrap()
+    ));
+
+    let l = wait_polled(&s, "orders", 0, 1).await;
+    stopped_once(&l, "orders", 0, &ex.id, false);
+    let first = &l.instances("orders", Some(0))[0];
+    let calls: Vec<_> = l
+        .of_instance(first)
+        .iter()
+        .map(|e| e.call.clone())
+        .collect();
+    assert_eq!(calls, ["start", "poll", "stop", "stopped"]);
+}
+
+#[tokio::test]
+async fn reconfiguration_stops_connector_and_task_once_with_false() {
+    let s = Setup::new().await;
+    let mut ex = s.executor("a").await;
+    let config = s.config(&[("tasks.max", "2"), ("test.tasks", "1")]);
+    assert_eq!(
+        start_connector(&mut ex, "cfg", 1, &config, false)
+            .await
+            .state,
+        pb::State::Running as i32
+    );
+    let configs = ex
+        .client
+        .compute_task_configs(pb::ComputeTaskConfigsRequest {
+            connector: "cfg".into(),
+            max_tasks: 2,
+            generation: 1,
+        })
+        .await
+        .unwrap()
+        .into_inner();
+    assert_eq!(configs.task_configs.len(), 1);
+    assert!(running(
+        &start_task(&mut ex, "cfg", 0, 1, &config, false)
+            .await
+            .unwrap()
+    ));
+    wait_polled(&s, "cfg", 0, 0).await;
+
+    // New config: the control plane stops the tasks and the connector instance with false,
+    // then starts everything again with a new generation.
+    let updated = s.config(&[("tasks.max", "2"), ("test.tasks", "2")]);
+    stop_task(&mut ex, "cfg", 0, 1, false, 0).await.unwrap();
+    assert_eq!(
+        stop_connector(&mut ex, "cfg", 1, false).await.outcome,
+        pb::StopOutcome::Stopped as i32
+    );
+    assert_eq!(
+        start_connector(&mut ex, "cfg", 2, &updated, false)
+            .await
+            .state,
+        pb::State::Running as i32
+    );
+    let configs = ex
+        .client
+        .compute_task_configs(pb::ComputeTaskConfigsRequest {
+            connector: "cfg".into(),
+            max_tasks: 2,
+            generation: 2,
+        })
+        .await
+        .unwrap()
+        .into_inner();
+    assert_eq!(configs.task_configs.len(), 2);
+    for task in 0..2 {
+        assert!(running(
+            &start_task(&mut ex, "cfg", task, 2, &updated, false)
+                .await
+                .unwrap()
+        ));
+    }
+    let l = wait_polled(&s, "cfg", 1, 0).await;
+    stopped_once(&l, "cfg", 0, &ex.id, false);
+    assert!(l.stops("cfg", Some(1)).is_empty());
+    let connector_stops = l.stops("cfg", None);
+    assert_eq!(connector_stops.len(), 1);
+    assert!(!connector_stops[0].connector_deleted && connector_stops[0].ok);
+}
+
+#[tokio::test]
+async fn a_newer_generation_supersedes_the_running_instance_with_stop_false() {
+    let s = Setup::new().await;
+    let mut ex = s.executor("a").await;
+    let config = s.config(&[]);
+    start_task(&mut ex, "sup", 0, 1, &config, false)
+        .await
+        .unwrap();
+    wait_polled(&s, "sup", 0, 0).await;
+    // No StopTask: the start of generation 2 itself stops generation 1 first.
+    assert!(running(
+        &start_task(&mut ex, "sup", 0, 2, &config, false)
+            .await
+            .unwrap()
+    ));
+    let l = wait_polled(&s, "sup", 0, 1).await;
+    stopped_once(&l, "sup", 0, &ex.id, false);
+    let stop_ts = l
+        .of("sup", Some(0))
+        .iter()
+        .find(|e| e.call == "stopped")
+        .unwrap()
+        .ts_ms;
+    let second_start = l
+        .of("sup", Some(0))
+        .iter()
+        .filter(|e| e.call == "start")
+        .nth(1)
+        .unwrap()
+        .ts_ms;
+    assert!(
+        stop_ts <= second_start,
+        "the new instance started before the old one stopped"
+    );
+}
+
+#[tokio::test]
+async fn move_to_another_executor_stops_the_old_instance_once_with_false() {
+    let s = Setup::new().await;
+    let mut a = s.executor("a").await;
+    let mut b = s.executor("b").await;
+    let config = s.config(&[]);
+    start_task(&mut a, "moving", 0, 1, &config, false)
+        .await
+        .unwrap();
+    wait_polled(&s, "moving", 0, 0).await;
+
+    stop_task(&mut a, "moving", 0, 1, false, 0).await.unwrap();
+    assert!(running(
+        &start_task(&mut b, "moving", 0, 2, &config, false)
+            .await
+            .unwrap()
+    ));
+    let l = wait_polled(&s, "moving", 0, 1).await;
+    stopped_once(&l, "moving", 0, &a.id, false);
+    let second = &l.instances("moving", Some(0))[1];
+    assert_eq!(l.of_instance(second)[0].executor, b.id);
+}
+
+#[tokio::test]
+async fn pause_stops_the_tasks_with_false_and_leaves_the_connector_instance_running() {
+    let s = Setup::new().await;
+    let mut ex = s.executor("a").await;
+    let config = s.config(&[]);
+    start_connector(&mut ex, "paused", 1, &config, false).await;
+    start_task(&mut ex, "paused", 0, 1, &config, false)
+        .await
+        .unwrap();
+    wait_polled(&s, "paused", 0, 0).await;
+
+    stop_task(&mut ex, "paused", 0, 1, false, 0).await.unwrap();
+    let listed = ex
+        .client
+        .list_assignments(pb::ListAssignmentsRequest {})
+        .await
+        .unwrap()
+        .into_inner();
+    assert!(listed.tasks.is_empty());
+    assert_eq!(listed.connectors.len(), 1);
+    // Resume: a new generation.
+    start_task(&mut ex, "paused", 0, 2, &config, false)
+        .await
+        .unwrap();
+    let l = wait_polled(&s, "paused", 0, 1).await;
+    stopped_once(&l, "paused", 0, &ex.id, false);
+    assert!(
+        l.stops("paused", None).is_empty(),
+        "the connector instance must not be stopped by a pause"
+    );
+}
+
+#[tokio::test]
+async fn stopped_state_stops_connector_and_tasks_once_with_false() {
+    let s = Setup::new().await;
+    let mut ex = s.executor("a").await;
+    let config = s.config(&[("tasks.max", "2")]);
+    start_connector(&mut ex, "halt", 1, &config, false).await;
+    for t in 0..2 {
+        start_task(&mut ex, "halt", t, 1, &config, false)
+            .await
+            .unwrap();
+    }
+    wait_polled(&s, "halt", 1, 0).await;
+    for t in 0..2 {
+        stop_task(&mut ex, "halt", t, 1, false, 0).await.unwrap();
+    }
+    stop_connector(&mut ex, "halt", 1, false).await;
+    let l = s.lifecycle();
+    for t in 0..2 {
+        stopped_once(&l, "halt", t, &ex.id, false);
+    }
+    let c = l.stops("halt", None);
+    assert_eq!(c.len(), 1);
+    assert!(!c[0].connector_deleted);
+    let listed = ex
+        .client
+        .list_assignments(pb::ListAssignmentsRequest {})
+        .await
+        .unwrap()
+        .into_inner();
+    assert!(listed.tasks.is_empty() && listed.connectors.is_empty());
+}
+
+#[tokio::test]
+async fn sigterm_stops_everything_once_with_false_and_exits_zero() {
+    let s = Setup::new().await;
+    let mut ex = s.executor("a").await;
+    let config = s.config(&[("tasks.max", "2"), ("test.stop.delay.ms", "200")]);
+    start_connector(&mut ex, "term", 1, &config, false).await;
+    for t in 0..2 {
+        start_task(&mut ex, "term", t, 1, &config, false)
+            .await
+            .unwrap();
+    }
+    wait_polled(&s, "term", 1, 0).await;
+
+    let started = Instant::now();
+    let code = ex
+        .proc
+        .terminate(Duration::from_millis(GRACEFUL_TIMEOUT_MS + 5_000))
+        .await;
+    assert_eq!(code, Some(0));
+    assert!(started.elapsed() < Duration::from_millis(GRACEFUL_TIMEOUT_MS + 2_000));
+    let l = s.lifecycle();
+    for t in 0..2 {
+        stopped_once(&l, "term", t, &ex.id, false);
+    }
+    let c = l.stops("term", None);
+    assert_eq!(c.len(), 1);
+    assert!(!c[0].connector_deleted && c[0].ok);
+    // Tasks first, then the connector instance.
+    let last_task_stop = l
+        .events
+        .iter()
+        .filter(|e| e.task.is_some() && e.call == "stopped")
+        .map(|e| e.ts_ms)
+        .max()
+        .unwrap();
+    let connector_stop = l
+        .events
+        .iter()
+        .find(|e| e.task.is_none() && e.call == "stop")
+        .unwrap()
+        .ts_ms;
+    assert!(last_task_stop <= connector_stop);
+}
+
+// ---------------------------------------------------------------------------------------
+// Deletion passes true, exactly once.
+
+#[tokio::test]
+async fn deletion_stops_every_task_then_the_connector_once_with_true() {
+    let s = Setup::new().await;
+    let mut ex = s.executor("a").await;
+    let config = s.config(&[("tasks.max", "2")]);
+    start_connector(&mut ex, "gone", 1, &config, false).await;
+    for t in 0..2 {
+        start_task(&mut ex, "gone", t, 1, &config, false)
+            .await
+            .unwrap();
+    }
+    wait_polled(&s, "gone", 1, 0).await;
+    for t in 0..2 {
+        let r = stop_task(&mut ex, "gone", t, 1, true, 0).await.unwrap();
+        assert_eq!(r.outcome, pb::StopOutcome::Stopped as i32);
+        assert!(r.connector_deleted);
+    }
+    let r = stop_connector(&mut ex, "gone", 1, true).await;
+    assert!(r.connector_deleted && r.outcome == pb::StopOutcome::Stopped as i32);
+    let l = s.lifecycle();
+    for t in 0..2 {
+        stopped_once(&l, "gone", t, &ex.id, true);
+    }
+    let c = l.stops("gone", None);
+    assert_eq!(c.len(), 1);
+    assert!(c[0].connector_deleted && c[0].ok);
+}
+
+#[tokio::test]
+async fn slow_cleanup_is_cut_at_the_timeout_and_reported_timed_out() {
+    let s = Setup::new().await;
+    let mut ex = s.executor("a").await;
+    let config = s.config(&[("test.stop.delay.ms", "60000")]);
+    start_task(&mut ex, "slow", 0, 1, &config, false)
+        .await
+        .unwrap();
+    wait_polled(&s, "slow", 0, 0).await;
+
+    let started = Instant::now();
+    let r = stop_task(&mut ex, "slow", 0, 1, true, 300).await.unwrap();
+    assert!(
+        started.elapsed() < Duration::from_secs(3),
+        "took {:?}",
+        started.elapsed()
+    );
+    assert_eq!(r.outcome, pb::StopOutcome::TimedOut as i32);
+    assert!(
+        r.connector_deleted && r.error.contains("timed out"),
+        "{}",
+        r.error
+    );
+    // Reported FAILED to the control plane, no longer hosted.
+    wait_until("a FAILED report", WAIT_DEADLINE, || {
+        let failed = s
+            .recorded
+            .task_reports("slow", 0)
+            .iter()
+            .any(|t| t.state == pb::State::Failed as i32 && t.error.contains("timed out"));
+        async move { failed.then_some(()) }
+    })
+    .await;
+    let listed = ex
+        .client
+        .list_assignments(pb::ListAssignmentsRequest {})
+        .await
+        .unwrap()
+        .into_inner();
+    assert!(listed.tasks.is_empty());
+    // The stop began once and never completed.
+    let l = s.lifecycle();
+    assert_eq!(l.stops_for("slow", 0), vec![(ex.id.clone(), true, false)]);
+    // A retry of the same generation runs nothing: it replays the timeout.
+    let again = stop_task(&mut ex, "slow", 0, 1, true, 300).await.unwrap();
+    assert!(again.replayed);
+    assert_eq!(again.outcome, pb::StopOutcome::TimedOut as i32);
+    assert_eq!(s.lifecycle().count("slow", Some(0), "stop"), 1);
+}
+
+// ---------------------------------------------------------------------------------------
+// Generations, replays and unknown tasks.
+
+#[tokio::test]
+async fn stale_generation_and_foreign_epoch_are_refused_with_failed_precondition() {
+    let s = Setup::new().await;
+    let mut ex = s.executor("a").await;
+    let config = s.config(&[]);
+    start_task(&mut ex, "gen", 0, 5, &config, false)
+        .await
+        .unwrap();
+
+    let start_old = start_task(&mut ex, "gen", 0, 4, &config, false)
+        .await
+        .unwrap_err();
+    assert_eq!(start_old.code(), Code::FailedPrecondition, "{start_old:?}");
+    assert!(
+        start_old.message().contains("generation"),
+        "{}",
+        start_old.message()
+    );
+    let stop_old = stop_task(&mut ex, "gen", 0, 4, true, 0).await.unwrap_err();
+    assert_eq!(stop_old.code(), Code::FailedPrecondition);
+
+    let foreign_epoch = ex
+        .client
+        .start_task(pb::StartTaskRequest {
+            task: task_id("gen", 1),
+            connector_config: config.clone(),
+            task_config: config.clone(),
+            generation: 1,
+            executor_epoch: 999,
+            ..Default::default()
+        })
+        .await
+        .unwrap_err();
+    assert_eq!(foreign_epoch.code(), Code::FailedPrecondition);
+    assert!(foreign_epoch.message().contains("epoch"));
+
+    // Nothing ran for the refused requests.
+    let l = s.lifecycle();
+    assert_eq!(l.instances("gen", Some(0)).len(), 1);
+    assert!(l.stops_for("gen", 0).is_empty());
+    assert!(l.of("gen", Some(1)).is_empty());
+}
+
+#[tokio::test]
+async fn duplicated_stop_task_is_replayed_and_runs_the_stop_once() {
+    let s = Setup::new().await;
+    let mut ex = s.executor("a").await;
+    let config = s.config(&[("test.stop.delay.ms", "300")]);
+    start_task(&mut ex, "dup", 0, 1, &config, false)
+        .await
+        .unwrap();
+    wait_polled(&s, "dup", 0, 0).await;
+
+    // Two concurrent requests, then a late repeat (with the other flag).
+    let (mut c1, mut c2) = (ex.client.clone(), ex.client.clone());
+    let req = pb::StopTaskRequest {
+        task: task_id("dup", 0),
+        connector_deleted: true,
+        generation: 1,
+        timeout_ms: 0,
+    };
+    let (r1, r2) = tokio::join!(c1.stop_task(req.clone()), c2.stop_task(req.clone()));
+    let (r1, r2) = (r1.unwrap().into_inner(), r2.unwrap().into_inner());
+    assert!(
+        r1.replayed != r2.replayed,
+        "exactly one of two concurrent stops runs: {r1:?} {r2:?}"
+    );
+    let late = stop_task(&mut ex, "dup", 0, 1, false, 0).await.unwrap();
+    assert!(
+        late.replayed && late.connector_deleted,
+        "a replay reports the first stop's flag"
+    );
+    for r in [&r1, &r2, &late] {
+        assert_eq!(r.outcome, pb::StopOutcome::Stopped as i32);
+        assert_eq!(r.generation, 1);
+    }
+    stopped_once(&s.lifecycle(), "dup", 0, &ex.id, true);
+}
+
+#[tokio::test]
+async fn stop_task_for_a_task_never_hosted_is_not_found() {
+    let s = Setup::new().await;
+    let mut ex = s.executor("a").await;
+    let err = stop_task(&mut ex, "nobody", 3, 1, true, 0)
+        .await
+        .unwrap_err();
+    assert_eq!(err.code(), Code::NotFound);
+    let err = ex
+        .client
+        .stop_connector(pb::ExecutorStopConnectorRequest {
+            connector: "nobody".into(),
+            connector_deleted: true,
+            generation: 1,
+            timeout_ms: 0,
+        })
+        .await
+        .unwrap_err();
+    assert_eq!(err.code(), Code::NotFound);
+    let bad = ex
+        .client
+        .stop_task(pb::StopTaskRequest {
+            task: None,
+            connector_deleted: true,
+            generation: 1,
+            timeout_ms: 0,
+        })
+        .await
+        .unwrap_err();
+    assert_eq!(bad.code(), Code::InvalidArgument);
+    assert!(bad.message().contains("task"));
+}
+
+#[tokio::test]
+async fn cleanup_only_start_then_stop_true_runs_no_poll() {
+    let s = Setup::new().await;
+    let mut ex = s.executor("a").await;
+    let config = s.config(&[]);
+    let started = start_task(&mut ex, "clean", 0, 7, &config, true)
+        .await
+        .unwrap();
+    assert!(running(&started));
+    let listed = ex
+        .client
+        .list_assignments(pb::ListAssignmentsRequest {})
+        .await
+        .unwrap()
+        .into_inner();
+    assert!(listed.tasks[0].cleanup_only);
+    let r = stop_task(&mut ex, "clean", 0, 7, true, 0).await.unwrap();
+    assert_eq!(r.outcome, pb::StopOutcome::Stopped as i32);
+
+    assert_eq!(
+        start_connector(&mut ex, "clean", 7, &config, true)
+            .await
+            .state,
+        pb::State::Running as i32
+    );
+    assert_eq!(
+        stop_connector(&mut ex, "clean", 7, true).await.outcome,
+        pb::StopOutcome::Stopped as i32
+    );
+
+    let l = s.lifecycle();
+    assert_eq!(l.calls("clean", Some(0)), ["start", "stop", "stopped"]);
+    assert!(l.of("clean", Some(0)).iter().all(|e| e.cleanup_only));
+    stopped_once(&l, "clean", 0, &ex.id, true);
+    assert_eq!(l.calls("clean", None), ["start", "stop", "stopped"]);
+}
+
+// ---------------------------------------------------------------------------------------
+// Blocked polls, panics and fencing.
+
+#[tokio::test]
+async fn a_poll_blocked_for_ten_minutes_is_cancelled_and_stop_true_arrives_within_the_graceful_timeout()
+ {
+    let s = Setup::new().await;
+    let mut ex = s.executor("a").await;
+    let config = s.config(&[("test.poll.block.ms", "600000")]);
+    start_task(&mut ex, "blocked", 0, 1, &config, false)
+        .await
+        .unwrap();
+    wait_polled(&s, "blocked", 0, 0).await;
+
+    let started = Instant::now();
+    let r = stop_task(&mut ex, "blocked", 0, 1, true, 0).await.unwrap();
+    assert!(started.elapsed() < Duration::from_millis(GRACEFUL_TIMEOUT_MS));
+    assert_eq!(r.outcome, pb::StopOutcome::Stopped as i32, "{}", r.error);
+    stopped_once(&s.lifecycle(), "blocked", 0, &ex.id, true);
+}
+
+#[tokio::test]
+async fn a_poll_that_ignores_cancellation_is_abandoned_at_the_timeout_and_the_executor_keeps_answering()
+ {
+    let s = Setup::new().await;
+    let mut ex = s.executor("a").await;
+    let config = s.config(&[
+        ("test.poll.block.ms", "600000"),
+        ("test.ignore.cancel", "true"),
+    ]);
+    start_task(&mut ex, "stuck", 0, 1, &config, false)
+        .await
+        .unwrap();
+    wait_polled(&s, "stuck", 0, 0).await;
+
+    let r = stop_task(&mut ex, "stuck", 0, 1, true, 500).await.unwrap();
+    assert_eq!(r.outcome, pb::StopOutcome::TimedOut as i32);
+    assert!(r.error.contains("poll"), "{}", r.error);
+    // Another connector still works on this executor.
+    let other = s.config(&[]);
+    assert!(running(
+        &start_task(&mut ex, "other", 0, 1, &other, false)
+            .await
+            .unwrap()
+    ));
+    wait_polled(&s, "other", 0, 0).await;
+    // The stuck instance never saw a stop (it was abandoned, not called concurrently).
+    assert!(s.lifecycle().stops_for("stuck", 0).is_empty());
+}
+
+#[tokio::test]
+async fn a_plugin_panic_fails_that_task_only() {
+    let s = Setup::new().await;
+    let mut ex = s.executor("a").await;
+    let healthy = s.config(&[]);
+    let panicking = s.config(&[("test.poll.panic", "true")]);
+    start_task(&mut ex, "healthy", 0, 1, &healthy, false)
+        .await
+        .unwrap();
+    start_task(&mut ex, "boom", 0, 1, &panicking, false)
+        .await
+        .unwrap();
+
+    wait_until("boom to be reported FAILED", WAIT_DEADLINE, || {
+        let failed = s
+            .recorded
+            .task_reports("boom", 0)
+            .iter()
+            .any(|t| t.state == pb::State::Failed as i32 && t.error.contains("panicked"));
+        async move { failed.then_some(()) }
+    })
+    .await;
+    let listed = ex
+        .client
+        .list_assignments(pb::ListAssignmentsRequest {})
+        .await
+        .unwrap()
+        .into_inner();
+    let state_of = |c: &str| {
+        listed
+            .tasks
+            .iter()
+            .find(|t| t.task.as_ref().unwrap().connector == c)
+            .unwrap()
+            .state
+    };
+    assert_eq!(state_of("boom"), pb::State::Failed as i32);
+    assert_eq!(state_of("healthy"), pb::State::Running as i32);
+    // The healthy task keeps committing offsets after the panic.
+    let commits_before = s.recorded.commits.lock().unwrap().len();
+    wait_until("more commits from the healthy task", WAIT_DEADLINE, || {
+        let n = s.recorded.commits.lock().unwrap().len();
+        async move { (n > commits_before + 2).then_some(()) }
+    })
+    .await;
+    // The failed task can still be stopped (cleanup runs).
+    let r = stop_task(&mut ex, "boom", 0, 1, true, 0).await.unwrap();
+    assert_eq!(r.outcome, pb::StopOutcome::Stopped as i32);
+    stopped_once(&s.lifecycle(), "boom", 0, &ex.id, true);
+}
+
+#[tokio::test]
+async fn a_fenced_heartbeat_stops_everything_with_false_and_registers_again() {
+    let s = Setup::new().await;
+    let mut ex = s.executor("a").await;
+    let config = s.config(&[]);
+    start_connector(&mut ex, "fenced", 1, &config, false).await;
+    start_task(&mut ex, "fenced", 0, 1, &config, false)
+        .await
+        .unwrap();
+    wait_polled(&s, "fenced", 0, 0).await;
+
+    let old_epoch = s.recorded.epoch.load(Ordering::SeqCst);
+    s.recorded.fenced_up_to.store(old_epoch, Ordering::SeqCst);
+    wait_until("the executor to register again", WAIT_DEADLINE, || {
+        let n = s.recorded.registrations.lock().unwrap().len();
+        async move { (n >= 2).then_some(()) }
+    })
+    .await;
+    let l = s
+        .wait_lifecycle("the connector instance to stop", |l| {
+            !l.stops("fenced", None).is_empty()
+        })
+        .await;
+    stopped_once(&l, "fenced", 0, &ex.id, false);
+    let c = l.stops("fenced", None);
+    assert_eq!(c.len(), 1);
+    assert!(!c[0].connector_deleted);
+    let listed = ex
+        .client
+        .list_assignments(pb::ListAssignmentsRequest {})
+        .await
+        .unwrap()
+        .into_inner();
+    assert!(listed.epoch > old_epoch);
+    assert!(listed.tasks.is_empty() && listed.connectors.is_empty());
+}
+
+#[tokio::test]
+async fn source_offsets_are_committed_and_a_restarted_task_resumes_after_them() {
+    let s = Setup::new().await;
+    let mut ex = s.executor("a").await;
+    let config = s.config(&[("test.poll.block.ms", "20")]);
+    start_task(&mut ex, "offsets", 0, 1, &config, false)
+        .await
+        .unwrap();
+    let committed = wait_until("three committed offsets", WAIT_DEADLINE, || {
+        let last = s.recorded.commits.lock().unwrap().last().cloned();
+        async move {
+            last.filter(|c| {
+                c.offsets
+                    .first()
+                    .is_some_and(|o| o.offset != r#"{"seq":0}"#)
+            })
+        }
+    })
+    .await;
+    assert_eq!(committed.generation, 1);
+    assert_eq!(committed.offsets[0].partition, r#"{"task":0}"#);
+    stop_task(&mut ex, "offsets", 0, 1, false, 0).await.unwrap();
+    let last = s.recorded.commits.lock().unwrap().last().cloned().unwrap();
+    let seq: serde_json::Value = serde_json::from_str(&last.offsets[0].offset).unwrap();
+    let seq = seq["seq"].as_u64().unwrap();
+
+    // Restart with the committed offsets: the new instance continues after them.
+    let restarted = ex
+        .client
+        .start_task(pb::StartTaskRequest {
+            task: task_id("offsets", 0),
+            connector_config: config.clone(),
+            task_config: config.clone(),
+            generation: 2,
+            offsets: last.offsets.clone(),
+            ..Default::default()
+        })
+        .await
+        .unwrap()
+        .into_inner();
+    assert_eq!(restarted.state, pb::State::Running as i32);
+    let first_commit = wait_until("a commit of generation 2", WAIT_DEADLINE, || {
+        let c = s
+            .recorded
+            .commits
+            .lock()
+            .unwrap()
+            .iter()
+            .find(|c| c.generation == 2)
+            .cloned();
+        async move { c }
+    })
+    .await;
+    let next: serde_json::Value = serde_json::from_str(&first_commit.offsets[0].offset).unwrap();
+    assert!(next["seq"].as_u64().unwrap() > seq);
+}
