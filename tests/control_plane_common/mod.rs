@@ -267,3 +267,23 @@ pub fn grpcurl(addr: &str, method: &str, body: &Value) -> Call {
 pub fn bytes_of(path: &Path) -> Vec<u8> {
     std::fs::read(path).unwrap_or_default()
 }
+
+/// Starts `grpcurl` for a server-streaming call in the background; collect its output
+/// with `wait_with_output` (it ends when the stream ends).
+pub fn grpcurl_stream(addr: &str, method: &str, body: &Value) -> std::process::Child {
+    Command::new("grpcurl")
+        .args([
+            "-plaintext",
+            "-emit-defaults",
+            "-max-time",
+            "60",
+            "-d",
+            &body.to_string(),
+            addr,
+            method,
+        ])
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .expect("grpcurl on PATH")
+}
