@@ -59,11 +59,16 @@ impl TestCluster {
     pub async fn start(n: usize) -> Self {
         let dir = KeepOnFailure::new();
         let cp_dir = dir.path().join("cp");
+        // A fixed port, so that a restarted control plane is found again by executors.
+        let port = std::net::TcpListener::bind("127.0.0.1:0")
+            .and_then(|l| l.local_addr())
+            .expect("free port")
+            .port();
         let mut cp = Proc::spawn(
             crate::harness::bin("wharf-control-plane"),
             vec![
                 "--listen".into(),
-                "127.0.0.1:0".into(),
+                format!("127.0.0.1:{port}"),
                 "--data-dir".into(),
                 cp_dir.display().to_string(),
                 "--lease-ms".into(),
@@ -112,6 +117,12 @@ impl TestCluster {
         } else {
             self.executors[i] = p;
         }
+    }
+
+    /// kill -9 of the control plane, then a start on the same data dir and port.
+    pub async fn restart_control_plane(&mut self) {
+        self.cp.restart();
+        self.addr = self.cp.listen_addr().await;
     }
 
     /// Waits until `n` executors are ALIVE.
