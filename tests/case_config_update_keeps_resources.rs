@@ -17,279 +17,28 @@
 //!
 //! Build first: `cargo build -p wharf-control-plane -p wharf-executor`.
 
+mod audit_common;
 mod control_plane_common;
 mod harness;
 
-use std::collections::{BTreeMap, HashMap};
-use std::path::{Path, PathBuf};
+use std::collections::HashMap;
+use std::path::Path;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use control_plane_common::{CONVERGE, grpcurl};
-use harness::{KeepOnFailure, Proc, wait_until};
+use audit_common::{Cluster, GRACEFUL_TIMEOUT_MS, PgDb, executor_index, pg, task_host};
+use harness::wait_until;
 use serde_json::{Value, json};
-use tokio_postgres::{Client, NoTls};
+use tokio_postgres::Client;
 use tokio_util::sync::CancellationToken;
 
 /// The writer inserts one row into each watched table this often, in milliseconds.
 const WRITE_INTERVAL_MS: u64 = 50;
-/// Lease the control plane grants, in milliseconds (short: a stopped executor's tasks
-/// move quickly).
-const LEASE_MS: u32 = 2_000;
-/// Heartbeat interval the control plane asks for, in milliseconds.
-const HEARTBEAT_INTERVAL_MS: u32 = 200;
-/// How long an executor may take to stop at SIGTERM, in milliseconds.
-const GRACEFUL_TIMEOUT_MS: u64 = 5_000;
 /// Upper bound on the sink catching up with the writer.
 const CATCH_UP: Duration = Duration::from_secs(60);
 
 const SOURCE: &str = "case01";
 const SINK: &str = "case01-sink";
-
-// ---------------------------------------------------------------------------------------
-// Processes.
-
-/// A test-owned nats-server with JetStream on a random port; killed on drop.
-struct Nats {
-    _proc: Proc,
-    url: String,
-}
-
-async fn start_nats(dir: &Path) -> Nats {
-    let data = dir.join("nats");
-    std::fs::create_dir_all(&data).unwrap();
-    let proc = Proc::spawn(
-        PathBuf::from("nats-server"),
-        vec![
-            "-a".into(),
-            "127.0.0.1".into(),
-            "-p".into(),
-            "-1".into(),
-            "-js".into(),
-            "-sd".into(),
-            data.join("js").display().to_string(),
-            "--ports_file_dir".into(),
-            data.display().to_string(),
-        ],
-        &data,
-    );
-    let url = wait_until("nats-server to write its ports file", CONVERGE, || {
-        let found = std::fs::read_dir(&data).ok().and_then(|entries| {
-            entries
-                .flatten()
-                .find(|e| e.file_name().to_string_lossy().ends_with(".ports"))
-                .and_then(|e| std::fs::read_to_string(e.path()).ok())
-                .and_then(|text| serde_json::from_str::<Value>(&text).ok())
-                .and_then(|v| v["nats"][0].as_str().map(str::to_owned))
-        });
-        async move { found }
-    })
-    .await;
-    Nats { _proc: proc, url }
-}
-
-/// A free TCP port on loopback (bound and released), for a control plane that must come
-/// back on the same address after kill -9.
-fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .and_then(|l| l.local_addr())
-        .map(|a| a.port())
-        .expect("free port")
-}
-
-struct Cluster {
-    dir: KeepOnFailure,
-    cp: Proc,
-    cp_addr: String,
-    executors: Vec<Proc>,
-    _nats: Nats,
-}
-
-impl Cluster {
-    async fn start() -> Cluster {
-        let dir = KeepOnFailure::new();
-        let nats = start_nats(dir.path()).await;
-        let cp_dir = dir.path().join("cp");
-        let port = free_port();
-        let mut cp = Proc::spawn(
-            harness::bin("wharf-control-plane"),
-            vec![
-                "--listen".into(),
-                format!("127.0.0.1:{port}"),
-                "--data-dir".into(),
-                cp_dir.display().to_string(),
-                "--lease-ms".into(),
-                LEASE_MS.to_string(),
-                "--heartbeat-interval-ms".into(),
-                HEARTBEAT_INTERVAL_MS.to_string(),
-            ],
-            &cp_dir,
-        );
-        let cp_addr = cp.listen_addr().await;
-        let mut executors = Vec::new();
-        for i in 0..2 {
-            let d = dir.path().join(format!("exec-{}", i + 1));
-            let mut p = Proc::spawn(
-                harness::bin("wharf-executor"),
-                vec![
-                    "--listen".into(),
-                    format!("127.0.0.{}:0", i + 2),
-                    "--control-plane".into(),
-                    format!("http://{cp_addr}"),
-                    "--data-dir".into(),
-                    d.display().to_string(),
-                    "--executor-id".into(),
-                    format!("exec-{}", i + 1),
-                    "--graceful-timeout-ms".into(),
-                    GRACEFUL_TIMEOUT_MS.to_string(),
-                    "--nats-url".into(),
-                    nats.url.clone(),
-                ],
-                &d,
-            );
-            p.listen_addr().await;
-            executors.push(p);
-        }
-        let c = Cluster {
-            dir,
-            cp,
-            cp_addr,
-            executors,
-            _nats: nats,
-        };
-        c.wait_alive(2).await;
-        c
-    }
-
-    fn call(&self, method: &str, body: Value) -> Value {
-        let r = grpcurl(
-            &self.cp_addr,
-            &format!("wharf.v1.ConnectorAdmin/{method}"),
-            &body,
-        );
-        assert_eq!(r.code, 0, "{method} {body}: {}", r.err);
-        r.body
-    }
-
-    fn try_status(&self, name: &str) -> Option<Value> {
-        let r = grpcurl(
-            &self.cp_addr,
-            "wharf.v1.ConnectorAdmin/GetConnectorStatus",
-            &json!({ "name": name }),
-        );
-        (r.code == 0).then(|| r.body["status"].clone())
-    }
-
-    async fn wait_alive(&self, n: usize) {
-        wait_until(&format!("{n} executors alive"), CONVERGE, || async {
-            let r = grpcurl(
-                &self.cp_addr,
-                "wharf.v1.ConnectorAdmin/ListExecutors",
-                &json!({}),
-            );
-            let alive = r.body["executors"]
-                .as_array()
-                .map(|a| {
-                    a.iter()
-                        .filter(|e| e["state"] == "EXECUTOR_STATE_ALIVE")
-                        .count()
-                })
-                .unwrap_or(0);
-            (r.code == 0 && alive == n).then_some(())
-        })
-        .await;
-    }
-
-    /// Waits until the connector and exactly `tasks` tasks are in `state`, every task
-    /// generation above the one in `newer_than` (when given); returns the status.
-    async fn wait_state(
-        &self,
-        name: &str,
-        connector_state: &str,
-        task_state: &str,
-        tasks: usize,
-        newer_than: Option<&Value>,
-    ) -> Value {
-        let old = newer_than.map(generations).unwrap_or_default();
-        wait_until(
-            &format!("{name}: connector {connector_state}, {tasks} tasks {task_state}"),
-            CONVERGE,
-            || async {
-                let s = self.try_status(name)?;
-                let ts = s["tasks"].as_array().cloned().unwrap_or_default();
-                let gens = generations(&s);
-                let newer = old.iter().all(|(t, g)| gens.get(t).is_none_or(|n| n > g));
-                (s["connector"]["state"] == connector_state
-                    && ts.len() == tasks
-                    && ts.iter().all(|t| t["status"]["state"] == task_state)
-                    && newer)
-                    .then_some(s)
-            },
-        )
-        .await
-    }
-}
-
-/// Task number to generation, from a status body.
-fn generations(status: &Value) -> BTreeMap<u64, u64> {
-    status["tasks"]
-        .as_array()
-        .map(|a| {
-            a.iter()
-                .map(|t| {
-                    let g = t["status"]["generation"]
-                        .as_str()
-                        .and_then(|g| g.parse().ok())
-                        .or_else(|| t["status"]["generation"].as_u64())
-                        .unwrap_or(0);
-                    (t["task"].as_u64().unwrap_or(0), g)
-                })
-                .collect()
-        })
-        .unwrap_or_default()
-}
-
-// ---------------------------------------------------------------------------------------
-// PostgreSQL.
-
-async fn pg(db: &str) -> Client {
-    let (client, conn) = tokio_postgres::Config::new()
-        .host("127.0.0.1")
-        .port(5432)
-        .user("postgres")
-        .dbname(db)
-        .connect(NoTls)
-        .await
-        .expect("connect to the test PostgreSQL");
-    tokio::spawn(async move {
-        let _ = conn.await;
-    });
-    client
-}
-
-/// The test's database, dropped with FORCE when the guard goes.
-struct PgDb {
-    name: String,
-}
-
-impl Drop for PgDb {
-    fn drop(&mut self) {
-        let name = self.name.clone();
-        let _ = std::thread::spawn(move || {
-            let rt = tokio::runtime::Builder::new_current_thread()
-                .enable_all()
-                .build()
-                .expect("runtime");
-            rt.block_on(async {
-                let _ = pg("postgres")
-                    .await
-                    .batch_execute(&format!("DROP DATABASE IF EXISTS {name} WITH (FORCE)"))
-                    .await;
-            });
-        })
-        .join();
-    }
-}
 
 /// OIDs of what the connector provisioned: audit tables, trigger functions, triggers.
 #[derive(Debug, PartialEq, Eq)]
@@ -408,18 +157,7 @@ async fn wait_sink_has(path: &Path, rows: &[(String, i64)]) -> HashMap<(String, 
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn config_updates_restarts_and_crashes_never_tear_down_the_audit_objects() {
-    let db = PgDb {
-        name: format!("wharf_case01_{}", std::process::id()),
-    };
-    let admin = pg("postgres").await;
-    admin
-        .batch_execute(&format!("DROP DATABASE IF EXISTS {} WITH (FORCE)", db.name))
-        .await
-        .unwrap();
-    admin
-        .batch_execute(&format!("CREATE DATABASE {}", db.name))
-        .await
-        .unwrap();
+    let db = PgDb::create(format!("wharf_case01_{}", std::process::id())).await;
     let sql = pg(&db.name).await;
     sql.batch_execute(
         "CREATE TABLE t1 (id serial PRIMARY KEY, note text);
@@ -428,7 +166,7 @@ async fn config_updates_restarts_and_crashes_never_tear_down_the_audit_objects()
     .await
     .unwrap();
 
-    let mut c = Cluster::start().await;
+    let mut c = Cluster::start(2).await;
     let sink_file = c.dir.path().join("sink.jsonl");
     let source_config = |poll_ms: &str, tasks_max: &str| {
         json!({
@@ -551,17 +289,7 @@ async fn config_updates_restarts_and_crashes_never_tear_down_the_audit_objects()
     );
 
     // 6. SIGTERM the executor hosting task 0, then start it again.
-    let host = s["tasks"]
-        .as_array()
-        .and_then(|ts| ts.iter().find(|t| t["task"].as_u64().unwrap_or(0) == 0))
-        .and_then(|t| t["status"]["executorId"].as_str())
-        .map(str::to_owned)
-        .expect("task 0 has a host");
-    let idx = match host.as_str() {
-        "exec-1" => 0,
-        "exec-2" => 1,
-        other => panic!("unknown host {other}"),
-    };
+    let idx = executor_index(&task_host(&s, 0).expect("task 0 has a host"));
     let code = c.executors[idx]
         .terminate(Duration::from_millis(GRACEFUL_TIMEOUT_MS * 3))
         .await;
