@@ -7,6 +7,8 @@
 //! - inserts, updates and deletes arrive at the sink once each, in audit-id order per
 //!   table, across a task restart and a move of a task to another executor (SIGTERM of
 //!   its host); the objects stay through both;
+//! - a config update, pause and STOPPED keep every object; changes made while paused
+//!   arrive after the resume;
 //! - the executor hosting task 0 is killed (kill -9) and the connector deleted: the
 //!   control plane re-hosts the cleanup and afterwards `pg_trigger`, `pg_proc` and
 //!   `pg_class` (or `sqlite_master`) hold nothing the connector created.
@@ -342,6 +344,31 @@ async fn run_matrix(c: &mut Cluster, b: &Backend) {
     assert_eq!(b.counts().await, created, "after a move");
     write_round(b, 3).await;
     assert_delivered_once_in_order(b, &sink_file, "a move to another executor").await;
+
+    // Config update, pause, STOPPED: stops with false only; everything stays.
+    let mut updated = b.source_config();
+    updated["poll.interval.ms"] = json!("70");
+    c.call(
+        "PutConnectorConfig",
+        json!({ "name": SOURCE, "config": updated }),
+    );
+    c.wait_state(SOURCE, "STATE_RUNNING", "STATE_RUNNING", 2, Some(&s))
+        .await;
+    assert_eq!(b.counts().await, created, "after a config update");
+    c.call("PauseConnector", json!({ "name": SOURCE }));
+    c.wait_state(SOURCE, "STATE_PAUSED", "STATE_PAUSED", 2, None)
+        .await;
+    assert_eq!(b.counts().await, created, "after pause");
+    write_round(b, 4).await;
+    c.call("StopConnector", json!({ "name": SOURCE }));
+    c.wait_state(SOURCE, "STATE_STOPPED", "STATE_STOPPED", 2, None)
+        .await;
+    assert_eq!(b.counts().await, created, "after StopConnector");
+    c.call("ResumeConnector", json!({ "name": SOURCE }));
+    let s = c
+        .wait_state(SOURCE, "STATE_RUNNING", "STATE_RUNNING", 2, None)
+        .await;
+    assert_delivered_once_in_order(b, &sink_file, "pause, STOPPED and resume").await;
 
     // Kill -9 task 0's new host, then delete: cleanup is re-hosted on a live executor.
     let host = task_host(&s, 0).expect("task 0 has a host");

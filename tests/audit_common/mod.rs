@@ -33,7 +33,7 @@ pub async fn start_nats(dir: &Path) -> Nats {
     let data = dir.join("nats");
     std::fs::create_dir_all(&data).unwrap();
     let proc = Proc::spawn(
-        PathBuf::from("nats-server"),
+        nats_server_binary(),
         vec![
             "-a".into(),
             "127.0.0.1".into(),
@@ -60,6 +60,19 @@ pub async fn start_nats(dir: &Path) -> Nats {
     })
     .await;
     Nats { _proc: proc, url }
+}
+
+/// `$NATS_SERVER`, else `nats-server` from PATH, else Debian's `/usr/sbin/nats-server`.
+fn nats_server_binary() -> PathBuf {
+    if let Ok(p) = std::env::var("NATS_SERVER") {
+        return PathBuf::from(p);
+    }
+    std::env::var_os("PATH")
+        .into_iter()
+        .flat_map(|paths| std::env::split_paths(&paths).collect::<Vec<_>>())
+        .map(|dir| dir.join("nats-server"))
+        .find(|p| p.exists())
+        .unwrap_or_else(|| PathBuf::from("/usr/sbin/nats-server"))
 }
 
 /// A free TCP port on loopback (bound and released), for a control plane that must come
