@@ -70,6 +70,9 @@ pub enum StartError {
     /// The store failed to open.
     #[error(transparent)]
     Store(#[from] crate::store::StoreError),
+    /// The in-process executor of `--dev` failed to start.
+    #[error("dev executor: {0}")]
+    DevExecutor(String),
     /// Reflection descriptors did not decode (a build defect).
     #[error("reflection: {0}")]
     Reflection(#[from] tonic_reflection_error::Error),
@@ -217,6 +220,51 @@ impl App {
             addr: self.local_addr,
             source: std::io::Error::other(e),
         })
+    }
+}
+
+/// Directory (inside the data dir) of the in-process executor of `--dev`.
+pub const DEV_EXECUTOR_DIR: &str = "dev-executor";
+/// Id of the in-process executor of `--dev`.
+pub const DEV_EXECUTOR_ID: &str = "dev";
+
+/// `--dev`: the control plane plus an in-process executor with every built-in plugin, the
+/// embedded store and the embedded record log, until `shutdown` resolves. At shutdown the
+/// executor stops its instances with `connector_deleted = false` first, then the control
+/// plane stops.
+///
+/// # Errors
+/// [`StartError`].
+pub async fn run_dev(
+    config: Config,
+    shutdown: impl std::future::Future<Output = ()> + Send + 'static,
+) -> Result<(), StartError> {
+    let data_dir = config.data_dir.clone();
+    let app = App::build(config).await?;
+    let control_plane = format!("http://{}", app.local_addr());
+    let (stop_cp, cp_stopped) = tokio::sync::oneshot::channel::<()>();
+    let cp = tokio::spawn(app.run(async move {
+        let _ = cp_stopped.await;
+    }));
+    let local = std::net::SocketAddr::from(([127, 0, 0, 1], 0));
+    let mut exec_config = wharf_executor::app::ExecutorConfig::new(
+        local,
+        control_plane,
+        data_dir.join(DEV_EXECUTOR_DIR),
+    );
+    exec_config.executor_id = Some(DEV_EXECUTOR_ID.to_owned());
+    let executor = wharf_executor::app::ExecutorApp::start(exec_config)
+        .await
+        .map_err(|e| StartError::DevExecutor(e.to_string()))?;
+    info!(executor = DEV_EXECUTOR_ID, addr = %executor.local_addr(), "dev executor started in process");
+    shutdown.await;
+    executor.shutdown().await;
+    let _ = stop_cp.send(());
+    match cp.await {
+        Ok(result) => result,
+        Err(e) => Err(StartError::DevExecutor(format!(
+            "control plane task ended abnormally: {e}"
+        ))),
     }
 }
 

@@ -42,9 +42,7 @@ async fn main() -> anyhow::Result<()> {
         .with_writer(std::io::stderr)
         .init();
     let args = Args::parse();
-    if args.dev {
-        anyhow::bail!("--dev needs the in-process executor, which this build does not include yet");
-    }
+    let dev = args.dev;
     let config = Config {
         listen: args.listen,
         data_dir: args.data_dir,
@@ -53,9 +51,13 @@ async fn main() -> anyhow::Result<()> {
             heartbeat_interval_ms: args.heartbeat_interval_ms,
         },
     };
-    App::build(config)
-        .await?
-        .run(wharf::server::shutdown_signal())
-        .await?;
+    if dev {
+        app::run_dev(config, wharf::server::shutdown_signal()).await?;
+    } else {
+        App::build(config)
+            .await?
+            .run(wharf::server::shutdown_signal())
+            .await?;
+    }
     Ok(())
 }
