@@ -343,6 +343,38 @@ mod tests {
         assert_eq!(quote_literal("it's"), "'it''s'");
     }
 
+    fn part() -> impl proptest::strategy::Strategy<Value = String> {
+        // Any text without NUL (no catalog holds it), with the characters that matter.
+        proptest::string::string_regex("[a-zA-Z0-9 _.,\"'\\;$\t-]{1,12}|[^\u{0}]{1,6}")
+            .expect("valid regex")
+    }
+
+    proptest::proptest! {
+        #[test]
+        fn any_table_list_round_trips_through_its_text_form(
+            names in proptest::collection::vec((proptest::option::of(part()), part()), 0..5)
+        ) {
+            let mut tables: Vec<TableName> = Vec::new();
+            for (schema, name) in names {
+                let t = TableName { schema, name };
+                if !tables.contains(&t) {
+                    tables.push(t);
+                }
+            }
+            let text = format_table_list(&tables);
+            proptest::prop_assert_eq!(parse_table_list(&text), Ok(tables));
+        }
+
+        #[test]
+        fn a_quoted_identifier_is_one_token(ident in part()) {
+            let q = quote_ident(&ident);
+            let inner = &q[1..q.len() - 1];
+            // Every quote inside comes in a pair: the identifier cannot be closed early.
+            proptest::prop_assert!(inner.replace("\"\"", "").find('"').is_none());
+            proptest::prop_assert_eq!(inner.replace("\"\"", "\""), ident);
+        }
+    }
+
     #[test]
     fn derived_names_are_short_safe_and_distinct() {
         let a = derived_name("wharf_audit", "a-b");
