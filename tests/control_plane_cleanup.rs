@@ -1,0 +1,185 @@
+//! Bounded, retried cleanup (DESIGN.md points 3, 6, 12) with real executors and the test
+//! plugin's injected stop failures: retries until a stop(true) completes; after
+//! `cleanup.max.attempts` the connector stays DELETING with attempts and error visible;
+//! RetryCleanup tries again; `force` finishes and names what it skipped; `keep_resources`
+//! stops everything with `false`; a deletion whose host executor died runs the cleanup
+//! on a live executor in cleanup-only mode once the lease expired.
+//!
+//! Build first: `cargo build -p wharf-control-plane -p wharf-executor`.
+
+mod control_plane_common;
+mod harness;
+
+use control_plane_common::{CONVERGE, NOT_FOUND, TestCluster};
+use harness::lifecycle::Lifecycle;
+use harness::wait_until;
+use serde_json::json;
+
+async fn gone(c: &TestCluster, name: &str) {
+    wait_until(&format!("{name} deleted"), CONVERGE, || async {
+        (c.call("GetConnectorStatus", json!({ "name": name })).code == NOT_FOUND).then_some(())
+    })
+    .await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn failing_cleanup_is_retried_until_a_stop_true_completes() {
+    let c = TestCluster::start(1).await;
+    let name = "flaky";
+    let mut cfg = c.source_config(name, 1);
+    cfg["test.stop.fail.times"] = json!("2");
+    assert_eq!(
+        c.call("CreateConnector", json!({ "name": name, "config": cfg }))
+            .code,
+        0
+    );
+    c.wait_state(name, "STATE_RUNNING", "STATE_RUNNING", 1)
+        .await;
+    assert_eq!(c.call("DeleteConnector", json!({ "name": name })).code, 0);
+    gone(&c, name).await;
+    let lc = Lifecycle::read(&c.lifecycle_path(name));
+    let trues: Vec<_> = lc
+        .stops(name, Some(0))
+        .into_iter()
+        .filter(|s| s.connector_deleted)
+        .collect();
+    assert_eq!(
+        trues.iter().filter(|s| s.ok).count(),
+        1,
+        "one completed stop(true): {trues:?}"
+    );
+    assert!(trues.len() >= 2, "failed attempts were retried: {trues:?}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn exhausted_cleanup_stays_deleting_until_retried_or_forced() {
+    let c = TestCluster::start(1).await;
+    let name = "stubborn";
+    let mut cfg = c.source_config(name, 1);
+    cfg["test.stop.fail.times"] = json!("100");
+    cfg["cleanup.max.attempts"] = json!("2");
+    assert_eq!(
+        c.call("CreateConnector", json!({ "name": name, "config": cfg }))
+            .code,
+        0
+    );
+    c.wait_state(name, "STATE_RUNNING", "STATE_RUNNING", 1)
+        .await;
+    assert_eq!(c.call("DeleteConnector", json!({ "name": name })).code, 0);
+    let step = wait_until("task cleanup FAILED after 2 attempts", CONVERGE, || async {
+        let s = c.status(name)?;
+        let step = s["deletion"]["steps"][0].clone();
+        (step["state"] == "CLEANUP_STATE_FAILED" && step["attempts"] == 2).then_some(step)
+    })
+    .await;
+    assert!(
+        step["lastError"].as_str().is_some_and(|e| !e.is_empty()),
+        "{step}"
+    );
+    assert_eq!(
+        c.status(name).expect("status")["connector"]["state"],
+        "STATE_DELETING"
+    );
+
+    // RetryCleanup: one more attempt.
+    assert_eq!(c.call("RetryCleanup", json!({ "name": name })).code, 0);
+    wait_until("a third attempt", CONVERGE, || async {
+        let s = c.status(name)?;
+        (s["deletion"]["steps"][0]["attempts"] == 3
+            && s["deletion"]["steps"][0]["state"] == "CLEANUP_STATE_FAILED")
+            .then_some(())
+    })
+    .await;
+
+    // Create of the same name is refused while it is deleting.
+    let r = c.call(
+        "CreateConnector",
+        json!({ "name": name, "config": c.source_config(name, 1) }),
+    );
+    assert_eq!(
+        r.code,
+        control_plane_common::FAILED_PRECONDITION,
+        "{}",
+        r.err
+    );
+
+    // Force: finished, and the answer names the skipped task.
+    let r = c.call("DeleteConnector", json!({ "name": name, "force": true }));
+    assert_eq!(r.code, 0, "{}", r.err);
+    assert_eq!(r.body["deleted"], true, "{}", r.body);
+    assert_eq!(r.body["skippedTasks"], json!([0]), "{}", r.body);
+    assert_eq!(r.body["connectorCleanupSkipped"], true, "{}", r.body);
+    gone(&c, name).await;
+    assert!(c.cp_log().contains("deletion forced"), "the log says so");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn keep_resources_stops_everything_with_false() {
+    let c = TestCluster::start(2).await;
+    let name = "keeper";
+    assert_eq!(
+        c.call(
+            "CreateConnector",
+            json!({ "name": name, "config": c.source_config(name, 2) })
+        )
+        .code,
+        0
+    );
+    c.wait_state(name, "STATE_RUNNING", "STATE_RUNNING", 2)
+        .await;
+    let r = c.call(
+        "DeleteConnector",
+        json!({ "name": name, "keep_resources": true, "wait": true }),
+    );
+    assert_eq!(r.body["deleted"], true, "{} {}", r.body, r.err);
+    let lc = Lifecycle::read(&c.lifecycle_path(name));
+    assert!(
+        lc.events.iter().all(|e| e.connector_deleted != Some(true)),
+        "no stop(true) at all"
+    );
+    for t in [Some(0), Some(1), None] {
+        assert!(
+            lc.stops(name, t)
+                .iter()
+                .any(|s| !s.connector_deleted && s.ok),
+            "{t:?} stopped with false"
+        );
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn cleanup_of_a_dead_executors_tasks_runs_cleanup_only_elsewhere_after_its_lease() {
+    let mut c = TestCluster::start(2).await;
+    let name = "orphaned";
+    assert_eq!(
+        c.call(
+            "CreateConnector",
+            json!({ "name": name, "config": c.source_config(name, 2) })
+        )
+        .code,
+        0
+    );
+    let s = c
+        .wait_state(name, "STATE_RUNNING", "STATE_RUNNING", 2)
+        .await;
+    let hosts = TestCluster::hosts(&s);
+    let dead = hosts
+        .iter()
+        .position(|h| h == "exec-2")
+        .expect("a task on exec-2");
+    c.executors[1].kill9();
+    assert_eq!(c.call("DeleteConnector", json!({ "name": name })).code, 0);
+    gone(&c, name).await;
+    let lc = Lifecycle::read(&c.lifecycle_path(name));
+    let trues: Vec<_> = lc
+        .stops(name, Some(dead as u32))
+        .into_iter()
+        .filter(|s| s.connector_deleted && s.ok)
+        .collect();
+    assert_eq!(trues.len(), 1, "{trues:?}");
+    assert_eq!(
+        trues[0].executor, "exec-1",
+        "re-hosted on the live executor"
+    );
+    assert!(trues[0].cleanup_only, "in cleanup-only mode");
+}
