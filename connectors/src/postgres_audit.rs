@@ -457,27 +457,27 @@ fn pg_literal(text: &str) -> String {
 struct FoundTrigger {
     table: TableName,
     name: String,
+    /// Schema of the function it calls.
+    function_schema: String,
 }
 
-/// Triggers on any table that call our trigger function.
+/// Triggers on any table that call a function of ours, in any schema (the function
+/// follows the audit table's schema, which a config update may change).
 async fn our_triggers(
     tx: &tokio_postgres::Transaction<'_>,
     names: &Names,
 ) -> Result<Vec<FoundTrigger>, tokio_postgres::Error> {
     let rows = tx
         .query(
-            "SELECT tn.nspname, c.relname, t.tgname
+            "SELECT tn.nspname, c.relname, t.tgname, pn.nspname
                FROM pg_trigger t
                JOIN pg_class c ON c.oid = t.tgrelid
                JOIN pg_namespace tn ON tn.oid = c.relnamespace
                JOIN pg_proc p ON p.oid = t.tgfoid
                JOIN pg_namespace pn ON pn.oid = p.pronamespace
-              WHERE pn.nspname = $1 AND p.proname = $2 AND p.pronargs = 0
+              WHERE p.proname = $1 AND p.pronargs = 0
               ORDER BY 1, 2, 3",
-            &[
-                &names.function.schema.as_deref().unwrap_or(DEFAULT_SCHEMA),
-                &names.function.name,
-            ],
+            &[&names.function.name],
         )
         .await?;
     Ok(rows
@@ -488,8 +488,86 @@ async fn our_triggers(
                 name: r.get(1),
             },
             name: r.get(2),
+            function_schema: r.get(3),
         })
         .collect())
+}
+
+/// Our trigger functions, in any schema: `(function, audit table it wrote to as its
+/// comment says)`.
+async fn our_functions(
+    tx: &tokio_postgres::Transaction<'_>,
+    names: &Names,
+) -> Result<Vec<(TableName, Option<TableName>)>, tokio_postgres::Error> {
+    let rows = tx
+        .query(
+            "SELECT n.nspname, obj_description(p.oid, 'pg_proc')
+               FROM pg_proc p JOIN pg_namespace n ON n.oid = p.pronamespace
+              WHERE p.proname = $1 AND p.pronargs = 0
+              ORDER BY 1",
+            &[&names.function.name],
+        )
+        .await?;
+    Ok(rows
+        .iter()
+        .map(|r| {
+            let function = TableName {
+                schema: Some(r.get(0)),
+                name: names.function.name.clone(),
+            };
+            let comment: Option<String> = r.get(1);
+            let audit = comment
+                .and_then(|c| serde_json::from_str::<serde_json::Value>(&c).ok())
+                .and_then(|v| {
+                    Some(TableName {
+                        schema: Some(v["audit_schema"].as_str()?.to_owned()),
+                        name: v["audit_table"].as_str()?.to_owned(),
+                    })
+                });
+            (function, audit)
+        })
+        .collect())
+}
+
+/// The comment put on the trigger function: which audit table it writes to, so that a
+/// later start or cleanup finds a table left behind by a changed `audit.table`.
+fn function_comment(names: &Names) -> String {
+    serde_json::json!({
+        "wharf": "postgres-audit",
+        "audit_schema": names.audit_table.schema.as_deref().unwrap_or(DEFAULT_SCHEMA),
+        "audit_table": names.audit_table.name,
+    })
+    .to_string()
+}
+
+/// Drops `table` when its comment is our marker; leaves anything else in place.
+async fn drop_audit_table_if_ours(
+    tx: &tokio_postgres::Transaction<'_>,
+    table: &TableName,
+    marker: &str,
+) -> Result<(), tokio_postgres::Error> {
+    let schema = table.schema.as_deref().unwrap_or(DEFAULT_SCHEMA);
+    let existing = tx
+        .query_opt(
+            "SELECT obj_description(c.oid, 'pg_class')
+               FROM pg_class c JOIN pg_namespace ns ON ns.oid = c.relnamespace
+              WHERE ns.nspname = $1 AND c.relname = $2",
+            &[&schema, &table.name],
+        )
+        .await?;
+    if let Some(row) = existing {
+        let comment: Option<String> = row.get(0);
+        if comment.as_deref() == Some(marker) {
+            tx.batch_execute(&format!("DROP TABLE IF EXISTS {}", table.quoted()))
+                .await?;
+        } else {
+            tracing::warn!(
+                table = %table,
+                "postgres-audit leaves the audit table in place: it was not created by this connector"
+            );
+        }
+    }
+    Ok(())
 }
 
 async fn drop_triggers(
@@ -571,11 +649,16 @@ async fn provision(client: &mut Client, cfg: &PgAuditConfig) -> Result<(), PgAud
          END",
         lock = n.order_lock
     );
+    let previous = our_functions(&tx, n)
+        .await
+        .map_err(fail("listing the trigger functions"))?;
     tx.batch_execute(&format!(
         "CREATE OR REPLACE FUNCTION {function}() RETURNS trigger
-           LANGUAGE plpgsql SET search_path = pg_catalog AS {body}",
+           LANGUAGE plpgsql SET search_path = pg_catalog AS {body};
+         COMMENT ON FUNCTION {function}() IS {comment};",
         function = n.function.quoted(),
-        body = pg_literal(&body)
+        body = pg_literal(&body),
+        comment = pg_literal(&function_comment(n))
     ))
     .await
     .map_err(fail("creating the trigger function"))?;
@@ -585,11 +668,30 @@ async fn provision(client: &mut Client, cfg: &PgAuditConfig) -> Result<(), PgAud
         .map_err(fail("listing the triggers"))?;
     let stale: Vec<FoundTrigger> = present
         .into_iter()
-        .filter(|t| !cfg.tables.contains(&t.table) || t.name != n.trigger)
+        .filter(|t| {
+            !cfg.tables.contains(&t.table)
+                || t.name != n.trigger
+                || Some(t.function_schema.as_str()) != n.function.schema.as_deref()
+        })
         .collect();
     drop_triggers(&tx, &stale)
         .await
         .map_err(fail("dropping triggers of tables no longer watched"))?;
+    // What an earlier audit.table left: its function (elsewhere) and its audit table.
+    for (function, audit) in previous {
+        if function != n.function {
+            tx.batch_execute(&format!("DROP FUNCTION IF EXISTS {}()", function.quoted()))
+                .await
+                .map_err(fail(
+                    "dropping a trigger function of an earlier audit.table",
+                ))?;
+        }
+        if let Some(audit) = audit.filter(|a| *a != n.audit_table) {
+            drop_audit_table_if_ours(&tx, &audit, &n.marker)
+                .await
+                .map_err(fail("dropping the audit table of an earlier audit.table"))?;
+        }
+    }
 
     for table in &cfg.tables {
         let schema = table.schema.as_deref().unwrap_or(DEFAULT_SCHEMA);
@@ -660,41 +762,22 @@ async fn cleanup(
         .await
         .map_err(fail("dropping triggers"))?;
     if everything {
-        tx.batch_execute(&format!(
-            "DROP FUNCTION IF EXISTS {}()",
-            names.function.quoted()
-        ))
-        .await
-        .map_err(fail("dropping the trigger function"))?;
-        let audit_schema = names
-            .audit_table
-            .schema
-            .as_deref()
-            .unwrap_or(DEFAULT_SCHEMA);
-        let existing = tx
-            .query_opt(
-                "SELECT obj_description(c.oid, 'pg_class')
-                   FROM pg_class c JOIN pg_namespace ns ON ns.oid = c.relnamespace
-                  WHERE ns.nspname = $1 AND c.relname = $2",
-                &[&audit_schema, &names.audit_table.name],
-            )
+        let functions = our_functions(&tx, names)
             .await
-            .map_err(fail("looking up the audit table"))?;
-        if let Some(row) = existing {
-            let comment: Option<String> = row.get(0);
-            if comment.as_deref() == Some(names.marker.as_str()) {
-                tx.batch_execute(&format!(
-                    "DROP TABLE IF EXISTS {}",
-                    names.audit_table.quoted()
-                ))
+            .map_err(fail("listing the trigger functions"))?;
+        let mut audit_tables = vec![names.audit_table.clone()];
+        for (function, audit) in functions {
+            tx.batch_execute(&format!("DROP FUNCTION IF EXISTS {}()", function.quoted()))
+                .await
+                .map_err(fail("dropping the trigger function"))?;
+            if let Some(a) = audit.filter(|a| !audit_tables.contains(a)) {
+                audit_tables.push(a);
+            }
+        }
+        for table in &audit_tables {
+            drop_audit_table_if_ours(&tx, table, &names.marker)
                 .await
                 .map_err(fail("dropping the audit table"))?;
-            } else {
-                tracing::warn!(
-                    table = %names.audit_table,
-                    "postgres-audit leaves the audit table in place: it was not created by this connector"
-                );
-            }
         }
     }
     tx.commit()

@@ -465,14 +465,50 @@ fn trigger_sql(names: &Names, list_table: &str, table: &str, cols: &[String], op
     )
 }
 
-fn audit_table_state(conn: &Connection, names: &Names) -> rusqlite::Result<Option<bool>> {
-    match catalog_table(conn, &names.audit_table)? {
+fn audit_table_state(conn: &Connection, table: &str) -> rusqlite::Result<Option<bool>> {
+    match catalog_table(conn, table)? {
         None => Ok(None),
         Some(actual) => {
             let cols = columns(conn, &actual)?;
             Ok(Some(cols.iter().map(String::as_str).eq(AUDIT_COLUMNS)))
         }
     }
+}
+
+/// Drops `table` when it has exactly our audit columns; leaves anything else in place.
+fn drop_audit_table_if_ours(conn: &Connection, table: &str) -> rusqlite::Result<()> {
+    match audit_table_state(conn, table)? {
+        Some(true) => conn.execute_batch(&format!("DROP TABLE IF EXISTS {}", quote_ident(table))),
+        Some(false) => {
+            tracing::warn!(
+                table,
+                "sqlite-audit leaves the audit table in place: it was not created by this connector"
+            );
+            Ok(())
+        }
+        None => Ok(()),
+    }
+}
+
+/// The audit table one of our triggers writes to (the quoted name after `INSERT INTO`),
+/// so that a table left behind by a changed `audit.table` is found again.
+fn audit_table_in(trigger_sql: &str) -> Option<String> {
+    let start = trigger_sql.find("INSERT INTO \"")? + "INSERT INTO \"".len();
+    let mut name = String::new();
+    let mut chars = trigger_sql[start..].chars().peekable();
+    while let Some(c) = chars.next() {
+        if c == '"' {
+            if chars.peek() == Some(&'"') {
+                chars.next();
+                name.push('"');
+            } else {
+                return Some(name);
+            }
+        } else {
+            name.push(c);
+        }
+    }
+    None
 }
 
 /// Provisioning at connector start: audit table, triggers, reconcile. One transaction.
@@ -488,7 +524,7 @@ fn provision(cfg: &SqliteAuditConfig) -> Result<(), SqliteAuditError> {
     let tx = conn
         .transaction_with_behavior(TransactionBehavior::Immediate)
         .map_err(fail("beginning the transaction"))?;
-    match audit_table_state(&tx, n).map_err(fail("looking up the audit table"))? {
+    match audit_table_state(&tx, &n.audit_table).map_err(fail("looking up the audit table"))? {
         Some(false) => {
             return Err(SqliteAuditError::AuditTableNotOurs {
                 table: n.audit_table.clone(),
@@ -523,6 +559,14 @@ fn provision(cfg: &SqliteAuditConfig) -> Result<(), SqliteAuditError> {
         }
     }
     let present = our_triggers(&tx, n).map_err(fail("listing the triggers"))?;
+    let mut previous_audit: Vec<String> = Vec::new();
+    for (_, _, sql) in &present {
+        if let Some(t) = audit_table_in(sql).filter(|t| !t.eq_ignore_ascii_case(&n.audit_table))
+            && !previous_audit.contains(&t)
+        {
+            previous_audit.push(t);
+        }
+    }
     let mut kept = Vec::new();
     for (name, _table, sql) in present {
         if desired.get(&name) == Some(&sql) {
@@ -539,6 +583,11 @@ fn provision(cfg: &SqliteAuditConfig) -> Result<(), SqliteAuditError> {
     to_create.sort();
     for (_, sql) in to_create {
         tx.execute_batch(sql).map_err(fail("creating a trigger"))?;
+    }
+    // The audit table of an earlier audit.table, no longer written to.
+    for table in &previous_audit {
+        drop_audit_table_if_ours(&tx, table)
+            .map_err(fail("dropping the audit table of an earlier audit.table"))?;
     }
     tx.commit().map_err(fail("committing the transaction"))?;
     Ok(())
@@ -565,6 +614,14 @@ fn cleanup(
         .transaction_with_behavior(TransactionBehavior::Immediate)
         .map_err(fail("beginning the transaction"))?;
     let triggers = our_triggers(&tx, names).map_err(fail("listing the triggers"))?;
+    let mut audit_tables = vec![names.audit_table.clone()];
+    for (_, _, sql) in &triggers {
+        if let Some(t) = audit_table_in(sql)
+            && !audit_tables.iter().any(|a| a.eq_ignore_ascii_case(&t))
+        {
+            audit_tables.push(t);
+        }
+    }
     for (name, table, _) in triggers {
         let selected = only.is_none_or(|tables| {
             tables.iter().any(|t| {
@@ -580,18 +637,8 @@ fn cleanup(
         }
     }
     if everything {
-        match audit_table_state(&tx, names).map_err(fail("looking up the audit table"))? {
-            Some(true) => tx
-                .execute_batch(&format!(
-                    "DROP TABLE IF EXISTS {}",
-                    quote_ident(&names.audit_table)
-                ))
-                .map_err(fail("dropping the audit table"))?,
-            Some(false) => tracing::warn!(
-                table = %names.audit_table,
-                "sqlite-audit leaves the audit table in place: it was not created by this connector"
-            ),
-            None => {}
+        for table in &audit_tables {
+            drop_audit_table_if_ours(&tx, table).map_err(fail("dropping the audit table"))?;
         }
     }
     tx.commit().map_err(fail("committing the transaction"))?;

@@ -716,3 +716,41 @@ async fn concurrent_writers_never_make_a_resumed_task_skip_a_row() {
     delete_all(connector, tasks).await;
     assert!(db.catalog().await.is_empty());
 }
+
+#[tokio::test]
+async fn changing_audit_table_moves_everything_and_leaves_nothing_behind() {
+    let db = TestDb::new().await;
+    db.exec("CREATE SCHEMA other; CREATE TABLE t (id int);")
+        .await;
+    let cfg = config(&db, "t");
+    let (connector, tasks) = start_all("mover", &cfg, 1, false).await;
+    let before = db.catalog().await;
+    assert_eq!(before.audit_tables.len(), 1);
+    stop_all_plain(connector, tasks).await;
+
+    // Config update: the audit table moves to another schema.
+    let mut moved = cfg.clone();
+    moved.insert(
+        keys::AUDIT_TABLE.to_owned(),
+        "other.wharf_audit_moved".to_owned(),
+    );
+    let (connector, mut tasks) = start_all("mover", &moved, 1, false).await;
+    let after = db.catalog().await;
+    assert_eq!(
+        after.audit_tables,
+        vec!["other.wharf_audit_moved"],
+        "{after:?}"
+    );
+    assert_eq!(after.functions.len(), 1, "the old function went: {after:?}");
+    assert_eq!(
+        after.triggers.len(),
+        1,
+        "one trigger, on the new function: {after:?}"
+    );
+    db.exec("INSERT INTO t VALUES (5);").await;
+    let records = poll_records(&mut tasks[0], 1).await;
+    assert_eq!(records.len(), 1);
+    assert_eq!(value(&records[0])["new"]["id"], 5);
+    delete_all(connector, tasks).await;
+    assert!(db.catalog().await.is_empty(), "{:?}", db.catalog().await);
+}

@@ -477,3 +477,32 @@ async fn zero_tables_make_zero_tasks_and_schemas_other_than_main_are_refused() {
     assert!(err.to_string().contains("tables"), "{err}");
     assert!(db.catalog().is_empty());
 }
+
+#[tokio::test]
+async fn changing_audit_table_leaves_nothing_behind() {
+    let db = TestDb::new("CREATE TABLE t (id INTEGER);");
+    let before = db.objects();
+    let cfg = config(&db.path, "t");
+    let (connector, tasks) = start_all("mover", &cfg, 1, false).await;
+    stop_all_plain(connector, tasks).await;
+
+    let mut moved = cfg.clone();
+    moved.insert(
+        keys::AUDIT_TABLE.to_owned(),
+        "wharf_audit \"moved\"".to_owned(),
+    );
+    let (connector, mut tasks) = start_all("mover", &moved, 1, false).await;
+    let after = db.catalog();
+    assert_eq!(
+        after.audit_tables,
+        vec!["wharf_audit \"moved\""],
+        "{after:?}"
+    );
+    assert_eq!(after.triggers.len(), 3);
+    db.exec("INSERT INTO t VALUES (5);");
+    let records = poll_records(&mut tasks[0], 1).await;
+    assert_eq!(records.len(), 1);
+    assert_eq!(value(&records[0])["new"]["id"], 5);
+    delete_all(connector, tasks).await;
+    assert_eq!(db.objects(), before);
+}
