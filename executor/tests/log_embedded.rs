@@ -204,6 +204,33 @@ async fn records_of_a_dropped_reader_go_to_another_reader() {
 }
 
 #[tokio::test]
+async fn a_fetch_cancelled_midway_leaves_its_records_for_the_next_fetch() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let log = EmbeddedLog::open(dir.path()).await.expect("open");
+    log.append("t", recs("v", 0..10)).await.expect("append");
+    let mut reader = log
+        .consumer("c", &topics(&["t"]), StartPosition::Earliest)
+        .await
+        .expect("consumer");
+    // A zero timeout polls the fetch once (it claims records and starts reading) and
+    // then drops it, as a `select!` on a stop signal does.
+    let first = tokio::time::timeout(Duration::ZERO, reader.fetch(10, FETCH_WAIT)).await;
+    let mut seen: Vec<u64> = match first {
+        Ok(batch) => batch
+            .expect("fetch")
+            .iter()
+            .map(|d| d.ack.position)
+            .collect(),
+        Err(_elapsed) => Vec::new(),
+    };
+    let rest = 10 - seen.len();
+    let got = read_and_ack(reader.as_mut(), rest).await;
+    seen.extend(got.iter().map(|(_, o, _)| *o));
+    seen.sort_unstable();
+    assert_eq!(seen, (0..10).collect::<Vec<_>>());
+}
+
+#[tokio::test]
 async fn a_waiting_fetch_returns_as_soon_as_a_record_is_appended() {
     let dir = tempfile::tempdir().expect("tempdir");
     let log = EmbeddedLog::open(dir.path()).await.expect("open");

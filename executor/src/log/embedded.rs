@@ -320,7 +320,6 @@ impl RecordLog for EmbeddedLog {
             id,
             topics: topics.to_vec(),
             next_topic: 0,
-            in_flight: 0,
         }))
     }
 
@@ -365,8 +364,43 @@ pub struct EmbeddedConsumer {
     topics: Vec<String>,
     /// Index of the topic served first on the next fetch (round robin).
     next_topic: usize,
-    /// Records this reader holds unacknowledged.
-    in_flight: usize,
+}
+
+/// Positions claimed by a fetch still running; a fetch dropped midway (cancelled by a
+/// `select!`) gives them back for redelivery instead of leaving them held.
+struct Claim {
+    inner: Arc<Inner>,
+    group: Arc<Group>,
+    reader: u64,
+    positions: Vec<(String, u64)>,
+}
+
+impl Claim {
+    /// Gives back `positions[from..]` and keeps the rest claimed (delivered).
+    fn release_from(&mut self, from: usize) {
+        let back = self.positions.split_off(from.min(self.positions.len()));
+        if back.is_empty() {
+            return;
+        }
+        {
+            let mut state = lock(&self.group.state);
+            for (topic, pos) in &back {
+                if let Some(cursor) = state.topics.get_mut(topic)
+                    && cursor.in_flight.get(pos) == Some(&self.reader)
+                {
+                    cursor.in_flight.remove(pos);
+                    cursor.redeliver.insert(*pos);
+                }
+            }
+        }
+        self.inner.changed.send_modify(|n| *n = n.wrapping_add(1));
+    }
+}
+
+impl Drop for Claim {
+    fn drop(&mut self) {
+        self.release_from(0);
+    }
 }
 
 impl EmbeddedConsumer {
@@ -406,21 +440,17 @@ impl EmbeddedConsumer {
             }
         }
         self.next_topic = (self.next_topic + 1) % n.max(1);
-        self.in_flight += claimed.len();
         Ok(claimed)
     }
 
-    /// Gives positions back for redelivery (read but not returned to the caller).
-    fn unclaim(&mut self, positions: &[(String, u64)]) {
-        let mut state = lock(&self.group.state);
-        for (topic, pos) in positions {
-            if let Some(cursor) = state.topics.get_mut(topic)
-                && cursor.in_flight.remove(pos).is_some()
-            {
-                cursor.redeliver.insert(*pos);
-                self.in_flight = self.in_flight.saturating_sub(1);
-            }
-        }
+    /// Records this reader holds unacknowledged.
+    fn held(&self) -> usize {
+        let state = lock(&self.group.state);
+        state
+            .topics
+            .values()
+            .map(|c| c.in_flight.values().filter(|r| **r == self.id).count())
+            .sum()
     }
 }
 
@@ -432,7 +462,7 @@ impl LogConsumer for EmbeddedConsumer {
         let mut changed = self.inner.changed.subscribe();
         loop {
             changed.borrow_and_update();
-            let room = limits.max_in_flight_records.saturating_sub(self.in_flight);
+            let room = limits.max_in_flight_records.saturating_sub(self.held());
             let max = max.clamp(1, limits.max_fetch_records).min(room);
             let claimed = if max == 0 {
                 Vec::new()
@@ -440,8 +470,14 @@ impl LogConsumer for EmbeddedConsumer {
                 self.claim(max)?
             };
             if !claimed.is_empty() {
+                let mut claim = Claim {
+                    inner: self.inner.clone(),
+                    group: self.group.clone(),
+                    reader: self.id,
+                    positions: claimed.clone(),
+                };
                 let inner = self.inner.clone();
-                let wanted = claimed.clone();
+                let wanted = claimed;
                 let max_bytes = limits.max_fetch_bytes;
                 let read = blocking(move || {
                     let txn = inner.db.begin_read().map_err(storage)?;
@@ -464,15 +500,10 @@ impl LogConsumer for EmbeddedConsumer {
                     }
                     Ok(out)
                 })
-                .await;
-                let read = match read {
-                    Ok(read) => read,
-                    Err(err) => {
-                        self.unclaim(&claimed);
-                        return Err(err);
-                    }
-                };
-                self.unclaim(&claimed[read.len()..]);
+                .await?;
+                // Delivered: keep those claimed; give back what the byte bound left out.
+                claim.release_from(read.len());
+                claim.positions.clear();
                 return Ok(read
                     .into_iter()
                     .map(|(topic, position, record)| Delivered {
@@ -558,9 +589,6 @@ impl LogConsumer for EmbeddedConsumer {
         let mut state = lock(&self.group.state);
         for token in tokens {
             if let Some(cursor) = state.topics.get_mut(token.topic.as_str()) {
-                if cursor.in_flight.get(&token.position) == Some(&self.id) {
-                    self.in_flight = self.in_flight.saturating_sub(1);
-                }
                 cursor.in_flight.remove(&token.position);
                 cursor.redeliver.remove(&token.position);
             }
