@@ -23,6 +23,8 @@ use crate::store::CreateOutcome;
 
 /// Wait bound of DeleteConnector with `wait = true` and no timeout, in milliseconds.
 pub const DEFAULT_DELETE_WAIT_MS: u32 = 30_000;
+/// Attempts to record a deletion while the connector keeps changing.
+const DELETE_RECORD_ATTEMPTS: usize = 16;
 /// Buffer of one WatchConnector stream, in events.
 const WATCH_BUFFER: usize = 64;
 
@@ -171,11 +173,13 @@ impl AdminService {
         let cluster = &self.cluster;
         convert::parse_name(&req.name)?;
         let mut changes = cluster.subscribe();
-        loop {
+        let mut recorded = false;
+        for _ in 0..DELETE_RECORD_ATTEMPTS {
             let rec = existing(cluster, &req.name)?;
             if rec.deleting {
                 // Deleting again: run failed steps once more now.
                 finalizer::retry_now(cluster, &req.name)?;
+                recorded = true;
                 break;
             }
             let offsets = cluster.store.offsets(&req.name)?;
@@ -184,8 +188,12 @@ impl AdminService {
                 info!(connector = %req.name, generation_next = rec.next_generation,
                     cleanup = !req.keep_resources, "deletion recorded");
                 cluster.changed(&req.name);
+                recorded = true;
                 break;
             }
+        }
+        if !recorded {
+            return Err(ApiError::Contended(req.name));
         }
         let mut skipped_tasks = Vec::new();
         let mut connector_cleanup_skipped = false;

@@ -13,7 +13,7 @@ use wharf::pb::v1::executor_registry_server::ExecutorRegistry;
 
 use super::convert;
 use super::error::ApiError;
-use crate::model::{InstanceEvent, InstanceState};
+use crate::model::InstanceEvent;
 use crate::reconcile::Cluster;
 
 /// Longest executor id accepted, in bytes.
@@ -128,7 +128,6 @@ impl ExecutorRegistry for RegistryService {
                     if r.deleting
                         || r.connector.generation != c.generation
                         || r.connector.executor.as_deref() != Some(id.as_str())
-                        || r.connector.state == InstanceState::Restarting
                     {
                         return None;
                     }
@@ -155,7 +154,6 @@ impl ExecutorRegistry for RegistryService {
                     let cur = r.tasks.get_mut(task.task as usize)?;
                     if cur.generation != t.generation
                         || cur.executor.as_deref() != Some(id.as_str())
-                        || cur.state == InstanceState::Restarting
                     {
                         return None;
                     }

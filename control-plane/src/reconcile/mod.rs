@@ -391,7 +391,7 @@ async fn reconcile_connector(
         || rec.config_changed
         || matches!(
             conn.state,
-            InstanceState::Stopped | InstanceState::Unassigned
+            InstanceState::Stopped | InstanceState::Unassigned | InstanceState::Restarting
         )
         || to != conn.executor;
     let conn_failed_stays = conn.state == InstanceState::Failed
@@ -455,7 +455,10 @@ async fn reconcile_connector(
                     || to != t.executor
                     || matches!(
                         t.state,
-                        InstanceState::Paused | InstanceState::Unassigned | InstanceState::Stopped
+                        InstanceState::Paused
+                            | InstanceState::Unassigned
+                            | InstanceState::Stopped
+                            | InstanceState::Restarting
                     );
                 if needs && !failed_stays {
                     Step::Start { to }
