@@ -12,7 +12,7 @@ use wharf_control_plane::reconcile::LeaseConfig;
 /// true on every task's executor), and serves the ConnectorAdmin and ExecutorRegistry
 /// gRPC services (with reflection, so grpcurl works).
 #[derive(Parser, Debug)]
-#[command(version, about, long_about = None)]
+#[command(name = "wharf-control-plane", version)]
 struct Args {
     /// Address to listen on, IP:PORT (port 0 picks a free port; the bound address is
     /// written to <data-dir>/listen.addr).

@@ -84,11 +84,14 @@ pub async fn run_finalizer(cluster: Arc<Cluster>, cancel: CancellationToken) {
 }
 
 async fn finalizer_pass(cluster: &Cluster) -> Result<(), HerderError> {
-    for d in cluster.store.deletions()? {
+    // Deletions are independent; one stuck on a frozen executor does not hold up others.
+    let deletions = cluster.store.deletions()?;
+    let passes = deletions.iter().map(|d| async move {
         if let Err(e) = advance(cluster, &d.name).await {
             warn!(connector = %d.name, error = %e, "deletion step failed; retrying");
         }
-    }
+    });
+    futures::future::join_all(passes).await;
     Ok(())
 }
 

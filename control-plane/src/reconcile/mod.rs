@@ -312,11 +312,17 @@ async fn herder_pass(cluster: &Cluster) -> Result<(), HerderError> {
         desired.insert(m.key, m.to);
     }
 
-    for c in connectors {
-        if let Err(e) = reconcile_connector(cluster, &c.name, &live, &desired).await {
-            warn!(connector = %c.name, error = %e, "reconcile failed; retrying");
+    // Connectors are independent (each write is conditional on its own record), so a slow
+    // or frozen executor holds up only the connectors it hosts.
+    let passes = connectors.iter().map(|c| {
+        let (live, desired) = (&live, &desired);
+        async move {
+            if let Err(e) = reconcile_connector(cluster, &c.name, live, desired).await {
+                warn!(connector = %c.name, error = %e, "reconcile failed; retrying");
+            }
         }
-    }
+    });
+    futures::future::join_all(passes).await;
     Ok(())
 }
 
