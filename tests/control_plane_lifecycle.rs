@@ -212,6 +212,12 @@ async fn a_killed_executor_loses_its_tasks_to_the_others_and_delete_reaches_the_
     })
     .await;
     let after = TestCluster::hosts(&s);
+    let execs = c.call("ListExecutors", json!({}));
+    let lost = execs.body["executors"]
+        .as_array()
+        .and_then(|a| a.iter().find(|e| e["id"] == "exec-3").cloned())
+        .expect("exec-3 listed");
+    assert_eq!(lost["state"], "EXECUTOR_STATE_LOST", "{lost}");
     for (b, a) in before.iter().zip(&after) {
         if b != "exec-3" {
             assert_eq!(
@@ -232,5 +238,51 @@ async fn a_killed_executor_loses_its_tasks_to_the_others_and_delete_reaches_the_
             .collect();
         assert_eq!(trues.len(), 1, "task {t}: {trues:?}");
         assert_eq!(&trues[0].executor, host);
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_new_executor_takes_only_enough_tasks_to_even_out_and_moved_tasks_stop_with_false() {
+    let mut c = TestCluster::start(2).await;
+    let name = "rebalanced";
+    let r = c.call(
+        "CreateConnector",
+        json!({ "name": name, "config": c.source_config(name, 5) }),
+    );
+    assert_eq!(r.code, 0, "{}", r.err);
+    let s = c
+        .wait_state(name, "STATE_RUNNING", "STATE_RUNNING", 5)
+        .await;
+    let before = TestCluster::hosts(&s);
+
+    c.add_executor(2).await;
+    c.wait_alive(3).await;
+    let s = wait_until("exec-3 to take work", CONVERGE, || async {
+        let s = c.status(name)?;
+        let running = s["tasks"]
+            .as_array()?
+            .iter()
+            .all(|t| t["status"]["state"] == "STATE_RUNNING");
+        let hosts = TestCluster::hosts(&s);
+        (running && hosts.iter().any(|h| h == "exec-3")).then_some(s)
+    })
+    .await;
+    let after = TestCluster::hosts(&s);
+    let moved: Vec<usize> = (0..5).filter(|&t| before[t] != after[t]).collect();
+    // 5 tasks + 1 connector instance over 3 executors: 2 each; at most 2 units move.
+    assert!(
+        !moved.is_empty() && moved.len() <= 2,
+        "{before:?} -> {after:?}"
+    );
+    let lc = Lifecycle::read(&c.lifecycle_path(name));
+    for t in moved {
+        let stops = lc.stops_for(name, t as u32);
+        assert!(
+            stops
+                .iter()
+                .any(|(e, deleted, ok)| e == &before[t] && !deleted && *ok),
+            "moved task {t} got stop(false) on its old host {}: {stops:?}",
+            before[t]
+        );
     }
 }

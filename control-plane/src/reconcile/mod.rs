@@ -708,10 +708,17 @@ async fn start_unit(
     let (event, error) = match result {
         Ok((state, error)) if state == pb::State::Failed as i32 => (InstanceEvent::Failed, error),
         Ok(_) => (InstanceEvent::Started, String::new()),
-        Err(CallError::Unreachable { message, .. }) => {
-            // Unknown outcome: stay RESTARTING; the next pass retries with a new generation
-            // once the plan moves it, or the executor's lease decides.
-            warn!(connector = %name, task = ?task, generation, executor = %exec.id, error = %message, "start unreachable");
+        Err(e @ CallError::Unreachable { .. })
+        | Err(
+            e @ CallError::Refused {
+                code: tonic::Code::FailedPrecondition | tonic::Code::NotFound,
+                ..
+            },
+        ) => {
+            // Unknown outcome, or the executor is between epochs (it registered but has
+            // not taken its new epoch yet): stay RESTARTING; the next pass starts it again
+            // with a new generation, or the executor's lease decides.
+            warn!(connector = %name, task = ?task, generation, executor = %exec.id, error = %e, "start not taken; retrying");
             return Ok(());
         }
         Err(e) => (InstanceEvent::Failed, e.to_string()),
