@@ -18,6 +18,15 @@
 //! - `append` returns after JetStream's publish acknowledgement of every record (stored on
 //!   the stream's replicas). `ack` uses double acks (waits for the server's confirmation).
 //!
+//! # Redelivery
+//! When a reader opens a consumer that has unacknowledged deliveries (its previous reader
+//! crashed or stopped with records in hand), the consumer is recreated at its
+//! acknowledgement floor, so those records come again at once and in order, instead of after
+//! `ack_wait` behind newer ones. Sink tasks start only after the previous instance of their
+//! task stopped or its executor's lease ran out, so for a one-task sink nothing else holds
+//! records then. Other live readers of a shared consumer see the records they hold again
+//! (duplicates, never loss).
+//!
 //! # Caveats
 //! - nats-server's file store syncs to disk every two minutes by default: a killed server
 //!   loses nothing (the page cache survives), a power loss of a single R1 server may; use
@@ -43,7 +52,9 @@ use super::{
 /// Default prefix of stream names and subjects.
 pub const DEFAULT_PREFIX: &str = "wharf";
 /// Default time a delivered record may stay unacknowledged before JetStream redelivers it.
-pub const DEFAULT_ACK_WAIT_MS: u64 = 30_000;
+/// Long on purpose: records of a reader that died come again when its replacement opens the
+/// consumer (see "Redelivery"); this timeout only catches a reader that hangs while alive.
+pub const DEFAULT_ACK_WAIT_MS: u64 = 120_000;
 /// Default timeout of one JetStream API request (publish ack, create, double ack).
 pub const DEFAULT_REQUEST_TIMEOUT_MS: u64 = 5_000;
 /// Longest wait on one topic before trying the next, for readers of several topics.
@@ -218,6 +229,72 @@ impl JetStreamLog {
         Ok(name)
     }
 
+    /// Creates the durable pull consumer, or binds to it as it is when it exists with
+    /// another start.
+    async fn open_durable(
+        &self,
+        durable: &str,
+        consumer: &str,
+        stream_name: &str,
+        deliver_policy: consumer::DeliverPolicy,
+    ) -> Result<consumer::PullConsumer, LogError> {
+        let max_ack_pending =
+            i64::try_from(self.options.limits.max_in_flight_records).unwrap_or(i64::MAX);
+        let created = self
+            .js
+            .create_consumer_on_stream(
+                consumer::pull::Config {
+                    durable_name: Some(durable.to_string()),
+                    description: Some(format!("wharf consumer {consumer}")),
+                    ack_policy: consumer::AckPolicy::Explicit,
+                    deliver_policy,
+                    ack_wait: Duration::from_millis(self.options.ack_wait_ms),
+                    max_ack_pending,
+                    ..Default::default()
+                },
+                stream_name,
+            )
+            .await;
+        match created {
+            Ok(pull) => Ok(pull),
+            // Exists with another config (e.g. another start): use it as it is.
+            Err(_) => self
+                .js
+                .get_consumer_from_stream(durable, stream_name)
+                .await
+                .map_err(|err| {
+                    unavailable(&format!("consumer {durable} on stream {stream_name}"), err)
+                }),
+        }
+    }
+
+    /// Deletes a durable consumer; a missing one (or stream) is not an error.
+    async fn delete_durable(&self, durable: &str, stream_name: &str) -> Result<(), LogError> {
+        match self
+            .js
+            .delete_consumer_from_stream(durable, stream_name)
+            .await
+        {
+            Ok(_) => Ok(()),
+            Err(err) => {
+                let missing = matches!(
+                    err.kind(),
+                    stream::ConsumerErrorKind::JetStream(e)
+                        if e.error_code() == jetstream::ErrorCode::CONSUMER_NOT_FOUND
+                            || e.error_code() == jetstream::ErrorCode::STREAM_NOT_FOUND
+                );
+                if missing {
+                    Ok(())
+                } else {
+                    Err(unavailable(
+                        &format!("delete consumer {durable} on {stream_name}"),
+                        err,
+                    ))
+                }
+            }
+        }
+    }
+
     fn known(&self, stream: &str) -> bool {
         self.streams
             .lock()
@@ -268,37 +345,35 @@ impl RecordLog for JetStreamLog {
         let mut bound = Vec::with_capacity(topics.len());
         for topic in topics {
             let stream_name = self.ensure_stream(topic).await?;
-            let max_ack_pending =
-                i64::try_from(self.options.limits.max_in_flight_records).unwrap_or(i64::MAX);
-            let pull = self
-                .js
-                .create_consumer_on_stream(
-                    consumer::pull::Config {
-                        durable_name: Some(durable.clone()),
-                        description: Some(format!("wharf consumer {consumer}")),
-                        ack_policy: consumer::AckPolicy::Explicit,
-                        deliver_policy: match start {
-                            StartPosition::Earliest => consumer::DeliverPolicy::All,
-                            StartPosition::Latest => consumer::DeliverPolicy::New,
-                        },
-                        ack_wait: Duration::from_millis(self.options.ack_wait_ms),
-                        max_ack_pending,
-                        ..Default::default()
-                    },
-                    &stream_name,
-                )
-                .await;
-            let pull: consumer::PullConsumer = match pull {
-                Ok(pull) => pull,
-                // Exists with another config (e.g. the other start): use it as it is.
-                Err(_) => self
-                    .js
-                    .get_consumer_from_stream(&durable, &stream_name)
-                    .await
-                    .map_err(|err| {
-                        unavailable(&format!("consumer {durable} on stream {stream_name}"), err)
-                    })?,
+            let deliver_policy = match start {
+                StartPosition::Earliest => consumer::DeliverPolicy::All,
+                StartPosition::Latest => consumer::DeliverPolicy::New,
             };
+            let mut pull = self
+                .open_durable(&durable, consumer, &stream_name, deliver_policy)
+                .await?;
+            let info = pull.cached_info();
+            if info.num_ack_pending > 0 {
+                // Deliveries to a reader that is gone (crash, stop): rewind to the ack floor
+                // so they come again now and in order, not after ack_wait behind newer ones.
+                let start_sequence = info.ack_floor.stream_sequence + 1;
+                tracing::info!(
+                    consumer = %durable,
+                    stream = %stream_name,
+                    unacknowledged = info.num_ack_pending,
+                    start_sequence,
+                    "rewinding the consumer to its acknowledgement floor"
+                );
+                self.delete_durable(&durable, &stream_name).await?;
+                pull = self
+                    .open_durable(
+                        &durable,
+                        consumer,
+                        &stream_name,
+                        consumer::DeliverPolicy::ByStartSequence { start_sequence },
+                    )
+                    .await?;
+            }
             bound.push((topic.clone(), pull));
         }
         Ok(Box::new(JetStreamConsumer {
@@ -323,27 +398,7 @@ impl RecordLog for JetStreamLog {
             }
         }
         for stream_name in streams {
-            match self
-                .js
-                .delete_consumer_from_stream(&durable, &stream_name)
-                .await
-            {
-                Ok(_) => {}
-                Err(err) => {
-                    let missing = matches!(
-                        err.kind(),
-                        stream::ConsumerErrorKind::JetStream(e)
-                            if e.error_code() == jetstream::ErrorCode::CONSUMER_NOT_FOUND
-                                || e.error_code() == jetstream::ErrorCode::STREAM_NOT_FOUND
-                    );
-                    if !missing {
-                        return Err(unavailable(
-                            &format!("delete consumer {durable} on {stream_name}"),
-                            err,
-                        ));
-                    }
-                }
-            }
+            self.delete_durable(&durable, &stream_name).await?;
         }
         Ok(())
     }
