@@ -129,6 +129,7 @@ fn save(cluster: &Cluster, d: &mut DeletionRecord) -> Result<bool, HerderError> 
 
 /// Makes progress on one deletion: every ready task step, or the connector step once all
 /// task steps are final.
+#[tracing::instrument(skip(cluster), level = "debug")]
 async fn advance(cluster: &Cluster, name: &str) -> Result<(), HerderError> {
     let Some(mut d) = cluster.store.deletion(name)? else {
         return Ok(());
@@ -262,7 +263,14 @@ async fn run_step(
                         return Ok(false);
                     }
                     match start_cleanup_only(cluster, d, step.task, &exec, generation).await {
-                        Err(e @ CallError::Unreachable { .. }) => Attempt::Wait {
+                        // Unreachable, or between epochs: try again without counting.
+                        Err(
+                            e @ (CallError::Unreachable { .. }
+                            | CallError::Refused {
+                                code: tonic::Code::FailedPrecondition,
+                                ..
+                            }),
+                        ) => Attempt::Wait {
                             error: e.to_string(),
                         },
                         Err(e) => Attempt::Failed {

@@ -339,6 +339,7 @@ enum Step {
     },
 }
 
+#[tracing::instrument(skip(cluster, live, desired), level = "debug")]
 async fn reconcile_connector(
     cluster: &Cluster,
     name: &str,
