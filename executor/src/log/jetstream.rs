@@ -229,6 +229,44 @@ impl JetStreamLog {
         Ok(name)
     }
 
+    /// Binds to the durable consumer `consumer` of `topic`'s stream, creating it with
+    /// `deliver_policy` when new. When it has unacknowledged deliveries (its previous reader
+    /// crashed, stopped or lost its connection with records in hand) it is rewound to its
+    /// acknowledgement floor, so they come again now and in order, not after ack_wait behind
+    /// newer ones.
+    async fn bind(
+        &self,
+        consumer: &str,
+        topic: &str,
+        deliver_policy: consumer::DeliverPolicy,
+    ) -> Result<consumer::PullConsumer, LogError> {
+        let durable = name_token(consumer);
+        let stream_name = self.ensure_stream(topic).await?;
+        let pull = self
+            .open_durable(&durable, consumer, &stream_name, deliver_policy)
+            .await?;
+        let info = pull.cached_info();
+        if info.num_ack_pending == 0 {
+            return Ok(pull);
+        }
+        let start_sequence = info.ack_floor.stream_sequence + 1;
+        tracing::info!(
+            consumer = %durable,
+            stream = %stream_name,
+            unacknowledged = info.num_ack_pending,
+            start_sequence,
+            "rewinding the consumer to its acknowledgement floor"
+        );
+        self.delete_durable(&durable, &stream_name).await?;
+        self.open_durable(
+            &durable,
+            consumer,
+            &stream_name,
+            consumer::DeliverPolicy::ByStartSequence { start_sequence },
+        )
+        .await
+    }
+
     /// Creates the durable pull consumer, or binds to it as it is when it exists with
     /// another start.
     async fn open_durable(
@@ -341,48 +379,24 @@ impl RecordLog for JetStreamLog {
         topics: &[String],
         start: StartPosition,
     ) -> Result<Box<dyn LogConsumer>, LogError> {
-        let durable = name_token(consumer);
+        let deliver_policy = match start {
+            StartPosition::Earliest => consumer::DeliverPolicy::All,
+            StartPosition::Latest => consumer::DeliverPolicy::New,
+        };
         let mut bound = Vec::with_capacity(topics.len());
         for topic in topics {
-            let stream_name = self.ensure_stream(topic).await?;
-            let deliver_policy = match start {
-                StartPosition::Earliest => consumer::DeliverPolicy::All,
-                StartPosition::Latest => consumer::DeliverPolicy::New,
-            };
-            let mut pull = self
-                .open_durable(&durable, consumer, &stream_name, deliver_policy)
-                .await?;
-            let info = pull.cached_info();
-            if info.num_ack_pending > 0 {
-                // Deliveries to a reader that is gone (crash, stop): rewind to the ack floor
-                // so they come again now and in order, not after ack_wait behind newer ones.
-                let start_sequence = info.ack_floor.stream_sequence + 1;
-                tracing::info!(
-                    consumer = %durable,
-                    stream = %stream_name,
-                    unacknowledged = info.num_ack_pending,
-                    start_sequence,
-                    "rewinding the consumer to its acknowledgement floor"
-                );
-                self.delete_durable(&durable, &stream_name).await?;
-                pull = self
-                    .open_durable(
-                        &durable,
-                        consumer,
-                        &stream_name,
-                        consumer::DeliverPolicy::ByStartSequence { start_sequence },
-                    )
-                    .await?;
-            }
+            let pull = self.bind(consumer, topic, deliver_policy).await?;
             bound.push((topic.clone(), pull));
         }
         Ok(Box::new(JetStreamConsumer {
+            log: self.clone(),
             client: self.client.clone(),
             name: consumer.to_string(),
             topics: bound,
             next_topic: 0,
             limits: self.options.limits,
             in_flight: HashSet::new(),
+            rebind: false,
         }))
     }
 
@@ -406,6 +420,7 @@ impl RecordLog for JetStreamLog {
 
 /// One reader of a JetStream consumer (bound to the durable consumer of each topic).
 pub struct JetStreamConsumer {
+    log: JetStreamLog,
     client: async_nats::Client,
     name: String,
     topics: Vec<(String, consumer::PullConsumer)>,
@@ -413,9 +428,28 @@ pub struct JetStreamConsumer {
     limits: LogLimits,
     /// (topic, position) delivered to this reader and not yet acknowledged by it.
     in_flight: HashSet<(String, u64)>,
+    /// Set when a call failed (server gone, connection lost): before the next fetch the
+    /// reader binds again, rewinding deliveries whose acknowledgement may have been lost.
+    rebind: bool,
 }
 
 impl JetStreamConsumer {
+    async fn rebind_if_needed(&mut self) -> Result<(), LogError> {
+        if !self.rebind {
+            return Ok(());
+        }
+        for (topic, pull) in self.topics.iter_mut() {
+            // An existing consumer keeps its start; the policy only matters if it vanished.
+            *pull = self
+                .log
+                .bind(&self.name, topic, consumer::DeliverPolicy::All)
+                .await?;
+        }
+        self.in_flight.clear();
+        self.rebind = false;
+        Ok(())
+    }
+
     fn convert(topic: &str, msg: jetstream::Message) -> Result<Delivered, LogError> {
         let info = msg
             .info()
@@ -492,6 +526,37 @@ impl JetStreamConsumer {
 #[async_trait]
 impl LogConsumer for JetStreamConsumer {
     async fn fetch(&mut self, max: usize, wait: Duration) -> Result<Vec<Delivered>, LogError> {
+        let result = match self.rebind_if_needed().await {
+            Ok(()) => self.fetch_inner(max, wait).await,
+            Err(err) => Err(err),
+        };
+        if result.is_err() {
+            self.rebind = true;
+        }
+        result
+    }
+
+    async fn ack(&mut self, tokens: &[AckToken]) -> Result<(), LogError> {
+        let result = self.ack_inner(tokens).await;
+        // Acknowledged or not, the caller let go of these records; if the ack was lost they
+        // come again after the rebind below.
+        for token in tokens {
+            self.in_flight
+                .remove(&(token.topic.clone(), token.position));
+        }
+        if result.is_err() {
+            self.rebind = true;
+        }
+        result
+    }
+}
+
+impl JetStreamConsumer {
+    async fn fetch_inner(
+        &mut self,
+        max: usize,
+        wait: Duration,
+    ) -> Result<Vec<Delivered>, LogError> {
         let room = self
             .limits
             .max_in_flight_records
@@ -545,7 +610,7 @@ impl LogConsumer for JetStreamConsumer {
         }
     }
 
-    async fn ack(&mut self, tokens: &[AckToken]) -> Result<(), LogError> {
+    async fn ack_inner(&mut self, tokens: &[AckToken]) -> Result<(), LogError> {
         if let Some(t) = tokens.iter().find(|t| t.handle.is_empty()) {
             return Err(LogError::InvalidConfig(format!(
                 "ack token for {}@{} has no JetStream reply subject",
@@ -574,13 +639,6 @@ impl LogConsumer for JetStreamConsumer {
             .buffer_unordered(ACK_IN_FLIGHT)
             .collect()
             .await;
-        let result: Result<(), LogError> = results.into_iter().collect();
-        if result.is_ok() {
-            for token in tokens {
-                self.in_flight
-                    .remove(&(token.topic.clone(), token.position));
-            }
-        }
-        result
+        results.into_iter().collect()
     }
 }
