@@ -28,6 +28,7 @@ const HEARTBEAT_MS: u32 = 200;
 enum StopAnswer {
     NotFound,
     ReplayedFalse,
+    Unavailable,
 }
 
 #[derive(Default)]
@@ -122,6 +123,9 @@ impl Executor for FakeExecutor {
             match next {
                 Some(StopAnswer::NotFound) => {
                     return Err(Status::not_found("task not hosted here"));
+                }
+                Some(StopAnswer::Unavailable) => {
+                    return Err(Status::unavailable("connection reset"));
                 }
                 Some(StopAnswer::ReplayedFalse) => {
                     return Ok(Response::new(pb::StopTaskResponse {
@@ -331,5 +335,37 @@ async fn a_task_already_stopped_with_false_still_gets_its_cleanup() {
     assert!(
         calls[cleanup_start + 1].ends_with("deleted=true"),
         "{calls:?}"
+    );
+}
+
+#[tokio::test]
+async fn an_unconfirmed_cleanup_only_stop_is_retried_on_the_same_instance() {
+    let script = Arc::new(Script::default());
+    script
+        .stop_true
+        .lock()
+        .unwrap()
+        .extend([StopAnswer::NotFound, StopAnswer::Unavailable]);
+    let (mut admin, _dir) = setup(script.clone()).await;
+    run_and_delete(&script, &mut admin).await;
+    let calls = calls_after_delete(&script);
+    let task_calls: Vec<&String> = calls.iter().filter(|c| c.contains("_task")).collect();
+    let cleanup_starts = task_calls
+        .iter()
+        .filter(|c| c.ends_with("cleanup_only=true"))
+        .count();
+    assert_eq!(cleanup_starts, 1, "one cleanup-only instance: {calls:?}");
+    let stops: Vec<&&String> = task_calls
+        .iter()
+        .filter(|c| c.starts_with("stop_task"))
+        .collect();
+    assert_eq!(
+        stops.len(),
+        3,
+        "original, unconfirmed, confirmed: {calls:?}"
+    );
+    assert_eq!(
+        stops[1], stops[2],
+        "the retry stops the same generation: {calls:?}"
     );
 }

@@ -205,7 +205,15 @@ async fn run_step(
     let original = host_live
         .filter(|_| !step.rehosted && host.state.has_live_instance())
         .cloned();
-    let attempt = if let Some(exec) = original {
+    // A cleanup-only instance started by an earlier attempt (or before a control-plane
+    // restart) whose stop was not confirmed: stop that one rather than start another.
+    let inflight = live
+        .get(&step.executor)
+        .filter(|_| step.rehosted && step.state == CleanupState::Running && flag)
+        .cloned();
+    let attempt = if let Some(exec) = inflight {
+        stop(cluster, d, step.task, &exec, step.generation, flag).await
+    } else if let Some(exec) = original {
         d.steps[idx].state = CleanupState::Running;
         d.steps[idx].executor = exec.id.clone();
         if !save(cluster, d)? {
@@ -215,8 +223,8 @@ async fn run_step(
     } else if !step.rehosted
         && host.state.has_live_instance()
         && host.executor.as_ref().is_some_and(|e| {
-            // Leased at the recorded epoch but not in `live`: cannot happen; a host that is
-            // registered, not lost, but at another epoch re-registered and dropped the instance.
+            // Its lease ran out but the herder has not recorded it lost yet: wait for
+            // that, so that a re-hosted cleanup never overlaps a still-fenced host.
             live.get(e).is_none()
                 && cluster
                     .store
@@ -348,7 +356,11 @@ async fn run_step(
             }
         }
         Attempt::Wait { error } => {
-            s.state = CleanupState::Pending;
+            // A step whose stop was sent stays RUNNING, so that the same instance is
+            // stopped on the next attempt instead of a new one being started.
+            if s.state != CleanupState::Running {
+                s.state = CleanupState::Pending;
+            }
             s.last_error = error;
             s.next_attempt_ms = now_ms() + CLEANUP_BACKOFF_BASE_MS;
             info!(connector = %d.name, task = ?s.task, error = %s.last_error, outcome = "waiting", "cleanup step");
