@@ -536,3 +536,98 @@ async fn nothing_acknowledged_is_lost_or_duplicated_across_kill_9() {
         "acknowledged records are not delivered again: first {first}, acknowledged below {acked2}"
     );
 }
+
+/// Environment variable that turns [`child_process_for_memory_test`] into the workload.
+const MEMORY_CHILD_DIR_ENV: &str = "WHARF_LOG_MEMORY_CHILD_DIR";
+/// Appends made by the memory workload, of [`MEMORY_RECORDS_PER_APPEND`] records each.
+const MEMORY_APPENDS: u64 = 200;
+/// Records per append of the memory workload.
+const MEMORY_RECORDS_PER_APPEND: u64 = 250;
+/// Value size of the memory workload's records, in bytes (200 x 250 x 4 KiB = 200 MiB).
+const MEMORY_VALUE_BYTES: usize = 4 * 1024;
+/// Peak resident memory the workload may reach, in KiB.
+const MEMORY_PEAK_LIMIT_KIB: u64 = 160 * 1024;
+
+fn peak_rss_kib() -> u64 {
+    std::fs::read_to_string("/proc/self/status")
+        .unwrap_or_default()
+        .lines()
+        .find_map(|l| l.strip_prefix("VmHWM:"))
+        .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
+        .unwrap_or(0)
+}
+
+/// A fast source and a slow reader (it fetches one batch per ten appends): prints
+/// `peak_rss_kib <n>` and `read <n>` at the end. Only when started by
+/// [`a_slow_reader_keeps_memory_bounded_while_the_log_grows`]; otherwise returns at once.
+#[tokio::test]
+async fn child_process_for_memory_test() {
+    let Ok(dir) = std::env::var(MEMORY_CHILD_DIR_ENV) else {
+        return;
+    };
+    let log = EmbeddedLog::open(&dir).await.expect("open");
+    let mut reader = log
+        .consumer("slow", &topics(&["big"]), StartPosition::Earliest)
+        .await
+        .expect("consumer");
+    let mut read = 0usize;
+    for i in 0..MEMORY_APPENDS {
+        let batch: Vec<LogRecord> = (0..MEMORY_RECORDS_PER_APPEND)
+            .map(|n| LogRecord {
+                key: None,
+                value: vec![(n % 251) as u8; MEMORY_VALUE_BYTES],
+                headers: vec![],
+                timestamp_ms: None,
+            })
+            .collect();
+        log.append("big", batch).await.expect("append");
+        if i % 10 == 0 {
+            let got = reader.fetch(500, FETCH_WAIT).await.expect("fetch");
+            read += got.len();
+            let tokens: Vec<_> = got.into_iter().map(|d| d.ack).collect();
+            reader.ack(&tokens).await.expect("ack");
+        }
+    }
+    println!("\nread {read}");
+    println!("peak_rss_kib {}", peak_rss_kib());
+}
+
+#[tokio::test]
+async fn a_slow_reader_keeps_memory_bounded_while_the_log_grows() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let exe = std::env::current_exe().expect("test binary");
+    let out = tokio::process::Command::new(exe)
+        .args([
+            "child_process_for_memory_test",
+            "--exact",
+            "--nocapture",
+            "--test-threads=1",
+        ])
+        .env(MEMORY_CHILD_DIR_ENV, dir.path())
+        .output()
+        .await
+        .expect("run child");
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success(), "child failed: {stdout}");
+    let value = |key: &str| -> u64 {
+        stdout
+            .lines()
+            .find_map(|l| l.strip_prefix(key))
+            .and_then(|v| v.trim().parse().ok())
+            .unwrap_or_else(|| panic!("no {key} in {stdout}"))
+    };
+    let (read, peak) = (value("read "), value("peak_rss_kib "));
+    let appended_kib =
+        MEMORY_APPENDS * MEMORY_RECORDS_PER_APPEND * MEMORY_VALUE_BYTES as u64 / 1024;
+    eprintln!(
+        "appended {appended_kib} KiB, the slow reader read {read} records, peak RSS {peak} KiB"
+    );
+    assert!(
+        read < MEMORY_APPENDS * MEMORY_RECORDS_PER_APPEND / 2,
+        "the reader is slow"
+    );
+    assert!(
+        peak < MEMORY_PEAK_LIMIT_KIB,
+        "peak RSS {peak} KiB while {appended_kib} KiB were appended"
+    );
+}

@@ -43,6 +43,9 @@ use super::{
 
 /// File name of the database inside the log directory.
 pub const DB_FILE_NAME: &str = "records.redb";
+/// redb page cache, in bytes (redb's default, 1 GiB, would let a growing log grow the
+/// executor's memory by as much).
+pub const CACHE_BYTES: usize = 64 * 1024 * 1024;
 
 const RECORDS: TableDefinition<(&str, u64), &[u8]> = TableDefinition::new("records");
 const HEADS: TableDefinition<&str, u64> = TableDefinition::new("topic_heads");
@@ -130,13 +133,16 @@ impl EmbeddedLog {
         let path = dir.clone();
         let (db, heads) = blocking(move || {
             std::fs::create_dir_all(&path).map_err(LogError::Storage)?;
-            let db = Database::create(path.join(DB_FILE_NAME)).map_err(|err| match err {
-                redb::DatabaseError::DatabaseAlreadyOpen => LogError::Unavailable(format!(
-                    "record log {} is open in another process",
-                    path.display()
-                )),
-                other => storage(other),
-            })?;
+            let db = Database::builder()
+                .set_cache_size(CACHE_BYTES)
+                .create(path.join(DB_FILE_NAME))
+                .map_err(|err| match err {
+                    redb::DatabaseError::DatabaseAlreadyOpen => LogError::Unavailable(format!(
+                        "record log {} is open in another process",
+                        path.display()
+                    )),
+                    other => storage(other),
+                })?;
             let txn = db.begin_write().map_err(storage)?;
             let mut heads = HashMap::new();
             {
