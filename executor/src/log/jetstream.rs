@@ -333,18 +333,14 @@ impl JetStreamLog {
         }
     }
 
-    fn known(&self, stream: &str) -> bool {
-        self.streams
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .contains(stream)
-    }
-}
-
-#[async_trait]
-impl RecordLog for JetStreamLog {
-    async fn append(&self, topic: &str, records: Vec<LogRecord>) -> Result<Vec<u64>, LogError> {
-        let stream = self.ensure_stream(topic).await?;
+    /// Publishes `records` to `topic`'s subject, at most
+    /// [`LogLimits::max_append_in_flight_records`] awaiting their acknowledgement at once.
+    async fn publish_all(
+        &self,
+        topic: &str,
+        stream: &str,
+        records: &[LogRecord],
+    ) -> Result<Vec<u64>, LogError> {
         let subject = self.subject(topic);
         let mut positions = Vec::with_capacity(records.len());
         for batch in records.chunks(self.options.limits.max_append_in_flight_records) {
@@ -371,6 +367,34 @@ impl RecordLog for JetStreamLog {
             }
         }
         Ok(positions)
+    }
+
+    fn forget(&self, stream: &str) {
+        self.streams
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .remove(stream);
+    }
+
+    fn known(&self, stream: &str) -> bool {
+        self.streams
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .contains(stream)
+    }
+}
+
+#[async_trait]
+impl RecordLog for JetStreamLog {
+    async fn append(&self, topic: &str, records: Vec<LogRecord>) -> Result<Vec<u64>, LogError> {
+        let stream = self.ensure_stream(topic).await?;
+        let result = self.publish_all(topic, &stream, &records).await;
+        if result.is_err() {
+            // The stream may be gone (deleted, or a server that lost its store): check again
+            // on the next append.
+            self.forget(&stream);
+        }
+        result
     }
 
     async fn consumer(

@@ -278,3 +278,47 @@ pub trait LogConsumer: Send {
     /// Acknowledges the given records: they will not be delivered again.
     async fn ack(&mut self, tokens: &[AckToken]) -> Result<(), LogError>;
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn embedded_spec_puts_the_log_under_the_data_dir() {
+        let config = LogConfig::from_spec("embedded", Path::new("/data")).expect("spec");
+        assert_eq!(
+            config,
+            LogConfig::Embedded {
+                dir: PathBuf::from("/data/log"),
+                limits: LogLimits::default(),
+            }
+        );
+    }
+
+    #[test]
+    fn nats_spec_takes_servers_and_replicas() {
+        let config =
+            LogConfig::from_spec("nats://a:4222,nats://b:4222?replicas=3", Path::new("/data"))
+                .expect("spec");
+        let LogConfig::JetStream { url, options } = config else {
+            panic!("not JetStream: {config:?}");
+        };
+        assert_eq!(url, "nats://a:4222,nats://b:4222");
+        assert_eq!(options.replicas, 3);
+    }
+
+    #[test]
+    fn bad_specs_name_what_is_wrong() {
+        for (spec, needle) in [
+            ("kafka://x", "embedded"),
+            ("nats://x?replicas=0", "replicas"),
+            ("nats://x?replicas=seven", "replicas"),
+            ("nats://x?speed=fast", "speed"),
+        ] {
+            match LogConfig::from_spec(spec, Path::new("/data")) {
+                Err(LogError::InvalidConfig(msg)) => assert!(msg.contains(needle), "{msg}"),
+                other => panic!("{spec}: {other:?}"),
+            }
+        }
+    }
+}
