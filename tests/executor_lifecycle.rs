@@ -36,8 +36,11 @@ struct Recorded {
     registrations: Mutex<Vec<pb::RegisterExecutorRequest>>,
     reports: Mutex<Vec<pb::ReportStatusRequest>>,
     commits: Mutex<Vec<pb::CommitOffsetsRequest>>,
+    /// Last epoch granted (to any executor).
     epoch: AtomicU64,
-    /// Heartbeats for an epoch at or below this are refused (fenced).
+    /// Current epoch of each executor id.
+    current: Mutex<HashMap<String, u64>>,
+    /// Calls from an epoch at or below this are refused (fenced).
     fenced_up_to: AtomicU64,
 }
 
@@ -60,13 +63,11 @@ impl Recorded {
 struct FakeRegistry(Arc<Recorded>);
 
 impl FakeRegistry {
-    fn check_epoch(&self, epoch: u64) -> Result<(), Status> {
-        if epoch == 0
-            || epoch <= self.0.fenced_up_to.load(Ordering::SeqCst)
-            || epoch != self.0.epoch.load(Ordering::SeqCst)
-        {
+    fn check_epoch(&self, executor_id: &str, epoch: u64) -> Result<(), Status> {
+        let current = self.0.current.lock().unwrap().get(executor_id).copied();
+        if epoch <= self.0.fenced_up_to.load(Ordering::SeqCst) || current != Some(epoch) {
             return Err(Status::failed_precondition(format!(
-                "epoch {epoch} is fenced"
+                "epoch {epoch} of {executor_id} is fenced"
             )));
         }
         Ok(())
@@ -79,12 +80,14 @@ impl ExecutorRegistry for FakeRegistry {
         &self,
         request: Request<pb::RegisterExecutorRequest>,
     ) -> Result<Response<pb::RegisterExecutorResponse>, Status> {
+        let req = request.into_inner();
+        let epoch = self.0.epoch.fetch_add(1, Ordering::SeqCst) + 1;
         self.0
-            .registrations
+            .current
             .lock()
             .unwrap()
-            .push(request.into_inner());
-        let epoch = self.0.epoch.fetch_add(1, Ordering::SeqCst) + 1;
+            .insert(req.executor_id.clone(), epoch);
+        self.0.registrations.lock().unwrap().push(req);
         Ok(Response::new(pb::RegisterExecutorResponse {
             epoch,
             lease_ms: LEASE_MS,
@@ -96,7 +99,7 @@ impl ExecutorRegistry for FakeRegistry {
         &self,
         request: Request<pb::HeartbeatRequest>,
     ) -> Result<Response<pb::HeartbeatResponse>, Status> {
-        self.check_epoch(request.get_ref().epoch)?;
+        self.check_epoch(&request.get_ref().executor_id, request.get_ref().epoch)?;
         Ok(Response::new(pb::HeartbeatResponse { lease_ms: LEASE_MS }))
     }
 
@@ -104,7 +107,7 @@ impl ExecutorRegistry for FakeRegistry {
         &self,
         request: Request<pb::ReportStatusRequest>,
     ) -> Result<Response<pb::ReportStatusResponse>, Status> {
-        self.check_epoch(request.get_ref().epoch)?;
+        self.check_epoch(&request.get_ref().executor_id, request.get_ref().epoch)?;
         self.0.reports.lock().unwrap().push(request.into_inner());
         Ok(Response::new(pb::ReportStatusResponse {}))
     }
@@ -113,7 +116,7 @@ impl ExecutorRegistry for FakeRegistry {
         &self,
         request: Request<pb::CommitOffsetsRequest>,
     ) -> Result<Response<pb::CommitOffsetsResponse>, Status> {
-        self.check_epoch(request.get_ref().epoch)?;
+        self.check_epoch(&request.get_ref().executor_id, request.get_ref().epoch)?;
         self.0.commits.lock().unwrap().push(request.into_inner());
         Ok(Response::new(pb::CommitOffsetsResponse {}))
     }
@@ -128,18 +131,33 @@ impl ExecutorRegistry for FakeRegistry {
 
 /// Serves the fake registry on 127.0.0.1:0; returns its URL and what it records.
 async fn fake_control_plane() -> (String, Arc<Recorded>) {
+    let (url, recorded, _stop) = fake_control_plane_at("127.0.0.1:0").await;
+    std::mem::forget(_stop);
+    (url, recorded)
+}
+
+/// Serves a fresh fake registry on `addr` until the returned sender is used or dropped.
+async fn fake_control_plane_at(
+    addr: &str,
+) -> (String, Arc<Recorded>, tokio::sync::oneshot::Sender<()>) {
     let recorded = Arc::new(Recorded::default());
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let listener = tokio::net::TcpListener::bind(addr).await.unwrap();
     let addr = listener.local_addr().unwrap();
     let service = ExecutorRegistryServer::new(FakeRegistry(recorded.clone()));
+    let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
     tokio::spawn(async move {
         tonic::transport::Server::builder()
             .add_service(service)
-            .serve_with_incoming(tonic::transport::server::TcpIncoming::from(listener))
+            .serve_with_incoming_shutdown(
+                tonic::transport::server::TcpIncoming::from(listener),
+                async {
+                    let _ = stopped.await;
+                },
+            )
             .await
             .unwrap();
     });
-    (format!("http://{addr}"), recorded)
+    (format!("http://{addr}"), recorded, stop)
 }
 
 // ---------------------------------------------------------------------------------------
@@ -176,14 +194,18 @@ async fn start_executor(
     let client = ExecutorClient::connect(format!("http://{addr}"))
         .await
         .unwrap();
+    // Registered: the fake granted an epoch and the executor holds it.
     wait_until("the executor to register", WAIT_DEADLINE, || {
-        let registered = recorded
-            .registrations
-            .lock()
-            .unwrap()
-            .iter()
-            .any(|r| r.executor_id == id);
-        async move { registered.then_some(()) }
+        let granted = recorded.current.lock().unwrap().get(&id).copied();
+        let mut client = client.clone();
+        async move {
+            let granted = granted?;
+            let listed = client
+                .list_assignments(pb::ListAssignmentsRequest {})
+                .await
+                .ok()?;
+            (listed.into_inner().epoch == granted).then_some(())
+        }
     })
     .await;
     Executor { proc, client, id }
@@ -1056,4 +1078,206 @@ async fn source_offsets_are_committed_and_a_restarted_task_resumes_after_them() 
     .await;
     let next: serde_json::Value = serde_json::from_str(&first_commit.offsets[0].offset).unwrap();
     assert!(next["seq"].as_u64().unwrap() > seq);
+}
+
+#[tokio::test]
+async fn a_stop_during_start_waits_for_the_start_and_runs_after_it() {
+    let s = Setup::new().await;
+    let mut ex = s.executor("a").await;
+    let config = s.config(&[("test.start.delay.ms", "1000")]);
+    let mut starter = ex.client.clone();
+    let start = tokio::spawn(async move {
+        starter
+            .start_task(pb::StartTaskRequest {
+                task: task_id("late", 0),
+                connector_config: config.clone(),
+                task_config: config,
+                generation: 1,
+                ..Default::default()
+            })
+            .await
+    });
+    let mut lister = ex.client.clone();
+    wait_until("the task to be starting", WAIT_DEADLINE, || {
+        let mut lister = lister.clone();
+        async move {
+            let listed = lister
+                .list_assignments(pb::ListAssignmentsRequest {})
+                .await
+                .ok()?
+                .into_inner();
+            (!listed.tasks.is_empty()).then_some(())
+        }
+    })
+    .await;
+    let _ = lister.list_assignments(pb::ListAssignmentsRequest {}).await;
+    let r = stop_task(&mut ex, "late", 0, 1, false, 0).await.unwrap();
+    assert_eq!(r.outcome, pb::StopOutcome::Stopped as i32);
+    start.await.unwrap().unwrap();
+    let l = s.lifecycle();
+    assert_eq!(
+        l.calls("late", Some(0)),
+        ["start", "stop", "stopped"],
+        "the stop ran after start returned, and no poll"
+    );
+}
+
+#[tokio::test]
+async fn sink_tasks_deliver_source_records_and_a_deleted_sink_connector_forgets_its_consumer() {
+    let s = Setup::new().await;
+    let mut ex = s.executor("a").await;
+    let input = s.dir.path().join("in.txt");
+    std::fs::write(&input, "alpha\nbeta\n{\"n\":3}\n").unwrap();
+    let cfg = |pairs: &[(&str, String)]| -> HashMap<String, String> {
+        pairs
+            .iter()
+            .map(|(k, v)| ((*k).to_owned(), v.clone()))
+            .collect()
+    };
+    let source = cfg(&[
+        ("connector.class", "file-source".into()),
+        ("file", input.display().to_string()),
+        ("topic", "lines".into()),
+    ]);
+    assert!(running(
+        &start_task(&mut ex, "src", 0, 1, &source, false)
+            .await
+            .unwrap()
+    ));
+
+    let sink = |out: &Path| {
+        cfg(&[
+            ("connector.class", "file-sink".into()),
+            ("file", out.display().to_string()),
+            ("topics", "lines".into()),
+        ])
+    };
+    let lines_of = |path: &Path| -> Vec<String> {
+        std::fs::read_to_string(path)
+            .unwrap_or_default()
+            .lines()
+            .map(str::to_owned)
+            .collect()
+    };
+    let first = s.dir.path().join("out-1.jsonl");
+    assert_eq!(
+        start_connector(&mut ex, "dst", 1, &sink(&first), false)
+            .await
+            .state,
+        pb::State::Running as i32
+    );
+    assert!(running(
+        &start_task(&mut ex, "dst", 0, 1, &sink(&first), false)
+            .await
+            .unwrap()
+    ));
+    let expected = vec![
+        r#""alpha""#.to_owned(),
+        r#""beta""#.to_owned(),
+        r#"{"n":3}"#.to_owned(),
+    ];
+    wait_until("the sink to write three lines", WAIT_DEADLINE, || {
+        let got = lines_of(&first);
+        let done = got == expected;
+        async move { done.then_some(()) }
+    })
+    .await;
+    // The source committed the byte position after its last line.
+    let commit = wait_until("the source's offset commit", WAIT_DEADLINE, || {
+        let last = s.recorded.commits.lock().unwrap().last().cloned();
+        async move { last }
+    })
+    .await;
+    let partition: serde_json::Value = serde_json::from_str(&commit.offsets[0].partition).unwrap();
+    assert_eq!(
+        partition,
+        serde_json::json!({ "file": input.display().to_string() })
+    );
+    assert_eq!(commit.offsets[0].offset, r#"{"position":19}"#);
+
+    // Deleting the sink connector removes its consumer: the same name starts from the
+    // beginning again.
+    assert_eq!(
+        stop_task(&mut ex, "dst", 0, 1, true, 0)
+            .await
+            .unwrap()
+            .outcome,
+        pb::StopOutcome::Stopped as i32
+    );
+    assert_eq!(
+        stop_connector(&mut ex, "dst", 1, true).await.outcome,
+        pb::StopOutcome::Stopped as i32
+    );
+    let second = s.dir.path().join("out-2.jsonl");
+    start_connector(&mut ex, "dst", 2, &sink(&second), false).await;
+    assert!(running(
+        &start_task(&mut ex, "dst", 0, 2, &sink(&second), false)
+            .await
+            .unwrap()
+    ));
+    wait_until(
+        "the re-created sink to read from the start",
+        WAIT_DEADLINE,
+        || {
+            let done = lines_of(&second) == expected;
+            async move { done.then_some(()) }
+        },
+    )
+    .await;
+    assert_eq!(
+        lines_of(&first),
+        expected,
+        "nothing more reached the deleted sink's file"
+    );
+}
+
+#[tokio::test]
+async fn an_unreachable_control_plane_does_not_stop_the_tasks_and_a_lost_lease_stops_them_with_false()
+ {
+    let dir = KeepOnFailure::new();
+    let (url, recorded, stop_cp) = fake_control_plane_at("127.0.0.1:0").await;
+    let lifecycle = dir.path().join("lifecycle.jsonl");
+    let s = Setup {
+        dir,
+        recorded,
+        control_plane: url.clone(),
+        lifecycle,
+    };
+    let mut ex = s.executor("a").await;
+    let config = s.config(&[]);
+    start_task(&mut ex, "steady", 0, 1, &config, false)
+        .await
+        .unwrap();
+    wait_polled(&s, "steady", 0, 0).await;
+
+    // The control plane goes away: heartbeats fail, the task keeps running.
+    stop_cp.send(()).unwrap();
+    wait_until("three failed heartbeats", WAIT_DEADLINE, || {
+        let n = ex.proc.log().matches("heartbeat failed").count();
+        async move { (n >= 3).then_some(()) }
+    })
+    .await;
+    let listed = ex
+        .client
+        .list_assignments(pb::ListAssignmentsRequest {})
+        .await
+        .unwrap()
+        .into_inner();
+    assert_eq!(listed.tasks.len(), 1);
+    assert_eq!(listed.tasks[0].state, pb::State::Running as i32);
+    assert!(s.lifecycle().stops_for("steady", 0).is_empty());
+
+    // It comes back without the executor's lease (a new epoch history): the old epoch is
+    // fenced, so the executor stops its task with false and registers again.
+    let addr = url.trim_start_matches("http://").to_owned();
+    let (_, again, _keep) = fake_control_plane_at(&addr).await;
+    wait_until("the executor to register again", WAIT_DEADLINE, || {
+        let n = again.registrations.lock().unwrap().len();
+        async move { (n >= 1).then_some(()) }
+    })
+    .await;
+    let l = s
+        .wait_lifecycle("the task to stop", |l| !l.stops_for("steady", 0).is_empty())
+        .await;
+    stopped_once(&l, "steady", 0, &ex.id, false);
 }

@@ -11,7 +11,8 @@
 //! Knobs (config keys, read by the connector and by its tasks; task configs copy the
 //! connector config): `test.tasks`, `test.poll.block.ms`, `test.ignore.cancel`,
 //! `test.stop.delay.ms`, `test.stop.fail.times`, `test.start.fail`,
-//! `test.records.per.poll`, `test.topic`, and `test.poll.panic` (poll panics).
+//! `test.records.per.poll`, `test.topic`, `test.poll.panic` (poll panics) and
+//! `test.start.delay.ms` (a task's start sleeps first).
 
 use std::io::Write;
 use std::path::{Path, PathBuf};
@@ -181,6 +182,7 @@ fn config_def() -> ConfigDef {
         .define(ConfigKey::new("test.start.fail", ConfigType::Boolean, Importance::Low, "When true, start fails."))
         .define(ConfigKey::new("test.records.per.poll", ConfigType::Int, Importance::Low, "Records returned by each poll; default 1."))
         .define(ConfigKey::new("test.poll.panic", ConfigType::Boolean, Importance::Low, "When true, poll panics (to show that a panic fails only that task)."))
+        .define(ConfigKey::new("test.start.delay.ms", ConfigType::Long, Importance::Low, "How long a task's start sleeps before returning, in milliseconds."))
         .define(ConfigKey::new("test.topic", ConfigType::String, Importance::Low, "Topic of the records; default test-<connector>."))
 }
 
@@ -274,8 +276,12 @@ fn task_recorder(ctx: &TaskContext, config: &ConfigMap) -> Recorder {
     }
 }
 
-/// Parses the knobs and applies `test.start.fail`, recording the `start` line.
-fn start_task(recorder: &Recorder, config: &ConfigMap) -> Result<Knobs, String> {
+/// Parses the knobs, waits `test.start.delay.ms` and applies `test.start.fail`, recording
+/// the `start` line when it returns.
+async fn start_task(recorder: &Recorder, config: &ConfigMap) -> Result<Knobs, String> {
+    if let Ok(Some(ms)) = parse_opt::<u64>(config, "test.start.delay.ms") {
+        tokio::time::sleep(Duration::from_millis(ms)).await;
+    }
     let knobs = Knobs::parse(config).and_then(|k| {
         if k.start_fail {
             Err("test.start.fail: injected start failure".to_owned())
@@ -313,7 +319,7 @@ impl SourceTask for TestSourceTask {
             .and_then(|o| o.get("seq"))
             .and_then(serde_json::Value::as_u64)
             .map_or(0, |s| s + 1);
-        self.knobs = start_task(&self.recorder, &config)?;
+        self.knobs = start_task(&self.recorder, &config).await?;
         Ok(())
     }
 
@@ -375,7 +381,7 @@ struct TestSinkTask {
 impl SinkTask for TestSinkTask {
     async fn start(&mut self, ctx: TaskContext, config: ConfigMap) -> PluginResult<()> {
         self.recorder = task_recorder(&ctx, &config);
-        self.knobs = start_task(&self.recorder, &config)?;
+        self.knobs = start_task(&self.recorder, &config).await?;
         Ok(())
     }
 

@@ -186,16 +186,16 @@ impl Registry {
 
     /// Asks the control plane to recompute the connector's task configs (fire and forget).
     pub fn request_task_reconfiguration(self: &Arc<Self>, connector: &str, generation: u64) {
-        let Ok(handle) = tokio::runtime::Handle::try_current() else {
+        if tokio::runtime::Handle::try_current().is_err() {
             tracing::warn!(
                 connector,
                 "task reconfiguration asked outside the runtime; ignored"
             );
             return;
-        };
+        }
         let me = self.clone();
         let connector = connector.to_owned();
-        handle.spawn(async move {
+        spawn_named("task reconfiguration request", async move {
             let req = pb::RequestTaskReconfigurationRequest {
                 executor_id: me.executor_id.clone(),
                 epoch: me.epoch(),

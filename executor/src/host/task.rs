@@ -219,7 +219,8 @@ impl TaskInstance {
                 Ok(Err(e)) => return self.fail(format!("poll failed: {e}")),
                 Err(join) => return self.fail(panic_text(join)),
             };
-            if records.is_empty() {
+            // An empty poll still retries a commit that did not land.
+            if records.is_empty() && pending.is_empty() {
                 continue;
             }
             // Fenced: nothing polled after the stop began reaches the log.
