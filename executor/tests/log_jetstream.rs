@@ -319,6 +319,31 @@ async fn records_held_by_a_gone_reader_come_again_at_once_and_in_order() {
 }
 
 #[tokio::test]
+async fn a_fetch_dropped_while_waiting_does_not_strand_the_next_record() {
+    let (url, prefix) = (nats_url(), unique_prefix());
+    let log = JetStreamLog::connect(&url, options(&prefix))
+        .await
+        .expect("connect");
+    let mut reader = log
+        .consumer("c", &topics(&["t"]), StartPosition::Earliest)
+        .await
+        .expect("consumer");
+    // Dropped while its pull request waits on the server, as a `select!` on a stop does.
+    let waited = tokio::time::timeout(EMPTY_FETCH_WAIT, reader.fetch(10, DEADLINE)).await;
+    assert!(waited.is_err(), "the fetch was still waiting");
+    // This record may go to the abandoned pull request.
+    log.append("t", recs("v", 0..1)).await.expect("append");
+    let started = tokio::time::Instant::now();
+    let got = read_and_ack(reader.as_mut(), 1).await;
+    assert_eq!(got, vec![("t".to_string(), 0, "v0".to_string())]);
+    assert!(
+        started.elapsed() < Duration::from_millis(DEFAULT_ACK_WAIT_MS),
+        "not left for ack_wait"
+    );
+    remove_streams(&url, &prefix).await;
+}
+
+#[tokio::test]
 async fn a_deleted_consumer_created_again_starts_from_its_configured_position() {
     let (url, prefix) = (nats_url(), unique_prefix());
     let log = JetStreamLog::connect(&url, options(&prefix))

@@ -25,7 +25,9 @@
 //! `ack_wait` behind newer ones. Sink tasks start only after the previous instance of their
 //! task stopped or its executor's lease ran out, so for a one-task sink nothing else holds
 //! records then. Other live readers of a shared consumer see the records they hold again
-//! (duplicates, never loss).
+//! (duplicates, never loss). A reader whose fetch or ack failed (server restart, lost
+//! connection) or was dropped midway binds again before its next fetch, rewinding the same
+//! way at most once per [`MIN_REWIND_INTERVAL_MS`].
 //!
 //! # Caveats
 //! - nats-server's file store syncs to disk every two minutes by default: a killed server
@@ -59,6 +61,8 @@ pub const DEFAULT_ACK_WAIT_MS: u64 = 120_000;
 pub const DEFAULT_REQUEST_TIMEOUT_MS: u64 = 5_000;
 /// Longest wait on one topic before trying the next, for readers of several topics.
 pub const MULTI_TOPIC_WAIT_SLICE_MS: u64 = 200;
+/// Least time between two rewinds by one reader after failures (see "Redelivery").
+pub const MIN_REWIND_INTERVAL_MS: u64 = 10_000;
 /// Double acks sent before waiting for their confirmations.
 pub const ACK_IN_FLIGHT: usize = 256;
 /// Longest name token kept before a hash replaces the rest.
@@ -239,6 +243,7 @@ impl JetStreamLog {
         consumer: &str,
         topic: &str,
         deliver_policy: consumer::DeliverPolicy,
+        may_rewind: bool,
     ) -> Result<consumer::PullConsumer, LogError> {
         let durable = name_token(consumer);
         let stream_name = self.ensure_stream(topic).await?;
@@ -246,7 +251,7 @@ impl JetStreamLog {
             .open_durable(&durable, consumer, &stream_name, deliver_policy)
             .await?;
         let info = pull.cached_info();
-        if info.num_ack_pending == 0 {
+        if info.num_ack_pending == 0 || !may_rewind {
             return Ok(pull);
         }
         let start_sequence = info.ack_floor.stream_sequence + 1;
@@ -409,7 +414,7 @@ impl RecordLog for JetStreamLog {
         };
         let mut bound = Vec::with_capacity(topics.len());
         for topic in topics {
-            let pull = self.bind(consumer, topic, deliver_policy).await?;
+            let pull = self.bind(consumer, topic, deliver_policy, true).await?;
             bound.push((topic.clone(), pull));
         }
         Ok(Box::new(JetStreamConsumer {
@@ -421,6 +426,7 @@ impl RecordLog for JetStreamLog {
             limits: self.options.limits,
             in_flight: HashSet::new(),
             rebind: false,
+            last_rewind: None,
         }))
     }
 
@@ -455,6 +461,8 @@ pub struct JetStreamConsumer {
     /// Set when a call failed (server gone, connection lost): before the next fetch the
     /// reader binds again, rewinding deliveries whose acknowledgement may have been lost.
     rebind: bool,
+    /// When this reader last rewound the consumer after a failure.
+    last_rewind: Option<tokio::time::Instant>,
 }
 
 impl JetStreamConsumer {
@@ -462,12 +470,20 @@ impl JetStreamConsumer {
         if !self.rebind {
             return Ok(());
         }
+        // Rate-limited, so that readers sharing a consumer cannot keep rewinding it in turns.
+        let now = tokio::time::Instant::now();
+        let may_rewind = self.last_rewind.is_none_or(|at| {
+            now.duration_since(at) >= Duration::from_millis(MIN_REWIND_INTERVAL_MS)
+        });
         for (topic, pull) in self.topics.iter_mut() {
             // An existing consumer keeps its start; the policy only matters if it vanished.
             *pull = self
                 .log
-                .bind(&self.name, topic, consumer::DeliverPolicy::All)
+                .bind(&self.name, topic, consumer::DeliverPolicy::All, may_rewind)
                 .await?;
+        }
+        if may_rewind {
+            self.last_rewind = Some(now);
         }
         self.in_flight.clear();
         self.rebind = false;
@@ -550,27 +566,28 @@ impl JetStreamConsumer {
 #[async_trait]
 impl LogConsumer for JetStreamConsumer {
     async fn fetch(&mut self, max: usize, wait: Duration) -> Result<Vec<Delivered>, LogError> {
-        let result = match self.rebind_if_needed().await {
-            Ok(()) => self.fetch_inner(max, wait).await,
-            Err(err) => Err(err),
-        };
-        if result.is_err() {
-            self.rebind = true;
-        }
+        self.rebind_if_needed()
+            .await
+            .inspect_err(|_| self.rebind = true)?;
+        // Stays set when this call fails or is dropped midway (a `select!`): a pull request
+        // may then have taken a record no one will see, so the next fetch binds again.
+        self.rebind = true;
+        let result = self.fetch_inner(max, wait).await;
+        self.rebind = result.is_err();
         result
     }
 
     async fn ack(&mut self, tokens: &[AckToken]) -> Result<(), LogError> {
+        let pending_rebind = self.rebind;
+        self.rebind = true;
         let result = self.ack_inner(tokens).await;
         // Acknowledged or not, the caller let go of these records; if the ack was lost they
-        // come again after the rebind below.
+        // come again after a rebind.
         for token in tokens {
             self.in_flight
                 .remove(&(token.topic.clone(), token.position));
         }
-        if result.is_err() {
-            self.rebind = true;
-        }
+        self.rebind = pending_rebind || result.is_err();
         result
     }
 }
