@@ -230,6 +230,7 @@ impl RunningExecutor {
     pub async fn shutdown(self) {
         tracing::info!(executor = %self.executor_id, graceful_timeout_ms = self.graceful_timeout.as_millis() as u64,
             "shutting down: stopping every instance with connector_deleted=false");
+        self.host.close();
         self.host.stop_all(self.graceful_timeout).await;
         self.registry
             .drain_reports(Duration::from_millis(REPORT_DRAIN_TIMEOUT_MS))

@@ -35,6 +35,7 @@ impl From<HostError> for Status {
             | HostError::GenerationStopped { .. }
             | HostError::NotRunning { .. } => Status::failed_precondition(msg),
             HostError::NotHosted(_) => Status::not_found(msg),
+            HostError::ShuttingDown => Status::unavailable(msg),
             HostError::TaskConfigsFailed { .. } => Status::internal(msg),
         }
     }

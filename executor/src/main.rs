@@ -39,12 +39,24 @@ struct Cli {
     nats_url: Option<String>,
 }
 
-#[tokio::main(worker_threads = 8)]
-async fn main() -> anyhow::Result<()> {
+/// Runtime worker threads. More than the cores: a misbehaving plugin that blocks its
+/// thread (and is abandoned at its stop timeout) must not starve the other tasks.
+const RUNTIME_WORKER_THREADS: usize = 8;
+
+fn main() -> anyhow::Result<()> {
     tracing_subscriber::fmt()
         .with_env_filter(tracing_subscriber::EnvFilter::from_default_env())
         .with_writer(std::io::stderr)
         .init();
+    let cli = Cli::parse();
+    tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(RUNTIME_WORKER_THREADS)
+        .enable_all()
+        .build()?
+        .block_on(run(cli))
+}
+
+async fn run(cli: Cli) -> anyhow::Result<()> {
     let Cli {
         listen,
         control_plane,
@@ -53,7 +65,7 @@ async fn main() -> anyhow::Result<()> {
         executor_id,
         graceful_timeout_ms,
         nats_url,
-    } = Cli::parse();
+    } = cli;
     let mut config = ExecutorConfig::new(listen, control_plane, data_dir);
     config.advertise = advertise;
     config.executor_id = executor_id;

@@ -34,7 +34,7 @@ use task::TaskInstance;
 
 /// Least time a connector instance gets for its stop when the tasks used up the shutdown
 /// budget.
-pub const MIN_STOP_TIMEOUT: Duration = Duration::from_millis(100);
+pub const MIN_STOP_TIMEOUT_MS: u64 = 100;
 
 /// Config key naming the plugin of a connector.
 pub const CONNECTOR_CLASS: &str = "connector.class";
@@ -91,6 +91,9 @@ pub enum HostError {
         /// Its state.
         state: String,
     },
+    /// The executor is shutting down and starts nothing new.
+    #[error("executor is shutting down")]
+    ShuttingDown,
     /// The plugin's `task_configs` failed.
     #[error("task_configs of {connector} failed: {error}")]
     TaskConfigsFailed {
@@ -188,6 +191,8 @@ pub struct Host {
     default_stop_timeout: Duration,
     tasks: Mutex<HashMap<TaskKey, Slot<TaskInstance>>>,
     connectors: Mutex<HashMap<String, Slot<ConnectorInstance>>>,
+    /// Set once shutdown began: no new instance may start behind `stop_all`'s back.
+    closing: std::sync::atomic::AtomicBool,
 }
 
 /// Locks a std mutex, recovering from poisoning (the maps stay consistent: every update is
@@ -215,6 +220,7 @@ impl Host {
             default_stop_timeout,
             tasks: Mutex::new(HashMap::new()),
             connectors: Mutex::new(HashMap::new()),
+            closing: std::sync::atomic::AtomicBool::new(false),
         }
     }
 
@@ -228,7 +234,16 @@ impl Host {
         self.shared.registry.epoch()
     }
 
+    /// Refuses every later start; called before the shutdown's `stop_all`.
+    pub fn close(&self) {
+        self.closing
+            .store(true, std::sync::atomic::Ordering::SeqCst);
+    }
+
     fn check_epoch(&self, requested: u64) -> Result<(), HostError> {
+        if self.closing.load(std::sync::atomic::Ordering::SeqCst) {
+            return Err(HostError::ShuttingDown);
+        }
         let current = self.epoch();
         if requested != 0 && requested != current {
             return Err(HostError::EpochMismatch { requested, current });
@@ -492,7 +507,7 @@ impl Host {
             .collect();
         let remaining = deadline
             .saturating_duration_since(tokio::time::Instant::now())
-            .max(MIN_STOP_TIMEOUT);
+            .max(Duration::from_millis(MIN_STOP_TIMEOUT_MS));
         join_all(connectors.iter().map(|c| c.stop(false, remaining, true))).await;
     }
 }
