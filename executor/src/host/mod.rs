@@ -562,3 +562,47 @@ pub(crate) fn panic_text(e: tokio::task::JoinError) -> String {
         .unwrap_or_else(|| "non-text panic payload".into());
     format!("plugin panicked: {msg}")
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A slot whose instances are just "stop claimed" flags, by generation.
+    fn slot(instances: &[(u64, bool)]) -> Slot<bool> {
+        Slot {
+            newest: instances.iter().map(|(g, _)| *g).max().unwrap_or(0),
+            instances: instances.iter().map(|(g, c)| (*g, Arc::new(*c))).collect(),
+        }
+    }
+
+    fn pick(slot: &Slot<bool>, generation: u64) -> Result<bool, HostError> {
+        pick_for_stop(slot, generation, "task t-0", |claimed| *claimed).map(|i| *i)
+    }
+
+    #[test]
+    fn a_stop_for_a_known_generation_gets_that_instance_even_when_already_stopped() {
+        let s = slot(&[(1, true), (2, false)]);
+        assert!(pick(&s, 1).unwrap(), "replays go to the stopped generation");
+        assert!(!pick(&s, 2).unwrap());
+    }
+
+    #[test]
+    fn a_stop_for_an_older_unknown_generation_is_stale() {
+        let s = slot(&[(3, false)]);
+        assert!(matches!(
+            pick(&s, 2),
+            Err(HostError::StaleGeneration { newest: 3, .. })
+        ));
+    }
+
+    #[test]
+    fn a_stop_for_a_newer_generation_reaches_the_instance_still_running() {
+        let s = slot(&[(3, false)]);
+        assert!(!pick(&s, 4).unwrap());
+        let all_stopped = slot(&[(3, true)]);
+        assert!(matches!(
+            pick(&all_stopped, 4),
+            Err(HostError::NotHosted(_))
+        ));
+    }
+}
