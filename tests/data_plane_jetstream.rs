@@ -173,23 +173,8 @@ async fn lines_flowing(input: &Path, output: &Path, from: u64) -> u64 {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn lines_cross_executors_through_jetstream_once_and_survive_kill_9_of_each_part() {
     let dir = KeepOnFailure::new();
-    let nats_dir = dir.path().join("nats");
-    let nats_port = free_port();
-    let mut nats = Proc::spawn(
-        NATS_SERVER_BIN.into(),
-        vec![
-            "-a".into(),
-            "127.0.0.1".into(),
-            "-p".into(),
-            nats_port.to_string(),
-            "-js".into(),
-            "-sd".into(),
-            nats_dir.join("store").display().to_string(),
-        ],
-        &nats_dir,
-    );
-    nats_ready(&nats, 0).await;
-    let mut c = cluster(dir, &format!("nats://127.0.0.1:{nats_port}")).await;
+    let (mut nats, url) = own_nats(&dir.path().join("nats")).await;
+    let mut c = cluster(dir, &url).await;
     let input = c.dir.path().join("in.jsonl");
     let output = c.dir.path().join("out.jsonl");
     append_lines(&input, 0..FIRST_LINES);
@@ -260,4 +245,94 @@ async fn lines_cross_executors_through_jetstream_once_and_survive_kill_9_of_each
         total,
         numbers.len() as u64 - total
     );
+}
+
+/// Starts the test's own nats-server in `dir` and returns it with its URL.
+async fn own_nats(dir: &Path) -> (Proc, String) {
+    let port = free_port();
+    let nats = Proc::spawn(
+        NATS_SERVER_BIN.into(),
+        vec![
+            "-a".into(),
+            "127.0.0.1".into(),
+            "-p".into(),
+            port.to_string(),
+            "-js".into(),
+            "-sd".into(),
+            dir.join("store").display().to_string(),
+        ],
+        dir,
+    );
+    nats_ready(&nats, 0).await;
+    (nats, format!("nats://127.0.0.1:{port}"))
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn connectors_created_again_under_deleted_names_start_from_scratch_on_jetstream() {
+    let dir = KeepOnFailure::new();
+    let (_nats, url) = own_nats(&dir.path().join("nats")).await;
+    let c = cluster(dir, &url).await;
+    let input = c.dir.path().join("lines.jsonl");
+    append_lines(&input, 0..FIRST_LINES);
+    let view = |file: &Path| {
+        json!({
+            "connector.class": "file-sink",
+            "file": file.display().to_string(),
+            "topics": "t",
+        })
+    };
+    let source = json!({
+        "connector.class": "file-source",
+        "file": input.display().to_string(),
+        "topic": "t",
+    });
+    let first_view = c.dir.path().join("view-1.jsonl");
+    for (name, config) in [("view", view(&first_view)), ("lines", source.clone())] {
+        let r = c.call("CreateConnector", json!({ "name": name, "config": config }));
+        assert_eq!(r.code, 0, "{}", r.err);
+    }
+    wait_until("the file in the topic", CONVERGE, || async {
+        (sink_numbers(&first_view).len() as u64 >= FIRST_LINES).then_some(())
+    })
+    .await;
+
+    // The source again: it reads the file from its first line (its offsets went with it).
+    delete_and_wait(&c, "lines").await;
+    let r = c.call(
+        "CreateConnector",
+        json!({ "name": "lines", "config": source }),
+    );
+    assert_eq!(r.code, 0, "{}", r.err);
+    let twice: Vec<u64> = (0..FIRST_LINES).chain(0..FIRST_LINES).collect();
+    wait_until("the file twice in the topic", CONVERGE, || async {
+        (sink_numbers(&first_view).len() >= twice.len()).then_some(())
+    })
+    .await;
+    assert_eq!(sink_numbers(&first_view), twice);
+
+    // The sink again: its durable consumer went with it, so it reads the stream from the
+    // start.
+    delete_and_wait(&c, "view").await;
+    let second_view = c.dir.path().join("view-2.jsonl");
+    let r = c.call(
+        "CreateConnector",
+        json!({ "name": "view", "config": view(&second_view) }),
+    );
+    assert_eq!(r.code, 0, "{}", r.err);
+    wait_until("the new sink read the whole topic", CONVERGE, || async {
+        (sink_numbers(&second_view).len() >= twice.len()).then_some(())
+    })
+    .await;
+    assert_eq!(sink_numbers(&second_view), twice);
+}
+
+async fn delete_and_wait(c: &TestCluster, name: &str) {
+    let r = c.call("DeleteConnector", json!({ "name": name }));
+    assert_eq!(r.code, 0, "{}", r.err);
+    wait_until(&format!("{name} to be deleted"), CONVERGE, || async {
+        (c.call("GetConnectorStatus", json!({ "name": name })).code
+            == control_plane_common::NOT_FOUND)
+            .then_some(())
+    })
+    .await;
 }
