@@ -1281,3 +1281,40 @@ async fn an_unreachable_control_plane_does_not_stop_the_tasks_and_a_lost_lease_s
         .await;
     stopped_once(&l, "steady", 0, &ex.id, false);
 }
+
+#[tokio::test]
+async fn sigterm_with_the_control_plane_unreachable_still_stops_with_false_and_exits_zero() {
+    let dir = KeepOnFailure::new();
+    let (url, recorded, stop_cp) = fake_control_plane_at("127.0.0.1:0").await;
+    let lifecycle = dir.path().join("lifecycle.jsonl");
+    let s = Setup {
+        dir,
+        recorded,
+        control_plane: url,
+        lifecycle,
+    };
+    let mut ex = s.executor("a").await;
+    start_task(&mut ex, "alone", 0, 1, &s.config(&[]), false)
+        .await
+        .unwrap();
+    wait_polled(&s, "alone", 0, 0).await;
+    stop_cp.send(()).unwrap();
+    wait_until("a failed heartbeat", WAIT_DEADLINE, || {
+        let failed = ex.proc.log().contains("heartbeat failed");
+        async move { failed.then_some(()) }
+    })
+    .await;
+
+    let started = Instant::now();
+    let code = ex
+        .proc
+        .terminate(Duration::from_millis(GRACEFUL_TIMEOUT_MS + 5_000))
+        .await;
+    assert_eq!(code, Some(0));
+    assert!(
+        started.elapsed() < Duration::from_millis(GRACEFUL_TIMEOUT_MS + 2_000),
+        "took {:?}",
+        started.elapsed()
+    );
+    stopped_once(&s.lifecycle(), "alone", 0, &ex.id, false);
+}

@@ -229,7 +229,14 @@ impl TaskInstance {
             }
             for (topic, batch) in by_topic(&records) {
                 loop {
-                    match self.shared.log.append(&topic, batch.clone()).await {
+                    // Cancellable: records appended but not committed are polled again
+                    // by the next instance (at least once).
+                    let appended = tokio::select! {
+                        biased;
+                        () = self.cancel.cancelled() => return,
+                        r = self.shared.log.append(&topic, batch.clone()) => r,
+                    };
+                    match appended {
                         Ok(_) => break,
                         Err(e) => {
                             tracing::warn!(connector = %self.key.connector, task = self.key.task, topic = %topic,
@@ -254,12 +261,13 @@ impl TaskInstance {
                     offset: offset.to_string(),
                 })
                 .collect();
-            match self
-                .shared
-                .registry
-                .commit_offsets(&self.key, self.life.generation, offsets)
-                .await
-            {
+            // Cancellable too: a stop must not wait for an unreachable control plane.
+            let committed = tokio::select! {
+                biased;
+                () = self.cancel.cancelled() => return,
+                r = self.shared.registry.commit_offsets(&self.key, self.life.generation, offsets) => r,
+            };
+            match committed {
                 Ok(()) => {
                     pending.clear();
                     let p = cell.clone();
