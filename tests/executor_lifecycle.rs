@@ -1318,3 +1318,44 @@ async fn sigterm_with_the_control_plane_unreachable_still_stops_with_false_and_e
     );
     stopped_once(&s.lifecycle(), "alone", 0, &ex.id, false);
 }
+
+#[tokio::test]
+async fn a_plugin_start_failure_is_a_failed_state_with_its_text_not_a_grpc_error() {
+    let s = Setup::new().await;
+    let mut ex = s.executor("a").await;
+    let config = s.config(&[("test.start.fail", "true")]);
+    let task = start_task(&mut ex, "broken", 0, 1, &config, false)
+        .await
+        .unwrap();
+    assert_eq!(task.state, pb::State::Failed as i32);
+    assert!(
+        task.error.contains("injected start failure"),
+        "{}",
+        task.error
+    );
+    let connector = start_connector(&mut ex, "broken", 1, &config, false).await;
+    assert_eq!(connector.state, pb::State::Failed as i32);
+    assert!(
+        connector.error.contains("injected start failure"),
+        "{}",
+        connector.error
+    );
+    wait_until("a FAILED report for the task", WAIT_DEADLINE, || {
+        let failed = s.recorded.task_reports("broken", 0).iter().any(|t| {
+            t.state == pb::State::Failed as i32 && t.generation == 1 && t.error.contains("injected")
+        });
+        async move { failed.then_some(()) }
+    })
+    .await;
+    // Cleanup still reaches a half-started instance, once.
+    let r = stop_task(&mut ex, "broken", 0, 1, true, 0).await.unwrap();
+    assert_eq!(r.outcome, pb::StopOutcome::Stopped as i32);
+    assert_eq!(
+        stop_connector(&mut ex, "broken", 1, true).await.outcome,
+        pb::StopOutcome::Stopped as i32
+    );
+    let l = s.lifecycle();
+    assert_eq!(l.calls("broken", Some(0)), ["start", "stop", "stopped"]);
+    assert!(!l.of("broken", Some(0))[0].ok);
+    stopped_once(&l, "broken", 0, &ex.id, true);
+}
