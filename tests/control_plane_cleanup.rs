@@ -183,3 +183,47 @@ async fn cleanup_of_a_dead_executors_tasks_runs_cleanup_only_elsewhere_after_its
     );
     assert!(trues[0].cleanup_only, "in cleanup-only mode");
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn deleting_an_unassigned_connector_waits_for_a_capable_executor() {
+    let mut c = TestCluster::start(1).await;
+    c.executors[0].kill9();
+    wait_until("exec-1 LOST", CONVERGE, || async {
+        let r = c.call("ListExecutors", json!({}));
+        (r.body["executors"][0]["state"] == "EXECUTOR_STATE_LOST").then_some(())
+    })
+    .await;
+    let name = "homeless";
+    let r = c.call(
+        "CreateConnector",
+        json!({ "name": name, "config": c.source_config(name, 2) }),
+    );
+    assert_eq!(
+        r.code, 0,
+        "plugin known from a lost executor is accepted: {}",
+        r.err
+    );
+    c.wait_state(name, "STATE_UNASSIGNED", "STATE_UNASSIGNED", 0)
+        .await;
+
+    let r = c.call("DeleteConnector", json!({ "name": name }));
+    assert_eq!(r.code, 0, "{}", r.err);
+    wait_until("cleanup waiting for an executor", CONVERGE, || async {
+        let s = c.status(name)?;
+        let err = s["deletion"]["steps"][0]["lastError"].as_str()?.to_owned();
+        (s["connector"]["state"] == "STATE_DELETING" && err.contains("no live executor"))
+            .then_some(())
+    })
+    .await;
+
+    c.executors[0].restart();
+    gone(&c, name).await;
+    let lc = Lifecycle::read(&c.lifecycle_path(name));
+    let trues: Vec<_> = lc
+        .stops(name, None)
+        .into_iter()
+        .filter(|s| s.connector_deleted && s.ok)
+        .collect();
+    assert_eq!(trues.len(), 1, "{trues:?}");
+    assert!(trues[0].cleanup_only);
+}

@@ -619,6 +619,16 @@ async fn start_unit(
         if r.deleting {
             return None;
         }
+        if exec.is_none() {
+            // Nowhere to run: record it unassigned once, not on every pass.
+            let cur = match task {
+                Some(i) => r.tasks.get(i as usize)?,
+                None => &r.connector,
+            };
+            if cur.executor.is_none() && cur.state == InstanceState::Unassigned && !cur.restart {
+                return None;
+            }
+        }
         let generation = r.take_generation();
         let target = r.target;
         let config = r.config.clone();
