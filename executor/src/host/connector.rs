@@ -10,7 +10,7 @@ use wharf::pb::v1 as pb;
 use wharf::sdk::{ConfigMap, Connector, ConnectorContext, Plugin, PluginKind};
 
 use super::instance::{
-    InstanceState, Lifecycle, StopOutcome, StopRecord, StopResult, await_plugin_stop,
+    Dropped, InstanceState, Lifecycle, StopOutcome, StopRecord, StopResult, await_plugin_stop,
     timed_out_text,
 };
 use super::task::sink_consumer_name;
@@ -149,9 +149,13 @@ impl ConnectorInstance {
                 ),
                 Ok(mut g) => {
                     let handle = spawn_named("connector stop", async move {
-                        g.stop_with(connector_deleted)
+                        let result = g
+                            .stop_with(connector_deleted)
                             .await
-                            .map_err(|e| e.to_string())
+                            .map_err(|e| e.to_string());
+                        // After stop the instance is dropped (SDK guarantee).
+                        *g = Box::new(Dropped);
+                        result
                     });
                     await_plugin_stop(handle, deadline, timeout).await
                 }

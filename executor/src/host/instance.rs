@@ -193,3 +193,57 @@ pub(crate) fn timed_out_text(timeout: Duration, waiting_for: &str) -> String {
         timeout.as_millis()
     )
 }
+
+/// What stays in an instance's place once its stop returned: the plugin itself is
+/// dropped then (its connections closed), and nothing calls this placeholder.
+pub(crate) struct Dropped;
+
+const DROPPED: &str = "the instance was stopped and dropped";
+
+#[async_trait::async_trait]
+impl wharf::sdk::SourceTask for Dropped {
+    async fn start(
+        &mut self,
+        _ctx: wharf::sdk::TaskContext,
+        _config: wharf::sdk::ConfigMap,
+    ) -> wharf::sdk::PluginResult<()> {
+        Err(DROPPED.into())
+    }
+
+    async fn poll(&mut self) -> wharf::sdk::PluginResult<Vec<wharf::sdk::SourceRecord>> {
+        Err(DROPPED.into())
+    }
+}
+
+#[async_trait::async_trait]
+impl wharf::sdk::SinkTask for Dropped {
+    async fn start(
+        &mut self,
+        _ctx: wharf::sdk::TaskContext,
+        _config: wharf::sdk::ConfigMap,
+    ) -> wharf::sdk::PluginResult<()> {
+        Err(DROPPED.into())
+    }
+
+    async fn put(&mut self, _records: Vec<wharf::sdk::SinkRecord>) -> wharf::sdk::PluginResult<()> {
+        Err(DROPPED.into())
+    }
+}
+
+#[async_trait::async_trait]
+impl wharf::sdk::Connector for Dropped {
+    async fn start(
+        &mut self,
+        _ctx: wharf::sdk::ConnectorContext,
+        _config: wharf::sdk::ConfigMap,
+    ) -> wharf::sdk::PluginResult<()> {
+        Err(DROPPED.into())
+    }
+
+    async fn task_configs(
+        &mut self,
+        _max_tasks: u32,
+    ) -> wharf::sdk::PluginResult<Vec<wharf::sdk::ConfigMap>> {
+        Err(DROPPED.into())
+    }
+}

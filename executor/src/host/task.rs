@@ -14,7 +14,7 @@ use wharf::pb::v1 as pb;
 use wharf::sdk::{Plugin, SinkTask, SourceRecord, SourceTask, TaskContext, TaskFactory};
 
 use super::instance::{
-    InstanceState, Lifecycle, StopOutcome, StopRecord, StopResult, await_plugin_stop,
+    Dropped, InstanceState, Lifecycle, StopOutcome, StopRecord, StopResult, await_plugin_stop,
     timed_out_text,
 };
 use super::{Shared, StartTask, lock, panic_text, spawn_named};
@@ -418,9 +418,13 @@ impl TaskInstance {
                         );
                     };
                     spawn_named("task stop", async move {
-                        g.stop_with(connector_deleted)
+                        let result = g
+                            .stop_with(connector_deleted)
                             .await
-                            .map_err(|e| e.to_string())
+                            .map_err(|e| e.to_string());
+                        // After stop the instance is dropped (SDK guarantee).
+                        *g = Box::new(Dropped);
+                        result
                     })
                 }
                 TaskPlugin::Sink(cell) => {
@@ -433,9 +437,13 @@ impl TaskInstance {
                         );
                     };
                     spawn_named("task stop", async move {
-                        g.stop_with(connector_deleted)
+                        let result = g
+                            .stop_with(connector_deleted)
                             .await
-                            .map_err(|e| e.to_string())
+                            .map_err(|e| e.to_string());
+                        // After stop the instance is dropped (SDK guarantee).
+                        *g = Box::new(Dropped);
+                        result
                     })
                 }
             };
