@@ -1359,3 +1359,39 @@ async fn a_plugin_start_failure_is_a_failed_state_with_its_text_not_a_grpc_error
     assert!(!l.of("broken", Some(0))[0].ok);
     stopped_once(&l, "broken", 0, &ex.id, true);
 }
+
+#[tokio::test]
+async fn sigterm_exits_zero_in_time_even_when_a_plugin_holds_its_thread() {
+    let s = Setup::new().await;
+    let mut ex = s.executor("a").await;
+    let stuck = s.config(&[
+        ("test.poll.block.ms", "600000"),
+        ("test.ignore.cancel", "true"),
+    ]);
+    start_task(&mut ex, "hog", 0, 1, &stuck, false)
+        .await
+        .unwrap();
+    start_task(&mut ex, "fine", 0, 1, &s.config(&[]), false)
+        .await
+        .unwrap();
+    wait_polled(&s, "hog", 0, 0).await;
+    wait_polled(&s, "fine", 0, 0).await;
+
+    let started = Instant::now();
+    let code = ex
+        .proc
+        .terminate(Duration::from_millis(GRACEFUL_TIMEOUT_MS + 5_000))
+        .await;
+    assert_eq!(code, Some(0));
+    assert!(
+        started.elapsed() < Duration::from_millis(GRACEFUL_TIMEOUT_MS + 2_000),
+        "took {:?}",
+        started.elapsed()
+    );
+    let l = s.lifecycle();
+    stopped_once(&l, "fine", 0, &ex.id, false);
+    assert!(
+        l.stops_for("hog", 0).is_empty(),
+        "the hog was abandoned, never called concurrently"
+    );
+}

@@ -43,17 +43,23 @@ struct Cli {
 /// thread (and is abandoned at its stop timeout) must not starve the other tasks.
 const RUNTIME_WORKER_THREADS: usize = 8;
 
+/// How long exit waits for background work after the graceful stops, in milliseconds.
+const RUNTIME_SHUTDOWN_TIMEOUT_MS: u64 = 500;
+
 fn main() -> anyhow::Result<()> {
     tracing_subscriber::fmt()
         .with_env_filter(tracing_subscriber::EnvFilter::from_default_env())
         .with_writer(std::io::stderr)
         .init();
     let cli = Cli::parse();
-    tokio::runtime::Builder::new_multi_thread()
+    let runtime = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(RUNTIME_WORKER_THREADS)
         .enable_all()
-        .build()?
-        .block_on(run(cli))
+        .build()?;
+    let result = runtime.block_on(run(cli));
+    // An abandoned plugin may still hold a worker thread: do not wait for it to exit.
+    runtime.shutdown_timeout(Duration::from_millis(RUNTIME_SHUTDOWN_TIMEOUT_MS));
+    result
 }
 
 async fn run(cli: Cli) -> anyhow::Result<()> {
