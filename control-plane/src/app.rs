@@ -74,13 +74,8 @@ pub enum StartError {
     #[error("dev executor: {0}")]
     DevExecutor(String),
     /// Reflection descriptors did not decode (a build defect).
-    #[error("reflection: {0}")]
-    Reflection(#[from] tonic_reflection_error::Error),
-}
-
-/// Re-export so that the error type is nameable without a direct dependency.
-mod tonic_reflection_error {
-    pub type Error = Box<dyn std::error::Error + Send + Sync>;
+    #[error("server reflection: {0}")]
+    Reflection(String),
 }
 
 impl Config {
@@ -198,7 +193,7 @@ impl App {
             .add_service(admin)
             .add_service(registry);
         let (router, reporter) = wharf::server::add_common_services(router)
-            .map_err(|e| StartError::Reflection(Box::new(e)))?;
+            .map_err(|e| StartError::Reflection(e.to_string()))?;
         reporter
             .set_serving::<ConnectorAdminServer<AdminService>>()
             .await;

@@ -329,10 +329,10 @@ async fn herder_pass(cluster: &Cluster) -> Result<(), HerderError> {
 /// What to do with one unit after reading the record.
 enum Step {
     Nothing,
-    Stop {
+    /// Stop it (if it runs) and record it PAUSED on `executor`.
+    Pause {
         executor: String,
         generation: u64,
-        then: InstanceState,
     },
     Start {
         to: Option<String>,
@@ -436,17 +436,15 @@ async fn reconcile_connector(
         let step = match rec.target {
             TargetState::Paused => {
                 match (t.state.has_live_instance() && is_live(t, live), &t.executor) {
-                    (true, Some(e)) => Step::Stop {
+                    (true, Some(e)) => Step::Pause {
                         executor: e.clone(),
                         generation: t.generation,
-                        then: InstanceState::Paused,
                     },
                     _ if t.state != InstanceState::Paused || t.executor != to => {
                         // Nothing runs; record it paused where it would run.
-                        Step::Stop {
+                        Step::Pause {
                             executor: to.clone().unwrap_or_default(),
                             generation: t.generation,
-                            then: InstanceState::Paused,
                         }
                     }
                     _ => Step::Nothing,
@@ -476,10 +474,9 @@ async fn reconcile_connector(
         };
         match step {
             Step::Nothing => {}
-            Step::Stop {
+            Step::Pause {
                 executor,
                 generation,
-                then,
             } => {
                 if t.state.has_live_instance() && is_live(t, live) {
                     call_stop(cluster, &rec, task, t, live, false).await;
@@ -493,7 +490,6 @@ async fn reconcile_connector(
                         return None;
                     }
                     cur.state = cur.state.on(InstanceEvent::Paused);
-                    debug_assert_eq!(then, InstanceState::Paused);
                     cur.executor = (!executor.is_empty()).then(|| executor.clone());
                     cur.epoch = cur
                         .executor
