@@ -286,3 +286,53 @@ async fn a_new_executor_takes_only_enough_tasks_to_even_out_and_moved_tasks_stop
         );
     }
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_task_that_fails_is_reported_failed_and_restart_task_starts_a_new_instance() {
+    let c = TestCluster::start(1).await;
+    let name = "crashy";
+    let mut cfg = c.source_config(name, 1);
+    cfg["test.poll.panic"] = json!("true");
+    assert_eq!(
+        c.call("CreateConnector", json!({ "name": name, "config": cfg }))
+            .code,
+        0
+    );
+    let failed = wait_until("the task FAILED with its error", CONVERGE, || async {
+        let s = c.status(name)?;
+        let t = s["tasks"][0]["status"].clone();
+        (t["state"] == "STATE_FAILED" && !t["error"].as_str()?.is_empty()).then_some(t)
+    })
+    .await;
+    assert_eq!(
+        c.status(name).expect("status")["connector"]["state"],
+        "STATE_RUNNING",
+        "only the task failed"
+    );
+    let old_gen: u64 = failed["generation"]
+        .as_str()
+        .and_then(|g| g.parse().ok())
+        .expect("generation");
+
+    let r = c.call("RestartTask", json!({ "name": name, "task": 0 }));
+    assert_eq!(r.code, 0, "{}", r.err);
+    wait_until(
+        "a new instance with a newer generation",
+        CONVERGE,
+        || async {
+            let s = c.status(name)?;
+            let g: u64 = s["tasks"][0]["status"]["generation"]
+                .as_str()?
+                .parse()
+                .ok()?;
+            let lc = Lifecycle::read(&c.lifecycle_path(name));
+            (g > old_gen && lc.instances(name, Some(0)).len() >= 2).then_some(())
+        },
+    )
+    .await;
+    let lc = Lifecycle::read(&c.lifecycle_path(name));
+    assert!(
+        lc.events.iter().all(|e| e.connector_deleted != Some(true)),
+        "a restart never passes true"
+    );
+}

@@ -254,6 +254,12 @@ pub async fn run_herder(cluster: Arc<Cluster>, cancel: CancellationToken) {
     }
 }
 
+/// True when the executor may still hold an instance in this state: a running one, or a
+/// failed one (kept until stopped); a replacement is preceded by stop(false).
+fn may_hold_instance(state: InstanceState) -> bool {
+    state.has_live_instance() || state == InstanceState::Failed
+}
+
 fn is_live(inst: &Instance, live: &BTreeMap<String, ExecutorRecord>) -> bool {
     inst.executor
         .as_ref()
@@ -406,7 +412,7 @@ async fn reconcile_connector(
         && !rec.config_changed
         && is_live(conn, live);
     if conn_needs_start && !conn_failed_stays {
-        if is_live(conn, live) && conn.state.has_live_instance() {
+        if is_live(conn, live) && may_hold_instance(conn.state) {
             call_stop(cluster, &rec, None, conn, live, false).await;
         }
         start_unit(cluster, name, None, to, live).await?;
@@ -501,7 +507,7 @@ async fn reconcile_connector(
                 })?;
             }
             Step::Start { to } => {
-                if t.state.has_live_instance() && is_live(t, live) {
+                if may_hold_instance(t.state) && is_live(t, live) {
                     call_stop(cluster, &rec, task, t, live, false).await;
                 }
                 start_unit(cluster, name, task, to, live).await?;
