@@ -190,6 +190,8 @@ impl App {
         let registry = ExecutorRegistryServer::new(RegistryService::new(self.cluster.clone()))
             .max_decoding_message_size(MAX_REQUEST_BYTES);
         let router = tonic::transport::Server::builder()
+            // One span per RPC, named by its method, so that handler events carry it.
+            .trace_fn(|req| tracing::info_span!("rpc", method = %req.uri().path()))
             .add_service(admin)
             .add_service(registry);
         let (router, reporter) = wharf::server::add_common_services(router)
