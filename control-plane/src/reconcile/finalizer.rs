@@ -14,7 +14,10 @@
 //!    - otherwise (paused, stopped, failed, unassigned, host lost or re-registered, or the
 //!      executor answers NOT_FOUND / FAILED_PRECONDITION / a replayed stop(false)): a fresh
 //!      instance is started with `cleanup_only = true` and a new generation on a live
-//!      executor with the plugin, preferring the last host, then stopped with `true`.
+//!      executor with the plugin, preferring the last host, then stopped with `true`;
+//!    - a cleanup-only instance whose stop(true) was sent but not confirmed (no answer,
+//!      or the control plane restarted) is stopped again at its own generation before
+//!      any new one is started.
 //!
 //!    Each outcome is written to the deletion record (state, executor, attempts, error).
 //! 3. When every step is DONE or SKIPPED, the deletion record, the connector, its task
@@ -46,6 +49,8 @@
 //!   the executor replays the recorded outcome, but a re-hosted attempt after the host's
 //!   lease expired may run the plugin's cleanup a second time (at least once).
 //! - `force` skips what is left even if a stop is in flight; that stop may still finish.
+//! - A stop sent to a frozen executor holds up that deletion (not others) until the call's
+//!   deadline, `cleanup.timeout.ms` plus a few seconds of slack.
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
