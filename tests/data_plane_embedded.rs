@@ -138,3 +138,103 @@ async fn file_lines_reach_the_file_sink_once_in_order_and_at_least_once_across_k
         numbers.len() as u64 - total
     );
 }
+
+/// Lines of the memory test's input.
+const BIG_LINES: u64 = 200_000;
+/// Padding per line of the memory test, in bytes (about 200 MiB of input in all).
+const BIG_PADDING_BYTES: usize = 1_000;
+/// Peak resident memory the executor may reach in the memory test, in KiB (well below the
+/// input's size: the records wait on disk, not in memory).
+const EXECUTOR_PEAK_LIMIT_KIB: u64 = 192 * 1024;
+
+/// Complete lines in a file (cheap: no parsing).
+fn line_count(path: &Path) -> u64 {
+    std::fs::read(path)
+        .map(|b| b.iter().filter(|c| **c == b'\n').count() as u64)
+        .unwrap_or(0)
+}
+
+fn peak_rss_kib(pid: i32) -> u64 {
+    std::fs::read_to_string(format!("/proc/{pid}/status"))
+        .unwrap_or_default()
+        .lines()
+        .find_map(|l| l.strip_prefix("VmHWM:"))
+        .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
+        .unwrap_or(0)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_sink_that_does_not_keep_up_leaves_executor_memory_bounded_and_catches_up_later() {
+    let c = TestCluster::start(1).await;
+    let input = c.dir.path().join("big.jsonl");
+    let output = c.dir.path().join("big-out.jsonl");
+    {
+        let mut f = std::io::BufWriter::new(std::fs::File::create(&input).expect("create"));
+        let pad = "x".repeat(BIG_PADDING_BYTES);
+        for n in 0..BIG_LINES {
+            writeln!(f, "{}", json!({ "n": n, "pad": pad })).expect("write");
+        }
+        f.into_inner().expect("flush").sync_all().expect("sync");
+    }
+    let input_len = std::fs::metadata(&input).expect("input").len();
+
+    // The sink exists but is paused: it takes nothing while the source pushes everything.
+    let r = c.call(
+        "CreateConnector",
+        json!({ "name": "big-sink", "initial_state": "TARGET_STATE_PAUSED", "config": {
+            "connector.class": "file-sink",
+            "file": output.display().to_string(),
+            "topics": "big",
+        }}),
+    );
+    assert_eq!(r.code, 0, "{}", r.err);
+    let r = c.call(
+        "CreateConnector",
+        json!({ "name": "big-source", "config": {
+            "connector.class": "file-source",
+            "file": input.display().to_string(),
+            "topic": "big",
+        }}),
+    );
+    assert_eq!(r.code, 0, "{}", r.err);
+    wait_until(
+        "the whole input in the log (offsets committed to its end)",
+        CONVERGE * 3,
+        || async {
+            let r = c.call("GetOffsets", json!({ "name": "big-source" }));
+            let offsets = r.body["offsets"].as_array().cloned().unwrap_or_default();
+            offsets
+                .iter()
+                .any(|o| {
+                    serde_json::from_str::<Value>(o["offset"].as_str().unwrap_or("null"))
+                        .map(|v| v["position"].as_u64() == Some(input_len))
+                        .unwrap_or(false)
+                })
+                .then_some(())
+        },
+    )
+    .await;
+    assert_eq!(line_count(&output), 0, "the paused sink took nothing");
+    let pid = c.executors[0].pid();
+    let while_pushing = peak_rss_kib(pid);
+
+    // Resumed, the sink catches up with everything, once and in order.
+    let r = c.call("ResumeConnector", json!({ "name": "big-sink" }));
+    assert_eq!(r.code, 0, "{}", r.err);
+    wait_until("the sink caught up", CONVERGE * 3, || async {
+        (line_count(&output) >= BIG_LINES).then_some(())
+    })
+    .await;
+    assert_eq!(sink_numbers(&output), (0..BIG_LINES).collect::<Vec<_>>());
+    let after_catching_up = peak_rss_kib(pid);
+    eprintln!(
+        "input {} KiB; executor peak RSS {while_pushing} KiB while the sink was paused, \
+         {after_catching_up} KiB after it caught up",
+        input_len / 1024
+    );
+    assert!(
+        after_catching_up < EXECUTOR_PEAK_LIMIT_KIB,
+        "executor peak RSS {after_catching_up} KiB with {} KiB of records",
+        input_len / 1024
+    );
+}
