@@ -16,7 +16,17 @@
 //! [`redb::Durability::Immediate`] (fsync) before the call returns, so a crash (kill -9,
 //! power loss) loses nothing acknowledged and a record acknowledged by a consumer is
 //! never delivered to it again. Records delivered but not acknowledged are delivered again:
-//! after a restart, and, within the process, when the reader holding them is dropped.
+//! after a restart, and, within the process, when the reader holding them is dropped (or a
+//! fetch is dropped midway), ahead of newer records. An append larger than
+//! [`LogLimits::max_append_in_flight_records`] is several transactions: a crash in between
+//! keeps a prefix (the caller commits source offsets only after `append` returned, so the
+//! retry duplicates, never loses).
+//!
+//! # Why redb
+//! One transaction appends the records, moves the topic head and, for acks, the consumer
+//! floor, atomically and durably, with no recovery code of ours (segment files would need
+//! torn-write detection and an index). The page cache is bounded ([`CACHE_BYTES`]), so a
+//! growing log does not grow the process.
 //!
 //! # Sharing
 //! Readers of one consumer name in this process share one in-memory cursor per topic; each
