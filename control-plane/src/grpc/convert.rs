@@ -309,6 +309,7 @@ pub fn connector_status(
                     last_error: s.last_error.clone(),
                     rehosted: s.rehosted,
                     connector_deleted: s.connector_deleted,
+                    generation: s.generation,
                 })
                 .collect(),
         }),

@@ -105,6 +105,7 @@ fn finish_if_complete(cluster: &Cluster, d: &DeletionRecord) -> Result<bool, Her
     if !d.is_complete() {
         return Ok(false);
     }
+    super::fault::crash_point("before_final_removal");
     if cluster.store.finish_deletion(&d.name, d.revision)? {
         let skipped: Vec<_> = d
             .steps
@@ -159,6 +160,13 @@ async fn advance(cluster: &Cluster, name: &str) -> Result<(), HerderError> {
         })
         .map(|(i, _)| i)
         .collect();
+    if !ready.is_empty()
+        && d.steps
+            .iter()
+            .all(|s| s.state == CleanupState::Pending && s.attempts == 0)
+    {
+        super::fault::crash_point("before_fanout");
+    }
     for idx in ready {
         if !run_step(cluster, &mut d, idx, &live).await? {
             return Ok(()); // changed underneath: next pass reloads
@@ -326,7 +334,7 @@ async fn run_step(
             }
             s.last_error.clear();
             info!(connector = %d.name, task = ?s.task, generation = s.generation, executor = %s.executor,
-                outcome = "done", connector_deleted = flag, "cleanup step");
+                attempts = s.attempts, outcome = "done", connector_deleted = flag, "cleanup step");
         }
         Attempt::Rehost => {
             // The original instance is gone: the next attempt runs cleanup-only.
@@ -334,7 +342,7 @@ async fn run_step(
             s.state = CleanupState::Pending;
             s.next_attempt_ms = 0;
             info!(connector = %d.name, task = ?s.task, generation = s.generation, executor = %s.executor,
-                outcome = "rehost", "cleanup step");
+                attempts = s.attempts, outcome = "rehost", "cleanup step");
         }
         Attempt::Failed { executor, error } => {
             s.attempts += 1;
@@ -345,12 +353,14 @@ async fn run_step(
             if s.attempts >= max {
                 if gives_up {
                     s.state = CleanupState::Skipped;
-                    error!(connector = %d.name, task = ?s.task, attempts = s.attempts, error = %s.last_error,
+                    error!(connector = %d.name, task = ?s.task, generation = s.generation, executor = %s.executor,
+                        attempts = s.attempts, error = %s.last_error, outcome = "given_up",
                         "cleanup given up (cleanup.policy=give-up): external resources of this instance may leak");
                 } else {
                     s.state = CleanupState::Failed;
                     s.next_attempt_ms = i64::MAX;
-                    error!(connector = %d.name, task = ?s.task, attempts = s.attempts, error = %s.last_error,
+                    error!(connector = %d.name, task = ?s.task, generation = s.generation, executor = %s.executor,
+                        attempts = s.attempts, error = %s.last_error, outcome = "exhausted",
                         "cleanup failed cleanup.max.attempts times; connector stays DELETING until RetryCleanup or force");
                 }
             } else {
@@ -368,10 +378,20 @@ async fn run_step(
             }
             s.last_error = error;
             s.next_attempt_ms = now_ms() + CLEANUP_BACKOFF_BASE_MS;
-            info!(connector = %d.name, task = ?s.task, error = %s.last_error, outcome = "waiting", "cleanup step");
+            info!(connector = %d.name, task = ?s.task, generation = s.generation, executor = %s.executor,
+                attempts = s.attempts, error = %s.last_error, outcome = "waiting", "cleanup step");
         }
     }
-    save(cluster, d)
+    let saved = save(cluster, d)?;
+    if saved
+        && d.steps
+            .iter()
+            .any(|s| s.task.is_some() && s.state == CleanupState::Done)
+        && d.steps.iter().any(|s| !s.state.is_final())
+    {
+        super::fault::crash_point("mid_fanout");
+    }
+    Ok(saved)
 }
 
 async fn start_cleanup_only(

@@ -6,6 +6,7 @@
 //! RESTARTING), so that a deletion sealed at any moment knows where an instance may run.
 
 pub mod client;
+pub mod fault;
 pub mod finalizer;
 
 use std::collections::{BTreeMap, HashMap};

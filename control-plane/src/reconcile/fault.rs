@@ -1,0 +1,27 @@
+//! Test-only crash points for the fault tests (`tests/fault_control_plane_crash.rs`).
+//!
+//! When the environment variable [`CRASH_AT_ENV`] names one of the points below, the
+//! process aborts (as a kill -9 would end it: no cleanup, no flush beyond what the store
+//! already committed) the first time the finalizer reaches that point. Unset (always, in
+//! production) it does nothing. This is the one place the variable is read.
+//!
+//! Points:
+//! - `before_fanout`: a deletion is recorded and no cleanup stop has been sent yet;
+//! - `mid_fanout`: one task's cleanup step was recorded DONE and another is not final;
+//! - `before_final_removal`: every step is final, the one write that removes the
+//!   connector has not happened.
+
+use std::sync::OnceLock;
+
+/// Environment variable naming the crash point (test-only).
+pub const CRASH_AT_ENV: &str = "WHARF_FAULT_CRASH_AT";
+
+/// Aborts the process when `point` is the configured crash point.
+pub fn crash_point(point: &str) {
+    static AT: OnceLock<Option<String>> = OnceLock::new();
+    let at = AT.get_or_init(|| std::env::var(CRASH_AT_ENV).ok().filter(|s| !s.is_empty()));
+    if at.as_deref() == Some(point) {
+        eprintln!("{CRASH_AT_ENV}={point}: aborting at this crash point (test-only)");
+        std::process::abort();
+    }
+}
