@@ -1,0 +1,236 @@
+//! Settings of the `wharf-executor` binary, from flags, `WHARF_*` environment variables
+//! and an optional TOML file (`--config FILE`). Precedence: flag > environment > file >
+//! default. Every option is documented in `docs/configuration.md`.
+
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use clap::Parser;
+use serde::Deserialize;
+use wharf_executor::app::{DEFAULT_GRACEFUL_TIMEOUT_MS, ExecutorConfig};
+
+/// Wharf executor: runs connector instances and tasks assigned by the control plane and
+/// stops them with connector_deleted=true only when their connector was deleted
+/// (KIP-883/KIP-901). SIGTERM stops everything with connector_deleted=false and exits 0.
+///
+/// Every option can also be set by its WHARF_* environment variable or in the TOML file
+/// given with --config (keys as the flag names with '_' for '-'). Precedence: flag >
+/// environment > file > default. See docs/configuration.md.
+#[derive(Debug, Parser)]
+#[command(name = "wharf-executor", version)]
+pub struct Cli {
+    /// TOML file with settings (keys: listen, control_plane, data_dir, advertise,
+    /// executor_id, graceful_timeout_ms, nats_url).
+    #[arg(long, env = "WHARF_CONFIG", value_name = "FILE")]
+    pub config: Option<PathBuf>,
+    /// Address to serve the Executor gRPC service on, IP:PORT (port 0 picks one; the
+    /// bound address is written to <data-dir>/listen.addr). Required (flag, env or file).
+    #[arg(long, env = "WHARF_LISTEN", value_name = "IP:PORT")]
+    pub listen: Option<SocketAddr>,
+    /// URL of the control plane's ExecutorRegistry, for example http://127.0.0.1:7000.
+    /// Required (flag, env or file).
+    #[arg(long, env = "WHARF_CONTROL_PLANE", value_name = "URL")]
+    pub control_plane: Option<String>,
+    /// Directory for executor.id, listen.addr and the embedded record log. Created if
+    /// missing. Required (flag, env or file).
+    #[arg(long, env = "WHARF_DATA_DIR", value_name = "DIR")]
+    pub data_dir: Option<PathBuf>,
+    /// URL the control plane uses to reach this executor. [default: http://<bound address>]
+    #[arg(long, env = "WHARF_ADVERTISE", value_name = "URL")]
+    pub advertise: Option<String>,
+    /// Executor id. [default: generated once and kept in <data-dir>/executor.id]
+    #[arg(long, env = "WHARF_EXECUTOR_ID", value_name = "ID")]
+    pub executor_id: Option<String>,
+    /// How long the stops at shutdown may take in all, in milliseconds; also the stop
+    /// timeout used when a StopTask/StopConnector request says 0. [default: 10000]
+    #[arg(long, env = "WHARF_GRACEFUL_TIMEOUT_MS", value_name = "MS")]
+    pub graceful_timeout_ms: Option<u64>,
+    /// NATS URL for the JetStream record log (needed when executors run on several
+    /// hosts); without it records go to the embedded log under <data-dir>/log.
+    /// [default: none, embedded log]
+    #[arg(long, env = "WHARF_NATS_URL", value_name = "URL")]
+    pub nats_url: Option<String>,
+}
+
+/// The `--config` file: every key optional; unknown keys are an error.
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct FileConfig {
+    /// See `--listen`.
+    pub listen: Option<SocketAddr>,
+    /// See `--control-plane`.
+    pub control_plane: Option<String>,
+    /// See `--data-dir`.
+    pub data_dir: Option<PathBuf>,
+    /// See `--advertise`.
+    pub advertise: Option<String>,
+    /// See `--executor-id`.
+    pub executor_id: Option<String>,
+    /// See `--graceful-timeout-ms`.
+    pub graceful_timeout_ms: Option<u64>,
+    /// See `--nats-url`.
+    pub nats_url: Option<String>,
+}
+
+/// Why the settings could not be assembled.
+#[derive(Debug, thiserror::Error)]
+pub enum ConfigError {
+    /// The config file could not be read.
+    #[error("cannot read config file {path}: {source}")]
+    Read {
+        /// The file.
+        path: PathBuf,
+        /// Cause.
+        source: std::io::Error,
+    },
+    /// The config file is not valid TOML for these settings.
+    #[error("config file {path}: {message}")]
+    Parse {
+        /// The file.
+        path: PathBuf,
+        /// The parser's message (names the key and line).
+        message: String,
+    },
+    /// A required setting is missing everywhere.
+    #[error(
+        "missing setting {flag}: pass {flag} ..., set {env}, or put {key} = ... in the --config file"
+    )]
+    Missing {
+        /// Flag.
+        flag: &'static str,
+        /// Environment variable.
+        env: &'static str,
+        /// File key.
+        key: &'static str,
+    },
+}
+
+/// Reads the TOML file at `path`.
+///
+/// # Errors
+/// [`ConfigError::Read`], [`ConfigError::Parse`].
+pub fn read_file(path: &Path) -> Result<FileConfig, ConfigError> {
+    let text = std::fs::read_to_string(path).map_err(|source| ConfigError::Read {
+        path: path.to_owned(),
+        source,
+    })?;
+    toml::from_str(&text).map_err(|e| ConfigError::Parse {
+        path: path.to_owned(),
+        message: e.to_string(),
+    })
+}
+
+impl Cli {
+    /// Merges flags/env (merged by clap), the `--config` file and the defaults;
+    /// destructures both sources so that no option can be ignored.
+    ///
+    /// # Errors
+    /// [`ConfigError`].
+    pub fn build(self) -> Result<ExecutorConfig, ConfigError> {
+        let Cli {
+            config,
+            listen,
+            control_plane,
+            data_dir,
+            advertise,
+            executor_id,
+            graceful_timeout_ms,
+            nats_url,
+        } = self;
+        let file = match &config {
+            Some(path) => read_file(path)?,
+            None => FileConfig::default(),
+        };
+        let FileConfig {
+            listen: file_listen,
+            control_plane: file_control_plane,
+            data_dir: file_data_dir,
+            advertise: file_advertise,
+            executor_id: file_executor_id,
+            graceful_timeout_ms: file_graceful_timeout_ms,
+            nats_url: file_nats_url,
+        } = file;
+        let listen = listen.or(file_listen).ok_or(ConfigError::Missing {
+            flag: "--listen",
+            env: "WHARF_LISTEN",
+            key: "listen",
+        })?;
+        let control_plane = control_plane
+            .or(file_control_plane)
+            .ok_or(ConfigError::Missing {
+                flag: "--control-plane",
+                env: "WHARF_CONTROL_PLANE",
+                key: "control_plane",
+            })?;
+        let data_dir = data_dir.or(file_data_dir).ok_or(ConfigError::Missing {
+            flag: "--data-dir",
+            env: "WHARF_DATA_DIR",
+            key: "data_dir",
+        })?;
+        let mut out = ExecutorConfig::new(listen, control_plane, data_dir);
+        out.advertise = advertise.or(file_advertise);
+        out.executor_id = executor_id.or(file_executor_id);
+        out.graceful_timeout = Duration::from_millis(
+            graceful_timeout_ms
+                .or(file_graceful_timeout_ms)
+                .unwrap_or(DEFAULT_GRACEFUL_TIMEOUT_MS),
+        );
+        out.nats_url = nats_url.or(file_nats_url);
+        Ok(out)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn flags_win_over_the_file_and_the_file_over_defaults() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let file = dir.path().join("ex.toml");
+        std::fs::write(
+            &file,
+            "listen = \"127.0.0.2:7070\"\ncontrol_plane = \"http://127.0.0.1:7000\"\ndata_dir = \"/tmp/e\"\nexecutor_id = \"from-file\"\nnats_url = \"nats://127.0.0.1:4222\"\n",
+        )
+        .expect("write");
+        let cli = Cli::try_parse_from([
+            "wharf-executor",
+            "--config",
+            file.to_str().expect("utf8"),
+            "--executor-id",
+            "from-flag",
+        ])
+        .expect("parses");
+        let config = cli.build().expect("builds");
+        assert_eq!(config.listen.to_string(), "127.0.0.2:7070");
+        assert_eq!(config.executor_id.as_deref(), Some("from-flag"));
+        assert_eq!(config.nats_url.as_deref(), Some("nats://127.0.0.1:4222"));
+        assert_eq!(
+            config.graceful_timeout,
+            Duration::from_millis(DEFAULT_GRACEFUL_TIMEOUT_MS)
+        );
+    }
+
+    #[test]
+    fn a_missing_required_setting_names_flag_env_and_key() {
+        let err = Cli {
+            config: None,
+            listen: None,
+            control_plane: None,
+            data_dir: None,
+            advertise: None,
+            executor_id: None,
+            graceful_timeout_ms: None,
+            nats_url: None,
+        }
+        .build()
+        .err()
+        .expect("a missing --listen is an error");
+        let text = err.to_string();
+        assert!(
+            text.contains("--listen") && text.contains("WHARF_LISTEN"),
+            "{text}"
+        );
+    }
+}
