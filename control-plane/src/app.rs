@@ -9,15 +9,16 @@ use std::sync::Arc;
 use tokio::net::TcpListener;
 use tokio_stream::wrappers::TcpListenerStream;
 use tokio_util::sync::CancellationToken;
-use tracing::{error, info};
+use tracing::{error, info, warn};
 use wharf::pb::v1::connector_admin_server::ConnectorAdminServer;
 use wharf::pb::v1::executor_registry_server::ExecutorRegistryServer;
 
 use crate::grpc::admin::AdminService;
 use crate::grpc::registry::RegistryService;
 use crate::reconcile::{Cluster, LeaseConfig, finalizer, run_herder};
+use crate::store::etcd_election::{Election, LeaderRoute, Role};
 use crate::store::seal::Sealer;
-use crate::store::{RedbStore, STORE_FILE_NAME, StateStore};
+use crate::store::{EtcdOptions, EtcdStore, RedbStore, STORE_FILE_NAME, StateStore};
 
 /// Default executor lease, in milliseconds.
 pub const DEFAULT_LEASE_MS: u32 = 10_000;
@@ -38,6 +39,23 @@ pub struct Config {
     pub data_dir: PathBuf,
     /// Lease and heartbeat settings handed to executors.
     pub lease: LeaseConfig,
+}
+
+/// Which [`StateStore`] backend to use (`--store`).
+#[derive(Debug, Clone, Default)]
+pub enum StoreOptions {
+    /// The embedded redb file in the data dir (one replica).
+    #[default]
+    Redb,
+    /// etcd, shared by several replicas; one leads (see `docs/state.md`).
+    Etcd {
+        /// Endpoints and key prefix.
+        etcd: EtcdOptions,
+        /// TTL of the election lease, in seconds.
+        election_ttl_secs: u32,
+        /// URL other replicas forward to; default `http://<bound address>`.
+        advertise: Option<String>,
+    },
 }
 
 /// Why the control plane could not start.
@@ -118,6 +136,8 @@ pub struct App {
     listener: TcpListener,
     local_addr: SocketAddr,
     cluster: Arc<Cluster>,
+    election: Option<Election>,
+    self_url: String,
 }
 
 impl App {
@@ -126,6 +146,15 @@ impl App {
     /// # Errors
     /// [`StartError`].
     pub async fn build(config: Config) -> Result<Self, StartError> {
+        Self::build_with_store(config, StoreOptions::Redb).await
+    }
+
+    /// As [`App::build`], with the store backend chosen by `store`. With etcd the store
+    /// key still comes from `<data-dir>/store.key`: every replica needs the same file.
+    ///
+    /// # Errors
+    /// [`StartError`]; etcd not answering is [`StartError::Store`].
+    pub async fn build_with_store(config: Config, store: StoreOptions) -> Result<Self, StartError> {
         let config = config.build()?;
         let dir = config.data_dir.clone();
         std::fs::create_dir_all(&dir).map_err(|source| StartError::DataDir {
@@ -133,8 +162,28 @@ impl App {
             source,
         })?;
         let sealer = Sealer::load_or_create(&dir)?;
-        let store: Arc<dyn StateStore> =
-            Arc::new(RedbStore::open(&dir.join(STORE_FILE_NAME), sealer)?);
+        let (store, etcd): (Arc<dyn StateStore>, _) = match &store {
+            StoreOptions::Redb => (
+                Arc::new(RedbStore::open(&dir.join(STORE_FILE_NAME), sealer)?),
+                None,
+            ),
+            StoreOptions::Etcd {
+                etcd,
+                election_ttl_secs,
+                advertise,
+            } => {
+                let options = etcd.clone();
+                // The store connects and blocks on its own runtime thread.
+                let s = tokio::task::spawn_blocking(move || EtcdStore::connect(&options, sealer))
+                    .await
+                    .map_err(|e| crate::store::StoreError::Unavailable(e.to_string()))??;
+                let s = Arc::new(s);
+                (
+                    s.clone() as Arc<dyn StateStore>,
+                    Some((s, *election_ttl_secs, advertise.clone())),
+                )
+            }
+        };
         let cluster = Cluster::new(store, config.lease)?;
         let listener =
             TcpListener::bind(config.listen)
@@ -155,10 +204,19 @@ impl App {
                 source,
             })?;
         info!(addr = %local_addr, data_dir = %dir.display(), "control plane bound");
+        let mut self_url = format!("http://{local_addr}");
+        let election = etcd.map(|(s, ttl, advertise)| {
+            if let Some(a) = advertise {
+                self_url = a;
+            }
+            Election::new(s, self_url.clone(), ttl)
+        });
         Ok(Self {
             listener,
             local_addr,
             cluster,
+            election,
+            self_url,
         })
     }
 
@@ -176,19 +234,33 @@ impl App {
         shutdown: impl std::future::Future<Output = ()> + Send + 'static,
     ) -> Result<(), StartError> {
         let cancel = CancellationToken::new();
-        let herder = spawn_named(
-            "herder",
-            run_herder(self.cluster.clone(), cancel.child_token()),
-        );
-        let fin = spawn_named(
-            "finalizer",
-            finalizer::run_finalizer(self.cluster.clone(), cancel.child_token()),
+        // Without an election this replica always leads (the sender is dropped; the
+        // receiver keeps the value).
+        let (role, election) = match self.election {
+            Some(e) => {
+                let role = e.subscribe();
+                let task = spawn_named("election", e.run(cancel.child_token()));
+                (role, Some(task))
+            }
+            None => (tokio::sync::watch::channel(Role::Leader).1, None),
+        };
+        let loops = spawn_named(
+            "leader-loops",
+            run_loops_while_leader(self.cluster.clone(), role.clone(), cancel.child_token()),
         );
 
-        let admin = ConnectorAdminServer::new(AdminService::new(self.cluster.clone()))
-            .max_decoding_message_size(MAX_REQUEST_BYTES);
-        let registry = ExecutorRegistryServer::new(RegistryService::new(self.cluster.clone()))
-            .max_decoding_message_size(MAX_REQUEST_BYTES);
+        let admin = LeaderRoute::new(
+            ConnectorAdminServer::new(AdminService::new(self.cluster.clone()))
+                .max_decoding_message_size(MAX_REQUEST_BYTES),
+            role.clone(),
+            &self.self_url,
+        );
+        let registry = LeaderRoute::new(
+            ExecutorRegistryServer::new(RegistryService::new(self.cluster.clone()))
+                .max_decoding_message_size(MAX_REQUEST_BYTES),
+            role,
+            &self.self_url,
+        );
         let router = tonic::transport::Server::builder()
             // One span per RPC, named by its method, so that handler events carry it.
             .trace_fn(|req| tracing::info_span!("rpc", method = %req.uri().path()))
@@ -211,8 +283,10 @@ impl App {
             })
             .await;
         cancel.cancel();
-        let _ = herder.await;
-        let _ = fin.await;
+        let _ = loops.await;
+        if let Some(e) = election {
+            let _ = e.await;
+        }
         result.map_err(|e| StartError::Bind {
             addr: self.local_addr,
             source: std::io::Error::other(e),
@@ -282,4 +356,62 @@ pub fn spawn_named(
             );
         }
     })
+}
+
+/// Runs the herder and the finalizer while `role` says this replica leads; stops them
+/// (and waits for them) as soon as it does not. A new term first grants every registered
+/// executor a fresh lease, as a restarted control plane does: their heartbeats went to
+/// the previous leader.
+async fn run_loops_while_leader(
+    cluster: Arc<Cluster>,
+    mut role: tokio::sync::watch::Receiver<Role>,
+    cancel: CancellationToken,
+) {
+    loop {
+        while *role.borrow_and_update() != Role::Leader {
+            tokio::select! {
+                () = cancel.cancelled() => return,
+                r = role.changed() => if r.is_err() { return },
+            }
+        }
+        match cluster.store.executors() {
+            Ok(execs) => {
+                for e in execs.iter().filter(|e| !e.lost) {
+                    cluster.grant_lease(&e.id, e.epoch);
+                }
+            }
+            Err(e) => {
+                warn!(error = %e, "new term: executors not readable; their leases start at their next heartbeat")
+            }
+        }
+        info!("leading: herder and finalizer start");
+        let term = cancel.child_token();
+        let herder = spawn_named("herder", run_herder(cluster.clone(), term.child_token()));
+        let fin = spawn_named(
+            "finalizer",
+            finalizer::run_finalizer(cluster.clone(), term.child_token()),
+        );
+        loop {
+            tokio::select! {
+                () = cancel.cancelled() => break,
+                r = role.changed() => {
+                    if r.is_err() && *role.borrow() == Role::Leader {
+                        // No election (or it ended while leading): lead until cancelled.
+                        cancel.cancelled().await;
+                        break;
+                    }
+                    if *role.borrow_and_update() != Role::Leader {
+                        break;
+                    }
+                }
+            }
+        }
+        term.cancel();
+        let _ = herder.await;
+        let _ = fin.await;
+        if cancel.is_cancelled() {
+            return;
+        }
+        warn!("no longer leading: herder and finalizer stopped");
+    }
 }

@@ -6,9 +6,12 @@
 //! conditional methods (`put_connector` with the revision they read, `finish_deletion`
 //! with the deletion's revision) and reload on a conflict rather than guess.
 
+pub mod etcd_election;
+mod etcd_store;
 mod redb_store;
 pub mod seal;
 
+pub use etcd_store::{DEFAULT_ETCD_PREFIX, EtcdOptions, EtcdStore, Fence};
 pub use redb_store::RedbStore;
 
 use crate::model::{ConnectorRecord, DeletionRecord, ExecutorRecord, PluginRecord};

@@ -1,0 +1,262 @@
+//! The StateStore contract, one body run against both backends: the embedded redb file
+//! and etcd (a test-owned `etcd` process). Run with
+//! `cargo test -p wharf-control-plane --test etcd_store_contract`.
+
+mod etcd_support;
+
+use std::num::NonZeroU32;
+use std::time::{Duration, Instant};
+
+use etcd_support::TestEtcd;
+use wharf::ids::ConnectorName;
+use wharf_control_plane::model::{ConnectorRecord, ConnectorSpec, DeletionRecord, TargetState};
+use wharf_control_plane::store::seal::Sealer;
+use wharf_control_plane::store::{
+    CreateOutcome, EtcdOptions, EtcdStore, Fence, RedbStore, StateStore, StoreError,
+};
+
+const SECRET: &str = "s3cr3t-pa55";
+/// How long the test waits for a fresh etcd to answer, in milliseconds.
+const CONNECT_DEADLINE_MS: u64 = 20_000;
+
+fn rec(name: &str) -> ConnectorRecord {
+    let mut config = wharf::sdk::ConfigMap::new();
+    config.insert("connection.password".into(), SECRET.into());
+    ConnectorRecord::new(
+        &ConnectorSpec {
+            name: ConnectorName::parse(name).unwrap(),
+            plugin: "p".into(),
+            tasks_max: NonZeroU32::new(1).unwrap(),
+            config,
+        },
+        TargetState::Started,
+    )
+}
+
+/// The shared body: what the herder, the finalizer and the services rely on.
+fn contract(s: &dyn StateStore) {
+    // Create: once; a taken name is AlreadyExists.
+    assert_eq!(
+        s.create_connector(&rec("b")).unwrap(),
+        CreateOutcome::Created
+    );
+    assert_eq!(
+        s.create_connector(&rec("a")).unwrap(),
+        CreateOutcome::Created
+    );
+    assert_eq!(
+        s.create_connector(&rec("a")).unwrap(),
+        CreateOutcome::AlreadyExists
+    );
+    let names: Vec<_> = s
+        .connectors()
+        .unwrap()
+        .into_iter()
+        .map(|c| c.name)
+        .collect();
+    assert_eq!(names, ["a", "b"], "sorted by name");
+    let a = s.connector("a").unwrap().unwrap();
+    assert_eq!(a.config["connection.password"], SECRET);
+    assert!(s.connector("zz").unwrap().is_none());
+
+    // Conditional replace on the revision read.
+    let mut a2 = a.clone();
+    a2.tasks_max = 3;
+    assert!(s.put_connector(&a2).unwrap());
+    assert!(
+        !s.put_connector(&a2).unwrap(),
+        "stale revision must not overwrite"
+    );
+    let a3 = s.connector("a").unwrap().unwrap();
+    assert_eq!(a3.tasks_max, 3);
+    assert_ne!(a3.revision, a.revision);
+    let mut ghost = rec("ghost");
+    ghost.revision = a3.revision;
+    assert!(
+        !s.put_connector(&ghost).unwrap(),
+        "no write to an absent connector"
+    );
+    assert!(s.connector("ghost").unwrap().is_none());
+
+    // Offsets: per connector, an empty offset removes a partition.
+    s.put_offsets(
+        "a",
+        &[
+            ("{\"p\":1}".into(), "{\"o\":1}".into()),
+            ("{\"p\":2}".into(), "{\"o\":2}".into()),
+        ],
+    )
+    .unwrap();
+    s.put_offsets("a", &[("{\"p\":2}".into(), String::new())])
+        .unwrap();
+    s.put_offsets("ab", &[("{\"p\":1}".into(), "{\"o\":3}".into())])
+        .unwrap();
+    assert_eq!(
+        s.offsets("a").unwrap(),
+        vec![("{\"p\":1}".to_owned(), "{\"o\":1}".to_owned())]
+    );
+    s.put_offsets("b", &[("{\"p\":1}".into(), "{\"o\":9}".into())])
+        .unwrap();
+    s.reset_offsets("b").unwrap();
+    assert!(s.offsets("b").unwrap().is_empty());
+
+    // Deletion: only on the connector's current revision, only once.
+    let a = s.connector("a").unwrap().unwrap();
+    let d = DeletionRecord::seal(&a, s.offsets("a").unwrap(), true, 0);
+    let mut stale = a.clone();
+    stale.revision = a.revision + 1000;
+    assert!(!s.start_deletion(&stale, &d).unwrap());
+    assert!(s.start_deletion(&a, &d).unwrap());
+    assert!(
+        !s.start_deletion(&a, &d).unwrap(),
+        "second deletion refused"
+    );
+    assert!(s.connector("a").unwrap().unwrap().deleting);
+    assert_eq!(
+        s.create_connector(&rec("a")).unwrap(),
+        CreateOutcome::StillDeleting
+    );
+    let d = s.deletion("a").unwrap().unwrap();
+    assert_eq!(s.deletions().unwrap().len(), 1);
+    let mut d2 = d.clone();
+    d2.requested_at_ms += 1;
+    assert!(s.put_deletion(&d2).unwrap());
+    assert!(!s.put_deletion(&d2).unwrap(), "stale deletion revision");
+    let d = s.deletion("a").unwrap().unwrap();
+    assert_eq!(d.requested_at_ms, d2.requested_at_ms);
+    assert!(!s.finish_deletion("a", d.revision + 1000).unwrap());
+    assert!(
+        s.connector("a").unwrap().is_some(),
+        "nothing removed on a conflict"
+    );
+    let used = d.next_generation;
+    assert!(s.finish_deletion("a", d.revision).unwrap());
+    assert!(s.connector("a").unwrap().is_none());
+    assert!(s.deletion("a").unwrap().is_none());
+    assert!(s.offsets("a").unwrap().is_empty());
+    assert_eq!(
+        s.offsets("ab").unwrap().len(),
+        1,
+        "another connector's offsets stay"
+    );
+    assert!(!s.finish_deletion("a", d.revision).unwrap());
+    // A re-created name starts above every generation the old one handed out.
+    assert_eq!(
+        s.create_connector(&rec("a")).unwrap(),
+        CreateOutcome::Created
+    );
+    assert!(s.connector("a").unwrap().unwrap().next_generation >= used);
+
+    // Executors: epochs grow across executors; lost only at the current epoch.
+    let x1 = s
+        .register_executor("x", "http://127.0.0.2:1", vec![])
+        .unwrap();
+    let y1 = s
+        .register_executor("y", "http://127.0.0.3:1", vec![])
+        .unwrap();
+    let x2 = s
+        .register_executor("x", "http://127.0.0.2:1", vec![])
+        .unwrap();
+    assert!(y1.epoch > x1.epoch && x2.epoch > y1.epoch);
+    assert!(!s.mark_executor_lost("x", x1.epoch).unwrap());
+    assert!(s.mark_executor_lost("x", x2.epoch).unwrap());
+    assert!(!s.mark_executor_lost("x", x2.epoch).unwrap());
+    assert!(s.executor("x").unwrap().unwrap().lost);
+    let ids: Vec<_> = s.executors().unwrap().into_iter().map(|e| e.id).collect();
+    assert_eq!(ids, ["x", "y"]);
+}
+
+fn etcd_store(etcd: &TestEtcd, prefix: &str, dir: &std::path::Path) -> EtcdStore {
+    let deadline = Instant::now() + Duration::from_millis(CONNECT_DEADLINE_MS);
+    loop {
+        let opts = EtcdOptions {
+            endpoints: vec![etcd.endpoint.clone()],
+            prefix: prefix.into(),
+        };
+        match EtcdStore::connect(&opts, Sealer::load_or_create(dir).unwrap()) {
+            Ok(s) => return s,
+            Err(e) if Instant::now() < deadline => {
+                eprintln!("etcd not ready yet: {e}");
+                std::thread::sleep(Duration::from_millis(100));
+            }
+            Err(e) => panic!("etcd store: {e}"),
+        }
+    }
+}
+
+#[test]
+fn redb_backend_keeps_the_store_contract() {
+    let dir = tempfile::tempdir().unwrap();
+    let s = RedbStore::open(
+        &dir.path().join("s.redb"),
+        Sealer::load_or_create(dir.path()).unwrap(),
+    )
+    .unwrap();
+    contract(&s);
+}
+
+#[test]
+fn etcd_backend_keeps_the_store_contract_and_never_holds_secrets_in_clear() {
+    let etcd = TestEtcd::start();
+    let dir = tempfile::tempdir().unwrap();
+    let s = etcd_store(&etcd, "/contract/", dir.path());
+    contract(&s);
+
+    // Every value under the prefix is ciphertext as far as etcd can tell.
+    let rt = tokio::runtime::Runtime::new().unwrap();
+    let mut client = s.client();
+    let kvs = rt
+        .block_on(client.get(
+            "/contract/",
+            Some(etcd_client::GetOptions::new().with_prefix()),
+        ))
+        .unwrap();
+    assert!(!kvs.kvs().is_empty());
+    for kv in kvs.kvs() {
+        assert!(
+            !kv.value()
+                .windows(SECRET.len())
+                .any(|w| w == SECRET.as_bytes()),
+            "secret in clear under {}",
+            String::from_utf8_lossy(kv.key())
+        );
+    }
+
+    // A second replica with the same store.key reads the same sealed records; one with
+    // another key cannot (Corrupt, not garbage).
+    let same = etcd_store(&etcd, "/contract/", dir.path());
+    assert_eq!(
+        same.connector("b").unwrap().unwrap().config["connection.password"],
+        SECRET
+    );
+    let other_dir = tempfile::tempdir().unwrap();
+    let other = etcd_store(&etcd, "/contract/", other_dir.path());
+    assert!(matches!(
+        other.connector("b"),
+        Err(StoreError::Corrupt { .. })
+    ));
+
+    // Another prefix is another cluster.
+    let isolated = etcd_store(&etcd, "/other/", dir.path());
+    assert!(isolated.connectors().unwrap().is_empty());
+
+    // A fenced writer whose leader key is not (or no longer) its own changes nothing.
+    let b = s.connector("b").unwrap().unwrap();
+    s.set_fence(Some(Fence {
+        leader_create_revision: 1,
+    }));
+    let mut b2 = b.clone();
+    b2.tasks_max = 7;
+    assert!(matches!(
+        s.put_connector(&b2),
+        Err(StoreError::Unavailable(_))
+    ));
+    assert!(matches!(
+        s.register_executor("z", "http://127.0.0.4:1", vec![]),
+        Err(StoreError::Unavailable(_))
+    ));
+    s.set_fence(None);
+    assert_eq!(s.connector("b").unwrap().unwrap().tasks_max, b.tasks_max);
+    assert!(s.executor("z").unwrap().is_none());
+    assert!(s.put_connector(&b2).unwrap());
+}
