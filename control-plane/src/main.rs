@@ -1,63 +1,160 @@
-//! `wharf-control-plane`: the composition root. See `wharf_control_plane::app`.
+//! `wharf-control-plane`: the composition root. See `wharf_control_plane::app`; the
+//! settings are assembled in `config`.
 
+mod config;
+mod example;
+
+use std::io::IsTerminal;
 use std::net::SocketAddr;
-use std::path::PathBuf;
+use std::path::Path;
+use std::process::ExitCode;
+use std::time::{Duration, Instant};
 
 use clap::Parser;
-use wharf_control_plane::app::{self, App, Config};
-use wharf_control_plane::reconcile::LeaseConfig;
+use wharf_control_plane::app::{self, App, LISTEN_ADDR_FILE, StartError};
 
-/// Wharf control plane: stores connector configs and state, assigns connector instances
-/// and tasks to executors, runs deletions to completion (stop with connector_deleted =
-/// true on every task's executor), and serves the ConnectorAdmin and ExecutorRegistry
-/// gRPC services (with reflection, so grpcurl works).
-#[derive(Parser, Debug)]
-#[command(name = "wharf-control-plane", version)]
-struct Args {
-    /// Address to listen on, IP:PORT (port 0 picks a free port; the bound address is
-    /// written to <data-dir>/listen.addr).
-    #[arg(long, env = "WHARF_LISTEN", default_value = "127.0.0.1:7000")]
-    listen: SocketAddr,
-    /// Directory for the embedded store (state.redb), its encryption key (store.key)
-    /// and listen.addr. Created if missing.
-    #[arg(long, env = "WHARF_DATA_DIR")]
-    data_dir: PathBuf,
-    /// Executor lease in milliseconds: an executor without a heartbeat for this long is
-    /// marked lost and its work moves.
-    #[arg(long, env = "WHARF_LEASE_MS", default_value_t = app::DEFAULT_LEASE_MS)]
-    lease_ms: u32,
-    /// Heartbeat interval handed to executors, in milliseconds (shorter than the lease).
-    #[arg(long, env = "WHARF_HEARTBEAT_INTERVAL_MS", default_value_t = app::DEFAULT_HEARTBEAT_INTERVAL_MS)]
-    heartbeat_interval_ms: u32,
-    /// Development mode: also run an executor with the built-in plugins in this process
-    /// (embedded store, embedded record log; nothing to install).
-    #[arg(long)]
-    dev: bool,
-}
+/// How long `--dev` waits for the control plane to write its bound address, in ms.
+const BIND_WAIT_TIMEOUT_MS: u64 = 30_000;
+/// Pause between two looks at `listen.addr`, in milliseconds.
+const BIND_POLL_INTERVAL_MS: u64 = 50;
 
 #[tokio::main]
-async fn main() -> anyhow::Result<()> {
+async fn main() -> ExitCode {
     tracing_subscriber::fmt()
         .with_env_filter(tracing_subscriber::EnvFilter::from_default_env())
         .with_writer(std::io::stderr)
+        .with_ansi(std::io::stderr().is_terminal())
         .init();
-    let args = Args::parse();
-    let dev = args.dev;
-    let config = Config {
-        listen: args.listen,
-        data_dir: args.data_dir,
-        lease: LeaseConfig {
-            lease_ms: args.lease_ms,
-            heartbeat_interval_ms: args.heartbeat_interval_ms,
-        },
+    let settings = match config::Args::parse().build() {
+        Ok(s) => s,
+        Err(e) => {
+            eprintln!("wharf-control-plane: {e}\n(see --help and docs/configuration.md)");
+            return ExitCode::from(2);
+        }
     };
-    if dev {
-        app::run_dev(config, wharf::server::shutdown_signal()).await?;
-    } else {
-        App::build(config)
+    match run(settings).await {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("wharf-control-plane: {e}");
+            if let Some(hint) = hint(&e) {
+                eprintln!("hint: {hint}");
+            }
+            ExitCode::FAILURE
+        }
+    }
+}
+
+async fn run(settings: config::Settings) -> Result<(), StartError> {
+    let config::Settings {
+        config,
+        dev,
+        example,
+    } = settings;
+    if !dev {
+        return App::build(config)
             .await?
             .run(wharf::server::shutdown_signal())
-            .await?;
+            .await;
     }
-    Ok(())
+    let data_dir = config.data_dir.clone();
+    let paths = if example {
+        println!("wharf: creating the example SQLite database (tables customers, orders)");
+        match example::create_database(&data_dir) {
+            Ok(p) => Some(p),
+            Err(e) => {
+                return Err(StartError::DevExecutor(format!(
+                    "{e} (delete {} to start over)",
+                    data_dir.join(example::EXAMPLE_DIR).display()
+                )));
+            }
+        }
+    } else {
+        None
+    };
+    // A stale address from an earlier run must not be mistaken for this one's.
+    let addr_file = data_dir.join(LISTEN_ADDR_FILE);
+    let _ = std::fs::remove_file(&addr_file);
+    println!(
+        "wharf: starting the control plane in dev mode (embedded store, in-process executor, embedded record log) in {}",
+        data_dir.display()
+    );
+    let mut server = tokio::spawn(app::run_dev(config, wharf::server::shutdown_signal()));
+    let addr = tokio::select! {
+        result = &mut server => return joined(result),
+        addr = wait_for_addr(&addr_file) => addr,
+    };
+    let Some(addr) = addr else {
+        server.abort();
+        return Err(StartError::DevExecutor(format!(
+            "the control plane did not write {} within {BIND_WAIT_TIMEOUT_MS} ms",
+            addr_file.display()
+        )));
+    };
+    if let Some(paths) = &paths {
+        println!(
+            "wharf: creating connectors {} (sqlite-audit) -> {} (file-sink)",
+            example::SOURCE_NAME,
+            example::SINK_NAME
+        );
+        tokio::select! {
+            result = &mut server => return joined(result),
+            created = example::create_connectors(addr, paths) => {
+                if let Err(e) = created {
+                    eprintln!("wharf-control-plane: {e}");
+                    eprintln!("hint: the control plane keeps running; see its log above");
+                }
+            }
+        }
+    }
+    example::print_next_steps(addr, &data_dir, paths.as_ref());
+    joined(server.await)
+}
+
+fn joined(
+    result: Result<Result<(), StartError>, tokio::task::JoinError>,
+) -> Result<(), StartError> {
+    match result {
+        Ok(r) => r,
+        Err(e) => Err(StartError::DevExecutor(format!(
+            "control plane task ended abnormally: {e}"
+        ))),
+    }
+}
+
+/// Waits for `<data-dir>/listen.addr`; `None` after [`BIND_WAIT_TIMEOUT_MS`].
+async fn wait_for_addr(file: &Path) -> Option<SocketAddr> {
+    let deadline = Instant::now() + Duration::from_millis(BIND_WAIT_TIMEOUT_MS);
+    while Instant::now() < deadline {
+        if let Some(addr) = std::fs::read_to_string(file)
+            .ok()
+            .and_then(|t| t.trim().parse().ok())
+        {
+            return Some(addr);
+        }
+        tokio::time::sleep(Duration::from_millis(BIND_POLL_INTERVAL_MS)).await;
+    }
+    None
+}
+
+/// What the operator can do about a start failure.
+fn hint(e: &StartError) -> Option<String> {
+    match e {
+        StartError::Bind { addr, source } if source.kind() == std::io::ErrorKind::AddrInUse => {
+            Some(format!(
+                "{addr} is taken (another control plane?); stop it or pick another address with --listen (port 0 picks a free one)"
+            ))
+        }
+        StartError::Bind { .. } => {
+            Some("check that --listen names an address of this host".into())
+        }
+        StartError::DataDir { path, .. } => Some(format!(
+            "check that {} is writable, or choose another --data-dir",
+            path.display()
+        )),
+        StartError::Store(_) => Some(
+            "another control plane may be using this --data-dir (the store is locked while open); stop it or choose another directory".into(),
+        ),
+        StartError::InvalidSetting { .. } => Some("see --help and docs/configuration.md".into()),
+        _ => None,
+    }
 }

@@ -1,0 +1,267 @@
+//! Settings of the `wharf-control-plane` binary, from flags, `WHARF_*` environment
+//! variables and an optional TOML file (`--config FILE`). Precedence: flag > environment >
+//! file > default. Every option is documented in `docs/configuration.md`.
+
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+
+use clap::Parser;
+use serde::Deserialize;
+use wharf_control_plane::app::{self, Config};
+use wharf_control_plane::reconcile::LeaseConfig;
+
+/// Default admin/registry listen address.
+pub const DEFAULT_LISTEN: &str = "127.0.0.1:7000";
+
+/// Wharf control plane: stores connector configs and state, assigns connector instances
+/// and tasks to executors, runs deletions to completion (stop with connector_deleted =
+/// true on every task's executor), and serves the ConnectorAdmin and ExecutorRegistry
+/// gRPC services (with reflection, so grpcurl works).
+///
+/// Every option can also be set by its WHARF_* environment variable or in the TOML file
+/// given with --config (keys as the flag names with '_' for '-'). Precedence: flag >
+/// environment > file > default. See docs/configuration.md.
+#[derive(Parser, Debug)]
+#[command(name = "wharf-control-plane", version)]
+pub struct Args {
+    /// TOML file with settings (keys: listen, data_dir, lease_ms, heartbeat_interval_ms,
+    /// dev, example).
+    #[arg(long, env = "WHARF_CONFIG", value_name = "FILE")]
+    pub config: Option<PathBuf>,
+    /// Address to listen on, IP:PORT (port 0 picks a free port; the bound address is
+    /// written to <data-dir>/listen.addr). [default: 127.0.0.1:7000]
+    #[arg(long, env = "WHARF_LISTEN", value_name = "IP:PORT")]
+    pub listen: Option<SocketAddr>,
+    /// Directory for the embedded store (state.redb), its encryption key (store.key)
+    /// and listen.addr. Created if missing. Required (flag, env or file).
+    #[arg(long, env = "WHARF_DATA_DIR", value_name = "DIR")]
+    pub data_dir: Option<PathBuf>,
+    /// Executor lease in milliseconds: an executor without a heartbeat for this long is
+    /// marked lost and its work moves. [default: 10000]
+    #[arg(long, env = "WHARF_LEASE_MS", value_name = "MS")]
+    pub lease_ms: Option<u32>,
+    /// Heartbeat interval handed to executors, in milliseconds (shorter than the lease).
+    /// [default: 2000]
+    #[arg(long, env = "WHARF_HEARTBEAT_INTERVAL_MS", value_name = "MS")]
+    pub heartbeat_interval_ms: Option<u32>,
+    /// Development mode: also run an executor with the built-in plugins in this process
+    /// (embedded store, embedded record log; nothing to install). Its data lives in
+    /// <data-dir>/dev-executor. [default: false]
+    #[arg(long, env = "WHARF_DEV")]
+    pub dev: bool,
+    /// With --dev: create the quickstart example if it is missing: the SQLite database
+    /// <data-dir>/example/shop.db (tables customers and orders), a `sqlite-audit`
+    /// connector `shop-audit` on it and a `file-sink` connector `shop-sink` writing
+    /// <data-dir>/example/audit.jsonl. [default: false]
+    #[arg(long, env = "WHARF_EXAMPLE", requires = "dev")]
+    pub example: bool,
+}
+
+/// The `--config` file: every key optional; unknown keys are an error (a typo must not be
+/// silently ignored).
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct FileConfig {
+    /// See `--listen`.
+    pub listen: Option<SocketAddr>,
+    /// See `--data-dir`.
+    pub data_dir: Option<PathBuf>,
+    /// See `--lease-ms`.
+    pub lease_ms: Option<u32>,
+    /// See `--heartbeat-interval-ms`.
+    pub heartbeat_interval_ms: Option<u32>,
+    /// See `--dev`.
+    pub dev: Option<bool>,
+    /// See `--example`.
+    pub example: Option<bool>,
+}
+
+/// What the binary runs.
+#[derive(Debug)]
+pub struct Settings {
+    /// The control plane's settings.
+    pub config: Config,
+    /// Run the in-process executor too.
+    pub dev: bool,
+    /// Create the quickstart example (only with `dev`).
+    pub example: bool,
+}
+
+/// Why the settings could not be assembled.
+#[derive(Debug, thiserror::Error)]
+pub enum ConfigError {
+    /// The config file could not be read.
+    #[error("cannot read config file {path}: {source}")]
+    Read {
+        /// The file.
+        path: PathBuf,
+        /// Cause.
+        source: std::io::Error,
+    },
+    /// The config file is not valid TOML for these settings.
+    #[error("config file {path}: {message}")]
+    Parse {
+        /// The file.
+        path: PathBuf,
+        /// The parser's message (names the key and line).
+        message: String,
+    },
+    /// A required setting is missing everywhere.
+    #[error("missing setting {0}")]
+    Missing(&'static str),
+    /// A setting is set to an unusable value.
+    #[error("invalid setting {field}: {reason}")]
+    Invalid {
+        /// The setting.
+        field: &'static str,
+        /// Why.
+        reason: String,
+    },
+}
+
+/// Reads the TOML file at `path`.
+///
+/// # Errors
+/// [`ConfigError::Read`], [`ConfigError::Parse`].
+pub fn read_file(path: &Path) -> Result<FileConfig, ConfigError> {
+    let text = std::fs::read_to_string(path).map_err(|source| ConfigError::Read {
+        path: path.to_owned(),
+        source,
+    })?;
+    toml::from_str(&text).map_err(|e| ConfigError::Parse {
+        path: path.to_owned(),
+        message: e.to_string(),
+    })
+}
+
+impl Args {
+    /// Merges flags/env (already merged by clap), the `--config` file and the defaults;
+    /// destructures both sources so that no option can be ignored.
+    ///
+    /// # Errors
+    /// [`ConfigError`].
+    pub fn build(self) -> Result<Settings, ConfigError> {
+        let Args {
+            config,
+            listen,
+            data_dir,
+            lease_ms,
+            heartbeat_interval_ms,
+            dev,
+            example,
+        } = self;
+        let file = match &config {
+            Some(path) => read_file(path)?,
+            None => FileConfig::default(),
+        };
+        let FileConfig {
+            listen: file_listen,
+            data_dir: file_data_dir,
+            lease_ms: file_lease_ms,
+            heartbeat_interval_ms: file_heartbeat_interval_ms,
+            dev: file_dev,
+            example: file_example,
+        } = file;
+        let listen = match listen.or(file_listen) {
+            Some(addr) => addr,
+            None => DEFAULT_LISTEN.parse().map_err(|e| ConfigError::Invalid {
+                field: "listen",
+                reason: format!("{e}"),
+            })?,
+        };
+        let data_dir = data_dir.or(file_data_dir).ok_or(ConfigError::Missing(
+            "data dir: pass --data-dir DIR, set WHARF_DATA_DIR, or put data_dir = \"DIR\" in the --config file",
+        ))?;
+        let dev = dev || file_dev.unwrap_or(false);
+        let example = example || file_example.unwrap_or(false);
+        if example && !dev {
+            return Err(ConfigError::Invalid {
+                field: "example",
+                reason: "the quickstart example needs --dev (it runs on the in-process executor)"
+                    .into(),
+            });
+        }
+        Ok(Settings {
+            config: Config {
+                listen,
+                data_dir,
+                lease: LeaseConfig {
+                    lease_ms: lease_ms.or(file_lease_ms).unwrap_or(app::DEFAULT_LEASE_MS),
+                    heartbeat_interval_ms: heartbeat_interval_ms
+                        .or(file_heartbeat_interval_ms)
+                        .unwrap_or(app::DEFAULT_HEARTBEAT_INTERVAL_MS),
+                },
+            },
+            dev,
+            example,
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn parse(args: &[&str]) -> Args {
+        Args::try_parse_from(std::iter::once("wharf-control-plane").chain(args.iter().copied()))
+            .expect("flags parse")
+    }
+
+    #[test]
+    fn file_fills_what_flags_leave_and_flags_win() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let file = dir.path().join("cp.toml");
+        std::fs::write(
+            &file,
+            "listen = \"127.0.0.1:7100\"\ndata_dir = \"/tmp/x\"\nlease_ms = 5000\n",
+        )
+        .expect("write");
+        let settings = parse(&[
+            "--config",
+            file.to_str().expect("utf8"),
+            "--lease-ms",
+            "3000",
+        ])
+        .build()
+        .expect("builds");
+        assert_eq!(settings.config.listen.to_string(), "127.0.0.1:7100");
+        assert_eq!(settings.config.data_dir, PathBuf::from("/tmp/x"));
+        assert_eq!(settings.config.lease.lease_ms, 3000);
+        assert_eq!(
+            settings.config.lease.heartbeat_interval_ms,
+            app::DEFAULT_HEARTBEAT_INTERVAL_MS
+        );
+    }
+
+    #[test]
+    fn unknown_key_in_file_is_an_error_naming_it() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let file = dir.path().join("cp.toml");
+        std::fs::write(&file, "lease = 5000\n").expect("write");
+        let err = parse(&[
+            "--config",
+            file.to_str().expect("utf8"),
+            "--data-dir",
+            "/tmp/x",
+        ])
+        .build()
+        .expect_err("unknown key");
+        assert!(err.to_string().contains("lease"), "{err}");
+    }
+
+    #[test]
+    fn missing_data_dir_says_how_to_set_it() {
+        let err = Args {
+            config: None,
+            listen: None,
+            data_dir: None,
+            lease_ms: None,
+            heartbeat_interval_ms: None,
+            dev: false,
+            example: false,
+        }
+        .build()
+        .expect_err("missing");
+        assert!(err.to_string().contains("--data-dir"), "{err}");
+    }
+}

