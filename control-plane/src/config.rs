@@ -55,6 +55,31 @@ pub struct Args {
     /// <data-dir>/example/audit.jsonl. [default: false]
     #[arg(long, env = "WHARF_EXAMPLE", requires = "dev")]
     pub example: bool,
+    /// State store backend: `redb` (embedded file in the data dir, one replica) or `etcd`
+    /// (shared by several replicas; one is elected leader and runs the herder, the others
+    /// serve reads and forward the rest to it). See docs/state.md. [default: redb]
+    #[arg(long, env = "WHARF_STORE", value_name = "redb|etcd")]
+    pub store: Option<String>,
+    /// With --store etcd: comma-separated etcd client URLs, e.g.
+    /// http://10.0.0.1:2379,http://10.0.0.2:2379.
+    #[arg(
+        long,
+        env = "WHARF_ETCD_ENDPOINTS",
+        value_name = "URLS",
+        value_delimiter = ','
+    )]
+    pub etcd_endpoints: Vec<String>,
+    /// With --store etcd: key prefix of this cluster's state. [default: /wharf/]
+    #[arg(long, env = "WHARF_ETCD_PREFIX", value_name = "PREFIX")]
+    pub etcd_prefix: Option<String>,
+    /// With --store etcd: TTL of the leader election lease, in seconds; a killed leader
+    /// is replaced after at most about this long. [default: 10]
+    #[arg(long, env = "WHARF_ETCD_ELECTION_TTL_SECS", value_name = "SECS")]
+    pub etcd_election_ttl_secs: Option<u32>,
+    /// With --store etcd: URL other replicas forward requests to when this one leads.
+    /// [default: http://<bound address>]
+    #[arg(long, env = "WHARF_ADVERTISE", value_name = "URL")]
+    pub advertise: Option<String>,
 }
 
 /// The `--config` file: every key optional; unknown keys are an error (a typo must not be
@@ -74,6 +99,16 @@ pub struct FileConfig {
     pub dev: Option<bool>,
     /// See `--example`.
     pub example: Option<bool>,
+    /// See `--store`.
+    pub store: Option<String>,
+    /// See `--etcd-endpoints`.
+    pub etcd_endpoints: Option<Vec<String>>,
+    /// See `--etcd-prefix`.
+    pub etcd_prefix: Option<String>,
+    /// See `--etcd-election-ttl-secs`.
+    pub etcd_election_ttl_secs: Option<u32>,
+    /// See `--advertise`.
+    pub advertise: Option<String>,
 }
 
 /// What the binary runs.
@@ -85,6 +120,8 @@ pub struct Settings {
     pub dev: bool,
     /// Create the quickstart example (only with `dev`).
     pub example: bool,
+    /// The state store backend.
+    pub store: app::StoreOptions,
 }
 
 /// Why the settings could not be assembled.
@@ -149,6 +186,11 @@ impl Args {
             heartbeat_interval_ms,
             dev,
             example,
+            store,
+            etcd_endpoints,
+            etcd_prefix,
+            etcd_election_ttl_secs,
+            advertise,
         } = self;
         let file = match &config {
             Some(path) => read_file(path)?,
@@ -161,7 +203,60 @@ impl Args {
             heartbeat_interval_ms: file_heartbeat_interval_ms,
             dev: file_dev,
             example: file_example,
+            store: file_store,
+            etcd_endpoints: file_etcd_endpoints,
+            etcd_prefix: file_etcd_prefix,
+            etcd_election_ttl_secs: file_etcd_election_ttl_secs,
+            advertise: file_advertise,
         } = file;
+        let store = match store.or(file_store).as_deref() {
+            None | Some("redb") => app::StoreOptions::Redb,
+            Some("etcd") => {
+                let endpoints = if etcd_endpoints.is_empty() {
+                    file_etcd_endpoints.unwrap_or_default()
+                } else {
+                    etcd_endpoints
+                };
+                if endpoints.is_empty() {
+                    return Err(ConfigError::Missing(
+                        "etcd endpoints: --store etcd needs --etcd-endpoints URL[,URL...]",
+                    ));
+                }
+                let election_ttl_secs = etcd_election_ttl_secs
+                    .or(file_etcd_election_ttl_secs)
+                    .unwrap_or(
+                        wharf_control_plane::store::etcd_election::DEFAULT_ELECTION_TTL_SECS,
+                    );
+                if election_ttl_secs < 2 {
+                    return Err(ConfigError::Invalid {
+                        field: "etcd-election-ttl-secs",
+                        reason: "must be at least 2 (etcd's shortest lease)".into(),
+                    });
+                }
+                app::StoreOptions::Etcd {
+                    etcd: wharf_control_plane::store::EtcdOptions {
+                        endpoints,
+                        prefix: etcd_prefix.or(file_etcd_prefix).unwrap_or_else(|| {
+                            wharf_control_plane::store::DEFAULT_ETCD_PREFIX.into()
+                        }),
+                    },
+                    election_ttl_secs,
+                    advertise: advertise.or(file_advertise),
+                }
+            }
+            Some(other) => {
+                return Err(ConfigError::Invalid {
+                    field: "store",
+                    reason: format!("{other:?} is not a backend; use redb or etcd"),
+                });
+            }
+        };
+        if dev && matches!(store, app::StoreOptions::Etcd { .. }) {
+            return Err(ConfigError::Invalid {
+                field: "store",
+                reason: "--dev runs on the embedded store; drop --store etcd".into(),
+            });
+        }
         let listen = match listen.or(file_listen) {
             Some(addr) => addr,
             None => DEFAULT_LISTEN.parse().map_err(|e| ConfigError::Invalid {
@@ -194,6 +289,7 @@ impl Args {
             },
             dev,
             example,
+            store,
         })
     }
 }
@@ -259,6 +355,11 @@ mod tests {
             heartbeat_interval_ms: None,
             dev: false,
             example: false,
+            store: None,
+            etcd_endpoints: Vec::new(),
+            etcd_prefix: None,
+            etcd_election_ttl_secs: None,
+            advertise: None,
         }
         .build()
         .expect_err("missing");

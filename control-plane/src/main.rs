@@ -49,9 +49,10 @@ async fn run(settings: config::Settings) -> Result<(), StartError> {
         config,
         dev,
         example,
+        store,
     } = settings;
     if !dev {
-        return App::build(config)
+        return App::build_with_store(config, store)
             .await?
             .run(wharf::server::shutdown_signal())
             .await;

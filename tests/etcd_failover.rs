@@ -1,0 +1,205 @@
+//! Two control planes on one (test-owned) etcd: one is elected leader; a connector
+//! created through it runs on a real executor; the leader is killed (kill -9) in the
+//! middle of a deletion; the other replica takes over and completes the deletion, and
+//! the lifecycle file shows exactly one stop(true) per task and for the connector.
+//!
+//! Needs the `etcd` binary (Debian `etcd-server`, see scripts/setup-services) and
+//! grpcurl. Build first: `cargo build -p wharf-control-plane -p wharf-executor`, then
+//! `cargo test -p wharf --test etcd_failover`.
+
+mod control_plane_common;
+#[path = "../control-plane/tests/etcd_support/mod.rs"]
+mod etcd_support;
+mod harness;
+
+use std::path::Path;
+use std::time::Duration;
+
+use control_plane_common::{CONVERGE, NOT_FOUND, grpcurl};
+use harness::lifecycle::Lifecycle;
+use harness::{KeepOnFailure, Proc, wait_until};
+use serde_json::{Value, json};
+
+/// Election lease TTL of the test replicas, in seconds (etcd's shortest is 2).
+const ELECTION_TTL_SECS: u32 = 2;
+/// Executor lease, in milliseconds.
+const EXECUTOR_LEASE_MS: u32 = 2_000;
+/// Executor heartbeat interval, in milliseconds.
+const HEARTBEAT_INTERVAL_MS: u32 = 200;
+/// How long each test task's stop(true) takes, in ms: the leader dies during it.
+const STOP_DELAY_MS: &str = "1500";
+/// Bound on the leader election after a start or a kill.
+const ELECTION_DEADLINE: Duration = Duration::from_secs(20);
+
+fn replica(dir: &Path, name: &str, etcd: &str, key: &[u8]) -> Proc {
+    let d = dir.join(name);
+    std::fs::create_dir_all(&d).unwrap();
+    // Every replica seals with the same key (docs/state.md).
+    std::fs::write(d.join("store.key"), key).unwrap();
+    Proc::spawn(
+        harness::bin("wharf-control-plane"),
+        vec![
+            "--listen".into(),
+            "127.0.0.1:0".into(),
+            "--data-dir".into(),
+            d.display().to_string(),
+            "--lease-ms".into(),
+            EXECUTOR_LEASE_MS.to_string(),
+            "--heartbeat-interval-ms".into(),
+            HEARTBEAT_INTERVAL_MS.to_string(),
+            "--store".into(),
+            "etcd".into(),
+            "--etcd-endpoints".into(),
+            etcd.into(),
+            "--etcd-prefix".into(),
+            "/failover/".into(),
+            "--etcd-election-ttl-secs".into(),
+            ELECTION_TTL_SECS.to_string(),
+        ],
+        &d,
+    )
+}
+
+fn admin(addr: &str, method: &str, body: Value) -> control_plane_common::Call {
+    grpcurl(addr, &format!("wharf.v1.ConnectorAdmin/{method}"), &body)
+}
+
+async fn wait_leader(p: &Proc) {
+    wait_until(
+        "a replica to be elected leader",
+        ELECTION_DEADLINE,
+        || async {
+            p.log()
+                .contains("leading: herder and finalizer start")
+                .then_some(())
+        },
+    )
+    .await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_surviving_replica_takes_over_and_completes_a_pending_deletion() {
+    let etcd = etcd_support::TestEtcd::start();
+    let dir = KeepOnFailure::new();
+    let key: [u8; 32] = rand::random();
+
+    let mut a = replica(dir.path(), "cp-a", &etcd.endpoint, &key);
+    let a_addr = a.listen_addr().await;
+    wait_leader(&a).await;
+    let mut b = replica(dir.path(), "cp-b", &etcd.endpoint, &key);
+    let b_addr = b.listen_addr().await;
+
+    // The executor talks to the follower, which forwards registry calls to the leader.
+    let ed = dir.path().join("exec-1");
+    let mut exec = Proc::spawn(
+        harness::bin("wharf-executor"),
+        vec![
+            "--listen".into(),
+            "127.0.0.2:0".into(),
+            "--control-plane".into(),
+            format!("http://{b_addr}"),
+            "--data-dir".into(),
+            ed.display().to_string(),
+            "--executor-id".into(),
+            "exec-1".into(),
+        ],
+        &ed,
+    );
+    exec.listen_addr().await;
+    wait_until(
+        "the executor to be alive on the leader",
+        CONVERGE,
+        || async {
+            let r = admin(&a_addr, "ListExecutors", json!({}));
+            (r.body["executors"][0]["state"] == "EXECUTOR_STATE_ALIVE").then_some(())
+        },
+    )
+    .await;
+
+    let name = "replicated";
+    let lifecycle = dir.path().join("lifecycle-replicated.jsonl");
+    let cfg = json!({
+        "connector.class": "test-source",
+        "tasks.max": "2",
+        "lifecycle.path": lifecycle.display().to_string(),
+        "test.poll.block.ms": "50",
+        "test.stop.delay.ms": STOP_DELAY_MS,
+    });
+    let r = admin(
+        &a_addr,
+        "CreateConnector",
+        json!({ "name": name, "config": cfg }),
+    );
+    assert_eq!(r.code, 0, "{}", r.err);
+    // The follower serves the read from the shared store.
+    wait_until(
+        "both tasks RUNNING, read on the follower",
+        CONVERGE,
+        || async {
+            let r = admin(&b_addr, "GetConnectorStatus", json!({ "name": name }));
+            let ts = r.body["status"]["tasks"]
+                .as_array()
+                .cloned()
+                .unwrap_or_default();
+            (r.code == 0
+                && r.body["status"]["connector"]["state"] == "STATE_RUNNING"
+                && ts.len() == 2
+                && ts.iter().all(|t| t["status"]["state"] == "STATE_RUNNING"))
+            .then_some(())
+        },
+    )
+    .await;
+
+    let r = admin(&a_addr, "DeleteConnector", json!({ "name": name }));
+    assert_eq!(r.code, 0, "{}", r.err);
+    wait_until("a stop(true) to have begun", CONVERGE, || async {
+        Lifecycle::read(&lifecycle)
+            .events
+            .iter()
+            .any(|e| e.call == "stop" && e.connector_deleted == Some(true))
+            .then_some(())
+    })
+    .await;
+    a.kill9();
+
+    wait_leader(&b).await;
+    let s = admin(&b_addr, "GetConnectorStatus", json!({ "name": name }));
+    assert!(
+        s.code == NOT_FOUND || s.body["status"]["connector"]["state"] == "STATE_DELETING",
+        "{s:?}"
+    );
+    wait_until(
+        "the new leader to finish the deletion",
+        CONVERGE,
+        || async {
+            (admin(&b_addr, "GetConnectorStatus", json!({ "name": name })).code == NOT_FOUND)
+                .then_some(())
+        },
+    )
+    .await;
+
+    let lc = Lifecycle::read(&lifecycle);
+    for unit in [Some(0), Some(1), None] {
+        let deleted: Vec<_> = lc
+            .stops(name, unit)
+            .into_iter()
+            .filter(|s| s.connector_deleted)
+            .collect();
+        assert_eq!(
+            deleted.len(),
+            1,
+            "{unit:?}: exactly one stop(true): {deleted:?}"
+        );
+        assert!(
+            deleted[0].ok,
+            "{unit:?}: the stop(true) completed: {deleted:?}"
+        );
+    }
+    // The name is free again, created through the new leader.
+    let r = admin(
+        &b_addr,
+        "CreateConnector",
+        json!({ "name": name, "config": cfg }),
+    );
+    assert_eq!(r.code, 0, "{}", r.err);
+}
