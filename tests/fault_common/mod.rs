@@ -100,7 +100,7 @@ pub async fn wait_executor(c: &TestCluster, id: &str, state: &str) -> Value {
         r.body["executors"]
             .as_array()?
             .iter()
-            .find(|e| e["executorId"] == id && e["state"] == state)
+            .find(|e| e["id"] == id && e["state"] == state)
             .cloned()
     })
     .await

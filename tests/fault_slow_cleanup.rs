@@ -1,0 +1,131 @@
+//! A cleanup slower than `cleanup.timeout.ms` (DESIGN.md point 6, 5): each stop(true) is
+//! cut at the timeout and counts as an attempt; it is retried with backoff on a fresh
+//! cleanup-only instance up to `cleanup.max.attempts`; then the connector stays DELETING
+//! with attempts and the timeout error visible in GetConnectorStatus and WatchConnector,
+//! RetryCleanup runs once more, and `force` finishes and names the skipped task. Every
+//! cleanup step is one tracing event with connector, task, generation, executor, outcome.
+//!
+//! Failing (not slow) cleanup to max attempts, RetryCleanup and force are also
+//! `control_plane_cleanup::exhausted_cleanup_stays_deleting_until_retried_or_forced`.
+//!
+//! Build first: `cargo build -p wharf-control-plane -p wharf-executor`.
+
+mod control_plane_common;
+mod fault_common;
+mod harness;
+
+use control_plane_common::{CONVERGE, grpcurl_stream};
+use fault_common::{admin_forgot, create_running, gone, start_cluster};
+use harness::lifecycle::Lifecycle;
+use harness::wait_until;
+use serde_json::{Value, json};
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn slow_cleanup_times_out_is_retried_to_the_limit_stays_visible_and_can_be_forced() {
+    let c = start_cluster(1, &[]).await;
+    let name = "sluggish";
+    let mut cfg = c.source_config(name, 1);
+    cfg["test.stop.delay.ms"] = json!("3000");
+    cfg["cleanup.timeout.ms"] = json!("300");
+    cfg["cleanup.max.attempts"] = json!("2");
+    create_running(&c, name, cfg, 1).await;
+    let watch = grpcurl_stream(
+        &c.addr,
+        "wharf.v1.ConnectorAdmin/WatchConnector",
+        &json!({ "name": name }),
+    );
+
+    let r = c.call("DeleteConnector", json!({ "name": name }));
+    assert_eq!(r.code, 0, "{}", r.err);
+    let step = wait_until(
+        "task step FAILED after 2 timed-out attempts",
+        CONVERGE,
+        || async {
+            let s = c.status(name)?;
+            let step = s["deletion"]["steps"][0].clone();
+            (s["connector"]["state"] == "STATE_DELETING"
+                && step["state"] == "CLEANUP_STATE_FAILED"
+                && step["attempts"] == 2)
+                .then_some(step)
+        },
+    )
+    .await;
+    let err = step["lastError"].as_str().unwrap_or_default();
+    assert!(err.contains("timed out"), "{step}");
+    assert_eq!(step["executorId"], "exec-1", "{step}");
+    assert_eq!(
+        step["rehosted"], true,
+        "the second attempt ran cleanup-only: {step}"
+    );
+    // It stays so: no third attempt on its own.
+    let again = c.status(name).expect("status");
+    assert_eq!(again["deletion"]["steps"][0]["attempts"], 2, "{again}");
+    assert_eq!(
+        again["deletion"]["steps"][1]["state"], "CLEANUP_STATE_PENDING",
+        "connector waits for its tasks: {again}"
+    );
+
+    // RetryCleanup: exactly one more attempt, which times out too.
+    assert_eq!(c.call("RetryCleanup", json!({ "name": name })).code, 0);
+    wait_until("a third attempt", CONVERGE, || async {
+        let s = c.status(name)?;
+        let st = &s["deletion"]["steps"][0];
+        (st["attempts"] == 3 && st["state"] == "CLEANUP_STATE_FAILED").then_some(())
+    })
+    .await;
+
+    let r = c.call("DeleteConnector", json!({ "name": name, "force": true }));
+    assert_eq!(r.code, 0, "{}", r.err);
+    assert_eq!(r.body["skippedTasks"], json!([0]), "{}", r.body);
+    assert_eq!(r.body["connectorCleanupSkipped"], true, "{}", r.body);
+    gone(&c, name).await;
+    admin_forgot(&c, name);
+
+    // Each attempt cut at the timeout reached the plugin: three stop(true) began.
+    let lc = Lifecycle::read(&c.lifecycle_path(name));
+    let trues = lc
+        .stops(name, Some(0))
+        .into_iter()
+        .filter(|s| s.connector_deleted)
+        .count();
+    assert_eq!(trues, 3, "{:?}", lc.calls(name, Some(0)));
+
+    // WatchConnector showed DELETING with the step's attempts and error, then the end.
+    let out = watch.wait_with_output().expect("watch");
+    let text = String::from_utf8_lossy(&out.stdout);
+    let events: Vec<Value> = serde_json::Deserializer::from_str(&text)
+        .into_iter::<Value>()
+        .filter_map(Result::ok)
+        .collect();
+    assert!(
+        events.iter().any(|e| {
+            let st = &e["status"]["deletion"]["steps"][0];
+            e["status"]["connector"]["state"] == "STATE_DELETING"
+                && st["attempts"] == 2
+                && st["state"] == "CLEANUP_STATE_FAILED"
+                && st["lastError"]
+                    .as_str()
+                    .is_some_and(|s| s.contains("timed out"))
+                && st["executorId"] == "exec-1"
+        }),
+        "watch showed the failed step: {text}"
+    );
+    assert_eq!(
+        events.last().map(|e| e["type"].clone()),
+        Some(json!("CONNECTOR_EVENT_TYPE_DELETED")),
+        "{text}"
+    );
+
+    // One tracing event per cleanup step outcome, with every field.
+    let log = c.cp_log();
+    let lines: Vec<&str> = log
+        .lines()
+        .filter(|l| l.contains(&format!("connector={name} ")) && l.contains("outcome="))
+        .collect();
+    assert!(lines.len() >= 3, "{lines:?}");
+    for l in &lines {
+        for field in ["task=", "generation=", "executor=", "outcome="] {
+            assert!(l.contains(field), "{field} missing in {l}");
+        }
+    }
+}
