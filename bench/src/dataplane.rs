@@ -1,0 +1,433 @@
+//! Benchmark 4: 100-byte records from `file-source` to `file-sink` through the record log
+//! (embedded in one executor; JetStream across two executors), beside the raw rate of the
+//! log itself in the same run (the embedded log in this process; a plain async-nats
+//! publisher and pull consumer for JetStream).
+
+use std::io::{Read, Seek, SeekFrom, Write};
+use std::path::Path;
+use std::sync::Arc;
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+
+use anyhow::{Context, bail};
+use futures::StreamExt;
+use wharf::pb::v1::{
+    CreateConnectorRequest, DeleteConnectorRequest, GetConnectorStatusRequest, State,
+};
+use wharf_executor::log::{EmbeddedLog, LogRecord, RecordLog, StartPosition};
+
+use crate::procs::Cluster;
+use crate::stats::{median, quantile};
+
+/// Bytes per record line, newline included.
+pub const RECORD_BYTES: usize = 100;
+/// Records written before the source starts (the throughput phase).
+const BULK_RECORDS: usize = 100_000;
+/// Paced phase (latency): batches, records per batch and the gap between batches.
+const PACED_BATCHES: usize = 60;
+const PACED_BATCH_RECORDS: usize = 20;
+const PACED_GAP_MS: u64 = 25;
+/// Records per append in the raw runs: about what one file-source poll reads (64 KiB).
+const RAW_APPEND_BATCH: usize = 640;
+/// Records per fetch in the raw runs (the executor's default fetch bound).
+const RAW_FETCH_RECORDS: usize = 500;
+/// Fetch wait in the raw runs, milliseconds.
+const RAW_FETCH_WAIT_MS: u64 = 100;
+/// Sink placements tried before giving up on a split pipeline.
+const PLACEMENT_ATTEMPTS: usize = 6;
+/// Poll interval while waiting for a task to run, milliseconds.
+const STATUS_POLL_MS: u64 = 10;
+/// How often the sink file is read, milliseconds.
+const TAIL_POLL_MS: u64 = 1;
+/// Upper bound on one pipeline run, seconds.
+const PIPELINE_DEADLINE_S: u64 = 120;
+
+/// One pipeline run.
+#[derive(Debug, Clone, Default)]
+pub struct PipelineRun {
+    /// Records per second, source created to last record in the sink file.
+    pub rate: f64,
+    /// End-to-end latencies of the paced records, milliseconds.
+    pub latencies: Vec<f64>,
+    /// Executors hosting the source task and the sink task.
+    pub placement: (String, String),
+}
+
+/// All runs of one backend.
+#[derive(Debug, Clone, Default)]
+pub struct BackendResult {
+    /// Pipeline runs.
+    pub runs: Vec<PipelineRun>,
+    /// Raw rates of the log, one per run (records per second).
+    pub raw: Vec<f64>,
+}
+
+impl BackendResult {
+    /// Median pipeline rate.
+    pub fn rate(&self) -> f64 {
+        median(&self.runs.iter().map(|r| r.rate).collect::<Vec<_>>())
+    }
+    /// Median raw rate.
+    pub fn raw_rate(&self) -> f64 {
+        median(&self.raw)
+    }
+    /// Median over runs of the p99 latency.
+    pub fn p99(&self) -> f64 {
+        median(
+            &self
+                .runs
+                .iter()
+                .map(|r| quantile(&r.latencies, 0.99))
+                .collect::<Vec<_>>(),
+        )
+    }
+    /// Median over runs of the p50 latency.
+    pub fn p50(&self) -> f64 {
+        median(
+            &self
+                .runs
+                .iter()
+                .map(|r| quantile(&r.latencies, 0.5))
+                .collect::<Vec<_>>(),
+        )
+    }
+}
+
+fn now_ns() -> u64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map_or(0, |d| d.as_nanos() as u64)
+}
+
+/// One record line of exactly [`RECORD_BYTES`] bytes carrying its write time.
+fn line(t_ns: u64) -> String {
+    let head = format!("{{\"t\":{t_ns},\"p\":\"");
+    let pad = RECORD_BYTES - head.len() - 3; // `"}` and the newline
+    format!("{head}{}\"}}\n", "x".repeat(pad))
+}
+
+fn append_lines(path: &Path, n: usize) -> anyhow::Result<()> {
+    let mut f = std::fs::OpenOptions::new()
+        .create(true)
+        .append(true)
+        .open(path)?;
+    let mut buf = String::with_capacity(n * RECORD_BYTES);
+    let t = now_ns();
+    for _ in 0..n {
+        buf.push_str(&line(t));
+    }
+    f.write_all(buf.as_bytes())?;
+    Ok(())
+}
+
+/// Reads what was appended to a file since the last call, line by line.
+struct Tail {
+    path: std::path::PathBuf,
+    pos: u64,
+    partial: String,
+}
+
+impl Tail {
+    /// New complete lines.
+    fn read(&mut self) -> anyhow::Result<Vec<String>> {
+        let Ok(mut f) = std::fs::File::open(&self.path) else {
+            return Ok(Vec::new());
+        };
+        f.seek(SeekFrom::Start(self.pos))?;
+        let mut s = String::new();
+        let n = f.read_to_string(&mut s)?;
+        self.pos += n as u64;
+        self.partial.push_str(&s);
+        let mut out = Vec::new();
+        while let Some(i) = self.partial.find('\n') {
+            let l: String = self.partial.drain(..=i).collect();
+            out.push(l);
+        }
+        Ok(out)
+    }
+}
+
+/// Waits until the connector's first task is RUNNING and returns its executor.
+async fn running_host(cluster: &Cluster, name: &str) -> anyhow::Result<String> {
+    let t = Instant::now();
+    loop {
+        let st = cluster
+            .admin
+            .clone()
+            .get_connector_status(GetConnectorStatusRequest { name: name.into() })
+            .await?
+            .into_inner()
+            .status
+            .context("status")?;
+        if let Some(s) = st.tasks.first().and_then(|t| t.status.as_ref())
+            && s.state == State::Running as i32
+        {
+            return Ok(s.executor_id.clone());
+        }
+        if t.elapsed() > Duration::from_secs(PIPELINE_DEADLINE_S) {
+            bail!("{name}: task not RUNNING");
+        }
+        tokio::time::sleep(Duration::from_millis(STATUS_POLL_MS)).await;
+    }
+}
+
+async fn delete_wait(cluster: &Cluster, name: &str) -> anyhow::Result<()> {
+    cluster
+        .admin
+        .clone()
+        .delete_connector(DeleteConnectorRequest {
+            name: name.into(),
+            force: false,
+            wait: true,
+            wait_timeout_ms: 30_000,
+            keep_resources: false,
+        })
+        .await?;
+    Ok(())
+}
+
+fn config(pairs: &[(&str, String)]) -> std::collections::HashMap<String, String> {
+    pairs
+        .iter()
+        .map(|(k, v)| (k.to_string(), v.clone()))
+        .collect()
+}
+
+/// One file-source -> file-sink run on `cluster`. With `split`, the sink task is placed on
+/// another executor than the source task (a sink that lands on the same one is deleted
+/// and created again under a new name, before any record is written).
+pub async fn pipeline(
+    cluster: &Cluster,
+    dir: &Path,
+    tag: &str,
+    split: bool,
+) -> anyhow::Result<PipelineRun> {
+    std::fs::create_dir_all(dir)?;
+    let src = dir.join(format!("src-{tag}.jsonl"));
+    let sink = dir.join(format!("sink-{tag}.jsonl"));
+    let topic = format!("bench-{tag}");
+    std::fs::File::create(&src)?;
+    let mut admin = cluster.admin.clone();
+    let src_name = format!("src-{tag}");
+    admin
+        .create_connector(CreateConnectorRequest {
+            name: src_name.clone(),
+            config: config(&[
+                ("connector.class", "file-source".into()),
+                ("tasks.max", "1".into()),
+                ("file", src.display().to_string()),
+                ("topic", topic.clone()),
+            ]),
+            initial_state: 0,
+        })
+        .await?;
+    let src_host = running_host(cluster, &src_name).await?;
+    let mut sink_name = String::new();
+    let mut sink_host = String::new();
+    for attempt in 0..PLACEMENT_ATTEMPTS {
+        sink_name = format!("sink-{tag}-{attempt}");
+        admin
+            .create_connector(CreateConnectorRequest {
+                name: sink_name.clone(),
+                config: config(&[
+                    ("connector.class", "file-sink".into()),
+                    ("tasks.max", "1".into()),
+                    ("file", sink.display().to_string()),
+                    ("topics", topic.clone()),
+                ]),
+                initial_state: 0,
+            })
+            .await?;
+        sink_host = running_host(cluster, &sink_name).await?;
+        if !split || sink_host != src_host {
+            break;
+        }
+        delete_wait(cluster, &sink_name).await?;
+    }
+    if split && sink_host == src_host {
+        bail!("{tag}: the sink kept landing on the source's executor {src_host}");
+    }
+
+    // Throughput: all records written at once; rate from the first to the last arrival
+    // (the source's idle poll wait before it sees the file is not the pipeline's rate).
+    append_lines(&src, BULK_RECORDS)?;
+    let mut tail = Tail {
+        path: sink.clone(),
+        pos: 0,
+        partial: String::new(),
+    };
+    let t0 = Instant::now();
+    let mut first: Option<(Instant, usize)> = None;
+    let mut seen = 0usize;
+    while seen < BULK_RECORDS {
+        let n = tail.read()?.len();
+        seen += n;
+        if n > 0 && first.is_none() {
+            first = Some((Instant::now(), n));
+        }
+        if t0.elapsed() > Duration::from_secs(PIPELINE_DEADLINE_S) {
+            bail!("{tag}: only {seen} of {BULK_RECORDS} records arrived");
+        }
+        tokio::time::sleep(Duration::from_millis(TAIL_POLL_MS)).await;
+    }
+    let (t_first, n_first) = first.context("no record arrived")?;
+    let rate = (BULK_RECORDS - n_first) as f64 / t_first.elapsed().as_secs_f64().max(1e-6);
+    let placement = (src_host, sink_host);
+
+    // Paced phase: records written with their time; latency = seen in the sink file - t.
+    let writer = {
+        let src = src.clone();
+        tokio::spawn(async move {
+            for _ in 0..PACED_BATCHES {
+                append_lines(&src, PACED_BATCH_RECORDS)?;
+                tokio::time::sleep(Duration::from_millis(PACED_GAP_MS)).await;
+            }
+            anyhow::Ok(())
+        })
+    };
+    let total = PACED_BATCHES * PACED_BATCH_RECORDS;
+    let mut latencies = Vec::with_capacity(total);
+    let t = Instant::now();
+    while latencies.len() < total {
+        let lines = tail.read()?;
+        let now = now_ns();
+        for l in lines {
+            let v: serde_json::Value = serde_json::from_str(&l)?;
+            let sent = v.get("t").and_then(serde_json::Value::as_u64).unwrap_or(0);
+            latencies.push(now.saturating_sub(sent) as f64 / 1e6);
+        }
+        if t.elapsed() > Duration::from_secs(PIPELINE_DEADLINE_S) {
+            bail!("{tag}: paced records did not arrive");
+        }
+        tokio::time::sleep(Duration::from_millis(TAIL_POLL_MS)).await;
+    }
+    writer.await??;
+    for name in [&src_name, &sink_name] {
+        delete_wait(cluster, name).await?;
+    }
+    let _ = std::fs::remove_file(&src);
+    let _ = std::fs::remove_file(&sink);
+    Ok(PipelineRun {
+        rate,
+        latencies,
+        placement,
+    })
+}
+
+fn raw_records() -> Vec<LogRecord> {
+    let t = now_ns();
+    (0..BULK_RECORDS)
+        .map(|_| LogRecord {
+            key: None,
+            value: line(t).trim_end().as_bytes().to_vec(),
+            headers: Vec::new(),
+            timestamp_ms: None,
+        })
+        .collect()
+}
+
+/// Raw embedded log: one appender and one consumer in this process, concurrently.
+pub async fn raw_embedded(dir: &Path, tag: &str) -> anyhow::Result<f64> {
+    let log = Arc::new(EmbeddedLog::open(dir.join(format!("raw-{tag}"))).await?);
+    let topic = format!("raw-{tag}");
+    let mut consumer = log
+        .consumer("raw", std::slice::from_ref(&topic), StartPosition::Earliest)
+        .await?;
+    let records = raw_records();
+    let t = Instant::now();
+    let producer = {
+        let log = log.clone();
+        let topic = topic.clone();
+        tokio::spawn(async move {
+            for chunk in records.chunks(RAW_APPEND_BATCH) {
+                log.append(&topic, chunk.to_vec()).await?;
+            }
+            anyhow::Ok(())
+        })
+    };
+    let mut got = 0;
+    while got < BULK_RECORDS {
+        let batch = consumer
+            .fetch(RAW_FETCH_RECORDS, Duration::from_millis(RAW_FETCH_WAIT_MS))
+            .await?;
+        got += batch.len();
+        let tokens: Vec<_> = batch.into_iter().map(|d| d.ack).collect();
+        consumer.ack(&tokens).await?;
+        if t.elapsed() > Duration::from_secs(PIPELINE_DEADLINE_S) {
+            bail!("raw embedded: only {got} records");
+        }
+    }
+    producer.await??;
+    Ok(BULK_RECORDS as f64 / t.elapsed().as_secs_f64())
+}
+
+/// Raw JetStream: a plain async-nats publisher (acks awaited per batch) and a durable
+/// pull consumer with explicit acks, concurrently.
+pub async fn raw_jetstream(url: &str, tag: &str) -> anyhow::Result<f64> {
+    use async_nats::jetstream;
+    let client = async_nats::connect(url).await?;
+    let js = jetstream::new(client);
+    let subject = format!("benchraw.{tag}");
+    let stream = js
+        .get_or_create_stream(jetstream::stream::Config {
+            name: format!("BENCHRAW_{tag}"),
+            subjects: vec![subject.clone()],
+            ..Default::default()
+        })
+        .await
+        .map_err(|e| anyhow::anyhow!("stream: {e}"))?;
+    let consumer: jetstream::consumer::PullConsumer = stream
+        .get_or_create_consumer(
+            "raw",
+            jetstream::consumer::pull::Config {
+                durable_name: Some("raw".into()),
+                ack_policy: jetstream::consumer::AckPolicy::Explicit,
+                ..Default::default()
+            },
+        )
+        .await
+        .map_err(|e| anyhow::anyhow!("consumer: {e}"))?;
+    let records = raw_records();
+    let t = Instant::now();
+    let producer = {
+        let js = js.clone();
+        let subject = subject.clone();
+        tokio::spawn(async move {
+            for chunk in records.chunks(RAW_APPEND_BATCH) {
+                let mut acks = Vec::with_capacity(chunk.len());
+                for r in chunk {
+                    acks.push(
+                        js.publish(subject.clone(), r.value.clone().into())
+                            .await
+                            .map_err(|e| anyhow::anyhow!("publish: {e}"))?,
+                    );
+                }
+                for a in futures::future::join_all(
+                    acks.into_iter().map(std::future::IntoFuture::into_future),
+                )
+                .await
+                {
+                    a.map_err(|e| anyhow::anyhow!("publish ack: {e}"))?;
+                }
+            }
+            anyhow::Ok(())
+        })
+    };
+    let mut messages = consumer
+        .messages()
+        .await
+        .map_err(|e| anyhow::anyhow!("messages: {e}"))?;
+    let mut got = 0;
+    while got < BULK_RECORDS {
+        let m = tokio::time::timeout(Duration::from_secs(PIPELINE_DEADLINE_S), messages.next())
+            .await
+            .context("raw jetstream: no message")?
+            .context("raw jetstream: stream ended")?
+            .map_err(|e| anyhow::anyhow!("message: {e}"))?;
+        m.ack().await.map_err(|e| anyhow::anyhow!("ack: {e}"))?;
+        got += 1;
+    }
+    producer.await??;
+    let rate = BULK_RECORDS as f64 / t.elapsed().as_secs_f64();
+    let _ = js.delete_stream(format!("BENCHRAW_{tag}")).await;
+    Ok(rate)
+}

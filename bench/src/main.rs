@@ -1,0 +1,708 @@
+//! `wharf-bench`: the benchmarks of issue 8 against real processes on loopback (a real
+//! control plane, real executor processes, a test-owned nats-server), writing
+//! `BENCHMARKS.md`. Run it through `scripts/bench`, which builds the release binaries first.
+//!
+//! Usage: see [`USAGE`].
+//! Every figure is the median of several runs; every ratio compares two figures measured
+//! in the same run of this program.
+
+mod dataplane;
+mod deletion;
+mod procs;
+mod scale;
+mod stats;
+
+use std::fmt::Write as _;
+use std::path::PathBuf;
+use std::time::{Duration, Instant};
+
+use anyhow::Context;
+
+use crate::stats::{median, quantile};
+
+/// Measured deletions in benchmark 1.
+const DELETION_RUNS: usize = 30;
+/// Runs per data-plane backend.
+const DATAPLANE_RUNS: usize = 3;
+/// Runs of the 1,000 x 10 scale step (the rebalance is one more run).
+const SCALE_RUNS: usize = 3;
+
+/// The target scale step and the curve around it (connectors; 10 tasks each).
+const SCALE_TARGET: usize = 1_000;
+const SCALE_CURVE: [usize; 4] = [100, 300, 2_000, 10_000];
+/// Executors killed one after the other in the rebalance run (one measurement each).
+const REBALANCE_KILLS: usize = 3;
+/// How long the rebalance run waits for its connectors to be deleted after the kill, s.
+const REBALANCE_DELETE_DEADLINE_S: f64 = 60.0;
+/// Seconds to start and stop a 10-executor cluster, for the budget's predictions.
+const SETUP_S: f64 = 5.0;
+/// Default time budget of the whole run, seconds (the build comes on top).
+const DEFAULT_BUDGET_S: u64 = 660;
+
+/// Command line.
+const USAGE: &str = "usage: wharf-bench --bin-dir DIR --out FILE [--budget-s N] [--only deletion,dataplane,scale] [--keep]";
+
+struct Args {
+    bin_dir: PathBuf,
+    out: PathBuf,
+    budget: Duration,
+    /// Sections to run (all when empty): deletion, dataplane, scale.
+    only: Vec<String>,
+    /// Keep the temp dir (process logs) instead of removing it.
+    keep: bool,
+}
+
+impl Args {
+    fn wants(&self, section: &str) -> bool {
+        self.only.is_empty() || self.only.iter().any(|s| s == section)
+    }
+}
+
+fn args() -> anyhow::Result<Args> {
+    let mut bin_dir = None;
+    let mut out = None;
+    let mut budget = Duration::from_secs(DEFAULT_BUDGET_S);
+    let mut only = Vec::new();
+    let mut keep = false;
+    let mut it = std::env::args().skip(1);
+    while let Some(a) = it.next() {
+        match a.as_str() {
+            "--bin-dir" => bin_dir = it.next().map(PathBuf::from),
+            "--out" => out = it.next().map(PathBuf::from),
+            "--budget-s" => {
+                budget = Duration::from_secs(it.next().context("--budget-s N")?.parse()?)
+            }
+            "--only" => {
+                only = it
+                    .next()
+                    .context("--only deletion,dataplane,scale")?
+                    .split(',')
+                    .map(str::to_owned)
+                    .collect()
+            }
+            "--keep" => keep = true,
+            other => anyhow::bail!("unknown argument {other:?}; {USAGE}"),
+        }
+    }
+    Ok(Args {
+        bin_dir: bin_dir.context("--bin-dir DIR is required")?,
+        out: out.context("--out FILE is required")?,
+        budget,
+        only,
+        keep,
+    })
+}
+
+fn sh(cmd: &str) -> String {
+    std::process::Command::new("sh")
+        .args(["-c", cmd])
+        .output()
+        .map(|o| String::from_utf8_lossy(&o.stdout).trim().to_string())
+        .unwrap_or_default()
+}
+
+fn met(ok: bool) -> &'static str {
+    if ok { "**met**" } else { "**missed**" }
+}
+
+#[tokio::main]
+async fn main() -> anyhow::Result<()> {
+    let args = args()?;
+    let started = Instant::now();
+    let tmp = tempfile::Builder::new().prefix("wharf-bench-").tempdir()?;
+    let root = tmp.path().to_path_buf();
+    let remaining = |started: Instant| args.budget.as_secs_f64() - started.elapsed().as_secs_f64();
+
+    let mut r = Results {
+        load_start: sh("cut -d' ' -f1 /proc/loadavg"),
+        ..Results::default()
+    };
+    if args.wants("deletion") {
+        eprintln!("[bench] 1/4 deletion latency ({DELETION_RUNS} runs)");
+        let del = deletion::run(&args.bin_dir, &root.join("deletion"), DELETION_RUNS).await?;
+        eprintln!(
+            "[bench] deletion p50 {:.2} ms p99 {:.2} ms floor {:.2} ms ratio {:.2}x",
+            del.p50(),
+            del.p99(),
+            median(&del.floors),
+            del.ratio()
+        );
+        r.deletion = Some(del);
+    }
+    if args.wants("dataplane") {
+        eprintln!("[bench] 4/4 data plane (embedded, JetStream), {DATAPLANE_RUNS} runs each");
+        r.embedded = Some(run_embedded(&args, &root).await?);
+        r.jetstream = Some(run_jetstream(&args, &root).await?);
+    }
+    if args.wants("scale") {
+        run_scale(&args, &root, started, &remaining, &mut r).await?;
+    }
+    r.took = started.elapsed();
+
+    std::fs::write(&args.out, render(&r))
+        .with_context(|| format!("write {}", args.out.display()))?;
+    eprintln!(
+        "[bench] wrote {} after {:.0} s",
+        args.out.display(),
+        started.elapsed().as_secs_f64()
+    );
+    if args.keep {
+        eprintln!("[bench] process logs kept in {}", tmp.keep().display());
+    }
+    Ok(())
+}
+
+/// Everything measured in one run.
+#[derive(Default)]
+struct Results {
+    deletion: Option<deletion::DeletionResult>,
+    embedded: Option<dataplane::BackendResult>,
+    jetstream: Option<dataplane::BackendResult>,
+    target: Vec<scale::ScalePoint>,
+    curve: Vec<scale::ScalePoint>,
+    rebalance: Option<scale::ScalePoint>,
+    curve_notes: Vec<String>,
+    took: Duration,
+    /// 1-minute load average when the run began.
+    load_start: String,
+}
+
+async fn run_embedded(
+    args: &Args,
+    root: &std::path::Path,
+) -> anyhow::Result<dataplane::BackendResult> {
+    let mut out = dataplane::BackendResult::default();
+    let dir = root.join("dp-embedded");
+    let cluster = procs::Cluster::start(
+        &args.bin_dir,
+        &dir.join("cluster"),
+        &procs::ClusterOptions {
+            executors: 1,
+            lease_ms: 10_000,
+            heartbeat_ms: 1_000,
+            nats_url: None,
+        },
+    )
+    .await?;
+    for r in 0..DATAPLANE_RUNS {
+        out.raw
+            .push(dataplane::raw_embedded(&dir, &format!("e{r}")).await?);
+        out.runs.push(
+            dataplane::pipeline(&cluster, &dir.join("files"), &format!("e{r}"), false).await?,
+        );
+        eprintln!(
+            "[bench] embedded run {r}: raw {:.0}/s pipeline {:.0}/s",
+            out.raw[r], out.runs[r].rate
+        );
+    }
+    Ok(out)
+}
+
+async fn run_jetstream(
+    args: &Args,
+    root: &std::path::Path,
+) -> anyhow::Result<dataplane::BackendResult> {
+    let mut out = dataplane::BackendResult::default();
+    let dir = root.join("dp-jetstream");
+    let nats = procs::NatsServer::start(&dir.join("nats")).await?;
+    let cluster = procs::Cluster::start(
+        &args.bin_dir,
+        &dir.join("cluster"),
+        &procs::ClusterOptions {
+            executors: 2,
+            lease_ms: 10_000,
+            heartbeat_ms: 1_000,
+            nats_url: Some(nats.url.clone()),
+        },
+    )
+    .await?;
+    for r in 0..DATAPLANE_RUNS {
+        out.raw
+            .push(dataplane::raw_jetstream(&nats.url, &format!("j{r}")).await?);
+        out.runs
+            .push(dataplane::pipeline(&cluster, &dir.join("files"), &format!("j{r}"), true).await?);
+        eprintln!(
+            "[bench] jetstream run {r}: raw {:.0}/s pipeline {:.0}/s placement {:?}",
+            out.raw[r], out.runs[r].rate, out.runs[r].placement
+        );
+    }
+    Ok(out)
+}
+
+async fn run_scale(
+    args: &Args,
+    root: &std::path::Path,
+    started: Instant,
+    remaining: &dyn Fn(Instant) -> f64,
+    r: &mut Results,
+) -> anyhow::Result<()> {
+    let deadline = |left: f64| Duration::from_secs_f64(left.max(10.0));
+    eprintln!("[bench] 2+3/4 scale {SCALE_TARGET} x 10 ({SCALE_RUNS} runs)");
+    for i in 0..SCALE_RUNS {
+        let left = remaining(started);
+        let last = r
+            .target
+            .last()
+            .map_or(0.0, |p| p.create_s + p.delete_s + SETUP_S);
+        if i > 0 && last > left {
+            eprintln!("[bench] budget: stopping the {SCALE_TARGET} x 10 runs after {i}");
+            r.curve_notes.push(format!(
+                "only {i} runs of {SCALE_TARGET} x 10 fitted the time budget"
+            ));
+            break;
+        }
+        match scale::run(
+            &args.bin_dir,
+            &root.join(format!("scale-{SCALE_TARGET}-{i}")),
+            SCALE_TARGET,
+            0,
+            deadline(left / 3.0),
+            deadline(left / 3.0),
+        )
+        .await
+        {
+            Ok(p) => {
+                eprintln!("[bench] {p:?}");
+                r.target.push(p);
+            }
+            Err(e) => {
+                r.curve_notes.push(format!(
+                    "run {} of {SCALE_TARGET} x 10 did not finish: {e}",
+                    i + 1
+                ));
+                eprintln!(
+                    "[bench] {}",
+                    r.curve_notes.last().map_or("", String::as_str)
+                );
+                break;
+            }
+        }
+    }
+    let left = remaining(started);
+    let last = r.target.last().map_or(f64::INFINITY, |p| {
+        p.create_s + SETUP_S + REBALANCE_DELETE_DEADLINE_S + 15.0 * REBALANCE_KILLS as f64
+    });
+    if last < left {
+        eprintln!("[bench] 3/4 rebalance: {SCALE_TARGET} x 10, kill -9 of one executor (1 run)");
+        match scale::run(
+            &args.bin_dir,
+            &root.join("rebalance"),
+            SCALE_TARGET,
+            REBALANCE_KILLS,
+            deadline(left / 2.0),
+            Duration::from_secs_f64(REBALANCE_DELETE_DEADLINE_S),
+        )
+        .await
+        {
+            Ok(p) => {
+                eprintln!("[bench] {p:?}");
+                r.rebalance = Some(p);
+            }
+            Err(e) => {
+                r.curve_notes
+                    .push(format!("the rebalance run did not finish: {e}"));
+                eprintln!(
+                    "[bench] {}",
+                    r.curve_notes.last().map_or("", String::as_str)
+                );
+            }
+        }
+    } else {
+        r.curve_notes
+            .push("the rebalance run did not fit the time budget".into());
+    }
+    for n in SCALE_CURVE {
+        let left = remaining(started);
+        // Predict linearly from the nearest measured step below (the cost per connector
+        // only grows with n), plus the setup of a cluster.
+        let per_conn = r
+            .curve
+            .iter()
+            .chain(r.target.iter())
+            .filter(|p| p.connectors <= n)
+            .max_by_key(|p| p.connectors)
+            .map(|p| (p.create_s + p.delete_s) / p.connectors as f64)
+            .unwrap_or(0.0);
+        let predicted = per_conn * n as f64 + SETUP_S;
+        if predicted > left || (per_conn == 0.0 && n != SCALE_CURVE[0]) {
+            r.curve_notes.push(format!(
+                "{n} x 10 not run: at least {predicted:.0} s predicted from the step below it (cost per connector grows with n), {:.0} s of the budget left",
+                left.max(0.0)
+            ));
+            eprintln!(
+                "[bench] {}",
+                r.curve_notes.last().map_or("", String::as_str)
+            );
+            continue;
+        }
+        eprintln!("[bench] scale {n} x 10 (1 run)");
+        match scale::run(
+            &args.bin_dir,
+            &root.join(format!("scale-{n}")),
+            n,
+            0,
+            deadline(left * 0.45),
+            deadline(left * 0.45),
+        )
+        .await
+        {
+            Ok(p) => {
+                eprintln!("[bench] {p:?}");
+                r.curve.push(p);
+            }
+            Err(e) => {
+                r.curve_notes
+                    .push(format!("{n} x 10 did not finish within the budget: {e}"));
+                eprintln!(
+                    "[bench] {}",
+                    r.curve_notes.last().map_or("", String::as_str)
+                );
+            }
+        }
+    }
+    Ok(())
+}
+
+fn render(r: &Results) -> String {
+    let target = &r.target[..];
+    let curve = &r.curve[..];
+    let curve_notes = &r.curve_notes[..];
+    let took = r.took;
+    let mut s = String::new();
+    let profile = std::env::var("WHARF_BENCH_PROFILE").unwrap_or_else(|_| "release".into());
+    let _ = writeln!(s, "# Benchmarks\n");
+    let _ = writeln!(
+        s,
+        "Written by `scripts/bench` (crate `bench/`, binary `wharf-bench`) on {} from commit `{}`{}; the run took {:.0} s after the build. Do not edit by hand: the next run rewrites it.\n",
+        sh("date -u '+%Y-%m-%d %H:%M UTC'"),
+        sh("git rev-parse --short HEAD"),
+        if sh("git status --porcelain --untracked-files=no").is_empty() {
+            ""
+        } else {
+            " (with uncommitted changes in the tree)"
+        },
+        took.as_secs_f64()
+    );
+    match &r.deletion {
+        Some(del) => {
+            let _ = writeln!(s, "deletion latency, p50 / floor: {:.2}x\n", del.ratio());
+        }
+        None => {
+            let _ = writeln!(
+                s,
+                "deletion latency, p50 / floor: not measured in this run\n"
+            );
+        }
+    }
+
+    let _ = writeln!(s, "## Machine\n");
+    let _ = writeln!(
+        s,
+        "- CPU: {} ({} cores online)",
+        sh("grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | xargs"),
+        sh("nproc")
+    );
+    let _ = writeln!(
+        s,
+        "- memory: {}",
+        sh("grep MemTotal /proc/meminfo | tr -s ' '")
+    );
+    let _ = writeln!(
+        s,
+        "- kernel: {}; {}",
+        sh("uname -sr"),
+        sh("rustc --version")
+    );
+    let _ = writeln!(
+        s,
+        "- binaries: `{profile}` profile (optimized code is what a deployment runs; debug builds would measure the compiler's unoptimized output, not Wharf)"
+    );
+    let _ = writeln!(
+        s,
+        "- load average (1 min) at the start and the end of the run: {} / {}",
+        r.load_start,
+        sh("cut -d' ' -f1 /proc/loadavg")
+    );
+    let _ = writeln!(
+        s,
+        "- the machine is shared: other builds and tests may have run at the same time, which is why every comparison is a ratio measured in the same run\n"
+    );
+
+    let _ = writeln!(
+        s,
+        "## Reproduce\n\n```sh\nscripts/bench            # builds --release, runs everything (< 15 min on 2 cores), rewrites BENCHMARKS.md\n```\n"
+    );
+    let _ = writeln!(
+        s,
+        "Everything runs as real processes on loopback under one temp dir: `wharf-control-plane` (redb store), `wharf-executor` processes on 127.0.0.2.., the built-in `test-source`/`file-source`/`file-sink` plugins, and for JetStream a `nats-server -js` that the run starts on a free port with a temp store (the machine's own NATS and PostgreSQL are not used). Processes log at `warn`.\n"
+    );
+
+    // 1. Deletion.
+    let _ = writeln!(s, "## 1. Deletion latency\n");
+    if let Some(del) = &r.deletion {
+        let _ = writeln!(
+            s,
+            "One `test-source` connector with 8 idle tasks (a poll blocks; cleanup writes one lifecycle line) on 4 executors; `DeleteConnector(wait=true)` until the name is free. {} measured deletions after 3 warm-up ones, each on a fresh connector.\n",
+            del.runs
+        );
+        let _ = writeln!(
+            s,
+            "The floor, measured in every iteration of the same run: the two store commits a deletion needs (`start_deletion` + `finish_deletion` on the control plane's own `RedbStore`, a record of the same shape, same disk), one gRPC round trip to the control plane (grpc.health.v1 Check) and one parallel fan-out of 8 `StopTask` calls to the 4 executors (answered NOT_FOUND: a full trip through the executor service).\n"
+        );
+        let _ = writeln!(s, "| figure | p50 ms | p99 ms |\n| --- | ---: | ---: |");
+        let _ = writeln!(
+            s,
+            "| DeleteConnector(wait) | {:.2} | {:.2} |",
+            del.p50(),
+            del.p99()
+        );
+        let _ = writeln!(
+            s,
+            "| floor (sum) | {:.2} | {:.2} |",
+            median(&del.floors),
+            quantile(&del.floors, 0.99)
+        );
+        let _ = writeln!(
+            s,
+            "| - store commits (2) | {:.2} | {:.2} |",
+            median(&del.store),
+            quantile(&del.store, 0.99)
+        );
+        let _ = writeln!(
+            s,
+            "| - admin round trip | {:.2} | {:.2} |",
+            median(&del.admin_rtt),
+            quantile(&del.admin_rtt, 0.99)
+        );
+        let _ = writeln!(
+            s,
+            "| - StopTask fan-out (8 on 4) | {:.2} | {:.2} |\n",
+            median(&del.fanout),
+            quantile(&del.fanout, 0.99)
+        );
+        let ratio = del.ratio();
+        let _ = writeln!(
+            s,
+            "Target: p50 at most 2x the floor. Result: {ratio:.2}x, {}.\n",
+            met(ratio <= 2.0)
+        );
+    } else {
+        let _ = writeln!(s, "Not run.\n");
+    }
+
+    // 2. Scale.
+    let _ = writeln!(s, "## 2. Control-plane scale\n");
+    let _ = writeln!(
+        s,
+        "N `test-source` connectors x 10 idle tasks on 10 executor processes. Create all (32 admin calls in flight) until every task is RUNNING (polled with `ListConnectors(expand_status)` every 250 ms, so figures are late by at most that); delete all (`DeleteConnector` without wait, 32 in flight) until `ListConnectors` is empty. RSS from /proc (VmRSS) after a 1 s settle; per task = growth of the 10 executors' RSS over their idle RSS, divided by the tasks (connector instances included).\n"
+    );
+    if !target.is_empty() {
+        let med =
+            |f: fn(&scale::ScalePoint) -> f64| median(&target.iter().map(f).collect::<Vec<_>>());
+        let create = med(|p| p.create_s);
+        let delete = med(|p| p.delete_s);
+        let cp = med(|p| p.cp_rss_mib);
+        let per_task = med(|p| p.exec_kib_per_task);
+        let _ = writeln!(s, "{SCALE_TARGET} x 10, median of {} runs:\n", target.len());
+        let _ = writeln!(
+            s,
+            "| figure | value | target | |\n| --- | ---: | --- | --- |"
+        );
+        let _ = writeln!(
+            s,
+            "| create all until all RUNNING | {create:.2} s | < 10 s | {} |",
+            met(create < 10.0)
+        );
+        let _ = writeln!(
+            s,
+            "| delete all until cleaned up | {delete:.2} s | < 10 s | {} |",
+            met(delete < 10.0)
+        );
+        let _ = writeln!(
+            s,
+            "| control-plane RSS, all running | {cp:.1} MiB (idle {:.1}) | < 256 MiB | {} |",
+            med(|p| p.cp_rss_idle_mib),
+            met(cp < 256.0)
+        );
+        let _ = writeln!(
+            s,
+            "| executor RSS per idle task | {per_task:.1} KiB | < 64 KiB | {} |\n",
+            met(per_task < 64.0)
+        );
+        let _ = writeln!(
+            s,
+            "Runs: {}\n",
+            target
+                .iter()
+                .map(|p| format!(
+                    "create {:.2} s / delete {:.2} s / CP {:.1} MiB / {:.1} KiB per task",
+                    p.create_s, p.delete_s, p.cp_rss_mib, p.exec_kib_per_task
+                ))
+                .collect::<Vec<_>>()
+                .join("; ")
+        );
+    } else {
+        let _ = writeln!(
+            s,
+            "The {SCALE_TARGET} x 10 step did not run within the budget.\n"
+        );
+    }
+    let _ = writeln!(
+        s,
+        "### Curve (one run per size; {SCALE_TARGET} from the median above)\n"
+    );
+    let _ = writeln!(
+        s,
+        "| connectors x 10 | tasks | create -> RUNNING s | delete -> clean s | CP RSS MiB | KiB per task |\n| ---: | ---: | ---: | ---: | ---: | ---: |"
+    );
+    let mut rows: Vec<scale::ScalePoint> = curve.to_vec();
+    if !target.is_empty() {
+        let med =
+            |f: fn(&scale::ScalePoint) -> f64| median(&target.iter().map(f).collect::<Vec<_>>());
+        rows.push(scale::ScalePoint {
+            connectors: SCALE_TARGET,
+            create_s: med(|p| p.create_s),
+            delete_s: med(|p| p.delete_s),
+            cp_rss_mib: med(|p| p.cp_rss_mib),
+            cp_rss_idle_mib: 0.0,
+            exec_kib_per_task: med(|p| p.exec_kib_per_task),
+            delete_left: 0,
+            rebalances: Vec::new(),
+        });
+    }
+    rows.sort_by_key(|p| p.connectors);
+    for p in &rows {
+        let _ = writeln!(
+            s,
+            "| {} | {} | {:.2} | {:.2} | {:.1} | {:.1} |",
+            p.connectors,
+            p.connectors * 10,
+            p.create_s,
+            p.delete_s,
+            p.cp_rss_mib,
+            p.exec_kib_per_task
+        );
+    }
+    for n in curve_notes {
+        let _ = writeln!(s, "\n- {n}");
+    }
+    let _ = writeln!(s);
+
+    // 3. Rebalance.
+    let _ = writeln!(s, "## 3. Rebalance\n");
+    match &r.rebalance {
+        None => {
+            let _ = writeln!(s, "Not measured in this run.\n");
+        }
+        Some(p) => {
+            let reb = &p.rebalances;
+            let secs = median(&reb.iter().map(|r| r.seconds).collect::<Vec<_>>());
+            let lost = median(&reb.iter().map(|r| r.lost as f64).collect::<Vec<_>>());
+            let moved = median(&reb.iter().map(|r| r.moved_other as f64).collect::<Vec<_>>());
+            let _ = writeln!(
+                s,
+                "{SCALE_TARGET} x 10 = {} tasks on 10 executors (lease {} ms, heartbeat 1000 ms). kill -9 of one executor, then time until every task is RUNNING on a surviving executor (polled every 250 ms); then the next executor is killed, {} times in all (10, 9, 8 executors before the kill). Median of the {} kills.\n",
+                SCALE_TARGET * 10,
+                scale::LEASE_MS,
+                reb.len(),
+                reb.len()
+            );
+            let _ = writeln!(s, "| figure | value |\n| --- | ---: |");
+            let _ = writeln!(
+                s,
+                "| kill -9 until all RUNNING elsewhere | {secs:.2} s (the lease alone is {:.1} s of it) |",
+                scale::LEASE_MS as f64 / 1000.0
+            );
+            let _ = writeln!(s, "| tasks that were on the killed executor | {lost:.0} |");
+            let _ = writeln!(
+                s,
+                "| tasks of surviving executors that moved | {moved:.0} |\n"
+            );
+            let _ = writeln!(
+                s,
+                "Target: only the lost tasks move. Result: {}.\n",
+                met(!reb.is_empty() && reb.iter().all(|r| r.moved_other == 0))
+            );
+            let _ = writeln!(
+                s,
+                "Kills: {}\n",
+                reb.iter()
+                    .map(|r| format!(
+                        "{} executors: {:.2} s, {} lost, {} others moved",
+                        r.executors_before, r.seconds, r.lost, r.moved_other
+                    ))
+                    .collect::<Vec<_>>()
+                    .join("; ")
+            );
+            if p.delete_left > 0 {
+                let _ = writeln!(
+                    s,
+                    "After the kills, deleting all {SCALE_TARGET} connectors had not finished after {:.0} s: {} still listed (the same deletion without kills: section 2).\n",
+                    p.delete_s, p.delete_left
+                );
+            } else {
+                let _ = writeln!(
+                    s,
+                    "After the kills, deleting all {SCALE_TARGET} connectors took {:.2} s.\n",
+                    p.delete_s
+                );
+            }
+        }
+    }
+
+    // 4. Data plane.
+    let _ = writeln!(s, "## 4. Data plane\n");
+    let _ = writeln!(
+        s,
+        "Records of {} bytes (one JSON line each, with its write time) from `file-source` to `file-sink`, one task each. Source and sink are created and RUNNING first (for JetStream on two different executors); throughput: {} records written to the source file at once, rate = records / (first record in the sink file -> last one), so the source's idle wait before it sees the file is not counted. Latency: then {} records written in batches of {} every {} ms; latency = time the bench process reads the line in the sink file - time in the record (the sink file is read every 1 ms). Raw rate in the same run: for embedded, the `EmbeddedLog` in the bench process, one appender (batches of 640, about one file-source poll) and one consumer (fetch 500, ack) concurrently; for JetStream, a plain async-nats publisher (batches of 640, acks awaited per batch) and a durable pull consumer with explicit acks on the same nats-server. Median of {DATAPLANE_RUNS} runs.\n",
+        dataplane::RECORD_BYTES,
+        100_000,
+        1200,
+        20,
+        25
+    );
+    let _ = writeln!(
+        s,
+        "| backend | pipeline rec/s | raw log rec/s | pipeline / raw | e2e p50 ms | e2e p99 ms | target (>= 0.5x raw) |\n| --- | ---: | ---: | ---: | ---: | ---: | --- |"
+    );
+    for (name, b) in [
+        ("embedded, one executor", &r.embedded),
+        ("JetStream, two executors", &r.jetstream),
+    ] {
+        let Some(b) = b else {
+            let _ = writeln!(s, "| {name} | not run | | | | | |");
+            continue;
+        };
+        let ratio = b.rate() / b.raw_rate();
+        let _ = writeln!(
+            s,
+            "| {name} | {:.0} | {:.0} | {:.2}x | {:.1} | {:.1} | {} |",
+            b.rate(),
+            b.raw_rate(),
+            ratio,
+            b.p50(),
+            b.p99(),
+            met(ratio >= 0.5)
+        );
+    }
+    let _ = writeln!(
+        s,
+        "\nJetStream placement (source task host, sink task host) per run: {}\n",
+        r.jetstream
+            .iter()
+            .flat_map(|j| j.runs.iter())
+            .map(|r| format!("{} -> {}", r.placement.0, r.placement.1))
+            .collect::<Vec<_>>()
+            .join("; ")
+    );
+    let notes_path = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("NOTES.md");
+    match std::fs::read_to_string(&notes_path) {
+        Ok(notes) => {
+            let _ = writeln!(s, "{}", notes.trim_end());
+        }
+        Err(e) => {
+            let _ = writeln!(s, "(analysis notes missing: {}: {e})", notes_path.display());
+        }
+    }
+    s
+}

@@ -1,0 +1,280 @@
+//! Real Wharf processes on loopback for the benchmarks: a control plane, executors and a
+//! test-owned nats-server, each with its own data dir under one temp dir.
+
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use anyhow::{Context, bail};
+use tonic::transport::Channel;
+use wharf::pb::v1::connector_admin_client::ConnectorAdminClient;
+use wharf::pb::v1::{ExecutorState, ListExecutorsRequest};
+
+/// How long a process may take to write `listen.addr`, in milliseconds.
+const LISTEN_DEADLINE_MS: u64 = 30_000;
+/// How long executors may take to register, in milliseconds.
+const ALIVE_DEADLINE_MS: u64 = 30_000;
+/// Poll interval while waiting for a process to come up, in milliseconds.
+const STARTUP_POLL_MS: u64 = 10;
+/// Log filter for the processes under test: warnings only, so logging costs little.
+const PROCESS_LOG_FILTER: &str = "warn";
+
+/// A child process, killed (SIGKILL) on drop.
+pub struct Proc {
+    child: Option<Child>,
+    /// Data dir (holds `listen.addr` and `process.log`).
+    pub dir: PathBuf,
+}
+
+impl Proc {
+    /// Starts `program args` with stdout and stderr in `<dir>/process.log`.
+    pub fn spawn(program: &Path, args: &[String], dir: &Path) -> anyhow::Result<Self> {
+        std::fs::create_dir_all(dir)?;
+        let log = std::fs::File::create(dir.join("process.log"))?;
+        let child = Command::new(program)
+            .args(args)
+            .env(
+                "RUST_LOG",
+                std::env::var("WHARF_BENCH_LOG").unwrap_or_else(|_| PROCESS_LOG_FILTER.into()),
+            )
+            .stdin(Stdio::null())
+            .stdout(log.try_clone()?)
+            .stderr(log)
+            .spawn()
+            .with_context(|| format!("spawn {}", program.display()))?;
+        Ok(Self {
+            child: Some(child),
+            dir: dir.to_path_buf(),
+        })
+    }
+
+    /// OS process id.
+    pub fn pid(&self) -> u32 {
+        self.child.as_ref().map_or(0, Child::id)
+    }
+
+    /// Waits for `<dir>/listen.addr` and returns it (`IP:PORT`).
+    pub async fn listen_addr(&mut self) -> anyhow::Result<String> {
+        let path = self.dir.join("listen.addr");
+        let start = Instant::now();
+        loop {
+            if let Ok(s) = std::fs::read_to_string(&path) {
+                let s = s.trim();
+                if !s.is_empty() {
+                    return Ok(s.to_owned());
+                }
+            }
+            if let Some(c) = self.child.as_mut()
+                && let Ok(Some(status)) = c.try_wait()
+            {
+                bail!(
+                    "{} exited with {status}: {}",
+                    self.dir.display(),
+                    std::fs::read_to_string(self.dir.join("process.log")).unwrap_or_default()
+                );
+            }
+            if start.elapsed() > Duration::from_millis(LISTEN_DEADLINE_MS) {
+                bail!("{} did not listen in time", self.dir.display());
+            }
+            tokio::time::sleep(Duration::from_millis(STARTUP_POLL_MS)).await;
+        }
+    }
+
+    /// SIGKILL and reap.
+    pub fn kill9(&mut self) {
+        if let Some(mut c) = self.child.take() {
+            let _ = c.kill();
+            let _ = c.wait();
+        }
+    }
+
+    /// Resident set size in KiB (VmRSS), 0 when the process is gone.
+    pub fn rss_kib(&self) -> u64 {
+        rss_kib(self.pid())
+    }
+}
+
+impl Drop for Proc {
+    fn drop(&mut self) {
+        self.kill9();
+    }
+}
+
+/// VmRSS of `pid` in KiB from /proc, 0 when unreadable.
+pub fn rss_kib(pid: u32) -> u64 {
+    std::fs::read_to_string(format!("/proc/{pid}/status"))
+        .ok()
+        .and_then(|s| {
+            s.lines()
+                .find(|l| l.starts_with("VmRSS:"))
+                .and_then(|l| l.split_whitespace().nth(1))
+                .and_then(|v| v.parse().ok())
+        })
+        .unwrap_or(0)
+}
+
+/// A free TCP port on 127.0.0.1 (bound, then released).
+pub fn free_port() -> anyhow::Result<u16> {
+    Ok(std::net::TcpListener::bind("127.0.0.1:0")?
+        .local_addr()?
+        .port())
+}
+
+/// Options of a cluster.
+#[derive(Debug, Clone)]
+pub struct ClusterOptions {
+    /// Number of executor processes.
+    pub executors: usize,
+    /// Executor lease, milliseconds.
+    pub lease_ms: u32,
+    /// Heartbeat interval, milliseconds.
+    pub heartbeat_ms: u32,
+    /// JetStream URL for the executors' record log; embedded when None.
+    pub nats_url: Option<String>,
+}
+
+/// One control plane and its executors.
+pub struct Cluster {
+    /// The control plane.
+    pub cp: Proc,
+    /// Executor processes, with their `IP:PORT`.
+    pub executors: Vec<(Proc, String)>,
+    /// Admin client.
+    pub admin: ConnectorAdminClient<Channel>,
+    /// Channel to the control plane.
+    pub cp_channel: Channel,
+}
+
+impl Cluster {
+    /// Starts the processes under `root` and waits until every executor is ALIVE.
+    pub async fn start(bin_dir: &Path, root: &Path, opts: &ClusterOptions) -> anyhow::Result<Self> {
+        let cp_dir = root.join("cp");
+        let mut cp = Proc::spawn(
+            &bin_dir.join("wharf-control-plane"),
+            &[
+                "--listen".into(),
+                "127.0.0.1:0".into(),
+                "--data-dir".into(),
+                cp_dir.display().to_string(),
+                "--lease-ms".into(),
+                opts.lease_ms.to_string(),
+                "--heartbeat-interval-ms".into(),
+                opts.heartbeat_ms.to_string(),
+            ],
+            &cp_dir,
+        )?;
+        let cp_addr = cp.listen_addr().await?;
+        let cp_channel = Channel::from_shared(format!("http://{cp_addr}"))?
+            .connect()
+            .await?;
+        let mut executors = Vec::new();
+        for i in 0..opts.executors {
+            let d = root.join(format!("exec-{}", i + 1));
+            let mut args = vec![
+                "--listen".into(),
+                format!("127.0.0.{}:0", i + 2),
+                "--control-plane".into(),
+                format!("http://{cp_addr}"),
+                "--data-dir".into(),
+                d.display().to_string(),
+                "--executor-id".into(),
+                format!("exec-{}", i + 1),
+                "--graceful-timeout-ms".into(),
+                "3000".into(),
+            ];
+            if let Some(url) = &opts.nats_url {
+                args.push("--nats-url".into());
+                args.push(url.clone());
+            }
+            let p = Proc::spawn(&bin_dir.join("wharf-executor"), &args, &d)?;
+            executors.push((p, String::new()));
+        }
+        for (p, addr) in &mut executors {
+            *addr = p.listen_addr().await?;
+        }
+        let c = Self {
+            cp,
+            executors,
+            admin: ConnectorAdminClient::new(cp_channel.clone())
+                .max_decoding_message_size(usize::MAX),
+            cp_channel,
+        };
+        c.wait_alive(opts.executors).await?;
+        Ok(c)
+    }
+
+    /// Waits until `n` executors are ALIVE.
+    pub async fn wait_alive(&self, n: usize) -> anyhow::Result<()> {
+        let start = Instant::now();
+        loop {
+            let alive = self
+                .admin
+                .clone()
+                .list_executors(ListExecutorsRequest {})
+                .await?
+                .into_inner()
+                .executors
+                .iter()
+                .filter(|e| e.state == ExecutorState::Alive as i32)
+                .count();
+            if alive >= n {
+                return Ok(());
+            }
+            if start.elapsed() > Duration::from_millis(ALIVE_DEADLINE_MS) {
+                bail!("only {alive} of {n} executors alive");
+            }
+            tokio::time::sleep(Duration::from_millis(STARTUP_POLL_MS)).await;
+        }
+    }
+
+    /// Sum of the executors' RSS in KiB.
+    pub fn executors_rss_kib(&self) -> u64 {
+        self.executors.iter().map(|(p, _)| p.rss_kib()).sum()
+    }
+}
+
+/// A test-owned `nats-server -js` on a free loopback port with its store in `dir`.
+pub struct NatsServer {
+    /// The process.
+    pub _proc: Proc,
+    /// `nats://127.0.0.1:PORT`.
+    pub url: String,
+}
+
+impl NatsServer {
+    /// Starts it and waits until it accepts connections.
+    pub async fn start(dir: &Path) -> anyhow::Result<Self> {
+        let program = ["/usr/sbin/nats-server", "/usr/bin/nats-server"]
+            .into_iter()
+            .map(PathBuf::from)
+            .find(|p| p.exists())
+            .context("nats-server not found in /usr/sbin or /usr/bin")?;
+        let port = free_port()?;
+        let store = dir.join("store");
+        let proc = Proc::spawn(
+            &program,
+            &[
+                "-a".into(),
+                "127.0.0.1".into(),
+                "-p".into(),
+                port.to_string(),
+                "-js".into(),
+                "-sd".into(),
+                store.display().to_string(),
+            ],
+            dir,
+        )?;
+        let url = format!("nats://127.0.0.1:{port}");
+        let start = Instant::now();
+        loop {
+            if async_nats::connect(&url).await.is_ok() {
+                break;
+            }
+            if start.elapsed() > Duration::from_millis(LISTEN_DEADLINE_MS) {
+                bail!("nats-server on {url} did not start");
+            }
+            tokio::time::sleep(Duration::from_millis(STARTUP_POLL_MS * 5)).await;
+        }
+        Ok(Self { _proc: proc, url })
+    }
+}

@@ -1,0 +1,262 @@
+//! Benchmarks 2 and 3: N connectors x 10 idle tasks on 10 executor processes (create all
+//! until all RUNNING, delete all until the store is empty, RSS), and the rebalance after a
+//! kill -9 of one executor.
+
+use std::collections::HashMap;
+use std::path::Path;
+use std::time::{Duration, Instant};
+
+use anyhow::bail;
+use futures::StreamExt;
+use wharf::pb::v1::{CreateConnectorRequest, DeleteConnectorRequest, ListConnectorsRequest, State};
+
+use crate::deletion::idle_source_config;
+use crate::procs::{Cluster, ClusterOptions};
+
+/// Tasks per connector.
+pub const TASKS_PER_CONNECTOR: u32 = 10;
+/// Executor processes.
+pub const EXECUTORS: usize = 10;
+/// Executor lease in the scale cluster, milliseconds (the rebalance waits at least this).
+pub const LEASE_MS: u32 = 3_000;
+/// Heartbeat interval in the scale cluster, milliseconds.
+const HEARTBEAT_MS: u32 = 1_000;
+/// Admin calls in flight while creating or deleting.
+const ADMIN_CONCURRENCY: usize = 32;
+/// Interval between status listings, milliseconds.
+const LIST_POLL_MS: u64 = 250;
+/// Settling time before reading RSS, milliseconds.
+const RSS_SETTLE_MS: u64 = 1_000;
+
+/// One rebalance measurement.
+#[derive(Debug, Clone, Default)]
+pub struct Rebalance {
+    /// Tasks that were on the killed executor.
+    pub lost: usize,
+    /// Tasks of surviving executors that moved anyway.
+    pub moved_other: usize,
+    /// kill -9 until every task RUNNING elsewhere, seconds (includes the lease).
+    pub seconds: f64,
+    /// Live executors before the kill.
+    pub executors_before: usize,
+}
+
+/// One scale step.
+#[derive(Debug, Clone, Default)]
+pub struct ScalePoint {
+    /// Connectors.
+    pub connectors: usize,
+    /// Create all until all RUNNING, seconds.
+    pub create_s: f64,
+    /// Delete all until none is listed, seconds (until the deadline when some were left).
+    pub delete_s: f64,
+    /// Connectors still listed when the delete deadline passed (0: all deleted).
+    pub delete_left: usize,
+    /// Control-plane RSS with everything running, MiB.
+    pub cp_rss_mib: f64,
+    /// Control-plane RSS before creating anything, MiB.
+    pub cp_rss_idle_mib: f64,
+    /// Executor RSS growth per hosted task (connector instances included), KiB.
+    pub exec_kib_per_task: f64,
+    /// Rebalances measured at this size, one per kill.
+    pub rebalances: Vec<Rebalance>,
+}
+
+/// (connector, task) -> (state, executor) over every connector.
+type Snapshot = HashMap<(String, u32), (i32, String)>;
+
+async fn snapshot(cluster: &Cluster) -> anyhow::Result<(usize, Snapshot)> {
+    let list = cluster
+        .admin
+        .clone()
+        .list_connectors(ListConnectorsRequest {
+            expand_status: true,
+        })
+        .await?
+        .into_inner()
+        .connectors;
+    let mut out = HashMap::new();
+    for c in &list {
+        if let Some(st) = &c.status {
+            for t in &st.tasks {
+                if let Some(s) = &t.status {
+                    out.insert((c.name.clone(), t.task), (s.state, s.executor_id.clone()));
+                }
+            }
+        }
+    }
+    Ok((list.len(), out))
+}
+
+fn running_count(s: &Snapshot, avoid: Option<&str>) -> usize {
+    s.values()
+        .filter(|(st, ex)| *st == State::Running as i32 && Some(ex.as_str()) != avoid)
+        .count()
+}
+
+/// Runs one step with `n` connectors; after all run, kills `kills` executors one after
+/// the other and measures each rebalance.
+/// Gives up (error) when a phase takes longer than `phase_deadline`.
+pub async fn run(
+    bin_dir: &Path,
+    root: &Path,
+    n: usize,
+    kills: usize,
+    phase_deadline: Duration,
+    delete_deadline: Duration,
+) -> anyhow::Result<ScalePoint> {
+    let cluster = Cluster::start(
+        bin_dir,
+        &root.join("cluster"),
+        &ClusterOptions {
+            executors: EXECUTORS,
+            lease_ms: LEASE_MS,
+            heartbeat_ms: HEARTBEAT_MS,
+            nats_url: None,
+        },
+    )
+    .await?;
+    let lifecycle = root.join("lifecycle.jsonl");
+    tokio::time::sleep(Duration::from_millis(RSS_SETTLE_MS)).await;
+    let cp_idle = cluster.cp.rss_kib();
+    let exec_idle = cluster.executors_rss_kib();
+    let total_tasks = n * TASKS_PER_CONNECTOR as usize;
+
+    let t = Instant::now();
+    let admin = cluster.admin.clone();
+    let results: Vec<_> = futures::stream::iter(0..n)
+        .map(|i| {
+            let mut admin = admin.clone();
+            let config = idle_source_config(&lifecycle, TASKS_PER_CONNECTOR);
+            async move {
+                admin
+                    .create_connector(CreateConnectorRequest {
+                        name: format!("scale-{i:05}"),
+                        config,
+                        initial_state: 0,
+                    })
+                    .await
+            }
+        })
+        .buffer_unordered(ADMIN_CONCURRENCY)
+        .collect()
+        .await;
+    if let Some(Err(e)) = results.into_iter().find(Result::is_err) {
+        bail!("create: {e}");
+    }
+    let snap = loop {
+        let (_, s) = snapshot(&cluster).await?;
+        if running_count(&s, None) == total_tasks {
+            break s;
+        }
+        if t.elapsed() > phase_deadline {
+            bail!(
+                "{n} x 10: only {} of {total_tasks} tasks RUNNING after {phase_deadline:?}",
+                running_count(&s, None)
+            );
+        }
+        tokio::time::sleep(Duration::from_millis(LIST_POLL_MS)).await;
+    };
+    let create_s = t.elapsed().as_secs_f64();
+    tokio::time::sleep(Duration::from_millis(RSS_SETTLE_MS)).await;
+    let cp_rss = cluster.cp.rss_kib();
+    let exec_rss = cluster.executors_rss_kib();
+    let mut cluster = cluster;
+    // Rebalances: kill -9 the last live executor, wait until every task RUNNING on the
+    // others; `snap` follows the current placement.
+    let mut rebalances = Vec::new();
+    let mut snap = snap;
+    let mut dead: Vec<String> = Vec::new();
+    for k in 0..kills {
+        let victim_idx = EXECUTORS - 1 - k;
+        let victim = format!("exec-{}", victim_idx + 1);
+        let lost = snap.values().filter(|(_, ex)| *ex == victim).count();
+        dead.push(victim.clone());
+        let t = Instant::now();
+        if let Some((p, _)) = cluster.executors.get_mut(victim_idx) {
+            p.kill9();
+        }
+        let after = loop {
+            let (_, s) = snapshot(&cluster).await?;
+            let ok = s
+                .values()
+                .filter(|(st, ex)| *st == State::Running as i32 && !dead.contains(ex))
+                .count();
+            if ok == total_tasks {
+                break s;
+            }
+            if t.elapsed() > phase_deadline {
+                bail!("rebalance not done after {phase_deadline:?}");
+            }
+            tokio::time::sleep(Duration::from_millis(LIST_POLL_MS)).await;
+        };
+        let seconds = t.elapsed().as_secs_f64();
+        let moved_other = snap
+            .iter()
+            .filter(|(k, (_, ex))| *ex != victim && after.get(*k).is_some_and(|(_, now)| now != ex))
+            .count();
+        rebalances.push(Rebalance {
+            lost,
+            moved_other,
+            seconds,
+            executors_before: EXECUTORS - k,
+        });
+        snap = after;
+    }
+
+    let t = Instant::now();
+    let results: Vec<_> = futures::stream::iter(0..n)
+        .map(|i| {
+            let mut admin = admin.clone();
+            async move {
+                admin
+                    .delete_connector(DeleteConnectorRequest {
+                        name: format!("scale-{i:05}"),
+                        force: false,
+                        wait: false,
+                        wait_timeout_ms: 0,
+                        keep_resources: false,
+                    })
+                    .await
+            }
+        })
+        .buffer_unordered(ADMIN_CONCURRENCY)
+        .collect()
+        .await;
+    if let Some(Err(e)) = results.into_iter().find(Result::is_err) {
+        bail!("delete: {e}");
+    }
+    let mut delete_left = 0;
+    loop {
+        let left = cluster
+            .admin
+            .clone()
+            .list_connectors(ListConnectorsRequest {
+                expand_status: false,
+            })
+            .await?
+            .into_inner()
+            .connectors
+            .len();
+        if left == 0 {
+            break;
+        }
+        if t.elapsed() > delete_deadline {
+            delete_left = left;
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(LIST_POLL_MS)).await;
+    }
+    let delete_s = t.elapsed().as_secs_f64();
+
+    Ok(ScalePoint {
+        connectors: n,
+        create_s,
+        delete_s,
+        delete_left,
+        cp_rss_mib: cp_rss as f64 / 1024.0,
+        cp_rss_idle_mib: cp_idle as f64 / 1024.0,
+        exec_kib_per_task: exec_rss.saturating_sub(exec_idle) as f64 / total_tasks as f64,
+        rebalances,
+    })
+}
