@@ -1,0 +1,218 @@
+//! A delete racing with another admin call on the same connector, both sent at the same
+//! moment from two threads (real grpcurl, real processes): create of the same name, a
+//! restart, a config update, and a second delete. One call wins clearly, the state is
+//! consistent, and cleanup is exactly as the contract says: a deleted connector's every
+//! unit that ever ran got exactly one completed stop(true), every instance that started
+//! was stopped, and a connector that survived never saw stop(true).
+//!
+//! Build first: `cargo build -p wharf-control-plane -p wharf-executor`.
+
+mod control_plane_common;
+mod fault_common;
+mod harness;
+
+use std::sync::{Arc, Barrier};
+
+use control_plane_common::{
+    ALREADY_EXISTS, CONVERGE, Call, FAILED_PRECONDITION, NOT_FOUND, TestCluster, grpcurl,
+};
+use fault_common::{admin_forgot, completed_trues, create_running, gone, start_cluster};
+use harness::lifecycle::Lifecycle;
+use harness::wait_until;
+use serde_json::{Value, json};
+
+/// Sends both calls at the same moment; returns their results in order.
+fn at_once(c: &TestCluster, a: (&str, Value), b: (&str, Value)) -> (Call, Call) {
+    let barrier = Arc::new(Barrier::new(2));
+    let spawn = |(method, body): (&str, Value)| {
+        let (addr, barrier) = (c.addr.clone(), barrier.clone());
+        let method = format!("wharf.v1.ConnectorAdmin/{method}");
+        std::thread::spawn(move || {
+            barrier.wait();
+            grpcurl(&addr, &method, &body)
+        })
+    };
+    let (ta, tb) = (spawn(a), spawn(b));
+    (ta.join().expect("thread"), tb.join().expect("thread"))
+}
+
+/// Units (task index or None) that appear in the lifecycle file.
+fn seen_units(lc: &Lifecycle, name: &str) -> Vec<Option<u32>> {
+    let mut u: Vec<Option<u32>> = lc
+        .events
+        .iter()
+        .filter(|e| e.connector == name)
+        .map(|e| e.task)
+        .collect();
+    u.sort();
+    u.dedup();
+    u
+}
+
+/// The deleted connector's cleanup is exactly as the contract says.
+async fn cleaned_up(c: &TestCluster, name: &str) {
+    gone(c, name).await;
+    admin_forgot(c, name);
+    let lc = wait_until(
+        &format!("{name}: every started instance stopped"),
+        CONVERGE,
+        || async {
+            let lc = Lifecycle::read(&c.lifecycle_path(name));
+            let started: Vec<_> = lc
+                .events
+                .iter()
+                .filter(|e| e.connector == name && e.call == "start" && e.ok)
+                .collect();
+            started
+                .iter()
+                .all(|s| {
+                    lc.events
+                        .iter()
+                        .any(|e| e.instance == s.instance && e.call == "stopped")
+                })
+                .then_some(lc)
+        },
+    )
+    .await;
+    let units = seen_units(&lc, name);
+    assert!(
+        units.contains(&None),
+        "{name}: the connector instance ran: {units:?}"
+    );
+    for u in units {
+        let done = completed_trues(&lc, name, u);
+        assert_eq!(done.len(), 1, "{name} {u:?}: {:?}", lc.calls(name, u));
+    }
+    fault_common::no_instance_stopped_twice(&lc, name);
+}
+
+/// A connector that survived never saw stop(true).
+fn never_saw_true(c: &TestCluster, name: &str) {
+    let lc = Lifecycle::read(&c.lifecycle_path(name));
+    assert!(
+        lc.events
+            .iter()
+            .filter(|e| e.connector == name)
+            .all(|e| e.connector_deleted != Some(true)),
+        "{name} saw stop(true): {:?}",
+        lc.events
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn delete_racing_with_create_of_the_same_name() {
+    let c = start_cluster(2, &[]).await;
+    // The connector exists: the create loses, whatever the order.
+    let name = "race-create-existing";
+    create_running(&c, name, c.source_config(name, 2), 2).await;
+    let (d, cr) = at_once(
+        &c,
+        ("DeleteConnector", json!({ "name": name })),
+        (
+            "CreateConnector",
+            json!({ "name": name, "config": c.source_config(name, 2) }),
+        ),
+    );
+    assert_eq!(d.code, 0, "{}", d.err);
+    assert!(
+        cr.code == ALREADY_EXISTS || cr.code == FAILED_PRECONDITION,
+        "create of an existing or deleting name: {} {}",
+        cr.code,
+        cr.err
+    );
+    cleaned_up(&c, name).await;
+
+    // The name is new: either the delete finds nothing, or it deletes what was created.
+    for round in 0..3 {
+        let name = format!("race-create-new-{round}");
+        let (cr, d) = at_once(
+            &c,
+            (
+                "CreateConnector",
+                json!({ "name": name, "config": c.source_config(&name, 2) }),
+            ),
+            ("DeleteConnector", json!({ "name": name })),
+        );
+        assert_eq!(cr.code, 0, "{}", cr.err);
+        match d.code {
+            NOT_FOUND => {
+                c.wait_state(&name, "STATE_RUNNING", "STATE_RUNNING", 2)
+                    .await;
+                never_saw_true(&c, &name);
+            }
+            0 => cleaned_up(&c, &name).await,
+            other => panic!("delete of a new name: {other} {}", d.err),
+        }
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn delete_racing_with_restart_and_config_update() {
+    let c = start_cluster(2, &[]).await;
+    for round in 0..2 {
+        let name = format!("race-restart-{round}");
+        create_running(&c, &name, c.source_config(&name, 2), 2).await;
+        let (d, r) = at_once(
+            &c,
+            ("DeleteConnector", json!({ "name": name })),
+            (
+                "RestartConnector",
+                json!({ "name": name, "include_tasks": true }),
+            ),
+        );
+        assert_eq!(d.code, 0, "{}", d.err);
+        assert!(
+            r.code == 0 || r.code == FAILED_PRECONDITION || r.code == NOT_FOUND,
+            "restart: {} {}",
+            r.code,
+            r.err
+        );
+        cleaned_up(&c, &name).await;
+
+        let name = format!("race-update-{round}");
+        create_running(&c, &name, c.source_config(&name, 2), 2).await;
+        let (u, d) = at_once(
+            &c,
+            (
+                "PutConnectorConfig",
+                json!({ "name": name, "config": c.source_config(&name, 3) }),
+            ),
+            ("DeleteConnector", json!({ "name": name })),
+        );
+        assert_eq!(d.code, 0, "{}", d.err);
+        assert!(
+            u.code == 0 || u.code == FAILED_PRECONDITION || u.code == NOT_FOUND,
+            "update: {} {}",
+            u.code,
+            u.err
+        );
+        cleaned_up(&c, &name).await;
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn two_deletes_at_once_record_one_deletion_and_clean_up_once() {
+    let c = start_cluster(2, &[]).await;
+    for round in 0..3 {
+        let name = format!("race-delete-{round}");
+        create_running(&c, &name, c.source_config(&name, 2), 2).await;
+        let (a, b) = at_once(
+            &c,
+            ("DeleteConnector", json!({ "name": name })),
+            ("DeleteConnector", json!({ "name": name })),
+        );
+        for r in [&a, &b] {
+            assert!(r.code == 0 || r.code == NOT_FOUND, "{} {}", r.code, r.err);
+        }
+        assert!(a.code == 0 || b.code == 0, "one of them deleted");
+        cleaned_up(&c, &name).await;
+        let recorded = c
+            .cp_log()
+            .lines()
+            .filter(|l| {
+                l.contains("deletion recorded") && l.contains(&format!("connector={name} "))
+            })
+            .count();
+        assert_eq!(recorded, 1, "{name}: one deletion recorded");
+    }
+}
