@@ -12,7 +12,7 @@ use wharf::ids::ConnectorName;
 use wharf_control_plane::model::{ConnectorRecord, ConnectorSpec, DeletionRecord, TargetState};
 use wharf_control_plane::store::seal::Sealer;
 use wharf_control_plane::store::{
-    CreateOutcome, EtcdOptions, EtcdStore, Fence, RedbStore, StateStore, StoreError,
+    CreateOutcome, EtcdOptions, EtcdStore, Fence, RedbStore, StateStore, StoreError, WriteFence,
 };
 
 const SECRET: &str = "s3cr3t-pa55";
@@ -242,7 +242,7 @@ fn etcd_backend_keeps_the_store_contract_and_never_holds_secrets_in_clear() {
 
     // A fenced writer whose leader key is not (or no longer) its own changes nothing.
     let b = s.connector("b").unwrap().unwrap();
-    s.set_fence(Some(Fence {
+    s.set_write_fence(WriteFence::Leader(Fence {
         leader_create_revision: 1,
     }));
     let mut b2 = b.clone();
@@ -255,7 +255,12 @@ fn etcd_backend_keeps_the_store_contract_and_never_holds_secrets_in_clear() {
         s.register_executor("z", "http://127.0.0.4:1", vec![]),
         Err(StoreError::Unavailable(_))
     ));
-    s.set_fence(None);
+    s.set_write_fence(WriteFence::Follower);
+    assert!(matches!(
+        s.put_connector(&b2),
+        Err(StoreError::Unavailable(_))
+    ));
+    s.set_write_fence(WriteFence::Open);
     assert_eq!(s.connector("b").unwrap().unwrap().tasks_max, b.tasks_max);
     assert!(s.executor("z").unwrap().is_none());
     assert!(s.put_connector(&b2).unwrap());

@@ -29,7 +29,7 @@ use tonic::server::NamedService;
 use tonic::transport::{Channel, Endpoint};
 use tracing::{info, warn};
 
-use super::etcd_store::{EtcdStore, Fence, LEADER_KEY};
+use super::etcd_store::{EtcdStore, Fence, LEADER_KEY, WriteFence};
 
 /// Default TTL of the election lease, in seconds: how long a killed leader holds up
 /// the herder at most (plus one campaign interval).
@@ -72,6 +72,7 @@ impl Election {
     /// An election for the replica reachable at `url`, sharing `store`'s etcd and prefix.
     pub fn new(store: Arc<EtcdStore>, url: String, ttl_secs: u32) -> Self {
         let (role, _) = watch::channel(Role::Follower { leader: None });
+        store.set_write_fence(WriteFence::Follower);
         Self {
             client: store.client(),
             key: format!("{}{LEADER_KEY}", store.prefix()),
@@ -99,7 +100,7 @@ impl Election {
     }
 
     fn step_down(&self) {
-        self.store.set_fence(None);
+        self.store.set_write_fence(WriteFence::Follower);
         self.set_role(Role::Follower { leader: None });
     }
 
@@ -197,7 +198,7 @@ impl Election {
         let resp = self.client.kv_client().txn(txn).await?;
         if resp.succeeded() {
             let rev = resp.header().map_or(0, |h| h.revision());
-            self.store.set_fence(Some(Fence {
+            self.store.set_write_fence(WriteFence::Leader(Fence {
                 leader_create_revision: rev,
             }));
             info!(url = %self.url, revision = rev, "elected leader");
@@ -213,7 +214,7 @@ impl Election {
             Some(kv) => {
                 if held.is_some() {
                     warn!("election: the leader key is no longer ours; stepping down");
-                    self.store.set_fence(None);
+                    self.store.set_write_fence(WriteFence::Follower);
                 }
                 let leader = String::from_utf8_lossy(kv.value()).into_owned();
                 self.set_role(Role::Follower {

@@ -77,11 +77,22 @@ pub struct Fence {
     pub leader_create_revision: i64,
 }
 
+/// Which writes the store lets through.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum WriteFence {
+    /// Every write (no election: one replica, or the contract tests).
+    Open,
+    /// None: this replica is a follower (its writes go to the leader).
+    Follower,
+    /// Writes while the leader key is still the one this replica created.
+    Leader(Fence),
+}
+
 struct Inner {
     client: Client,
     prefix: String,
     sealer: Sealer,
-    fence: Mutex<Option<Fence>>,
+    fence: Mutex<WriteFence>,
 }
 
 /// The etcd-backed [`StateStore`].
@@ -135,7 +146,7 @@ impl EtcdStore {
                 client,
                 prefix,
                 sealer,
-                fence: Mutex::new(None),
+                fence: Mutex::new(WriteFence::Open),
             }),
             runtime: Some(runtime),
         };
@@ -165,9 +176,9 @@ impl EtcdStore {
         self.runtime.as_ref().map(|r| r.handle().clone())
     }
 
-    /// Sets (leader) or clears (follower) the write fence. Without a fence, writes are not
-    /// fenced (a single replica, or the contract tests).
-    pub fn set_fence(&self, fence: Option<Fence>) {
+    /// Sets which writes go through (the election moves it between
+    /// [`WriteFence::Follower`] and [`WriteFence::Leader`]).
+    pub fn set_write_fence(&self, fence: WriteFence) {
         *self.inner.fence_guard() = fence;
     }
 
@@ -212,7 +223,7 @@ impl Inner {
         format!("{}{rest}", self.prefix)
     }
 
-    fn fence_guard(&self) -> std::sync::MutexGuard<'_, Option<Fence>> {
+    fn fence_guard(&self) -> std::sync::MutexGuard<'_, WriteFence> {
         self.fence
             .lock()
             .unwrap_or_else(std::sync::PoisonError::into_inner)
@@ -283,15 +294,23 @@ impl Inner {
     /// Runs `ops` if every compare holds and this replica still holds its fence.
     ///
     /// # Errors
-    /// [`StoreError::Unavailable`] when the fence is set and the leader key is no longer
-    /// the one this replica created (leadership lost), or etcd fails.
+    /// [`StoreError::Unavailable`] on a follower, when the leader key is no longer the one
+    /// this leader created (leadership lost), or when etcd fails.
     async fn txn(
         &self,
         mut compares: Vec<Compare>,
         ops: Vec<TxnOp>,
         mut or_else: Vec<TxnOp>,
     ) -> Result<TxnResult, StoreError> {
-        let fence = *self.fence_guard();
+        let fence = match *self.fence_guard() {
+            WriteFence::Open => None,
+            WriteFence::Follower => {
+                return Err(StoreError::Unavailable(
+                    "etcd: this control plane is a follower; writes go to the leader".into(),
+                ));
+            }
+            WriteFence::Leader(f) => Some(f),
+        };
         let leader_key = self.key(LEADER_KEY);
         if let Some(f) = fence {
             compares.push(Compare::create_revision(

@@ -11,7 +11,7 @@ mod etcd_store;
 mod redb_store;
 pub mod seal;
 
-pub use etcd_store::{DEFAULT_ETCD_PREFIX, EtcdOptions, EtcdStore, Fence};
+pub use etcd_store::{DEFAULT_ETCD_PREFIX, EtcdOptions, EtcdStore, Fence, WriteFence};
 pub use redb_store::RedbStore;
 
 use crate::model::{ConnectorRecord, DeletionRecord, ExecutorRecord, PluginRecord};
