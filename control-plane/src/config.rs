@@ -6,6 +6,7 @@ use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 
 use clap::Parser;
+use clap::builder::BoolishValueParser;
 use serde::Deserialize;
 use wharf_control_plane::app::{self, Config};
 use wharf_control_plane::reconcile::LeaseConfig;
@@ -25,7 +26,7 @@ pub const DEFAULT_LISTEN: &str = "127.0.0.1:7000";
 #[command(name = "wharf-control-plane", version)]
 pub struct Args {
     /// TOML file with settings (keys: listen, data_dir, lease_ms, heartbeat_interval_ms,
-    /// dev, example).
+    /// dev, example, store, etcd_endpoints, etcd_prefix, etcd_election_ttl_secs, advertise).
     #[arg(long, env = "WHARF_CONFIG", value_name = "FILE")]
     pub config: Option<PathBuf>,
     /// Address to listen on, IP:PORT (port 0 picks a free port; the bound address is
@@ -47,13 +48,13 @@ pub struct Args {
     /// Development mode: also run an executor with the built-in plugins in this process
     /// (embedded store, embedded record log; nothing to install). Its data lives in
     /// <data-dir>/dev-executor. [default: false]
-    #[arg(long, env = "WHARF_DEV")]
+    #[arg(long, env = "WHARF_DEV", value_parser = BoolishValueParser::new())]
     pub dev: bool,
     /// With --dev: create the quickstart example if it is missing: the SQLite database
     /// <data-dir>/example/shop.db (tables customers and orders), a `sqlite-audit`
     /// connector `shop-audit` on it and a `file-sink` connector `shop-sink` writing
     /// <data-dir>/example/audit.jsonl. [default: false]
-    #[arg(long, env = "WHARF_EXAMPLE", requires = "dev")]
+    #[arg(long, env = "WHARF_EXAMPLE", requires = "dev", value_parser = BoolishValueParser::new())]
     pub example: bool,
     /// State store backend: `redb` (embedded file in the data dir, one replica) or `etcd`
     /// (shared by several replicas; one is elected leader and runs the herder, the others

@@ -9,7 +9,7 @@ use std::time::{Duration, Instant};
 
 use tonic::Code;
 use wharf::pb::v1::connector_admin_client::ConnectorAdminClient;
-use wharf::pb::v1::{CreateConnectorRequest, GetConnectorRequest};
+use wharf::pb::v1::{CreateConnectorRequest, GetConnectorRequest, ListConnectorPluginsRequest};
 
 /// Directory (inside the data dir) of the example's database and sink file.
 pub const EXAMPLE_DIR: &str = "example";
@@ -115,6 +115,35 @@ pub async fn create_connectors(addr: SocketAddr, paths: &ExamplePaths) -> Result
             Err(_) => tokio::time::sleep(Duration::from_millis(ADMIN_RETRY_INTERVAL_MS)).await,
         }
     };
+    // The in-process executor registers just after the admin API binds: wait until it
+    // offers both plugins, or the creation would fail with "unknown plugin".
+    loop {
+        let offered: Vec<String> = match client
+            .list_connector_plugins(ListConnectorPluginsRequest {})
+            .await
+        {
+            Ok(r) => r
+                .into_inner()
+                .plugins
+                .into_iter()
+                .filter_map(|p| p.plugin.map(|info| info.name))
+                .collect(),
+            Err(_) => Vec::new(),
+        };
+        if ["sqlite-audit", "file-sink"]
+            .iter()
+            .all(|name| offered.iter().any(|o| o == name))
+        {
+            break;
+        }
+        if Instant::now() >= deadline {
+            return Err(ExampleError::AdminUnreachable {
+                addr,
+                detail: "the in-process executor did not register the sqlite-audit and file-sink plugins".into(),
+            });
+        }
+        tokio::time::sleep(Duration::from_millis(ADMIN_RETRY_INTERVAL_MS)).await;
+    }
     let source = [
         ("connector.class", "sqlite-audit".to_owned()),
         ("tasks.max", "2".to_owned()),
@@ -135,7 +164,9 @@ pub async fn create_connectors(addr: SocketAddr, paths: &ExamplePaths) -> Result
             .await;
         match exists {
             Ok(_) => {
-                println!("wharf: connector {name} already exists, leaving it as it is");
+                say(&format!(
+                    "wharf: connector {name} already exists, leaving it as it is"
+                ));
                 continue;
             }
             Err(status) if status.code() == Code::NotFound => {}
@@ -160,7 +191,7 @@ pub async fn create_connectors(addr: SocketAddr, paths: &ExamplePaths) -> Result
                 name,
                 status: format!("{}: {}", status.code(), status.message()),
             })?;
-        println!("wharf: created connector {name}");
+        say(&format!("wharf: created connector {name}"));
     }
     Ok(())
 }
@@ -196,6 +227,13 @@ pub fn print_next_steps(addr: SocketAddr, data_dir: &Path, paths: Option<&Exampl
             paths.sink_file.display()
         ));
     }
-    out.push_str("\nWalkthrough: docs/quickstart.md\n");
-    print!("{out}");
+    out.push_str("\nWalkthrough: docs/quickstart.md");
+    say(&out);
+}
+
+/// Prints one line to stdout; a closed stdout (the reader went away) is not a reason to
+/// stop the control plane.
+pub fn say(line: &str) {
+    use std::io::Write;
+    let _ = writeln!(std::io::stdout(), "{line}");
 }

@@ -59,7 +59,7 @@ async fn run(settings: config::Settings) -> Result<(), StartError> {
     }
     let data_dir = config.data_dir.clone();
     let paths = if example {
-        println!("wharf: creating the example SQLite database (tables customers, orders)");
+        example::say("wharf: creating the example SQLite database (tables customers, orders)");
         match example::create_database(&data_dir) {
             Ok(p) => Some(p),
             Err(e) => {
@@ -75,10 +75,10 @@ async fn run(settings: config::Settings) -> Result<(), StartError> {
     // A stale address from an earlier run must not be mistaken for this one's.
     let addr_file = data_dir.join(LISTEN_ADDR_FILE);
     let _ = std::fs::remove_file(&addr_file);
-    println!(
+    example::say(&format!(
         "wharf: starting the control plane in dev mode (embedded store, in-process executor, embedded record log) in {}",
         data_dir.display()
-    );
+    ));
     let mut server = tokio::spawn(app::run_dev(config, wharf::server::shutdown_signal()));
     let addr = tokio::select! {
         result = &mut server => return joined(result),
@@ -92,11 +92,11 @@ async fn run(settings: config::Settings) -> Result<(), StartError> {
         )));
     };
     if let Some(paths) = &paths {
-        println!(
+        example::say(&format!(
             "wharf: creating connectors {} (sqlite-audit) -> {} (file-sink)",
             example::SOURCE_NAME,
             example::SINK_NAME
-        );
+        ));
         tokio::select! {
             result = &mut server => return joined(result),
             created = example::create_connectors(addr, paths) => {
