@@ -150,6 +150,25 @@ async fn the_surviving_replica_takes_over_and_completes_a_pending_deletion() {
     )
     .await;
 
+    // A write sent to the follower is forwarded to the leader.
+    let other = json!({
+        "connector.class": "test-source",
+        "tasks.max": "1",
+        "lifecycle.path": dir.path().join("lifecycle-other.jsonl").display().to_string(),
+    });
+    let r = admin(
+        &b_addr,
+        "CreateConnector",
+        json!({ "name": "via-follower", "config": other }),
+    );
+    assert_eq!(r.code, 0, "{}", r.err);
+    let r = admin(&a_addr, "GetConnector", json!({ "name": "via-follower" }));
+    assert_eq!(
+        r.code, 0,
+        "created through the follower, stored by the leader: {}",
+        r.err
+    );
+
     let r = admin(&a_addr, "DeleteConnector", json!({ "name": name }));
     assert_eq!(r.code, 0, "{}", r.err);
     wait_until("a stop(true) to have begun", CONVERGE, || async {

@@ -236,6 +236,7 @@ impl App {
         let cancel = CancellationToken::new();
         // Without an election this replica always leads (the sender is dropped; the
         // receiver keeps the value).
+        let elected = self.election.is_some();
         let (role, election) = match self.election {
             Some(e) => {
                 let role = e.subscribe();
@@ -246,7 +247,12 @@ impl App {
         };
         let loops = spawn_named(
             "leader-loops",
-            run_loops_while_leader(self.cluster.clone(), role.clone(), cancel.child_token()),
+            run_loops_while_leader(
+                self.cluster.clone(),
+                role.clone(),
+                elected,
+                cancel.child_token(),
+            ),
         );
 
         let admin = LeaderRoute::new(
@@ -359,12 +365,13 @@ pub fn spawn_named(
 }
 
 /// Runs the herder and the finalizer while `role` says this replica leads; stops them
-/// (and waits for them) as soon as it does not. A new term first grants every registered
-/// executor a fresh lease, as a restarted control plane does: their heartbeats went to
-/// the previous leader.
+/// (and waits for them) as soon as it does not. With an election, a new term first grants
+/// every registered executor a fresh lease, as a restarted control plane does: their
+/// heartbeats went to the previous leader.
 async fn run_loops_while_leader(
     cluster: Arc<Cluster>,
     mut role: tokio::sync::watch::Receiver<Role>,
+    elected: bool,
     cancel: CancellationToken,
 ) {
     loop {
@@ -375,6 +382,7 @@ async fn run_loops_while_leader(
             }
         }
         match cluster.store.executors() {
+            Ok(_) if !elected => {}
             Ok(execs) => {
                 for e in execs.iter().filter(|e| !e.lost) {
                     cluster.grant_lease(&e.id, e.epoch);
