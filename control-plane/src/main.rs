@@ -12,6 +12,7 @@ use std::time::{Duration, Instant};
 
 use clap::Parser;
 use wharf_control_plane::app::{self, App, LISTEN_ADDR_FILE, StartError};
+use wharf_control_plane::store::StoreError;
 
 /// How long `--dev` waits for the control plane to write its bound address, in ms.
 const BIND_WAIT_TIMEOUT_MS: u64 = 30_000;
@@ -152,6 +153,12 @@ fn hint(e: &StartError) -> Option<String> {
             "check that {} is writable, or choose another --data-dir",
             path.display()
         )),
+        StartError::Store(StoreError::Unavailable(m)) if m.starts_with("etcd") => Some(
+            "check that --etcd-endpoints names reachable etcd client URLs (see docs/state.md)".into(),
+        ),
+        StartError::Store(StoreError::Corrupt { .. }) => Some(
+            "a stored record does not decode or decrypt: every replica sharing a store needs the same store.key (docs/state.md)".into(),
+        ),
         StartError::Store(_) => Some(
             "another control plane may be using this --data-dir (the store is locked while open); stop it or choose another directory".into(),
         ),
