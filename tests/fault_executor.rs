@@ -199,6 +199,16 @@ async fn executor_frozen_during_stop_task_times_out_is_rehosted_and_fenced_once_
     // At least once: the frozen stop may still complete once resumed, but at another
     // generation than the re-hosted one; no generation completes stop(true) twice.
     assert!(done.len() <= 2, "{done:?}");
+    // The pending StopTask was abandoned once the frozen host's lease ran out, rather
+    // than holding the deletion until the call's own deadline.
+    assert!(
+        c.cp_log()
+            .lines()
+            .any(|l| l.contains(&format!("connector={name} "))
+                && l.contains("outcome=\"waiting\"")
+                && l.contains("call abandoned")),
+        "the stop to the frozen host was abandoned when its lease expired"
+    );
     let steps = done_steps_in_log(&c.cp_log(), name);
     let victim_done: Vec<_> = steps
         .iter()

@@ -49,8 +49,9 @@
 //!   the executor replays the recorded outcome, but a re-hosted attempt after the host's
 //!   lease expired may run the plugin's cleanup a second time (at least once).
 //! - `force` skips what is left even if a stop is in flight; that stop may still finish.
-//! - A stop sent to a frozen executor holds up that deletion (not others) until the call's
-//!   deadline, `cleanup.timeout.ms` plus a few seconds of slack.
+//! - A stop sent to a frozen executor holds up that deletion (not others) until that
+//!   executor's lease expires (the call is then abandoned: the host is fenced), at most
+//!   until the call's deadline, `max(cleanup.timeout.ms, 15 s) + 5 s`.
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
@@ -456,6 +457,17 @@ async fn start_cleanup_only(
     }
 }
 
+/// How often a pending cleanup stop checks that its executor still holds its lease, in
+/// milliseconds.
+const LEASE_CHECK_INTERVAL_MS: u64 = 100;
+
+/// Returns once `exec` no longer holds a lease at its epoch.
+async fn lease_lost(cluster: &Cluster, exec: &ExecutorRecord) {
+    while cluster.holds_lease(&exec.id, exec.epoch) {
+        tokio::time::sleep(Duration::from_millis(LEASE_CHECK_INTERVAL_MS)).await;
+    }
+}
+
 /// Sends the stop with `flag` and classifies the answer.
 async fn stop(
     cluster: &Cluster,
@@ -466,36 +478,47 @@ async fn stop(
     flag: bool,
 ) -> Attempt {
     let timeout_ms = d.sealed.cleanup_timeout_ms;
-    let result = match task {
-        Some(t) => cluster
-            .clients
-            .stop_task(
-                &exec.address,
-                pb::StopTaskRequest {
-                    task: Some(pb::TaskId {
+    let call = async {
+        match task {
+            Some(t) => cluster
+                .clients
+                .stop_task(
+                    &exec.address,
+                    pb::StopTaskRequest {
+                        task: Some(pb::TaskId {
+                            connector: d.name.clone(),
+                            task: t,
+                        }),
+                        connector_deleted: flag,
+                        generation,
+                        timeout_ms,
+                    },
+                )
+                .await
+                .map(|r| (r.outcome, r.connector_deleted, r.error)),
+            None => cluster
+                .clients
+                .stop_connector(
+                    &exec.address,
+                    pb::ExecutorStopConnectorRequest {
                         connector: d.name.clone(),
-                        task: t,
-                    }),
-                    connector_deleted: flag,
-                    generation,
-                    timeout_ms,
-                },
-            )
-            .await
-            .map(|r| (r.outcome, r.connector_deleted, r.error)),
-        None => cluster
-            .clients
-            .stop_connector(
-                &exec.address,
-                pb::ExecutorStopConnectorRequest {
-                    connector: d.name.clone(),
-                    connector_deleted: flag,
-                    generation,
-                    timeout_ms,
-                },
-            )
-            .await
-            .map(|r| (r.outcome, r.connector_deleted, r.error)),
+                        connector_deleted: flag,
+                        generation,
+                        timeout_ms,
+                    },
+                )
+                .await
+                .map(|r| (r.outcome, r.connector_deleted, r.error)),
+        }
+    };
+    // A frozen or partitioned host would hold this deletion until the call's deadline
+    // (tens of seconds); once its lease is gone it is fenced, so stop waiting for it.
+    let result = tokio::select! {
+        r = call => r,
+        () = lease_lost(cluster, exec) => Err(CallError::Unreachable {
+            address: exec.address.clone(),
+            message: "lease expired while the stop was pending; call abandoned".into(),
+        }),
     };
     info!(connector = %d.name, task = ?task, generation, executor = %exec.id, connector_deleted = flag,
         result = ?result.as_ref().map(|r| r.0), "cleanup stop sent");
