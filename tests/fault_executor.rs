@@ -234,22 +234,24 @@ async fn executor_frozen_during_stop_task_times_out_is_rehosted_and_fenced_once_
     }
 
     // The fenced process stopped its stale bystander instances with false, never true.
-    if by_on_2 > 0 {
-        wait_until(
-            "stale bystander instances on exec-2 stopped with false",
-            CONVERGE,
-            || async {
-                let lc = Lifecycle::read(&c.lifecycle_path(by));
-                let n = lc
-                    .events
-                    .iter()
-                    .filter(|e| e.executor == "exec-2" && e.call == "stopped" && e.ok)
-                    .count();
-                (n >= by_on_2).then_some(())
-            },
-        )
-        .await;
-    }
+    assert!(
+        by_on_2 > 0,
+        "the planner put some bystander instance on exec-2: {bs}"
+    );
+    wait_until(
+        "stale bystander instances on exec-2 stopped with false",
+        CONVERGE,
+        || async {
+            let lc = Lifecycle::read(&c.lifecycle_path(by));
+            let n = lc
+                .events
+                .iter()
+                .filter(|e| e.executor == "exec-2" && e.call == "stopped" && e.ok)
+                .count();
+            (n >= by_on_2).then_some(())
+        },
+    )
+    .await;
     let blc = Lifecycle::read(&c.lifecycle_path(by));
     assert!(
         blc.events.iter().all(|e| e.connector_deleted != Some(true)),
