@@ -16,6 +16,7 @@ bin="${WHARF_BIN_DIR:-${CARGO_TARGET_DIR:-$repo/target}/debug}"
 work="${WORK_DIR:-$(mktemp -d "${TMPDIR:-/tmp}/wharf-multi-host.XXXXXX")}"
 pg_host="${PGHOST:-127.0.0.1}"
 pg_port="${PGPORT:-5432}"
+grpcurl="${GRPCURL:-grpcurl}"
 nats_server="${NATS_SERVER:-$(command -v nats-server || echo /usr/sbin/nats-server)}"
 # Short lease so that a killed executor is noticed in seconds (default 10000 ms).
 lease_ms=2000
@@ -63,16 +64,16 @@ wait_for() {
 
 admin() { # admin METHOD [JSON]
   if [[ $# -ge 2 ]]; then
-    grpcurl -plaintext -max-time 10 -d "$2" "$cp" "wharf.v1.ConnectorAdmin/$1"
+    "$grpcurl" -plaintext -max-time 10 -d "$2" "$cp" "wharf.v1.ConnectorAdmin/$1"
   else
-    grpcurl -plaintext -max-time 10 "$cp" "wharf.v1.ConnectorAdmin/$1"
+    "$grpcurl" -plaintext -max-time 10 "$cp" "wharf.v1.ConnectorAdmin/$1"
   fi
 }
 sql() { psql -h "$pg_host" -p "$pg_port" -U "$pg_user" -d "$db" -qAtc "$1"; }
 
 step "[1/8] checking what this example needs"
-for tool in grpcurl jq psql "$nats_server"; do
-  command -v "$tool" >/dev/null 2>&1 || fail "$tool not found: run scripts/setup-services (installs and starts PostgreSQL, NATS, grpcurl), or install it"
+for tool in "$grpcurl" jq psql "$nats_server"; do
+  command -v "$tool" >/dev/null 2>&1 || fail "$tool not found: run scripts/setup-services (installs and starts PostgreSQL, NATS, grpcurl; installs jq), or install it"
 done
 if [[ ! -x "$bin/wharf-control-plane" || ! -x "$bin/wharf-executor" ]]; then
   say "    building wharf-control-plane and wharf-executor (cargo shows progress)"
@@ -152,17 +153,20 @@ step "[5/8] killing (kill -9) the executor that runs pg-audit task 0, and deleti
 victim="$(admin GetConnectorStatus '{"name":"pg-audit"}' | jq -r '.status.tasks[] | select((.task // 0) == 0) | .status.executorId')"
 [[ -n "$victim" && -n "${exec_pid[$victim]:-}" ]] || fail "could not tell which executor runs pg-audit task 0 (got '$victim')"
 # Every status change of pg-audit until its deletion ends (the stream closes after DELETED).
-grpcurl -plaintext -d '{"name":"pg-audit"}' "$cp" wharf.v1.ConnectorAdmin/WatchConnector >"$work/watch.json" 2>&1 &
+"$grpcurl" -plaintext -d '{"name":"pg-audit"}' "$cp" wharf.v1.ConnectorAdmin/WatchConnector >"$work/watch.json" 2>&1 &
 watch_pid=$!
 pids+=("$watch_pid")
+watching() { grep -q CONNECTOR_EVENT_TYPE_SNAPSHOT "$work/watch.json"; }
+wait_for "the WatchConnector stream to start" watching
 { kill -9 "${exec_pid[$victim]}" && wait "${exec_pid[$victim]}"; } 2>/dev/null || true
 say "    killed $victim (pid ${exec_pid[$victim]})"
 answer="$(admin DeleteConnector '{"name":"pg-audit"}')" || fail "DeleteConnector was refused: $answer"
 say "    DeleteConnector answered: deleted=$(jq '.deleted // false' <<<"$answer") (recorded; the cleanup runs in the background)"
-status="$(admin GetConnectorStatus '{"name":"pg-audit"}')" || fail "pg-audit vanished although $victim, which hosts task 0, is down"
-jq -e '.status.deletion' >/dev/null <<<"$status" || fail "pg-audit is not DELETING: $status"
-say "    pg-audit is DELETING; cleanup steps while $victim is down:"
-jq -r '.status.deletion.steps[] | "      \(if .task == null then "connector" else "task \(.task)" end): \(.state) on \(.executorId) (attempts \(.attempts // 0))"' <<<"$status"
+# The answer carries the status as recorded with the deletion (a later GetConnectorStatus
+# may already find it finished: the cleanup only waits for the 2 s lease).
+jq -e '.status.deletion' >/dev/null <<<"$answer" || fail "the DeleteConnector answer does not show pg-audit DELETING: $answer"
+say "    pg-audit is DELETING; cleanup steps as recorded, while $victim is down:"
+jq -r '.status.deletion.steps[] | "      \(if .task == null then "connector" else "task \(.task)" end): \(.state) on \(.executorId)"' <<<"$answer"
 
 step "[6/8] waiting for the lease of $victim to expire and the cleanup to finish on another executor"
 : >"$work/deletion-steps.jsonl"
@@ -177,10 +181,14 @@ deleted() {
 wait_for "the deletion of pg-audit to finish" deleted
 watch_ended() { ! kill -0 "$watch_pid" 2>/dev/null; }
 wait_for "the WatchConnector stream to end after DELETED" watch_ended
-rehosted="$(jq -r --arg victim "$victim" '.. | objects | select(has("rehosted") and .task == 0 and .rehosted == true
-  and .state == "CLEANUP_STATE_DONE" and .executorId != $victim) | .executorId' "$work/watch.json" | tail -1)"
-[[ -n "$rehosted" ]] || fail "no status event shows task 0's cleanup done on another executor than $victim (see $work/watch.json)"
-say "    task 0's cleanup ran on a cleanup-only instance on $rehosted (its host $victim was lost); events:"
+# Task 0's cleanup must have finished on a live executor: normally re-hosted (a
+# cleanup-only instance, rehosted = true); on a loaded machine the lease may run out
+# before the delete arrives, and then task 0 had already moved and is stopped there.
+done_on="$(jq -r --arg victim "$victim" '.. | objects | select(has("executorId") and .task == 0
+  and .state == "CLEANUP_STATE_DONE" and .executorId != $victim) | "\(.executorId) \(.rehosted // false)"' "$work/watch.json" | tail -1)"
+[[ -n "$done_on" ]] || fail "no status event shows task 0's cleanup done on another executor than $victim (see $work/watch.json)"
+if [[ "${done_on#* }" == true ]]; then how="on a cleanup-only instance (re-hosted)"; else how="where it had moved"; fi
+say "    task 0's cleanup finished on ${done_on% *} $how, its host $victim being lost; events:"
 jq -r '"      \(.type) " + ([.status.deletion.steps[]? | "\(if .task == null then "connector" else "task \(.task)" end)=\(.state | sub("CLEANUP_STATE_"; ""))@\(.executorId)"] | join(" "))' "$work/watch.json" | uniq
 kill -0 "${exec_pid[$victim]}" 2>/dev/null && fail "$victim is running again: the check below would not prove anything"
 
