@@ -96,10 +96,11 @@ async fn a_leader_that_loses_its_lease_steps_down_and_the_other_replica_leads() 
     let lease = leader.kvs()[0].lease();
     client.lease_revoke(lease).await.unwrap();
 
-    // A notices and stops leading; B is elected; A's fenced writes are refused.
-    wait_role(&mut rb, |r| *r == Role::Leader).await;
+    // A notices and stops leading (and sits out a TTL); B is elected; A's writes are
+    // refused.
     let r = wait_role(&mut ra, |r| *r != Role::Leader).await;
     assert!(matches!(r, Role::Follower { .. }), "{r:?}");
+    wait_role(&mut rb, |r| *r == Role::Leader).await;
     assert!(matches!(
         sa.mark_executor_lost("x", x.epoch),
         Err(StoreError::Unavailable(_))

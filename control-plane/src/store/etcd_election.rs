@@ -165,6 +165,12 @@ impl Election {
             }
             self.step_down();
             let _ = self.client.clone().lease_revoke(lease).await;
+            if fence.is_some() {
+                // A leader that just lost its lease likely has a problem (etcd latency,
+                // a pause): sit out one TTL so that a healthy replica takes over rather
+                // than this one winning again at once.
+                self.pause(&cancel, ttl).await;
+            }
         }
         self.step_down();
     }
