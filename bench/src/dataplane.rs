@@ -192,15 +192,26 @@ fn config(pairs: &[(&str, String)]) -> std::collections::HashMap<String, String>
         .collect()
 }
 
-/// One file-source -> file-sink run on `cluster`. With `split`, the sink task is placed on
-/// another executor than the source task (a sink that lands on the same one is deleted
+/// How to start the second executor of a split pipeline.
+pub struct Split<'a> {
+    /// Directory of the binaries.
+    pub bin_dir: &'a Path,
+    /// The cluster's root dir.
+    pub root: &'a Path,
+    /// The cluster's options.
+    pub opts: &'a crate::procs::ClusterOptions,
+}
+
+/// One file-source -> file-sink run on `cluster`. With `split`, the cluster has one executor when
+/// the source starts, a second one joins, and the sink task must land on it (a sink that lands on the same one is deleted
 /// and created again under a new name, before any record is written).
 pub async fn pipeline(
-    cluster: &Cluster,
+    cluster: &mut Cluster,
     dir: &Path,
     tag: &str,
-    split: bool,
+    split: Option<Split<'_>>,
 ) -> anyhow::Result<PipelineRun> {
+    let cluster_ref: &Cluster = cluster;
     std::fs::create_dir_all(dir)?;
     let src = dir.join(format!("src-{tag}.jsonl"));
     let sink = dir.join(format!("sink-{tag}.jsonl"));
@@ -220,7 +231,14 @@ pub async fn pipeline(
             initial_state: 0,
         })
         .await?;
-    let src_host = running_host(cluster, &src_name).await?;
+    let src_host = running_host(cluster_ref, &src_name).await?;
+    if let Some(sp) = &split {
+        // The second executor joins only now, so that it is the least loaded one when the
+        // sink is placed.
+        cluster.add_executor(sp.bin_dir, sp.root, sp.opts).await?;
+    }
+    let cluster: &Cluster = cluster;
+    let split = split.is_some();
     let mut sink_name = String::new();
     let mut sink_host = String::new();
     for attempt in 0..PLACEMENT_ATTEMPTS {

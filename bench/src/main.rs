@@ -173,7 +173,7 @@ async fn run_embedded(
 ) -> anyhow::Result<dataplane::BackendResult> {
     let mut out = dataplane::BackendResult::default();
     let dir = root.join("dp-embedded");
-    let cluster = procs::Cluster::start(
+    let mut cluster = procs::Cluster::start(
         &args.bin_dir,
         &dir.join("cluster"),
         &procs::ClusterOptions {
@@ -188,7 +188,7 @@ async fn run_embedded(
         out.raw
             .push(dataplane::raw_embedded(&dir, &format!("e{r}")).await?);
         out.runs.push(
-            dataplane::pipeline(&cluster, &dir.join("files"), &format!("e{r}"), false).await?,
+            dataplane::pipeline(&mut cluster, &dir.join("files"), &format!("e{r}"), None).await?,
         );
         eprintln!(
             "[bench] embedded run {r}: raw {:.0}/s pipeline {:.0}/s",
@@ -205,22 +205,33 @@ async fn run_jetstream(
     let mut out = dataplane::BackendResult::default();
     let dir = root.join("dp-jetstream");
     let nats = procs::NatsServer::start(&dir.join("nats")).await?;
-    let cluster = procs::Cluster::start(
-        &args.bin_dir,
-        &dir.join("cluster"),
-        &procs::ClusterOptions {
-            executors: 2,
-            lease_ms: 10_000,
-            heartbeat_ms: 1_000,
-            nats_url: Some(nats.url.clone()),
-        },
-    )
-    .await?;
+    let opts = procs::ClusterOptions {
+        executors: 1,
+        lease_ms: 10_000,
+        heartbeat_ms: 1_000,
+        nats_url: Some(nats.url.clone()),
+    };
     for r in 0..DATAPLANE_RUNS {
         out.raw
             .push(dataplane::raw_jetstream(&nats.url, &format!("j{r}")).await?);
-        out.runs
-            .push(dataplane::pipeline(&cluster, &dir.join("files"), &format!("j{r}"), true).await?);
+        // A fresh cluster per run: the source starts on exec-1, then exec-2 joins and
+        // takes the sink.
+        let croot = dir.join(format!("cluster-{r}"));
+        let mut cluster = procs::Cluster::start(&args.bin_dir, &croot, &opts).await?;
+        let split = dataplane::Split {
+            bin_dir: &args.bin_dir,
+            root: &croot,
+            opts: &opts,
+        };
+        out.runs.push(
+            dataplane::pipeline(
+                &mut cluster,
+                &dir.join("files"),
+                &format!("j{r}"),
+                Some(split),
+            )
+            .await?,
+        );
         eprintln!(
             "[bench] jetstream run {r}: raw {:.0}/s pipeline {:.0}/s placement {:?}",
             out.raw[r], out.runs[r].rate, out.runs[r].placement
@@ -236,6 +247,11 @@ async fn run_scale(
     remaining: &dyn Fn(Instant) -> f64,
     r: &mut Results,
 ) -> anyhow::Result<()> {
+    // Smaller steps first, so that the curve and a rebalance exist even when the target
+    // step does not fit the budget; then the target step, the rebalance, the larger steps.
+    for n in SCALE_CURVE.into_iter().filter(|n| *n < SCALE_TARGET) {
+        curve_step(args, root, started, remaining, r, n).await;
+    }
     let deadline = |left: f64| Duration::from_secs_f64(left.max(10.0));
     eprintln!("[bench] 2+3/4 scale {SCALE_TARGET} x 10 ({SCALE_RUNS} runs)");
     for i in 0..SCALE_RUNS {
@@ -278,89 +294,114 @@ async fn run_scale(
             }
         }
     }
+    // The rebalance at the target size, or at the largest size that finished.
+    let base = r
+        .target
+        .last()
+        .or_else(|| r.curve.iter().max_by_key(|p| p.connectors))
+        .cloned();
     let left = remaining(started);
-    let last = r.target.last().map_or(f64::INFINITY, |p| {
-        p.create_s + SETUP_S + REBALANCE_DELETE_DEADLINE_S + 15.0 * REBALANCE_KILLS as f64
-    });
-    if last < left {
-        eprintln!("[bench] 3/4 rebalance: {SCALE_TARGET} x 10, kill -9 of one executor (1 run)");
-        match scale::run(
-            &args.bin_dir,
-            &root.join("rebalance"),
-            SCALE_TARGET,
-            REBALANCE_KILLS,
-            deadline(left / 2.0),
-            Duration::from_secs_f64(REBALANCE_DELETE_DEADLINE_S),
-        )
-        .await
+    match base {
+        Some(p)
+            if p.create_s
+                + SETUP_S
+                + REBALANCE_DELETE_DEADLINE_S
+                + 15.0 * (REBALANCE_KILLS as f64)
+                < left =>
         {
-            Ok(p) => {
-                eprintln!("[bench] {p:?}");
-                r.rebalance = Some(p);
-            }
-            Err(e) => {
-                r.curve_notes
-                    .push(format!("the rebalance run did not finish: {e}"));
-                eprintln!(
-                    "[bench] {}",
-                    r.curve_notes.last().map_or("", String::as_str)
-                );
+            let n = p.connectors;
+            eprintln!("[bench] 3/4 rebalance: {n} x 10, {REBALANCE_KILLS} kills (1 run)");
+            match scale::run(
+                &args.bin_dir,
+                &root.join("rebalance"),
+                n,
+                REBALANCE_KILLS,
+                deadline(left / 2.0),
+                Duration::from_secs_f64(REBALANCE_DELETE_DEADLINE_S),
+            )
+            .await
+            {
+                Ok(p) => {
+                    eprintln!("[bench] {p:?}");
+                    r.rebalance = Some(p);
+                }
+                Err(e) => {
+                    r.curve_notes
+                        .push(format!("the rebalance run did not finish: {e}"));
+                    eprintln!(
+                        "[bench] {}",
+                        r.curve_notes.last().map_or("", String::as_str)
+                    );
+                }
             }
         }
-    } else {
-        r.curve_notes
-            .push("the rebalance run did not fit the time budget".into());
+        _ => r
+            .curve_notes
+            .push("the rebalance run did not fit the time budget".into()),
     }
-    for n in SCALE_CURVE {
-        let left = remaining(started);
-        // Predict linearly from the nearest measured step below (the cost per connector
-        // only grows with n), plus the setup of a cluster.
-        let per_conn = r
-            .curve
-            .iter()
-            .chain(r.target.iter())
-            .filter(|p| p.connectors <= n)
-            .max_by_key(|p| p.connectors)
-            .map(|p| (p.create_s + p.delete_s) / p.connectors as f64)
-            .unwrap_or(0.0);
-        let predicted = per_conn * n as f64 + SETUP_S;
-        if predicted > left || (per_conn == 0.0 && n != SCALE_CURVE[0]) {
-            r.curve_notes.push(format!(
-                "{n} x 10 not run: at least {predicted:.0} s predicted from the step below it (cost per connector grows with n), {:.0} s of the budget left",
-                left.max(0.0)
-            ));
+    for n in SCALE_CURVE.into_iter().filter(|n| *n > SCALE_TARGET) {
+        curve_step(args, root, started, remaining, r, n).await;
+    }
+    Ok(())
+}
+
+/// One run of `n` x 10 for the curve, unless the prediction says it would not fit.
+async fn curve_step(
+    args: &Args,
+    root: &std::path::Path,
+    started: Instant,
+    remaining: &dyn Fn(Instant) -> f64,
+    r: &mut Results,
+    n: usize,
+) {
+    let deadline = |left: f64| Duration::from_secs_f64(left.max(10.0));
+    let left = remaining(started);
+    // Predict linearly from the nearest measured step below (the cost per connector
+    // only grows with n), plus the setup of a cluster.
+    let per_conn = r
+        .curve
+        .iter()
+        .chain(r.target.iter())
+        .filter(|p| p.connectors <= n)
+        .max_by_key(|p| p.connectors)
+        .map(|p| (p.create_s + p.delete_s) / p.connectors as f64)
+        .unwrap_or(0.0);
+    let predicted = per_conn * n as f64 + SETUP_S;
+    if predicted > left || (per_conn == 0.0 && n != SCALE_CURVE[0]) {
+        r.curve_notes.push(format!(
+            "{n} x 10 not run: at least {predicted:.0} s predicted from the step below it (cost per connector grows with n), {:.0} s of the budget left",
+            left.max(0.0)
+        ));
+        eprintln!(
+            "[bench] {}",
+            r.curve_notes.last().map_or("", String::as_str)
+        );
+        return;
+    }
+    eprintln!("[bench] scale {n} x 10 (1 run)");
+    match scale::run(
+        &args.bin_dir,
+        &root.join(format!("scale-{n}")),
+        n,
+        0,
+        deadline(left * 0.45),
+        deadline(left * 0.45),
+    )
+    .await
+    {
+        Ok(p) => {
+            eprintln!("[bench] {p:?}");
+            r.curve.push(p);
+        }
+        Err(e) => {
+            r.curve_notes
+                .push(format!("{n} x 10 did not finish within the budget: {e}"));
             eprintln!(
                 "[bench] {}",
                 r.curve_notes.last().map_or("", String::as_str)
             );
-            continue;
-        }
-        eprintln!("[bench] scale {n} x 10 (1 run)");
-        match scale::run(
-            &args.bin_dir,
-            &root.join(format!("scale-{n}")),
-            n,
-            0,
-            deadline(left * 0.45),
-            deadline(left * 0.45),
-        )
-        .await
-        {
-            Ok(p) => {
-                eprintln!("[bench] {p:?}");
-                r.curve.push(p);
-            }
-            Err(e) => {
-                r.curve_notes
-                    .push(format!("{n} x 10 did not finish within the budget: {e}"));
-                eprintln!(
-                    "[bench] {}",
-                    r.curve_notes.last().map_or("", String::as_str)
-                );
-            }
         }
     }
-    Ok(())
 }
 
 fn render(r: &Results) -> String {
@@ -601,8 +642,9 @@ fn render(r: &Results) -> String {
             let moved = median(&reb.iter().map(|r| r.moved_other as f64).collect::<Vec<_>>());
             let _ = writeln!(
                 s,
-                "{SCALE_TARGET} x 10 = {} tasks on 10 executors (lease {} ms, heartbeat 1000 ms). kill -9 of one executor, then time until every task is RUNNING on a surviving executor (polled every 250 ms); then the next executor is killed, {} times in all (10, 9, 8 executors before the kill). Median of the {} kills.\n",
-                SCALE_TARGET * 10,
+                "{} x 10 = {} tasks on 10 executors (lease {} ms, heartbeat 1000 ms). kill -9 of one executor, then time until every task is RUNNING on a surviving executor (polled every 250 ms); then the next executor is killed, {} times in all (10, 9, 8 executors before the kill). Median of the {} kills.\n",
+                p.connectors,
+                p.connectors * 10,
                 scale::LEASE_MS,
                 reb.len(),
                 reb.len()
@@ -637,14 +679,14 @@ fn render(r: &Results) -> String {
             if p.delete_left > 0 {
                 let _ = writeln!(
                     s,
-                    "After the kills, deleting all {SCALE_TARGET} connectors had not finished after {:.0} s: {} still listed (the same deletion without kills: section 2).\n",
-                    p.delete_s, p.delete_left
+                    "After the kills, deleting all {} connectors had not finished after {:.0} s: {} still listed (the same deletion without kills: section 2).\n",
+                    p.connectors, p.delete_s, p.delete_left
                 );
             } else {
                 let _ = writeln!(
                     s,
-                    "After the kills, deleting all {SCALE_TARGET} connectors took {:.2} s.\n",
-                    p.delete_s
+                    "After the kills, deleting all {} connectors took {:.2} s.\n",
+                    p.connectors, p.delete_s
                 );
             }
         }

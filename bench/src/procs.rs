@@ -137,6 +137,8 @@ pub struct ClusterOptions {
 pub struct Cluster {
     /// The control plane.
     pub cp: Proc,
+    /// Its `IP:PORT`.
+    pub cp_addr: String,
     /// Executor processes, with their `IP:PORT`.
     pub executors: Vec<(Proc, String)>,
     /// Admin client.
@@ -167,40 +169,65 @@ impl Cluster {
         let cp_channel = Channel::from_shared(format!("http://{cp_addr}"))?
             .connect()
             .await?;
-        let mut executors = Vec::new();
-        for i in 0..opts.executors {
-            let d = root.join(format!("exec-{}", i + 1));
-            let mut args = vec![
-                "--listen".into(),
-                format!("127.0.0.{}:0", i + 2),
-                "--control-plane".into(),
-                format!("http://{cp_addr}"),
-                "--data-dir".into(),
-                d.display().to_string(),
-                "--executor-id".into(),
-                format!("exec-{}", i + 1),
-                "--graceful-timeout-ms".into(),
-                "3000".into(),
-            ];
-            if let Some(url) = &opts.nats_url {
-                args.push("--nats-url".into());
-                args.push(url.clone());
-            }
-            let p = Proc::spawn(&bin_dir.join("wharf-executor"), &args, &d)?;
-            executors.push((p, String::new()));
-        }
-        for (p, addr) in &mut executors {
-            *addr = p.listen_addr().await?;
-        }
-        let c = Self {
+        let mut c = Self {
             cp,
-            executors,
+            cp_addr,
+            executors: Vec::new(),
             admin: ConnectorAdminClient::new(cp_channel.clone())
                 .max_decoding_message_size(usize::MAX),
             cp_channel,
         };
+        let mut started = Vec::new();
+        for i in 0..opts.executors {
+            started.push(c.spawn_executor(bin_dir, root, i, opts)?);
+        }
+        for mut p in started {
+            let addr = p.listen_addr().await?;
+            c.executors.push((p, addr));
+        }
         c.wait_alive(opts.executors).await?;
         Ok(c)
+    }
+
+    fn spawn_executor(
+        &self,
+        bin_dir: &Path,
+        root: &Path,
+        i: usize,
+        opts: &ClusterOptions,
+    ) -> anyhow::Result<Proc> {
+        let d = root.join(format!("exec-{}", i + 1));
+        let mut args = vec![
+            "--listen".into(),
+            format!("127.0.0.{}:0", i + 2),
+            "--control-plane".into(),
+            format!("http://{}", self.cp_addr),
+            "--data-dir".into(),
+            d.display().to_string(),
+            "--executor-id".into(),
+            format!("exec-{}", i + 1),
+            "--graceful-timeout-ms".into(),
+            "3000".into(),
+        ];
+        if let Some(url) = &opts.nats_url {
+            args.push("--nats-url".into());
+            args.push(url.clone());
+        }
+        Proc::spawn(&bin_dir.join("wharf-executor"), &args, &d)
+    }
+
+    /// Starts one more executor (`exec-{n+1}`) and waits until it is ALIVE.
+    pub async fn add_executor(
+        &mut self,
+        bin_dir: &Path,
+        root: &Path,
+        opts: &ClusterOptions,
+    ) -> anyhow::Result<()> {
+        let i = self.executors.len();
+        let mut p = self.spawn_executor(bin_dir, root, i, opts)?;
+        let addr = p.listen_addr().await?;
+        self.executors.push((p, addr));
+        self.wait_alive(i + 1).await
     }
 
     /// Waits until `n` executors are ALIVE.
