@@ -143,14 +143,14 @@ fn hint(e: &StartError) -> Option<String> {
     match e {
         StartError::Bind { addr, source } if source.kind() == std::io::ErrorKind::AddrInUse => {
             Some(format!(
-                "{addr} is taken (another control plane?); stop it or pick another address with --listen (port 0 picks a free one)"
+                "{addr} is taken (another control plane?); stop it or pick another address with --listen or WHARF_LISTEN (port 0 picks a free one)"
             ))
         }
         StartError::Bind { .. } => {
             Some("check that --listen names an address of this host".into())
         }
         StartError::DataDir { path, .. } => Some(format!(
-            "check that {} is writable, or choose another --data-dir",
+            "check that {} is writable, or choose another --data-dir (or WHARF_DATA_DIR)",
             path.display()
         )),
         StartError::Store(StoreError::Unavailable(m)) if m.starts_with("etcd") => Some(
@@ -160,7 +160,7 @@ fn hint(e: &StartError) -> Option<String> {
             "a stored record does not decode or decrypt: every replica sharing a store needs the same store.key (docs/state.md)".into(),
         ),
         StartError::Store(_) => Some(
-            "another control plane may be using this --data-dir (the store is locked while open); stop it or choose another directory".into(),
+            "another control plane may be using this --data-dir (the store is locked while open); stop it or choose another --data-dir (or WHARF_DATA_DIR)".into(),
         ),
         StartError::InvalidSetting { .. } => Some("see --help and docs/configuration.md".into()),
         _ => None,
