@@ -171,11 +171,6 @@ impl EtcdStore {
         &self.inner.prefix
     }
 
-    /// A handle to the store's runtime, for the election task.
-    pub fn runtime_handle(&self) -> Option<tokio::runtime::Handle> {
-        self.runtime.as_ref().map(|r| r.handle().clone())
-    }
-
     /// Sets which writes go through (the election moves it between
     /// [`WriteFence::Follower`] and [`WriteFence::Leader`]).
     pub fn set_write_fence(&self, fence: WriteFence) {
