@@ -92,6 +92,14 @@ pub enum ConfigError {
         /// The parser's message (names the key and line).
         message: String,
     },
+    /// A setting is set to an unusable value.
+    #[error("invalid setting {field}: {reason}")]
+    Invalid {
+        /// The setting.
+        field: &'static str,
+        /// Why, and what to write instead.
+        reason: String,
+    },
     /// A required setting is missing everywhere.
     #[error(
         "missing setting {flag}: pass {flag} ..., set {env}, or put {key} = ... in the --config file"
@@ -163,6 +171,14 @@ impl Cli {
                 env: "WHARF_CONTROL_PLANE",
                 key: "control_plane",
             })?;
+        if !(control_plane.starts_with("http://") || control_plane.starts_with("https://")) {
+            return Err(ConfigError::Invalid {
+                field: "--control-plane",
+                reason: format!(
+                    "{control_plane:?} is not a URL; write it like http://127.0.0.1:7000"
+                ),
+            });
+        }
         let data_dir = data_dir.or(file_data_dir).ok_or(ConfigError::Missing {
             flag: "--data-dir",
             env: "WHARF_DATA_DIR",

@@ -19,7 +19,12 @@ const RUNTIME_SHUTDOWN_TIMEOUT_MS: u64 = 500;
 
 fn main() -> ExitCode {
     tracing_subscriber::fmt()
-        .with_env_filter(tracing_subscriber::EnvFilter::from_default_env())
+        .with_env_filter(
+            // RUST_LOG when set; otherwise INFO, so that an operator sees what it does.
+            tracing_subscriber::EnvFilter::builder()
+                .with_default_directive(tracing::Level::INFO.into())
+                .from_env_lossy(),
+        )
         .with_writer(std::io::stderr)
         .with_ansi(std::io::stderr().is_terminal())
         .init();
@@ -84,7 +89,7 @@ fn hint(e: &AppError) -> Option<String> {
             path.display()
         )),
         AppError::RecordLog(_) => Some(
-            "with --nats-url: check that NATS runs with JetStream enabled (nats-server -js) at that URL; without it: check the data dir".into(),
+            "without --nats-url: another executor may be using this --data-dir (stop it or choose another); with it: check that NATS runs with JetStream enabled (nats-server -js) at that URL".into(),
         ),
         AppError::Registry(_) => {
             Some("check --control-plane: a URL like http://127.0.0.1:7000".into())
