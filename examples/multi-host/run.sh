@@ -91,9 +91,10 @@ step "[2/8] starting NATS JetStream, the control plane and three executors"
 mkdir -p "$work/nats"
 "$nats_server" -a 127.0.0.1 -p -1 -js -sd "$work/nats/js" --ports_file_dir "$work/nats" >"$work/nats.log" 2>&1 &
 pids+=($!)
-ports_file() { ls "$work"/nats/*.ports 2>/dev/null | head -1 | grep -q .; }
+ports_path() { find "$work/nats" -maxdepth 1 -name '*.ports' | head -n 1; }
+ports_file() { [[ -n "$(ports_path)" ]]; }
 wait_for "nats-server to listen" ports_file
-nats_url="$(jq -r '.nats[0]' "$(ls "$work"/nats/*.ports | head -1)")"
+nats_url="$(jq -r '.nats[0]' "$(ports_path)")"
 say "    NATS JetStream at $nats_url"
 
 RUST_LOG="${RUST_LOG:-info}" "$bin/wharf-control-plane" --listen 127.0.0.1:0 --data-dir "$work/cp" \
