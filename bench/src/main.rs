@@ -33,7 +33,7 @@ const SCALE_CURVE: [usize; 4] = [100, 300, 2_000, 10_000];
 /// Executors killed one after the other in the rebalance run (one measurement each).
 const REBALANCE_KILLS: usize = 3;
 /// How long the rebalance run waits for its connectors to be deleted after the kill, s.
-const REBALANCE_DELETE_DEADLINE_S: f64 = 60.0;
+const REBALANCE_DELETE_DEADLINE_S: f64 = 30.0;
 /// Seconds to start and stop a 10-executor cluster, for the budget's predictions.
 const SETUP_S: f64 = 5.0;
 /// Default time budget of the whole run, seconds (the build comes on top).
@@ -253,6 +253,56 @@ async fn run_scale(
         curve_step(args, root, started, remaining, r, n).await;
     }
     let deadline = |left: f64| Duration::from_secs_f64(left.max(10.0));
+    // The rebalance before the target runs (it is one run, they are a median): at the
+    // target size when it fits half the budget left, else at the largest smaller step.
+    // Predicted from the largest smaller step, linearly (a lower bound).
+    let left = remaining(started);
+    let predicted = r
+        .curve
+        .iter()
+        .max_by_key(|p| p.connectors)
+        .map_or(f64::INFINITY, |p| {
+            p.create_s * SCALE_TARGET as f64 / p.connectors as f64
+                + SETUP_S
+                + REBALANCE_DELETE_DEADLINE_S
+                + 15.0 * (REBALANCE_KILLS as f64)
+        });
+    let base = if predicted < left / 2.0 {
+        Some(SCALE_TARGET)
+    } else {
+        r.curve.iter().map(|p| p.connectors).max()
+    };
+    match base {
+        Some(n) => {
+            eprintln!("[bench] 3/4 rebalance: {n} x 10, {REBALANCE_KILLS} kills (1 run)");
+            match scale::run(
+                &args.bin_dir,
+                &root.join("rebalance"),
+                n,
+                REBALANCE_KILLS,
+                deadline(left / 2.0),
+                Duration::from_secs_f64(REBALANCE_DELETE_DEADLINE_S),
+            )
+            .await
+            {
+                Ok(p) => {
+                    eprintln!("[bench] {p:?}");
+                    r.rebalance = Some(p);
+                }
+                Err(e) => {
+                    r.curve_notes
+                        .push(format!("the rebalance run did not finish: {e}"));
+                    eprintln!(
+                        "[bench] {}",
+                        r.curve_notes.last().map_or("", String::as_str)
+                    );
+                }
+            }
+        }
+        None => r
+            .curve_notes
+            .push("the rebalance run did not fit the time budget".into()),
+    }
     eprintln!("[bench] 2+3/4 scale {SCALE_TARGET} x 10 ({SCALE_RUNS} runs)");
     for i in 0..SCALE_RUNS {
         let left = remaining(started);
@@ -293,51 +343,6 @@ async fn run_scale(
                 break;
             }
         }
-    }
-    // The rebalance at the target size, or at the largest size that finished.
-    let base = r
-        .target
-        .last()
-        .or_else(|| r.curve.iter().max_by_key(|p| p.connectors))
-        .cloned();
-    let left = remaining(started);
-    match base {
-        Some(p)
-            if p.create_s
-                + SETUP_S
-                + REBALANCE_DELETE_DEADLINE_S
-                + 15.0 * (REBALANCE_KILLS as f64)
-                < left =>
-        {
-            let n = p.connectors;
-            eprintln!("[bench] 3/4 rebalance: {n} x 10, {REBALANCE_KILLS} kills (1 run)");
-            match scale::run(
-                &args.bin_dir,
-                &root.join("rebalance"),
-                n,
-                REBALANCE_KILLS,
-                deadline(left / 2.0),
-                Duration::from_secs_f64(REBALANCE_DELETE_DEADLINE_S),
-            )
-            .await
-            {
-                Ok(p) => {
-                    eprintln!("[bench] {p:?}");
-                    r.rebalance = Some(p);
-                }
-                Err(e) => {
-                    r.curve_notes
-                        .push(format!("the rebalance run did not finish: {e}"));
-                    eprintln!(
-                        "[bench] {}",
-                        r.curve_notes.last().map_or("", String::as_str)
-                    );
-                }
-            }
-        }
-        _ => r
-            .curve_notes
-            .push("the rebalance run did not fit the time budget".into()),
     }
     for n in SCALE_CURVE.into_iter().filter(|n| *n > SCALE_TARGET) {
         curve_step(args, root, started, remaining, r, n).await;
