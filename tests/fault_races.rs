@@ -3,7 +3,9 @@
 //! restart, a config update, and a second delete. One call wins clearly, the state is
 //! consistent, and cleanup is exactly as the contract says: a deleted connector's every
 //! unit that ever ran got exactly one completed stop(true), every instance that started
-//! was stopped, and a connector that survived never saw stop(true).
+//! was stopped, and a connector that survived never saw stop(true). A create (or a put,
+//! which creates) that lands after the deletion already finished is a legitimate winner
+//! too: it makes a new incarnation that starts only after the old one's cleanup ended.
 //!
 //! Build first: `cargo build -p wharf-control-plane -p wharf-executor`.
 
@@ -49,7 +51,31 @@ fn seen_units(lc: &Lifecycle, name: &str) -> Vec<Option<u32>> {
     u
 }
 
-/// The deleted connector's cleanup is exactly as the contract says.
+/// The events of one incarnation.
+fn of_incarnation(lc: &Lifecycle, inc: &str) -> Lifecycle {
+    Lifecycle {
+        events: lc
+            .events
+            .iter()
+            .filter(|e| e.incarnation == inc)
+            .cloned()
+            .collect(),
+    }
+}
+
+/// Incarnations in the order they first appear.
+fn incarnations(lc: &Lifecycle) -> Vec<String> {
+    let mut out: Vec<String> = Vec::new();
+    for e in &lc.events {
+        if !out.contains(&e.incarnation) {
+            out.push(e.incarnation.clone());
+        }
+    }
+    out
+}
+
+/// The deleted connector (every incarnation of the name) was cleaned up exactly as the
+/// contract says.
 async fn cleaned_up(c: &TestCluster, name: &str) {
     gone(c, name).await;
     admin_forgot(c, name);
@@ -74,16 +100,85 @@ async fn cleaned_up(c: &TestCluster, name: &str) {
         },
     )
     .await;
-    let units = seen_units(&lc, name);
-    assert!(
-        units.contains(&None),
-        "{name}: the connector instance ran: {units:?}"
-    );
-    for u in units {
-        let done = completed_trues(&lc, name, u);
-        assert_eq!(done.len(), 1, "{name} {u:?}: {:?}", lc.calls(name, u));
+    for inc in incarnations(&lc) {
+        let lc = of_incarnation(&lc, &inc);
+        let units = seen_units(&lc, name);
+        assert!(
+            units.contains(&None),
+            "{name} {inc}: the connector instance ran: {units:?}"
+        );
+        for u in units {
+            let done = completed_trues(&lc, name, u);
+            assert_eq!(done.len(), 1, "{name} {inc} {u:?}: {:?}", lc.calls(name, u));
+        }
     }
     fault_common::no_instance_stopped_twice(&lc, name);
+}
+
+/// The other call (create or put) landed after the deletion had finished and made the name
+/// live again: a new incarnation, started only after the old one's cleanup completed, and
+/// never stopped with true. Then it is deleted too.
+async fn recreated_after_the_deletion(c: &TestCluster, name: &str, first: &str) {
+    let lc = wait_until(
+        &format!("{name}: a new incarnation runs"),
+        CONVERGE,
+        || async {
+            let s = c.status(name)?;
+            let lc = Lifecycle::read(&c.lifecycle_path(name));
+            (s["connector"]["state"] == "STATE_RUNNING" && incarnations(&lc).len() == 2)
+                .then_some(lc)
+        },
+    )
+    .await;
+    let incs = incarnations(&lc);
+    assert_eq!(incs[0], first, "{incs:?}");
+    let old = of_incarnation(&lc, first);
+    let new = of_incarnation(&lc, &incs[1]);
+    let old_done = old
+        .events
+        .iter()
+        .filter(|e| e.call == "stopped" && e.ok && e.connector_deleted == Some(true))
+        .map(|e| e.ts_ms)
+        .max()
+        .unwrap_or(i64::MAX);
+    let new_start = new.events.iter().map(|e| e.ts_ms).min().unwrap_or(0);
+    assert!(
+        old_done <= new_start,
+        "{name}: the new incarnation started before the old one's cleanup ended"
+    );
+    assert!(
+        new.events.iter().all(|e| e.connector_deleted != Some(true)),
+        "{name}: the new incarnation saw stop(true)"
+    );
+    assert_eq!(c.call("DeleteConnector", json!({ "name": name })).code, 0);
+    cleaned_up(c, name).await;
+}
+
+/// Waits until `name` is either gone or live again under a new incarnation; true for the
+/// latter.
+async fn gone_or_recreated(c: &TestCluster, name: &str) -> bool {
+    wait_until(&format!("{name} gone or re-created"), CONVERGE, || async {
+        let r = c.call("GetConnectorStatus", json!({ "name": name }));
+        if r.code == NOT_FOUND {
+            return Some(false);
+        }
+        let s = &r.body["status"];
+        let lc = Lifecycle::read(&c.lifecycle_path(name));
+        (s["connector"]["state"] == "STATE_RUNNING"
+            && s["deletion"].is_null()
+            && incarnations(&lc).len() == 2)
+            .then_some(true)
+    })
+    .await
+}
+
+/// Incarnation of the running connector `name`.
+fn incarnation_of(c: &TestCluster, name: &str) -> String {
+    Lifecycle::read(&c.lifecycle_path(name))
+        .events
+        .first()
+        .map(|e| e.incarnation.clone())
+        .expect("a lifecycle line")
 }
 
 /// A connector that survived never saw stop(true).
@@ -105,6 +200,7 @@ async fn delete_racing_with_create_of_the_same_name() {
     // The connector exists: the create loses, whatever the order.
     let name = "race-create-existing";
     create_running(&c, name, c.source_config(name, 2), 2).await;
+    let first = incarnation_of(&c, name);
     let (d, cr) = at_once(
         &c,
         ("DeleteConnector", json!({ "name": name })),
@@ -114,13 +210,11 @@ async fn delete_racing_with_create_of_the_same_name() {
         ),
     );
     assert_eq!(d.code, 0, "{}", d.err);
-    assert!(
-        cr.code == ALREADY_EXISTS || cr.code == FAILED_PRECONDITION,
-        "create of an existing or deleting name: {} {}",
-        cr.code,
-        cr.err
-    );
-    cleaned_up(&c, name).await;
+    match cr.code {
+        ALREADY_EXISTS | FAILED_PRECONDITION => cleaned_up(&c, name).await,
+        0 => recreated_after_the_deletion(&c, name, &first).await,
+        other => panic!("create of an existing or deleting name: {other} {}", cr.err),
+    }
 
     // The name is new: either the delete finds nothing, or it deletes what was created.
     for round in 0..3 {
@@ -171,6 +265,7 @@ async fn delete_racing_with_restart_and_config_update() {
 
         let name = format!("race-update-{round}");
         create_running(&c, &name, c.source_config(&name, 2), 2).await;
+        let first = incarnation_of(&c, &name);
         let (u, d) = at_once(
             &c,
             (
@@ -180,13 +275,18 @@ async fn delete_racing_with_restart_and_config_update() {
             ("DeleteConnector", json!({ "name": name })),
         );
         assert_eq!(d.code, 0, "{}", d.err);
-        assert!(
-            u.code == 0 || u.code == FAILED_PRECONDITION || u.code == NOT_FOUND,
-            "update: {} {}",
-            u.code,
-            u.err
-        );
-        cleaned_up(&c, &name).await;
+        match u.code {
+            FAILED_PRECONDITION => cleaned_up(&c, &name).await,
+            // Applied before the delete, or (a put creates) after it finished.
+            0 => {
+                if gone_or_recreated(&c, &name).await {
+                    recreated_after_the_deletion(&c, &name, &first).await;
+                } else {
+                    cleaned_up(&c, &name).await;
+                }
+            }
+            other => panic!("update: {other} {}", u.err),
+        }
     }
 }
 
