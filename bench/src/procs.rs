@@ -33,6 +33,8 @@ impl Proc {
         let log = std::fs::File::create(dir.join("process.log"))?;
         let child = Command::new(program)
             .args(args)
+            // The runs use test-source, offered only with this set.
+            .env("WHARF_ENABLE_TEST_PLUGINS", "1")
             .env(
                 "RUST_LOG",
                 std::env::var("WHARF_BENCH_LOG").unwrap_or_else(|_| PROCESS_LOG_FILTER.into()),
