@@ -17,7 +17,7 @@ pub struct ConnectorName(String);
 /// Why a connector name was refused; the message states the rule.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 #[error(
-    "connector name {reason}: names are 1 to 200 characters from A-Z a-z 0-9 . _ -, starting with a letter or digit"
+    "connector name {reason}: names are 1 to 200 characters from A-Z a-z 0-9 . _ - (ASCII only), starting with an ASCII letter or digit"
 )]
 pub struct InvalidName {
     /// What is wrong with this name in particular.
@@ -38,9 +38,14 @@ impl ConnectorName {
                 reason: "is too long",
             });
         }
+        if !name.is_ascii() {
+            return Err(InvalidName {
+                reason: "has a non-ASCII character (letters like é or ü are not allowed)",
+            });
+        }
         if !name.starts_with(|c: char| c.is_ascii_alphanumeric()) {
             return Err(InvalidName {
-                reason: "does not start with a letter or digit",
+                reason: "does not start with an ASCII letter or digit",
             });
         }
         if !name
@@ -106,5 +111,19 @@ mod tests {
         }
         assert!(ConnectorName::parse(&"x".repeat(201)).is_err());
         assert!(ConnectorName::parse(&"x".repeat(200)).is_ok());
+    }
+
+    #[test]
+    fn non_ascii_names_are_refused_as_non_ascii() {
+        for bad in ["é", "café", "a\u{202e}b"] {
+            let text = ConnectorName::parse(bad).unwrap_err().to_string();
+            assert!(text.contains("non-ASCII"), "{bad:?}: {text}");
+            assert!(text.contains("A-Z a-z 0-9 . _ -"), "{bad:?}: {text}");
+        }
+        let text = ConnectorName::parse("-lead").unwrap_err().to_string();
+        assert!(
+            text.contains("does not start with an ASCII letter or digit"),
+            "{text}"
+        );
     }
 }

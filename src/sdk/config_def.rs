@@ -110,21 +110,37 @@ impl ConfigKey {
 
     fn check(&self, value: &str) -> Vec<String> {
         let mut errors = Vec::new();
+        // Strict on purpose: the value is stored and handed to plugins as given, so " 3"
+        // or "+3" must not pass here and be read differently elsewhere.
         let type_error = match self.ty {
-            ConfigType::Int => value
-                .trim()
-                .parse::<i32>()
-                .err()
-                .map(|_| "is not a 32-bit integer"),
-            ConfigType::Long => value
-                .trim()
-                .parse::<i64>()
-                .err()
-                .map(|_| "is not a 64-bit integer"),
-            ConfigType::Double => value.trim().parse::<f64>().err().map(|_| "is not a number"),
-            ConfigType::Boolean => match value.trim() {
+            ConfigType::Int => integer_error(
+                value,
+                value.parse::<i32>().is_ok(),
+                "32-bit",
+                i32::MIN.into(),
+                i32::MAX.into(),
+            ),
+            ConfigType::Long => integer_error(
+                value,
+                value.parse::<i64>().is_ok(),
+                "64-bit",
+                i64::MIN,
+                i64::MAX,
+            ),
+            ConfigType::Double => match value.parse::<f64>() {
+                _ if value.trim() != value => {
+                    Some("is not a number: remove the spaces around it".to_owned())
+                }
+                _ if value.starts_with('+') => {
+                    Some("is not a number: write it without '+'".to_owned())
+                }
+                Ok(x) if x.is_finite() => None,
+                Ok(_) => Some("is not a finite number".to_owned()),
+                Err(_) => Some("is not a number".to_owned()),
+            },
+            ConfigType::Boolean => match value {
                 "true" | "false" => None,
-                _ => Some("is not true or false"),
+                _ => Some("is not true or false".to_owned()),
             },
             ConfigType::String | ConfigType::List | ConfigType::Password => None,
         };
@@ -238,7 +254,8 @@ impl ConfigDef {
     }
 
     /// A copy of `config` with every secret value replaced by [`REDACTED`]. Keys whose
-    /// names look secret (`password`, `secret`, `token`, `credential`) are redacted too,
+    /// names look secret (`password`, `passwd`, `pwd`, `secret`, `token`, `credential`,
+    /// `private.key`, `api.key`, `access.key`, `jaas`, `passphrase`) are redacted too,
     /// even when the plugin forgot to mark them.
     pub fn redact(&self, config: &ConfigMap) -> ConfigMap {
         config
@@ -258,17 +275,56 @@ impl ConfigDef {
     }
 }
 
+/// Key names that hold secrets by convention. Matched on the whole name with the
+/// separators `.`, `_` and `-` removed, so `api.key`, `api_key` and `apikey` all match;
+/// `key.converter` or `tasks.max` do not (no bare `key` or `auth` fragments).
+const SECRET_NAME_FRAGMENTS: &[&str] = &[
+    "password",
+    "passwd",
+    "pwd",
+    "secret",
+    "token",
+    "credential",
+    "privatekey",
+    "apikey",
+    "accesskey",
+    "jaas",
+    "passphrase",
+];
+
 fn looks_secret(key: &str) -> bool {
-    let k = key.to_ascii_lowercase();
-    ["password", "secret", "token", "credential"]
-        .iter()
-        .any(|s| k.contains(s))
+    let k: String = key
+        .chars()
+        .filter(|c| !matches!(c, '.' | '_' | '-'))
+        .map(|c| c.to_ascii_lowercase())
+        .collect();
+    SECRET_NAME_FRAGMENTS.iter().any(|s| k.contains(s))
 }
 
+/// The type error of an integer value, `None` when it is one: only ASCII digits with an
+/// optional leading `-`, no spaces, no `+`, and within `min..=max`.
+fn integer_error(value: &str, fits: bool, bits: &str, min: i64, max: i64) -> Option<String> {
+    let digits = value.strip_prefix('-').unwrap_or(value);
+    let well_formed = !digits.is_empty() && digits.bytes().all(|b| b.is_ascii_digit());
+    if well_formed && fits {
+        None
+    } else if value.trim() != value {
+        Some(format!(
+            "is not a {bits} integer: remove the spaces around it"
+        ))
+    } else if value.starts_with('+') {
+        Some(format!("is not a {bits} integer: write it without '+'"))
+    } else {
+        Some(format!("is not a {bits} integer (range {min}..{max})"))
+    }
+}
+
+/// Only called once the type check passed, so `value` is a well-formed integer.
 fn positive_int(value: &str) -> Result<(), String> {
-    match value.trim().parse::<i64>() {
+    match value.parse::<i64>() {
         Ok(n) if n > 0 => Ok(()),
-        _ => Err(format!("value {value:?} is not a positive integer")),
+        Ok(_) => Err(format!("value {value:?} must be a positive integer")),
+        Err(_) => Err(format!("value {value:?} is not an integer")),
     }
 }
 
@@ -335,5 +391,112 @@ mod tests {
         assert_eq!(def.validate(&c)[0].value.as_deref(), Some(REDACTED));
         let r = def.redact(&c);
         assert!(r.values().all(|v| v == REDACTED));
+    }
+
+    fn tasks_max_errors(value: &str) -> Vec<String> {
+        let values = runtime_config_def().validate(&config(&[("tasks.max", value)]));
+        values
+            .into_iter()
+            .find(|v| v.name == "tasks.max")
+            .expect("tasks.max is defined")
+            .errors
+    }
+
+    #[test]
+    fn integers_are_parsed_strictly_with_precise_messages() {
+        assert!(tasks_max_errors("2").is_empty());
+        for (bad, says) in [
+            (" 2", "remove the spaces"),
+            ("2 ", "remove the spaces"),
+            ("+2", "without '+'"),
+            (
+                "2.0",
+                "is not a 32-bit integer (range -2147483648..2147483647)",
+            ),
+            ("", "is not a 32-bit integer (range"),
+            ("-", "is not a 32-bit integer (range"),
+            (
+                "99999999999999999999",
+                "is not a 32-bit integer (range -2147483648..2147483647)",
+            ),
+            ("0", "must be a positive integer"),
+            ("-3", "must be a positive integer"),
+        ] {
+            let errors = tasks_max_errors(bad);
+            assert_eq!(errors.len(), 1, "{bad:?}: {errors:?}");
+            assert!(errors[0].contains(says), "{bad:?}: {errors:?}");
+        }
+        let long =
+            ConfigDef::new().define(ConfigKey::new("n", ConfigType::Long, Importance::Low, "n"));
+        assert!(
+            long.validate(&config(&[("n", "-9223372036854775808")]))[0]
+                .errors
+                .is_empty()
+        );
+        let too_big = long.validate(&config(&[("n", "9223372036854775808")]));
+        assert!(too_big[0].errors[0].contains("is not a 64-bit integer (range"));
+    }
+
+    #[test]
+    fn doubles_and_booleans_are_parsed_strictly() {
+        let def = ConfigDef::new()
+            .define(ConfigKey::new(
+                "d",
+                ConfigType::Double,
+                Importance::Low,
+                "d",
+            ))
+            .define(ConfigKey::new(
+                "b",
+                ConfigType::Boolean,
+                Importance::Low,
+                "b",
+            ));
+        let ok = def.validate(&config(&[("d", "-1.5e3"), ("b", "true")]));
+        assert!(ok.iter().all(|v| v.errors.is_empty()), "{ok:?}");
+        for (d, b) in [
+            (" 1.5", "true "),
+            ("+1.5", " false"),
+            ("NaN", "yes"),
+            ("inf", "TRUE"),
+        ] {
+            let bad = def.validate(&config(&[("d", d), ("b", b)]));
+            assert!(
+                bad.iter().all(|v| v.errors.len() == 1),
+                "{d:?} {b:?}: {bad:?}"
+            );
+        }
+    }
+
+    #[test]
+    fn secret_looking_names_are_redacted_and_ordinary_ones_are_not() {
+        for secret in [
+            "api.key",
+            "apikey",
+            "API_KEY",
+            "connection.passwd",
+            "db.pwd",
+            "ssh.private.key",
+            "sasl.jaas.config",
+            "aws.secret.access.key",
+            "s3.access.key.id",
+            "ssl.key.password",
+            "ssl.keystore.passphrase",
+            "auth.token",
+        ] {
+            assert!(looks_secret(secret), "{secret} should look secret");
+        }
+        for plain in [
+            "key.converter",
+            "value.converter",
+            "tasks.max",
+            "topic",
+            "connection.url",
+            "key.ignore",
+            "auth.method",
+            "primary.key.fields",
+        ] {
+            assert!(!looks_secret(plain), "{plain} should not look secret");
+        }
     }
 }

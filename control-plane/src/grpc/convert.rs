@@ -110,15 +110,8 @@ impl TryFrom<RawConnector<'_>> for ConnectorSpec {
             })?;
         let tasks_max = match raw.config.get(TASKS_MAX) {
             None => NonZeroU32::MIN,
-            Some(v) => v
-                .trim()
-                .parse::<u32>()
-                .ok()
-                .and_then(NonZeroU32::new)
-                .filter(|n| i32::try_from(n.get()).is_ok())
-                .ok_or_else(|| {
-                    invalid(format!("config[{TASKS_MAX}]"), "is not a positive integer")
-                })?,
+            Some(v) => parse_tasks_max(v)
+                .map_err(|reason| invalid(format!("config[{TASKS_MAX}]"), reason))?,
         };
         Ok(ConnectorSpec {
             name,
@@ -165,6 +158,29 @@ pub fn known_plugins(
         }
     }
     out
+}
+
+/// `tasks.max` checked by the same rule as `ValidateConnectorConfig` (the SDK's
+/// runtime definition: strict 32-bit integer, positive), so that the value stored and
+/// handed to plugins is exactly the number the tasks are counted by.
+fn parse_tasks_max(value: &str) -> Result<NonZeroU32, String> {
+    let single: ConfigMap = [(TASKS_MAX.to_owned(), value.to_owned())]
+        .into_iter()
+        .collect();
+    let error = runtime_config_def()
+        .validate(&single)
+        .into_iter()
+        .filter(|v| v.name == TASKS_MAX)
+        .flat_map(|v| v.errors)
+        .next();
+    if let Some(error) = error {
+        return Err(error);
+    }
+    value
+        .parse::<u32>()
+        .ok()
+        .and_then(NonZeroU32::new)
+        .ok_or_else(|| format!("value {value:?} must be a positive integer"))
 }
 
 /// The runtime's keys followed by the plugin's.
@@ -353,10 +369,31 @@ mod tests {
 
     #[test]
     fn tasks_max_must_be_a_positive_integer() {
-        for bad in ["0", "-1", "x", "1.5", "99999999999"] {
+        for bad in [
+            "0",
+            "-1",
+            "x",
+            "1.5",
+            "99999999999",
+            " 3",
+            "3 ",
+            "+3",
+            "99999999999999999999",
+        ] {
             let e = raw("c", &[("connector.class", "p"), ("tasks.max", bad)]).unwrap_err();
             assert_eq!(field(e), "config[tasks.max]", "{bad}");
         }
+        assert_eq!(
+            parse_tasks_max("99999999999999999999").unwrap_err(),
+            "value \"99999999999999999999\" is not a 32-bit integer (range -2147483648..2147483647)"
+        );
+        assert!(
+            parse_tasks_max("0")
+                .unwrap_err()
+                .contains("must be a positive integer")
+        );
+        assert!(parse_tasks_max(" 3").unwrap_err().contains("spaces"));
+        assert_eq!(parse_tasks_max("3").unwrap().get(), 3);
         assert_eq!(
             raw("c", &[("connector.class", "p")])
                 .unwrap()

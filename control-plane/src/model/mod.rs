@@ -240,10 +240,13 @@ impl ConnectorRecord {
     }
 }
 
+/// Strict like the SDK's check of the key (digits only, no spaces, no '+'); a value
+/// that is not falls back to the default.
 fn parse_positive(config: &ConfigMap, key: &str) -> Option<u32> {
     config
         .get(key)
-        .and_then(|v| v.trim().parse::<u32>().ok())
+        .filter(|v| !v.is_empty() && v.bytes().all(|b| b.is_ascii_digit()))
+        .and_then(|v| v.parse::<u32>().ok())
         .filter(|v| *v > 0)
 }
 
