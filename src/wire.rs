@@ -48,6 +48,7 @@ pub fn config_key_def(key: &ConfigKey) -> pb::ConfigKeyDef {
         secret: key.secret,
         required: key.required,
         allowed_values: key.allowed_values.clone(),
+        immutable: key.immutable,
     }
 }
 
@@ -76,6 +77,7 @@ pub fn config_def(keys: &[pb::ConfigKeyDef]) -> ConfigDef {
         key.secret = k.secret || ty == ConfigType::Password;
         key.required = k.required;
         key.allowed_values = k.allowed_values.clone();
+        key.immutable = k.immutable;
         def.define(key)
     })
 }

@@ -207,13 +207,15 @@ fn non_empty(value: &str) -> Result<(), String> {
 pub fn config_def() -> ConfigDef {
     ConfigDef::new()
         .define(
-            ConfigKey::new(keys::HOST, ConfigType::String, Importance::High, "PostgreSQL server host name or IP address.")
+            ConfigKey::new(keys::HOST, ConfigType::String, Importance::High, "PostgreSQL server host name or IP address. Immutable (the audit objects live there): delete the connector and create it again to move.")
                 .default_value("127.0.0.1")
+                .immutable()
                 .validator(non_empty),
         )
         .define(
-            ConfigKey::new(keys::PORT, ConfigType::Int, Importance::Medium, "PostgreSQL server TCP port.")
+            ConfigKey::new(keys::PORT, ConfigType::Int, Importance::Medium, "PostgreSQL server TCP port. Immutable, as connection.host.")
                 .default_value("5432")
+                .immutable()
                 .validator(port),
         )
         .define(
@@ -226,8 +228,9 @@ pub fn config_def() -> ConfigDef {
                 .default_value(""),
         )
         .define(
-            ConfigKey::new(keys::DATABASE, ConfigType::String, Importance::High, "Database holding the watched tables and the audit table.")
+            ConfigKey::new(keys::DATABASE, ConfigType::String, Importance::High, "Database holding the watched tables and the audit table. Immutable, as connection.host.")
                 .required()
+                .immutable()
                 .validator(non_empty),
         )
         .define(
@@ -241,7 +244,8 @@ pub fn config_def() -> ConfigDef {
                 .validator(validate_table_list),
         )
         .define(
-            ConfigKey::new(keys::AUDIT_TABLE, ConfigType::String, Importance::Medium, "Audit table, optionally schema-qualified (schema must exist). Default: public.wharf_audit_<connector>_<hash>, derived from the connector name. The trigger function lives in the same schema.")
+            ConfigKey::new(keys::AUDIT_TABLE, ConfigType::String, Importance::Medium, "Audit table, optionally schema-qualified (schema must exist). Default: public.wharf_audit_<connector>_<hash>, derived from the connector name. The trigger function lives in the same schema. Immutable: the deletion's cleanup drops the table and function named here.")
+                .immutable()
                 .validator(validate_single_table),
         )
         .define(

@@ -204,8 +204,9 @@ fn check_main(tables: &[TableName]) -> Result<(), String> {
 pub fn config_def() -> ConfigDef {
     ConfigDef::new()
         .define(
-            ConfigKey::new(keys::DATABASE_PATH, ConfigType::String, Importance::High, "Path of the SQLite database file on the executor's host; it must exist.")
+            ConfigKey::new(keys::DATABASE_PATH, ConfigType::String, Importance::High, "Path of the SQLite database file on the executor's host; it must exist. Immutable: the audit objects live in this file, so delete the connector and create it again to move.")
                 .required()
+                .immutable()
                 .validator(non_empty),
         )
         .define(
@@ -214,7 +215,8 @@ pub fn config_def() -> ConfigDef {
                 .validator(main_only_list),
         )
         .define(
-            ConfigKey::new(keys::AUDIT_TABLE, ConfigType::String, Importance::Medium, "Audit table. Default: wharf_audit_<connector>_<hash>, derived from the connector name.")
+            ConfigKey::new(keys::AUDIT_TABLE, ConfigType::String, Importance::Medium, "Audit table. Default: wharf_audit_<connector>_<hash>, derived from the connector name. Immutable: the deletion's cleanup drops the table named here.")
+                .immutable()
                 .validator(main_only_single),
         )
         .define(

@@ -60,6 +60,11 @@ pub struct ConfigKey {
     pub allowed_values: Vec<String>,
     /// Extra check beyond the type.
     pub validator: Option<Validator>,
+    /// Identifies the external system or the objects the plugin provisions there (a
+    /// database, a file path): the control plane refuses a config change of it on an
+    /// existing connector, because the deletion's cleanup would then look in the new
+    /// place and orphan what was provisioned in the old one. Delete and create instead.
+    pub immutable: bool,
 }
 
 impl ConfigKey {
@@ -75,6 +80,7 @@ impl ConfigKey {
             required: false,
             allowed_values: Vec::new(),
             validator: None,
+            immutable: false,
         }
     }
 
@@ -99,6 +105,13 @@ impl ConfigKey {
     /// Restricts the value to one of `values`.
     pub fn one_of(mut self, values: &[&str]) -> Self {
         self.allowed_values = values.iter().map(|v| (*v).to_owned()).collect();
+        self
+    }
+
+    /// Marks the key immutable: it names where the plugin's external objects live, so a
+    /// change on an existing connector is refused (see the `immutable` field).
+    pub fn immutable(mut self) -> Self {
+        self.immutable = true;
         self
     }
 

@@ -99,6 +99,86 @@ fn checked_spec(
     Ok(spec)
 }
 
+/// Refuses a config change that would orphan what the current config provisioned: the
+/// deletion's cleanup runs the connector's *current* plugin with its *current* config,
+/// so a new `connector.class`, or a new value of a key the plugin marks immutable (the
+/// database, the file), would make it clean up the wrong place. Values compared are the
+/// effective ones (given, or the key's default).
+///
+/// # Errors
+/// [`ApiError::ImmutableConfig`] (FAILED_PRECONDITION) naming `config[<key>]`.
+fn check_immutable(
+    name: &str,
+    def: &wharf::sdk::ConfigDef,
+    old: &wharf::sdk::ConfigMap,
+    new: &wharf::sdk::ConfigMap,
+) -> ApiResult<()> {
+    let class = crate::model::CONNECTOR_CLASS;
+    let shown = |key: &str, v: Option<&String>| -> String {
+        match v {
+            None => "unset".to_owned(),
+            Some(v) => {
+                let one: wharf::sdk::ConfigMap =
+                    [(key.to_owned(), v.clone())].into_iter().collect();
+                def.redact(&one)
+                    .get(key)
+                    .map_or_else(String::new, |v| format!("{v:?}"))
+            }
+        }
+    };
+    if old.get(class) != new.get(class) {
+        return Err(ApiError::ImmutableConfig {
+            name: name.to_owned(),
+            field: format!("config[{class}]"),
+            change: format!("{} -> {}", shown(class, old.get(class)), shown(class, new.get(class))),
+            why: "the deletion's cleanup would run the new plugin and leave behind what the old one provisioned".into(),
+        });
+    }
+    for key in def.keys.iter().filter(|k| k.immutable) {
+        let effective =
+            |c: &wharf::sdk::ConfigMap| c.get(&key.name).or(key.default.as_ref()).cloned();
+        let (was, now) = (effective(old), effective(new));
+        if was != now {
+            return Err(ApiError::ImmutableConfig {
+                name: name.to_owned(),
+                field: format!("config[{}]", key.name),
+                change: format!(
+                    "{} -> {}",
+                    shown(&key.name, was.as_ref()),
+                    shown(&key.name, now.as_ref())
+                ),
+                why: format!(
+                    "plugin {:?} marks it immutable (it names where the connector's external objects live), and the deletion's cleanup would look only in the new place",
+                    old.get(class).map_or("", String::as_str)
+                ),
+            });
+        }
+    }
+    Ok(())
+}
+
+/// The first unfinished cleanup step that has an error, for the DEADLINE_EXCEEDED answer
+/// of a waiting delete: `"; first unfinished step: task 0 FAILED after 5 attempts: ..."`.
+fn pending_detail(d: Option<&DeletionRecord>) -> String {
+    let Some(step) = d.and_then(|d| {
+        d.steps
+            .iter()
+            .find(|s| !s.state.is_final() && !s.last_error.is_empty())
+    }) else {
+        return String::new();
+    };
+    let which = match step.task {
+        Some(t) => format!("task {t}"),
+        None => "connector instance".to_owned(),
+    };
+    format!(
+        "; first unfinished step: {which} {} after {} attempts: {}",
+        format!("{:?}", step.state).to_uppercase(),
+        step.attempts,
+        step.last_error
+    )
+}
+
 /// Sets the target state of a connector that is not being deleted.
 fn set_target(
     cluster: &Cluster,
@@ -203,7 +283,7 @@ impl AdminService {
             skipped_tasks = tasks;
             connector_cleanup_skipped = conn;
         }
-        if req.wait {
+        let rec = if req.wait {
             let ms = if req.wait_timeout_ms == 0 {
                 DEFAULT_DELETE_WAIT_MS
             } else {
@@ -217,8 +297,20 @@ impl AdminService {
                     Ok(Err(tokio::sync::broadcast::error::RecvError::Closed)) => break,
                 }
             }
-        }
-        let rec = cluster.store.connector(&req.name)?;
+            let rec = cluster.store.connector(&req.name)?;
+            // An OK answer to a waiting delete means "gone": a script running
+            // `DeleteConnector ... && next-step` must not go on while cleanup is pending.
+            if rec.is_some() {
+                return Err(ApiError::DeletionPending {
+                    detail: pending_detail(cluster.store.deletion(&req.name)?.as_ref()),
+                    name: req.name,
+                    waited_ms: ms,
+                });
+            }
+            rec
+        } else {
+            cluster.store.connector(&req.name)?
+        };
         Ok(pb::DeleteConnectorResponse {
             deleted: rec.is_none(),
             status: match &rec {
@@ -343,6 +435,28 @@ impl ConnectorAdmin for AdminService {
     ) -> Result<Response<pb::PutConnectorConfigResponse>, Status> {
         let req = request.into_inner();
         let cluster = &self.cluster;
+        convert::parse_name(&req.name)?;
+        // A new plugin is refused before the config is validated against it: that is the
+        // more fundamental problem, and the new plugin's errors would only distract.
+        if req.config.contains_key(crate::model::CONNECTOR_CLASS)
+            && let Some(rec) = cluster.store.connector(&req.name).map_err(ApiError::from)?
+            && !rec.deleting
+        {
+            let given: wharf::sdk::ConfigMap = req
+                .config
+                .iter()
+                .filter(|(k, _)| k.as_str() == crate::model::CONNECTOR_CLASS)
+                .map(|(k, v)| (k.clone(), v.clone()))
+                .collect();
+            let runtime = wharf::sdk::runtime_config_def();
+            let old_class: wharf::sdk::ConfigMap = rec
+                .config
+                .iter()
+                .filter(|(k, _)| k.as_str() == crate::model::CONNECTOR_CLASS)
+                .map(|(k, v)| (k.clone(), v.clone()))
+                .collect();
+            check_immutable(&req.name, &runtime, &old_class, &given)?;
+        }
         let spec = checked_spec(cluster, &req.name, &req.config)?;
         for _ in 0..2 {
             match cluster.store.connector(&req.name).map_err(ApiError::from)? {
@@ -369,12 +483,23 @@ impl ConnectorAdmin for AdminService {
                     }
                 }
                 Some(rec) if rec.deleting => return Err(ApiError::StillDeleting(req.name).into()),
-                Some(_) => {
+                Some(rec) => {
+                    let def =
+                        convert::full_def(plugins(cluster)?.get(&rec.plugin).map(|p| &p.info));
+                    check_immutable(&req.name, &def, &rec.config, &spec.config)?;
                     let mut refused = false;
+                    let mut immutable = None;
                     cluster
                         .modify_connector(&req.name, |r| {
                             if r.deleting {
                                 refused = true;
+                                return None;
+                            }
+                            // Checked again on the record being written: a put may have
+                            // landed since the read above.
+                            if let Err(e) = check_immutable(&r.name, &def, &r.config, &spec.config)
+                            {
+                                immutable = Some(e);
                                 return None;
                             }
                             if r.config != spec.config {
@@ -389,6 +514,9 @@ impl ConnectorAdmin for AdminService {
                         .map_err(ApiError::from)?;
                     if refused {
                         return Err(ApiError::StillDeleting(req.name).into());
+                    }
+                    if let Some(e) = immutable {
+                        return Err(e.into());
                     }
                     info!(connector = %req.name, tasks_max = spec.tasks_max.get(), "connector config replaced");
                     let rec = existing(cluster, &req.name)?;

@@ -50,6 +50,34 @@ pub enum ApiError {
         /// Current generation.
         current: u64,
     },
+    /// A config change of a key that must not change on an existing connector
+    /// (`connector.class`, or a key the plugin marks immutable).
+    #[error(
+        "connector {name:?}: {field} cannot change ({change}): {why}; delete the connector and create it again"
+    )]
+    ImmutableConfig {
+        /// Connector.
+        name: String,
+        /// The key, as `config[<key>]`.
+        field: String,
+        /// Old and new value (`[hidden]` when secret).
+        change: String,
+        /// What the change would break.
+        why: String,
+    },
+    /// DeleteConnector with `wait`: the deletion is recorded but did not finish in time.
+    #[error(
+        "deletion of connector {name:?} is recorded but did not finish within {waited_ms} ms; it is still in progress (status DELETING){detail}; see GetConnectorStatus for every cleanup step, RetryCleanup to run failed steps now, or DeleteConnector with force=true to skip what is left (external resources may remain)"
+    )]
+    DeletionPending {
+        /// Connector.
+        name: String,
+        /// How long the call waited, in milliseconds.
+        waited_ms: u32,
+        /// The first unfinished step with an error, as `"; task 0 FAILED after 5 attempts: ..."`,
+        /// or empty.
+        detail: String,
+    },
     /// The store failed.
     #[error(transparent)]
     Store(#[from] StoreError),
@@ -77,7 +105,9 @@ impl From<ApiError> for tonic::Status {
             ApiError::StillDeleting(_)
             | ApiError::WrongState { .. }
             | ApiError::FencedEpoch { .. }
-            | ApiError::StaleGeneration { .. } => tonic::Status::failed_precondition(msg),
+            | ApiError::StaleGeneration { .. }
+            | ApiError::ImmutableConfig { .. } => tonic::Status::failed_precondition(msg),
+            ApiError::DeletionPending { .. } => tonic::Status::deadline_exceeded(msg),
             ApiError::Store(StoreError::Unavailable(_)) => tonic::Status::unavailable(msg),
             ApiError::Store(StoreError::Corrupt { .. }) => tonic::Status::internal(msg),
             ApiError::Contended(_) => tonic::Status::aborted(msg),
