@@ -296,6 +296,10 @@ pub struct CleanupStep {
     pub generation: u64,
     /// Earliest next attempt, Unix milliseconds (backoff).
     pub next_attempt_ms: i64,
+    /// Consecutive retries that waited for an executor (unreachable host, no live
+    /// executor with the plugin) since the last real attempt; drives their backoff.
+    #[serde(default)]
+    pub waits: u32,
 }
 
 /// Everything a deferred or moved cleanup needs, kept until the deletion completes
@@ -363,6 +367,7 @@ impl DeletionRecord {
             connector_deleted: cleanup,
             generation: host.generation,
             next_attempt_ms: 0,
+            waits: 0,
         };
         let mut steps: Vec<CleanupStep> = rec
             .tasks

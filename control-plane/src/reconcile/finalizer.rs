@@ -58,7 +58,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use tokio_util::sync::CancellationToken;
-use tracing::{error, info, warn};
+use tracing::{debug, error, info, warn};
 use wharf::pb::v1 as pb;
 
 use super::client::CallError;
@@ -70,9 +70,20 @@ pub const CLEANUP_BACKOFF_BASE_MS: i64 = 200;
 /// Longest retry delay between cleanup attempts, in milliseconds.
 pub const CLEANUP_BACKOFF_MAX_MS: i64 = 10_000;
 
+/// Longest delay between two retries of a step that waits for an executor, in
+/// milliseconds: shorter than [`CLEANUP_BACKOFF_MAX_MS`] so that a returning executor or
+/// an expired lease is noticed soon.
+pub const CLEANUP_WAIT_BACKOFF_MAX_MS: i64 = 2_000;
+
 fn backoff_ms(attempts: u32) -> i64 {
     let shift = attempts.min(16);
     (CLEANUP_BACKOFF_BASE_MS << shift).min(CLEANUP_BACKOFF_MAX_MS)
+}
+
+/// Delay before the retry after the `waits`-th consecutive wait (1-based): the failed
+/// attempts' doubling backoff, capped at [`CLEANUP_WAIT_BACKOFF_MAX_MS`].
+fn wait_backoff_ms(waits: u32) -> i64 {
+    backoff_ms(waits.saturating_sub(1)).min(CLEANUP_WAIT_BACKOFF_MAX_MS)
 }
 
 /// Runs the finalizer until `cancel` fires.
@@ -334,6 +345,7 @@ async fn run_step(
                 s.executor = executor;
             }
             s.last_error.clear();
+            s.waits = 0;
             info!(connector = %d.name, task = ?s.task, generation = s.generation, executor = %s.executor,
                 attempts = s.attempts, outcome = "done", connector_deleted = flag, "cleanup step");
         }
@@ -342,6 +354,7 @@ async fn run_step(
             s.rehosted = true;
             s.state = CleanupState::Pending;
             s.next_attempt_ms = 0;
+            s.waits = 0;
             info!(connector = %d.name, task = ?s.task, generation = s.generation, executor = %s.executor,
                 attempts = s.attempts, outcome = "rehost", "cleanup step");
         }
@@ -349,6 +362,7 @@ async fn run_step(
             s.attempts += 1;
             s.executor = executor;
             s.last_error = error;
+            s.waits = 0;
             // The instance that failed to stop is gone; a new attempt starts a fresh one.
             s.rehosted = true;
             if s.attempts >= max {
@@ -377,10 +391,22 @@ async fn run_step(
             if s.state != CleanupState::Running {
                 s.state = CleanupState::Pending;
             }
+            // Waiting retries back off like failed attempts (they used to run every pass
+            // and log twice each); the waiting state is logged at INFO once per change.
+            let changed = s.waits == 0 || s.last_error != error;
+            s.waits = s.waits.saturating_add(1);
             s.last_error = error;
-            s.next_attempt_ms = now_ms() + CLEANUP_BACKOFF_BASE_MS;
-            info!(connector = %d.name, task = ?s.task, generation = s.generation, executor = %s.executor,
-                attempts = s.attempts, error = %s.last_error, outcome = "waiting", "cleanup step");
+            let delay_ms = wait_backoff_ms(s.waits);
+            s.next_attempt_ms = now_ms() + delay_ms;
+            if changed {
+                info!(connector = %d.name, task = ?s.task, generation = s.generation, executor = %s.executor,
+                    attempts = s.attempts, error = %s.last_error, retry_in_ms = delay_ms, outcome = "waiting",
+                    "cleanup step waits for an executor; retrying with backoff");
+            } else {
+                debug!(connector = %d.name, task = ?s.task, generation = s.generation, executor = %s.executor,
+                    attempts = s.attempts, waits = s.waits, error = %s.last_error, retry_in_ms = delay_ms,
+                    outcome = "waiting", "cleanup step still waiting");
+            }
         }
     }
     let saved = save(cluster, d)?;
@@ -520,8 +546,14 @@ async fn stop(
             message: "lease expired while the stop was pending; call abandoned".into(),
         }),
     };
-    info!(connector = %d.name, task = ?task, generation, executor = %exec.id, connector_deleted = flag,
-        result = ?result.as_ref().map(|r| r.0), "cleanup stop sent");
+    // An unanswered stop becomes a wait, logged by the caller once per change.
+    if matches!(&result, Err(e) if e.code().is_none()) {
+        debug!(connector = %d.name, task = ?task, generation, executor = %exec.id, connector_deleted = flag,
+            result = ?result.as_ref().map(|r| r.0), "cleanup stop sent; no answer");
+    } else {
+        info!(connector = %d.name, task = ?task, generation, executor = %exec.id, connector_deleted = flag,
+            result = ?result.as_ref().map(|r| r.0), "cleanup stop sent");
+    }
     match result {
         Ok((outcome, deleted, _)) if outcome == pb::StopOutcome::Stopped as i32 => {
             if deleted == flag {
@@ -576,6 +608,7 @@ pub fn retry_now(cluster: &Cluster, name: &str) -> Result<bool, HerderError> {
                     s.state = CleanupState::Pending;
                 }
                 s.next_attempt_ms = 0;
+                s.waits = 0;
             }
         }
         if cluster.store.put_deletion(&d)? {
