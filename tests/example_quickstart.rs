@@ -110,6 +110,11 @@ async fn dev_example_runs_the_main_job_and_prints_what_to_try() {
         Some(0),
         "SIGTERM stops the dev control plane cleanly"
     );
+    let first = std::fs::read_to_string(&log).unwrap_or_default();
+    assert!(
+        first.contains("control plane stopped"),
+        "the stop is logged:\n{first}"
+    );
     let mut again = start(&data);
     let addr = again.listen_addr().await;
     wait_until("shop-audit to run again", deadline, || {
@@ -125,5 +130,10 @@ async fn dev_example_runs_the_main_job_and_prints_what_to_try() {
     assert!(
         text.contains("connector shop-audit already exists"),
         "the second start keeps the existing connectors:\n{text}"
+    );
+    assert!(
+        text.contains("using the existing example database")
+            && text.matches("creating the example SQLite database").count() == 1,
+        "the second start says it uses the existing database:\n{text}"
     );
 }

@@ -10,17 +10,23 @@ pub mod test_plugin;
 
 use wharf::sdk::Plugin;
 
-/// Every plugin built into Wharf, as an executor advertises them.
+/// The production plugins built into Wharf, as an executor advertises them by default:
+/// `file-source`, `file-sink`, `postgres-audit`, `sqlite-audit`.
 pub fn builtin_plugins() -> Vec<Plugin> {
     vec![
         file::source_plugin(),
         file::sink_plugin(),
-        test_plugin::source_plugin(),
-        test_plugin::sink_plugin(),
         // Audit sources (sqlite-audit, postgres-audit) are added here, one line each.
         postgres_audit::plugin(),
         sqlite_audit::plugin(),
     ]
+}
+
+/// The fault-injecting `test-source` and `test-sink`; an executor offers them only when
+/// started with `--enable-test-plugins` (they can fail, block and ignore cancellation on
+/// purpose, so they must never be picked by mistake in production).
+pub fn test_plugins() -> Vec<Plugin> {
+    vec![test_plugin::source_plugin(), test_plugin::sink_plugin()]
 }
 
 /// Reads an optional config value parsed as `T`.

@@ -305,8 +305,9 @@ pub const DEV_EXECUTOR_DIR: &str = "dev-executor";
 /// Id of the in-process executor of `--dev`.
 pub const DEV_EXECUTOR_ID: &str = "dev";
 
-/// `--dev`: the control plane plus an in-process executor with every built-in plugin, the
-/// embedded store and the embedded record log, until `shutdown` resolves. At shutdown the
+/// `--dev`: the control plane plus an in-process executor with the production built-in
+/// plugins (and `test-source` / `test-sink` when `enable_test_plugins`), the embedded
+/// store and the embedded record log, until `shutdown` resolves. At shutdown the
 /// executor stops its instances with `connector_deleted = false` first, then the control
 /// plane stops.
 ///
@@ -314,6 +315,7 @@ pub const DEV_EXECUTOR_ID: &str = "dev";
 /// [`StartError`].
 pub async fn run_dev(
     config: Config,
+    enable_test_plugins: bool,
     shutdown: impl std::future::Future<Output = ()> + Send + 'static,
 ) -> Result<(), StartError> {
     let data_dir = config.data_dir.clone();
@@ -330,6 +332,9 @@ pub async fn run_dev(
         data_dir.join(DEV_EXECUTOR_DIR),
     );
     exec_config.executor_id = Some(DEV_EXECUTOR_ID.to_owned());
+    if enable_test_plugins {
+        exec_config.enable_test_plugins();
+    }
     let executor = wharf_executor::app::ExecutorApp::start(exec_config)
         .await
         .map_err(|e| StartError::DevExecutor(e.to_string()))?;

@@ -26,7 +26,8 @@ pub const DEFAULT_LISTEN: &str = "127.0.0.1:7000";
 #[command(name = "wharf-control-plane", version)]
 pub struct Args {
     /// TOML file with settings (keys: listen, data_dir, lease_ms, heartbeat_interval_ms,
-    /// dev, example, store, etcd_endpoints, etcd_prefix, etcd_election_ttl_secs, advertise).
+    /// dev, example, store, etcd_endpoints, etcd_prefix, etcd_election_ttl_secs, advertise,
+    /// enable_test_plugins).
     #[arg(long, env = "WHARF_CONFIG", value_name = "FILE")]
     pub config: Option<PathBuf>,
     /// Address to listen on, IP:PORT (port 0 picks a free port; the bound address is
@@ -46,8 +47,9 @@ pub struct Args {
     #[arg(long, env = "WHARF_HEARTBEAT_INTERVAL_MS", value_name = "MS")]
     pub heartbeat_interval_ms: Option<u32>,
     /// Development mode: also run an executor with the built-in plugins in this process
-    /// (embedded store, embedded record log; nothing to install). Its data lives in
-    /// <data-dir>/dev-executor. [default: false]
+    /// (file-source, file-sink, postgres-audit, sqlite-audit; embedded store, embedded
+    /// record log; nothing to install). Its data lives in <data-dir>/dev-executor.
+    /// [default: false]
     #[arg(long, env = "WHARF_DEV", value_parser = BoolishValueParser::new())]
     pub dev: bool,
     /// With --dev: create the quickstart example if it is missing: the SQLite database
@@ -81,6 +83,19 @@ pub struct Args {
     /// [default: http://<bound address>]
     #[arg(long, env = "WHARF_ADVERTISE", value_name = "URL")]
     pub advertise: Option<String>,
+    /// With --dev: the in-process executor also offers the fault-injecting test plugins
+    /// test-source and test-sink (for tests only; ignored without --dev).
+    /// `--enable-test-plugins` alone means true. [default: false]
+    #[arg(
+        long,
+        env = "WHARF_ENABLE_TEST_PLUGINS",
+        value_name = "BOOL",
+        num_args = 0..=1,
+        require_equals = true,
+        default_missing_value = "true",
+        value_parser = BoolishValueParser::new()
+    )]
+    pub enable_test_plugins: Option<bool>,
 }
 
 /// The `--config` file: every key optional; unknown keys are an error (a typo must not be
@@ -110,6 +125,8 @@ pub struct FileConfig {
     pub etcd_election_ttl_secs: Option<u32>,
     /// See `--advertise`.
     pub advertise: Option<String>,
+    /// See `--enable-test-plugins`.
+    pub enable_test_plugins: Option<bool>,
 }
 
 /// What the binary runs.
@@ -123,6 +140,8 @@ pub struct Settings {
     pub example: bool,
     /// The state store backend.
     pub store: app::StoreOptions,
+    /// With `dev`: the in-process executor also offers `test-source` / `test-sink`.
+    pub enable_test_plugins: bool,
 }
 
 /// Why the settings could not be assembled.
@@ -192,6 +211,7 @@ impl Args {
             etcd_prefix,
             etcd_election_ttl_secs,
             advertise,
+            enable_test_plugins,
         } = self;
         let file = match &config {
             Some(path) => read_file(path)?,
@@ -209,6 +229,7 @@ impl Args {
             etcd_prefix: file_etcd_prefix,
             etcd_election_ttl_secs: file_etcd_election_ttl_secs,
             advertise: file_advertise,
+            enable_test_plugins: file_enable_test_plugins,
         } = file;
         let store = match store.or(file_store).as_deref() {
             None | Some("redb") => app::StoreOptions::Redb,
@@ -291,6 +312,9 @@ impl Args {
             dev,
             example,
             store,
+            enable_test_plugins: enable_test_plugins
+                .or(file_enable_test_plugins)
+                .unwrap_or(false),
         })
     }
 }
@@ -361,9 +385,33 @@ mod tests {
             etcd_prefix: None,
             etcd_election_ttl_secs: None,
             advertise: None,
+            enable_test_plugins: None,
         }
         .build()
         .expect_err("missing");
         assert!(err.to_string().contains("--data-dir"), "{err}");
+    }
+
+    #[test]
+    fn test_plugins_are_off_by_default_and_the_flag_wins_over_the_file() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let file = dir.path().join("cp.toml");
+        std::fs::write(&file, "data_dir = \"/tmp/x\"\nenable_test_plugins = true\n")
+            .expect("write");
+        let path = file.to_str().expect("utf8");
+        let default = parse(&["--data-dir", "/tmp/x", "--dev"])
+            .build()
+            .expect("builds");
+        assert!(!default.enable_test_plugins);
+        let from_file = parse(&["--config", path, "--dev"]).build().expect("builds");
+        assert!(from_file.enable_test_plugins);
+        let flag_off = parse(&["--config", path, "--dev", "--enable-test-plugins=false"])
+            .build()
+            .expect("builds");
+        assert!(!flag_off.enable_test_plugins);
+        let flag_on = parse(&["--data-dir", "/tmp/x", "--dev", "--enable-test-plugins"])
+            .build()
+            .expect("builds");
+        assert!(flag_on.enable_test_plugins);
     }
 }

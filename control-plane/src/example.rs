@@ -13,6 +13,8 @@ use wharf::pb::v1::{CreateConnectorRequest, GetConnectorRequest, ListConnectorPl
 
 /// Directory (inside the data dir) of the example's database and sink file.
 pub const EXAMPLE_DIR: &str = "example";
+/// The example SQLite database inside [`EXAMPLE_DIR`].
+pub const DATABASE_FILE: &str = "shop.db";
 /// Name of the source connector.
 pub const SOURCE_NAME: &str = "shop-audit";
 /// Name of the sink connector.
@@ -71,7 +73,7 @@ pub fn create_database(data_dir: &Path) -> Result<ExamplePaths, ExampleError> {
             path: data_dir.join(EXAMPLE_DIR),
             detail: e.to_string(),
         })?;
-    let database = dir.join("shop.db");
+    let database = dir.join(DATABASE_FILE);
     let fail = |detail: String| ExampleError::Database {
         path: database.clone(),
         detail,

@@ -39,7 +39,10 @@ async fn main() -> ExitCode {
         }
     };
     match run(settings).await {
-        Ok(()) => ExitCode::SUCCESS,
+        Ok(()) => {
+            tracing::info!("control plane stopped");
+            ExitCode::SUCCESS
+        }
         Err(e) => {
             eprintln!("wharf-control-plane: {e}");
             if let Some(hint) = hint(&e) {
@@ -56,6 +59,7 @@ async fn run(settings: config::Settings) -> Result<(), StartError> {
         dev,
         example,
         store,
+        enable_test_plugins,
     } = settings;
     if !dev {
         return App::build_with_store(config, store)
@@ -65,7 +69,15 @@ async fn run(settings: config::Settings) -> Result<(), StartError> {
     }
     let data_dir = config.data_dir.clone();
     let paths = if example {
-        example::say("wharf: creating the example SQLite database (tables customers, orders)");
+        if data_dir
+            .join(example::EXAMPLE_DIR)
+            .join(example::DATABASE_FILE)
+            .exists()
+        {
+            example::say("wharf: using the existing example database (tables customers, orders)");
+        } else {
+            example::say("wharf: creating the example SQLite database (tables customers, orders)");
+        }
         match example::create_database(&data_dir) {
             Ok(p) => Some(p),
             Err(e) => {
@@ -85,7 +97,11 @@ async fn run(settings: config::Settings) -> Result<(), StartError> {
         "wharf: starting the control plane in dev mode (embedded store, in-process executor, embedded record log) in {}",
         data_dir.display()
     ));
-    let mut server = tokio::spawn(app::run_dev(config, wharf::server::shutdown_signal()));
+    let mut server = tokio::spawn(app::run_dev(
+        config,
+        enable_test_plugins,
+        wharf::server::shutdown_signal(),
+    ));
     let addr = tokio::select! {
         result = &mut server => return joined(result),
         addr = wait_for_addr(&addr_file) => addr,

@@ -51,7 +51,8 @@ pub struct ExecutorConfig {
 }
 
 impl ExecutorConfig {
-    /// A config with the built-in plugins, the embedded log and the default timeout.
+    /// A config with the production built-in plugins (no test plugins), the embedded log
+    /// and the default timeout.
     pub fn new(
         listen: SocketAddr,
         control_plane: impl Into<String>,
@@ -66,6 +67,16 @@ impl ExecutorConfig {
             graceful_timeout: Duration::from_millis(DEFAULT_GRACEFUL_TIMEOUT_MS),
             nats_url: None,
             plugins: wharf_connectors::builtin_plugins(),
+        }
+    }
+
+    /// Adds the fault-injecting `test-source` / `test-sink` plugins
+    /// (`--enable-test-plugins`); a no-op when they are already there.
+    pub fn enable_test_plugins(&mut self) {
+        for plugin in wharf_connectors::test_plugins() {
+            if !self.plugins.iter().any(|p| p.name == plugin.name) {
+                self.plugins.push(plugin);
+            }
         }
     }
 }

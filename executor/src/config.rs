@@ -14,6 +14,9 @@ use wharf_executor::app::{DEFAULT_GRACEFUL_TIMEOUT_MS, ExecutorConfig};
 /// stops them with connector_deleted=true only when their connector was deleted
 /// (KIP-883/KIP-901). SIGTERM stops everything with connector_deleted=false and exits 0.
 ///
+/// Plugins offered: file-source, file-sink, postgres-audit, sqlite-audit; with
+/// --enable-test-plugins also the fault-injecting test-source and test-sink.
+///
 /// Every option can also be set by its WHARF_* environment variable or in the TOML file
 /// given with --config (keys as the flag names with '_' for '-'). Precedence: flag >
 /// environment > file > default. See docs/configuration.md.
@@ -21,7 +24,7 @@ use wharf_executor::app::{DEFAULT_GRACEFUL_TIMEOUT_MS, ExecutorConfig};
 #[command(name = "wharf-executor", version)]
 pub struct Cli {
     /// TOML file with settings (keys: listen, control_plane, data_dir, advertise,
-    /// executor_id, graceful_timeout_ms, nats_url).
+    /// executor_id, graceful_timeout_ms, nats_url, enable_test_plugins).
     #[arg(long, env = "WHARF_CONFIG", value_name = "FILE")]
     pub config: Option<PathBuf>,
     /// Address to serve the Executor gRPC service on, IP:PORT (port 0 picks one; the
@@ -51,6 +54,20 @@ pub struct Cli {
     /// [default: none, embedded log]
     #[arg(long, env = "WHARF_NATS_URL", value_name = "URL")]
     pub nats_url: Option<String>,
+    /// Also offer the fault-injecting test plugins test-source and test-sink (they fail,
+    /// block and ignore cancellation on request; for tests only). `--enable-test-plugins`
+    /// alone means true; `--enable-test-plugins=false` turns a file's `true` off.
+    /// [default: false]
+    #[arg(
+        long,
+        env = "WHARF_ENABLE_TEST_PLUGINS",
+        value_name = "BOOL",
+        num_args = 0..=1,
+        require_equals = true,
+        default_missing_value = "true",
+        value_parser = clap::builder::BoolishValueParser::new()
+    )]
+    pub enable_test_plugins: Option<bool>,
 }
 
 /// The `--config` file: every key optional; unknown keys are an error.
@@ -71,6 +88,8 @@ pub struct FileConfig {
     pub graceful_timeout_ms: Option<u64>,
     /// See `--nats-url`.
     pub nats_url: Option<String>,
+    /// See `--enable-test-plugins`.
+    pub enable_test_plugins: Option<bool>,
 }
 
 /// Why the settings could not be assembled.
@@ -145,6 +164,7 @@ impl Cli {
             executor_id,
             graceful_timeout_ms,
             nats_url,
+            enable_test_plugins,
         } = self;
         let file = match &config {
             Some(path) => read_file(path)?,
@@ -158,6 +178,7 @@ impl Cli {
             executor_id: file_executor_id,
             graceful_timeout_ms: file_graceful_timeout_ms,
             nats_url: file_nats_url,
+            enable_test_plugins: file_enable_test_plugins,
         } = file;
         let listen = listen.or(file_listen).ok_or(ConfigError::Missing {
             flag: "--listen",
@@ -193,6 +214,12 @@ impl Cli {
                 .unwrap_or(DEFAULT_GRACEFUL_TIMEOUT_MS),
         );
         out.nats_url = nats_url.or(file_nats_url);
+        if enable_test_plugins
+            .or(file_enable_test_plugins)
+            .unwrap_or(false)
+        {
+            out.enable_test_plugins();
+        }
         Ok(out)
     }
 }
@@ -239,6 +266,7 @@ mod tests {
             executor_id: None,
             graceful_timeout_ms: None,
             nats_url: None,
+            enable_test_plugins: None,
         }
         .build()
         .err()
@@ -247,6 +275,73 @@ mod tests {
         assert!(
             text.contains("--listen") && text.contains("WHARF_LISTEN"),
             "{text}"
+        );
+    }
+
+    fn plugin_names(config: &ExecutorConfig) -> Vec<String> {
+        config.plugins.iter().map(|p| p.name.clone()).collect()
+    }
+
+    #[test]
+    fn test_plugins_are_offered_only_when_enabled_and_the_flag_wins_over_the_file() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let file = dir.path().join("ex.toml");
+        std::fs::write(
+            &file,
+            "listen = \"127.0.0.2:7070\"\ncontrol_plane = \"http://127.0.0.1:7000\"\ndata_dir = \"/tmp/e\"\nenable_test_plugins = true\n",
+        )
+        .expect("write");
+        let base = [
+            "wharf-executor",
+            "--listen",
+            "127.0.0.2:7070",
+            "--control-plane",
+            "http://127.0.0.1:7000",
+            "--data-dir",
+            "/tmp/e",
+        ];
+        let default = Cli::try_parse_from(base)
+            .expect("parses")
+            .build()
+            .expect("builds");
+        let names = plugin_names(&default);
+        assert!(names.iter().any(|n| n == "file-source"), "{names:?}");
+        assert!(
+            !names.iter().any(|n| n.starts_with("test-")),
+            "test plugins offered by default: {names:?}"
+        );
+
+        let flag = Cli::try_parse_from(base.iter().copied().chain(["--enable-test-plugins"]))
+            .expect("parses")
+            .build()
+            .expect("builds");
+        let names = plugin_names(&flag);
+        assert!(
+            names.iter().any(|n| n == "test-source") && names.iter().any(|n| n == "test-sink"),
+            "{names:?}"
+        );
+
+        let path = file.to_str().expect("utf8");
+        let from_file = Cli::try_parse_from(["wharf-executor", "--config", path])
+            .expect("parses")
+            .build()
+            .expect("builds");
+        assert!(plugin_names(&from_file).iter().any(|n| n == "test-sink"));
+
+        let flag_off = Cli::try_parse_from([
+            "wharf-executor",
+            "--config",
+            path,
+            "--enable-test-plugins=false",
+        ])
+        .expect("parses")
+        .build()
+        .expect("builds");
+        assert!(
+            !plugin_names(&flag_off)
+                .iter()
+                .any(|n| n.starts_with("test-")),
+            "the flag must win over the file"
         );
     }
 }

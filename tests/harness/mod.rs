@@ -87,6 +87,8 @@ impl Proc {
             .expect("log file");
         let child = Command::new(&program)
             .args(&args)
+            // Every Wharf process a test starts may host the fault-injecting test plugins.
+            .env("WHARF_ENABLE_TEST_PLUGINS", "1")
             .env(
                 "RUST_LOG",
                 std::env::var("RUST_LOG").unwrap_or_else(|_| "info".into()),
