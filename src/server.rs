@@ -7,18 +7,26 @@ use tonic_health::server::HealthReporter;
 
 /// Adds server reflection (v1 and v1alpha, over Wharf's and the health service's
 /// descriptors) and `grpc.health.v1.Health` to `router`; returns the health reporter so
-/// that the binary can mark its own service serving.
+/// that the binary can mark its own service serving. Reflection advertises only
+/// `services` (fully qualified names of what this binary serves, e.g.
+/// `wharf.v1.Executor`) plus health and reflection itself, so grpcurl `list` shows what
+/// answers rather than every service in the descriptor set.
 ///
 /// # Errors
 /// When a descriptor set does not decode (a build defect).
 pub fn add_common_services(
     router: Router,
+    services: &[&str],
 ) -> Result<(Router, HealthReporter), tonic_reflection::server::Error> {
     // The builder is not Clone: one per protocol version.
     let builder = || {
-        tonic_reflection::server::Builder::configure()
-            .register_encoded_file_descriptor_set(crate::pb::FILE_DESCRIPTOR_SET)
-            .register_encoded_file_descriptor_set(tonic_health::pb::FILE_DESCRIPTOR_SET)
+        services.iter().fold(
+            tonic_reflection::server::Builder::configure()
+                .register_encoded_file_descriptor_set(crate::pb::FILE_DESCRIPTOR_SET)
+                .register_encoded_file_descriptor_set(tonic_health::pb::FILE_DESCRIPTOR_SET)
+                .with_service_name(HEALTH_SERVICE),
+            |b, name| b.with_service_name(*name),
+        )
     };
     let (reporter, health) = tonic_health::server::health_reporter();
     let router = router
@@ -27,6 +35,9 @@ pub fn add_common_services(
         .add_service(health);
     Ok((router, reporter))
 }
+
+/// Fully qualified name of the gRPC health service.
+const HEALTH_SERVICE: &str = "grpc.health.v1.Health";
 
 /// Resolves on SIGTERM or Ctrl-C (SIGINT).
 pub async fn shutdown_signal() {

@@ -127,6 +127,11 @@ async fn grpcurl_lists_describes_and_health_checks_both_binaries() {
             "control plane lists {services:?}, not {wanted}"
         );
     }
+    // Reflection advertises only what answers: the executor's service is not here.
+    assert!(
+        !services.iter().any(|s| s == "wharf.v1.Executor"),
+        "control plane advertises wharf.v1.Executor, which it does not serve: {services:?}"
+    );
     assert_describes(
         &cp_addr,
         "wharf.v1.ConnectorAdmin",
@@ -158,6 +163,12 @@ async fn grpcurl_lists_describes_and_health_checks_both_binaries() {
         assert!(
             services.iter().any(|s| s == wanted),
             "executor lists {services:?}, not {wanted}"
+        );
+    }
+    for not_served in ["wharf.v1.ConnectorAdmin", "wharf.v1.ExecutorRegistry"] {
+        assert!(
+            !services.iter().any(|s| s == not_served),
+            "executor advertises {not_served}, which it does not serve: {services:?}"
         );
     }
     assert_describes(

@@ -272,8 +272,14 @@ impl App {
             .trace_fn(|req| tracing::info_span!("rpc", method = %req.uri().path()))
             .add_service(admin)
             .add_service(registry);
-        let (router, reporter) = wharf::server::add_common_services(router)
-            .map_err(|e| StartError::Reflection(e.to_string()))?;
+        let (router, reporter) = wharf::server::add_common_services(
+            router,
+            &[
+                wharf::pb::v1::connector_admin_server::SERVICE_NAME,
+                wharf::pb::v1::executor_registry_server::SERVICE_NAME,
+            ],
+        )
+        .map_err(|e| StartError::Reflection(e.to_string()))?;
         reporter
             .set_serving::<ConnectorAdminServer<AdminService>>()
             .await;

@@ -178,8 +178,11 @@ impl ExecutorApp {
 
         let router = tonic::transport::Server::builder()
             .add_service(ExecutorServer::new(ExecutorService::new(host.clone())));
-        let (router, health) = wharf::server::add_common_services(router)
-            .map_err(|e| AppError::Reflection(e.to_string()))?;
+        let (router, health) = wharf::server::add_common_services(
+            router,
+            &[wharf::pb::v1::executor_server::SERVICE_NAME],
+        )
+        .map_err(|e| AppError::Reflection(e.to_string()))?;
         health
             .set_serving::<ExecutorServer<ExecutorService>>()
             .await;
