@@ -1071,4 +1071,19 @@ mod tests {
         let parsed = PgAuditConfig::parse("c", &config).unwrap();
         assert!(!format!("{parsed:?}").contains("hunter2"));
     }
+
+    #[test]
+    fn keys_saying_where_the_objects_live_are_immutable() {
+        let immutable: Vec<_> = config_def()
+            .keys
+            .into_iter()
+            .filter(|k| k.immutable)
+            .map(|k| k.name)
+            .collect();
+        // Not the password (it may rotate) nor tables (start reconciles the triggers).
+        assert_eq!(
+            immutable,
+            [keys::HOST, keys::PORT, keys::DATABASE, keys::AUDIT_TABLE]
+        );
+    }
 }
