@@ -29,6 +29,13 @@ pub const SINK_FETCH_WAIT_MS: u64 = 500;
 /// Wait before retrying a record-log call that failed, in milliseconds.
 pub const LOG_RETRY_BACKOFF_MS: u64 = 500;
 
+/// How long a stop lets records that poll already returned reach the log and their
+/// offsets commit, in milliseconds. A graceful stop (restart, pause, reconfiguration)
+/// thereby causes no duplicates; past this bound the records are polled again by the
+/// next instance (at least once), so an unreachable log or control plane cannot hold a
+/// stop for long.
+pub const STOP_DRAIN_TIMEOUT_MS: u64 = 2_000;
+
 /// Config key listing the topics of a sink connector (comma-separated).
 pub const TOPICS: &str = "topics";
 
@@ -181,6 +188,12 @@ impl TaskInstance {
     }
 
     /// Waits `LOG_RETRY_BACKOFF_MS` unless cancelled first; false when cancelled.
+    /// Resolves [`STOP_DRAIN_TIMEOUT_MS`] after the stop began.
+    async fn drain_deadline(&self) {
+        self.cancel.cancelled().await;
+        tokio::time::sleep(Duration::from_millis(STOP_DRAIN_TIMEOUT_MS)).await;
+    }
+
     async fn backoff(&self) -> bool {
         tokio::select! {
             () = self.cancel.cancelled() => false,
@@ -229,11 +242,11 @@ impl TaskInstance {
             }
             for (topic, batch) in by_topic(&records) {
                 loop {
-                    // Cancellable: records appended but not committed are polled again
-                    // by the next instance (at least once).
+                    // Drained on stop (bounded): records appended but not committed would
+                    // be polled again by the next instance, a duplicate without a crash.
                     let appended = tokio::select! {
                         biased;
-                        () = self.cancel.cancelled() => return,
+                        () = self.drain_deadline() => return,
                         r = self.shared.log.append(&topic, batch.clone()) => r,
                     };
                     match appended {
@@ -261,10 +274,11 @@ impl TaskInstance {
                     offset: offset.to_string(),
                 })
                 .collect();
-            // Cancellable too: a stop must not wait for an unreachable control plane.
+            // Drained on stop too, but bounded: a stop must not wait for an unreachable
+            // control plane.
             let committed = tokio::select! {
                 biased;
-                () = self.cancel.cancelled() => return,
+                () = self.drain_deadline() => return,
                 r = self.shared.registry.commit_offsets(&self.key, self.life.generation, offsets) => r,
             };
             match committed {
