@@ -54,9 +54,12 @@ use super::{
 /// Default prefix of stream names and subjects.
 pub const DEFAULT_PREFIX: &str = "wharf";
 /// Default time a delivered record may stay unacknowledged before JetStream redelivers it.
-/// Long on purpose: records of a reader that died come again when its replacement opens the
-/// consumer (see "Redelivery"); this timeout only catches a reader that hangs while alive.
-pub const DEFAULT_ACK_WAIT_MS: u64 = 120_000;
+/// Records of a reader that died come again sooner, when its replacement opens the
+/// consumer (see "Redelivery"); this timeout catches a reader that hangs while alive and
+/// deliveries or acks that a killed nats-server lost (2.9 loses consumer acks on SIGKILL,
+/// which otherwise stalls a consumer at `max_ack_pending` for the whole wait). A sink whose
+/// put and flush of one batch take longer than this sees that batch again (at least once).
+pub const DEFAULT_ACK_WAIT_MS: u64 = 20_000;
 /// Default timeout of one JetStream API request (publish ack, create, double ack).
 pub const DEFAULT_REQUEST_TIMEOUT_MS: u64 = 5_000;
 /// Longest wait on one topic before trying the next, for readers of several topics.
