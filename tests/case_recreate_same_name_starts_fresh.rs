@@ -14,6 +14,8 @@
 mod control_plane_common;
 mod harness;
 
+use harness::lines::sink_numbers;
+
 use std::io::Write;
 use std::path::Path;
 
@@ -30,18 +32,6 @@ fn write_lines(path: &Path) {
         writeln!(f, "{}", json!({ "n": n })).expect("write input");
     }
     f.sync_all().expect("sync input");
-}
-
-/// The `n` of every complete JSON line of a sink's file, in file order.
-fn sink_numbers(path: &Path) -> Vec<u64> {
-    let text = std::fs::read_to_string(path).unwrap_or_default();
-    text.split_inclusive('\n')
-        .filter(|l| l.ends_with('\n'))
-        .map(|l| {
-            let v: Value = serde_json::from_str(l.trim_end()).expect("sink line is JSON");
-            v["n"].as_u64().expect("n")
-        })
-        .collect()
 }
 
 fn source_config(input: &Path) -> Value {

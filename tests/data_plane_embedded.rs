@@ -9,6 +9,8 @@
 mod control_plane_common;
 mod harness;
 
+use harness::lines::{append_lines, first_arrivals, sink_numbers};
+
 use std::io::Write;
 use std::path::Path;
 
@@ -22,40 +24,6 @@ const FIRST_LINES: u64 = 1_000;
 const FLOWING_LINES: u64 = 20_000;
 /// Lines appended while the executor is down.
 const MORE_LINES: u64 = 500;
-
-fn append_lines(path: &Path, range: std::ops::Range<u64>) {
-    let mut f = std::fs::OpenOptions::new()
-        .create(true)
-        .append(true)
-        .open(path)
-        .expect("open input");
-    for n in range {
-        writeln!(f, "{}", json!({ "n": n })).expect("write input");
-    }
-    f.sync_all().expect("sync input");
-}
-
-/// The `n` of every complete JSON line of the sink's file, in file order.
-fn sink_numbers(path: &Path) -> Vec<u64> {
-    let text = std::fs::read_to_string(path).unwrap_or_default();
-    text.split_inclusive('\n')
-        .filter(|l| l.ends_with('\n'))
-        .map(|l| {
-            let v: Value = serde_json::from_str(l.trim_end()).expect("sink line is JSON");
-            v["n"].as_u64().expect("n")
-        })
-        .collect()
-}
-
-/// Order of first arrival, with repeats removed.
-fn first_arrivals(numbers: &[u64]) -> Vec<u64> {
-    let mut seen = std::collections::BTreeSet::new();
-    numbers
-        .iter()
-        .copied()
-        .filter(|n| seen.insert(*n))
-        .collect()
-}
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn file_lines_reach_the_file_sink_once_in_order_and_at_least_once_across_kill_9() {

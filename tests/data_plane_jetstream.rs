@@ -11,13 +11,14 @@
 mod control_plane_common;
 mod harness;
 
-use std::io::Write;
+use harness::lines::{append_lines, first_arrivals, sink_numbers};
+
 use std::path::Path;
 use std::time::Duration;
 
 use control_plane_common::{CONVERGE, TEST_HEARTBEAT_INTERVAL_MS, TEST_LEASE_MS, TestCluster};
 use harness::{KeepOnFailure, Proc, wait_until};
-use serde_json::{Value, json};
+use serde_json::json;
 
 /// Lines written before the pipeline starts.
 const FIRST_LINES: u64 = 2_000;
@@ -33,40 +34,6 @@ fn free_port() -> u16 {
         .and_then(|l| l.local_addr())
         .expect("free port")
         .port()
-}
-
-fn append_lines(path: &Path, range: std::ops::Range<u64>) {
-    let mut f = std::fs::OpenOptions::new()
-        .create(true)
-        .append(true)
-        .open(path)
-        .expect("open input");
-    for n in range {
-        writeln!(f, "{}", json!({ "n": n })).expect("write input");
-    }
-    f.sync_all().expect("sync input");
-}
-
-/// The `n` of every complete JSON line of the sink's file, in file order.
-fn sink_numbers(path: &Path) -> Vec<u64> {
-    let text = std::fs::read_to_string(path).unwrap_or_default();
-    text.split_inclusive('\n')
-        .filter(|l| l.ends_with('\n'))
-        .map(|l| {
-            let v: Value = serde_json::from_str(l.trim_end()).expect("sink line is JSON");
-            v["n"].as_u64().expect("n")
-        })
-        .collect()
-}
-
-/// Order of first arrival, with repeats removed.
-fn first_arrivals(numbers: &[u64]) -> Vec<u64> {
-    let mut seen = std::collections::BTreeSet::new();
-    numbers
-        .iter()
-        .copied()
-        .filter(|n| seen.insert(*n))
-        .collect()
 }
 
 /// How many times the test's nats-server said it was ready (its log is appended to).

@@ -9,6 +9,7 @@
 #![allow(dead_code)] // each test binary uses a different part of the harness
 
 pub mod lifecycle;
+pub mod lines;
 
 use std::future::Future;
 use std::path::{Path, PathBuf};
