@@ -7,7 +7,8 @@
 //!
 //! Points:
 //! - `before_fanout`: a deletion is recorded and no cleanup stop has been sent yet;
-//! - `mid_fanout`: one task's cleanup step was recorded DONE and another is not final;
+//! - `mid_fanout`: one task's stop(true) completed while another task's is still in flight
+//!   (nothing of the fan-out is recorded yet: the restarted control plane sends both again);
 //! - `before_final_removal`: every step is final, the one write that removes the
 //!   connector has not happened.
 

@@ -7,7 +7,8 @@
 //!    settings) into a deletion record and marks the connector deleting, in one store
 //!    write, before it answers. The herder no longer touches the connector.
 //! 2. This loop reads every pending deletion from the store (so it resumes after a restart)
-//!    and works through its steps, tasks first, then the connector instance:
+//!    and advances each in its own task, in rounds: every due task step at once (one
+//!    parallel fan-out), then the connector instance:
 //!    - if the instance runs on its host and that host holds a lease at the recorded
 //!      epoch: `StopTask`/`StopConnector(connector_deleted = true)` at the recorded
 //!      generation, bounded by `cleanup.timeout.ms`;
@@ -19,7 +20,10 @@
 //!      or the control plane restarted) is stopped again at its own generation before
 //!      any new one is started.
 //!
-//!    Each outcome is written to the deletion record (state, executor, attempts, error).
+//!    Outcomes are written to the deletion record (state, executor, attempts, error) once
+//!    per round that leaves something unfinished; a round where every stop completed
+//!    goes on to the next one without a write, and the last one ends in the removal
+//!    below. A stop still running after 250 ms is recorded RUNNING where it was sent.
 //! 3. When every step is DONE or SKIPPED, the deletion record, the connector, its task
 //!    configs, status and offsets are removed in one write, conditional on the deletion's
 //!    revision.
@@ -53,7 +57,7 @@
 //!   executor's lease expires (the call is then abandoned: the host is fenced), at most
 //!   until the call's deadline, `max(cleanup.timeout.ms, 15 s) + 5 s`.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, HashMap};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -87,29 +91,46 @@ fn wait_backoff_ms(waits: u32) -> i64 {
 }
 
 /// Runs the finalizer until `cancel` fires.
+///
+/// Each pending deletion advances in its own task, so a deletion held up by a frozen
+/// executor or a slow cleanup holds up no other, and a new deletion starts at once rather
+/// than after the slowest one of a pass.
 pub async fn run_finalizer(cluster: Arc<Cluster>, cancel: CancellationToken) {
+    let mut running: HashMap<String, tokio::task::JoinHandle<()>> = HashMap::new();
     loop {
-        if let Err(e) = finalizer_pass(&cluster).await {
-            warn!(error = %e, "finalizer pass failed; retrying");
+        running.retain(|_, h| !h.is_finished());
+        match cluster.store.deletions() {
+            Ok(deletions) => {
+                for d in deletions {
+                    if running.contains_key(&d.name) {
+                        continue;
+                    }
+                    let c = cluster.clone();
+                    let name = d.name.clone();
+                    let handle = tokio::spawn(async move {
+                        match advance(&c, &name).await {
+                            // It wrote while this pass skipped it: look again now.
+                            Ok(true) => c.finalizer_wake.notify_one(),
+                            Ok(false) => {}
+                            Err(e) => {
+                                warn!(connector = %name, error = %e, "deletion step failed; retrying");
+                            }
+                        }
+                    });
+                    running.insert(d.name, handle);
+                }
+            }
+            Err(e) => warn!(error = %e, "finalizer pass failed; retrying"),
         }
         tokio::select! {
-            () = cancel.cancelled() => return,
+            () = cancel.cancelled() => break,
             () = cluster.finalizer_wake.notified() => {}
             () = tokio::time::sleep(Duration::from_millis(RECONCILE_INTERVAL_MS)) => {}
         }
     }
-}
-
-async fn finalizer_pass(cluster: &Cluster) -> Result<(), HerderError> {
-    // Deletions are independent; one stuck on a frozen executor does not hold up others.
-    let deletions = cluster.store.deletions()?;
-    let passes = deletions.iter().map(|d| async move {
-        if let Err(e) = advance(cluster, &d.name).await {
-            warn!(connector = %d.name, error = %e, "deletion step failed; retrying");
-        }
-    });
-    futures::future::join_all(passes).await;
-    Ok(())
+    for (_, h) in running {
+        h.abort();
+    }
 }
 
 /// Finishes the deletion if complete: one conditional write removes everything.
@@ -145,47 +166,85 @@ fn save(cluster: &Cluster, d: &mut DeletionRecord) -> Result<bool, HerderError> 
     Ok(false)
 }
 
-/// Makes progress on one deletion: every ready task step, or the connector step once all
-/// task steps are final.
-#[tracing::instrument(skip(cluster), level = "debug")]
-async fn advance(cluster: &Cluster, name: &str) -> Result<(), HerderError> {
-    let Some(mut d) = cluster.store.deletion(name)? else {
-        return Ok(());
-    };
-    if finish_if_complete(cluster, &d)? {
-        return Ok(());
-    }
-    let live = cluster.live_executors()?;
+/// How long a round's stops may run before their steps are recorded RUNNING (with the
+/// executor they were sent to), in milliseconds. A fast round records only its outcomes
+/// (one write); a slow cleanup shows up in the status as RUNNING while it runs.
+const RUNNING_MARK_AFTER_MS: u64 = 250;
+
+/// Indexes of the steps to run now: every due task step, or the connector step once all
+/// task steps are final (tasks are cleaned before the connector instance).
+fn ready_steps(d: &DeletionRecord) -> Vec<usize> {
     let tasks_final = d
         .steps
         .iter()
         .filter(|s| s.task.is_some())
         .all(|s| s.state.is_final());
-    let ready: Vec<usize> = d
-        .steps
+    let now = now_ms();
+    d.steps
         .iter()
         .enumerate()
         .filter(|(_, s)| {
-            !s.state.is_final()
-                && s.next_attempt_ms <= now_ms()
-                && (s.task.is_some() || tasks_final)
+            !s.state.is_final() && s.next_attempt_ms <= now && (s.task.is_some() || tasks_final)
         })
         .map(|(i, _)| i)
-        .collect();
-    if !ready.is_empty()
-        && d.steps
+        .collect()
+}
+
+/// Makes progress on one deletion, in rounds: all due task steps at once (one parallel
+/// fan-out of stops), then the connector step once every task step is final.
+///
+/// Writes: a round whose steps all complete writes nothing; its outcomes go into the next
+/// write (the last round's into `finish_deletion`, which removes everything). So a
+/// deletion whose stops all succeed on their hosts costs the store two commits
+/// (`start_deletion`, `finish_deletion`) and two round trips (the task fan-out and the
+/// connector stop). A stop sent again after a control-plane crash is safe: executors
+/// record each stop per (instance, generation) and replay its outcome. A re-hosted
+/// cleanup's generation is written before its instance is started, so that a crash never
+/// leaves a cleanup-only instance the record does not know.
+///
+/// Returns true when it wrote to the store (something may be due again at once).
+#[tracing::instrument(skip(cluster), level = "debug")]
+async fn advance(cluster: &Cluster, name: &str) -> Result<bool, HerderError> {
+    let Some(mut d) = cluster.store.deletion(name)? else {
+        return Ok(false);
+    };
+    if finish_if_complete(cluster, &d)? {
+        return Ok(true);
+    }
+    let live = cluster.live_executors()?;
+    let mut dirty = false;
+    loop {
+        let ready = ready_steps(&d);
+        if ready.is_empty() {
+            break;
+        }
+        if d.steps
             .iter()
             .all(|s| s.state == CleanupState::Pending && s.attempts == 0)
-    {
-        super::fault::crash_point("before_fanout");
-    }
-    for idx in ready {
-        if !run_step(cluster, &mut d, idx, &live).await? {
-            return Ok(()); // changed underneath: next pass reloads
+        {
+            super::fault::crash_point("before_fanout");
+        }
+        let Some(outcomes) = run_round(cluster, &mut d, &ready, &live).await? else {
+            return Ok(true); // changed underneath: the next pass reloads
+        };
+        let all_done = outcomes
+            .iter()
+            .all(|(_, a)| matches!(a, Attempt::Done { .. }));
+        for (idx, attempt) in outcomes {
+            record_outcome(&mut d, idx, attempt);
+        }
+        dirty = true;
+        if !all_done {
+            break; // something waits or failed: record it now
         }
     }
-    finish_if_complete(cluster, &d)?;
-    Ok(())
+    if finish_if_complete(cluster, &d)? {
+        return Ok(true);
+    }
+    if dirty {
+        save(cluster, &mut d)?;
+    }
+    Ok(dirty)
 }
 
 /// Where an attempt ended.
@@ -212,40 +271,53 @@ fn host_of(d: &DeletionRecord, task: Option<u32>) -> Instance {
     }
 }
 
-async fn run_step(
+/// The first call of a step in a round.
+enum Plan {
+    /// Stop the instance where the record says it runs, at its recorded generation.
+    Stop {
+        exec: ExecutorRecord,
+        generation: u64,
+        /// False for a cleanup-only instance already recorded RUNNING (nothing to mark).
+        mark_running: bool,
+    },
+    /// No call: the outcome is known.
+    Outcome(Attempt),
+}
+
+fn plan_step(
     cluster: &Cluster,
-    d: &mut DeletionRecord,
+    d: &DeletionRecord,
     idx: usize,
     live: &BTreeMap<String, ExecutorRecord>,
-) -> Result<bool, HerderError> {
-    let step = d.steps[idx].clone();
+) -> Plan {
+    let step = &d.steps[idx];
     let host = host_of(d, step.task);
+    let flag = d.cleanup;
+    // A cleanup-only instance started by an earlier attempt (or before a control-plane
+    // restart) whose stop was not confirmed: stop that one rather than start another.
+    if let Some(exec) = live
+        .get(&step.executor)
+        .filter(|_| step.rehosted && step.state == CleanupState::Running && flag)
+    {
+        return Plan::Stop {
+            exec: exec.clone(),
+            generation: step.generation,
+            mark_running: false,
+        };
+    }
     let host_live = host
         .executor
         .as_ref()
         .and_then(|e| live.get(e))
         .filter(|e| e.epoch == host.epoch);
-    let flag = d.cleanup;
-
-    let original = host_live
-        .filter(|_| !step.rehosted && host.state.has_live_instance())
-        .cloned();
-    // A cleanup-only instance started by an earlier attempt (or before a control-plane
-    // restart) whose stop was not confirmed: stop that one rather than start another.
-    let inflight = live
-        .get(&step.executor)
-        .filter(|_| step.rehosted && step.state == CleanupState::Running && flag)
-        .cloned();
-    let attempt = if let Some(exec) = inflight {
-        stop(cluster, d, step.task, &exec, step.generation, flag).await
-    } else if let Some(exec) = original {
-        d.steps[idx].state = CleanupState::Running;
-        d.steps[idx].executor = exec.id.clone();
-        if !save(cluster, d)? {
-            return Ok(false);
-        }
-        stop(cluster, d, step.task, &exec, host.generation, flag).await
-    } else if !step.rehosted
+    if let Some(exec) = host_live.filter(|_| !step.rehosted && host.state.has_live_instance()) {
+        return Plan::Stop {
+            exec: exec.clone(),
+            generation: host.generation,
+            mark_running: true,
+        };
+    }
+    if !step.rehosted
         && host.state.has_live_instance()
         && host.executor.as_ref().is_some_and(|e| {
             // Its lease ran out but the herder has not recorded it lost yet: wait for
@@ -259,76 +331,196 @@ async fn run_step(
                     .is_some_and(|r| !r.lost && r.epoch == host.epoch)
         })
     {
-        Attempt::Wait {
+        return Plan::Outcome(Attempt::Wait {
             error: "host executor not reachable yet".into(),
-        }
-    } else if !flag {
-        // Keeping resources and nothing runs: nothing to stop.
-        Attempt::Done {
-            executor: String::new(),
-        }
+        });
+    }
+    if flag {
+        Plan::Outcome(Attempt::Rehost)
     } else {
-        Attempt::Rehost
-    };
+        // Keeping resources and nothing runs: nothing to stop.
+        Plan::Outcome(Attempt::Done {
+            executor: String::new(),
+        })
+    }
+}
 
-    let attempt = match attempt {
-        Attempt::Rehost if flag => {
-            // A fresh cleanup-only instance on a live executor with the plugin, preferring
-            // the last host (local state such as a SQLite file lives there).
-            let preferred = host.executor.as_ref().and_then(|e| live.get(e));
-            let exec = preferred
-                .filter(|e| e.has_plugin(&d.sealed.plugin))
-                .or_else(|| live.values().find(|e| e.has_plugin(&d.sealed.plugin)))
-                .cloned();
-            match exec {
-                None => Attempt::Wait {
-                    error: format!("no live executor offers plugin {}", d.sealed.plugin),
-                },
-                Some(exec) => {
-                    let generation = d.next_generation;
-                    d.next_generation += 1;
-                    let s = &mut d.steps[idx];
-                    s.state = CleanupState::Running;
-                    s.executor = exec.id.clone();
-                    s.generation = generation;
-                    s.rehosted = true;
-                    if !save(cluster, d)? {
-                        return Ok(false);
-                    }
-                    match start_cleanup_only(cluster, d, step.task, &exec, generation).await {
-                        // Unreachable, or between epochs: try again without counting.
-                        Err(
-                            e @ (CallError::Unreachable { .. }
-                            | CallError::Refused {
-                                code: tonic::Code::FailedPrecondition,
-                                ..
-                            }),
-                        ) => Attempt::Wait {
-                            error: e.to_string(),
-                        },
-                        Err(e) => Attempt::Failed {
-                            executor: exec.id.clone(),
-                            error: e.to_string(),
-                        },
-                        Ok(()) => {
-                            match stop(cluster, d, step.task, &exec, generation, true).await {
-                                Attempt::Rehost => Attempt::Failed {
-                                    executor: exec.id.clone(),
-                                    error: "cleanup-only instance was not found at stop".into(),
-                                },
-                                other => other,
-                            }
-                        }
+/// Runs one round: the planned stops in parallel, then, for the instances that are not
+/// where the record says, fresh cleanup-only instances (their generations written first).
+/// Returns each ready step's outcome, or None when the record changed underneath.
+async fn run_round(
+    cluster: &Cluster,
+    d: &mut DeletionRecord,
+    ready: &[usize],
+    live: &BTreeMap<String, ExecutorRecord>,
+) -> Result<Option<Vec<(usize, Attempt)>>, HerderError> {
+    let flag = d.cleanup;
+    let mut outcomes: Vec<(usize, Attempt)> = Vec::with_capacity(ready.len());
+    let mut stops = Vec::new();
+    for &idx in ready {
+        match plan_step(cluster, d, idx, live) {
+            Plan::Stop {
+                exec,
+                generation,
+                mark_running,
+            } => stops.push((idx, exec, generation, mark_running)),
+            Plan::Outcome(a) => outcomes.push((idx, a)),
+        }
+    }
+
+    if !stops.is_empty() {
+        // The stops read a snapshot: the record itself may be rewritten meanwhile.
+        let snapshot = d.clone();
+        let record = &snapshot;
+        let fan_out = stops.iter().map(|(idx, exec, generation, _)| async move {
+            let task = record.steps[*idx].task;
+            (
+                *idx,
+                stop(cluster, record, task, exec, *generation, flag).await,
+            )
+        });
+        let mut fan_out = std::pin::pin!(tasks_first_done(fan_out, record));
+        let slow = tokio::time::sleep(Duration::from_millis(RUNNING_MARK_AFTER_MS));
+        let results = tokio::select! {
+            r = &mut fan_out => r,
+            () = slow => {
+                // Still running: make the steps visible as RUNNING where they were sent.
+                let mut marked = d.clone();
+                for (idx, exec, _, mark) in &stops {
+                    if *mark {
+                        marked.steps[*idx].state = CleanupState::Running;
+                        marked.steps[*idx].executor = exec.id.clone();
                     }
                 }
+                if save(cluster, &mut marked)? {
+                    *d = marked;
+                }
+                fan_out.await
+            }
+        };
+        outcomes.extend(results);
+    }
+
+    // Instances that are not where the record says: start cleanup-only ones, on a live
+    // executor with the plugin, preferring the last host (local state such as a SQLite
+    // file lives there).
+    let mut starts = Vec::new();
+    for (idx, attempt) in &mut outcomes {
+        if !flag || !matches!(attempt, Attempt::Rehost) {
+            continue;
+        }
+        let host = host_of(d, d.steps[*idx].task);
+        let preferred = host.executor.as_ref().and_then(|e| live.get(e));
+        let exec = preferred
+            .filter(|e| e.has_plugin(&d.sealed.plugin))
+            .or_else(|| live.values().find(|e| e.has_plugin(&d.sealed.plugin)))
+            .cloned();
+        let Some(exec) = exec else {
+            *attempt = Attempt::Wait {
+                error: format!("no live executor offers plugin {}", d.sealed.plugin),
+            };
+            continue;
+        };
+        let generation = d.next_generation;
+        d.next_generation += 1;
+        let s = &mut d.steps[*idx];
+        s.state = CleanupState::Running;
+        s.executor = exec.id.clone();
+        s.generation = generation;
+        s.rehosted = true;
+        starts.push((*idx, exec, generation));
+    }
+    if !starts.is_empty() {
+        if !save(cluster, d)? {
+            return Ok(None);
+        }
+        let record: &DeletionRecord = d;
+        let rehosted = starts.iter().map(|(idx, exec, generation)| async move {
+            let task = record.steps[*idx].task;
+            (
+                *idx,
+                start_then_stop(cluster, record, task, exec, *generation).await,
+            )
+        });
+        for (idx, attempt) in futures::future::join_all(rehosted).await {
+            if let Some(slot) = outcomes.iter_mut().find(|(i, _)| *i == idx) {
+                slot.1 = attempt;
             }
         }
-        Attempt::Rehost => Attempt::Done {
-            executor: String::new(),
-        },
-        other => other,
-    };
+    }
+    Ok(Some(outcomes))
+}
 
+/// Awaits every stop of a round; the `mid_fanout` crash point fires when a task's stop
+/// completed while another task's is still in flight.
+async fn tasks_first_done<F>(
+    stops: impl Iterator<Item = F>,
+    d: &DeletionRecord,
+) -> Vec<(usize, Attempt)>
+where
+    F: std::future::Future<Output = (usize, Attempt)>,
+{
+    use futures::StreamExt;
+    let mut pending: futures::stream::FuturesUnordered<F> = stops.collect();
+    let mut out = Vec::with_capacity(pending.len());
+    while let Some((idx, attempt)) = pending.next().await {
+        if !pending.is_empty()
+            && d.steps[idx].task.is_some()
+            && matches!(attempt, Attempt::Done { .. })
+        {
+            super::fault::crash_point("mid_fanout");
+        }
+        out.push((idx, attempt));
+    }
+    out
+}
+
+/// Starts a cleanup-only instance at `generation` on `exec`, then stops it with `true`.
+async fn start_then_stop(
+    cluster: &Cluster,
+    d: &DeletionRecord,
+    task: Option<u32>,
+    exec: &ExecutorRecord,
+    generation: u64,
+) -> Attempt {
+    // A frozen executor would hold the start until the call's deadline; once its lease is
+    // gone it is fenced, so stop waiting for it (as for stops).
+    let started = tokio::select! {
+        r = start_cleanup_only(cluster, d, task, exec, generation) => r,
+        () = lease_lost(cluster, exec) => Err(CallError::Unreachable {
+            address: exec.address.clone(),
+            message: "lease expired while the cleanup-only start was pending; call abandoned".into(),
+        }),
+    };
+    match started {
+        // Unreachable, or between epochs: try again without counting.
+        Err(
+            e @ (CallError::Unreachable { .. }
+            | CallError::Refused {
+                code: tonic::Code::FailedPrecondition,
+                ..
+            }),
+        ) => Attempt::Wait {
+            error: e.to_string(),
+        },
+        Err(e) => Attempt::Failed {
+            executor: exec.id.clone(),
+            error: e.to_string(),
+        },
+        Ok(()) => match stop(cluster, d, task, exec, generation, true).await {
+            Attempt::Rehost => Attempt::Failed {
+                executor: exec.id.clone(),
+                error: "cleanup-only instance was not found at stop".into(),
+            },
+            other => other,
+        },
+    }
+}
+
+/// Applies one attempt's outcome to its step (state, attempts, error, backoff) and emits
+/// the step's tracing event.
+fn record_outcome(d: &mut DeletionRecord, idx: usize, attempt: Attempt) {
+    let flag = d.cleanup;
     let max = d.sealed.cleanup_max_attempts;
     let gives_up = d.sealed.gives_up;
     let s = &mut d.steps[idx];
@@ -391,8 +583,8 @@ async fn run_step(
             if s.state != CleanupState::Running {
                 s.state = CleanupState::Pending;
             }
-            // Waiting retries back off like failed attempts (they used to run every pass
-            // and log twice each); the waiting state is logged at INFO once per change.
+            // Waiting retries back off like failed attempts; the waiting state is logged
+            // at INFO once per change.
             let changed = s.waits == 0 || s.last_error != error;
             s.waits = s.waits.saturating_add(1);
             s.last_error = error;
@@ -409,16 +601,6 @@ async fn run_step(
             }
         }
     }
-    let saved = save(cluster, d)?;
-    if saved
-        && d.steps
-            .iter()
-            .any(|s| s.task.is_some() && s.state == CleanupState::Done)
-        && d.steps.iter().any(|s| !s.state.is_final())
-    {
-        super::fault::crash_point("mid_fanout");
-    }
-    Ok(saved)
 }
 
 async fn start_cleanup_only(
