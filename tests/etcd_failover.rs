@@ -2,6 +2,8 @@
 //! created through it runs on a real executor; the leader is killed (kill -9) in the
 //! middle of a deletion; the other replica takes over and completes the deletion, and
 //! the lifecycle file shows exactly one stop(true) per task and for the connector.
+//! The executor is given both replicas' URLs, the leader's first: it must move to the
+//! survivor on its own for the new leader to see it alive and finish the cleanup.
 //!
 //! Needs the `etcd` binary (Debian `etcd-server`, see scripts/setup-services) and
 //! grpcurl. Build first: `cargo build -p wharf-control-plane -p wharf-executor`, then
@@ -89,29 +91,41 @@ async fn the_surviving_replica_takes_over_and_completes_a_pending_deletion() {
     let mut b = replica(dir.path(), "cp-b", &etcd.endpoint, &key);
     let b_addr = b.listen_addr().await;
 
-    // The executor talks to the follower, which forwards registry calls to the leader.
-    let ed = dir.path().join("exec-1");
-    let mut exec = Proc::spawn(
-        harness::bin("wharf-executor"),
-        vec![
-            "--listen".into(),
-            "127.0.0.2:0".into(),
-            "--control-plane".into(),
-            format!("http://{b_addr}"),
-            "--data-dir".into(),
-            ed.display().to_string(),
-            "--executor-id".into(),
-            "exec-1".into(),
-        ],
-        &ed,
+    // exec-1 knows both replicas and talks to the first (the leader) until it stops
+    // answering; exec-2 knows only the follower, which forwards its registry calls to
+    // the leader.
+    let executor = |id: &str, ip: &str, urls: String| {
+        let ed = dir.path().join(id);
+        Proc::spawn(
+            harness::bin("wharf-executor"),
+            vec![
+                "--listen".into(),
+                format!("{ip}:0"),
+                "--control-plane".into(),
+                urls,
+                "--data-dir".into(),
+                ed.display().to_string(),
+                "--executor-id".into(),
+                id.into(),
+            ],
+            &ed,
+        )
+    };
+    let mut exec = executor(
+        "exec-1",
+        "127.0.0.2",
+        format!("http://{a_addr},http://{b_addr}"),
     );
+    let mut exec2 = executor("exec-2", "127.0.0.3", format!("http://{b_addr}"));
     exec.listen_addr().await;
+    exec2.listen_addr().await;
     wait_until(
-        "the executor to be alive on the leader",
+        "both executors to be alive on the leader",
         CONVERGE,
         || async {
             let r = admin(&a_addr, "ListExecutors", json!({}));
-            (r.body["executors"][0]["state"] == "EXECUTOR_STATE_ALIVE").then_some(())
+            let es = r.body["executors"].as_array().cloned().unwrap_or_default();
+            (es.len() == 2 && es.iter().all(|e| e["state"] == "EXECUTOR_STATE_ALIVE")).then_some(())
         },
     )
     .await;
@@ -196,6 +210,12 @@ async fn the_surviving_replica_takes_over_and_completes_a_pending_deletion() {
         },
     )
     .await;
+
+    assert!(
+        exec.log().contains("trying the next control-plane URL"),
+        "the executor moved to the surviving replica: {}",
+        exec.log()
+    );
 
     let lc = Lifecycle::read(&lifecycle);
     for unit in [Some(0), Some(1), None] {

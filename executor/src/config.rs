@@ -31,9 +31,10 @@ pub struct Cli {
     /// bound address is written to <data-dir>/listen.addr). Required (flag, env or file).
     #[arg(long, env = "WHARF_LISTEN", value_name = "IP:PORT")]
     pub listen: Option<SocketAddr>,
-    /// URL of the control plane's ExecutorRegistry, for example http://127.0.0.1:7000.
-    /// Required (flag, env or file).
-    #[arg(long, env = "WHARF_CONTROL_PLANE", value_name = "URL")]
+    /// URL of the control plane's ExecutorRegistry, for example http://127.0.0.1:7000;
+    /// with replicas on etcd, several URLs separated by commas (tried in turn when one is
+    /// unreachable). Required (flag, env or file).
+    #[arg(long, env = "WHARF_CONTROL_PLANE", value_name = "URL[,URL...]")]
     pub control_plane: Option<String>,
     /// Directory for executor.id, listen.addr and the embedded record log. Created if
     /// missing. Required (flag, env or file).
@@ -192,13 +193,16 @@ impl Cli {
                 env: "WHARF_CONTROL_PLANE",
                 key: "control_plane",
             })?;
-        if !(control_plane.starts_with("http://") || control_plane.starts_with("https://")) {
-            return Err(ConfigError::Invalid {
-                field: "--control-plane",
-                reason: format!(
-                    "{control_plane:?} is not a URL; write it like http://127.0.0.1:7000"
-                ),
-            });
+        let urls: Vec<&str> = control_plane.split(',').map(str::trim).collect();
+        for url in &urls {
+            if !(url.starts_with("http://") || url.starts_with("https://")) {
+                return Err(ConfigError::Invalid {
+                    field: "--control-plane",
+                    reason: format!(
+                        "{url:?} is not a URL; write it like http://127.0.0.1:7000 (several: separated by commas)"
+                    ),
+                });
+            }
         }
         let data_dir = data_dir.or(file_data_dir).ok_or(ConfigError::Missing {
             flag: "--data-dir",
@@ -342,6 +346,41 @@ mod tests {
                 .iter()
                 .any(|n| n.starts_with("test-")),
             "the flag must win over the file"
+        );
+    }
+
+    #[test]
+    fn several_control_plane_urls_are_accepted_and_a_bad_one_is_named() {
+        let args = |urls: &'static str| {
+            [
+                "wharf-executor",
+                "--listen",
+                "127.0.0.2:7070",
+                "--control-plane",
+                urls,
+                "--data-dir",
+                "/tmp/e",
+            ]
+        };
+        let ok = Cli::try_parse_from(args("http://10.0.0.1:7000, http://10.0.0.2:7000"))
+            .expect("parses")
+            .build()
+            .expect("a list of URLs builds");
+        assert_eq!(
+            ok.control_plane,
+            "http://10.0.0.1:7000, http://10.0.0.2:7000"
+        );
+
+        let Err(err) = Cli::try_parse_from(args("http://10.0.0.1:7000,10.0.0.2:7000"))
+            .expect("parses")
+            .build()
+        else {
+            panic!("an entry without a scheme is refused");
+        };
+        let text = err.to_string();
+        assert!(
+            text.contains("--control-plane") && text.contains("\"10.0.0.2:7000\""),
+            "{text}"
         );
     }
 }

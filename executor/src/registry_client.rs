@@ -63,7 +63,11 @@ enum Report {
 
 /// Registry client shared by the host and the background loops.
 pub struct Registry {
-    client: ExecutorRegistryClient<Channel>,
+    /// One client per control-plane URL, in the order given: replicas behind one etcd
+    /// (every replica serves or forwards registry calls to the leader).
+    clients: Vec<(String, ExecutorRegistryClient<Channel>)>,
+    /// Index into `clients` of the replica in use; moves on when it is unreachable.
+    current: AtomicUsize,
     executor_id: String,
     advertised: String,
     plugins: Vec<pb::PluginInfo>,
@@ -77,26 +81,43 @@ pub struct Registry {
 }
 
 impl Registry {
-    /// A client of the control plane at `url` (connected lazily).
+    /// A client of the control plane at `urls`: one URL, or several separated by commas
+    /// (replicas of one control plane on etcd). Calls go to one replica at a time; when
+    /// it is unreachable (UNAVAILABLE, or no answer in time) the next call goes to the
+    /// next URL, round the list. Connections are made lazily.
     ///
     /// # Errors
-    /// [`RegistryError::InvalidUrl`].
+    /// [`RegistryError::InvalidUrl`] for an entry that does not parse, or an empty list.
     pub fn new(
-        url: &str,
+        urls: &str,
         executor_id: String,
         advertised: String,
         plugins: Vec<pb::PluginInfo>,
     ) -> Result<Self, RegistryError> {
-        let endpoint = Endpoint::from_shared(url.to_owned())
-            .map_err(|e| RegistryError::InvalidUrl {
-                url: url.to_owned(),
-                reason: e.to_string(),
-            })?
-            .connect_timeout(Duration::from_millis(REGISTRY_CONNECT_TIMEOUT_MS))
-            .timeout(Duration::from_millis(REGISTRY_RPC_TIMEOUT_MS));
+        let mut clients = Vec::new();
+        for url in urls.split(',').map(str::trim).filter(|u| !u.is_empty()) {
+            let endpoint = Endpoint::from_shared(url.to_owned())
+                .map_err(|e| RegistryError::InvalidUrl {
+                    url: url.to_owned(),
+                    reason: e.to_string(),
+                })?
+                .connect_timeout(Duration::from_millis(REGISTRY_CONNECT_TIMEOUT_MS))
+                .timeout(Duration::from_millis(REGISTRY_RPC_TIMEOUT_MS));
+            clients.push((
+                url.to_owned(),
+                ExecutorRegistryClient::new(endpoint.connect_lazy()),
+            ));
+        }
+        if clients.is_empty() {
+            return Err(RegistryError::InvalidUrl {
+                url: urls.to_owned(),
+                reason: "no URL given".into(),
+            });
+        }
         let (tx, rx) = mpsc::unbounded_channel();
         Ok(Self {
-            client: ExecutorRegistryClient::new(endpoint.connect_lazy()),
+            clients,
+            current: AtomicUsize::new(0),
             executor_id,
             advertised,
             plugins,
@@ -173,9 +194,11 @@ impl Registry {
             generation,
             offsets,
         };
-        match self.client.clone().commit_offsets(req).await {
+        let (used, mut client) = self.client();
+        match client.commit_offsets(req).await {
             Ok(_) => Ok(()),
             Err(status) => {
+                self.note_failure(used, &status);
                 if status.code() == tonic::Code::FailedPrecondition {
                     self.beat_now.notify_one();
                 }
@@ -202,7 +225,9 @@ impl Registry {
                 connector: connector.clone(),
                 generation,
             };
-            if let Err(e) = me.client.clone().request_task_reconfiguration(req).await {
+            let (used, mut client) = me.client();
+            if let Err(e) = client.request_task_reconfiguration(req).await {
+                me.note_failure(used, &e);
                 tracing::warn!(connector = %connector, error = %e, "task reconfiguration request failed");
             }
         });
@@ -227,6 +252,34 @@ impl Registry {
         ]
     }
 
+    /// The client of the replica in use and its index.
+    fn client(&self) -> (usize, ExecutorRegistryClient<Channel>) {
+        let i = self.current.load(Ordering::SeqCst) % self.clients.len();
+        (i, self.clients[i].1.clone())
+    }
+
+    /// After a failed call on replica `used`: moves on to the next URL when that replica
+    /// did not answer (refusals such as FAILED_PRECONDITION are answers and stay put).
+    fn note_failure(&self, used: usize, status: &tonic::Status) {
+        let unreachable = matches!(
+            status.code(),
+            tonic::Code::Unavailable | tonic::Code::DeadlineExceeded | tonic::Code::Cancelled
+        );
+        if !unreachable || self.clients.len() < 2 {
+            return;
+        }
+        let next = (used + 1) % self.clients.len();
+        // Several calls fail together: only the first moves the index.
+        if self
+            .current
+            .compare_exchange(used, next, Ordering::SeqCst, Ordering::SeqCst)
+            .is_ok()
+        {
+            tracing::warn!(from = %self.clients[used].0, to = %self.clients[next].0, error = %status.message(),
+                "control plane unreachable; trying the next control-plane URL");
+        }
+    }
+
     /// Waits until every queued report was sent (or dropped), at most `within`.
     pub async fn drain_reports(&self, within: Duration) {
         let _ = tokio::time::timeout(within, async {
@@ -244,11 +297,12 @@ impl Registry {
             plugins: self.plugins.clone(),
             version: env!("CARGO_PKG_VERSION").to_owned(),
         };
-        self.client
-            .clone()
+        let (used, mut client) = self.client();
+        client
             .register_executor(req)
             .await
             .map(tonic::Response::into_inner)
+            .inspect_err(|e| self.note_failure(used, e))
     }
 
     async fn heartbeat_loop(
@@ -292,7 +346,8 @@ impl Registry {
                     executor_id: self.executor_id.clone(),
                     epoch: granted.epoch,
                 };
-                match self.client.clone().heartbeat(req).await {
+                let (used, mut client) = self.client();
+                match client.heartbeat(req).await {
                     Ok(_) => {}
                     Err(status) if status.code() == tonic::Code::FailedPrecondition => {
                         tracing::warn!(executor = %self.executor_id, epoch = granted.epoch, reason = %status.message(),
@@ -302,6 +357,7 @@ impl Registry {
                         break;
                     }
                     Err(status) => {
+                        self.note_failure(used, &status);
                         tracing::warn!(executor = %self.executor_id, error = %status,
                             "heartbeat failed; tasks keep running");
                     }
@@ -348,7 +404,12 @@ impl Registry {
                 }
             }
             let n = pending.len();
-            match self.client.clone().report_status(req).await {
+            let (used, mut client) = self.client();
+            let result = client.report_status(req).await;
+            if let Err(status) = &result {
+                self.note_failure(used, status);
+            }
+            match result {
                 Ok(_) => {}
                 Err(status)
                     if matches!(
