@@ -56,6 +56,10 @@
 //! - Order of first arrivals relies on a failed publish ending its connection's part of an
 //!   append. A publish refused on a live connection while later ones of the same append are
 //!   stored (a stream leader change in a cluster) can still put records behind later ones.
+//! - An unfinished rewind is remembered by the executor's log only. Another executor that
+//!   binds meanwhile creates the consumer from the start (duplicates); a connector deleted
+//!   and created again under its name before the rewind finished would start its sink at
+//!   the remembered sequence on this executor.
 //! - A reader of several topics waits on them in turns of [`MULTI_TOPIC_WAIT_SLICE_MS`].
 //! - An existing stream or consumer is used as it is (its replicas and start are not changed).
 
