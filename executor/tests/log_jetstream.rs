@@ -651,3 +651,109 @@ async fn nothing_acknowledged_is_lost_when_nats_server_is_killed_and_restarted()
     assert!(first <= acked_through);
     nats.kill_9().await;
 }
+
+/// Records one writer appends in this test, in appends of [`FLOW_APPEND`].
+const FLOW_RECORDS: u64 = 8_000;
+/// Records per append (and in flight at once) in the flowing test.
+const FLOW_APPEND: u64 = 500;
+/// Pause between retries of a failed append or fetch (pacing, not sequencing).
+const RETRY_PAUSE: Duration = Duration::from_millis(50);
+
+/// Appends `v0..v{FLOW_RECORDS}` in order, each append retried until acknowledged (as a
+/// source task does); returns how many appends failed.
+async fn write_all(log: JetStreamLog) -> u64 {
+    let mut failed = 0;
+    for start in (0..FLOW_RECORDS).step_by(FLOW_APPEND as usize) {
+        let batch = recs("v", start..(start + FLOW_APPEND).min(FLOW_RECORDS));
+        while log.append("t", batch.clone()).await.is_err() {
+            failed += 1;
+            tokio::time::sleep(RETRY_PAUSE).await;
+        }
+    }
+    failed
+}
+
+#[tokio::test]
+async fn first_arrivals_stay_in_order_across_kill_9_of_nats_server_while_records_flow() {
+    let mut nats = OwnedNats::start().await;
+    let opts = JetStreamOptions {
+        request_timeout_ms: 2_000,
+        limits: LogLimits {
+            max_append_in_flight_records: FLOW_APPEND as usize,
+            ..LogLimits::default()
+        },
+        ..options("wf")
+    };
+    // Writer and reader on their own connections, as on two executors.
+    let writer = JetStreamLog::connect(&nats.url(), opts.clone())
+        .await
+        .expect("connect writer");
+    let reader_log = JetStreamLog::connect(&nats.url(), opts)
+        .await
+        .expect("connect reader");
+    let mut reader = reader_log
+        .consumer("c", &topics(&["t"]), StartPosition::Earliest)
+        .await
+        .expect("consumer");
+    let writing = tokio::spawn(write_all(writer));
+    // The server is killed and restarted while the reader goes on calling.
+    let some_arrived = std::sync::Arc::new(tokio::sync::Notify::new());
+    let kill_signal = some_arrived.clone();
+    let killing = tokio::spawn(async move {
+        kill_signal.notified().await;
+        nats.kill_9().await;
+        nats.spawn().await;
+        nats
+    });
+
+    // Reads (and acknowledges) until every record arrived and the server is back.
+    let mut arrivals: Vec<u64> = Vec::new();
+    let mut seen = BTreeSet::new();
+    let mut failed_calls = 0u64;
+    let deadline = tokio::time::Instant::now() + DEADLINE;
+    while (seen.len() as u64) < FLOW_RECORDS || !killing.is_finished() {
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "{} of {FLOW_RECORDS} records arrived",
+            seen.len()
+        );
+        if seen.len() as u64 >= FLOW_RECORDS / 4 {
+            some_arrived.notify_one();
+        }
+        let batch = match reader.fetch(500, EMPTY_FETCH_WAIT).await {
+            Ok(batch) => batch,
+            Err(_) => {
+                failed_calls += 1;
+                tokio::time::sleep(RETRY_PAUSE).await;
+                continue;
+            }
+        };
+        let tokens: Vec<_> = batch.iter().map(|d| d.ack.clone()).collect();
+        for d in &batch {
+            let n: u64 = value(d)[1..].parse().expect("number");
+            arrivals.push(n);
+            seen.insert(n);
+        }
+        if reader.ack(&tokens).await.is_err() {
+            failed_calls += 1;
+        }
+    }
+    let mut nats = killing.await.expect("kill and restart");
+    let failed_appends = writing.await.expect("writer");
+    let mut first = BTreeSet::new();
+    let first_arrivals: Vec<u64> = arrivals
+        .iter()
+        .copied()
+        .filter(|n| first.insert(*n))
+        .collect();
+    eprintln!(
+        "{} arrivals for {FLOW_RECORDS} records; {failed_appends} appends and {failed_calls} reader calls failed",
+        arrivals.len()
+    );
+    assert_eq!(
+        first_arrivals,
+        (0..FLOW_RECORDS).collect::<Vec<_>>(),
+        "every record, first arrivals in order"
+    );
+    nats.kill_9().await;
+}
