@@ -1,5 +1,14 @@
 //! A hosted task: its plugin instance, its work loop (poll → append → commit for a source,
 //! fetch → put → flush → ack for a sink) and its one stop.
+//!
+//! The loops overlap their steps instead of waiting on one durable write at a time: a
+//! source polls its next batch while the last one is appended, and commits offsets in the
+//! background, coalesced (the latest per source partition wins); a sink fetches its next
+//! batch while `put` runs and flushes once per several batches. What they never reorder:
+//! an offset is committed only after the log acknowledged its record, and the log is
+//! acknowledged only after the sink's `flush` returned (at least once, DESIGN.md "Data
+//! plane"). A graceful stop drains both (bounded by [`STOP_DRAIN_TIMEOUT_MS`]), so it
+//! causes no duplicates.
 
 use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex, OnceLock};
@@ -869,4 +878,91 @@ fn by_topic(records: &[SourceRecord]) -> Vec<(String, Vec<LogRecord>)> {
         }
     }
     groups
+}
+
+#[cfg(test)]
+mod tests {
+    use serde_json::json;
+
+    use super::*;
+
+    fn record(partition: serde_json::Value, position: u64) -> SourceRecord {
+        SourceRecord {
+            topic: "t".into(),
+            key: None,
+            value: Vec::new(),
+            headers: Vec::new(),
+            timestamp_ms: None,
+            source_partition: partition,
+            source_offset: json!({ "position": position }),
+        }
+    }
+
+    #[test]
+    fn commits_keep_the_last_offset_of_each_partition() {
+        let mut commits = SourceCommits::new();
+        let (a, b) = (json!({ "file": "a" }), json!({ "file": "b" }));
+        commits.record(&[
+            record(a.clone(), 1),
+            record(b.clone(), 7),
+            record(a.clone(), 2),
+        ]);
+        commits.record(&[record(a.clone(), 3)]);
+        let expected = BTreeMap::from([
+            (a.to_string(), json!({ "position": 3 }).to_string()),
+            (b.to_string(), json!({ "position": 7 }).to_string()),
+        ]);
+        assert_eq!(commits.pending, expected);
+    }
+
+    #[test]
+    fn a_refused_commit_does_not_overwrite_newer_offsets() {
+        let mut commits = SourceCommits::new();
+        let (a, b) = (json!({ "file": "a" }), json!({ "file": "b" }));
+        commits.record(&[record(a.clone(), 5), record(b.clone(), 5)]);
+        let refused = std::mem::take(&mut commits.pending);
+        commits.record(&[record(a.clone(), 9)]);
+        commits.restore(refused);
+        assert_eq!(
+            commits.pending.get(&a.to_string()),
+            Some(&json!({ "position": 9 }).to_string())
+        );
+        assert_eq!(
+            commits.pending.get(&b.to_string()),
+            Some(&json!({ "position": 5 }).to_string())
+        );
+    }
+
+    #[test]
+    fn a_commit_is_due_only_with_pending_offsets_and_none_in_flight() {
+        let mut commits = SourceCommits::new();
+        assert_eq!(commits.due(), None);
+        commits.record(&[record(json!({ "file": "a" }), 1)]);
+        assert_eq!(commits.due(), Some(commits.next_at));
+    }
+
+    #[tokio::test]
+    async fn no_second_commit_starts_while_one_is_in_flight() {
+        let mut commits = SourceCommits::new();
+        commits.record(&[record(json!({ "file": "a" }), 1)]);
+        commits.in_flight = Some(tokio::spawn(async { CommitOutcome::Committed }));
+        assert_eq!(commits.due(), None);
+    }
+
+    #[test]
+    fn unflushed_records_keep_the_highest_next_offset_per_topic_and_the_oldest_put_time() {
+        let token = |position| AckToken {
+            topic: "t".into(),
+            position,
+            handle: String::new(),
+        };
+        let mut unflushed = Unflushed::default();
+        unflushed.add(vec![token(0), token(1)], BTreeMap::from([("t".into(), 2)]));
+        let first = unflushed.since;
+        unflushed.add(vec![token(2)], BTreeMap::from([("t".into(), 3)]));
+        assert_eq!(unflushed.tokens.len(), 3);
+        assert_eq!(unflushed.offsets, BTreeMap::from([("t".into(), 3)]));
+        assert!(first.is_some());
+        assert_eq!(unflushed.since, first);
+    }
 }
