@@ -882,9 +882,183 @@ fn by_topic(records: &[SourceRecord]) -> Vec<(String, Vec<LogRecord>)> {
 
 #[cfg(test)]
 mod tests {
+    use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+
+    use async_trait::async_trait;
     use serde_json::json;
+    use wharf::sdk::{ConfigDef, ConfigMap, Connector, ConnectorContext, PluginResult, SinkRecord};
 
     use super::*;
+    use crate::log::{EmbeddedLog, RecordLog};
+    use crate::registry_client::Registry;
+
+    /// Bound on each wait of the sink tests.
+    const WAIT: Duration = Duration::from_secs(20);
+
+    /// What a [`ProbeSink`] saw.
+    #[derive(Default)]
+    struct Probe {
+        put: AtomicUsize,
+        flushed: AtomicUsize,
+        flush_attempts: AtomicUsize,
+        fail_flush: AtomicBool,
+    }
+
+    /// A sink that counts records put and flushed, and whose flush fails on demand.
+    struct ProbeSink {
+        probe: Arc<Probe>,
+        unflushed: usize,
+    }
+
+    #[async_trait]
+    impl SinkTask for ProbeSink {
+        async fn start(&mut self, _ctx: TaskContext, _config: ConfigMap) -> PluginResult<()> {
+            Ok(())
+        }
+
+        async fn put(&mut self, records: Vec<SinkRecord>) -> PluginResult<()> {
+            self.unflushed += records.len();
+            self.probe.put.fetch_add(records.len(), Ordering::SeqCst);
+            Ok(())
+        }
+
+        async fn flush(&mut self, _offsets: &BTreeMap<String, u64>) -> PluginResult<()> {
+            self.probe.flush_attempts.fetch_add(1, Ordering::SeqCst);
+            if self.probe.fail_flush.load(Ordering::SeqCst) {
+                return Err("disk full".into());
+            }
+            self.probe
+                .flushed
+                .fetch_add(std::mem::take(&mut self.unflushed), Ordering::SeqCst);
+            Ok(())
+        }
+    }
+
+    struct NoConnector;
+
+    #[async_trait]
+    impl Connector for NoConnector {
+        async fn start(&mut self, _ctx: ConnectorContext, _config: ConfigMap) -> PluginResult<()> {
+            Ok(())
+        }
+
+        async fn task_configs(&mut self, _max_tasks: u32) -> PluginResult<Vec<ConfigMap>> {
+            Ok(Vec::new())
+        }
+    }
+
+    async fn wait_for(what: &str, mut condition: impl FnMut() -> bool) {
+        let deadline = Instant::now() + WAIT;
+        while !condition() {
+            assert!(Instant::now() < deadline, "timed out waiting for {what}");
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+    }
+
+    /// Runs a probe sink task on `records` records of topic `t` until it flushed them all
+    /// or failed, stops it, and returns what a new reader of its consumer gets.
+    async fn run_probe_sink(records: usize, fail_flush: bool) -> (Arc<Probe>, Vec<Delivered>) {
+        let dir = tempfile::tempdir().expect("temp dir");
+        let log = Arc::new(EmbeddedLog::open(dir.path()).await.expect("log"));
+        let batch = (0..records)
+            .map(|i| LogRecord {
+                key: None,
+                value: i.to_string().into_bytes(),
+                headers: Vec::new(),
+                timestamp_ms: None,
+            })
+            .collect();
+        log.append("t", batch).await.expect("append");
+        let registry = Registry::new(
+            "http://127.0.0.1:9",
+            "e".into(),
+            "http://127.0.0.1:9".into(),
+            Vec::new(),
+        )
+        .expect("registry");
+        let shared = Arc::new(Shared {
+            executor_id: "e".into(),
+            registry: Arc::new(registry),
+            log: log.clone(),
+        });
+        let probe = Arc::new(Probe::default());
+        probe.fail_flush.store(fail_flush, Ordering::SeqCst);
+        let task_probe = probe.clone();
+        let plugin = Plugin {
+            name: "probe-sink".into(),
+            version: "0".into(),
+            config_def: ConfigDef::new(),
+            connector: Arc::new(|| Box::new(NoConnector)),
+            task: TaskFactory::Sink(Arc::new(move || {
+                Box::new(ProbeSink {
+                    probe: task_probe.clone(),
+                    unflushed: 0,
+                })
+            })),
+        };
+        let req = StartTask {
+            task: TaskKey {
+                connector: "c".into(),
+                task: 0,
+            },
+            connector_config: ConfigMap::new(),
+            task_config: ConfigMap::from([(TOPICS.to_string(), "t".to_string())]),
+            generation: 1,
+            paused: false,
+            cleanup_only: false,
+            offsets: BTreeMap::new(),
+            incarnation: "i".into(),
+            executor_epoch: 0,
+        };
+        let task = Arc::new(TaskInstance::new(&plugin, &req, shared));
+        assert_eq!(task.clone().start(req).await, InstanceState::Running);
+        if fail_flush {
+            wait_for("the failed flush", || {
+                matches!(task.life.state(), InstanceState::Failed(_))
+            })
+            .await;
+        } else {
+            wait_for("every record flushed", || {
+                probe.flushed.load(Ordering::SeqCst) >= records
+            })
+            .await;
+        }
+        let _ = task.stop(false, WAIT, false).await;
+        let mut reader = log
+            .consumer(
+                &sink_consumer_name("c"),
+                &["t".to_string()],
+                StartPosition::Earliest,
+            )
+            .await
+            .expect("consumer");
+        let again = reader
+            .fetch(records, Duration::from_millis(200))
+            .await
+            .expect("fetch");
+        (probe, again)
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_sink_acknowledges_every_record_it_flushed() {
+        let records = 3 * SINK_FLUSH_MAX_RECORDS;
+        let (probe, again) = run_probe_sink(records, false).await;
+        assert_eq!(probe.put.load(Ordering::SeqCst), records);
+        assert!(again.is_empty(), "acknowledged records came again");
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn records_put_but_not_flushed_are_not_acknowledged() {
+        let (probe, again) = run_probe_sink(SINK_BATCH_MAX_RECORDS * 2, true).await;
+        assert!(probe.put.load(Ordering::SeqCst) > 0);
+        assert_eq!(probe.flushed.load(Ordering::SeqCst), 0);
+        let first = again.first().map(|d| d.record.offset);
+        assert_eq!(
+            first,
+            Some(0),
+            "the unflushed records come again from the start"
+        );
+    }
 
     fn record(partition: serde_json::Value, position: u64) -> SourceRecord {
         SourceRecord {
