@@ -64,9 +64,9 @@ pub const OFFSET_COMMIT_RETRY_BACKOFF_MS: u64 = 500;
 /// batch, since unflushed records are unacknowledged and count against that bound.
 pub const SINK_FLUSH_MAX_RECORDS: usize = 2_000;
 
-/// A sink task flushes at the latest this long after it put the oldest unflushed record,
-/// in milliseconds (sooner when no record is waiting). Kafka Connect flushes sinks on its
-/// offset commit interval (60 s by default).
+/// A sink task flushes once this long passed since it put the oldest unflushed record, or
+/// when no new record came for this long, in milliseconds. Kafka Connect flushes sinks on
+/// its offset commit interval (60 s by default).
 pub const SINK_FLUSH_INTERVAL_MS: u64 = 100;
 
 /// Config key listing the topics of a sink connector (comma-separated).
@@ -218,8 +218,9 @@ pub(crate) struct TaskInstance {
     /// Cancelled when the stop begins: ends the work loop and any pending poll; the
     /// plugin sees it as `TaskContext::cancel`.
     cancel: CancellationToken,
-    /// When the stop began (set just before `cancel` fires); bounds the drain.
-    stop_began: OnceLock<Instant>,
+    /// When the stop began and whether it is for a deletion (set just before `cancel`
+    /// fires); bounds the drain.
+    stop_began: OnceLock<(Instant, bool)>,
     work: Mutex<Option<JoinHandle<()>>>,
     shared: Arc<Shared>,
 }
@@ -341,7 +342,10 @@ impl TaskInstance {
 
     /// When draining after the stop began ends: [`STOP_DRAIN_TIMEOUT_MS`] after it began.
     fn stop_drain_deadline(&self) -> Instant {
-        let began = self.stop_began.get().copied().unwrap_or_else(Instant::now);
+        let began = self
+            .stop_began
+            .get()
+            .map_or_else(Instant::now, |(began, _)| *began);
         began + Duration::from_millis(STOP_DRAIN_TIMEOUT_MS)
     }
 
@@ -376,9 +380,13 @@ impl TaskInstance {
             SourceExit::Stopped => {
                 // Drained on stop (bounded): records in the log whose offsets were not
                 // committed would be polled again by the next instance, a duplicate
-                // without a crash.
-                let deadline = self.stop_drain_deadline();
-                self.commit_remaining(&mut commits, deadline).await;
+                // without a crash. Not for a deletion: it removes the offsets (and the
+                // control plane refuses commits meanwhile).
+                let deleted = self.stop_began.get().is_some_and(|(_, deleted)| *deleted);
+                if !deleted {
+                    let deadline = self.stop_drain_deadline();
+                    self.commit_remaining(&mut commits, deadline).await;
+                }
             }
             SourceExit::Failed(error) => {
                 let deadline = Instant::now() + Duration::from_millis(STOP_DRAIN_TIMEOUT_MS);
@@ -593,13 +601,14 @@ impl TaskInstance {
         let mut unflushed = Unflushed::default();
         let mut next: Vec<Delivered> = Vec::new();
         loop {
-            // Records put but not flushed: wait for more only until their flush is due.
-            let wait = match unflushed.since {
-                Some(since) => (since + Duration::from_millis(SINK_FLUSH_INTERVAL_MS))
-                    .saturating_duration_since(Instant::now())
-                    .min(Duration::from_millis(SINK_FETCH_WAIT_MS)),
-                None => Duration::from_millis(SINK_FETCH_WAIT_MS),
-            };
+            // Records put but not flushed: wait one flush interval for more, then flush. Not
+            // less: a JetStream pull that expires before the server reads it is never
+            // answered, and the client gives up only seconds later.
+            let wait = Duration::from_millis(if unflushed.tokens.is_empty() {
+                SINK_FETCH_WAIT_MS
+            } else {
+                SINK_FLUSH_INTERVAL_MS
+            });
             let delivered = if next.is_empty() {
                 let fetched = tokio::select! {
                     biased;
@@ -763,7 +772,7 @@ impl TaskInstance {
     ) -> StopRecord {
         let started = Instant::now();
         let deadline = started + timeout;
-        let _ = self.stop_began.set(started);
+        let _ = self.stop_began.set((started, connector_deleted));
         self.cancel.cancel();
         let work = lock(&self.work).take();
         let (outcome, error) = 'stop: {
