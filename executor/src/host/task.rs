@@ -575,8 +575,8 @@ impl TaskInstance {
 
     /// The sink work loop: the next batch is fetched while the plugin's `put` runs, and
     /// `flush` (then the log's ack) runs once [`SINK_FLUSH_MAX_RECORDS`] records were put
-    /// or [`SINK_FLUSH_INTERVAL_MS`] after the oldest of them was, or as soon as no record
-    /// is waiting. The log is acknowledged only after `flush` returned.
+    /// or [`SINK_FLUSH_INTERVAL_MS`] after the oldest of them was, or when no new record
+    /// came for that long. The log is acknowledged only after `flush` returned.
     async fn sink_loop(self: Arc<Self>, cell: SinkCell, topics: Result<Vec<String>, String>) {
         let topics = match topics {
             Ok(t) => t,
