@@ -1013,13 +1013,21 @@ async fn a_fenced_heartbeat_stops_everything_with_false_and_registers_again() {
     let c = l.stops("fenced", None);
     assert_eq!(c.len(), 1);
     assert!(!c[0].connector_deleted);
-    let listed = ex
-        .client
-        .list_assignments(pb::ListAssignmentsRequest {})
-        .await
-        .unwrap()
-        .into_inner();
-    assert!(listed.epoch > old_epoch);
+    // The fake control plane records the registration before the executor has the
+    // answer: wait for the executor to hold the new epoch.
+    let client = ex.client.clone();
+    let listed = wait_until("the executor to hold a new epoch", WAIT_DEADLINE, || {
+        let mut client = client.clone();
+        async move {
+            let l = client
+                .list_assignments(pb::ListAssignmentsRequest {})
+                .await
+                .ok()?
+                .into_inner();
+            (l.epoch > old_epoch).then_some(l)
+        }
+    })
+    .await;
     assert!(listed.tasks.is_empty() && listed.connectors.is_empty());
 }
 
