@@ -4,12 +4,20 @@
 //!
 //! Every start is recorded before it is sent (executor, epoch, new generation, state
 //! RESTARTING), so that a deletion sealed at any moment knows where an instance may run.
+//!
+//! A pass reconciles only the connectors that changed since the last one (marked by
+//! [`Cluster::changed`]); every connector when the set of live executors changed, when
+//! the loop woke on its timer (nothing happened for [`RECONCILE_INTERVAL_MS`]), on
+//! [`Cluster::wake`], and at least every [`FULL_PASS_INTERVAL_MS`] as a safety net. The
+//! placement plan always covers every connector, so load stays even. The herder's writes
+//! go through [`crate::store::StateStore::put_connector_batched`], so the writes of all the
+//! connectors a pass works on share commits.
 
 pub mod client;
 pub mod fault;
 pub mod finalizer;
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::{BTreeMap, HashMap, HashSet};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
@@ -27,6 +35,10 @@ use client::{CallError, ExecutorClients};
 
 /// How often the herder and the finalizer look again without being woken, in ms.
 pub const RECONCILE_INTERVAL_MS: u64 = 250;
+/// Longest time between two herder passes over every connector while changes keep
+/// waking it, in ms: retries of steps that changed nothing (a task-config call that
+/// failed) wait at most this long.
+pub const FULL_PASS_INTERVAL_MS: u64 = 1_000;
 /// Capacity of the change feed that WatchConnector listens to.
 const CHANGE_FEED_CAPACITY: usize = 1024;
 /// Attempts of a read-modify-write on a conflicting revision before giving up.
@@ -65,6 +77,16 @@ pub struct Cluster {
     herder_wake: Notify,
     finalizer_wake: Notify,
     changes: broadcast::Sender<String>,
+    dirty: Mutex<Dirty>,
+}
+
+/// What the next herder pass must look at.
+#[derive(Debug, Default)]
+struct Dirty {
+    /// Connectors changed since the last pass took the set.
+    names: HashSet<String>,
+    /// Every connector.
+    all: bool,
 }
 
 /// Why a herder step failed; the step is retried on the next pass.
@@ -114,14 +136,45 @@ impl Cluster {
             herder_wake: Notify::new(),
             finalizer_wake: Notify::new(),
             changes,
+            dirty: Mutex::new(Dirty {
+                names: HashSet::new(),
+                all: true,
+            }),
         }))
     }
 
-    /// Tells watchers that `name` changed and wakes both loops.
+    /// Tells watchers that `name` changed, marks it for the herder's next pass and wakes
+    /// both loops.
     pub fn changed(&self, name: &str) {
+        self.mark_dirty(name);
         let _ = self.changes.send(name.to_owned());
         self.herder_wake.notify_one();
         self.finalizer_wake.notify_one();
+    }
+
+    fn dirty(&self) -> std::sync::MutexGuard<'_, Dirty> {
+        self.dirty
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+
+    /// Marks `name` for the herder's next pass without waking it.
+    fn mark_dirty(&self, name: &str) {
+        let mut d = self.dirty();
+        if !d.all {
+            d.names.insert(name.to_owned());
+        }
+    }
+
+    /// Makes the herder's next pass cover every connector.
+    fn mark_all_dirty(&self) {
+        let mut d = self.dirty();
+        d.all = true;
+        d.names.clear();
+    }
+
+    fn take_dirty(&self) -> Dirty {
+        std::mem::take(&mut *self.dirty())
     }
 
     /// Subscribes to the names of changed connectors.
@@ -129,8 +182,9 @@ impl Cluster {
         self.changes.subscribe()
     }
 
-    /// Wakes the herder and the finalizer.
+    /// Wakes the herder (for a pass over every connector) and the finalizer.
     pub fn wake(&self) {
+        self.mark_all_dirty();
         self.herder_wake.notify_one();
         self.finalizer_wake.notify_one();
     }
@@ -238,20 +292,58 @@ impl Cluster {
         }
         Err(HerderError::Contended(name.to_owned()))
     }
+
+    /// As [`Cluster::modify_connector`], but the write may share a commit with other
+    /// writes ([`crate::store::StateStore::put_connector_batched`]); it has landed when
+    /// this returns.
+    ///
+    /// # Errors
+    /// Store failures, or [`HerderError::Contended`].
+    pub async fn modify_connector_batched<T>(
+        &self,
+        name: &str,
+        mut f: impl FnMut(&mut ConnectorRecord) -> Option<T>,
+    ) -> Result<Option<T>, HerderError> {
+        for _ in 0..MODIFY_ATTEMPTS {
+            let Some(mut rec) = self.store.connector(name)? else {
+                return Ok(None);
+            };
+            let Some(out) = f(&mut rec) else {
+                return Ok(None);
+            };
+            if self.store.put_connector_batched(rec).await? {
+                self.changed(name);
+                return Ok(Some(out));
+            }
+        }
+        Err(HerderError::Contended(name.to_owned()))
+    }
+}
+
+/// What the herder remembers between passes.
+#[derive(Debug, Default)]
+struct HerderMemory {
+    /// Live executors (id, epoch) of the last pass.
+    live: Vec<(String, u64)>,
+    /// When the last pass over every connector began.
+    last_full: Option<Instant>,
 }
 
 /// Runs the herder until `cancel` fires. Errors are logged and retried on the next pass;
 /// they never end the loop.
 pub async fn run_herder(cluster: Arc<Cluster>, cancel: CancellationToken) {
+    let mut memory = HerderMemory::default();
+    let mut timer = true;
     loop {
-        if let Err(e) = herder_pass(&cluster).await {
+        if let Err(e) = herder_pass(&cluster, &mut memory, timer).await {
             warn!(error = %e, "herder pass failed; retrying");
+            cluster.mark_all_dirty();
         }
-        tokio::select! {
+        timer = tokio::select! {
             () = cancel.cancelled() => return,
-            () = cluster.herder_wake.notified() => {}
-            () = tokio::time::sleep(Duration::from_millis(RECONCILE_INTERVAL_MS)) => {}
-        }
+            () = cluster.herder_wake.notified() => false,
+            () = tokio::time::sleep(Duration::from_millis(RECONCILE_INTERVAL_MS)) => true,
+        };
     }
 }
 
@@ -268,12 +360,30 @@ fn is_live(inst: &Instance, live: &BTreeMap<String, ExecutorRecord>) -> bool {
         .is_some_and(|e| e.epoch == inst.epoch)
 }
 
-async fn herder_pass(cluster: &Cluster) -> Result<(), HerderError> {
+/// One pass; `timer`: the loop woke because nothing happened for a while.
+async fn herder_pass(
+    cluster: &Cluster,
+    memory: &mut HerderMemory,
+    timer: bool,
+) -> Result<(), HerderError> {
+    // Taken first: a change after this point marks its connector for the next pass.
+    let dirty = cluster.take_dirty();
     cluster.expire_leases()?;
     let live = cluster.live_executors()?;
-    let connectors: Vec<ConnectorRecord> = cluster
+    let live_now: Vec<(String, u64)> = live.values().map(|e| (e.id.clone(), e.epoch)).collect();
+    let full = timer
+        || dirty.all
+        || live_now != memory.live
+        || memory
+            .last_full
+            .is_none_or(|t| t.elapsed() >= Duration::from_millis(FULL_PASS_INTERVAL_MS));
+    memory.live = live_now;
+    if full {
+        memory.last_full = Some(Instant::now());
+    }
+    let connectors: Vec<Arc<ConnectorRecord>> = cluster
         .store
-        .connectors()?
+        .connectors_shared()?
         .into_iter()
         .filter(|c| !c.deleting)
         .collect();
@@ -321,14 +431,18 @@ async fn herder_pass(cluster: &Cluster) -> Result<(), HerderError> {
 
     // Connectors are independent (each write is conditional on its own record), so a slow
     // or frozen executor holds up only the connectors it hosts.
-    let passes = connectors.iter().map(|c| {
-        let (live, desired) = (&live, &desired);
-        async move {
-            if let Err(e) = reconcile_connector(cluster, &c.name, live, desired).await {
-                warn!(connector = %c.name, error = %e, "reconcile failed; retrying");
+    let passes = connectors
+        .iter()
+        .filter(|c| full || dirty.names.contains(&c.name))
+        .map(|c| {
+            let (live, desired) = (&live, &desired);
+            async move {
+                if let Err(e) = reconcile_connector(cluster, &c.name, live, desired).await {
+                    warn!(connector = %c.name, error = %e, "reconcile failed; retrying");
+                    cluster.mark_dirty(&c.name);
+                }
             }
-        }
-    });
+        });
     futures::future::join_all(passes).await;
     Ok(())
 }
@@ -353,7 +467,7 @@ async fn reconcile_connector(
     live: &BTreeMap<String, ExecutorRecord>,
     desired: &HashMap<UnitKey, Option<String>>,
 ) -> Result<(), HerderError> {
-    let Some(rec) = cluster.store.connector(name)? else {
+    let Some(rec) = cluster.store.connector_shared(name)? else {
         return Ok(());
     };
     if rec.deleting {
@@ -421,7 +535,7 @@ async fn reconcile_connector(
     }
 
     // Task configs.
-    let Some(rec) = cluster.store.connector(name)? else {
+    let Some(rec) = cluster.store.connector_shared(name)? else {
         return Ok(());
     };
     if rec.deleting {
@@ -430,7 +544,7 @@ async fn reconcile_connector(
     if rec.task_configs_stale && rec.connector.state == InstanceState::Running {
         compute_task_configs(cluster, &rec, live).await?;
     }
-    let Some(rec) = cluster.store.connector(name)? else {
+    let Some(rec) = cluster.store.connector_shared(name)? else {
         return Ok(());
     };
     if rec.deleting || rec.task_configs_stale {
@@ -488,24 +602,26 @@ async fn reconcile_connector(
                 if t.state.has_live_instance() && is_live(t, live) {
                     call_stop(cluster, &rec, task, t, live, false).await;
                 }
-                cluster.modify_connector(name, |r| {
-                    if r.deleting {
-                        return None;
-                    }
-                    let cur = r.tasks.get_mut(i)?;
-                    if cur.generation != generation {
-                        return None;
-                    }
-                    cur.state = cur.state.on(InstanceEvent::Paused);
-                    cur.executor = (!executor.is_empty()).then(|| executor.clone());
-                    cur.epoch = cur
-                        .executor
-                        .as_ref()
-                        .and_then(|e| live.get(e))
-                        .map_or(0, |e| e.epoch);
-                    cur.restart = false;
-                    Some(())
-                })?;
+                cluster
+                    .modify_connector_batched(name, |r| {
+                        if r.deleting {
+                            return None;
+                        }
+                        let cur = r.tasks.get_mut(i)?;
+                        if cur.generation != generation {
+                            return None;
+                        }
+                        cur.state = cur.state.on(InstanceEvent::Paused);
+                        cur.executor = (!executor.is_empty()).then(|| executor.clone());
+                        cur.epoch = cur
+                            .executor
+                            .as_ref()
+                            .and_then(|e| live.get(e))
+                            .map_or(0, |e| e.epoch);
+                        cur.restart = false;
+                        Some(())
+                    })
+                    .await?;
             }
             Step::Start { to } => {
                 if may_hold_instance(t.state) && is_live(t, live) {
@@ -531,26 +647,28 @@ async fn stop_unit(
         call_stop(cluster, rec, task, inst, live, false).await;
     }
     let generation = inst.generation;
-    cluster.modify_connector(&rec.name, |r| {
-        if r.deleting {
-            return None;
-        }
-        let cur = match task {
-            Some(i) => r.tasks.get_mut(i as usize)?,
-            None => &mut r.connector,
-        };
-        if cur.generation != generation {
-            return None;
-        }
-        cur.state = match then {
-            InstanceState::Paused => cur.state.on(InstanceEvent::Paused),
-            _ => cur.state.on(InstanceEvent::Stopped),
-        };
-        cur.executor = None;
-        cur.epoch = 0;
-        cur.restart = false;
-        Some(())
-    })?;
+    cluster
+        .modify_connector_batched(&rec.name, |r| {
+            if r.deleting {
+                return None;
+            }
+            let cur = match task {
+                Some(i) => r.tasks.get_mut(i as usize)?,
+                None => &mut r.connector,
+            };
+            if cur.generation != generation {
+                return None;
+            }
+            cur.state = match then {
+                InstanceState::Paused => cur.state.on(InstanceEvent::Paused),
+                _ => cur.state.on(InstanceEvent::Stopped),
+            };
+            cur.executor = None;
+            cur.epoch = 0;
+            cur.restart = false;
+            Some(())
+        })
+        .await?;
     Ok(())
 }
 
@@ -618,52 +736,55 @@ async fn start_unit(
     live: &BTreeMap<String, ExecutorRecord>,
 ) -> Result<(), HerderError> {
     let exec = to.as_ref().and_then(|id| live.get(id)).cloned();
-    let intent = cluster.modify_connector(name, |r| {
-        if r.deleting {
-            return None;
-        }
-        if exec.is_none() {
-            // Nowhere to run: record it unassigned once, not on every pass.
-            let cur = match task {
-                Some(i) => r.tasks.get(i as usize)?,
-                None => &r.connector,
-            };
-            if cur.executor.is_none() && cur.state == InstanceState::Unassigned && !cur.restart {
+    let intent = cluster
+        .modify_connector_batched(name, |r| {
+            if r.deleting {
                 return None;
             }
-        }
-        let generation = r.take_generation();
-        let target = r.target;
-        let config = r.config.clone();
-        let incarnation = r.incarnation.clone();
-        let task_config = match task {
-            Some(i) => Some(r.task_configs.get(i as usize)?.clone()),
-            None => None,
-        };
-        let cur = match task {
-            Some(i) => r.tasks.get_mut(i as usize)?,
-            None => &mut r.connector,
-        };
-        cur.generation = generation;
-        cur.restart = false;
-        match &exec {
-            Some(e) => {
-                cur.executor = Some(e.id.clone());
-                cur.epoch = e.epoch;
-                cur.state = InstanceState::Restarting;
-                cur.error.clear();
+            if exec.is_none() {
+                // Nowhere to run: record it unassigned once, not on every pass.
+                let cur = match task {
+                    Some(i) => r.tasks.get(i as usize)?,
+                    None => &r.connector,
+                };
+                if cur.executor.is_none() && cur.state == InstanceState::Unassigned && !cur.restart
+                {
+                    return None;
+                }
             }
-            None => {
-                cur.executor = None;
-                cur.epoch = 0;
-                cur.state = cur.state.on(InstanceEvent::Unassigned);
+            let generation = r.take_generation();
+            let target = r.target;
+            let config = r.config.clone();
+            let incarnation = r.incarnation.clone();
+            let task_config = match task {
+                Some(i) => Some(r.task_configs.get(i as usize)?.clone()),
+                None => None,
+            };
+            let cur = match task {
+                Some(i) => r.tasks.get_mut(i as usize)?,
+                None => &mut r.connector,
+            };
+            cur.generation = generation;
+            cur.restart = false;
+            match &exec {
+                Some(e) => {
+                    cur.executor = Some(e.id.clone());
+                    cur.epoch = e.epoch;
+                    cur.state = InstanceState::Restarting;
+                    cur.error.clear();
+                }
+                None => {
+                    cur.executor = None;
+                    cur.epoch = 0;
+                    cur.state = cur.state.on(InstanceEvent::Unassigned);
+                }
             }
-        }
-        if task.is_none() {
-            r.config_changed = false;
-        }
-        Some((generation, target, config, incarnation, task_config))
-    })?;
+            if task.is_none() {
+                r.config_changed = false;
+            }
+            Some((generation, target, config, incarnation, task_config))
+        })
+        .await?;
     let (Some((generation, target, config, incarnation, task_config)), Some(exec)) = (intent, exec)
     else {
         return Ok(());
@@ -738,25 +859,32 @@ async fn start_unit(
         Err(e) => (InstanceEvent::Failed, e.to_string()),
     };
     info!(connector = %name, task = ?task, generation, executor = %exec.id, ?event, "started");
-    cluster.modify_connector(name, |r| {
-        if r.deleting {
-            return None;
-        }
-        let stale = task.is_none() && event == InstanceEvent::Started;
-        let cur = match task {
-            Some(i) => r.tasks.get_mut(i as usize)?,
-            None => &mut r.connector,
-        };
-        if cur.generation != generation {
-            return None;
-        }
-        cur.state = cur.state.on(event);
-        cur.error = error.clone();
-        if stale {
-            r.task_configs_stale = true;
-        }
-        Some(())
-    })?;
+    cluster
+        .modify_connector_batched(name, |r| {
+            if r.deleting {
+                return None;
+            }
+            let stale = task.is_none() && event == InstanceEvent::Started;
+            let already_stale = r.task_configs_stale;
+            let cur = match task {
+                Some(i) => r.tasks.get_mut(i as usize)?,
+                None => &mut r.connector,
+            };
+            if cur.generation != generation {
+                return None;
+            }
+            // The executor's status report may have recorded this already: no empty write.
+            if cur.state.on(event) == cur.state && cur.error == error && (!stale || already_stale) {
+                return None;
+            }
+            cur.state = cur.state.on(event);
+            cur.error = error.clone();
+            if stale {
+                r.task_configs_stale = true;
+            }
+            Some(())
+        })
+        .await?;
     Ok(())
 }
 
@@ -803,29 +931,31 @@ async fn compute_task_configs(
             call_stop(cluster, rec, Some(i as u32), t, live, false).await;
         }
     }
-    cluster.modify_connector(&rec.name, |r| {
-        if r.deleting || r.connector.generation != generation {
-            return None;
-        }
-        r.tasks.truncate(configs.len());
-        r.task_configs.truncate(configs.len());
-        for (i, c) in configs.iter().enumerate() {
-            match r.task_configs.get(i) {
-                Some(old) if old == c => {}
-                Some(_) => {
-                    r.task_configs[i] = c.clone();
-                    if let Some(t) = r.tasks.get_mut(i) {
-                        t.restart = true;
+    cluster
+        .modify_connector_batched(&rec.name, |r| {
+            if r.deleting || r.connector.generation != generation {
+                return None;
+            }
+            r.tasks.truncate(configs.len());
+            r.task_configs.truncate(configs.len());
+            for (i, c) in configs.iter().enumerate() {
+                match r.task_configs.get(i) {
+                    Some(old) if old == c => {}
+                    Some(_) => {
+                        r.task_configs[i] = c.clone();
+                        if let Some(t) = r.tasks.get_mut(i) {
+                            t.restart = true;
+                        }
+                    }
+                    None => {
+                        r.task_configs.push(c.clone());
+                        r.tasks.push(Instance::unassigned());
                     }
                 }
-                None => {
-                    r.task_configs.push(c.clone());
-                    r.tasks.push(Instance::unassigned());
-                }
             }
-        }
-        r.task_configs_stale = false;
-        Some(())
-    })?;
+            r.task_configs_stale = false;
+            Some(())
+        })
+        .await?;
     Ok(())
 }
