@@ -269,10 +269,13 @@ struct Tables<'t> {
 }
 
 impl Shared {
-    fn reload(&self) -> Result<(), StoreError> {
-        let fresh = load(&self.db, &self.sealer)?;
+    /// Reloads the cache from the file if a failed commit left it in doubt. The load runs
+    /// under the write lock, so that no batch or other reload interleaves with it.
+    fn reload_if_stale(&self) -> Result<(), StoreError> {
         let mut cache = self.cache_mut();
-        *cache = fresh;
+        if cache.stale {
+            *cache = load(&self.db, &self.sealer)?;
+        }
         Ok(())
     }
 
@@ -291,7 +294,7 @@ impl Shared {
     /// The cache for reading, reloaded first if a failed commit left it in doubt.
     fn fresh_cache(&self) -> Result<std::sync::RwLockReadGuard<'_, Cache>, StoreError> {
         if self.cache().stale {
-            self.reload()?;
+            self.reload_if_stale()?;
         }
         Ok(self.cache())
     }
@@ -311,9 +314,7 @@ impl Shared {
     }
 
     fn commit_batch(&self, batch: Vec<Op>) {
-        if self.cache().stale
-            && let Err(e) = self.reload()
-        {
+        if let Err(e) = self.reload_if_stale() {
             for op in batch {
                 op.reply.send(Err(StoreError::Unavailable(e.to_string())));
             }
@@ -352,7 +353,7 @@ impl Shared {
                 if in_doubt {
                     self.cache_mut().stale = true;
                     // Reload now; if it fails, the next read or batch tries again.
-                    let _ = self.reload();
+                    let _ = self.reload_if_stale();
                 }
                 for reply in replies {
                     reply.send(Err(StoreError::Unavailable(e.to_string())));
