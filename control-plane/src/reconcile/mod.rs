@@ -551,6 +551,7 @@ async fn reconcile_connector(
         return Ok(());
     }
 
+    let mut starts: Vec<(usize, Option<String>)> = Vec::new();
     for (i, t) in rec.tasks.iter().enumerate() {
         let task = Some(i as u32);
         let to = want(task);
@@ -627,11 +628,12 @@ async fn reconcile_connector(
                 if may_hold_instance(t.state) && is_live(t, live) {
                     call_stop(cluster, &rec, task, t, live, false).await;
                 }
-                start_unit(cluster, name, task, to, live).await?;
+                starts.push((i, to));
             }
         }
     }
-    Ok(())
+    // Every task to start was stopped above (if something ran); now they start together.
+    start_tasks(cluster, name, &starts, live).await
 }
 
 /// Stops one unit with `false` (if something runs) and records it as `then`, unassigned.
@@ -883,6 +885,178 @@ async fn start_unit(
                 r.task_configs_stale = true;
             }
             Some(())
+        })
+        .await?;
+    Ok(())
+}
+
+/// A task start recorded by [`start_tasks`], to be sent.
+struct TaskStart {
+    task: usize,
+    generation: u64,
+    exec: ExecutorRecord,
+    task_config: wharf::sdk::ConfigMap,
+}
+
+/// [`start_unit`] for several tasks of one connector at once: one write records every
+/// intent (host, epoch, new generation, RESTARTING; or unassigned), the starts go out
+/// together, one write records every result. `starts`: task index and where it goes.
+async fn start_tasks(
+    cluster: &Cluster,
+    name: &str,
+    starts: &[(usize, Option<String>)],
+    live: &BTreeMap<String, ExecutorRecord>,
+) -> Result<(), HerderError> {
+    if starts.is_empty() {
+        return Ok(());
+    }
+    let intent = cluster
+        .modify_connector_batched(name, |r| {
+            if r.deleting {
+                return None;
+            }
+            let mut sends = Vec::new();
+            let mut wrote = false;
+            for (i, to) in starts {
+                let exec = to.as_ref().and_then(|id| live.get(id));
+                let Some(task_config) = r.task_configs.get(*i).cloned() else {
+                    continue;
+                };
+                let Some(cur) = r.tasks.get(*i) else {
+                    continue;
+                };
+                if exec.is_none()
+                    && cur.executor.is_none()
+                    && cur.state == InstanceState::Unassigned
+                    && !cur.restart
+                {
+                    // Nowhere to run: record it unassigned once, not on every pass.
+                    continue;
+                }
+                let generation = r.take_generation();
+                let Some(cur) = r.tasks.get_mut(*i) else {
+                    continue;
+                };
+                cur.generation = generation;
+                cur.restart = false;
+                wrote = true;
+                match exec {
+                    Some(e) => {
+                        cur.executor = Some(e.id.clone());
+                        cur.epoch = e.epoch;
+                        cur.state = InstanceState::Restarting;
+                        cur.error.clear();
+                        sends.push(TaskStart {
+                            task: *i,
+                            generation,
+                            exec: e.clone(),
+                            task_config,
+                        });
+                    }
+                    None => {
+                        cur.executor = None;
+                        cur.epoch = 0;
+                        cur.state = cur.state.on(InstanceEvent::Unassigned);
+                    }
+                }
+            }
+            wrote.then(|| (sends, r.target, r.config.clone(), r.incarnation.clone()))
+        })
+        .await?;
+    let Some((sends, target, config, incarnation)) = intent else {
+        return Ok(());
+    };
+    if sends.is_empty() {
+        return Ok(());
+    }
+    let target_state = match target {
+        TargetState::Paused => pb::TargetState::Paused,
+        TargetState::Started | TargetState::Stopped => pb::TargetState::Started,
+    } as i32;
+    let offsets: Vec<pb::SourceOffset> = cluster
+        .store
+        .offsets(name)?
+        .into_iter()
+        .map(|(partition, offset)| pb::SourceOffset { partition, offset })
+        .collect();
+    let calls = sends.iter().map(|s| {
+        let req = pb::StartTaskRequest {
+            task: Some(pb::TaskId {
+                connector: name.to_owned(),
+                task: s.task as u32,
+            }),
+            connector_config: config.clone().into_iter().collect(),
+            task_config: s.task_config.clone().into_iter().collect(),
+            generation: s.generation,
+            target_state,
+            cleanup_only: false,
+            offsets: offsets.clone(),
+            incarnation: incarnation.clone(),
+            executor_epoch: s.exec.epoch,
+        };
+        async move {
+            let result = cluster
+                .clients
+                .start_task(&s.exec.address, req)
+                .await
+                .map(|r| (r.state, r.error));
+            let outcome = match result {
+                Ok((state, error)) if state == pb::State::Failed as i32 => {
+                    Some((InstanceEvent::Failed, error))
+                }
+                Ok(_) => Some((InstanceEvent::Started, String::new())),
+                Err(e @ CallError::Unreachable { .. })
+                | Err(
+                    e @ CallError::Refused {
+                        code: tonic::Code::FailedPrecondition | tonic::Code::NotFound,
+                        ..
+                    },
+                ) => {
+                    // As in start_unit: unknown outcome, stay RESTARTING; the next pass
+                    // starts it again with a new generation, or the lease decides.
+                    warn!(connector = %name, task = s.task, generation = s.generation, executor = %s.exec.id, error = %e, "start not taken; retrying");
+                    None
+                }
+                Err(e) => Some((InstanceEvent::Failed, e.to_string())),
+            };
+            if let Some((event, _)) = &outcome {
+                info!(connector = %name, task = s.task, generation = s.generation, executor = %s.exec.id, ?event, "started");
+            }
+            (s.task, s.generation, outcome)
+        }
+    });
+    let results: Vec<(usize, u64, InstanceEvent, String)> = futures::future::join_all(calls)
+        .await
+        .into_iter()
+        .filter_map(|(task, generation, outcome)| {
+            outcome.map(|(event, error)| (task, generation, event, error))
+        })
+        .collect();
+    if results.is_empty() {
+        return Ok(());
+    }
+    cluster
+        .modify_connector_batched(name, |r| {
+            if r.deleting {
+                return None;
+            }
+            let mut wrote = false;
+            for (task, generation, event, error) in &results {
+                let Some(cur) = r.tasks.get_mut(*task) else {
+                    continue;
+                };
+                if cur.generation != *generation {
+                    continue;
+                }
+                // The executor's status report may have recorded this already.
+                if cur.state.on(*event) == cur.state && cur.error == *error {
+                    continue;
+                }
+                cur.state = cur.state.on(*event);
+                cur.error = error.clone();
+                wrote = true;
+            }
+            wrote.then_some(())
         })
         .await?;
     Ok(())
