@@ -39,6 +39,9 @@ pub const RECONCILE_INTERVAL_MS: u64 = 250;
 /// waking it, in ms: retries of steps that changed nothing (a task-config call that
 /// failed) wait at most this long.
 pub const FULL_PASS_INTERVAL_MS: u64 = 1_000;
+/// Task starts the herder has in flight at once, over all connectors: bounds the memory
+/// of a burst (1,000 connectors x 10 tasks created together).
+const MAX_TASK_STARTS_IN_FLIGHT: usize = 256;
 /// Capacity of the change feed that WatchConnector listens to.
 const CHANGE_FEED_CAPACITY: usize = 1024;
 /// Attempts of a read-modify-write on a conflicting revision before giving up.
@@ -78,6 +81,7 @@ pub struct Cluster {
     finalizer_wake: Notify,
     changes: broadcast::Sender<String>,
     dirty: Mutex<Dirty>,
+    task_starts: tokio::sync::Semaphore,
 }
 
 /// What the next herder pass must look at.
@@ -140,6 +144,7 @@ impl Cluster {
                 names: HashSet::new(),
                 all: true,
             }),
+            task_starts: tokio::sync::Semaphore::new(MAX_TASK_STARTS_IN_FLIGHT),
         }))
     }
 
@@ -995,6 +1000,8 @@ async fn start_tasks(
             executor_epoch: s.exec.epoch,
         };
         async move {
+            // Never closed; without a permit the start goes out anyway.
+            let _permit = cluster.task_starts.acquire().await.ok();
             let result = cluster
                 .clients
                 .start_task(&s.exec.address, req)
