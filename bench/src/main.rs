@@ -40,7 +40,7 @@ const SETUP_S: f64 = 5.0;
 const DEFAULT_BUDGET_S: u64 = 660;
 
 /// Command line.
-const USAGE: &str = "usage: wharf-bench --bin-dir DIR --out FILE [--budget-s N] [--only deletion,dataplane,scale] [--keep]";
+const USAGE: &str = "usage: wharf-bench --bin-dir DIR --out FILE [--budget-s N] [--only deletion,dataplane,scale] [--scale-once] [--keep]";
 
 struct Args {
     bin_dir: PathBuf,
@@ -50,6 +50,9 @@ struct Args {
     only: Vec<String>,
     /// Keep the temp dir (process logs) instead of removing it.
     keep: bool,
+    /// Scale: only one run of the target step (no curve, no rebalance), for quick
+    /// before/after comparisons while working on the control plane.
+    scale_once: bool,
 }
 
 impl Args {
@@ -64,6 +67,7 @@ fn args() -> anyhow::Result<Args> {
     let mut budget = Duration::from_secs(DEFAULT_BUDGET_S);
     let mut only = Vec::new();
     let mut keep = false;
+    let mut scale_once = false;
     let mut it = std::env::args().skip(1);
     while let Some(a) = it.next() {
         match a.as_str() {
@@ -81,6 +85,7 @@ fn args() -> anyhow::Result<Args> {
                     .collect()
             }
             "--keep" => keep = true,
+            "--scale-once" => scale_once = true,
             other => anyhow::bail!("unknown argument {other:?}; {USAGE}"),
         }
     }
@@ -90,6 +95,7 @@ fn args() -> anyhow::Result<Args> {
         budget,
         only,
         keep,
+        scale_once,
     })
 }
 
@@ -247,6 +253,34 @@ async fn run_scale(
     remaining: &dyn Fn(Instant) -> f64,
     r: &mut Results,
 ) -> anyhow::Result<()> {
+    if args.scale_once {
+        eprintln!("[bench] scale {SCALE_TARGET} x 10 (1 run, --scale-once)");
+        let left = remaining(started).max(10.0);
+        let p = scale::run(
+            &args.bin_dir,
+            &root.join(format!("scale-{SCALE_TARGET}-once")),
+            SCALE_TARGET,
+            0,
+            Duration::from_secs_f64(left / 2.0),
+            Duration::from_secs_f64(left / 2.0),
+        )
+        .await;
+        match p {
+            Ok(p) => {
+                eprintln!("[bench] {p:?}");
+                r.target.push(p);
+            }
+            Err(e) => {
+                r.curve_notes
+                    .push(format!("the {SCALE_TARGET} x 10 run did not finish: {e}"));
+                eprintln!(
+                    "[bench] {}",
+                    r.curve_notes.last().map_or("", String::as_str)
+                );
+            }
+        }
+        return Ok(());
+    }
     // Smaller steps first, so that the curve and a rebalance exist even when the target
     // step does not fit the budget; then the target step, the rebalance, the larger steps.
     for n in SCALE_CURVE.into_iter().filter(|n| *n < SCALE_TARGET) {

@@ -4,6 +4,7 @@
 //! refused with FAILED_PRECONDITION so that the executor stops its instances (with
 //! `false`) and registers again.
 
+use std::collections::BTreeMap;
 use std::sync::Arc;
 
 use tonic::{Request, Response, Status};
@@ -40,6 +41,15 @@ impl RegistryService {
             })
         }
     }
+}
+
+/// One reported state, for [`RegistryService::report_status`].
+struct Reported {
+    /// Task index; `None` for the connector instance.
+    task: Option<u32>,
+    generation: u64,
+    event: InstanceEvent,
+    error: String,
 }
 
 fn reported(state: i32) -> Option<InstanceEvent> {
@@ -119,53 +129,62 @@ impl ExecutorRegistry for RegistryService {
         let req = request.into_inner();
         self.check_epoch(&req.executor_id, req.epoch)?;
         let id = req.executor_id.clone();
+        // Grouped by connector, each group applied in one read-modify-write in report
+        // order, the groups concurrently: one report shares store commits instead of
+        // one commit per task.
+        let mut groups: BTreeMap<String, Vec<Reported>> = BTreeMap::new();
         for c in req.connectors {
-            let Some(event) = reported(c.state) else {
-                continue;
-            };
-            self.cluster
-                .modify_connector(&c.connector, |r| {
-                    if r.deleting
-                        || r.connector.generation != c.generation
-                        || r.connector.executor.as_deref() != Some(id.as_str())
-                    {
-                        return None;
-                    }
-                    let next = r.connector.state.on(event);
-                    if next == r.connector.state && r.connector.error == c.error {
-                        return None;
-                    }
-                    r.connector.state = next;
-                    r.connector.error = c.error.clone();
-                    Some(())
-                })
-                .map_err(ApiError::from)?;
+            if let Some(event) = reported(c.state) {
+                groups.entry(c.connector).or_default().push(Reported {
+                    task: None,
+                    generation: c.generation,
+                    event,
+                    error: c.error,
+                });
+            }
         }
         for t in req.tasks {
             let Some(task) = t.task else { continue };
-            let Some(event) = reported(t.state) else {
-                continue;
-            };
-            self.cluster
-                .modify_connector(&task.connector, |r| {
-                    if r.deleting {
-                        return None;
+            if let Some(event) = reported(t.state) {
+                groups.entry(task.connector).or_default().push(Reported {
+                    task: Some(task.task),
+                    generation: t.generation,
+                    event,
+                    error: t.error,
+                });
+            }
+        }
+        let updates = groups.iter().map(|(name, reports)| {
+            let id = id.as_str();
+            self.cluster.modify_connector_batched(name, move |r| {
+                if r.deleting {
+                    return None;
+                }
+                let mut any = false;
+                for rep in reports {
+                    let cur = match rep.task {
+                        Some(i) => match r.tasks.get_mut(i as usize) {
+                            Some(t) => t,
+                            None => continue,
+                        },
+                        None => &mut r.connector,
+                    };
+                    if cur.generation != rep.generation || cur.executor.as_deref() != Some(id) {
+                        continue;
                     }
-                    let cur = r.tasks.get_mut(task.task as usize)?;
-                    if cur.generation != t.generation
-                        || cur.executor.as_deref() != Some(id.as_str())
-                    {
-                        return None;
-                    }
-                    let next = cur.state.on(event);
-                    if next == cur.state && cur.error == t.error {
-                        return None;
+                    let next = cur.state.on(rep.event);
+                    if next == cur.state && cur.error == rep.error {
+                        continue;
                     }
                     cur.state = next;
-                    cur.error = t.error.clone();
-                    Some(())
-                })
-                .map_err(ApiError::from)?;
+                    cur.error = rep.error.clone();
+                    any = true;
+                }
+                any.then_some(())
+            })
+        });
+        for result in futures::future::join_all(updates).await {
+            result.map_err(ApiError::from)?;
         }
         Ok(Response::new(pb::ReportStatusResponse {}))
     }

@@ -4,12 +4,20 @@
 //!
 //! Every start is recorded before it is sent (executor, epoch, new generation, state
 //! RESTARTING), so that a deletion sealed at any moment knows where an instance may run.
+//!
+//! A pass reconciles only the connectors that changed since the last one (marked by
+//! [`Cluster::changed`]); every connector when the set of live executors changed, when
+//! the loop woke on its timer (nothing happened for [`RECONCILE_INTERVAL_MS`]), on
+//! [`Cluster::wake`], and at least every [`FULL_PASS_INTERVAL_MS`] as a safety net. The
+//! placement plan always covers every connector, so load stays even. The herder's writes
+//! go through [`crate::store::StateStore::put_connector_batched`], so the writes of all the
+//! connectors a pass works on share commits.
 
 pub mod client;
 pub mod fault;
 pub mod finalizer;
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::{BTreeMap, HashMap, HashSet};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
@@ -27,6 +35,13 @@ use client::{CallError, ExecutorClients};
 
 /// How often the herder and the finalizer look again without being woken, in ms.
 pub const RECONCILE_INTERVAL_MS: u64 = 250;
+/// Longest time between two herder passes over every connector while changes keep
+/// waking it, in ms: retries of steps that changed nothing (a task-config call that
+/// failed) wait at most this long.
+pub const FULL_PASS_INTERVAL_MS: u64 = 1_000;
+/// Task starts the herder has in flight at once, over all connectors: bounds the memory
+/// of a burst (1,000 connectors x 10 tasks created together).
+const MAX_TASK_STARTS_IN_FLIGHT: usize = 256;
 /// Capacity of the change feed that WatchConnector listens to.
 const CHANGE_FEED_CAPACITY: usize = 1024;
 /// Attempts of a read-modify-write on a conflicting revision before giving up.
@@ -65,6 +80,17 @@ pub struct Cluster {
     herder_wake: Notify,
     finalizer_wake: Notify,
     changes: broadcast::Sender<String>,
+    dirty: Mutex<Dirty>,
+    task_starts: tokio::sync::Semaphore,
+}
+
+/// What the next herder pass must look at.
+#[derive(Debug, Default)]
+struct Dirty {
+    /// Connectors changed since the last pass took the set.
+    names: HashSet<String>,
+    /// Every connector.
+    all: bool,
 }
 
 /// Why a herder step failed; the step is retried on the next pass.
@@ -114,14 +140,46 @@ impl Cluster {
             herder_wake: Notify::new(),
             finalizer_wake: Notify::new(),
             changes,
+            dirty: Mutex::new(Dirty {
+                names: HashSet::new(),
+                all: true,
+            }),
+            task_starts: tokio::sync::Semaphore::new(MAX_TASK_STARTS_IN_FLIGHT),
         }))
     }
 
-    /// Tells watchers that `name` changed and wakes both loops.
+    /// Tells watchers that `name` changed, marks it for the herder's next pass and wakes
+    /// both loops.
     pub fn changed(&self, name: &str) {
+        self.mark_dirty(name);
         let _ = self.changes.send(name.to_owned());
         self.herder_wake.notify_one();
         self.finalizer_wake.notify_one();
+    }
+
+    fn dirty(&self) -> std::sync::MutexGuard<'_, Dirty> {
+        self.dirty
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+
+    /// Marks `name` for the herder's next pass without waking it.
+    fn mark_dirty(&self, name: &str) {
+        let mut d = self.dirty();
+        if !d.all {
+            d.names.insert(name.to_owned());
+        }
+    }
+
+    /// Makes the herder's next pass cover every connector.
+    fn mark_all_dirty(&self) {
+        let mut d = self.dirty();
+        d.all = true;
+        d.names.clear();
+    }
+
+    fn take_dirty(&self) -> Dirty {
+        std::mem::take(&mut *self.dirty())
     }
 
     /// Subscribes to the names of changed connectors.
@@ -129,8 +187,9 @@ impl Cluster {
         self.changes.subscribe()
     }
 
-    /// Wakes the herder and the finalizer.
+    /// Wakes the herder (for a pass over every connector) and the finalizer.
     pub fn wake(&self) {
+        self.mark_all_dirty();
         self.herder_wake.notify_one();
         self.finalizer_wake.notify_one();
     }
@@ -238,20 +297,58 @@ impl Cluster {
         }
         Err(HerderError::Contended(name.to_owned()))
     }
+
+    /// As [`Cluster::modify_connector`], but the write may share a commit with other
+    /// writes ([`crate::store::StateStore::put_connector_batched`]); it has landed when
+    /// this returns.
+    ///
+    /// # Errors
+    /// Store failures, or [`HerderError::Contended`].
+    pub async fn modify_connector_batched<T>(
+        &self,
+        name: &str,
+        mut f: impl FnMut(&mut ConnectorRecord) -> Option<T>,
+    ) -> Result<Option<T>, HerderError> {
+        for _ in 0..MODIFY_ATTEMPTS {
+            let Some(mut rec) = self.store.connector(name)? else {
+                return Ok(None);
+            };
+            let Some(out) = f(&mut rec) else {
+                return Ok(None);
+            };
+            if self.store.put_connector_batched(rec).await? {
+                self.changed(name);
+                return Ok(Some(out));
+            }
+        }
+        Err(HerderError::Contended(name.to_owned()))
+    }
+}
+
+/// What the herder remembers between passes.
+#[derive(Debug, Default)]
+struct HerderMemory {
+    /// Live executors (id, epoch) of the last pass.
+    live: Vec<(String, u64)>,
+    /// When the last pass over every connector began.
+    last_full: Option<Instant>,
 }
 
 /// Runs the herder until `cancel` fires. Errors are logged and retried on the next pass;
 /// they never end the loop.
 pub async fn run_herder(cluster: Arc<Cluster>, cancel: CancellationToken) {
+    let mut memory = HerderMemory::default();
+    let mut timer = true;
     loop {
-        if let Err(e) = herder_pass(&cluster).await {
+        if let Err(e) = herder_pass(&cluster, &mut memory, timer).await {
             warn!(error = %e, "herder pass failed; retrying");
+            cluster.mark_all_dirty();
         }
-        tokio::select! {
+        timer = tokio::select! {
             () = cancel.cancelled() => return,
-            () = cluster.herder_wake.notified() => {}
-            () = tokio::time::sleep(Duration::from_millis(RECONCILE_INTERVAL_MS)) => {}
-        }
+            () = cluster.herder_wake.notified() => false,
+            () = tokio::time::sleep(Duration::from_millis(RECONCILE_INTERVAL_MS)) => true,
+        };
     }
 }
 
@@ -268,12 +365,30 @@ fn is_live(inst: &Instance, live: &BTreeMap<String, ExecutorRecord>) -> bool {
         .is_some_and(|e| e.epoch == inst.epoch)
 }
 
-async fn herder_pass(cluster: &Cluster) -> Result<(), HerderError> {
+/// One pass; `timer`: the loop woke because nothing happened for a while.
+async fn herder_pass(
+    cluster: &Cluster,
+    memory: &mut HerderMemory,
+    timer: bool,
+) -> Result<(), HerderError> {
+    // Taken first: a change after this point marks its connector for the next pass.
+    let dirty = cluster.take_dirty();
     cluster.expire_leases()?;
     let live = cluster.live_executors()?;
-    let connectors: Vec<ConnectorRecord> = cluster
+    let live_now: Vec<(String, u64)> = live.values().map(|e| (e.id.clone(), e.epoch)).collect();
+    let full = timer
+        || dirty.all
+        || live_now != memory.live
+        || memory
+            .last_full
+            .is_none_or(|t| t.elapsed() >= Duration::from_millis(FULL_PASS_INTERVAL_MS));
+    memory.live = live_now;
+    if full {
+        memory.last_full = Some(Instant::now());
+    }
+    let connectors: Vec<Arc<ConnectorRecord>> = cluster
         .store
-        .connectors()?
+        .connectors_shared()?
         .into_iter()
         .filter(|c| !c.deleting)
         .collect();
@@ -321,14 +436,18 @@ async fn herder_pass(cluster: &Cluster) -> Result<(), HerderError> {
 
     // Connectors are independent (each write is conditional on its own record), so a slow
     // or frozen executor holds up only the connectors it hosts.
-    let passes = connectors.iter().map(|c| {
-        let (live, desired) = (&live, &desired);
-        async move {
-            if let Err(e) = reconcile_connector(cluster, &c.name, live, desired).await {
-                warn!(connector = %c.name, error = %e, "reconcile failed; retrying");
+    let passes = connectors
+        .iter()
+        .filter(|c| full || dirty.names.contains(&c.name))
+        .map(|c| {
+            let (live, desired) = (&live, &desired);
+            async move {
+                if let Err(e) = reconcile_connector(cluster, &c.name, live, desired).await {
+                    warn!(connector = %c.name, error = %e, "reconcile failed; retrying");
+                    cluster.mark_dirty(&c.name);
+                }
             }
-        }
-    });
+        });
     futures::future::join_all(passes).await;
     Ok(())
 }
@@ -353,7 +472,7 @@ async fn reconcile_connector(
     live: &BTreeMap<String, ExecutorRecord>,
     desired: &HashMap<UnitKey, Option<String>>,
 ) -> Result<(), HerderError> {
-    let Some(rec) = cluster.store.connector(name)? else {
+    let Some(rec) = cluster.store.connector_shared(name)? else {
         return Ok(());
     };
     if rec.deleting {
@@ -421,7 +540,7 @@ async fn reconcile_connector(
     }
 
     // Task configs.
-    let Some(rec) = cluster.store.connector(name)? else {
+    let Some(rec) = cluster.store.connector_shared(name)? else {
         return Ok(());
     };
     if rec.deleting {
@@ -430,13 +549,14 @@ async fn reconcile_connector(
     if rec.task_configs_stale && rec.connector.state == InstanceState::Running {
         compute_task_configs(cluster, &rec, live).await?;
     }
-    let Some(rec) = cluster.store.connector(name)? else {
+    let Some(rec) = cluster.store.connector_shared(name)? else {
         return Ok(());
     };
     if rec.deleting || rec.task_configs_stale {
         return Ok(());
     }
 
+    let mut starts: Vec<(usize, Option<String>)> = Vec::new();
     for (i, t) in rec.tasks.iter().enumerate() {
         let task = Some(i as u32);
         let to = want(task);
@@ -488,34 +608,37 @@ async fn reconcile_connector(
                 if t.state.has_live_instance() && is_live(t, live) {
                     call_stop(cluster, &rec, task, t, live, false).await;
                 }
-                cluster.modify_connector(name, |r| {
-                    if r.deleting {
-                        return None;
-                    }
-                    let cur = r.tasks.get_mut(i)?;
-                    if cur.generation != generation {
-                        return None;
-                    }
-                    cur.state = cur.state.on(InstanceEvent::Paused);
-                    cur.executor = (!executor.is_empty()).then(|| executor.clone());
-                    cur.epoch = cur
-                        .executor
-                        .as_ref()
-                        .and_then(|e| live.get(e))
-                        .map_or(0, |e| e.epoch);
-                    cur.restart = false;
-                    Some(())
-                })?;
+                cluster
+                    .modify_connector_batched(name, |r| {
+                        if r.deleting {
+                            return None;
+                        }
+                        let cur = r.tasks.get_mut(i)?;
+                        if cur.generation != generation {
+                            return None;
+                        }
+                        cur.state = cur.state.on(InstanceEvent::Paused);
+                        cur.executor = (!executor.is_empty()).then(|| executor.clone());
+                        cur.epoch = cur
+                            .executor
+                            .as_ref()
+                            .and_then(|e| live.get(e))
+                            .map_or(0, |e| e.epoch);
+                        cur.restart = false;
+                        Some(())
+                    })
+                    .await?;
             }
             Step::Start { to } => {
                 if may_hold_instance(t.state) && is_live(t, live) {
                     call_stop(cluster, &rec, task, t, live, false).await;
                 }
-                start_unit(cluster, name, task, to, live).await?;
+                starts.push((i, to));
             }
         }
     }
-    Ok(())
+    // Every task to start was stopped above (if something ran); now they start together.
+    start_tasks(cluster, name, &starts, live).await
 }
 
 /// Stops one unit with `false` (if something runs) and records it as `then`, unassigned.
@@ -531,26 +654,28 @@ async fn stop_unit(
         call_stop(cluster, rec, task, inst, live, false).await;
     }
     let generation = inst.generation;
-    cluster.modify_connector(&rec.name, |r| {
-        if r.deleting {
-            return None;
-        }
-        let cur = match task {
-            Some(i) => r.tasks.get_mut(i as usize)?,
-            None => &mut r.connector,
-        };
-        if cur.generation != generation {
-            return None;
-        }
-        cur.state = match then {
-            InstanceState::Paused => cur.state.on(InstanceEvent::Paused),
-            _ => cur.state.on(InstanceEvent::Stopped),
-        };
-        cur.executor = None;
-        cur.epoch = 0;
-        cur.restart = false;
-        Some(())
-    })?;
+    cluster
+        .modify_connector_batched(&rec.name, |r| {
+            if r.deleting {
+                return None;
+            }
+            let cur = match task {
+                Some(i) => r.tasks.get_mut(i as usize)?,
+                None => &mut r.connector,
+            };
+            if cur.generation != generation {
+                return None;
+            }
+            cur.state = match then {
+                InstanceState::Paused => cur.state.on(InstanceEvent::Paused),
+                _ => cur.state.on(InstanceEvent::Stopped),
+            };
+            cur.executor = None;
+            cur.epoch = 0;
+            cur.restart = false;
+            Some(())
+        })
+        .await?;
     Ok(())
 }
 
@@ -618,52 +743,55 @@ async fn start_unit(
     live: &BTreeMap<String, ExecutorRecord>,
 ) -> Result<(), HerderError> {
     let exec = to.as_ref().and_then(|id| live.get(id)).cloned();
-    let intent = cluster.modify_connector(name, |r| {
-        if r.deleting {
-            return None;
-        }
-        if exec.is_none() {
-            // Nowhere to run: record it unassigned once, not on every pass.
-            let cur = match task {
-                Some(i) => r.tasks.get(i as usize)?,
-                None => &r.connector,
-            };
-            if cur.executor.is_none() && cur.state == InstanceState::Unassigned && !cur.restart {
+    let intent = cluster
+        .modify_connector_batched(name, |r| {
+            if r.deleting {
                 return None;
             }
-        }
-        let generation = r.take_generation();
-        let target = r.target;
-        let config = r.config.clone();
-        let incarnation = r.incarnation.clone();
-        let task_config = match task {
-            Some(i) => Some(r.task_configs.get(i as usize)?.clone()),
-            None => None,
-        };
-        let cur = match task {
-            Some(i) => r.tasks.get_mut(i as usize)?,
-            None => &mut r.connector,
-        };
-        cur.generation = generation;
-        cur.restart = false;
-        match &exec {
-            Some(e) => {
-                cur.executor = Some(e.id.clone());
-                cur.epoch = e.epoch;
-                cur.state = InstanceState::Restarting;
-                cur.error.clear();
+            if exec.is_none() {
+                // Nowhere to run: record it unassigned once, not on every pass.
+                let cur = match task {
+                    Some(i) => r.tasks.get(i as usize)?,
+                    None => &r.connector,
+                };
+                if cur.executor.is_none() && cur.state == InstanceState::Unassigned && !cur.restart
+                {
+                    return None;
+                }
             }
-            None => {
-                cur.executor = None;
-                cur.epoch = 0;
-                cur.state = cur.state.on(InstanceEvent::Unassigned);
+            let generation = r.take_generation();
+            let target = r.target;
+            let config = r.config.clone();
+            let incarnation = r.incarnation.clone();
+            let task_config = match task {
+                Some(i) => Some(r.task_configs.get(i as usize)?.clone()),
+                None => None,
+            };
+            let cur = match task {
+                Some(i) => r.tasks.get_mut(i as usize)?,
+                None => &mut r.connector,
+            };
+            cur.generation = generation;
+            cur.restart = false;
+            match &exec {
+                Some(e) => {
+                    cur.executor = Some(e.id.clone());
+                    cur.epoch = e.epoch;
+                    cur.state = InstanceState::Restarting;
+                    cur.error.clear();
+                }
+                None => {
+                    cur.executor = None;
+                    cur.epoch = 0;
+                    cur.state = cur.state.on(InstanceEvent::Unassigned);
+                }
             }
-        }
-        if task.is_none() {
-            r.config_changed = false;
-        }
-        Some((generation, target, config, incarnation, task_config))
-    })?;
+            if task.is_none() {
+                r.config_changed = false;
+            }
+            Some((generation, target, config, incarnation, task_config))
+        })
+        .await?;
     let (Some((generation, target, config, incarnation, task_config)), Some(exec)) = (intent, exec)
     else {
         return Ok(());
@@ -738,25 +866,206 @@ async fn start_unit(
         Err(e) => (InstanceEvent::Failed, e.to_string()),
     };
     info!(connector = %name, task = ?task, generation, executor = %exec.id, ?event, "started");
-    cluster.modify_connector(name, |r| {
-        if r.deleting {
-            return None;
-        }
-        let stale = task.is_none() && event == InstanceEvent::Started;
-        let cur = match task {
-            Some(i) => r.tasks.get_mut(i as usize)?,
-            None => &mut r.connector,
+    cluster
+        .modify_connector_batched(name, |r| {
+            if r.deleting {
+                return None;
+            }
+            let stale = task.is_none() && event == InstanceEvent::Started;
+            let already_stale = r.task_configs_stale;
+            let cur = match task {
+                Some(i) => r.tasks.get_mut(i as usize)?,
+                None => &mut r.connector,
+            };
+            if cur.generation != generation {
+                return None;
+            }
+            // The executor's status report may have recorded this already: no empty write.
+            if cur.state.on(event) == cur.state && cur.error == error && (!stale || already_stale) {
+                return None;
+            }
+            cur.state = cur.state.on(event);
+            cur.error = error.clone();
+            if stale {
+                r.task_configs_stale = true;
+            }
+            Some(())
+        })
+        .await?;
+    Ok(())
+}
+
+/// A task start recorded by [`start_tasks`], to be sent.
+struct TaskStart {
+    task: usize,
+    generation: u64,
+    exec: ExecutorRecord,
+    task_config: wharf::sdk::ConfigMap,
+}
+
+/// [`start_unit`] for several tasks of one connector at once: one write records every
+/// intent (host, epoch, new generation, RESTARTING; or unassigned), the starts go out
+/// together, one write records every result. `starts`: task index and where it goes.
+async fn start_tasks(
+    cluster: &Cluster,
+    name: &str,
+    starts: &[(usize, Option<String>)],
+    live: &BTreeMap<String, ExecutorRecord>,
+) -> Result<(), HerderError> {
+    if starts.is_empty() {
+        return Ok(());
+    }
+    let intent = cluster
+        .modify_connector_batched(name, |r| {
+            if r.deleting {
+                return None;
+            }
+            let mut sends = Vec::new();
+            let mut wrote = false;
+            for (i, to) in starts {
+                let exec = to.as_ref().and_then(|id| live.get(id));
+                let Some(task_config) = r.task_configs.get(*i).cloned() else {
+                    continue;
+                };
+                let Some(cur) = r.tasks.get(*i) else {
+                    continue;
+                };
+                if exec.is_none()
+                    && cur.executor.is_none()
+                    && cur.state == InstanceState::Unassigned
+                    && !cur.restart
+                {
+                    // Nowhere to run: record it unassigned once, not on every pass.
+                    continue;
+                }
+                let generation = r.take_generation();
+                let Some(cur) = r.tasks.get_mut(*i) else {
+                    continue;
+                };
+                cur.generation = generation;
+                cur.restart = false;
+                wrote = true;
+                match exec {
+                    Some(e) => {
+                        cur.executor = Some(e.id.clone());
+                        cur.epoch = e.epoch;
+                        cur.state = InstanceState::Restarting;
+                        cur.error.clear();
+                        sends.push(TaskStart {
+                            task: *i,
+                            generation,
+                            exec: e.clone(),
+                            task_config,
+                        });
+                    }
+                    None => {
+                        cur.executor = None;
+                        cur.epoch = 0;
+                        cur.state = cur.state.on(InstanceEvent::Unassigned);
+                    }
+                }
+            }
+            wrote.then(|| (sends, r.target, r.config.clone(), r.incarnation.clone()))
+        })
+        .await?;
+    let Some((sends, target, config, incarnation)) = intent else {
+        return Ok(());
+    };
+    if sends.is_empty() {
+        return Ok(());
+    }
+    let target_state = match target {
+        TargetState::Paused => pb::TargetState::Paused,
+        TargetState::Started | TargetState::Stopped => pb::TargetState::Started,
+    } as i32;
+    let offsets: Vec<pb::SourceOffset> = cluster
+        .store
+        .offsets(name)?
+        .into_iter()
+        .map(|(partition, offset)| pb::SourceOffset { partition, offset })
+        .collect();
+    let calls = sends.iter().map(|s| {
+        let req = pb::StartTaskRequest {
+            task: Some(pb::TaskId {
+                connector: name.to_owned(),
+                task: s.task as u32,
+            }),
+            connector_config: config.clone().into_iter().collect(),
+            task_config: s.task_config.clone().into_iter().collect(),
+            generation: s.generation,
+            target_state,
+            cleanup_only: false,
+            offsets: offsets.clone(),
+            incarnation: incarnation.clone(),
+            executor_epoch: s.exec.epoch,
         };
-        if cur.generation != generation {
-            return None;
+        async move {
+            // Never closed; without a permit the start goes out anyway.
+            let _permit = cluster.task_starts.acquire().await.ok();
+            let result = cluster
+                .clients
+                .start_task(&s.exec.address, req)
+                .await
+                .map(|r| (r.state, r.error));
+            let outcome = match result {
+                Ok((state, error)) if state == pb::State::Failed as i32 => {
+                    Some((InstanceEvent::Failed, error))
+                }
+                Ok(_) => Some((InstanceEvent::Started, String::new())),
+                Err(e @ CallError::Unreachable { .. })
+                | Err(
+                    e @ CallError::Refused {
+                        code: tonic::Code::FailedPrecondition | tonic::Code::NotFound,
+                        ..
+                    },
+                ) => {
+                    // As in start_unit: unknown outcome, stay RESTARTING; the next pass
+                    // starts it again with a new generation, or the lease decides.
+                    warn!(connector = %name, task = s.task, generation = s.generation, executor = %s.exec.id, error = %e, "start not taken; retrying");
+                    None
+                }
+                Err(e) => Some((InstanceEvent::Failed, e.to_string())),
+            };
+            if let Some((event, _)) = &outcome {
+                info!(connector = %name, task = s.task, generation = s.generation, executor = %s.exec.id, ?event, "started");
+            }
+            (s.task, s.generation, outcome)
         }
-        cur.state = cur.state.on(event);
-        cur.error = error.clone();
-        if stale {
-            r.task_configs_stale = true;
-        }
-        Some(())
-    })?;
+    });
+    let results: Vec<(usize, u64, InstanceEvent, String)> = futures::future::join_all(calls)
+        .await
+        .into_iter()
+        .filter_map(|(task, generation, outcome)| {
+            outcome.map(|(event, error)| (task, generation, event, error))
+        })
+        .collect();
+    if results.is_empty() {
+        return Ok(());
+    }
+    cluster
+        .modify_connector_batched(name, |r| {
+            if r.deleting {
+                return None;
+            }
+            let mut wrote = false;
+            for (task, generation, event, error) in &results {
+                let Some(cur) = r.tasks.get_mut(*task) else {
+                    continue;
+                };
+                if cur.generation != *generation {
+                    continue;
+                }
+                // The executor's status report may have recorded this already.
+                if cur.state.on(*event) == cur.state && cur.error == *error {
+                    continue;
+                }
+                cur.state = cur.state.on(*event);
+                cur.error = error.clone();
+                wrote = true;
+            }
+            wrote.then_some(())
+        })
+        .await?;
     Ok(())
 }
 
@@ -803,29 +1112,31 @@ async fn compute_task_configs(
             call_stop(cluster, rec, Some(i as u32), t, live, false).await;
         }
     }
-    cluster.modify_connector(&rec.name, |r| {
-        if r.deleting || r.connector.generation != generation {
-            return None;
-        }
-        r.tasks.truncate(configs.len());
-        r.task_configs.truncate(configs.len());
-        for (i, c) in configs.iter().enumerate() {
-            match r.task_configs.get(i) {
-                Some(old) if old == c => {}
-                Some(_) => {
-                    r.task_configs[i] = c.clone();
-                    if let Some(t) = r.tasks.get_mut(i) {
-                        t.restart = true;
+    cluster
+        .modify_connector_batched(&rec.name, |r| {
+            if r.deleting || r.connector.generation != generation {
+                return None;
+            }
+            r.tasks.truncate(configs.len());
+            r.task_configs.truncate(configs.len());
+            for (i, c) in configs.iter().enumerate() {
+                match r.task_configs.get(i) {
+                    Some(old) if old == c => {}
+                    Some(_) => {
+                        r.task_configs[i] = c.clone();
+                        if let Some(t) = r.tasks.get_mut(i) {
+                            t.restart = true;
+                        }
+                    }
+                    None => {
+                        r.task_configs.push(c.clone());
+                        r.tasks.push(Instance::unassigned());
                     }
                 }
-                None => {
-                    r.task_configs.push(c.clone());
-                    r.tasks.push(Instance::unassigned());
-                }
             }
-        }
-        r.task_configs_stale = false;
-        Some(())
-    })?;
+            r.task_configs_stale = false;
+            Some(())
+        })
+        .await?;
     Ok(())
 }

@@ -14,6 +14,10 @@ pub mod seal;
 pub use etcd_store::{DEFAULT_ETCD_PREFIX, EtcdOptions, EtcdStore, Fence, WriteFence};
 pub use redb_store::RedbStore;
 
+use std::future::Future;
+use std::pin::Pin;
+use std::sync::Arc;
+
 use crate::model::{ConnectorRecord, DeletionRecord, ExecutorRecord, PluginRecord};
 
 /// File name of the embedded store inside `--data-dir`.
@@ -47,17 +51,41 @@ pub enum CreateOutcome {
     StillDeleting,
 }
 
+/// A write that resolves once it is durable; see [`StateStore::put_connector_batched`].
+pub type StoreFuture<T> = Pin<Box<dyn Future<Output = Result<T, StoreError>> + Send + 'static>>;
+
 /// The herder's persistent state. All methods are atomic; none blocks for long.
+///
+/// The `*_batched` and `*_shared` methods are for callers that handle many connectors at
+/// once (the herder, the finalizer); their defaults call the plain methods, so a backend
+/// only overrides them when it can do better (the redb store: a group commit, and records
+/// kept decoded in memory).
 pub trait StateStore: Send + Sync + 'static {
     /// One connector, with its revision.
     fn connector(&self, name: &str) -> Result<Option<ConnectorRecord>, StoreError>;
     /// Every connector (deleting ones included), sorted by name.
     fn connectors(&self) -> Result<Vec<ConnectorRecord>, StoreError>;
+    /// As [`StateStore::connector`], shared instead of copied (for read-only use).
+    fn connector_shared(&self, name: &str) -> Result<Option<Arc<ConnectorRecord>>, StoreError> {
+        Ok(self.connector(name)?.map(Arc::new))
+    }
+    /// As [`StateStore::connectors`], shared instead of copied (for read-only use).
+    fn connectors_shared(&self) -> Result<Vec<Arc<ConnectorRecord>>, StoreError> {
+        Ok(self.connectors()?.into_iter().map(Arc::new).collect())
+    }
     /// Stores a new connector unless the name is taken or still deleting.
     fn create_connector(&self, rec: &ConnectorRecord) -> Result<CreateOutcome, StoreError>;
     /// Replaces a connector if its stored revision is still `rec.revision`; returns
     /// false on a conflict (or when it no longer exists).
     fn put_connector(&self, rec: &ConnectorRecord) -> Result<bool, StoreError>;
+    /// As [`StateStore::put_connector`], but the caller does not block: the backend may
+    /// commit this write together with other callers' writes (each still conditional on
+    /// its own revision, in the order they were made), and the future resolves once the
+    /// write is durable. The default writes at once.
+    fn put_connector_batched(&self, rec: ConnectorRecord) -> StoreFuture<bool> {
+        let r = self.put_connector(&rec);
+        Box::pin(std::future::ready(r))
+    }
 
     /// Records a deletion and marks the connector deleting, if the connector's revision is
     /// still `rec.revision` and no deletion is recorded; false otherwise.
@@ -72,10 +100,22 @@ pub trait StateStore: Send + Sync + 'static {
     fn deletions(&self) -> Result<Vec<DeletionRecord>, StoreError>;
     /// Replaces a deletion if its stored revision is still `d.revision`.
     fn put_deletion(&self, d: &DeletionRecord) -> Result<bool, StoreError>;
+    /// As [`StateStore::put_deletion`], committed with other callers' writes when the
+    /// backend can (see [`StateStore::put_connector_batched`]).
+    fn put_deletion_batched(&self, d: DeletionRecord) -> StoreFuture<bool> {
+        let r = self.put_deletion(&d);
+        Box::pin(std::future::ready(r))
+    }
     /// Removes the deletion record, the connector (config, task configs, assignments,
     /// status) and its offsets in one write, only if the deletion's revision is still
     /// `revision`. False on a conflict.
     fn finish_deletion(&self, name: &str, revision: u64) -> Result<bool, StoreError>;
+    /// As [`StateStore::finish_deletion`], committed with other callers' writes when the
+    /// backend can (see [`StateStore::put_connector_batched`]).
+    fn finish_deletion_batched(&self, name: &str, revision: u64) -> StoreFuture<bool> {
+        let r = self.finish_deletion(name, revision);
+        Box::pin(std::future::ready(r))
+    }
 
     /// Registers an executor: a new epoch (greater than every epoch handed out before, to
     /// any executor), fencing every older one. Returns the stored record.

@@ -8,14 +8,33 @@
 //! Secrets: connector configs (and sealed deletion contexts) hold secret values. They are
 //! encrypted with ChaCha20-Poly1305 under a key kept in `<data-dir>/store.key` (mode 0600)
 //! before they reach the file, see [`crate::store::seal`].
+//!
+//! # Cache and group commit
+//! The control plane is the only writer of its file (redb locks it), so the decoded
+//! connector, deletion and executor records are kept in memory: loaded once by
+//! [`RedbStore::open`], then updated after each commit. Reads return clones (or shared
+//! `Arc`s) of the cache and never decrypt or parse.
+//!
+//! Every write goes to one writer thread. It takes all writes queued at that moment, applies
+//! them in order to one write transaction (each conditional check sees the writes before it,
+//! exactly as if they had been committed one by one), commits once (one fdatasync for the
+//! batch), updates the cache, and only then answers each caller. A write is therefore
+//! acknowledged only once durable, and many concurrent writers (the herder's connectors,
+//! status reports) share one commit. A failed commit fails every write of its batch with
+//! [`StoreError::Unavailable`] (whether it landed is unknown) and reloads the cache from
+//! the file.
 
+use std::collections::{BTreeMap, HashMap};
 use std::path::Path;
+use std::sync::mpsc;
+use std::sync::{Arc, Mutex, RwLock};
 
 use redb::{Database, ReadableDatabase, ReadableTable, TableDefinition};
 use serde::de::DeserializeOwned;
 use serde::{Deserialize, Serialize};
+use tokio::sync::oneshot;
 
-use super::{CreateOutcome, StateStore, StoreError};
+use super::{CreateOutcome, StateStore, StoreError, StoreFuture};
 use crate::model::{ConnectorRecord, DeletionRecord, ExecutorRecord, PluginRecord};
 use crate::store::seal::Sealer;
 
@@ -32,86 +51,160 @@ const EPOCH_KEY: &str = "epoch";
 /// the newest they saw for a connector name, accept a re-created connector.
 const GENERATION_FLOOR_KEY: &str = "generation_floor";
 
+/// Most writes committed in one transaction: bounds how long one commit (and so the
+/// answer to the first write of the batch) can take.
+const MAX_BATCH: usize = 1024;
+
 #[derive(Serialize, Deserialize)]
 struct Stored<T> {
     rev: u64,
     value: T,
 }
 
-/// The redb-backed [`StateStore`].
-pub struct RedbStore {
+/// The decoded records, as committed.
+#[derive(Default)]
+struct Cache {
+    connectors: BTreeMap<String, Arc<ConnectorRecord>>,
+    deletions: BTreeMap<String, DeletionRecord>,
+    executors: BTreeMap<String, ExecutorRecord>,
+    /// A commit failed: what the file holds is unknown until the cache is reloaded.
+    stale: bool,
+}
+
+/// State shared by the store handle and its writer thread.
+struct Shared {
     db: Database,
     sealer: Sealer,
+    cache: RwLock<Cache>,
+}
+
+/// One write, as queued for the writer thread.
+enum Write {
+    CreateConnector(ConnectorRecord),
+    PutConnector(ConnectorRecord),
+    StartDeletion(Box<(ConnectorRecord, DeletionRecord)>),
+    PutDeletion(DeletionRecord),
+    FinishDeletion {
+        name: String,
+        revision: u64,
+    },
+    RegisterExecutor {
+        id: String,
+        address: String,
+        plugins: Vec<PluginRecord>,
+    },
+    MarkExecutorLost {
+        id: String,
+        epoch: u64,
+    },
+    PutOffsets {
+        connector: String,
+        offsets: Vec<(String, String)>,
+    },
+    ResetOffsets {
+        connector: String,
+    },
+}
+
+/// What a write returns.
+enum Done {
+    Created(CreateOutcome),
+    Applied(bool),
+    Executor(ExecutorRecord),
+    Unit,
+}
+
+type Answer = Result<Done, StoreError>;
+
+/// Where the writer sends the answer: a blocked synchronous caller or a future.
+enum Reply {
+    Blocking(mpsc::SyncSender<Answer>),
+    Future(oneshot::Sender<Answer>),
+}
+
+impl Reply {
+    fn send(self, a: Answer) {
+        // The caller may have gone away (a dropped future); nothing to tell then.
+        match self {
+            Reply::Blocking(tx) => {
+                let _ = tx.send(a);
+            }
+            Reply::Future(tx) => {
+                let _ = tx.send(a);
+            }
+        }
+    }
+}
+
+struct Op {
+    write: Write,
+    reply: Reply,
+}
+
+/// The redb-backed [`StateStore`].
+pub struct RedbStore {
+    shared: Arc<Shared>,
+    writer: Mutex<Option<mpsc::Sender<Op>>>,
+    thread: Mutex<Option<std::thread::JoinHandle<()>>>,
 }
 
 fn unavailable(e: impl std::fmt::Display) -> StoreError {
     StoreError::Unavailable(e.to_string())
 }
 
-impl RedbStore {
-    /// Opens (or creates) the store file `path`; `sealer` protects secret-bearing records.
-    ///
-    /// # Errors
-    /// [`StoreError::Unavailable`] when the file cannot be opened or is locked by another
-    /// process.
-    pub fn open(path: &Path, sealer: Sealer) -> Result<Self, StoreError> {
-        let db = Database::create(path).map_err(unavailable)?;
-        let tx = db.begin_write().map_err(unavailable)?;
-        {
-            tx.open_table(CONNECTORS).map_err(unavailable)?;
-            tx.open_table(DELETIONS).map_err(unavailable)?;
-            tx.open_table(EXECUTORS).map_err(unavailable)?;
-            tx.open_table(OFFSETS).map_err(unavailable)?;
-            tx.open_table(META).map_err(unavailable)?;
-        }
-        tx.commit().map_err(unavailable)?;
-        Ok(Self { db, sealer })
-    }
+fn writer_gone() -> StoreError {
+    StoreError::Unavailable("the store writer thread stopped".into())
+}
 
-    fn encode<T: Serialize>(&self, rev: u64, value: &T) -> Result<Vec<u8>, StoreError> {
-        let json = serde_json::to_vec(&Stored { rev, value }).map_err(unavailable)?;
-        self.sealer.seal(&json)
-    }
+fn decode<T: DeserializeOwned>(
+    sealer: &Sealer,
+    key: &str,
+    bytes: &[u8],
+) -> Result<(u64, T), StoreError> {
+    let corrupt = |reason: String| StoreError::Corrupt {
+        key: key.to_owned(),
+        reason,
+    };
+    let json = sealer.open(bytes).map_err(|e| corrupt(e.to_string()))?;
+    let s: Stored<T> = serde_json::from_slice(&json).map_err(|e| corrupt(e.to_string()))?;
+    Ok((s.rev, s.value))
+}
 
-    fn decode<T: DeserializeOwned>(&self, key: &str, bytes: &[u8]) -> Result<(u64, T), StoreError> {
-        let corrupt = |reason: String| StoreError::Corrupt {
-            key: key.to_owned(),
-            reason,
-        };
-        let json = self
-            .sealer
-            .open(bytes)
-            .map_err(|e| corrupt(e.to_string()))?;
-        let s: Stored<T> = serde_json::from_slice(&json).map_err(|e| corrupt(e.to_string()))?;
-        Ok((s.rev, s.value))
-    }
+fn encode<T: Serialize>(sealer: &Sealer, rev: u64, value: &T) -> Result<Vec<u8>, StoreError> {
+    let json = serde_json::to_vec(&Stored { rev, value }).map_err(unavailable)?;
+    sealer.seal(&json)
+}
 
-    fn read_one<T: DeserializeOwned>(
-        &self,
-        table: TableDefinition<&str, &[u8]>,
-        key: &str,
-    ) -> Result<Option<(u64, T)>, StoreError> {
-        let tx = self.db.begin_read().map_err(unavailable)?;
-        let t = tx.open_table(table).map_err(unavailable)?;
-        match t.get(key).map_err(unavailable)? {
-            Some(v) => Ok(Some(self.decode(key, v.value())?)),
-            None => Ok(None),
-        }
+fn read_all<T: DeserializeOwned>(
+    db: &Database,
+    sealer: &Sealer,
+    table: TableDefinition<&str, &[u8]>,
+) -> Result<Vec<(u64, T)>, StoreError> {
+    let tx = db.begin_read().map_err(unavailable)?;
+    let t = tx.open_table(table).map_err(unavailable)?;
+    let mut out = Vec::new();
+    for entry in t.iter().map_err(unavailable)? {
+        let (k, v) = entry.map_err(unavailable)?;
+        out.push(decode(sealer, k.value(), v.value())?);
     }
+    Ok(out)
+}
 
-    fn read_all<T: DeserializeOwned>(
-        &self,
-        table: TableDefinition<&str, &[u8]>,
-    ) -> Result<Vec<(u64, T)>, StoreError> {
-        let tx = self.db.begin_read().map_err(unavailable)?;
-        let t = tx.open_table(table).map_err(unavailable)?;
-        let mut out = Vec::new();
-        for entry in t.iter().map_err(unavailable)? {
-            let (k, v) = entry.map_err(unavailable)?;
-            out.push(self.decode(k.value(), v.value())?);
-        }
-        Ok(out)
+/// Decodes every record of the file.
+fn load(db: &Database, sealer: &Sealer) -> Result<Cache, StoreError> {
+    let mut cache = Cache::default();
+    for (rev, mut r) in read_all::<ConnectorRecord>(db, sealer, CONNECTORS)? {
+        r.revision = rev;
+        cache.connectors.insert(r.name.clone(), Arc::new(r));
     }
+    for (rev, mut d) in read_all::<DeletionRecord>(db, sealer, DELETIONS)? {
+        d.revision = rev;
+        cache.deletions.insert(d.name.clone(), d);
+    }
+    for (_, e) in read_all::<ExecutorRecord>(db, sealer, EXECUTORS)? {
+        cache.executors.insert(e.id.clone(), e);
+    }
+    Ok(cache)
 }
 
 fn next_counter(meta: &mut redb::Table<'_, &str, u64>, key: &str) -> Result<u64, StoreError> {
@@ -125,112 +218,532 @@ fn next_counter(meta: &mut redb::Table<'_, &str, u64>, key: &str) -> Result<u64,
     Ok(next)
 }
 
-fn stored_rev(
-    t: &redb::Table<'_, &str, &[u8]>,
-    key: &str,
-    sealer: &Sealer,
-) -> Result<Option<u64>, StoreError> {
-    match t.get(key).map_err(unavailable)? {
-        Some(v) => {
-            let json = sealer.open(v.value()).map_err(|e| StoreError::Corrupt {
-                key: key.to_owned(),
-                reason: e.to_string(),
-            })?;
-            #[derive(Deserialize)]
-            struct Rev {
-                rev: u64,
-            }
-            let r: Rev = serde_json::from_slice(&json).map_err(|e| StoreError::Corrupt {
-                key: key.to_owned(),
-                reason: e.to_string(),
-            })?;
-            Ok(Some(r.rev))
+fn offset_key(connector: &str, partition: &str) -> String {
+    format!("{connector}\0{partition}")
+}
+
+/// Changes of one batch, not yet committed: `None` removes the record.
+#[derive(Default)]
+struct Overlay {
+    connectors: HashMap<String, Option<Arc<ConnectorRecord>>>,
+    deletions: HashMap<String, Option<DeletionRecord>>,
+    executors: HashMap<String, Option<ExecutorRecord>>,
+}
+
+/// The committed cache with the batch's changes on top.
+struct View<'a> {
+    cache: &'a Cache,
+    overlay: Overlay,
+}
+
+impl View<'_> {
+    fn connector(&self, name: &str) -> Option<&ConnectorRecord> {
+        match self.overlay.connectors.get(name) {
+            Some(v) => v.as_deref(),
+            None => self.cache.connectors.get(name).map(Arc::as_ref),
         }
-        None => Ok(None),
+    }
+
+    fn deletion(&self, name: &str) -> Option<&DeletionRecord> {
+        match self.overlay.deletions.get(name) {
+            Some(v) => v.as_ref(),
+            None => self.cache.deletions.get(name),
+        }
+    }
+
+    fn executor(&self, id: &str) -> Option<&ExecutorRecord> {
+        match self.overlay.executors.get(id) {
+            Some(v) => v.as_ref(),
+            None => self.cache.executors.get(id),
+        }
     }
 }
 
-fn offset_key(connector: &str, partition: &str) -> String {
-    format!("{connector}\0{partition}")
+/// The tables of one write transaction.
+struct Tables<'t> {
+    conns: redb::Table<'t, &'static str, &'static [u8]>,
+    dels: redb::Table<'t, &'static str, &'static [u8]>,
+    execs: redb::Table<'t, &'static str, &'static [u8]>,
+    offs: redb::Table<'t, &'static str, &'static str>,
+    meta: redb::Table<'t, &'static str, u64>,
+}
+
+impl Shared {
+    /// Reloads the cache from the file if a failed commit left it in doubt. The load runs
+    /// under the write lock, so that no batch or other reload interleaves with it.
+    fn reload_if_stale(&self) -> Result<(), StoreError> {
+        let mut cache = self.cache_mut();
+        if cache.stale {
+            *cache = load(&self.db, &self.sealer)?;
+        }
+        Ok(())
+    }
+
+    fn cache(&self) -> std::sync::RwLockReadGuard<'_, Cache> {
+        self.cache
+            .read()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+
+    fn cache_mut(&self) -> std::sync::RwLockWriteGuard<'_, Cache> {
+        self.cache
+            .write()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+
+    /// The cache for reading, reloaded first if a failed commit left it in doubt.
+    fn fresh_cache(&self) -> Result<std::sync::RwLockReadGuard<'_, Cache>, StoreError> {
+        if self.cache().stale {
+            self.reload_if_stale()?;
+        }
+        Ok(self.cache())
+    }
+
+    /// The writer thread: batches of queued writes, one transaction each.
+    fn run_writer(&self, rx: &mpsc::Receiver<Op>) {
+        while let Ok(first) = rx.recv() {
+            let mut batch = vec![first];
+            while batch.len() < MAX_BATCH {
+                match rx.try_recv() {
+                    Ok(op) => batch.push(op),
+                    Err(_) => break,
+                }
+            }
+            self.commit_batch(batch);
+        }
+    }
+
+    fn commit_batch(&self, batch: Vec<Op>) {
+        if let Err(e) = self.reload_if_stale() {
+            for op in batch {
+                op.reply.send(Err(StoreError::Unavailable(e.to_string())));
+            }
+            return;
+        }
+        let (writes, replies): (Vec<Write>, Vec<Reply>) =
+            batch.into_iter().map(|op| (op.write, op.reply)).unzip();
+        match self.apply(writes) {
+            Ok((answers, overlay)) => {
+                {
+                    let mut cache = self.cache_mut();
+                    for (k, v) in overlay.connectors {
+                        match v {
+                            Some(r) => cache.connectors.insert(k, r),
+                            None => cache.connectors.remove(&k),
+                        };
+                    }
+                    for (k, v) in overlay.deletions {
+                        match v {
+                            Some(d) => cache.deletions.insert(k, d),
+                            None => cache.deletions.remove(&k),
+                        };
+                    }
+                    for (k, v) in overlay.executors {
+                        match v {
+                            Some(e) => cache.executors.insert(k, e),
+                            None => cache.executors.remove(&k),
+                        };
+                    }
+                }
+                for (reply, answer) in replies.into_iter().zip(answers) {
+                    reply.send(answer);
+                }
+            }
+            Err((e, in_doubt)) => {
+                if in_doubt {
+                    self.cache_mut().stale = true;
+                    // Reload now; if it fails, the next read or batch tries again.
+                    let _ = self.reload_if_stale();
+                }
+                for reply in replies {
+                    reply.send(Err(StoreError::Unavailable(e.to_string())));
+                }
+            }
+        }
+    }
+
+    /// Applies `writes` in order in one transaction and commits it. On error, the bool
+    /// tells whether the commit itself failed (the file may or may not hold the batch).
+    #[allow(clippy::type_complexity)]
+    fn apply(&self, writes: Vec<Write>) -> Result<(Vec<Answer>, Overlay), (StoreError, bool)> {
+        let tx = self.db.begin_write().map_err(|e| (unavailable(e), false))?;
+        let cache = self.cache();
+        let mut view = View {
+            cache: &cache,
+            overlay: Overlay::default(),
+        };
+        let mut answers = Vec::with_capacity(writes.len());
+        let mut wrote = false;
+        {
+            let mut t = open_tables(&tx).map_err(|e| (e, false))?;
+            for w in writes {
+                let (answer, w_wrote) = self
+                    .apply_one(&mut t, &mut view, w)
+                    .map_err(|e| (e, false))?;
+                wrote |= w_wrote;
+                answers.push(Ok(answer));
+            }
+        }
+        let overlay = view.overlay;
+        drop(cache);
+        if wrote {
+            tx.commit().map_err(|e| (unavailable(e), true))?;
+        } else {
+            tx.abort().map_err(|e| (unavailable(e), false))?;
+        }
+        Ok((answers, overlay))
+    }
+
+    /// One write; returns its answer and whether it changed anything.
+    fn apply_one(
+        &self,
+        t: &mut Tables<'_>,
+        view: &mut View<'_>,
+        w: Write,
+    ) -> Result<(Done, bool), StoreError> {
+        let sealer = &self.sealer;
+        match w {
+            Write::CreateConnector(rec) => {
+                if view.deletion(&rec.name).is_some() {
+                    return Ok((Done::Created(CreateOutcome::StillDeleting), false));
+                }
+                if view.connector(&rec.name).is_some() {
+                    return Ok((Done::Created(CreateOutcome::AlreadyExists), false));
+                }
+                let rev = next_counter(&mut t.meta, REVISION_KEY)?;
+                let floor = t
+                    .meta
+                    .get(GENERATION_FLOOR_KEY)
+                    .map_err(unavailable)?
+                    .map(|v| v.value())
+                    .unwrap_or(0);
+                let mut rec = rec;
+                rec.next_generation = rec.next_generation.max(floor);
+                rec.revision = rev;
+                let bytes = encode(sealer, rev, &rec)?;
+                t.conns
+                    .insert(rec.name.as_str(), bytes.as_slice())
+                    .map_err(unavailable)?;
+                view.overlay
+                    .connectors
+                    .insert(rec.name.clone(), Some(Arc::new(rec)));
+                Ok((Done::Created(CreateOutcome::Created), true))
+            }
+            Write::PutConnector(mut rec) => {
+                if view.connector(&rec.name).map(|c| c.revision) != Some(rec.revision) {
+                    return Ok((Done::Applied(false), false));
+                }
+                let rev = next_counter(&mut t.meta, REVISION_KEY)?;
+                rec.revision = rev;
+                let bytes = encode(sealer, rev, &rec)?;
+                t.conns
+                    .insert(rec.name.as_str(), bytes.as_slice())
+                    .map_err(unavailable)?;
+                view.overlay
+                    .connectors
+                    .insert(rec.name.clone(), Some(Arc::new(rec)));
+                Ok((Done::Applied(true), true))
+            }
+            Write::StartDeletion(pair) => {
+                let (rec, deletion) = *pair;
+                if view.connector(&rec.name).map(|c| c.revision) != Some(rec.revision)
+                    || view.deletion(&rec.name).is_some()
+                {
+                    return Ok((Done::Applied(false), false));
+                }
+                let rev = next_counter(&mut t.meta, REVISION_KEY)?;
+                let mut marked = rec;
+                marked.deleting = true;
+                marked.revision = rev;
+                let mut deletion = deletion;
+                deletion.revision = rev;
+                let c = encode(sealer, rev, &marked)?;
+                let d = encode(sealer, rev, &deletion)?;
+                t.conns
+                    .insert(marked.name.as_str(), c.as_slice())
+                    .map_err(unavailable)?;
+                t.dels
+                    .insert(marked.name.as_str(), d.as_slice())
+                    .map_err(unavailable)?;
+                view.overlay
+                    .deletions
+                    .insert(marked.name.clone(), Some(deletion));
+                view.overlay
+                    .connectors
+                    .insert(marked.name.clone(), Some(Arc::new(marked)));
+                Ok((Done::Applied(true), true))
+            }
+            Write::PutDeletion(mut d) => {
+                if view.deletion(&d.name).map(|s| s.revision) != Some(d.revision) {
+                    return Ok((Done::Applied(false), false));
+                }
+                let rev = next_counter(&mut t.meta, REVISION_KEY)?;
+                d.revision = rev;
+                let bytes = encode(sealer, rev, &d)?;
+                t.dels
+                    .insert(d.name.as_str(), bytes.as_slice())
+                    .map_err(unavailable)?;
+                view.overlay.deletions.insert(d.name.clone(), Some(d));
+                Ok((Done::Applied(true), true))
+            }
+            Write::FinishDeletion { name, revision } => {
+                let Some(used) = view
+                    .deletion(&name)
+                    .filter(|d| d.revision == revision)
+                    .map(|d| d.next_generation)
+                else {
+                    return Ok((Done::Applied(false), false));
+                };
+                let floor = t
+                    .meta
+                    .get(GENERATION_FLOOR_KEY)
+                    .map_err(unavailable)?
+                    .map(|v| v.value())
+                    .unwrap_or(0);
+                t.meta
+                    .insert(GENERATION_FLOOR_KEY, floor.max(used))
+                    .map_err(unavailable)?;
+                t.dels.remove(name.as_str()).map_err(unavailable)?;
+                t.conns.remove(name.as_str()).map_err(unavailable)?;
+                let start = offset_key(&name, "");
+                let end = format!("{name}\u{1}");
+                t.offs
+                    .retain_in(start.as_str()..end.as_str(), |_, _| false)
+                    .map_err(unavailable)?;
+                view.overlay.deletions.insert(name.clone(), None);
+                view.overlay.connectors.insert(name, None);
+                Ok((Done::Applied(true), true))
+            }
+            Write::RegisterExecutor {
+                id,
+                address,
+                plugins,
+            } => {
+                let epoch = next_counter(&mut t.meta, EPOCH_KEY)?;
+                let rev = next_counter(&mut t.meta, REVISION_KEY)?;
+                let rec = ExecutorRecord {
+                    id,
+                    address,
+                    epoch,
+                    plugins,
+                    lost: false,
+                };
+                let bytes = encode(sealer, rev, &rec)?;
+                t.execs
+                    .insert(rec.id.as_str(), bytes.as_slice())
+                    .map_err(unavailable)?;
+                view.overlay
+                    .executors
+                    .insert(rec.id.clone(), Some(rec.clone()));
+                Ok((Done::Executor(rec), true))
+            }
+            Write::MarkExecutorLost { id, epoch } => {
+                let Some(mut rec) = view
+                    .executor(&id)
+                    .filter(|e| e.epoch == epoch && !e.lost)
+                    .cloned()
+                else {
+                    return Ok((Done::Applied(false), false));
+                };
+                rec.lost = true;
+                let rev = next_counter(&mut t.meta, REVISION_KEY)?;
+                let bytes = encode(sealer, rev, &rec)?;
+                t.execs
+                    .insert(id.as_str(), bytes.as_slice())
+                    .map_err(unavailable)?;
+                view.overlay.executors.insert(id, Some(rec));
+                Ok((Done::Applied(true), true))
+            }
+            Write::PutOffsets { connector, offsets } => {
+                for (partition, offset) in &offsets {
+                    let key = offset_key(&connector, partition);
+                    if offset.is_empty() {
+                        t.offs.remove(key.as_str()).map_err(unavailable)?;
+                    } else {
+                        t.offs
+                            .insert(key.as_str(), offset.as_str())
+                            .map_err(unavailable)?;
+                    }
+                }
+                Ok((Done::Unit, !offsets.is_empty()))
+            }
+            Write::ResetOffsets { connector } => {
+                let start = offset_key(&connector, "");
+                let end = format!("{connector}\u{1}");
+                t.offs
+                    .retain_in(start.as_str()..end.as_str(), |_, _| false)
+                    .map_err(unavailable)?;
+                Ok((Done::Unit, true))
+            }
+        }
+    }
+}
+
+fn open_tables(tx: &redb::WriteTransaction) -> Result<Tables<'_>, StoreError> {
+    Ok(Tables {
+        conns: tx.open_table(CONNECTORS).map_err(unavailable)?,
+        dels: tx.open_table(DELETIONS).map_err(unavailable)?,
+        execs: tx.open_table(EXECUTORS).map_err(unavailable)?,
+        offs: tx.open_table(OFFSETS).map_err(unavailable)?,
+        meta: tx.open_table(META).map_err(unavailable)?,
+    })
+}
+
+impl RedbStore {
+    /// Opens (or creates) the store file `path`, decodes every record into the cache and
+    /// starts the writer thread; `sealer` protects secret-bearing records.
+    ///
+    /// # Errors
+    /// [`StoreError::Unavailable`] when the file cannot be opened or is locked by another
+    /// process; [`StoreError::Corrupt`] when a record does not decode (another key, or
+    /// written by an incompatible version).
+    pub fn open(path: &Path, sealer: Sealer) -> Result<Self, StoreError> {
+        let db = Database::create(path).map_err(unavailable)?;
+        let tx = db.begin_write().map_err(unavailable)?;
+        {
+            open_tables(&tx)?;
+        }
+        tx.commit().map_err(unavailable)?;
+        let cache = load(&db, &sealer)?;
+        let shared = Arc::new(Shared {
+            db,
+            sealer,
+            cache: RwLock::new(cache),
+        });
+        let (tx, rx) = mpsc::channel::<Op>();
+        let writer = shared.clone();
+        let thread = std::thread::Builder::new()
+            .name("redb-writer".into())
+            .spawn(move || writer.run_writer(&rx))
+            .map_err(unavailable)?;
+        Ok(Self {
+            shared,
+            writer: Mutex::new(Some(tx)),
+            thread: Mutex::new(Some(thread)),
+        })
+    }
+
+    fn submit(&self, write: Write, reply: Reply) -> Result<(), StoreError> {
+        let guard = self
+            .writer
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        let sender = guard.as_ref().ok_or_else(writer_gone)?;
+        sender.send(Op { write, reply }).map_err(|_| writer_gone())
+    }
+
+    /// Queues `write` and blocks until it is committed (or failed).
+    fn write(&self, write: Write) -> Answer {
+        let (tx, rx) = mpsc::sync_channel(1);
+        self.submit(write, Reply::Blocking(tx))?;
+        let wait = || rx.recv().map_err(|_| writer_gone())?;
+        // A caller on a tokio worker (a gRPC handler) waits for a whole batch: hand the
+        // worker's other tasks to another thread meanwhile, so that the herder's writes
+        // queued in the same batch are not held up behind it.
+        match tokio::runtime::Handle::try_current() {
+            Ok(h) if h.runtime_flavor() == tokio::runtime::RuntimeFlavor::MultiThread => {
+                tokio::task::block_in_place(wait)
+            }
+            Ok(_) | Err(_) => wait(),
+        }
+    }
+
+    /// Queues `write`; the future resolves once it is committed (or failed).
+    fn write_later(&self, write: Write) -> impl Future<Output = Answer> + Send + 'static {
+        let (tx, rx) = oneshot::channel();
+        let queued = self.submit(write, Reply::Future(tx));
+        async move {
+            queued?;
+            rx.await.map_err(|_| writer_gone())?
+        }
+    }
+}
+
+impl Drop for RedbStore {
+    fn drop(&mut self) {
+        // Closing the queue ends the writer after the writes already queued; joining it
+        // releases the file before the handle is gone (a reopen in the same process).
+        self.writer
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .take();
+        if let Some(t) = self
+            .thread
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .take()
+        {
+            let _ = t.join();
+        }
+    }
+}
+
+fn expect_bool(a: Answer) -> Result<bool, StoreError> {
+    match a? {
+        Done::Applied(b) => Ok(b),
+        Done::Created(_) | Done::Executor(_) | Done::Unit => Err(unexpected()),
+    }
+}
+
+fn expect_unit(a: Answer) -> Result<(), StoreError> {
+    match a? {
+        Done::Unit => Ok(()),
+        Done::Created(_) | Done::Executor(_) | Done::Applied(_) => Err(unexpected()),
+    }
+}
+
+fn unexpected() -> StoreError {
+    StoreError::Unavailable("the store writer answered with the wrong kind of result".into())
 }
 
 impl StateStore for RedbStore {
     fn connector(&self, name: &str) -> Result<Option<ConnectorRecord>, StoreError> {
         Ok(self
-            .read_one::<ConnectorRecord>(CONNECTORS, name)?
-            .map(|(rev, mut r)| {
-                r.revision = rev;
-                r
-            }))
+            .shared
+            .fresh_cache()?
+            .connectors
+            .get(name)
+            .map(|r| ConnectorRecord::clone(r)))
+    }
+
+    fn connector_shared(&self, name: &str) -> Result<Option<Arc<ConnectorRecord>>, StoreError> {
+        Ok(self.shared.fresh_cache()?.connectors.get(name).cloned())
     }
 
     fn connectors(&self) -> Result<Vec<ConnectorRecord>, StoreError> {
         Ok(self
-            .read_all::<ConnectorRecord>(CONNECTORS)?
-            .into_iter()
-            .map(|(rev, mut r)| {
-                r.revision = rev;
-                r
-            })
+            .shared
+            .fresh_cache()?
+            .connectors
+            .values()
+            .map(|r| ConnectorRecord::clone(r))
+            .collect())
+    }
+
+    fn connectors_shared(&self) -> Result<Vec<Arc<ConnectorRecord>>, StoreError> {
+        Ok(self
+            .shared
+            .fresh_cache()?
+            .connectors
+            .values()
+            .cloned()
             .collect())
     }
 
     fn create_connector(&self, rec: &ConnectorRecord) -> Result<CreateOutcome, StoreError> {
-        let tx = self.db.begin_write().map_err(unavailable)?;
-        let outcome = {
-            let mut conns = tx.open_table(CONNECTORS).map_err(unavailable)?;
-            let dels = tx.open_table(DELETIONS).map_err(unavailable)?;
-            let mut meta = tx.open_table(META).map_err(unavailable)?;
-            if dels.get(rec.name.as_str()).map_err(unavailable)?.is_some() {
-                CreateOutcome::StillDeleting
-            } else if conns.get(rec.name.as_str()).map_err(unavailable)?.is_some() {
-                CreateOutcome::AlreadyExists
-            } else {
-                let rev = next_counter(&mut meta, REVISION_KEY)?;
-                let floor = meta
-                    .get(GENERATION_FLOOR_KEY)
-                    .map_err(unavailable)?
-                    .map(|v| v.value())
-                    .unwrap_or(0);
-                let mut rec = rec.clone();
-                rec.next_generation = rec.next_generation.max(floor);
-                let bytes = self.encode(rev, &rec)?;
-                conns
-                    .insert(rec.name.as_str(), bytes.as_slice())
-                    .map_err(unavailable)?;
-                CreateOutcome::Created
-            }
-        };
-        if outcome == CreateOutcome::Created {
-            tx.commit().map_err(unavailable)?;
-        } else {
-            tx.abort().map_err(unavailable)?;
+        match self.write(Write::CreateConnector(rec.clone()))? {
+            Done::Created(o) => Ok(o),
+            Done::Applied(_) | Done::Executor(_) | Done::Unit => Err(unexpected()),
         }
-        Ok(outcome)
     }
 
     fn put_connector(&self, rec: &ConnectorRecord) -> Result<bool, StoreError> {
-        let tx = self.db.begin_write().map_err(unavailable)?;
-        let ok = {
-            let mut conns = tx.open_table(CONNECTORS).map_err(unavailable)?;
-            let mut meta = tx.open_table(META).map_err(unavailable)?;
-            if stored_rev(&conns, &rec.name, &self.sealer)? != Some(rec.revision) {
-                false
-            } else {
-                let rev = next_counter(&mut meta, REVISION_KEY)?;
-                let bytes = self.encode(rev, rec)?;
-                conns
-                    .insert(rec.name.as_str(), bytes.as_slice())
-                    .map_err(unavailable)?;
-                true
-            }
-        };
-        if ok {
-            tx.commit().map_err(unavailable)?;
-        } else {
-            tx.abort().map_err(unavailable)?;
-        }
-        Ok(ok)
+        expect_bool(self.write(Write::PutConnector(rec.clone())))
+    }
+
+    fn put_connector_batched(&self, rec: ConnectorRecord) -> StoreFuture<bool> {
+        let done = self.write_later(Write::PutConnector(rec));
+        Box::pin(async move { expect_bool(done.await) })
     }
 
     fn start_deletion(
@@ -238,117 +751,48 @@ impl StateStore for RedbStore {
         rec: &ConnectorRecord,
         deletion: &DeletionRecord,
     ) -> Result<bool, StoreError> {
-        let tx = self.db.begin_write().map_err(unavailable)?;
-        let ok = {
-            let mut conns = tx.open_table(CONNECTORS).map_err(unavailable)?;
-            let mut dels = tx.open_table(DELETIONS).map_err(unavailable)?;
-            let mut meta = tx.open_table(META).map_err(unavailable)?;
-            if stored_rev(&conns, &rec.name, &self.sealer)? != Some(rec.revision)
-                || dels.get(rec.name.as_str()).map_err(unavailable)?.is_some()
-            {
-                false
-            } else {
-                let rev = next_counter(&mut meta, REVISION_KEY)?;
-                let mut marked = rec.clone();
-                marked.deleting = true;
-                let c = self.encode(rev, &marked)?;
-                let d = self.encode(rev, deletion)?;
-                conns
-                    .insert(rec.name.as_str(), c.as_slice())
-                    .map_err(unavailable)?;
-                dels.insert(rec.name.as_str(), d.as_slice())
-                    .map_err(unavailable)?;
-                true
-            }
-        };
-        if ok {
-            tx.commit().map_err(unavailable)?;
-        } else {
-            tx.abort().map_err(unavailable)?;
-        }
-        Ok(ok)
+        expect_bool(self.write(Write::StartDeletion(Box::new((
+            rec.clone(),
+            deletion.clone(),
+        )))))
     }
 
     fn deletion(&self, name: &str) -> Result<Option<DeletionRecord>, StoreError> {
-        Ok(self
-            .read_one::<DeletionRecord>(DELETIONS, name)?
-            .map(|(rev, mut d)| {
-                d.revision = rev;
-                d
-            }))
+        Ok(self.shared.fresh_cache()?.deletions.get(name).cloned())
     }
 
     fn deletions(&self) -> Result<Vec<DeletionRecord>, StoreError> {
         Ok(self
-            .read_all::<DeletionRecord>(DELETIONS)?
-            .into_iter()
-            .map(|(rev, mut d)| {
-                d.revision = rev;
-                d
-            })
+            .shared
+            .fresh_cache()?
+            .deletions
+            .values()
+            .cloned()
             .collect())
     }
 
     fn put_deletion(&self, d: &DeletionRecord) -> Result<bool, StoreError> {
-        let tx = self.db.begin_write().map_err(unavailable)?;
-        let ok = {
-            let mut dels = tx.open_table(DELETIONS).map_err(unavailable)?;
-            let mut meta = tx.open_table(META).map_err(unavailable)?;
-            if stored_rev(&dels, &d.name, &self.sealer)? != Some(d.revision) {
-                false
-            } else {
-                let rev = next_counter(&mut meta, REVISION_KEY)?;
-                let bytes = self.encode(rev, d)?;
-                dels.insert(d.name.as_str(), bytes.as_slice())
-                    .map_err(unavailable)?;
-                true
-            }
-        };
-        if ok {
-            tx.commit().map_err(unavailable)?;
-        } else {
-            tx.abort().map_err(unavailable)?;
-        }
-        Ok(ok)
+        expect_bool(self.write(Write::PutDeletion(d.clone())))
+    }
+
+    fn put_deletion_batched(&self, d: DeletionRecord) -> StoreFuture<bool> {
+        let done = self.write_later(Write::PutDeletion(d));
+        Box::pin(async move { expect_bool(done.await) })
     }
 
     fn finish_deletion(&self, name: &str, revision: u64) -> Result<bool, StoreError> {
-        let tx = self.db.begin_write().map_err(unavailable)?;
-        let ok = {
-            let mut conns = tx.open_table(CONNECTORS).map_err(unavailable)?;
-            let mut dels = tx.open_table(DELETIONS).map_err(unavailable)?;
-            let mut offs = tx.open_table(OFFSETS).map_err(unavailable)?;
-            let mut meta = tx.open_table(META).map_err(unavailable)?;
-            let stored: Option<(u64, DeletionRecord)> = match dels.get(name).map_err(unavailable)? {
-                Some(v) => Some(self.decode(name, v.value())?),
-                None => None,
-            };
-            if stored.as_ref().map(|(rev, _)| *rev) != Some(revision) {
-                false
-            } else {
-                let used = stored.map_or(0, |(_, d)| d.next_generation);
-                let floor = meta
-                    .get(GENERATION_FLOOR_KEY)
-                    .map_err(unavailable)?
-                    .map(|v| v.value())
-                    .unwrap_or(0);
-                meta.insert(GENERATION_FLOOR_KEY, floor.max(used))
-                    .map_err(unavailable)?;
-                dels.remove(name).map_err(unavailable)?;
-                conns.remove(name).map_err(unavailable)?;
-                let start = offset_key(name, "");
-                let end = format!("{name}\u{1}");
-                offs.retain_in(start.as_str()..end.as_str(), |_, _| false)
-                    .map_err(unavailable)?;
-                true
-            }
-        };
-        if ok {
-            tx.commit().map_err(unavailable)?;
-        } else {
-            tx.abort().map_err(unavailable)?;
-        }
-        Ok(ok)
+        expect_bool(self.write(Write::FinishDeletion {
+            name: name.to_owned(),
+            revision,
+        }))
+    }
+
+    fn finish_deletion_batched(&self, name: &str, revision: u64) -> StoreFuture<bool> {
+        let done = self.write_later(Write::FinishDeletion {
+            name: name.to_owned(),
+            revision,
+        });
+        Box::pin(async move { expect_bool(done.await) })
     }
 
     fn register_executor(
@@ -357,71 +801,39 @@ impl StateStore for RedbStore {
         address: &str,
         plugins: Vec<PluginRecord>,
     ) -> Result<ExecutorRecord, StoreError> {
-        let tx = self.db.begin_write().map_err(unavailable)?;
-        let rec = {
-            let mut execs = tx.open_table(EXECUTORS).map_err(unavailable)?;
-            let mut meta = tx.open_table(META).map_err(unavailable)?;
-            let epoch = next_counter(&mut meta, EPOCH_KEY)?;
-            let rev = next_counter(&mut meta, REVISION_KEY)?;
-            let rec = ExecutorRecord {
-                id: id.to_owned(),
-                address: address.to_owned(),
-                epoch,
-                plugins,
-                lost: false,
-            };
-            let bytes = self.encode(rev, &rec)?;
-            execs.insert(id, bytes.as_slice()).map_err(unavailable)?;
-            rec
-        };
-        tx.commit().map_err(unavailable)?;
-        Ok(rec)
+        match self.write(Write::RegisterExecutor {
+            id: id.to_owned(),
+            address: address.to_owned(),
+            plugins,
+        })? {
+            Done::Executor(e) => Ok(e),
+            Done::Applied(_) | Done::Created(_) | Done::Unit => Err(unexpected()),
+        }
     }
 
     fn executor(&self, id: &str) -> Result<Option<ExecutorRecord>, StoreError> {
-        Ok(self
-            .read_one::<ExecutorRecord>(EXECUTORS, id)?
-            .map(|(_, r)| r))
+        Ok(self.shared.fresh_cache()?.executors.get(id).cloned())
     }
 
     fn executors(&self) -> Result<Vec<ExecutorRecord>, StoreError> {
         Ok(self
-            .read_all::<ExecutorRecord>(EXECUTORS)?
-            .into_iter()
-            .map(|(_, r)| r)
+            .shared
+            .fresh_cache()?
+            .executors
+            .values()
+            .cloned()
             .collect())
     }
 
     fn mark_executor_lost(&self, id: &str, epoch: u64) -> Result<bool, StoreError> {
-        let tx = self.db.begin_write().map_err(unavailable)?;
-        let ok = {
-            let mut execs = tx.open_table(EXECUTORS).map_err(unavailable)?;
-            let mut meta = tx.open_table(META).map_err(unavailable)?;
-            let current: Option<ExecutorRecord> = match execs.get(id).map_err(unavailable)? {
-                Some(v) => Some(self.decode::<ExecutorRecord>(id, v.value())?.1),
-                None => None,
-            };
-            match current {
-                Some(mut rec) if rec.epoch == epoch && !rec.lost => {
-                    rec.lost = true;
-                    let rev = next_counter(&mut meta, REVISION_KEY)?;
-                    let bytes = self.encode(rev, &rec)?;
-                    execs.insert(id, bytes.as_slice()).map_err(unavailable)?;
-                    true
-                }
-                Some(_) | None => false,
-            }
-        };
-        if ok {
-            tx.commit().map_err(unavailable)?;
-        } else {
-            tx.abort().map_err(unavailable)?;
-        }
-        Ok(ok)
+        expect_bool(self.write(Write::MarkExecutorLost {
+            id: id.to_owned(),
+            epoch,
+        }))
     }
 
     fn offsets(&self, connector: &str) -> Result<Vec<(String, String)>, StoreError> {
-        let tx = self.db.begin_read().map_err(unavailable)?;
+        let tx = self.shared.db.begin_read().map_err(unavailable)?;
         let t = tx.open_table(OFFSETS).map_err(unavailable)?;
         let start = offset_key(connector, "");
         let end = format!("{connector}\u{1}");
@@ -435,32 +847,16 @@ impl StateStore for RedbStore {
     }
 
     fn put_offsets(&self, connector: &str, offsets: &[(String, String)]) -> Result<(), StoreError> {
-        let tx = self.db.begin_write().map_err(unavailable)?;
-        {
-            let mut t = tx.open_table(OFFSETS).map_err(unavailable)?;
-            for (partition, offset) in offsets {
-                let key = offset_key(connector, partition);
-                if offset.is_empty() {
-                    t.remove(key.as_str()).map_err(unavailable)?;
-                } else {
-                    t.insert(key.as_str(), offset.as_str())
-                        .map_err(unavailable)?;
-                }
-            }
-        }
-        tx.commit().map_err(unavailable)
+        expect_unit(self.write(Write::PutOffsets {
+            connector: connector.to_owned(),
+            offsets: offsets.to_vec(),
+        }))
     }
 
     fn reset_offsets(&self, connector: &str) -> Result<(), StoreError> {
-        let tx = self.db.begin_write().map_err(unavailable)?;
-        {
-            let mut t = tx.open_table(OFFSETS).map_err(unavailable)?;
-            let start = offset_key(connector, "");
-            let end = format!("{connector}\u{1}");
-            t.retain_in(start.as_str()..end.as_str(), |_, _| false)
-                .map_err(unavailable)?;
-        }
-        tx.commit().map_err(unavailable)
+        expect_unit(self.write(Write::ResetOffsets {
+            connector: connector.to_owned(),
+        }))
     }
 }
 
@@ -559,5 +955,54 @@ mod tests {
             .register_executor("y", "http://b", vec![])
             .unwrap();
         assert!(e2.epoch > e1.epoch);
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn concurrent_batched_writes_keep_revision_semantics_and_survive_a_reopen() {
+        let dir = tempfile::tempdir().unwrap();
+        let names: Vec<String> = (0..50).map(|i| format!("c{i:02}")).collect();
+        {
+            let s = store(dir.path());
+            for n in &names {
+                s.create_connector(&rec(n)).unwrap();
+            }
+            // Two writers per record, both from the same revision, queued together: one
+            // wins, the other sees the conflict, as with one commit each.
+            let mut futs = Vec::new();
+            for n in &names {
+                let r = s.connector(n).unwrap().unwrap();
+                let mut a = r.clone();
+                a.tasks_max = 7;
+                let mut b = r;
+                b.tasks_max = 9;
+                futs.push(s.put_connector_batched(a));
+                futs.push(s.put_connector_batched(b));
+            }
+            let results = futures::future::join_all(futs).await;
+            for pair in results.chunks(2) {
+                assert_eq!(
+                    pair.iter()
+                        .map(|r| *r.as_ref().unwrap())
+                        .collect::<Vec<_>>(),
+                    [true, false]
+                );
+            }
+            for n in &names {
+                assert_eq!(s.connector(n).unwrap().unwrap().tasks_max, 7);
+            }
+        }
+        // The cache is what the file holds: a reopen reads the same records and revisions.
+        let s = store(dir.path());
+        let all = s.connectors().unwrap();
+        assert_eq!(all.len(), names.len());
+        for r in &all {
+            assert_eq!(r.tasks_max, 7);
+            let mut again = r.clone();
+            again.tasks_max = 8;
+            assert!(
+                s.put_connector(&again).unwrap(),
+                "revision survives a reopen"
+            );
+        }
     }
 }
