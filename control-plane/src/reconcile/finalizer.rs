@@ -134,12 +134,19 @@ pub async fn run_finalizer(cluster: Arc<Cluster>, cancel: CancellationToken) {
 }
 
 /// Finishes the deletion if complete: one conditional write removes everything.
-fn finish_if_complete(cluster: &Cluster, d: &DeletionRecord) -> Result<bool, HerderError> {
+///
+/// The write is committed together with other deletions' writes when the store can
+/// ([`crate::store::StateStore::finish_deletion_batched`]).
+async fn finish_if_complete(cluster: &Cluster, d: &DeletionRecord) -> Result<bool, HerderError> {
     if !d.is_complete() {
         return Ok(false);
     }
     super::fault::crash_point("before_final_removal");
-    if cluster.store.finish_deletion(&d.name, d.revision)? {
+    if cluster
+        .store
+        .finish_deletion_batched(&d.name, d.revision)
+        .await?
+    {
         let skipped: Vec<_> = d
             .steps
             .iter()
@@ -153,9 +160,10 @@ fn finish_if_complete(cluster: &Cluster, d: &DeletionRecord) -> Result<bool, Her
     Ok(false)
 }
 
-/// Writes `d` back; false when it changed underneath (reload next pass).
-fn save(cluster: &Cluster, d: &mut DeletionRecord) -> Result<bool, HerderError> {
-    if cluster.store.put_deletion(d)? {
+/// Writes `d` back (committed together with other deletions' writes when the store can);
+/// false when it changed underneath (reload next pass).
+async fn save(cluster: &Cluster, d: &mut DeletionRecord) -> Result<bool, HerderError> {
+    if cluster.store.put_deletion_batched(d.clone()).await? {
         cluster.changed(&d.name);
         // Re-read to pick up the new revision.
         if let Some(fresh) = cluster.store.deletion(&d.name)? {
@@ -208,7 +216,7 @@ async fn advance(cluster: &Cluster, name: &str) -> Result<bool, HerderError> {
     let Some(mut d) = cluster.store.deletion(name)? else {
         return Ok(false);
     };
-    if finish_if_complete(cluster, &d)? {
+    if finish_if_complete(cluster, &d).await? {
         return Ok(true);
     }
     let live = cluster.live_executors()?;
@@ -238,11 +246,11 @@ async fn advance(cluster: &Cluster, name: &str) -> Result<bool, HerderError> {
             break; // something waits or failed: record it now
         }
     }
-    if finish_if_complete(cluster, &d)? {
+    if finish_if_complete(cluster, &d).await? {
         return Ok(true);
     }
     if dirty {
-        save(cluster, &mut d)?;
+        save(cluster, &mut d).await?;
     }
     Ok(dirty)
 }
@@ -392,7 +400,7 @@ async fn run_round(
                         marked.steps[*idx].executor = exec.id.clone();
                     }
                 }
-                if save(cluster, &mut marked)? {
+                if save(cluster, &mut marked).await? {
                     *d = marked;
                 }
                 fan_out.await
@@ -431,7 +439,7 @@ async fn run_round(
         starts.push((*idx, exec, generation));
     }
     if !starts.is_empty() {
-        if !save(cluster, d)? {
+        if !save(cluster, d).await? {
             return Ok(None);
         }
         let record: &DeletionRecord = d;
