@@ -257,8 +257,11 @@ impl AdminService {
         for _ in 0..DELETE_RECORD_ATTEMPTS {
             let rec = existing(cluster, &req.name)?;
             if rec.deleting {
-                // Deleting again: run failed steps once more now.
-                finalizer::retry_now(cluster, &req.name)?;
+                // Deleting again: run failed steps once more now, unless forcing, which
+                // skips them (a retry started first would run one more cleanup).
+                if !req.force {
+                    finalizer::retry_now(cluster, &req.name)?;
+                }
                 recorded = true;
                 break;
             }
