@@ -115,6 +115,13 @@ async fn slow_cleanup_times_out_is_retried_to_the_limit_stays_visible_and_can_be
         Some(json!("CONNECTOR_EVENT_TYPE_DELETED")),
         "{text}"
     );
+    // The DELETED event shows how the steps ended: both skipped by the force, task 0
+    // after its 3 attempts on exec-1.
+    let end = &events.last().expect("events")["status"]["deletion"]["steps"];
+    assert_eq!(end[0]["state"], "CLEANUP_STATE_SKIPPED", "{text}");
+    assert_eq!(end[0]["attempts"], 3, "{text}");
+    assert_eq!(end[0]["executorId"], "exec-1", "{text}");
+    assert_eq!(end[1]["state"], "CLEANUP_STATE_SKIPPED", "{text}");
 
     // One tracing event per cleanup step outcome, with every field.
     let log = c.cp_log();

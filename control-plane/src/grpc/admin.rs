@@ -908,8 +908,14 @@ impl ConnectorAdmin for AdminService {
                 let current = match cluster.store.connector(&name) {
                     Ok(Some(rec)) => status_of(&cluster, &rec),
                     Ok(None) => {
+                        // The last status seen, with the deletion's steps as they ended.
+                        let fin = cluster.finished_deletion(&name).map(|d| {
+                            let mut s = last.clone();
+                            s.deletion = Some(convert::deletion_status(&d));
+                            s
+                        });
                         let _ = tx
-                            .send(Ok(event(pb::ConnectorEventType::Deleted, None)))
+                            .send(Ok(event(pb::ConnectorEventType::Deleted, fin)))
                             .await;
                         return;
                     }

@@ -311,25 +311,30 @@ pub fn connector_status(
                 status: Some(instance(t, deleting)),
             })
             .collect(),
-        deletion: deletion.map(|d| pb::DeletionStatus {
-            requested_at_ms: d.requested_at_ms,
-            cleanup: d.cleanup,
-            steps: d
-                .steps
-                .iter()
-                .map(|s| pb::CleanupStep {
-                    task: s.task,
-                    state: cleanup_to_pb(s.state) as i32,
-                    executor_id: s.executor.clone(),
-                    attempts: s.attempts,
-                    last_error: s.last_error.clone(),
-                    rehosted: s.rehosted,
-                    connector_deleted: s.connector_deleted,
-                    generation: s.generation,
-                })
-                .collect(),
-        }),
+        deletion: deletion.map(deletion_status),
         target_state: target_to_pb(rec.target) as i32,
+    }
+}
+
+/// The wire form of a deletion's progress: one step per task, then the connector's.
+pub fn deletion_status(d: &crate::model::DeletionRecord) -> pb::DeletionStatus {
+    pb::DeletionStatus {
+        requested_at_ms: d.requested_at_ms,
+        cleanup: d.cleanup,
+        steps: d
+            .steps
+            .iter()
+            .map(|s| pb::CleanupStep {
+                task: s.task,
+                state: cleanup_to_pb(s.state) as i32,
+                executor_id: s.executor.clone(),
+                attempts: s.attempts,
+                last_error: s.last_error.clone(),
+                rehosted: s.rehosted,
+                connector_deleted: s.connector_deleted,
+                generation: s.generation,
+            })
+            .collect(),
     }
 }
 

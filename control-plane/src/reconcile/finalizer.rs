@@ -154,6 +154,7 @@ async fn finish_if_complete(cluster: &Cluster, d: &DeletionRecord) -> Result<boo
             .map(|s| s.task)
             .collect();
         info!(connector = %d.name, ?skipped, "deletion finished; connector removed");
+        cluster.record_finished_deletion(d);
         cluster.changed(&d.name);
         return Ok(true);
     }
@@ -840,6 +841,7 @@ pub fn force(cluster: &Cluster, name: &str) -> Result<Option<(Vec<u32>, bool)>, 
         if cluster.store.finish_deletion(name, d.revision)? {
             warn!(connector = %name, skipped_tasks = ?tasks, connector_skipped = connector,
                 "deletion forced: remaining cleanup skipped; external resources may remain");
+            cluster.record_finished_deletion(&d);
             cluster.changed(name);
             return Ok(Some((tasks, connector)));
         }

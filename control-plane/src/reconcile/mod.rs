@@ -82,7 +82,14 @@ pub struct Cluster {
     changes: broadcast::Sender<String>,
     dirty: Mutex<Dirty>,
     task_starts: tokio::sync::Semaphore,
+    /// Final records of recently finished deletions, by connector name, with when they
+    /// finished: the store forgets a deletion in the write that ends it, and the DELETED
+    /// event of WatchConnector still shows where each cleanup ran.
+    finished: Mutex<HashMap<String, (Instant, crate::model::DeletionRecord)>>,
 }
+
+/// How long the final record of a finished deletion is kept for watchers, in milliseconds.
+const FINISHED_DELETION_KEEP_MS: u64 = 60_000;
 
 /// What the next herder pass must look at.
 #[derive(Debug, Default)]
@@ -139,6 +146,7 @@ impl Cluster {
             leases: Mutex::new(leases),
             herder_wake: Notify::new(),
             finalizer_wake: Notify::new(),
+            finished: Mutex::new(HashMap::new()),
             changes,
             dirty: Mutex::new(Dirty {
                 names: HashSet::new(),
@@ -180,6 +188,31 @@ impl Cluster {
 
     fn take_dirty(&self) -> Dirty {
         std::mem::take(&mut *self.dirty())
+    }
+
+    /// Keeps the final record of a deletion that just finished (see
+    /// [`Cluster::finished_deletion`]); records older than a minute are dropped.
+    pub fn record_finished_deletion(&self, d: &crate::model::DeletionRecord) {
+        let mut finished = self
+            .finished
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        let keep = Duration::from_millis(FINISHED_DELETION_KEEP_MS);
+        finished.retain(|_, (at, _)| at.elapsed() < keep);
+        finished.insert(d.name.clone(), (Instant::now(), d.clone()));
+    }
+
+    /// The final record of `name`'s deletion if it finished within the last minute: every
+    /// step as it ended (DONE or SKIPPED, with executor, generation and attempts).
+    pub fn finished_deletion(&self, name: &str) -> Option<crate::model::DeletionRecord> {
+        let finished = self
+            .finished
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        finished
+            .get(name)
+            .filter(|(at, _)| at.elapsed() < Duration::from_millis(FINISHED_DELETION_KEEP_MS))
+            .map(|(_, d)| d.clone())
     }
 
     /// Subscribes to the names of changed connectors.
