@@ -8,13 +8,17 @@
 //! Failing (not slow) cleanup to max attempts, RetryCleanup and force are also
 //! `control_plane_cleanup::exhausted_cleanup_stays_deleting_until_retried_or_forced`.
 //!
+//! A forced deletion frees the name only once the cleanup stop it skipped, still in
+//! flight, has ended: a connector created again under that name must not have what it
+//! provisions removed by its predecessor's late stop(true).
+//!
 //! Build first: `cargo build -p wharf-control-plane -p wharf-executor`.
 
 mod control_plane_common;
 mod fault_common;
 mod harness;
 
-use control_plane_common::{CONVERGE, grpcurl_stream};
+use control_plane_common::{CONVERGE, FAILED_PRECONDITION, grpcurl_stream};
 use fault_common::{admin_forgot, create_running, gone, start_cluster};
 use harness::lifecycle::Lifecycle;
 use harness::wait_until;
@@ -135,4 +139,71 @@ async fn slow_cleanup_times_out_is_retried_to_the_limit_stays_visible_and_can_be
             assert!(l.contains(field), "{field} missing in {l}");
         }
     }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_name_freed_by_force_is_taken_again_only_after_the_skipped_stop_ended() {
+    let c = start_cluster(1, &[]).await;
+    let name = "forced";
+    let mut cfg = c.source_config(name, 1);
+    cfg["test.stop.delay.ms"] = json!("4000");
+    cfg["cleanup.timeout.ms"] = json!("20000");
+    create_running(&c, name, cfg.clone(), 1).await;
+
+    let r = c.call("DeleteConnector", json!({ "name": name }));
+    assert_eq!(r.code, 0, "{}", r.err);
+    let path = c.lifecycle_path(name);
+    wait_until("the task's stop(true) to begin", CONVERGE, || async {
+        Lifecycle::read(&path)
+            .events
+            .iter()
+            .any(|e| e.call == "stop" && e.task == Some(0) && e.connector_deleted == Some(true))
+            .then_some(())
+    })
+    .await;
+    let r = c.call("DeleteConnector", json!({ "name": name, "force": true }));
+    assert_eq!(r.code, 0, "{}", r.err);
+    assert_eq!(r.body["deleted"], true, "{}", r.body);
+
+    // The skipped stop still runs (4 s): the name is not taken again meanwhile.
+    let r = c.call("CreateConnector", json!({ "name": name, "config": cfg }));
+    assert_eq!(r.code, FAILED_PRECONDITION, "{} {}", r.err, r.body);
+    assert!(r.err.contains("being deleted"), "{}", r.err);
+    wait_until("the name to be free again", CONVERGE, || async {
+        (c.call(
+            "CreateConnector",
+            json!({ "name": name, "config": cfg.clone() }),
+        )
+        .code
+            == 0)
+            .then_some(())
+    })
+    .await;
+    let lc = wait_until("the new task to start", CONVERGE, || async {
+        let lc = Lifecycle::read(&path);
+        let starts = lc
+            .events
+            .iter()
+            .filter(|e| e.call == "start" && e.task == Some(0))
+            .count();
+        (starts >= 2).then_some(lc)
+    })
+    .await;
+    let ended = lc
+        .events
+        .iter()
+        .find(|e| e.call == "stopped" && e.task == Some(0) && e.connector_deleted == Some(true))
+        .map(|e| e.ts_ms)
+        .expect("the skipped stop(true) ended");
+    let started_again = lc
+        .events
+        .iter()
+        .filter(|e| e.call == "start" && e.task == Some(0))
+        .nth(1)
+        .map(|e| e.ts_ms)
+        .expect("second start");
+    assert!(
+        ended <= started_again,
+        "the new task started at {started_again} before the old stop(true) ended at {ended}"
+    );
 }

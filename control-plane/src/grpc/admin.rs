@@ -415,6 +415,10 @@ impl ConnectorAdmin for AdminService {
             }
         };
         let rec = ConnectorRecord::new(&spec, target);
+        if cluster.cleanup_in_flight(&req.name) {
+            // A forced deletion of this name still has a skipped cleanup stop in flight.
+            return Err(ApiError::StillDeleting(req.name).into());
+        }
         match cluster
             .store
             .create_connector(&rec)
@@ -464,6 +468,9 @@ impl ConnectorAdmin for AdminService {
         for _ in 0..2 {
             match cluster.store.connector(&req.name).map_err(ApiError::from)? {
                 None => {
+                    if cluster.cleanup_in_flight(&req.name) {
+                        return Err(ApiError::StillDeleting(req.name).into());
+                    }
                     let rec = ConnectorRecord::new(&spec, TargetState::Started);
                     match cluster
                         .store

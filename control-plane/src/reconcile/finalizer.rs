@@ -53,6 +53,7 @@
 //!   the executor replays the recorded outcome, but a re-hosted attempt after the host's
 //!   lease expired may run the plugin's cleanup a second time (at least once).
 //! - `force` skips what is left even if a stop is in flight; that stop may still finish.
+//!   Until it has ended the name cannot be taken again ([`Cluster::cleanup_in_flight`]).
 //! - A stop sent to a frozen executor holds up that deletion (not others) until that
 //!   executor's lease expires (the call is then abandoned: the host is fenced), at most
 //!   until the call's deadline, `max(cleanup.timeout.ms, 15 s) + 5 s`.
@@ -107,8 +108,11 @@ pub async fn run_finalizer(cluster: Arc<Cluster>, cancel: CancellationToken) {
                     }
                     let c = cluster.clone();
                     let name = d.name.clone();
+                    cluster.set_cleanup_in_flight(&name, true);
                     let handle = tokio::spawn(async move {
-                        match advance(&c, &name).await {
+                        let result = advance(&c, &name).await;
+                        c.set_cleanup_in_flight(&name, false);
+                        match result {
                             // It wrote while this pass skipped it: look again now.
                             Ok(true) => c.finalizer_wake.notify_one(),
                             Ok(false) => {}
@@ -128,8 +132,9 @@ pub async fn run_finalizer(cluster: Arc<Cluster>, cancel: CancellationToken) {
             () = tokio::time::sleep(Duration::from_millis(RECONCILE_INTERVAL_MS)) => {}
         }
     }
-    for (_, h) in running {
+    for (name, h) in running {
         h.abort();
+        cluster.set_cleanup_in_flight(&name, false);
     }
 }
 
@@ -155,6 +160,8 @@ async fn finish_if_complete(cluster: &Cluster, d: &DeletionRecord) -> Result<boo
             .collect();
         info!(connector = %d.name, ?skipped, "deletion finished; connector removed");
         cluster.record_finished_deletion(d);
+        // Nothing of it runs any more: the name may be used again at once.
+        cluster.set_cleanup_in_flight(&d.name, false);
         cluster.changed(&d.name);
         return Ok(true);
     }

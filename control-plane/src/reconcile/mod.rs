@@ -86,6 +86,11 @@ pub struct Cluster {
     /// finished: the store forgets a deletion in the write that ends it, and the DELETED
     /// event of WatchConnector still shows where each cleanup ran.
     finished: Mutex<HashMap<String, (Instant, crate::model::DeletionRecord)>>,
+    /// Connectors whose finalizer task runs: a forced deletion ends in the store while a
+    /// cleanup stop it skipped may still be in flight, and a connector created again under
+    /// that name must not start before that stop ended (it would remove what the new one
+    /// provisioned under the same names).
+    cleanups_in_flight: Mutex<HashSet<String>>,
 }
 
 /// How long the final record of a finished deletion is kept for watchers, in milliseconds.
@@ -147,6 +152,7 @@ impl Cluster {
             herder_wake: Notify::new(),
             finalizer_wake: Notify::new(),
             finished: Mutex::new(HashMap::new()),
+            cleanups_in_flight: Mutex::new(HashSet::new()),
             changes,
             dirty: Mutex::new(Dirty {
                 names: HashSet::new(),
@@ -213,6 +219,27 @@ impl Cluster {
             .get(name)
             .filter(|(at, _)| at.elapsed() < Duration::from_millis(FINISHED_DELETION_KEEP_MS))
             .map(|(_, d)| d.clone())
+    }
+
+    /// Marks `name`'s finalizer task as running (`true`) or ended (`false`).
+    pub fn set_cleanup_in_flight(&self, name: &str, running: bool) {
+        let mut set = self
+            .cleanups_in_flight
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        if running {
+            set.insert(name.to_owned());
+        } else {
+            set.remove(name);
+        }
+    }
+
+    /// True while a finalizer task of `name` runs (see [`Cluster::set_cleanup_in_flight`]).
+    pub fn cleanup_in_flight(&self, name: &str) -> bool {
+        self.cleanups_in_flight
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .contains(name)
     }
 
     /// Subscribes to the names of changed connectors.
