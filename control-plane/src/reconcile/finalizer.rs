@@ -147,6 +147,10 @@ async fn finish_if_complete(cluster: &Cluster, d: &DeletionRecord) -> Result<boo
         return Ok(false);
     }
     super::fault::crash_point("before_final_removal");
+    // Every step is final: nothing of this deletion runs any more, so the name may be
+    // taken again as soon as the removal below is visible (cleared first, so that a
+    // client who sees the name gone can create it at once).
+    cluster.set_cleanup_in_flight(&d.name, false);
     if cluster
         .store
         .finish_deletion_batched(&d.name, d.revision)
@@ -160,8 +164,6 @@ async fn finish_if_complete(cluster: &Cluster, d: &DeletionRecord) -> Result<boo
             .collect();
         info!(connector = %d.name, ?skipped, "deletion finished; connector removed");
         cluster.record_finished_deletion(d);
-        // Nothing of it runs any more: the name may be used again at once.
-        cluster.set_cleanup_in_flight(&d.name, false);
         cluster.changed(&d.name);
         return Ok(true);
     }
