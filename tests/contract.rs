@@ -300,6 +300,12 @@ const CONNECTOR_ADMIN: &[Rpc] = &[
         "WatchConnectorResponse",
         true,
     ),
+    (
+        "ListAuditEntries",
+        "ListAuditEntriesRequest",
+        "ListAuditEntriesResponse",
+        false,
+    ),
 ];
 
 const EXECUTOR: &[Rpc] = &[

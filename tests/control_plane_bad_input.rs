@@ -1,6 +1,7 @@
 //! Every kind of bad input, through real grpcurl against a real control plane with a real
 //! executor: INVALID_ARGUMENT (or the documented code) naming the field, and the store
-//! unchanged (same file bytes, same answers).
+//! unchanged (same answers, same offsets) but for the audit trail, which records each
+//! refused mutating call with its code.
 //!
 //! Build first: `cargo build -p wharf-control-plane -p wharf-executor`.
 
@@ -8,18 +9,35 @@ mod control_plane_common;
 mod harness;
 
 use control_plane_common::{
-    ALREADY_EXISTS, FAILED_PRECONDITION, INVALID_ARGUMENT, NOT_FOUND, TestCluster, bytes_of,
+    ALREADY_EXISTS, FAILED_PRECONDITION, INVALID_ARGUMENT, NOT_FOUND, TestCluster,
 };
 use serde_json::{Value, json};
 
-/// A digest of the store file and the listing (the file only changes on a write: the
-/// kept connector is STOPPED, so no offsets are committed meanwhile).
-fn snapshot(c: &TestCluster) -> (u64, String) {
-    use std::hash::{Hash, Hasher};
-    let mut h = std::collections::hash_map::DefaultHasher::new();
-    bytes_of(&c.store_file()).hash(&mut h);
+/// The listing with status and the kept connector's offsets (it is STOPPED, so no
+/// offsets are committed meanwhile). The store file itself changes on every refused
+/// mutating call: the audit trail records it.
+fn snapshot(c: &TestCluster) -> (String, String) {
     let list = c.call("ListConnectors", json!({ "expand_status": true }));
-    (h.finish(), list.body.to_string())
+    let offsets = c.call("GetOffsets", json!({ "name": "kept" }));
+    (list.body.to_string(), offsets.body.to_string())
+}
+
+/// Every audit trail entry, oldest first.
+fn audit(c: &TestCluster) -> Vec<Value> {
+    let r = c.call("ListAuditEntries", json!({ "page_size": 1000 }));
+    assert_eq!(r.code, 0, "{}", r.err);
+    r.body["entries"].as_array().cloned().unwrap_or_default()
+}
+
+/// gRPC's name of a status code, as the audit trail writes it.
+fn code_name(code: i32) -> &'static str {
+    match code {
+        INVALID_ARGUMENT => "INVALID_ARGUMENT",
+        NOT_FOUND => "NOT_FOUND",
+        ALREADY_EXISTS => "ALREADY_EXISTS",
+        FAILED_PRECONDITION => "FAILED_PRECONDITION",
+        other => panic!("code {other} is not used here"),
+    }
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -225,6 +243,7 @@ async fn bad_requests_are_refused_naming_the_field_and_change_nothing() {
         ),
     ];
     for (method, body, code, needle) in cases {
+        let recorded = audit(&c).len();
         let r = c.call(method, body.clone());
         let shown: String = body.to_string().chars().take(160).collect();
         assert_eq!(r.code, code, "{method} {shown}: {}", r.err);
@@ -234,5 +253,15 @@ async fn bad_requests_are_refused_naming_the_field_and_change_nothing() {
             r.err
         );
         assert_eq!(snapshot(&c), before, "{method} {shown} changed the store");
+        let trail = audit(&c);
+        if method == "GetConnector" {
+            assert_eq!(trail.len(), recorded, "a read is not audited: {trail:?}");
+        } else {
+            assert_eq!(trail.len(), recorded + 1, "{method} {shown}: {trail:?}");
+            let last = &trail[recorded];
+            assert_eq!(last["rpc"], method, "{last}");
+            assert_eq!(last["outcome"], code_name(code), "{last}");
+            assert_eq!(last["principal"], "anonymous", "{last}");
+        }
     }
 }

@@ -12,7 +12,8 @@ use tracing::{error, info, warn};
 use wharf::pb::v1::connector_admin_server::ConnectorAdminServer;
 use wharf::pb::v1::executor_registry_server::ExecutorRegistryServer;
 
-use crate::grpc::admin::AdminService;
+use crate::auth::{AdminAuth, AuthSettings};
+use crate::grpc::guard::GuardedAdmin;
 use crate::grpc::registry::RegistryService;
 use crate::reconcile::{Cluster, LeaseConfig, finalizer, run_herder};
 use crate::store::etcd_election::{Election, LeaderRoute, Role};
@@ -38,6 +39,8 @@ pub struct Config {
     pub data_dir: PathBuf,
     /// Lease and heartbeat settings handed to executors.
     pub lease: LeaseConfig,
+    /// Admin authentication (token file, `--insecure`) and audit retention.
+    pub auth: AuthSettings,
 }
 
 /// Which [`StateStore`] backend to use (`--store`).
@@ -87,6 +90,9 @@ pub enum StartError {
     /// The store failed to open.
     #[error(transparent)]
     Store(#[from] crate::store::StoreError),
+    /// The admin token file is missing or invalid.
+    #[error(transparent)]
+    AdminTokens(#[from] crate::auth::token::TokenFileError),
     /// The in-process executor of `--dev` failed to start.
     #[error("dev executor: {0}")]
     DevExecutor(String),
@@ -105,6 +111,7 @@ impl Config {
             listen,
             data_dir,
             lease,
+            auth,
         } = self;
         let LeaseConfig {
             lease_ms,
@@ -122,10 +129,32 @@ impl Config {
                 reason: format!("must be positive and shorter than the lease ({lease_ms} ms)"),
             });
         }
+        let open = auth.admin_tokens.is_none() && !auth.client_certs;
+        if open && !listen.ip().is_loopback() && !auth.insecure {
+            return Err(StartError::InvalidSetting {
+                field: "--listen",
+                reason: format!(
+                    "{listen} is not a loopback address and no admin authentication is configured, so anyone who reaches it could delete connectors; configure --admin-tokens FILE (docs/security.md), listen on 127.0.0.1, or pass --insecure"
+                ),
+            });
+        }
+        if auth.audit_retention.max_entries == 0 {
+            return Err(StartError::InvalidSetting {
+                field: "--audit-max-entries",
+                reason: "must be positive".into(),
+            });
+        }
+        if auth.audit_retention.max_age_days == 0 {
+            return Err(StartError::InvalidSetting {
+                field: "--audit-max-age-days",
+                reason: "must be positive".into(),
+            });
+        }
         Ok(Config {
             listen,
             data_dir,
             lease,
+            auth,
         })
     }
 }
@@ -137,6 +166,7 @@ pub struct App {
     cluster: Arc<Cluster>,
     election: Option<Election>,
     self_url: String,
+    auth: Arc<AdminAuth>,
 }
 
 impl App {
@@ -155,6 +185,16 @@ impl App {
     /// [`StartError`]; etcd not answering is [`StartError::Store`].
     pub async fn build_with_store(config: Config, store: StoreOptions) -> Result<Self, StartError> {
         let config = config.build()?;
+        let auth = Arc::new(AdminAuth::new(&config.auth)?);
+        if auth.credentials().is_open() {
+            if config.listen.ip().is_loopback() {
+                info!(
+                    "admin API without authentication (loopback only): every caller is principal `anonymous` with role admin"
+                );
+            } else {
+                warn!(addr = %config.listen, "--insecure: the admin API is open to anyone who reaches this address, with role admin; configure --admin-tokens (docs/security.md)");
+            }
+        }
         let dir = config.data_dir.clone();
         std::fs::create_dir_all(&dir).map_err(|source| StartError::DataDir {
             path: dir.clone(),
@@ -216,6 +256,7 @@ impl App {
             cluster,
             election,
             self_url,
+            auth,
         })
     }
 
@@ -255,7 +296,7 @@ impl App {
         );
 
         let admin = LeaderRoute::new(
-            ConnectorAdminServer::new(AdminService::new(self.cluster.clone()))
+            ConnectorAdminServer::new(GuardedAdmin::new(self.cluster.clone(), self.auth.clone()))
                 .max_decoding_message_size(MAX_REQUEST_BYTES),
             role.clone(),
             &self.self_url,
@@ -280,7 +321,7 @@ impl App {
         )
         .map_err(|e| StartError::Reflection(e.to_string()))?;
         reporter
-            .set_serving::<ConnectorAdminServer<AdminService>>()
+            .set_serving::<ConnectorAdminServer<GuardedAdmin>>()
             .await;
         reporter
             .set_serving::<ExecutorRegistryServer<RegistryService>>()

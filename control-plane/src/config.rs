@@ -9,6 +9,10 @@ use clap::Parser;
 use clap::builder::BoolishValueParser;
 use serde::Deserialize;
 use wharf_control_plane::app::{self, Config};
+use wharf_control_plane::auth::AuthSettings;
+use wharf_control_plane::model::{
+    AuditRetention, DEFAULT_AUDIT_MAX_AGE_DAYS, DEFAULT_AUDIT_MAX_ENTRIES,
+};
 use wharf_control_plane::reconcile::LeaseConfig;
 
 /// Default admin/registry listen address.
@@ -23,11 +27,18 @@ pub const DEFAULT_LISTEN: &str = "127.0.0.1:7000";
 /// given with --config (keys as the flag names with '_' for '-'). Precedence: flag >
 /// environment > file > default. See docs/configuration.md.
 #[derive(Parser, Debug)]
-#[command(name = "wharf-control-plane", version)]
+#[command(
+    name = "wharf-control-plane",
+    version,
+    args_conflicts_with_subcommands = true
+)]
 pub struct Args {
+    /// A subcommand instead of running the control plane.
+    #[command(subcommand)]
+    pub command: Option<Command>,
     /// TOML file with settings (keys: listen, data_dir, lease_ms, heartbeat_interval_ms,
     /// dev, example, store, etcd_endpoints, etcd_prefix, etcd_election_ttl_secs, advertise,
-    /// enable_test_plugins).
+    /// enable_test_plugins, admin_tokens, insecure, audit_max_entries, audit_max_age_days).
     #[arg(long, env = "WHARF_CONFIG", value_name = "FILE")]
     pub config: Option<PathBuf>,
     /// Address to listen on, IP:PORT (port 0 picks a free port; the bound address is
@@ -96,6 +107,47 @@ pub struct Args {
         value_parser = BoolishValueParser::new()
     )]
     pub enable_test_plugins: Option<bool>,
+    /// TOML file of admin bearer tokens (name = { role, hash }; make lines with the
+    /// `token` subcommand). Reloaded when it changes, without a restart. Without it (and
+    /// without client certificates) the admin API has no authentication: every caller is
+    /// `anonymous` with role admin, allowed only on a loopback listen address. See
+    /// docs/security.md.
+    #[arg(long, env = "WHARF_ADMIN_TOKENS", value_name = "FILE")]
+    pub admin_tokens: Option<PathBuf>,
+    /// Allow a non-loopback listen address without any admin authentication (anyone who
+    /// reaches it is an admin). Warns at start. [default: false]
+    #[arg(
+        long,
+        env = "WHARF_INSECURE",
+        value_name = "BOOL",
+        num_args = 0..=1,
+        require_equals = true,
+        default_missing_value = "true",
+        value_parser = BoolishValueParser::new()
+    )]
+    pub insecure: Option<bool>,
+    /// Most audit trail entries kept; the oldest are removed beyond it. [default: 100000]
+    #[arg(long, env = "WHARF_AUDIT_MAX_ENTRIES", value_name = "N")]
+    pub audit_max_entries: Option<u64>,
+    /// Audit trail entries older than this many days are removed. [default: 90]
+    #[arg(long, env = "WHARF_AUDIT_MAX_AGE_DAYS", value_name = "DAYS")]
+    pub audit_max_age_days: Option<u32>,
+}
+
+/// Subcommands.
+#[derive(clap::Subcommand, Debug)]
+pub enum Command {
+    /// Mints an admin bearer token. Prints the token file line (name, role, SHA-256 of
+    /// the token) on stdout, to append to the --admin-tokens file, and the token itself
+    /// on stderr, once: only its hash is ever stored.
+    Token {
+        /// The principal's name (A-Z a-z 0-9 . _ @ -), as it appears in the audit trail.
+        #[arg(long)]
+        name: String,
+        /// viewer, operator or admin.
+        #[arg(long)]
+        role: wharf_control_plane::auth::Role,
+    },
 }
 
 /// The `--config` file: every key optional; unknown keys are an error (a typo must not be
@@ -127,6 +179,14 @@ pub struct FileConfig {
     pub advertise: Option<String>,
     /// See `--enable-test-plugins`.
     pub enable_test_plugins: Option<bool>,
+    /// See `--admin-tokens`.
+    pub admin_tokens: Option<PathBuf>,
+    /// See `--insecure`.
+    pub insecure: Option<bool>,
+    /// See `--audit-max-entries`.
+    pub audit_max_entries: Option<u64>,
+    /// See `--audit-max-age-days`.
+    pub audit_max_age_days: Option<u32>,
 }
 
 /// What the binary runs.
@@ -199,6 +259,7 @@ impl Args {
     /// [`ConfigError`].
     pub fn build(self) -> Result<Settings, ConfigError> {
         let Args {
+            command: _,
             config,
             listen,
             data_dir,
@@ -212,6 +273,10 @@ impl Args {
             etcd_election_ttl_secs,
             advertise,
             enable_test_plugins,
+            admin_tokens,
+            insecure,
+            audit_max_entries,
+            audit_max_age_days,
         } = self;
         let file = match &config {
             Some(path) => read_file(path)?,
@@ -230,6 +295,10 @@ impl Args {
             etcd_election_ttl_secs: file_etcd_election_ttl_secs,
             advertise: file_advertise,
             enable_test_plugins: file_enable_test_plugins,
+            admin_tokens: file_admin_tokens,
+            insecure: file_insecure,
+            audit_max_entries: file_audit_max_entries,
+            audit_max_age_days: file_audit_max_age_days,
         } = file;
         let store = match store.or(file_store).as_deref() {
             None | Some("redb") => app::StoreOptions::Redb,
@@ -308,6 +377,20 @@ impl Args {
                         .or(file_heartbeat_interval_ms)
                         .unwrap_or(app::DEFAULT_HEARTBEAT_INTERVAL_MS),
                 },
+                auth: AuthSettings {
+                    admin_tokens: admin_tokens.or(file_admin_tokens),
+                    // Set by the TLS settings once client certificates are verified.
+                    client_certs: false,
+                    insecure: insecure.or(file_insecure).unwrap_or(false),
+                    audit_retention: AuditRetention {
+                        max_entries: audit_max_entries
+                            .or(file_audit_max_entries)
+                            .unwrap_or(DEFAULT_AUDIT_MAX_ENTRIES),
+                        max_age_days: audit_max_age_days
+                            .or(file_audit_max_age_days)
+                            .unwrap_or(DEFAULT_AUDIT_MAX_AGE_DAYS),
+                    },
+                },
             },
             dev,
             example,
@@ -373,6 +456,7 @@ mod tests {
     #[test]
     fn missing_data_dir_says_how_to_set_it() {
         let err = Args {
+            command: None,
             config: None,
             listen: None,
             data_dir: None,
@@ -386,6 +470,10 @@ mod tests {
             etcd_election_ttl_secs: None,
             advertise: None,
             enable_test_plugins: None,
+            admin_tokens: None,
+            insecure: None,
+            audit_max_entries: None,
+            audit_max_age_days: None,
         }
         .build()
         .expect_err("missing");

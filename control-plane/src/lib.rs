@@ -2,9 +2,10 @@
 //! admin API.
 //!
 //! Layout: [`model`] is data, [`plan`] decides, [`reconcile`] acts, [`store`] persists,
-//! [`grpc`] adapts; [`app`] composes them.
+//! [`grpc`] adapts; [`auth`] says who may call the admin API; [`app`] composes them.
 
 pub mod app;
+pub mod auth;
 pub mod grpc;
 pub mod model;
 pub mod plan;

@@ -31,7 +31,11 @@ async fn main() -> ExitCode {
         .with_writer(std::io::stderr)
         .with_ansi(std::io::stderr().is_terminal())
         .init();
-    let settings = match config::Args::parse().build() {
+    let args = config::Args::parse();
+    if let Some(config::Command::Token { name, role }) = &args.command {
+        return mint(name, *role);
+    }
+    let settings = match args.build() {
         Ok(s) => s,
         Err(e) => {
             eprintln!("wharf-control-plane: {e}\n(see --help and docs/configuration.md)");
@@ -51,6 +55,23 @@ async fn main() -> ExitCode {
             ExitCode::FAILURE
         }
     }
+}
+
+/// `token`: prints the file line on stdout and the token on stderr (shown once).
+fn mint(name: &str, role: wharf_control_plane::auth::Role) -> ExitCode {
+    use wharf_control_plane::auth::token;
+    if !token::valid_name(name) {
+        eprintln!(
+            "wharf-control-plane token: invalid --name {name:?}: use 1 to 128 of A-Z a-z 0-9 . _ @ -"
+        );
+        return ExitCode::from(2);
+    }
+    let t = token::mint_token();
+    println!("{}", token::file_line(name, role, &t));
+    eprintln!(
+        "token for {name} (role {role}), shown only now; the line on stdout holds only its hash:\n{t}"
+    );
+    ExitCode::SUCCESS
 }
 
 async fn run(settings: config::Settings) -> Result<(), StartError> {

@@ -9,7 +9,10 @@ use std::time::{Duration, Instant};
 
 use etcd_support::TestEtcd;
 use wharf::ids::ConnectorName;
-use wharf_control_plane::model::{ConnectorRecord, ConnectorSpec, DeletionRecord, TargetState};
+use wharf_control_plane::model::{
+    AuditEntry, AuditQuery, AuditRetention, ConnectorRecord, ConnectorSpec, DeletionRecord,
+    TargetState,
+};
 use wharf_control_plane::store::seal::Sealer;
 use wharf_control_plane::store::{
     CreateOutcome, EtcdOptions, EtcdStore, Fence, RedbStore, StateStore, StoreError, WriteFence,
@@ -166,6 +169,100 @@ fn contract(s: &dyn StateStore) {
     assert_eq!(ids, ["x", "y"]);
 }
 
+/// Milliseconds in a day.
+const DAY_MS: i64 = 86_400_000;
+
+fn entry(time_ms: i64, nonce: u64, connector: &str) -> AuditEntry {
+    AuditEntry {
+        id: AuditEntry::id_for(time_ms, nonce),
+        time_ms,
+        principal: "alice".into(),
+        role: "operator".into(),
+        auth_method: "token".into(),
+        rpc: "DeleteConnector".into(),
+        connector: connector.into(),
+        deletion_mode: "cleanup".into(),
+        outcome: "OK".into(),
+        message: String::new(),
+        forwarded_by: String::new(),
+    }
+}
+
+fn ids(s: &dyn StateStore, q: &AuditQuery) -> (Vec<String>, Option<String>) {
+    let page = s.audit_entries(q).unwrap();
+    (
+        page.entries.into_iter().map(|e| e.id).collect(),
+        page.next_after,
+    )
+}
+
+/// The audit trail: time order, connector and time filters, paging, retention by age
+/// and by count.
+fn audit_contract(s: &dyn StateStore) {
+    let now = 100 * DAY_MS;
+    let keep = AuditRetention {
+        max_entries: 5,
+        max_age_days: 10,
+    };
+    // Appended out of order; read back in time order.
+    for (t, n, c) in [
+        (now - 3, 0, "a"),
+        (now - 5, 0, "b"),
+        (now - 4, 7, "a"),
+        (now - 4, 2, "a"),
+    ] {
+        s.append_audit(&entry(t, n, c), &keep, now).unwrap();
+    }
+    let all = AuditQuery {
+        limit: 100,
+        ..Default::default()
+    };
+    let want: Vec<String> = [(now - 5, 0), (now - 4, 2), (now - 4, 7), (now - 3, 0)]
+        .iter()
+        .map(|(t, n)| AuditEntry::id_for(*t, *n))
+        .collect();
+    assert_eq!(ids(s, &all), (want.clone(), None));
+    let got = s.audit_entries(&all).unwrap();
+    assert_eq!(got.entries[0], entry(now - 5, 0, "b"), "round trip");
+    // Filters.
+    let only_a = AuditQuery {
+        connector: Some("a".into()),
+        ..all.clone()
+    };
+    assert_eq!(ids(s, &only_a).0, want[1..].to_vec());
+    let window = AuditQuery {
+        since_ms: now - 4,
+        until_ms: Some(now - 3),
+        ..all.clone()
+    };
+    assert_eq!(ids(s, &window).0, want[1..3].to_vec());
+    // Paging: two, then the rest, with the connector filter applied across pages.
+    let page1 = AuditQuery {
+        limit: 2,
+        ..only_a.clone()
+    };
+    let (first, next) = ids(s, &page1);
+    assert_eq!(first, want[1..3].to_vec());
+    assert_eq!(next.as_deref(), Some(want[2].as_str()));
+    let page2 = AuditQuery {
+        after: next,
+        ..page1.clone()
+    };
+    assert_eq!(ids(s, &page2), (want[3..].to_vec(), None));
+    // Age: an entry appended eleven days later removes every older one.
+    let later = now + 11 * DAY_MS;
+    s.append_audit(&entry(later - 1, 0, "c"), &keep, later)
+        .unwrap();
+    assert_eq!(ids(s, &all).0, vec![AuditEntry::id_for(later - 1, 0)]);
+    // Count: beyond max_entries the oldest go.
+    for n in 1..=6 {
+        s.append_audit(&entry(later, n, "c"), &keep, later).unwrap();
+    }
+    let (left, _) = ids(s, &all);
+    let want: Vec<String> = (2..=6).map(|n| AuditEntry::id_for(later, n)).collect();
+    assert_eq!(left, want);
+}
+
 fn etcd_store(etcd: &TestEtcd, prefix: &str, dir: &std::path::Path) -> EtcdStore {
     let deadline = Instant::now() + Duration::from_millis(CONNECT_DEADLINE_MS);
     loop {
@@ -193,6 +290,7 @@ fn redb_backend_keeps_the_store_contract() {
     )
     .unwrap();
     contract(&s);
+    audit_contract(&s);
 }
 
 #[test]
@@ -201,6 +299,7 @@ fn etcd_backend_keeps_the_store_contract_and_never_holds_secrets_in_clear() {
     let dir = tempfile::tempdir().unwrap();
     let s = etcd_store(&etcd, "/contract/", dir.path());
     contract(&s);
+    audit_contract(&s);
 
     // Every value under the prefix is ciphertext as far as etcd can tell.
     let rt = tokio::runtime::Runtime::new().unwrap();

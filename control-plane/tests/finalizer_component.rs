@@ -187,6 +187,7 @@ async fn setup(
             lease_ms: LEASE_MS,
             heartbeat_interval_ms: HEARTBEAT_MS,
         },
+        auth: Default::default(),
     })
     .await
     .unwrap();

@@ -62,11 +62,11 @@ wait_for() {
   printf 'ok\n'
 }
 
-admin() { # admin METHOD [JSON]
+admin() { # admin METHOD [JSON]: as the example's operator (bearer token, docs/security.md)
   if [[ $# -ge 2 ]]; then
-    "$grpcurl" -plaintext -max-time 10 -d "$2" "$cp" "wharf.v1.ConnectorAdmin/$1"
+    "$grpcurl" -plaintext -max-time 10 -H "authorization: Bearer $token" -d "$2" "$cp" "wharf.v1.ConnectorAdmin/$1"
   else
-    "$grpcurl" -plaintext -max-time 10 "$cp" "wharf.v1.ConnectorAdmin/$1"
+    "$grpcurl" -plaintext -max-time 10 -H "authorization: Bearer $token" "$cp" "wharf.v1.ConnectorAdmin/$1"
   fi
 }
 sql() { psql -h "$pg_host" -p "$pg_port" -U "$pg_user" -d "$db" -qAtc "$1"; }
@@ -97,8 +97,11 @@ wait_for "nats-server to listen" ports_file
 nats_url="$(jq -r '.nats[0]' "$(ports_path)")"
 say "    NATS JetStream at $nats_url"
 
+# An operator's bearer token: the file keeps only its hash (docs/security.md, "Tokens").
+token="$("$bin/wharf-control-plane" token --name example-operator --role operator 2>&1 >"$work/admin-tokens.toml" | tail -n 1)"
+[[ "$token" == wharf_* ]] || fail "could not mint an admin token: $token"
 RUST_LOG="${RUST_LOG:-info}" "$bin/wharf-control-plane" --listen 127.0.0.1:0 --data-dir "$work/cp" \
-  --lease-ms "$lease_ms" --heartbeat-interval-ms "$heartbeat_ms" >"$work/cp.log" 2>&1 &
+  --lease-ms "$lease_ms" --heartbeat-interval-ms "$heartbeat_ms" --admin-tokens "$work/admin-tokens.toml" >"$work/cp.log" 2>&1 &
 pids+=($!)
 wait_for "the control plane to bind" test -s "$work/cp/listen.addr"
 cp="$(cat "$work/cp/listen.addr")"
@@ -154,7 +157,7 @@ step "[5/8] killing (kill -9) the executor that runs pg-audit task 0, and deleti
 victim="$(admin GetConnectorStatus '{"name":"pg-audit"}' | jq -r '.status.tasks[] | select((.task // 0) == 0) | .status.executorId')"
 [[ -n "$victim" && -n "${exec_pid[$victim]:-}" ]] || fail "could not tell which executor runs pg-audit task 0 (got '$victim')"
 # Every status change of pg-audit until its deletion ends (the stream closes after DELETED).
-"$grpcurl" -plaintext -d '{"name":"pg-audit"}' "$cp" wharf.v1.ConnectorAdmin/WatchConnector >"$work/watch.json" 2>&1 &
+"$grpcurl" -plaintext -H "authorization: Bearer $token" -d '{"name":"pg-audit"}' "$cp" wharf.v1.ConnectorAdmin/WatchConnector >"$work/watch.json" 2>&1 &
 watch_pid=$!
 pids+=("$watch_pid")
 watching() { grep -q CONNECTOR_EVENT_TYPE_SNAPSHOT "$work/watch.json"; }

@@ -887,6 +887,22 @@ impl ConnectorAdmin for AdminService {
         Ok(Response::new(pb::ListExecutorsResponse { executors }))
     }
 
+    async fn list_audit_entries(
+        &self,
+        request: Request<pb::ListAuditEntriesRequest>,
+    ) -> Result<Response<pb::ListAuditEntriesResponse>, Status> {
+        let query = convert::audit_query(request.into_inner())?;
+        let page = self
+            .cluster
+            .store
+            .audit_entries(&query)
+            .map_err(ApiError::from)?;
+        Ok(Response::new(pb::ListAuditEntriesResponse {
+            entries: page.entries.into_iter().map(convert::audit_entry).collect(),
+            next_page_token: page.next_after.unwrap_or_default(),
+        }))
+    }
+
     type WatchConnectorStream = ReceiverStream<Result<pb::WatchConnectorResponse, Status>>;
 
     async fn watch_connector(

@@ -11,8 +11,9 @@ use wharf::sdk::{ConfigDef, ConfigMap, runtime_config_def};
 
 use super::error::ApiError;
 use crate::model::{
-    CONNECTOR_CLASS, CleanupState, ConnectorRecord, ConnectorSpec, DeletionRecord, ExecutorRecord,
-    InstanceState, PluginKind, PluginRecord, TASKS_MAX, TargetState,
+    AuditEntry, AuditQuery, CONNECTOR_CLASS, CleanupState, ConnectorRecord, ConnectorSpec,
+    DEFAULT_AUDIT_PAGE_SIZE, DeletionRecord, ExecutorRecord, InstanceState, MAX_AUDIT_PAGE_SIZE,
+    PluginKind, PluginRecord, TASKS_MAX, TargetState,
 };
 
 /// Most config entries a request may carry.
@@ -349,6 +350,94 @@ pub fn deletion_status(d: &crate::model::DeletionRecord) -> pb::DeletionStatus {
                 forced: s.forced,
             })
             .collect(),
+    }
+}
+
+/// A ListAuditEntries request as a store query.
+///
+/// # Errors
+/// INVALID_ARGUMENT naming `connector`, `since_ms`, `until_ms`, `page_size` or
+/// `page_token`.
+pub fn audit_query(req: pb::ListAuditEntriesRequest) -> Result<AuditQuery, ApiError> {
+    let connector = if req.connector.is_empty() {
+        None
+    } else {
+        ConnectorName::parse(&req.connector).map_err(|e| invalid("connector", e.to_string()))?;
+        Some(req.connector)
+    };
+    if req.since_ms < 0 {
+        return Err(invalid("since_ms", "must not be negative"));
+    }
+    let until_ms = match req.until_ms {
+        0 => None,
+        u if u <= req.since_ms => {
+            return Err(invalid("until_ms", "must be after since_ms (0: no bound)"));
+        }
+        u => Some(u),
+    };
+    let limit = match req.page_size as usize {
+        0 => DEFAULT_AUDIT_PAGE_SIZE,
+        n if n > MAX_AUDIT_PAGE_SIZE => {
+            return Err(invalid(
+                "page_size",
+                format!("at most {MAX_AUDIT_PAGE_SIZE}"),
+            ));
+        }
+        n => n,
+    };
+    let after = if req.page_token.is_empty() {
+        None
+    } else {
+        // An entry id: 20 digits, '-', 16 hex digits.
+        let t = &req.page_token;
+        let well_formed = t.len() == 37
+            && t.as_bytes()[20] == b'-'
+            && t[..20].bytes().all(|b| b.is_ascii_digit())
+            && t[21..].bytes().all(|b| b.is_ascii_hexdigit());
+        if !well_formed {
+            return Err(invalid(
+                "page_token",
+                "is not a next_page_token of ListAuditEntries",
+            ));
+        }
+        Some(req.page_token)
+    };
+    Ok(AuditQuery {
+        connector,
+        since_ms: req.since_ms,
+        until_ms,
+        after,
+        limit,
+    })
+}
+
+/// An audit entry on the wire.
+pub fn audit_entry(e: AuditEntry) -> pb::AuditEntry {
+    let AuditEntry {
+        id,
+        time_ms,
+        principal,
+        role,
+        auth_method,
+        rpc,
+        connector,
+        deletion_mode,
+        outcome,
+        message,
+        forwarded_by,
+    } = e;
+    pb::AuditEntry {
+        id,
+        time_ms,
+        principal,
+        role,
+        auth_method,
+        rpc,
+        connector,
+        deletion_mode,
+        outcome,
+        message,
+        forwarded_by,
     }
 }
 

@@ -1,5 +1,6 @@
 //! The one error type of the gRPC boundary and its one mapping to `tonic::Status`.
 
+use crate::auth::AuthError;
 use crate::reconcile::HerderError;
 use crate::store::StoreError;
 
@@ -84,6 +85,9 @@ pub enum ApiError {
     /// A record kept changing under the update.
     #[error("connector {0:?} kept changing during the update; retry")]
     Contended(String),
+    /// The admin caller is not authenticated or its role may not make the call.
+    #[error(transparent)]
+    Auth(#[from] AuthError),
 }
 
 impl From<HerderError> for ApiError {
@@ -111,6 +115,10 @@ impl From<ApiError> for tonic::Status {
             ApiError::Store(StoreError::Unavailable(_)) => tonic::Status::unavailable(msg),
             ApiError::Store(StoreError::Corrupt { .. }) => tonic::Status::internal(msg),
             ApiError::Contended(_) => tonic::Status::aborted(msg),
+            ApiError::Auth(AuthError::Unauthenticated(_)) => tonic::Status::unauthenticated(msg),
+            ApiError::Auth(AuthError::NoAdminRole(_) | AuthError::Forbidden { .. }) => {
+                tonic::Status::permission_denied(msg)
+            }
         }
     }
 }

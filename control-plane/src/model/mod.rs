@@ -2,6 +2,13 @@
 //! once, at the gRPC edge ([`crate::grpc`]); the herder, the planner and the store see only
 //! these.
 
+mod audit;
+
+pub use audit::{
+    AuditEntry, AuditPage, AuditQuery, AuditRetention, DEFAULT_AUDIT_MAX_AGE_DAYS,
+    DEFAULT_AUDIT_MAX_ENTRIES, DEFAULT_AUDIT_PAGE_SIZE, MAX_AUDIT_PAGE_SIZE,
+};
+
 use std::num::NonZeroU32;
 
 use serde::{Deserialize, Serialize};

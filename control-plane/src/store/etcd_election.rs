@@ -11,11 +11,12 @@
 //! deposed leader neither writes nor calls executors once a successor may exist.
 //!
 //! Routing: followers serve reads of the store themselves (GetConnector, ListConnectors,
-//! GetConnectorStatus, GetOffsets); every other admin and registry call is forwarded as
-//! is to the leader's URL (executors and grpcurl may point at any replica). Without a
-//! known leader the answer is UNAVAILABLE; a request already forwarded once is never
-//! forwarded again (UNAVAILABLE naming the leader instead), so replicas with a stale view
-//! cannot bounce it between them.
+//! GetConnectorStatus, GetOffsets, ListAuditEntries); every other admin and registry call
+//! is forwarded as is, the caller's credentials included, to the leader's URL (executors
+//! and grpcurl may point at any replica), and the leader authenticates and authorizes it
+//! as if called directly. Without a known leader the answer is UNAVAILABLE; a request
+//! already forwarded once is never forwarded again (UNAVAILABLE naming the leader
+//! instead), so replicas with a stale view cannot bounce it between them.
 
 use std::sync::{Arc, Mutex};
 use std::task::{Context, Poll};
@@ -30,6 +31,7 @@ use tonic::transport::{Channel, Endpoint};
 use tracing::{info, warn};
 
 use super::etcd_store::{EtcdStore, Fence, LEADER_KEY, WriteFence};
+use crate::auth::{FORWARDED_PRINCIPAL_HEADER, forwarded_principal_value, peer_identity};
 
 /// Default TTL of the election lease, in seconds: how long a killed leader holds up
 /// the herder at most (plus one campaign interval).
@@ -44,6 +46,7 @@ const FOLLOWER_LOCAL_METHODS: &[&str] = &[
     "/wharf.v1.ConnectorAdmin/ListConnectors",
     "/wharf.v1.ConnectorAdmin/GetConnectorStatus",
     "/wharf.v1.ConnectorAdmin/GetOffsets",
+    "/wharf.v1.ConnectorAdmin/ListAuditEntries",
 ];
 
 /// This replica's role.
@@ -336,6 +339,18 @@ where
         };
         if let Ok(v) = http::HeaderValue::from_str(&self.self_url) {
             req.headers_mut().insert(FORWARDED_HEADER, v);
+        }
+        // The caller's identity travels with the call: a bearer token as the unchanged
+        // `authorization` header (the leader checks it again against its token file); a
+        // client certificate's principal in FORWARDED_PRINCIPAL_HEADER, which the leader
+        // believes only from a peer with the control-plane certificate. What a client put
+        // in that header itself is dropped. See docs/security.md.
+        req.headers_mut().remove(FORWARDED_PRINCIPAL_HEADER);
+        let peer = peer_identity(req.extensions().get::<wharf::tls::PeerInfo>());
+        if let Some(v) = forwarded_principal_value(peer.as_ref())
+            .and_then(|v| http::HeaderValue::from_str(&v).ok())
+        {
+            req.headers_mut().insert(FORWARDED_PRINCIPAL_HEADER, v);
         }
         let mut channel = channel;
         Box::pin(async move {

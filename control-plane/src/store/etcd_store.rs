@@ -4,7 +4,8 @@
 //! `executors/<id>` (sealed JSON of the record), `offsets/<connector>\0<partition>`
 //! (offset JSON, not sealed, as in the redb store), `meta/epoch` and
 //! `meta/generation_floor` (decimal counters), `leader` (the elected replica's URL, on
-//! its etcd lease; see [`super::etcd_election`]).
+//! its etcd lease; see [`super::etcd_election`]), `audit/<id>` (sealed JSON of an
+//! [`AuditEntry`]; ids sort by time).
 //!
 //! Revisions: a record's revision is the etcd `mod_revision` of its key. Every
 //! conditional write is one etcd `Txn` comparing `mod_revision` (and `version` for
@@ -36,7 +37,10 @@ use serde::Serialize;
 use serde::de::DeserializeOwned;
 
 use super::{CreateOutcome, StateStore, StoreError};
-use crate::model::{ConnectorRecord, DeletionRecord, ExecutorRecord, PluginRecord};
+use crate::model::{
+    AuditEntry, AuditPage, AuditQuery, AuditRetention, ConnectorRecord, DeletionRecord,
+    ExecutorRecord, PluginRecord,
+};
 use crate::store::seal::Sealer;
 
 /// Default key prefix in etcd.
@@ -53,6 +57,10 @@ const MAX_TXN_OPS: usize = 128;
 const STORE_RUNTIME_THREADS: usize = 1;
 
 const EPOCH_KEY: &str = "meta/epoch";
+/// Prefix (under the store prefix) of the audit trail.
+const AUDIT_PREFIX: &str = "audit/";
+/// Audit entries read per etcd range request while filling a page.
+const AUDIT_SCAN_CHUNK: i64 = 512;
 const GENERATION_FLOOR_KEY: &str = "meta/generation_floor";
 /// Key (under the prefix) of the elected leader.
 pub const LEADER_KEY: &str = "leader";
@@ -702,6 +710,117 @@ impl StateStore for EtcdStore {
             );
             i.txn(vec![], vec![op], vec![]).await?;
             Ok(())
+        })
+    }
+
+    fn append_audit(
+        &self,
+        entry: &AuditEntry,
+        retention: &AuditRetention,
+        now_ms: i64,
+    ) -> Result<(), StoreError> {
+        let entry = entry.clone();
+        let retention = *retention;
+        self.run(move |i| async move {
+            let value = i.encode(&entry)?;
+            let base = i.key(AUDIT_PREFIX);
+            // Put and the age cut in one (fenced) txn.
+            let ops = vec![
+                TxnOp::put(format!("{base}{}", entry.id), value, None::<PutOptions>),
+                TxnOp::delete(
+                    base.clone(),
+                    Some(
+                        etcd_client::DeleteOptions::new()
+                            .with_range(format!("{base}{}", retention.cutoff_id(now_ms))),
+                    ),
+                ),
+            ];
+            i.txn(vec![], ops, vec![]).await?;
+            // The count cut: remove the oldest beyond the bound.
+            let count = i
+                .kv()
+                .get(
+                    base.clone(),
+                    Some(GetOptions::new().with_prefix().with_count_only()),
+                )
+                .await
+                .map_err(unavailable)?
+                .count();
+            let excess = u64::try_from(count)
+                .unwrap_or(0)
+                .saturating_sub(retention.max_entries);
+            if excess > 0 {
+                let oldest = i
+                    .kv()
+                    .get(
+                        base.clone(),
+                        Some(
+                            GetOptions::new()
+                                .with_prefix()
+                                .with_keys_only()
+                                .with_limit(i64::try_from(excess).unwrap_or(i64::MAX)),
+                        ),
+                    )
+                    .await
+                    .map_err(unavailable)?;
+                if let Some(last) = oldest.kvs().last() {
+                    let mut end = last.key().to_vec();
+                    end.push(0);
+                    let op = TxnOp::delete(
+                        base.clone(),
+                        Some(etcd_client::DeleteOptions::new().with_range(end)),
+                    );
+                    i.txn(vec![], vec![op], vec![]).await?;
+                }
+            }
+            Ok(())
+        })
+    }
+
+    fn audit_entries(&self, query: &AuditQuery) -> Result<AuditPage, StoreError> {
+        let query = query.clone();
+        self.run(move |i| async move {
+            let base = i.key(AUDIT_PREFIX);
+            let (start, end) = query.range();
+            let mut page = AuditPage::default();
+            if start >= end {
+                return Ok(page);
+            }
+            let mut from = format!("{base}{start}").into_bytes();
+            let to = format!("{base}{end}");
+            loop {
+                let resp = i
+                    .kv()
+                    .get(
+                        from.clone(),
+                        Some(
+                            GetOptions::new()
+                                .with_range(to.clone())
+                                .with_limit(AUDIT_SCAN_CHUNK),
+                        ),
+                    )
+                    .await
+                    .map_err(unavailable)?;
+                let kvs = resp.kvs();
+                for kv in kvs {
+                    let e: AuditEntry = i.decode(kv)?;
+                    if !query.matches(&e) {
+                        continue;
+                    }
+                    if page.entries.len() == query.limit {
+                        page.next_after = page.entries.last().map(|e| e.id.clone());
+                        return Ok(page);
+                    }
+                    page.entries.push(e);
+                }
+                match kvs.last() {
+                    Some(last) if resp.more() => {
+                        from = last.key().to_vec();
+                        from.push(0);
+                    }
+                    _ => return Ok(page),
+                }
+            }
         })
     }
 }

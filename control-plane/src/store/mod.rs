@@ -18,7 +18,10 @@ use std::future::Future;
 use std::pin::Pin;
 use std::sync::Arc;
 
-use crate::model::{ConnectorRecord, DeletionRecord, ExecutorRecord, PluginRecord};
+use crate::model::{
+    AuditEntry, AuditPage, AuditQuery, AuditRetention, ConnectorRecord, DeletionRecord,
+    ExecutorRecord, PluginRecord,
+};
 
 /// File name of the embedded store inside `--data-dir`.
 pub const STORE_FILE_NAME: &str = "state.redb";
@@ -141,4 +144,16 @@ pub trait StateStore: Send + Sync + 'static {
     fn put_offsets(&self, connector: &str, offsets: &[(String, String)]) -> Result<(), StoreError>;
     /// Removes every offset of a connector.
     fn reset_offsets(&self, connector: &str) -> Result<(), StoreError>;
+
+    /// Appends one audit entry (its id is unique) and, in the same write, removes the
+    /// entries `retention` no longer keeps: older than its age at `now_ms`, then the
+    /// oldest beyond its count.
+    fn append_audit(
+        &self,
+        entry: &AuditEntry,
+        retention: &AuditRetention,
+        now_ms: i64,
+    ) -> Result<(), StoreError>;
+    /// One page of the audit trail, oldest first (see [`AuditQuery`]).
+    fn audit_entries(&self, query: &AuditQuery) -> Result<AuditPage, StoreError>;
 }

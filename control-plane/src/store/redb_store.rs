@@ -29,13 +29,16 @@ use std::path::Path;
 use std::sync::mpsc;
 use std::sync::{Arc, Mutex, RwLock};
 
-use redb::{Database, ReadableDatabase, ReadableTable, TableDefinition};
+use redb::{Database, ReadableDatabase, ReadableTable, ReadableTableMetadata, TableDefinition};
 use serde::de::DeserializeOwned;
 use serde::{Deserialize, Serialize};
 use tokio::sync::oneshot;
 
 use super::{CreateOutcome, StateStore, StoreError, StoreFuture};
-use crate::model::{ConnectorRecord, DeletionRecord, ExecutorRecord, PluginRecord};
+use crate::model::{
+    AuditEntry, AuditPage, AuditQuery, AuditRetention, ConnectorRecord, DeletionRecord,
+    ExecutorRecord, PluginRecord,
+};
 use crate::store::seal::Sealer;
 
 const CONNECTORS: TableDefinition<&str, &[u8]> = TableDefinition::new("connectors");
@@ -43,6 +46,8 @@ const DELETIONS: TableDefinition<&str, &[u8]> = TableDefinition::new("deletions"
 const EXECUTORS: TableDefinition<&str, &[u8]> = TableDefinition::new("executors");
 const OFFSETS: TableDefinition<&str, &str> = TableDefinition::new("offsets");
 const META: TableDefinition<&str, u64> = TableDefinition::new("meta");
+/// The audit trail: key [`AuditEntry::id`] (sorts by time), value: sealed JSON.
+const AUDIT: TableDefinition<&str, &[u8]> = TableDefinition::new("audit");
 
 const REVISION_KEY: &str = "revision";
 const EPOCH_KEY: &str = "epoch";
@@ -107,6 +112,11 @@ enum Write {
     },
     ResetOffsets {
         connector: String,
+    },
+    AppendAudit {
+        entry: Box<AuditEntry>,
+        retention: AuditRetention,
+        now_ms: i64,
     },
 }
 
@@ -270,6 +280,7 @@ struct Tables<'t> {
     execs: redb::Table<'t, &'static str, &'static [u8]>,
     offs: redb::Table<'t, &'static str, &'static str>,
     meta: redb::Table<'t, &'static str, u64>,
+    audit: redb::Table<'t, &'static str, &'static [u8]>,
 }
 
 impl Shared {
@@ -590,6 +601,27 @@ impl Shared {
                     .map_err(unavailable)?;
                 Ok((Done::Unit, true))
             }
+            Write::AppendAudit {
+                entry,
+                retention,
+                now_ms,
+            } => {
+                let json = serde_json::to_vec(&entry).map_err(unavailable)?;
+                let sealed = sealer.seal(&json)?;
+                t.audit
+                    .insert(entry.id.as_str(), sealed.as_slice())
+                    .map_err(unavailable)?;
+                let cutoff = retention.cutoff_id(now_ms);
+                t.audit
+                    .retain_in(..cutoff.as_str(), |_, _| false)
+                    .map_err(unavailable)?;
+                let mut len = t.audit.len().map_err(unavailable)?;
+                while len > retention.max_entries {
+                    t.audit.pop_first().map_err(unavailable)?;
+                    len -= 1;
+                }
+                Ok((Done::Unit, true))
+            }
         }
     }
 }
@@ -601,6 +633,7 @@ fn open_tables(tx: &redb::WriteTransaction) -> Result<Tables<'_>, StoreError> {
         execs: tx.open_table(EXECUTORS).map_err(unavailable)?,
         offs: tx.open_table(OFFSETS).map_err(unavailable)?,
         meta: tx.open_table(META).map_err(unavailable)?,
+        audit: tx.open_table(AUDIT).map_err(unavailable)?,
     })
 }
 
@@ -879,6 +912,53 @@ impl StateStore for RedbStore {
         expect_unit(self.write(Write::ResetOffsets {
             connector: connector.to_owned(),
         }))
+    }
+
+    fn append_audit(
+        &self,
+        entry: &AuditEntry,
+        retention: &AuditRetention,
+        now_ms: i64,
+    ) -> Result<(), StoreError> {
+        expect_unit(self.write(Write::AppendAudit {
+            entry: Box::new(entry.clone()),
+            retention: *retention,
+            now_ms,
+        }))
+    }
+
+    fn audit_entries(&self, query: &AuditQuery) -> Result<AuditPage, StoreError> {
+        let tx = self.shared.db.begin_read().map_err(unavailable)?;
+        let t = tx.open_table(AUDIT).map_err(unavailable)?;
+        let (start, end) = query.range();
+        let mut page = AuditPage::default();
+        if start >= end {
+            return Ok(page);
+        }
+        for item in t.range(start.as_str()..end.as_str()).map_err(unavailable)? {
+            let (k, v) = item.map_err(unavailable)?;
+            let json = self
+                .shared
+                .sealer
+                .open(v.value())
+                .map_err(|e| StoreError::Corrupt {
+                    key: format!("audit/{}", k.value()),
+                    reason: e.to_string(),
+                })?;
+            let e: AuditEntry = serde_json::from_slice(&json).map_err(|e| StoreError::Corrupt {
+                key: format!("audit/{}", k.value()),
+                reason: e.to_string(),
+            })?;
+            if !query.matches(&e) {
+                continue;
+            }
+            if page.entries.len() == query.limit {
+                page.next_after = page.entries.last().map(|e| e.id.clone());
+                break;
+            }
+            page.entries.push(e);
+        }
+        Ok(page)
     }
 }
 

@@ -1,0 +1,163 @@
+//! Admin authentication and authorization: who is calling ([`authenticate`]) and whether
+//! their role may do what they ask ([`authorize`]). Both are plain functions over plain
+//! data (an `http::HeaderMap`, an optional peer identity, a snapshot of the token file),
+//! so every adapter of the admin API (gRPC here, the Kafka Connect REST gateway) asks the
+//! same questions and no rule exists twice. The gRPC adapter calls them once per RPC in
+//! [`crate::grpc::guard`]; the audit trail is in [`audit`].
+//!
+//! Design and operator guide: docs/security.md (admin authentication, roles, tokens,
+//! audit trail).
+
+pub mod audit;
+mod authn;
+mod roles;
+pub mod token;
+
+pub use authn::{
+    AuthError, AuthMethod, Credentials, FORWARDED_PRINCIPAL_HEADER, PeerIdentity, Principal,
+    authenticate, forwarded_principal_value, peer_identity,
+};
+pub use roles::{AdminAction, Decision, DeleteMode, Role, authorize};
+
+use crate::model::AuditRetention;
+
+/// The admin authentication settings of one control plane.
+#[derive(Debug, Clone, Default)]
+pub struct AuthSettings {
+    /// `--admin-tokens`: the token file (None: no bearer tokens).
+    pub admin_tokens: Option<std::path::PathBuf>,
+    /// Whether client certificates are verified against a CA (set by the TLS settings).
+    pub client_certs: bool,
+    /// `--insecure`: allow a non-loopback listen address without any authentication.
+    pub insecure: bool,
+    /// How much of the audit trail is kept.
+    pub audit_retention: AuditRetention,
+}
+
+/// What the admin API checks callers with, for the process's lifetime.
+pub struct AdminAuth {
+    tokens: Option<token::TokenFile>,
+    client_certs: bool,
+    /// Nonce of the next audit entry id: random start (replicas differ), then counting,
+    /// so that entries of one process in the same millisecond keep their order.
+    nonce: std::sync::atomic::AtomicU64,
+    /// How much of the audit trail is kept.
+    pub retention: AuditRetention,
+}
+
+impl AdminAuth {
+    /// Opens the token file, if any.
+    ///
+    /// # Errors
+    /// [`token::TokenFileError`] when the file is missing or invalid at start.
+    pub fn new(settings: &AuthSettings) -> Result<Self, token::TokenFileError> {
+        let tokens = match &settings.admin_tokens {
+            Some(p) => Some(token::TokenFile::open(p)?),
+            None => None,
+        };
+        Ok(Self {
+            tokens,
+            client_certs: settings.client_certs,
+            nonce: std::sync::atomic::AtomicU64::new(first_nonce()),
+            retention: settings.audit_retention,
+        })
+    }
+
+    /// No authentication at all (dev mode), every caller is an admin.
+    pub fn open() -> Self {
+        Self {
+            tokens: None,
+            client_certs: false,
+            nonce: std::sync::atomic::AtomicU64::new(first_nonce()),
+            retention: AuditRetention::default(),
+        }
+    }
+
+    /// The nonce for the next audit entry's id.
+    pub fn next_nonce(&self) -> u64 {
+        self.nonce
+            .fetch_add(1, std::sync::atomic::Ordering::Relaxed)
+    }
+
+    /// The credentials as of now (the token file re-read if it changed).
+    pub fn credentials(&self) -> Credentials {
+        Credentials {
+            tokens: self.tokens.as_ref().map(token::TokenFile::current),
+            client_certs: self.client_certs,
+        }
+    }
+
+    /// Who is calling (from `headers` and the verified certificate identity `peer`) and
+    /// may they make `action`: the principal, or the refusal together with the principal
+    /// when it did authenticate. Every admin adapter (gRPC, REST) calls this first.
+    ///
+    /// # Errors
+    /// [`AuthError`]: UNAUTHENTICATED or PERMISSION_DENIED.
+    pub fn admit(
+        &self,
+        headers: &http::HeaderMap,
+        peer: Option<&PeerIdentity>,
+        action: AdminAction,
+    ) -> Result<Principal, (Option<Principal>, AuthError)> {
+        let principal = authenticate(headers, peer, &self.credentials()).map_err(|e| (None, e))?;
+        match authorize(principal.role, action) {
+            Decision::Allow => Ok(principal),
+            Decision::Deny { needed } => {
+                let detail = match action {
+                    AdminAction::DeleteConnector(m) => format!(" with mode {}", m.as_str()),
+                    _ => String::new(),
+                };
+                let e = AuthError::Forbidden {
+                    principal: principal.to_string(),
+                    rpc: action.rpc(),
+                    detail,
+                    needed,
+                };
+                Err((Some(principal), e))
+            }
+        }
+    }
+
+    /// Records a mutating `action`'s outcome in the audit trail (store and log; see
+    /// [`audit::record`]); does nothing for a read. `outcome` is `OK` or the status code's
+    /// name, `message` the status message (empty when OK), `forwarded_by` the follower
+    /// that forwarded the call (or empty).
+    pub fn record(
+        &self,
+        store: &dyn crate::store::StateStore,
+        principal: Option<&Principal>,
+        action: AdminAction,
+        connector: &str,
+        (outcome, message): (&str, &str),
+        forwarded_by: &str,
+    ) {
+        if !action.is_mutating() {
+            return;
+        }
+        let time_ms = crate::reconcile::now_ms();
+        let entry = crate::model::AuditEntry {
+            id: crate::model::AuditEntry::id_for(time_ms, self.next_nonce()),
+            time_ms,
+            principal: principal.map_or(audit::UNAUTHENTICATED_PRINCIPAL.to_owned(), |p| {
+                p.name.clone()
+            }),
+            role: principal.map_or(String::new(), |p| p.role.as_str().to_owned()),
+            auth_method: principal.map_or("none", |p| p.method.as_str()).to_owned(),
+            rpc: action.rpc().to_owned(),
+            connector: connector.to_owned(),
+            deletion_mode: match action {
+                AdminAction::DeleteConnector(m) => m.as_str().to_owned(),
+                _ => String::new(),
+            },
+            outcome: outcome.to_owned(),
+            message: message.to_owned(),
+            forwarded_by: forwarded_by.to_owned(),
+        };
+        audit::record(store, &self.retention, &entry);
+    }
+}
+
+/// A random start for the audit nonce, with room below `u64::MAX` to count up.
+fn first_nonce() -> u64 {
+    rand::random::<u64>() >> 1
+}
