@@ -2,10 +2,14 @@
 //! guaranteed to reach every task with `connector_deleted = true` (KIP-883, KIP-901).
 //!
 //! This crate is shared by the control plane and the executors: the generated gRPC
-//! wire types ([`pb`]), the connector SDK ([`sdk`]) and small shared types ([`ids`]).
+//! wire types ([`pb`]), the connector SDK ([`sdk`]), small shared types ([`ids`]) and the
+//! plumbing every binary uses ([`server`], [`task`], [`config`], [`telemetry`]).
 
+pub mod config;
 pub mod ids;
 pub mod pb;
 pub mod sdk;
 pub mod server;
+pub mod task;
+pub mod telemetry;
 pub mod wire;

@@ -3,7 +3,6 @@
 
 mod config;
 
-use std::io::IsTerminal;
 use std::process::ExitCode;
 use std::time::Duration;
 
@@ -18,16 +17,7 @@ const RUNTIME_WORKER_THREADS: usize = 8;
 const RUNTIME_SHUTDOWN_TIMEOUT_MS: u64 = 500;
 
 fn main() -> ExitCode {
-    tracing_subscriber::fmt()
-        .with_env_filter(
-            // RUST_LOG when set; otherwise INFO, so that an operator sees what it does.
-            tracing_subscriber::EnvFilter::builder()
-                .with_default_directive(tracing::Level::INFO.into())
-                .from_env_lossy(),
-        )
-        .with_writer(std::io::stderr)
-        .with_ansi(std::io::stderr().is_terminal())
-        .init();
+    wharf::telemetry::init();
     let config = match config::Cli::parse().build() {
         Ok(c) => c,
         Err(e) => {
@@ -60,7 +50,7 @@ fn main() -> ExitCode {
                 source = s.source();
             }
             eprintln!("wharf-executor: {text}");
-            if let Some(hint) = hint(&e) {
+            if let Some(hint) = e.hint() {
                 eprintln!("hint: {hint}");
             }
             ExitCode::FAILURE
@@ -73,27 +63,4 @@ async fn run(config: ExecutorConfig) -> Result<(), AppError> {
     wharf::server::shutdown_signal().await;
     running.shutdown().await;
     Ok(())
-}
-
-/// What the operator can do about a start failure.
-fn hint(e: &AppError) -> Option<String> {
-    match e {
-        AppError::Bind { addr, source } if source.kind() == std::io::ErrorKind::AddrInUse => {
-            Some(format!(
-                "{addr} is taken (another executor?); pick another --listen (port 0 picks a free one)"
-            ))
-        }
-        AppError::Bind { .. } => Some("check that --listen names an address of this host".into()),
-        AppError::DataDir { path, .. } => Some(format!(
-            "check that {} is writable and not used by another executor, or choose another --data-dir",
-            path.display()
-        )),
-        AppError::RecordLog(_) => Some(
-            "without --nats-url: another executor may be using this --data-dir (stop it or choose another); with it: check that NATS runs with JetStream enabled (nats-server -js) at that URL".into(),
-        ),
-        AppError::Registry(_) => {
-            Some("check --control-plane: a URL like http://127.0.0.1:7000".into())
-        }
-        _ => None,
-    }
 }
