@@ -16,7 +16,6 @@
 //! ```
 
 use std::ffi::OsString;
-use std::io::IsTerminal;
 use std::process::ExitCode;
 use std::time::Duration;
 
@@ -165,7 +164,7 @@ impl ExecutorBuilder {
         self,
         args: impl IntoIterator<Item = impl Into<OsString> + Clone>,
     ) -> ExitCode {
-        init_telemetry();
+        wharf::telemetry::init();
         let matches = match self.command().try_get_matches_from(args) {
             Ok(m) => m,
             // --help and --version print and exit 0; a bad flag prints and exits 2.
@@ -189,20 +188,6 @@ impl ExecutorBuilder {
         };
         run_config(self.name, config)
     }
-}
-
-fn init_telemetry() {
-    // RUST_LOG when set; otherwise INFO, so that an operator sees what it does. A second
-    // init (an embedding program already set one up) is not an error.
-    let _ = tracing_subscriber::fmt()
-        .with_env_filter(
-            tracing_subscriber::EnvFilter::builder()
-                .with_default_directive(tracing::Level::INFO.into())
-                .from_env_lossy(),
-        )
-        .with_writer(std::io::stderr)
-        .with_ansi(std::io::stderr().is_terminal())
-        .try_init();
 }
 
 /// Runs an executor with `config` on its own runtime until a shutdown signal.
