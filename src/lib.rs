@@ -3,7 +3,8 @@
 //!
 //! This crate is shared by the control plane and the executors: the generated gRPC
 //! wire types ([`pb`]), the connector SDK ([`sdk`]), small shared types ([`ids`]) and the
-//! plumbing every binary uses ([`server`], [`task`], [`config`], [`telemetry`]).
+//! plumbing every binary uses ([`server`], [`task`], [`config`], [`telemetry`], [`tls`],
+//! [`identity`], [`certs`]).
 
 pub mod certs;
 pub mod config;

@@ -6,10 +6,11 @@ use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::time::Duration;
 
-use crate::app::{DEFAULT_GRACEFUL_TIMEOUT_MS, ExecutorConfig};
 use clap::Parser;
 use serde::Deserialize;
 use wharf::config::{layer, read_file, required};
+
+use crate::app::{DEFAULT_GRACEFUL_TIMEOUT_MS, ExecutorConfig};
 
 /// Wharf executor: runs connector instances and tasks assigned by the control plane and
 /// stops them with connector_deleted=true only when their connector was deleted

@@ -217,7 +217,7 @@ fn run_config(name: &str, config: ExecutorConfig) -> ExitCode {
                 source = s.source();
             }
             eprintln!("{name}: {text}");
-            if let Some(hint) = hint(&e) {
+            if let Some(hint) = e.hint() {
                 eprintln!("hint: {hint}");
             }
             ExitCode::FAILURE
@@ -230,29 +230,6 @@ async fn run(config: ExecutorConfig) -> Result<(), AppError> {
     wharf::server::shutdown_signal().await;
     running.shutdown().await;
     Ok(())
-}
-
-/// What the operator can do about a start failure.
-fn hint(e: &AppError) -> Option<String> {
-    match e {
-        AppError::Bind { addr, source } if source.kind() == std::io::ErrorKind::AddrInUse => {
-            Some(format!(
-                "{addr} is taken (another executor?); pick another --listen (port 0 picks a free one)"
-            ))
-        }
-        AppError::Bind { .. } => Some("check that --listen names an address of this host".into()),
-        AppError::DataDir { path, .. } => Some(format!(
-            "check that {} is writable and not used by another executor, or choose another --data-dir",
-            path.display()
-        )),
-        AppError::RecordLog(_) => Some(
-            "without --nats-url: another executor may be using this --data-dir (stop it or choose another); with it: check that NATS runs with JetStream enabled (nats-server -js) at that URL".into(),
-        ),
-        AppError::Registry(_) => {
-            Some("check --control-plane: a URL like http://127.0.0.1:7000".into())
-        }
-        _ => None,
-    }
 }
 
 #[cfg(test)]

@@ -12,9 +12,9 @@ use crate::cluster::{CONVERGE, NOT_FOUND, TEST_HEARTBEAT_INTERVAL_MS, TEST_LEASE
 use crate::lifecycle::{Lifecycle, Stop};
 use crate::{KeepOnFailure, Proc, wait_until};
 
-/// Env var the control plane reads for its test-only crash point
-/// (`control-plane/src/reconcile/fault.rs`).
-pub const CRASH_AT_ENV: &str = "WHARF_FAULT_CRASH_AT";
+/// Env var the control plane reads for its test-only crash point (compiled in by the
+/// `fault-injection` feature this crate enables).
+pub use wharf_control_plane::reconcile::fault::CRASH_AT_ENV;
 
 /// Starts a control plane (with `cp_env` added to its environment, first start only: a
 /// `restart_control_plane` runs it without) and `n` executors, and waits until all are ALIVE.
