@@ -18,6 +18,7 @@ use super::error::ApiError;
 use crate::model::{
     ConnectorRecord, ConnectorSpec, DeletionRecord, InstanceEvent, InstanceState, TargetState,
 };
+use crate::plan::unit::Host;
 use crate::reconcile::{Cluster, finalizer, now_ms};
 use crate::store::CreateOutcome;
 
@@ -245,6 +246,27 @@ fn check_json_object(field: String, text: &str) -> ApiResult<()> {
     }
 }
 
+/// How long a forced DeleteConnector waits for the finalizer to carry the force out, in
+/// milliseconds (it is woken at once; this bounds a stalled store).
+const FORCE_WAIT_MS: u64 = 10_000;
+
+/// Waits until connector `name` is gone from the store, at most until `deadline`.
+async fn wait_gone(
+    cluster: &Cluster,
+    changes: &mut tokio::sync::broadcast::Receiver<String>,
+    name: &str,
+    deadline: tokio::time::Instant,
+) -> ApiResult<()> {
+    while cluster.store.connector(name)?.is_some() {
+        match tokio::time::timeout_at(deadline, changes.recv()).await {
+            Err(_) => break,
+            Ok(Ok(_) | Err(tokio::sync::broadcast::error::RecvError::Lagged(_))) => {}
+            Ok(Err(tokio::sync::broadcast::error::RecvError::Closed)) => break,
+        }
+    }
+    Ok(())
+}
+
 impl AdminService {
     async fn delete(
         &self,
@@ -260,7 +282,7 @@ impl AdminService {
                 // Deleting again: run failed steps once more now, unless forcing, which
                 // skips them (a retry started first would run one more cleanup).
                 if !req.force {
-                    finalizer::retry_now(cluster, &req.name)?;
+                    finalizer::request_retry(cluster, &req.name)?;
                 }
                 recorded = true;
                 break;
@@ -280,11 +302,13 @@ impl AdminService {
         }
         let mut skipped_tasks = Vec::new();
         let mut connector_cleanup_skipped = false;
-        if req.force
-            && let Some((tasks, conn)) = finalizer::force(cluster, &req.name)?
-        {
-            skipped_tasks = tasks;
-            connector_cleanup_skipped = conn;
+        if req.force && finalizer::request_force(cluster, &req.name)? {
+            // The finalizer carries the force out on its next pass (at once: it was woken).
+            let deadline = tokio::time::Instant::now() + Duration::from_millis(FORCE_WAIT_MS);
+            wait_gone(cluster, &mut changes, &req.name, deadline).await?;
+            if let Some(d) = cluster.finished_deletion(&req.name) {
+                (skipped_tasks, connector_cleanup_skipped) = finalizer::forced_skips(&d);
+            }
         }
         let rec = if req.wait {
             let ms = if req.wait_timeout_ms == 0 {
@@ -293,13 +317,7 @@ impl AdminService {
                 req.wait_timeout_ms
             };
             let deadline = tokio::time::Instant::now() + Duration::from_millis(u64::from(ms));
-            while cluster.store.connector(&req.name)?.is_some() {
-                match tokio::time::timeout_at(deadline, changes.recv()).await {
-                    Err(_) => break,
-                    Ok(Ok(_) | Err(tokio::sync::broadcast::error::RecvError::Lagged(_))) => {}
-                    Ok(Err(tokio::sync::broadcast::error::RecvError::Closed)) => break,
-                }
-            }
+            wait_gone(cluster, &mut changes, &req.name, deadline).await?;
             let rec = cluster.store.connector(&req.name)?;
             // An OK answer to a waiting delete means "gone": a script running
             // `DeleteConnector ... && next-step` must not go on while cleanup is pending.
@@ -743,7 +761,7 @@ impl ConnectorAdmin for AdminService {
         let cluster = &self.cluster;
         convert::parse_name(&req.name)?;
         let rec = existing(cluster, &req.name)?;
-        if !rec.deleting || !finalizer::retry_now(cluster, &req.name).map_err(ApiError::from)? {
+        if !rec.deleting || !finalizer::request_retry(cluster, &req.name).map_err(ApiError::from)? {
             return Err(ApiError::WrongState {
                 name: req.name,
                 reason: "is not being deleted".into(),
@@ -834,13 +852,17 @@ impl ConnectorAdmin for AdminService {
     ) -> Result<Response<pb::ListExecutorsResponse>, Status> {
         let cluster = &self.cluster;
         let connectors = cluster.store.connectors().map_err(ApiError::from)?;
-        let executors = cluster
-            .store
-            .executors()
-            .map_err(ApiError::from)?
-            .into_iter()
+        let view = cluster.executor_view().map_err(ApiError::from)?;
+        let executors = view
+            .all
+            .values()
+            .cloned()
             .map(|e| {
-                let alive = !e.lost && cluster.holds_lease(&e.id, e.epoch);
+                let state = match view.health.get(&e.id) {
+                    Some(Host::Live) => pb::ExecutorState::Alive,
+                    Some(Host::Unresponsive) => pb::ExecutorState::Unresponsive,
+                    Some(Host::Lost) | None => pb::ExecutorState::Lost,
+                };
                 let on = |i: &crate::model::Instance| {
                     i.executor.as_deref() == Some(e.id.as_str())
                         && i.epoch == e.epoch
@@ -849,11 +871,8 @@ impl ConnectorAdmin for AdminService {
                 pb::ExecutorInfo {
                     address: e.address.clone(),
                     epoch: e.epoch,
-                    state: if alive {
-                        pb::ExecutorState::Alive
-                    } else {
-                        pb::ExecutorState::Lost
-                    } as i32,
+                    state: state as i32,
+                    unreachable_error: cluster.unreachable_error(&e.id),
                     plugins: e.plugins.iter().map(|p| p.name.clone()).collect(),
                     last_heartbeat_ms: cluster.last_heartbeat_ms(&e.id),
                     connectors: connectors.iter().filter(|c| on(&c.connector)).count() as u32,
