@@ -341,31 +341,46 @@ fn positive_int(value: &str) -> Result<(), String> {
     }
 }
 
+/// Config key naming the plugin that runs a connector (Kafka Connect's `connector.class`).
+pub const CONNECTOR_CLASS: &str = "connector.class";
+/// Config key bounding the number of a connector's tasks.
+pub const TASKS_MAX: &str = "tasks.max";
+/// Config key: how long one stop(connector_deleted = true) may take, in milliseconds.
+pub const CLEANUP_TIMEOUT_MS: &str = "cleanup.timeout.ms";
+/// Config key: attempts per cleanup step before it is reported as failed.
+pub const CLEANUP_MAX_ATTEMPTS: &str = "cleanup.max.attempts";
+/// Config key: `keep-trying` or `give-up` after `cleanup.max.attempts`.
+pub const CLEANUP_POLICY: &str = "cleanup.policy";
+/// Default of [`CLEANUP_TIMEOUT_MS`], in milliseconds.
+pub const DEFAULT_CLEANUP_TIMEOUT_MS: u32 = 30_000;
+/// Default of [`CLEANUP_MAX_ATTEMPTS`].
+pub const DEFAULT_CLEANUP_MAX_ATTEMPTS: u32 = 5;
+
 /// The keys every connector takes, whatever its plugin: `connector.class`, `tasks.max`
 /// and the runtime's cleanup settings (lifecycle contract, points 6 and 12).
 pub fn runtime_config_def() -> ConfigDef {
     ConfigDef::new()
         .define(
-            ConfigKey::new("connector.class", ConfigType::String, Importance::High, "Name of the plugin that runs this connector, as listed by ListConnectorPlugins.")
+            ConfigKey::new(CONNECTOR_CLASS, ConfigType::String, Importance::High, "Name of the plugin that runs this connector, as listed by ListConnectorPlugins.")
                 .required(),
         )
         .define(
-            ConfigKey::new("tasks.max", ConfigType::Int, Importance::High, "Upper bound on the number of tasks; a positive integer.")
+            ConfigKey::new(TASKS_MAX, ConfigType::Int, Importance::High, "Upper bound on the number of tasks; a positive integer.")
                 .default_value("1")
                 .validator(positive_int),
         )
         .define(
-            ConfigKey::new("cleanup.timeout.ms", ConfigType::Long, Importance::Medium, "How long one stop(connector_deleted = true) may take, in milliseconds, before the attempt counts as failed.")
-                .default_value("30000")
+            ConfigKey::new(CLEANUP_TIMEOUT_MS, ConfigType::Long, Importance::Medium, "How long one stop(connector_deleted = true) may take, in milliseconds, before the attempt counts as failed.")
+                .default_value(&DEFAULT_CLEANUP_TIMEOUT_MS.to_string())
                 .validator(positive_int),
         )
         .define(
-            ConfigKey::new("cleanup.max.attempts", ConfigType::Int, Importance::Medium, "Attempts per cleanup step before it is reported as failed (and, with cleanup.policy=give-up, left out with a leak report).")
-                .default_value("5")
+            ConfigKey::new(CLEANUP_MAX_ATTEMPTS, ConfigType::Int, Importance::Medium, "Attempts per cleanup step before it is reported as failed (and, with cleanup.policy=give-up, left out with a leak report).")
+                .default_value(&DEFAULT_CLEANUP_MAX_ATTEMPTS.to_string())
                 .validator(positive_int),
         )
         .define(
-            ConfigKey::new("cleanup.policy", ConfigType::String, Importance::Low, "After cleanup.max.attempts: keep-trying stays DELETING until retried or forced; give-up finishes the deletion and keeps a leak report.")
+            ConfigKey::new(CLEANUP_POLICY, ConfigType::String, Importance::Low, "After cleanup.max.attempts: keep-trying stays DELETING until retried or forced; give-up finishes the deletion and keeps a leak report.")
                 .default_value("keep-trying")
                 .one_of(&["keep-trying", "give-up"]),
         )

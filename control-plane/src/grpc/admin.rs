@@ -901,71 +901,75 @@ impl ConnectorAdmin for AdminService {
         let first = status_of(&cluster, &rec)?;
         let (tx, rx) = tokio::sync::mpsc::channel(WATCH_BUFFER);
         let name = req.name;
-        // Named background task: ends when the client goes away or the connector is gone;
-        // errors end the stream with a status, never a panic.
-        tokio::spawn(async move {
-            let event = |t: pb::ConnectorEventType, s: Option<pb::ConnectorStatus>| {
-                pb::WatchConnectorResponse {
-                    r#type: t as i32,
-                    status: s,
-                    time_ms: now_ms(),
-                }
-            };
-            if tx
-                .send(Ok(event(
-                    pb::ConnectorEventType::Snapshot,
-                    Some(first.clone()),
-                )))
-                .await
-                .is_err()
-            {
-                return;
-            }
-            let mut last = first;
-            loop {
-                tokio::select! {
-                    () = tx.closed() => return,
-                    r = changes.recv() => match r {
-                        Ok(n) if n != name => continue,
-                        Ok(_) | Err(tokio::sync::broadcast::error::RecvError::Lagged(_)) => {}
-                        Err(tokio::sync::broadcast::error::RecvError::Closed) => return,
-                    },
-                }
-                let current = match cluster.store.connector(&name) {
-                    Ok(Some(rec)) => status_of(&cluster, &rec),
-                    Ok(None) => {
-                        // The last status seen, with the deletion's steps as they ended.
-                        let fin = cluster.finished_deletion(&name).map(|d| {
-                            let mut s = last.clone();
-                            s.deletion = Some(convert::deletion_status(&d));
-                            s
-                        });
-                        let _ = tx
-                            .send(Ok(event(pb::ConnectorEventType::Deleted, fin)))
-                            .await;
-                        return;
+        // Ends when the client goes away or the connector is gone; errors end the stream
+        // with a status, never a panic.
+        wharf::task::spawn(
+            wharf::task::TaskKind::Detached,
+            "watch connector",
+            async move {
+                let event = |t: pb::ConnectorEventType, s: Option<pb::ConnectorStatus>| {
+                    pb::WatchConnectorResponse {
+                        r#type: t as i32,
+                        status: s,
+                        time_ms: now_ms(),
                     }
-                    Err(e) => Err(ApiError::from(e)),
                 };
-                match current {
-                    Ok(s) if s != last => {
-                        last = s.clone();
-                        if tx
-                            .send(Ok(event(pb::ConnectorEventType::StatusChanged, Some(s))))
-                            .await
-                            .is_err()
-                        {
+                if tx
+                    .send(Ok(event(
+                        pb::ConnectorEventType::Snapshot,
+                        Some(first.clone()),
+                    )))
+                    .await
+                    .is_err()
+                {
+                    return;
+                }
+                let mut last = first;
+                loop {
+                    tokio::select! {
+                        () = tx.closed() => return,
+                        r = changes.recv() => match r {
+                            Ok(n) if n != name => continue,
+                            Ok(_) | Err(tokio::sync::broadcast::error::RecvError::Lagged(_)) => {}
+                            Err(tokio::sync::broadcast::error::RecvError::Closed) => return,
+                        },
+                    }
+                    let current = match cluster.store.connector(&name) {
+                        Ok(Some(rec)) => status_of(&cluster, &rec),
+                        Ok(None) => {
+                            // The last status seen, with the deletion's steps as they ended.
+                            let fin = cluster.finished_deletion(&name).map(|d| {
+                                let mut s = last.clone();
+                                s.deletion = Some(convert::deletion_status(&d));
+                                s
+                            });
+                            let _ = tx
+                                .send(Ok(event(pb::ConnectorEventType::Deleted, fin)))
+                                .await;
+                            return;
+                        }
+                        Err(e) => Err(ApiError::from(e)),
+                    };
+                    match current {
+                        Ok(s) if s != last => {
+                            last = s.clone();
+                            if tx
+                                .send(Ok(event(pb::ConnectorEventType::StatusChanged, Some(s))))
+                                .await
+                                .is_err()
+                            {
+                                return;
+                            }
+                        }
+                        Ok(_) => {}
+                        Err(e) => {
+                            let _ = tx.send(Err(e.into())).await;
                             return;
                         }
                     }
-                    Ok(_) => {}
-                    Err(e) => {
-                        let _ = tx.send(Err(e.into())).await;
-                        return;
-                    }
                 }
-            }
-        });
+            },
+        );
         Ok(Response::new(ReceiverStream::new(rx)))
     }
 }
