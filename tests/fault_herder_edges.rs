@@ -6,17 +6,15 @@
 //!
 //! Build first: `cargo build -p wharf-control-plane -p wharf-executor`.
 
-mod control_plane_common;
-mod fault_common;
-mod harness;
-
 use std::time::{Duration, Instant};
 
-use control_plane_common::{CONVERGE, TEST_LEASE_MS, TestCluster, grpcurl};
-use fault_common::{gone, start_cluster, wait_executor};
-use harness::lifecycle::Lifecycle;
-use harness::{Proc, wait_until};
 use serde_json::{Value, json};
+use wharf_harness::cluster::{
+    CONVERGE, TEST_HEARTBEAT_INTERVAL_MS, TEST_LEASE_MS, TestCluster, grpcurl,
+};
+use wharf_harness::fault::{create_running, gone, now_ms, start_cluster, wait_executor};
+use wharf_harness::lifecycle::Lifecycle;
+use wharf_harness::{Proc, bin, wait_until};
 
 /// Slack on top of a lease for failover, in milliseconds (issue 15: lease + 2 s).
 const FAILOVER_SLACK_MS: u64 = 2_000;
@@ -193,7 +191,7 @@ async fn stopping_a_connector_with_failed_tasks_leaves_no_instance_on_any_execut
 
 /// Wall-clock ms since midnight UTC now (the clock of the processes' log lines).
 fn now_of_day_ms() -> i64 {
-    fault_common::now_ms().rem_euclid(86_400_000)
+    now_ms().rem_euclid(86_400_000)
 }
 
 /// Timestamps (ms of day) of the control plane's `started` lines for `name`'s tasks on
@@ -221,13 +219,13 @@ async fn a_frozen_executor_stalls_no_other_connector_and_fails_over_within_lease
     let held = "held";
     let mut cfg = c.source_config(held, 3);
     cfg["test.stop.delay.ms"] = json!("5000");
-    let s = fault_common::create_running(&c, held, cfg, 3).await;
+    let s = create_running(&c, held, cfg, 3).await;
     assert!(
         TestCluster::hosts(&s).iter().any(|h| h == "exec-2"),
         "a task of {held} on exec-2: {s}"
     );
     let other = "bystander";
-    let s = fault_common::create_running(&c, other, c.source_config(other, 3), 3).await;
+    let s = create_running(&c, other, c.source_config(other, 3), 3).await;
     let moved: Vec<usize> = TestCluster::hosts(&s)
         .iter()
         .enumerate()
@@ -265,7 +263,7 @@ async fn a_frozen_executor_stalls_no_other_connector_and_fails_over_within_lease
         .find(|l| l.contains("connector created") && l.contains(&format!("connector={fresh} ")))
         .and_then(log_time_ms)
         .expect("create logged");
-    if created - frozen_at >= i64::from(control_plane_common::TEST_HEARTBEAT_INTERVAL_MS) * 3 {
+    if created - frozen_at >= i64::from(TEST_HEARTBEAT_INTERVAL_MS) * 3 {
         // exec-2 had missed heartbeats by then: nothing may go there.
         assert!(
             !TestCluster::hosts(&s).iter().any(|h| h == "exec-2")
@@ -334,7 +332,7 @@ async fn an_executor_with_an_unreachable_address_gets_starts_with_backoff_and_is
     let d = c.dir.path().join("exec-wrong");
     // Listens on 127.0.0.2 but advertises a port nobody listens on.
     let mut p = Proc::spawn(
-        harness::bin("wharf-executor"),
+        bin("wharf-executor"),
         vec![
             "--listen".into(),
             "127.0.0.2:0".into(),
@@ -393,7 +391,7 @@ async fn an_executor_with_an_unreachable_address_gets_starts_with_backoff_and_is
 async fn a_task_its_executor_no_longer_hosts_is_corrected_from_the_heartbeat_and_started_again() {
     let c = start_cluster(1, &[]).await;
     let name = "lost-instance";
-    let s = fault_common::create_running(&c, name, c.source_config(name, 1), 1).await;
+    let s = create_running(&c, name, c.source_config(name, 1), 1).await;
     let generation: u64 = s["tasks"][0]["status"]["generation"]
         .as_str()
         .and_then(|g| g.parse().ok())
@@ -476,7 +474,7 @@ async fn a_failed_cleanup_step_says_whether_it_still_retries_or_gave_up() {
     // Backoff 400, 800, 1600, 3200, 6400 ms: each FAILED-and-retrying state lasts long
     // enough to be seen.
     cfg["cleanup.max.attempts"] = json!("6");
-    fault_common::create_running(&c, name, cfg, 1).await;
+    create_running(&c, name, cfg, 1).await;
     assert_eq!(c.call("DeleteConnector", json!({ "name": name })).code, 0);
     let retrying = wait_until("a FAILED step that retries", CONVERGE, || async {
         let s = c.status(name)?;
