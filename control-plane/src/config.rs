@@ -13,6 +13,9 @@ use wharf_control_plane::reconcile::LeaseConfig;
 
 /// Default admin/registry listen address.
 pub const DEFAULT_LISTEN: &str = "127.0.0.1:7000";
+/// REST gateway address of `--dev` when `--rest-listen` is not given (Kafka Connect's
+/// port).
+pub const DEV_REST_LISTEN: &str = "127.0.0.1:8083";
 
 /// Wharf control plane: stores connector configs and state, assigns connector instances
 /// and tasks to executors, runs deletions to completion (stop with connector_deleted =
@@ -27,7 +30,7 @@ pub const DEFAULT_LISTEN: &str = "127.0.0.1:7000";
 pub struct Args {
     /// TOML file with settings (keys: listen, data_dir, lease_ms, heartbeat_interval_ms,
     /// dev, example, store, etcd_endpoints, etcd_prefix, etcd_election_ttl_secs, advertise,
-    /// enable_test_plugins).
+    /// enable_test_plugins, rest_listen).
     #[arg(long, env = "WHARF_CONFIG", value_name = "FILE")]
     pub config: Option<PathBuf>,
     /// Address to listen on, IP:PORT (port 0 picks a free port; the bound address is
@@ -96,6 +99,12 @@ pub struct Args {
         value_parser = BoolishValueParser::new()
     )]
     pub enable_test_plugins: Option<bool>,
+    /// Address of the Kafka Connect REST gateway (HTTP/1.1: Kafka Connect's routes, JSON
+    /// and status codes over the same admin logic as gRPC; see docs/rest.md), IP:PORT;
+    /// port 0 picks one and writes it to <data-dir>/rest.addr. `off` for none.
+    /// [default: off; with --dev 127.0.0.1:8083]
+    #[arg(long, env = "WHARF_REST_LISTEN", value_name = "IP:PORT|off")]
+    pub rest_listen: Option<String>,
 }
 
 /// The `--config` file: every key optional; unknown keys are an error (a typo must not be
@@ -127,6 +136,8 @@ pub struct FileConfig {
     pub advertise: Option<String>,
     /// See `--enable-test-plugins`.
     pub enable_test_plugins: Option<bool>,
+    /// See `--rest-listen`.
+    pub rest_listen: Option<String>,
 }
 
 /// What the binary runs.
@@ -212,6 +223,7 @@ impl Args {
             etcd_election_ttl_secs,
             advertise,
             enable_test_plugins,
+            rest_listen,
         } = self;
         let file = match &config {
             Some(path) => read_file(path)?,
@@ -230,6 +242,7 @@ impl Args {
             etcd_election_ttl_secs: file_etcd_election_ttl_secs,
             advertise: file_advertise,
             enable_test_plugins: file_enable_test_plugins,
+            rest_listen: file_rest_listen,
         } = file;
         let store = match store.or(file_store).as_deref() {
             None | Some("redb") => app::StoreOptions::Redb,
@@ -298,8 +311,24 @@ impl Args {
                     .into(),
             });
         }
+        let rest_given = rest_listen.or(file_rest_listen);
+        let rest_optional = rest_given.is_none();
+        let rest_listen = match rest_given.as_deref() {
+            Some("off") => None,
+            Some(addr) => Some(addr.parse().map_err(|e| ConfigError::Invalid {
+                field: "rest-listen",
+                reason: format!("{addr:?} is not IP:PORT or off: {e}"),
+            })?),
+            None if dev => Some(DEV_REST_LISTEN.parse().map_err(|e| ConfigError::Invalid {
+                field: "rest-listen",
+                reason: format!("{e}"),
+            })?),
+            None => None,
+        };
         Ok(Settings {
             config: Config {
+                rest_listen,
+                rest_optional,
                 listen,
                 data_dir,
                 lease: LeaseConfig {
@@ -386,6 +415,7 @@ mod tests {
             etcd_election_ttl_secs: None,
             advertise: None,
             enable_test_plugins: None,
+            rest_listen: None,
         }
         .build()
         .expect_err("missing");

@@ -21,16 +21,7 @@ const BIND_POLL_INTERVAL_MS: u64 = 50;
 
 #[tokio::main]
 async fn main() -> ExitCode {
-    tracing_subscriber::fmt()
-        .with_env_filter(
-            // RUST_LOG when set; otherwise INFO, so that an operator sees what it does.
-            tracing_subscriber::EnvFilter::builder()
-                .with_default_directive(tracing::Level::INFO.into())
-                .from_env_lossy(),
-        )
-        .with_writer(std::io::stderr)
-        .with_ansi(std::io::stderr().is_terminal())
-        .init();
+    let log_control = init_tracing();
     let settings = match config::Args::parse().build() {
         Ok(s) => s,
         Err(e) => {
@@ -38,7 +29,7 @@ async fn main() -> ExitCode {
             return ExitCode::from(2);
         }
     };
-    match run(settings).await {
+    match run(settings, log_control).await {
         Ok(()) => {
             tracing::info!("control plane stopped");
             ExitCode::SUCCESS
@@ -53,7 +44,34 @@ async fn main() -> ExitCode {
     }
 }
 
-async fn run(settings: config::Settings) -> Result<(), StartError> {
+/// The log filter: RUST_LOG when set, otherwise INFO (so that an operator sees what the
+/// control plane does), behind a reload handle so that `PUT /admin/loggers/...` can
+/// change it at run time.
+fn init_tracing() -> wharf_control_plane::rest::loggers::Apply {
+    use tracing_subscriber::layer::SubscriberExt;
+    use tracing_subscriber::util::SubscriberInitExt;
+    let filter = tracing_subscriber::EnvFilter::builder()
+        .with_default_directive(tracing::Level::INFO.into())
+        .from_env_lossy();
+    let (filter, handle) = tracing_subscriber::reload::Layer::new(filter);
+    tracing_subscriber::registry()
+        .with(filter)
+        .with(
+            tracing_subscriber::fmt::layer()
+                .with_writer(std::io::stderr)
+                .with_ansi(std::io::stderr().is_terminal()),
+        )
+        .init();
+    Box::new(move |directives: &str| {
+        let next = tracing_subscriber::EnvFilter::try_new(directives).map_err(|e| e.to_string())?;
+        handle.reload(next).map_err(|e| e.to_string())
+    })
+}
+
+async fn run(
+    settings: config::Settings,
+    log_control: wharf_control_plane::rest::loggers::Apply,
+) -> Result<(), StartError> {
     let config::Settings {
         config,
         dev,
@@ -62,11 +80,12 @@ async fn run(settings: config::Settings) -> Result<(), StartError> {
         enable_test_plugins,
     } = settings;
     if !dev {
-        return App::build_with_store(config, store)
-            .await?
-            .run(wharf::server::shutdown_signal())
-            .await;
+        let mut app = App::build_with_store(config, store).await?;
+        app.set_log_control("INFO", log_control);
+        return app.run(wharf::server::shutdown_signal()).await;
     }
+    // Dev mode keeps its start-up log filter (run_dev builds its own App).
+    drop(log_control);
     let data_dir = config.data_dir.clone();
     let paths = if example {
         if data_dir
@@ -93,6 +112,8 @@ async fn run(settings: config::Settings) -> Result<(), StartError> {
     // A stale address from an earlier run must not be mistaken for this one's.
     let addr_file = data_dir.join(LISTEN_ADDR_FILE);
     let _ = std::fs::remove_file(&addr_file);
+    let rest_file = data_dir.join(app::REST_ADDR_FILE);
+    let _ = std::fs::remove_file(&rest_file);
     example::say(&format!(
         "wharf: starting the control plane in dev mode (embedded store, in-process executor, embedded record log) in {}",
         data_dir.display()
@@ -130,6 +151,15 @@ async fn run(settings: config::Settings) -> Result<(), StartError> {
         }
     }
     example::print_next_steps(addr, &data_dir, paths.as_ref());
+    // Written before listen.addr, so present now when the gateway started.
+    if let Some(rest) = std::fs::read_to_string(&rest_file)
+        .ok()
+        .and_then(|t| t.trim().parse::<SocketAddr>().ok())
+    {
+        example::say(&format!(
+            "wharf: Kafka Connect REST API on http://{rest} (docs/rest.md); try:\n  curl -s 'http://{rest}/connectors?expand=status' | jq"
+        ));
+    }
     joined(server.await)
 }
 
