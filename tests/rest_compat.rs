@@ -417,6 +417,23 @@ async fn a_connect_client_gets_connects_status_codes_and_json_shapes() {
     let a = rest.json("PUT", "/connectors/rc/config", &read_back).await;
     assert_eq!(a.status, 200, "{a:?}");
     assert_eq!(a.body["config"]["db.password"], "[hidden]");
+    // The same round trip over gRPC: GetConnector -> PutConnectorConfig keeps the secret.
+    let r = c.call("GetConnector", json!({ "name": name }));
+    assert_eq!(r.body["connector"]["config"]["db.password"], "[hidden]");
+    let r = c.call(
+        "PutConnectorConfig",
+        json!({ "name": name, "config": r.body["connector"]["config"] }),
+    );
+    assert_eq!(r.code, 0, "{}", r.err);
+    assert_eq!(r.body["created"], false, "{}", r.body);
+    let mut never_grpc = r.body["connector"]["config"].clone();
+    never_grpc["api.token"] = json!("[hidden]");
+    let r = c.call(
+        "PutConnectorConfig",
+        json!({ "name": name, "config": never_grpc }),
+    );
+    assert_eq!(r.code, control_plane_common::INVALID_ARGUMENT, "{r:?}");
+    assert!(r.err.contains("config[api.token]"), "{}", r.err);
     // The placeholder for a secret that was never stored is refused, naming the key.
     let mut never = read_back.clone();
     never["api.token"] = json!("[hidden]");

@@ -444,4 +444,34 @@ mod tests {
             .expect("builds");
         assert!(flag_on.enable_test_plugins);
     }
+
+    #[test]
+    fn the_rest_gateway_is_off_by_default_on_8083_in_dev_mode_and_the_flag_wins() {
+        let plain = parse(&["--data-dir", "/tmp/x"]).build().expect("builds");
+        assert_eq!(plain.config.rest_listen, None);
+        let dev = parse(&["--data-dir", "/tmp/x", "--dev"])
+            .build()
+            .expect("builds");
+        assert_eq!(
+            dev.config.rest_listen,
+            Some(DEV_REST_LISTEN.parse().expect("addr"))
+        );
+        assert!(dev.config.rest_optional, "a default address may be taken");
+        let off = parse(&["--data-dir", "/tmp/x", "--dev", "--rest-listen", "off"])
+            .build()
+            .expect("builds");
+        assert_eq!(off.config.rest_listen, None);
+        let given = parse(&["--data-dir", "/tmp/x", "--rest-listen", "127.0.0.1:0"])
+            .build()
+            .expect("builds");
+        assert_eq!(given.config.rest_listen.map(|a| a.port()), Some(0));
+        assert!(
+            !given.config.rest_optional,
+            "an asked-for address must bind"
+        );
+        let err = parse(&["--data-dir", "/tmp/x", "--rest-listen", "8083"])
+            .build()
+            .expect_err("not IP:PORT");
+        assert!(err.to_string().contains("rest-listen"), "{err}");
+    }
 }

@@ -150,16 +150,11 @@ async fn run(
             }
         }
     }
-    example::print_next_steps(addr, &data_dir, paths.as_ref());
     // Written before listen.addr, so present now when the gateway started.
-    if let Some(rest) = std::fs::read_to_string(&rest_file)
+    let rest = std::fs::read_to_string(&rest_file)
         .ok()
-        .and_then(|t| t.trim().parse::<SocketAddr>().ok())
-    {
-        example::say(&format!(
-            "wharf: Kafka Connect REST API on http://{rest} (docs/rest.md); try:\n  curl -s 'http://{rest}/connectors?expand=status' | jq"
-        ));
-    }
+        .and_then(|t| t.trim().parse::<SocketAddr>().ok());
+    example::print_next_steps(addr, rest, &data_dir, paths.as_ref());
     joined(server.await)
 }
 
