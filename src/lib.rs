@@ -4,8 +4,11 @@
 //! This crate is shared by the control plane and the executors: the generated gRPC
 //! wire types ([`pb`]), the connector SDK ([`sdk`]) and small shared types ([`ids`]).
 
+pub mod certs;
+pub mod identity;
 pub mod ids;
 pub mod pb;
 pub mod sdk;
 pub mod server;
+pub mod tls;
 pub mod wire;

@@ -2,6 +2,7 @@
 //! lifecycle-recording `test-source` / `test-sink` that tests use to assert the exact
 //! sequence of calls (start, poll..., stop(true)) an instance received.
 
+pub mod audit;
 pub mod audit_names;
 pub mod file;
 pub mod postgres_audit;

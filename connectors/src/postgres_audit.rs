@@ -1,4 +1,5 @@
-//! `postgres-audit`: the source connector of KIP-883's own example. On start the connector
+//! `postgres-audit`: the source connector of KIP-883's own example, a backend of the
+//! audit core ([`crate::audit`]: lifecycle, records and ownership rules). On start the connector
 //! provisions, in one transaction and idempotently, an audit table, a trigger function and
 //! an `AFTER INSERT OR UPDATE OR DELETE ... FOR EACH ROW` trigger on every watched table;
 //! its tasks read the audit rows of their tables in id order, one record per change.
@@ -28,9 +29,13 @@
 //! timestamp (`now()`: its start, the closest to a commit time PostgreSQL keeps without
 //! `track_commit_timestamp`). A task started with offsets resumes after them, per table.
 //!
+//! Ownership: the audit table's comment is its owner record ([`crate::audit::OwnerRecord`]
+//! as JSON: plugin, connector, incarnation), read and checked inside every provisioning
+//! and cleanup transaction.
+//!
 //! TLS: only `connection.sslmode=disable` is supported for now (no TLS stack is linked).
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -38,13 +43,18 @@ use async_trait::async_trait;
 use tokio_postgres::config::SslMode;
 use tokio_postgres::{Client, NoTls};
 use wharf::sdk::{
-    ConfigDef, ConfigKey, ConfigMap, ConfigType, Connector, ConnectorContext, Importance, Plugin,
-    PluginResult, SourceRecord, SourceTask, TaskContext, TaskFactory,
+    ConfigDef, ConfigKey, ConfigMap, ConfigType, Connector, Importance, Plugin, SourceTask,
+    TaskFactory,
 };
 
+use crate::audit::{
+    Adopt, AuditBackend, AuditConnector, AuditError, AuditRow, AuditTask, Claim, CleanupStep,
+    Found, OwnerRecord, ProvisionStep, Scope, decide_cleanup, decide_provision, non_empty, number,
+    required,
+};
 use crate::audit_names::{
-    TableName, derived_name, format_table_list, parse_single_table, parse_table_list, quote_ident,
-    source_partition, split_tables, stable_hash, validate_single_table, validate_table_list,
+    TableName, derived_name, parse_single_table, parse_table_list, quote_ident, source_partition,
+    stable_hash, validate_single_table, validate_table_list,
 };
 
 /// Name of the plugin, used as `connector.class`.
@@ -70,84 +80,18 @@ pub mod keys {
     pub const DATABASE: &str = "connection.database";
     /// TLS mode; only `disable`.
     pub const SSLMODE: &str = "connection.sslmode";
-    /// Watched tables, comma-separated, schema-qualified.
-    pub const TABLES: &str = "tables";
-    /// Audit table name, optionally schema-qualified.
-    pub const AUDIT_TABLE: &str = "audit.table";
-    /// Topic the records go to.
-    pub const TOPIC: &str = "topic";
-    /// Wait between two polls that found nothing, in milliseconds.
-    pub const POLL_INTERVAL_MS: &str = "poll.interval.ms";
-    /// Most records returned by one poll.
-    pub const BATCH_SIZE: &str = "batch.size";
+    pub use crate::audit::keys::*;
 }
 
-/// Errors of the postgres-audit plugin. Messages never hold the password.
-#[derive(Debug, thiserror::Error)]
-pub enum PgAuditError {
-    /// A config value is missing or wrong.
-    #[error("invalid config {key}: {reason}")]
-    InvalidConfig {
-        /// Offending key.
-        key: &'static str,
-        /// What is wrong.
-        reason: String,
-    },
-    /// Could not connect.
-    #[error("cannot connect to postgresql://{user}@{host}:{port}/{database}: {detail}")]
-    Connect {
-        /// Host.
-        host: String,
-        /// Port.
-        port: u16,
-        /// Role.
-        user: String,
-        /// Database.
-        database: String,
-        /// Server or network error text.
-        detail: String,
-    },
-    /// A watched table does not exist (or is not an ordinary table).
-    #[error("watched table {table} does not exist or is not an ordinary table")]
-    TableMissing {
-        /// The table, in list form.
-        table: String,
-    },
-    /// `audit.table` names a table this connector did not create.
-    #[error("audit table {table} exists but was not created by this connector")]
-    AuditTableNotOurs {
-        /// The table, in list form.
-        table: String,
-    },
-    /// Provisioning at connector start failed.
-    #[error("provisioning failed while {step}: {detail}")]
-    ProvisionFailed {
-        /// The step that failed.
-        step: &'static str,
-        /// Server error text.
-        detail: String,
-    },
-    /// Cleanup at stop(true) failed.
-    #[error("cleanup failed while {step}: {detail}")]
-    CleanupFailed {
-        /// The step that failed.
-        step: &'static str,
-        /// Server error text.
-        detail: String,
-    },
-    /// Reading the audit table failed.
-    #[error("reading the audit table failed: {detail}")]
-    PollFailed {
-        /// Server error text.
-        detail: String,
-    },
-    /// A call came before a successful start.
-    #[error("{call} called before a successful start")]
-    NotStarted {
-        /// The call.
-        call: &'static str,
-    },
-}
+/// Errors of the postgres-audit plugin (the audit core's). Messages never hold the
+/// password.
+pub type PgAuditError = AuditError;
+
+/// The postgres-audit connector instance.
+pub type PgAuditConnector = AuditConnector<Postgres>;
+
+/// A postgres-audit task.
+pub type PgAuditTask = AuditTask<Postgres>;
 
 /// Text of a driver error, with the server's message and detail when there is one
 /// (the driver's own Display says only "db error").
@@ -174,32 +118,10 @@ pub fn plugin() -> Plugin {
     }
 }
 
-fn non_negative(value: &str) -> Result<(), String> {
-    match value.trim().parse::<i64>() {
-        Ok(n) if n >= 0 => Ok(()),
-        _ => Err(format!("value {value:?} is not a non-negative integer")),
-    }
-}
-
-fn positive(value: &str) -> Result<(), String> {
-    match value.trim().parse::<i64>() {
-        Ok(n) if n > 0 => Ok(()),
-        _ => Err(format!("value {value:?} is not a positive integer")),
-    }
-}
-
 fn port(value: &str) -> Result<(), String> {
     match value.trim().parse::<u16>() {
         Ok(n) if n > 0 => Ok(()),
         _ => Err(format!("value {value:?} is not a TCP port (1-65535)")),
-    }
-}
-
-fn non_empty(value: &str) -> Result<(), String> {
-    if value.trim().is_empty() {
-        Err("value must not be empty".to_owned())
-    } else {
-        Ok(())
     }
 }
 
@@ -248,21 +170,7 @@ pub fn config_def() -> ConfigDef {
                 .immutable()
                 .validator(validate_single_table),
         )
-        .define(
-            ConfigKey::new(keys::TOPIC, ConfigType::String, Importance::High, "Topic the change records are written to.")
-                .required()
-                .validator(non_empty),
-        )
-        .define(
-            ConfigKey::new(keys::POLL_INTERVAL_MS, ConfigType::Long, Importance::Low, "Wait after a poll that found no change, in milliseconds.")
-                .default_value("1000")
-                .validator(non_negative),
-        )
-        .define(
-            ConfigKey::new(keys::BATCH_SIZE, ConfigType::Int, Importance::Low, "Most records returned by one poll.")
-                .default_value("500")
-                .validator(positive),
-        )
+        .merged(&crate::audit::shared_config_def())
 }
 
 /// A password that never shows in Debug output.
@@ -284,9 +192,6 @@ struct PgAuditConfig {
     password: Secret,
     database: String,
     tables: Vec<TableName>,
-    topic: String,
-    poll_interval: Duration,
-    batch_size: i64,
     names: Names,
 }
 
@@ -301,8 +206,6 @@ struct Names {
     provision_lock: i64,
     /// Advisory lock taken by the trigger function: audit ids in commit order.
     order_lock: i64,
-    /// Comment put on the audit table: proves we created it.
-    marker: String,
 }
 
 impl Names {
@@ -317,7 +220,6 @@ impl Names {
             schema: audit_table.schema.clone(),
             name: derived_name("wharf_audit_fn", connector),
         };
-        let hash = stable_hash(connector);
         Names {
             audit_table,
             function,
@@ -325,37 +227,12 @@ impl Names {
             provision_lock: stable_hash(&format!("wharf-postgres-audit-provision:{connector}"))
                 as i64,
             order_lock: stable_hash(&format!("wharf-postgres-audit-order:{connector}")) as i64,
-            marker: format!("wharf postgres-audit table of connector {hash:016x}"),
         }
     }
 }
 
 fn get<'a>(config: &'a ConfigMap, key: &'static str, default: &'a str) -> &'a str {
     config.get(key).map(String::as_str).unwrap_or(default)
-}
-
-fn required(config: &ConfigMap, key: &'static str) -> Result<String, PgAuditError> {
-    match config.get(key).map(|v| v.trim()) {
-        Some(v) if !v.is_empty() => Ok(v.to_owned()),
-        _ => Err(PgAuditError::InvalidConfig {
-            key,
-            reason: "missing required value".to_owned(),
-        }),
-    }
-}
-
-fn number<T: std::str::FromStr>(
-    config: &ConfigMap,
-    key: &'static str,
-    default: &str,
-    check: fn(&str) -> Result<(), String>,
-) -> Result<T, PgAuditError> {
-    let raw = get(config, key, default);
-    let invalid = |reason: String| PgAuditError::InvalidConfig { key, reason };
-    check(raw).map_err(invalid)?;
-    raw.trim()
-        .parse::<T>()
-        .map_err(|_| invalid(format!("value {raw:?} is out of range")))
 }
 
 impl PgAuditConfig {
@@ -406,14 +283,6 @@ impl PgAuditConfig {
             password: Secret(get(config, keys::PASSWORD, "").to_owned()),
             database: required(config, keys::DATABASE)?,
             tables: unique,
-            topic: required(config, keys::TOPIC)?,
-            poll_interval: Duration::from_millis(number(
-                config,
-                keys::POLL_INTERVAL_MS,
-                "1000",
-                non_negative,
-            )?),
-            batch_size: number(config, keys::BATCH_SIZE, "500", positive)?,
             names,
         })
     }
@@ -431,10 +300,10 @@ impl PgAuditConfig {
             pg.password(&self.password.0);
         }
         let (client, connection) = pg.connect(NoTls).await.map_err(|e| PgAuditError::Connect {
-            host: self.host.clone(),
-            port: self.port,
-            user: self.user.clone(),
-            database: self.database.clone(),
+            target: format!(
+                "postgresql://{}@{}:{}/{}",
+                self.user, self.host, self.port, self.database
+            ),
             detail: pg_detail(&e),
         })?;
         // The connection ends when the client is dropped; an error only needs a log line.
@@ -544,12 +413,12 @@ fn function_comment(names: &Names) -> String {
     .to_string()
 }
 
-/// Drops `table` when its comment is our marker; leaves anything else in place.
-async fn drop_audit_table_if_ours(
+/// What the catalog holds at `table`: absent, a table whose comment is no owner record,
+/// or ours.
+async fn found(
     tx: &tokio_postgres::Transaction<'_>,
     table: &TableName,
-    marker: &str,
-) -> Result<(), tokio_postgres::Error> {
+) -> Result<Found, tokio_postgres::Error> {
     let schema = table.schema.as_deref().unwrap_or(DEFAULT_SCHEMA);
     let existing = tx
         .query_opt(
@@ -559,16 +428,51 @@ async fn drop_audit_table_if_ours(
             &[&schema, &table.name],
         )
         .await?;
-    if let Some(row) = existing {
-        let comment: Option<String> = row.get(0);
-        if comment.as_deref() == Some(marker) {
+    Ok(match existing {
+        None => Found::Absent,
+        Some(row) => match row
+            .get::<_, Option<String>>(0)
+            .as_deref()
+            .and_then(OwnerRecord::from_text)
+        {
+            Some(owner) => Found::Owned(owner),
+            None => Found::Unowned,
+        },
+    })
+}
+
+async fn write_owner(
+    tx: &tokio_postgres::Transaction<'_>,
+    table: &TableName,
+    owner: &OwnerRecord,
+) -> Result<(), tokio_postgres::Error> {
+    tx.batch_execute(&format!(
+        "COMMENT ON TABLE {} IS {}",
+        table.quoted(),
+        pg_literal(&owner.to_text())
+    ))
+    .await
+}
+
+/// Drops `table` when `claim` owns it; leaves anything else in place.
+async fn drop_audit_table_if_ours(
+    tx: &tokio_postgres::Transaction<'_>,
+    table: &TableName,
+    claim: &Claim,
+) -> Result<(), tokio_postgres::Error> {
+    let found = found(tx, table).await?;
+    match decide_cleanup(&found, claim) {
+        CleanupStep::DropAll => {
             tx.batch_execute(&format!("DROP TABLE IF EXISTS {}", table.quoted()))
                 .await?;
-        } else {
-            tracing::warn!(
-                table = %table,
-                "postgres-audit leaves the audit table in place: it was not created by this connector"
-            );
+        }
+        CleanupStep::DropCodeOnly | CleanupStep::Leave => {
+            if found != Found::Absent {
+                tracing::warn!(
+                    table = %table,
+                    "postgres-audit leaves the audit table in place: this connector incarnation does not own it"
+                );
+            }
         }
     }
     Ok(())
@@ -591,7 +495,12 @@ async fn drop_triggers(
 
 /// Creates (idempotently) the audit table, the function and the triggers of `cfg`, and
 /// drops our triggers on tables no longer listed. One transaction.
-async fn provision(client: &mut Client, cfg: &PgAuditConfig) -> Result<(), PgAuditError> {
+async fn provision(
+    client: &mut Client,
+    cfg: &PgAuditConfig,
+    claim: &Claim,
+    adopt: Adopt,
+) -> Result<i64, PgAuditError> {
     let n = &cfg.names;
     let fail = |step: &'static str| {
         move |e: tokio_postgres::Error| PgAuditError::ProvisionFailed {
@@ -607,40 +516,48 @@ async fn provision(client: &mut Client, cfg: &PgAuditConfig) -> Result<(), PgAud
         .await
         .map_err(fail("taking the provisioning lock"))?;
 
-    // Refuse to adopt a table somebody else made: cleanup would drop it.
-    let audit_schema = n.audit_table.schema.as_deref().unwrap_or(DEFAULT_SCHEMA);
-    let existing = tx
-        .query_opt(
-            "SELECT obj_description(c.oid, 'pg_class')
-               FROM pg_class c JOIN pg_namespace ns ON ns.oid = c.relnamespace
-              WHERE ns.nspname = $1 AND c.relname = $2",
-            &[&audit_schema, &n.audit_table.name],
-        )
+    // Ownership, decided in one place: never adopt a table somebody else made.
+    let existing = found(&tx, &n.audit_table)
         .await
-        .map_err(fail("looking up the audit table"))?;
-    if let Some(row) = existing {
-        let comment: Option<String> = row.get(0);
-        if comment.as_deref() != Some(n.marker.as_str()) {
-            return Err(PgAuditError::AuditTableNotOurs {
-                table: n.audit_table.to_string(),
-            });
-        }
-    }
+        .map_err(fail("reading the audit table's owner"))?;
     let audit = n.audit_table.quoted();
-    tx.batch_execute(&format!(
-        "CREATE TABLE IF NOT EXISTS {audit} (
-             id bigint GENERATED ALWAYS AS IDENTITY PRIMARY KEY,
-             table_schema text NOT NULL,
-             table_name text NOT NULL,
-             operation text NOT NULL,
-             old_row jsonb,
-             new_row jsonb,
-             tx_time timestamptz NOT NULL DEFAULT now());
-         COMMENT ON TABLE {audit} IS {marker};",
-        marker = pg_literal(&n.marker)
-    ))
-    .await
-    .map_err(fail("creating the audit table"))?;
+    let start_after = match decide_provision(&existing, claim, adopt) {
+        ProvisionStep::Refuse(why) => return Err(why.into_error(&n.audit_table)),
+        ProvisionStep::Create(owner) => {
+            tx.batch_execute(&format!(
+                "CREATE TABLE {audit} (
+                     id bigint GENERATED ALWAYS AS IDENTITY PRIMARY KEY,
+                     table_schema text NOT NULL,
+                     table_name text NOT NULL,
+                     operation text NOT NULL,
+                     old_row jsonb,
+                     new_row jsonb,
+                     tx_time timestamptz NOT NULL DEFAULT now())"
+            ))
+            .await
+            .map_err(fail("creating the audit table"))?;
+            write_owner(&tx, &n.audit_table, &owner)
+                .await
+                .map_err(fail("recording the owner"))?;
+            owner.start_after
+        }
+        ProvisionStep::Reuse { start_after } => start_after,
+        ProvisionStep::Adopt { from_end } => {
+            let start_after: i64 = if from_end {
+                tx.query_one(&format!("SELECT coalesce(max(id), 0) FROM {audit}"), &[])
+                    .await
+                    .map_err(fail("reading the highest audit id"))?
+                    .get(0)
+            } else {
+                0
+            };
+            write_owner(&tx, &n.audit_table, &claim.record(start_after))
+                .await
+                .map_err(fail("recording the owner"))?;
+            tracing::info!(table = %n.audit_table, from_end, start_after, "postgres-audit adopted a kept audit table");
+            start_after
+        }
+    };
 
     let body = format!(
         "BEGIN
@@ -691,7 +608,7 @@ async fn provision(client: &mut Client, cfg: &PgAuditConfig) -> Result<(), PgAud
                 ))?;
         }
         if let Some(audit) = audit.filter(|a| *a != n.audit_table) {
-            drop_audit_table_if_ours(&tx, &audit, &n.marker)
+            drop_audit_table_if_ours(&tx, &audit, claim)
                 .await
                 .map_err(fail("dropping the audit table of an earlier audit.table"))?;
         }
@@ -731,15 +648,16 @@ async fn provision(client: &mut Client, cfg: &PgAuditConfig) -> Result<(), PgAud
     tx.commit()
         .await
         .map_err(fail("committing the transaction"))?;
-    Ok(())
+    Ok(start_after)
 }
 
 /// Drops our triggers on `only` (all tables when `None`), and with `everything` also the
-/// function and the audit table (when it carries our marker). One transaction; objects
+/// function and the audit table (when `claim` owns it). One transaction; objects
 /// already gone are skipped.
 async fn cleanup(
     client: &mut Client,
     names: &Names,
+    claim: &Claim,
     only: Option<&[TableName]>,
     everything: bool,
 ) -> Result<(), PgAuditError> {
@@ -756,6 +674,20 @@ async fn cleanup(
     tx.execute("SELECT pg_advisory_xact_lock($1)", &[&names.provision_lock])
         .await
         .map_err(fail("taking the provisioning lock"))?;
+    let existing = found(&tx, &names.audit_table)
+        .await
+        .map_err(fail("reading the audit table's owner"))?;
+    match decide_cleanup(&existing, claim) {
+        CleanupStep::Leave => {
+            tracing::warn!(
+                connector = %claim.connector,
+                table = %names.audit_table,
+                "postgres-audit cleanup drops nothing: another incarnation of this connector owns the audit table"
+            );
+            return Ok(());
+        }
+        CleanupStep::DropAll | CleanupStep::DropCodeOnly => {}
+    }
     let triggers: Vec<FoundTrigger> = our_triggers(&tx, names)
         .await
         .map_err(fail("listing the triggers"))?
@@ -779,7 +711,7 @@ async fn cleanup(
             }
         }
         for table in &audit_tables {
-            drop_audit_table_if_ours(&tx, table, &names.marker)
+            drop_audit_table_if_ours(&tx, table, claim)
                 .await
                 .map_err(fail("dropping the audit table"))?;
         }
@@ -790,122 +722,70 @@ async fn cleanup(
     Ok(())
 }
 
-/// The connector instance: provisions at start, cleans up at stop(true), splits tables.
-#[derive(Default)]
-pub struct PgAuditConnector {
-    connector: String,
-    config: ConfigMap,
-    parsed: Option<PgAuditConfig>,
+/// The PostgreSQL backend: the parsed config and a task's connection.
+pub struct Postgres {
+    cfg: PgAuditConfig,
+    client: Option<Client>,
+}
+
+impl std::fmt::Debug for Postgres {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        // The config's Debug redacts the password.
+        f.debug_struct("Postgres")
+            .field("config", &self.cfg)
+            .field("connected", &self.client.is_some())
+            .finish()
+    }
 }
 
 #[async_trait]
-impl Connector for PgAuditConnector {
-    async fn start(&mut self, ctx: ConnectorContext, config: ConfigMap) -> PluginResult<()> {
-        let parsed = PgAuditConfig::parse(&ctx.connector, &config)?;
-        self.connector = ctx.connector.clone();
-        self.config = config;
-        self.parsed = Some(parsed.clone());
-        if ctx.cleanup_only {
-            return Ok(());
-        }
-        let mut client = parsed.connect().await?;
-        provision(&mut client, &parsed).await?;
-        tracing::info!(
-            connector = %ctx.connector,
-            audit_table = %parsed.names.audit_table,
-            tables = parsed.tables.len(),
-            "postgres-audit provisioned"
-        );
+impl AuditBackend for Postgres {
+    const PLUGIN: &'static str = PLUGIN_NAME;
+
+    fn parse(connector: &str, config: &ConfigMap) -> Result<Self, AuditError> {
+        Ok(Self {
+            cfg: PgAuditConfig::parse(connector, config)?,
+            client: None,
+        })
+    }
+
+    fn tables(&self) -> &[TableName] {
+        &self.cfg.tables
+    }
+
+    async fn provision(&self, claim: &Claim, adopt: Adopt) -> Result<i64, AuditError> {
+        let mut client = self.cfg.connect().await?;
+        provision(&mut client, &self.cfg, claim, adopt).await
+    }
+
+    async fn cleanup(&self, claim: &Claim, scope: Scope<'_>) -> Result<(), AuditError> {
+        let mut client = self.cfg.connect().await?;
+        let (only, everything) = match scope {
+            Scope::Tables(t) => (Some(t), false),
+            Scope::Everything => (None, true),
+        };
+        cleanup(&mut client, &self.cfg.names, claim, only, everything).await
+    }
+
+    async fn open(&mut self) -> Result<(), AuditError> {
+        self.client = Some(self.cfg.connect().await?);
         Ok(())
     }
 
-    async fn task_configs(&mut self, max_tasks: u32) -> PluginResult<Vec<ConfigMap>> {
-        let parsed = self.parsed.as_ref().ok_or(PgAuditError::NotStarted {
-            call: "task_configs",
-        })?;
-        Ok(split_tables(&parsed.tables, max_tasks)
-            .into_iter()
-            .map(|share| {
-                let mut c = self.config.clone();
-                c.insert(keys::TABLES.to_owned(), format_table_list(&share));
-                c
-            })
-            .collect())
-    }
-
-    async fn stop_with(&mut self, connector_deleted: bool) -> PluginResult<()> {
-        if !connector_deleted {
-            // No connection is held between calls: nothing to release, nothing to drop.
-            return Ok(());
-        }
-        let parsed = self.parsed.as_ref().ok_or(PgAuditError::NotStarted {
-            call: "stop_with(true)",
-        })?;
-        let mut client = parsed.connect().await?;
-        cleanup(&mut client, &parsed.names, None, true).await?;
-        tracing::info!(
-            connector = %self.connector,
-            audit_table = %parsed.names.audit_table,
-            "postgres-audit removed its audit table, trigger function and triggers"
-        );
-        Ok(())
-    }
-}
-
-impl std::fmt::Debug for PgAuditConnector {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        // The raw config holds the password: show only the parsed (redacting) form.
-        f.debug_struct("PgAuditConnector")
-            .field("connector", &self.connector)
-            .field("config", &self.parsed)
-            .finish_non_exhaustive()
-    }
-}
-
-/// A task: reads the audit rows of its tables.
-#[derive(Default)]
-pub struct PgAuditTask {
-    connector: String,
-    task: u32,
-    parsed: Option<PgAuditConfig>,
-    client: Option<Client>,
-    /// Last audit id emitted per table (from the committed offset at start).
-    last: HashMap<TableName, i64>,
-    /// Every audit id up to this one has been read already.
-    scanned: i64,
-}
-
-impl std::fmt::Debug for PgAuditTask {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("PgAuditTask")
-            .field("connector", &self.connector)
-            .field("task", &self.task)
-            .field("config", &self.parsed)
-            .field("connected", &self.client.is_some())
-            .field("scanned", &self.scanned)
-            .finish_non_exhaustive()
-    }
-}
-
-impl PgAuditTask {
-    async fn read_batch(&mut self) -> Result<Vec<SourceRecord>, PgAuditError> {
-        let parsed = self
-            .parsed
-            .as_ref()
-            .ok_or(PgAuditError::NotStarted { call: "poll" })?;
+    async fn read_rows(&mut self, after: i64, limit: i64) -> Result<Vec<AuditRow>, AuditError> {
         if self.client.as_ref().is_none_or(Client::is_closed) {
-            self.client = Some(parsed.connect().await?);
+            self.client = Some(self.cfg.connect().await?);
         }
         let client = self
             .client
             .as_ref()
-            .ok_or(PgAuditError::NotStarted { call: "poll" })?;
-        let schemas: Vec<&str> = parsed
-            .tables
+            .ok_or(AuditError::NotStarted { call: "poll" })?;
+        let tables = &self.cfg.tables;
+        let schemas: Vec<&str> = tables
             .iter()
             .map(|t| t.schema.as_deref().unwrap_or(DEFAULT_SCHEMA))
             .collect();
-        let names: Vec<&str> = parsed.tables.iter().map(|t| t.name.as_str()).collect();
+        let names: Vec<&str> = tables.iter().map(|t| t.name.as_str()).collect();
         let sql = format!(
             "SELECT id, table_schema, table_name, operation, old_row::text, new_row::text,
                     (extract(epoch FROM tx_time) * 1000)::bigint,
@@ -916,126 +796,41 @@ impl PgAuditTask {
                     (SELECT * FROM unnest($2::text[], $3::text[]))
               ORDER BY id
               LIMIT $4",
-            audit = parsed.names.audit_table.quoted()
+            audit = self.cfg.names.audit_table.quoted()
         );
-        let rows = client
-            .query(&sql, &[&self.scanned, &schemas, &names, &parsed.batch_size])
+        let rows = match client
+            .query(&sql, &[&after, &schemas, &names, &limit])
             .await
-            .map_err(|e| {
+        {
+            Ok(rows) => rows,
+            Err(e) => {
                 if e.is_closed() {
                     self.client = None;
                 }
-                PgAuditError::PollFailed {
+                return Err(AuditError::PollFailed {
                     detail: pg_detail(&e),
-                }
-            })?;
-        let mut records = Vec::with_capacity(rows.len());
-        let mut scanned = self.scanned;
-        let mut last = self.last.clone();
-        for row in &rows {
-            let id: i64 = row.get(0);
-            scanned = scanned.max(id);
-            let table = TableName {
-                schema: Some(row.get(1)),
-                name: row.get(2),
-            };
-            if last.get(&table).is_some_and(|l| *l >= id) {
-                continue;
+                });
             }
-            last.insert(table.clone(), id);
-            let json = |text: Option<String>| {
-                text.and_then(|t| serde_json::from_str::<serde_json::Value>(&t).ok())
-                    .unwrap_or(serde_json::Value::Null)
-            };
-            let operation: String = row.get(3);
-            let commit_ms: i64 = row.get(6);
-            let commit_time: String = row.get(7);
-            let value = serde_json::json!({
-                "id": id,
-                "table": table.to_string(),
-                "schema": table.schema,
-                "name": table.name,
-                "operation": operation,
-                "old": json(row.get(4)),
-                "new": json(row.get(5)),
-                "commit_time": commit_time,
-                "commit_time_ms": commit_ms,
-            });
-            records.push(SourceRecord {
-                topic: parsed.topic.clone(),
-                key: Some(table.to_string().into_bytes()),
-                value: value.to_string().into_bytes(),
-                headers: Vec::new(),
-                timestamp_ms: Some(commit_ms),
-                source_partition: source_partition(&table),
-                source_offset: serde_json::json!({ "id": id }),
-            });
-        }
-        // State changes only here, after the last await: a cancelled poll loses nothing.
-        self.scanned = scanned;
-        self.last = last;
-        Ok(records)
-    }
-}
-
-#[async_trait]
-impl SourceTask for PgAuditTask {
-    async fn start(&mut self, ctx: TaskContext, config: ConfigMap) -> PluginResult<()> {
-        let parsed = PgAuditConfig::parse(&ctx.connector, &config)?;
-        self.connector = ctx.connector.clone();
-        self.task = ctx.task;
-        let mut last = HashMap::new();
-        for table in &parsed.tables {
-            let id = ctx
-                .offset(&source_partition(table))
-                .and_then(|o| o.get("id"))
-                .and_then(serde_json::Value::as_i64)
-                .unwrap_or(0);
-            last.insert(table.clone(), id);
-        }
-        self.scanned = last.values().copied().min().unwrap_or(0);
-        self.last = last;
-        if !ctx.cleanup_only {
-            self.client = Some(parsed.connect().await?);
-        }
-        self.parsed = Some(parsed);
-        Ok(())
+        };
+        Ok(rows
+            .iter()
+            .map(|row| AuditRow {
+                id: row.get(0),
+                table: TableName {
+                    schema: Some(row.get(1)),
+                    name: row.get(2),
+                },
+                operation: row.get(3),
+                old: row.get(4),
+                new: row.get(5),
+                commit_ms: row.get(6),
+                commit_time: Some(row.get(7)),
+            })
+            .collect())
     }
 
-    async fn poll(&mut self) -> PluginResult<Vec<SourceRecord>> {
-        let records = self.read_batch().await?;
-        if records.is_empty() {
-            let wait = self
-                .parsed
-                .as_ref()
-                .map(|p| p.poll_interval)
-                .unwrap_or_default();
-            tokio::time::sleep(wait).await;
-        }
-        Ok(records)
-    }
-
-    async fn stop_with(&mut self, connector_deleted: bool) -> PluginResult<()> {
-        // Close the polling connection in every case.
+    fn close(&mut self) {
         self.client = None;
-        if !connector_deleted {
-            return Ok(());
-        }
-        let parsed = self.parsed.as_ref().ok_or(PgAuditError::NotStarted {
-            call: "stop_with(true)",
-        })?;
-        if parsed.tables.is_empty() {
-            return Ok(());
-        }
-        let mut client = parsed.connect().await?;
-        cleanup(&mut client, &parsed.names, Some(&parsed.tables), false).await?;
-        tracing::info!(
-            connector = %self.connector,
-            task = self.task,
-            tables = parsed.tables.len(),
-            "postgres-audit task dropped its triggers"
-        );
-        Ok(())
     }
 }
 

@@ -1,21 +1,25 @@
-//! `sqlite-audit`: the KIP-883 example on a SQLite database file on the executor's host.
-//! The same behaviour as `postgres-audit`: the connector start creates (idempotently, in
-//! one `BEGIN IMMEDIATE` transaction) an audit table and AFTER INSERT/UPDATE/DELETE
-//! triggers on every watched table; tasks read the audit rows of their tables in id order.
+//! `sqlite-audit`: the KIP-883 example on a SQLite database file on the executor's host,
+//! a backend of the audit core ([`crate::audit`], which holds the lifecycle, the records
+//! and the ownership rules). The connector start creates (idempotently, in one
+//! `BEGIN IMMEDIATE` transaction) an audit table and AFTER INSERT/UPDATE/DELETE triggers
+//! on every watched table; tasks read the audit rows of their tables in id order.
 //!
 //! SQLite has no trigger functions: each watched table gets three triggers whose bodies
 //! write the row as `json_object(...)` of its columns (BLOBs as hex). A connector start
 //! re-creates a trigger whose text no longer matches (a column was added), and drops ours
 //! on tables no longer watched.
 //!
-//! Lifecycle: `stop_with(false)` closes the connection and drops nothing; a task's
-//! `stop_with(true)` drops its tables' triggers; the connector's drops the remaining
-//! triggers and the audit table. Cleanup of a file that no longer exists succeeds.
+//! Ownership: SQLite has no comments, so the owner record of each audit table is a row of
+//! the companion table `wharf_owners` (`object`, `owner` JSON), dropped with its last row.
 //!
-//! Ordering: SQLite allows one writer at a time, so audit ids (the rowid, never reused
-//! because audit rows are never deleted) are in commit order.
+//! Busy database: SQLite allows one writer at a time. A statement waits up to
+//! `busy.timeout.ms` for the lock; a `database is locked` after that is retried with
+//! backoff ([`BUSY_RETRY_FIRST_MS`] doubling to [`BUSY_RETRY_MAX_MS`]) for up to
+//! [`BUSY_RETRY_LIMIT_MS`] before the call fails, so another process holding the lock
+//! for a while delays a task rather than failing it for good.
 //!
-//! Every SQLite call runs on the blocking pool (`spawn_blocking`), never on the runtime.
+//! Ordering: audit ids (the rowid, never reused because audit rows are never deleted) are
+//! in commit order. Every SQLite call runs on the blocking pool (`spawn_blocking`).
 //!
 //! Records: as `postgres-audit` (source partition `{"table": "main.<name>"}`, offset
 //! `{"id": n}`, value `{"id", "table", "schema", "name", "operation", "old", "new",
@@ -25,122 +29,64 @@
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use async_trait::async_trait;
-use rusqlite::{Connection, OpenFlags, TransactionBehavior};
+use rusqlite::{Connection, ErrorCode, OpenFlags, TransactionBehavior};
 use wharf::sdk::{
-    ConfigDef, ConfigKey, ConfigMap, ConfigType, Connector, ConnectorContext, Importance, Plugin,
-    PluginResult, SourceRecord, SourceTask, TaskContext, TaskFactory,
+    ConfigDef, ConfigKey, ConfigMap, ConfigType, Connector, Importance, Plugin, SourceTask,
+    TaskFactory,
 };
 
+use crate::audit::{
+    Adopt, AuditBackend, AuditConnector, AuditError, AuditRow, AuditTask, Claim, CleanupStep,
+    Found, OwnerRecord, ProvisionStep, Scope, decide_cleanup, decide_provision, non_empty, number,
+    required,
+};
 use crate::audit_names::{
-    TableName, derived_name, format_table_list, parse_single_table, parse_table_list, quote_ident,
-    quote_literal, source_partition, split_tables, stable_hash, validate_single_table,
-    validate_table_list,
+    TableName, derived_name, parse_single_table, parse_table_list, quote_ident, quote_literal,
+    stable_hash, validate_single_table, validate_table_list,
 };
 
 /// Name of the plugin, used as `connector.class`.
 pub const PLUGIN_NAME: &str = "sqlite-audit";
 
-/// How long a statement waits for another writer's lock, in milliseconds.
-pub const BUSY_TIMEOUT_MS: u64 = 5_000;
+/// Default of `busy.timeout.ms`: how long a statement waits for another writer's lock, in
+/// milliseconds.
+pub const DEFAULT_BUSY_TIMEOUT_MS: u64 = 5_000;
+
+/// First wait before retrying a call that found the database locked, in milliseconds.
+pub const BUSY_RETRY_FIRST_MS: u64 = 50;
+
+/// Longest wait between two retries of a locked call, in milliseconds.
+pub const BUSY_RETRY_MAX_MS: u64 = 2_000;
+
+/// How long a call keeps retrying while the database stays locked, in milliseconds.
+pub const BUSY_RETRY_LIMIT_MS: u64 = 60_000;
 
 /// The only schema supported: triggers must live in the database of their table.
 pub const MAIN_SCHEMA: &str = "main";
 
-/// Columns of the audit table, in order; a table with other columns is not ours.
-const AUDIT_COLUMNS: [&str; 6] = [
-    "id",
-    "table_name",
-    "operation",
-    "old_row",
-    "new_row",
-    "commit_time_ms",
-];
+/// Companion table holding the owner record of each audit table.
+pub const OWNERS_TABLE: &str = "wharf_owners";
 
 /// Config keys.
 pub mod keys {
+    pub use crate::audit::keys::*;
     /// Path of the database file; it must exist.
     pub const DATABASE_PATH: &str = "database.path";
-    /// Watched tables, comma-separated (`main.` prefix optional).
-    pub const TABLES: &str = "tables";
-    /// Audit table name.
-    pub const AUDIT_TABLE: &str = "audit.table";
-    /// Topic the records go to.
-    pub const TOPIC: &str = "topic";
-    /// Wait between two polls that found nothing, in milliseconds.
-    pub const POLL_INTERVAL_MS: &str = "poll.interval.ms";
-    /// Most records returned by one poll.
-    pub const BATCH_SIZE: &str = "batch.size";
+    /// How long a statement waits for another writer's lock, in milliseconds.
+    pub const BUSY_TIMEOUT_MS: &str = "busy.timeout.ms";
 }
 
-/// Errors of the sqlite-audit plugin.
-#[derive(Debug, thiserror::Error)]
-pub enum SqliteAuditError {
-    /// A config value is missing or wrong.
-    #[error("invalid config {key}: {reason}")]
-    InvalidConfig {
-        /// Offending key.
-        key: &'static str,
-        /// What is wrong.
-        reason: String,
-    },
-    /// The database file could not be opened.
-    #[error("cannot open sqlite database {path}: {detail}")]
-    Open {
-        /// File path.
-        path: String,
-        /// SQLite error text.
-        detail: String,
-    },
-    /// A watched table does not exist.
-    #[error("watched table {table} does not exist")]
-    TableMissing {
-        /// The table, in list form.
-        table: String,
-    },
-    /// `audit.table` names a table with other columns than ours.
-    #[error("audit table {table} exists but was not created by this connector")]
-    AuditTableNotOurs {
-        /// The table.
-        table: String,
-    },
-    /// Provisioning failed.
-    #[error("provisioning failed while {step}: {detail}")]
-    ProvisionFailed {
-        /// The step that failed.
-        step: &'static str,
-        /// SQLite error text.
-        detail: String,
-    },
-    /// Cleanup failed.
-    #[error("cleanup failed while {step}: {detail}")]
-    CleanupFailed {
-        /// The step that failed.
-        step: &'static str,
-        /// SQLite error text.
-        detail: String,
-    },
-    /// Reading the audit table failed.
-    #[error("reading the audit table failed: {detail}")]
-    PollFailed {
-        /// SQLite error text.
-        detail: String,
-    },
-    /// The blocking worker panicked or was cancelled.
-    #[error("sqlite worker did not finish: {detail}")]
-    Worker {
-        /// Join error text.
-        detail: String,
-    },
-    /// A call came before a successful start.
-    #[error("{call} called before a successful start")]
-    NotStarted {
-        /// The call.
-        call: &'static str,
-    },
-}
+/// Errors of the sqlite-audit plugin (the audit core's).
+pub type SqliteAuditError = AuditError;
+
+/// The sqlite-audit connector instance.
+pub type SqliteAuditConnector = AuditConnector<Sqlite>;
+
+/// A sqlite-audit task.
+pub type SqliteAuditTask = AuditTask<Sqlite>;
 
 /// The plugin: name, version, config keys and factories.
 pub fn plugin() -> Plugin {
@@ -159,21 +105,6 @@ fn non_negative(value: &str) -> Result<(), String> {
     match value.trim().parse::<i64>() {
         Ok(n) if n >= 0 => Ok(()),
         _ => Err(format!("value {value:?} is not a non-negative integer")),
-    }
-}
-
-fn positive(value: &str) -> Result<(), String> {
-    match value.trim().parse::<i64>() {
-        Ok(n) if n > 0 => Ok(()),
-        _ => Err(format!("value {value:?} is not a positive integer")),
-    }
-}
-
-fn non_empty(value: &str) -> Result<(), String> {
-    if value.trim().is_empty() {
-        Err("value must not be empty".to_owned())
-    } else {
-        Ok(())
     }
 }
 
@@ -215,24 +146,15 @@ pub fn config_def() -> ConfigDef {
                 .validator(main_only_list),
         )
         .define(
-            ConfigKey::new(keys::AUDIT_TABLE, ConfigType::String, Importance::Medium, "Audit table. Default: wharf_audit_<connector>_<hash>, derived from the connector name. Immutable: the deletion's cleanup drops the table named here.")
+            ConfigKey::new(keys::AUDIT_TABLE, ConfigType::String, Importance::Medium, "Audit table. Default: wharf_audit_<connector>_<hash>, derived from the connector name. Immutable: the deletion's cleanup drops the table named here. A table claimed by another connector is refused.")
                 .immutable()
                 .validator(main_only_single),
         )
+        .merged(&crate::audit::shared_config_def())
         .define(
-            ConfigKey::new(keys::TOPIC, ConfigType::String, Importance::High, "Topic the change records are written to.")
-                .required()
-                .validator(non_empty),
-        )
-        .define(
-            ConfigKey::new(keys::POLL_INTERVAL_MS, ConfigType::Long, Importance::Low, "Wait after a poll that found no change, in milliseconds.")
-                .default_value("1000")
+            ConfigKey::new(keys::BUSY_TIMEOUT_MS, ConfigType::Long, Importance::Low, "How long one statement waits for another writer's lock, in milliseconds; after it the call is retried with backoff for up to a minute.")
+                .default_value("5000")
                 .validator(non_negative),
-        )
-        .define(
-            ConfigKey::new(keys::BATCH_SIZE, ConfigType::Int, Importance::Low, "Most records returned by one poll.")
-                .default_value("500")
-                .validator(positive),
         )
 }
 
@@ -264,92 +186,25 @@ impl Names {
     }
 }
 
-/// The parsed config.
-#[derive(Debug, Clone)]
-struct SqliteAuditConfig {
+/// The SQLite backend: where the file is, what is watched, and a task's connection.
+pub struct Sqlite {
     path: PathBuf,
-    /// Table names (schema dropped: always main).
-    tables: Vec<String>,
-    topic: String,
-    poll_interval: Duration,
-    batch_size: i64,
+    /// `main.<name>`, spelled as configured.
+    tables: Vec<TableName>,
     names: Names,
+    busy_timeout: Duration,
+    /// Shared with the blocking worker so a cancelled poll does not lose it.
+    conn: Option<Arc<Mutex<Connection>>>,
 }
 
-fn number<T: std::str::FromStr>(
-    config: &ConfigMap,
-    key: &'static str,
-    default: &str,
-    check: fn(&str) -> Result<(), String>,
-) -> Result<T, SqliteAuditError> {
-    let raw = config.get(key).map(String::as_str).unwrap_or(default);
-    let invalid = |reason: String| SqliteAuditError::InvalidConfig { key, reason };
-    check(raw).map_err(invalid)?;
-    raw.trim()
-        .parse::<T>()
-        .map_err(|_| invalid(format!("value {raw:?} is out of range")))
-}
-
-fn required(config: &ConfigMap, key: &'static str) -> Result<String, SqliteAuditError> {
-    match config.get(key).map(|v| v.trim()) {
-        Some(v) if !v.is_empty() => Ok(v.to_owned()),
-        _ => Err(SqliteAuditError::InvalidConfig {
-            key,
-            reason: "missing required value".to_owned(),
-        }),
-    }
-}
-
-impl SqliteAuditConfig {
-    fn parse(connector: &str, config: &ConfigMap) -> Result<Self, SqliteAuditError> {
-        let raw_tables = config.get(keys::TABLES).map(String::as_str).unwrap_or("");
-        main_only_list(raw_tables).map_err(|reason| SqliteAuditError::InvalidConfig {
-            key: keys::TABLES,
-            reason,
-        })?;
-        let mut tables: Vec<String> = Vec::new();
-        for t in parse_table_list(raw_tables).unwrap_or_default() {
-            if !tables.iter().any(|k| k.eq_ignore_ascii_case(&t.name)) {
-                tables.push(t.name);
-            }
-        }
-        let audit_table = match config.get(keys::AUDIT_TABLE).map(|v| v.trim()) {
-            Some(v) if !v.is_empty() => {
-                main_only_single(v).map_err(|reason| SqliteAuditError::InvalidConfig {
-                    key: keys::AUDIT_TABLE,
-                    reason,
-                })?;
-                parse_single_table(v).ok().map(|t| t.name)
-            }
-            _ => None,
-        };
-        let names = Names::derive(connector, audit_table);
-        if tables
-            .iter()
-            .any(|t| t.eq_ignore_ascii_case(&names.audit_table))
-        {
-            return Err(SqliteAuditError::InvalidConfig {
-                key: keys::TABLES,
-                reason: format!("the audit table {} cannot be watched", names.audit_table),
-            });
-        }
-        Ok(Self {
-            path: PathBuf::from(required(config, keys::DATABASE_PATH)?),
-            tables,
-            topic: required(config, keys::TOPIC)?,
-            poll_interval: Duration::from_millis(number(
-                config,
-                keys::POLL_INTERVAL_MS,
-                "1000",
-                non_negative,
-            )?),
-            batch_size: number(config, keys::BATCH_SIZE, "500", positive)?,
-            names,
-        })
-    }
-
-    fn table_names(&self) -> Vec<TableName> {
-        self.tables.iter().map(|t| list_name(t)).collect()
+impl std::fmt::Debug for Sqlite {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Sqlite")
+            .field("path", &self.path)
+            .field("tables", &self.tables)
+            .field("names", &self.names)
+            .field("connected", &self.conn.is_some())
+            .finish_non_exhaustive()
     }
 }
 
@@ -361,13 +216,40 @@ fn list_name(table: &str) -> TableName {
     }
 }
 
+/// The error of a failed SQLite step: [`AuditError::Busy`] when the database was locked
+/// (retried), otherwise what `kind` makes of it.
+fn sql_error(
+    step: &'static str,
+    kind: fn(&'static str, String) -> AuditError,
+) -> impl Fn(rusqlite::Error) -> AuditError {
+    move |e: rusqlite::Error| match e.sqlite_error_code() {
+        Some(ErrorCode::DatabaseBusy | ErrorCode::DatabaseLocked) => AuditError::Busy {
+            step,
+            detail: e.to_string(),
+        },
+        _ => kind(step, e.to_string()),
+    }
+}
+
+fn provision_failed(step: &'static str, detail: String) -> AuditError {
+    AuditError::ProvisionFailed { step, detail }
+}
+
+fn cleanup_failed(step: &'static str, detail: String) -> AuditError {
+    AuditError::CleanupFailed { step, detail }
+}
+
+fn poll_failed(_step: &'static str, detail: String) -> AuditError {
+    AuditError::PollFailed { detail }
+}
+
 /// Opens an existing database file (never creates one), `None` when the file is gone.
-fn open(path: &Path) -> Result<Option<Connection>, SqliteAuditError> {
+fn open(path: &Path, busy_timeout: Duration) -> Result<Option<Connection>, AuditError> {
     if !path.exists() {
         return Ok(None);
     }
-    let open_err = |e: rusqlite::Error| SqliteAuditError::Open {
-        path: path.display().to_string(),
+    let open_err = |e: rusqlite::Error| AuditError::Connect {
+        target: format!("sqlite database {}", path.display()),
         detail: e.to_string(),
     };
     let conn = Connection::open_with_flags(
@@ -375,30 +257,58 @@ fn open(path: &Path) -> Result<Option<Connection>, SqliteAuditError> {
         OpenFlags::SQLITE_OPEN_READ_WRITE | OpenFlags::SQLITE_OPEN_NO_MUTEX,
     )
     .map_err(open_err)?;
-    conn.busy_timeout(Duration::from_millis(BUSY_TIMEOUT_MS))
-        .map_err(open_err)?;
+    conn.busy_timeout(busy_timeout).map_err(open_err)?;
     Ok(Some(conn))
 }
 
-fn open_existing(path: &Path) -> Result<Connection, SqliteAuditError> {
-    open(path)?.ok_or_else(|| SqliteAuditError::Open {
-        path: path.display().to_string(),
+fn open_existing(path: &Path, busy_timeout: Duration) -> Result<Connection, AuditError> {
+    open(path, busy_timeout)?.ok_or_else(|| AuditError::Connect {
+        target: format!("sqlite database {}", path.display()),
         detail: "file does not exist".to_owned(),
     })
 }
 
-/// Runs blocking SQLite work on the blocking pool.
-async fn blocking<T: Send + 'static>(
-    work: impl FnOnce() -> Result<T, SqliteAuditError> + Send + 'static,
-) -> Result<T, SqliteAuditError> {
-    tokio::task::spawn_blocking(work)
-        .await
-        .map_err(|e| SqliteAuditError::Worker {
-            detail: e.to_string(),
-        })?
+/// The wait before retry number `attempt` (from 0): doubling from
+/// [`BUSY_RETRY_FIRST_MS`], capped at [`BUSY_RETRY_MAX_MS`].
+fn busy_backoff(attempt: u32) -> Duration {
+    let ms = BUSY_RETRY_FIRST_MS.saturating_mul(1u64 << attempt.min(16));
+    Duration::from_millis(ms.min(BUSY_RETRY_MAX_MS))
 }
 
-/// Our triggers in the catalog: `(name, table)`.
+/// Runs blocking SQLite work on the blocking pool, again with backoff while it fails
+/// with [`AuditError::Busy`], for up to [`BUSY_RETRY_LIMIT_MS`]. Cancel-safe: the waits
+/// are async, and work that already started finishes on its own.
+async fn blocking<T: Send + 'static>(
+    work: impl Fn() -> Result<T, AuditError> + Clone + Send + 'static,
+) -> Result<T, AuditError> {
+    let began = Instant::now();
+    let mut attempt = 0;
+    loop {
+        let once = work.clone();
+        let result = tokio::task::spawn_blocking(once)
+            .await
+            .map_err(|e| AuditError::Worker {
+                detail: e.to_string(),
+            })?;
+        match result {
+            Err(AuditError::Busy { step, detail })
+                if began.elapsed() < Duration::from_millis(BUSY_RETRY_LIMIT_MS) =>
+            {
+                tracing::debug!(
+                    step,
+                    detail,
+                    attempt,
+                    "sqlite-audit: database locked, retrying"
+                );
+                tokio::time::sleep(busy_backoff(attempt)).await;
+                attempt += 1;
+            }
+            other => return other,
+        }
+    }
+}
+
+/// Our triggers in the catalog: `(name, table, sql)`.
 fn our_triggers(
     conn: &Connection,
     names: &Names,
@@ -467,29 +377,75 @@ fn trigger_sql(names: &Names, list_table: &str, table: &str, cols: &[String], op
     )
 }
 
-fn audit_table_state(conn: &Connection, table: &str) -> rusqlite::Result<Option<bool>> {
-    match catalog_table(conn, table)? {
-        None => Ok(None),
-        Some(actual) => {
-            let cols = columns(conn, &actual)?;
-            Ok(Some(cols.iter().map(String::as_str).eq(AUDIT_COLUMNS)))
-        }
+/// What the catalog holds at `table`: absent, a table without owner row, or ours.
+fn found(conn: &Connection, table: &str) -> rusqlite::Result<Found> {
+    if catalog_table(conn, table)?.is_none() {
+        return Ok(Found::Absent);
     }
+    if catalog_table(conn, OWNERS_TABLE)?.is_none() {
+        return Ok(Found::Unowned);
+    }
+    let mut stmt = conn.prepare(&format!(
+        "SELECT owner FROM {} WHERE object = ?1 COLLATE NOCASE",
+        quote_ident(OWNERS_TABLE)
+    ))?;
+    let mut rows = stmt.query([table])?;
+    Ok(match rows.next()? {
+        Some(row) => match OwnerRecord::from_text(&row.get::<_, String>(0)?) {
+            Some(owner) => Found::Owned(owner),
+            None => Found::Unowned,
+        },
+        None => Found::Unowned,
+    })
 }
 
-/// Drops `table` when it has exactly our audit columns; leaves anything else in place.
-fn drop_audit_table_if_ours(conn: &Connection, table: &str) -> rusqlite::Result<()> {
-    match audit_table_state(conn, table)? {
-        Some(true) => conn.execute_batch(&format!("DROP TABLE IF EXISTS {}", quote_ident(table))),
-        Some(false) => {
-            tracing::warn!(
-                table,
-                "sqlite-audit leaves the audit table in place: it was not created by this connector"
-            );
-            Ok(())
+fn write_owner(conn: &Connection, table: &str, owner: &OwnerRecord) -> rusqlite::Result<()> {
+    conn.execute_batch(&format!(
+        "CREATE TABLE IF NOT EXISTS {} (object TEXT PRIMARY KEY COLLATE NOCASE, owner TEXT NOT NULL)",
+        quote_ident(OWNERS_TABLE)
+    ))?;
+    conn.execute(
+        &format!(
+            "INSERT OR REPLACE INTO {} (object, owner) VALUES (?1, ?2)",
+            quote_ident(OWNERS_TABLE)
+        ),
+        [table, owner.to_text().as_str()],
+    )?;
+    Ok(())
+}
+
+/// Drops `table` and its owner row when `claim` owns it; leaves anything else in place.
+fn drop_audit_table_if_ours(conn: &Connection, table: &str, claim: &Claim) -> rusqlite::Result<()> {
+    let found = found(conn, table)?;
+    match decide_cleanup(&found, claim) {
+        CleanupStep::DropAll => {
+            conn.execute_batch(&format!("DROP TABLE IF EXISTS {}", quote_ident(table)))?;
+            conn.execute(
+                &format!(
+                    "DELETE FROM {} WHERE object = ?1 COLLATE NOCASE",
+                    quote_ident(OWNERS_TABLE)
+                ),
+                [table],
+            )?;
+            let left: i64 = conn.query_row(
+                &format!("SELECT count(*) FROM {}", quote_ident(OWNERS_TABLE)),
+                [],
+                |r| r.get(0),
+            )?;
+            if left == 0 {
+                conn.execute_batch(&format!("DROP TABLE {}", quote_ident(OWNERS_TABLE)))?;
+            }
         }
-        None => Ok(()),
+        CleanupStep::DropCodeOnly | CleanupStep::Leave => {
+            if found != Found::Absent {
+                tracing::warn!(
+                    table,
+                    "sqlite-audit leaves the audit table in place: this connector incarnation does not own it"
+                );
+            }
+        }
     }
+    Ok(())
 }
 
 /// The audit table one of our triggers writes to (the quoted name after `INSERT INTO`),
@@ -513,50 +469,74 @@ fn audit_table_in(trigger_sql: &str) -> Option<String> {
     None
 }
 
-/// Provisioning at connector start: audit table, triggers, reconcile. One transaction.
-fn provision(cfg: &SqliteAuditConfig) -> Result<(), SqliteAuditError> {
-    let mut conn = open_existing(&cfg.path)?;
-    let n = &cfg.names;
-    let fail = |step: &'static str| {
-        move |e: rusqlite::Error| SqliteAuditError::ProvisionFailed {
-            step,
-            detail: e.to_string(),
-        }
-    };
+/// What provisioning works from: a copy of the backend's settings for the worker.
+#[derive(Clone)]
+struct Job {
+    path: PathBuf,
+    tables: Vec<TableName>,
+    names: Names,
+    busy_timeout: Duration,
+}
+
+/// Provisioning at connector start: ownership, audit table, triggers, reconcile. One
+/// transaction. Returns the owner record's `start_after`.
+fn provision(job: &Job, claim: &Claim, adopt: Adopt) -> Result<i64, AuditError> {
+    let mut conn = open_existing(&job.path, job.busy_timeout)?;
+    let n = &job.names;
+    let fail = |step: &'static str| sql_error(step, provision_failed);
     let tx = conn
         .transaction_with_behavior(TransactionBehavior::Immediate)
         .map_err(fail("beginning the transaction"))?;
-    match audit_table_state(&tx, &n.audit_table).map_err(fail("looking up the audit table"))? {
-        Some(false) => {
-            return Err(SqliteAuditError::AuditTableNotOurs {
-                table: n.audit_table.clone(),
-            });
-        }
-        Some(true) => {}
-        None => tx
-            .execute_batch(&format!(
+    let existing = found(&tx, &n.audit_table).map_err(fail("reading the audit table's owner"))?;
+    let start_after = match decide_provision(&existing, claim, adopt) {
+        ProvisionStep::Refuse(why) => return Err(why.into_error(&list_name(&n.audit_table))),
+        ProvisionStep::Create(owner) => {
+            tx.execute_batch(&format!(
                 "CREATE TABLE {} (id INTEGER PRIMARY KEY, table_name TEXT NOT NULL, \
                  operation TEXT NOT NULL, old_row TEXT, new_row TEXT, \
                  commit_time_ms INTEGER NOT NULL)",
                 quote_ident(&n.audit_table)
             ))
-            .map_err(fail("creating the audit table"))?,
-    }
+            .map_err(fail("creating the audit table"))?;
+            write_owner(&tx, &n.audit_table, &owner).map_err(fail("recording the owner"))?;
+            owner.start_after
+        }
+        ProvisionStep::Reuse { start_after } => start_after,
+        ProvisionStep::Adopt { from_end } => {
+            let start_after = if from_end {
+                tx.query_row(
+                    &format!(
+                        "SELECT coalesce(max(id), 0) FROM {}",
+                        quote_ident(&n.audit_table)
+                    ),
+                    [],
+                    |r| r.get(0),
+                )
+                .map_err(fail("reading the highest audit id"))?
+            } else {
+                0
+            };
+            write_owner(&tx, &n.audit_table, &claim.record(start_after))
+                .map_err(fail("recording the owner"))?;
+            tracing::info!(table = %n.audit_table, from_end, start_after, "sqlite-audit adopted a kept audit table");
+            start_after
+        }
+    };
 
     let mut desired: HashMap<String, String> = HashMap::new();
-    for list_table in &cfg.tables {
+    for list_table in &job.tables {
         let Some(table) =
-            catalog_table(&tx, list_table).map_err(fail("looking up a watched table"))?
+            catalog_table(&tx, &list_table.name).map_err(fail("looking up a watched table"))?
         else {
-            return Err(SqliteAuditError::TableMissing {
-                table: list_name(list_table).to_string(),
+            return Err(AuditError::TableMissing {
+                table: list_table.to_string(),
             });
         };
         let cols = columns(&tx, &table).map_err(fail("reading a watched table's columns"))?;
         for op in ['i', 'u', 'd'] {
             desired.insert(
                 n.trigger(&table, op),
-                trigger_sql(n, list_table, &table, &cols, op),
+                trigger_sql(n, &list_table.name, &table, &cols, op),
             );
         }
     }
@@ -588,33 +568,43 @@ fn provision(cfg: &SqliteAuditConfig) -> Result<(), SqliteAuditError> {
     }
     // The audit table of an earlier audit.table, no longer written to.
     for table in &previous_audit {
-        drop_audit_table_if_ours(&tx, table)
+        drop_audit_table_if_ours(&tx, table, claim)
             .map_err(fail("dropping the audit table of an earlier audit.table"))?;
     }
     tx.commit().map_err(fail("committing the transaction"))?;
-    Ok(())
+    Ok(start_after)
 }
 
-/// Drops our triggers on `only` (all when `None`), and with `everything` the audit table.
+/// Drops our triggers in `only` (all when `None`), and with `everything` the audit
+/// tables, as far as [`decide_cleanup`] allows.
 fn cleanup(
-    path: &Path,
-    names: &Names,
-    only: Option<&[String]>,
+    job: &Job,
+    claim: &Claim,
+    only: Option<&[TableName]>,
     everything: bool,
-) -> Result<(), SqliteAuditError> {
-    let Some(mut conn) = open(path)? else {
-        tracing::info!(path = %path.display(), "sqlite-audit cleanup: database file is gone, nothing to drop");
+) -> Result<(), AuditError> {
+    let Some(mut conn) = open(&job.path, job.busy_timeout)? else {
+        tracing::info!(path = %job.path.display(), "sqlite-audit cleanup: database file is gone, nothing to drop");
         return Ok(());
     };
-    let fail = |step: &'static str| {
-        move |e: rusqlite::Error| SqliteAuditError::CleanupFailed {
-            step,
-            detail: e.to_string(),
-        }
-    };
+    let names = &job.names;
+    let fail = |step: &'static str| sql_error(step, cleanup_failed);
     let tx = conn
         .transaction_with_behavior(TransactionBehavior::Immediate)
         .map_err(fail("beginning the transaction"))?;
+    let existing =
+        found(&tx, &names.audit_table).map_err(fail("reading the audit table's owner"))?;
+    match decide_cleanup(&existing, claim) {
+        CleanupStep::Leave => {
+            tracing::warn!(
+                connector = %claim.connector,
+                table = %names.audit_table,
+                "sqlite-audit cleanup drops nothing: another incarnation of this connector owns the audit table"
+            );
+            return Ok(());
+        }
+        CleanupStep::DropAll | CleanupStep::DropCodeOnly => {}
+    }
     let triggers = our_triggers(&tx, names).map_err(fail("listing the triggers"))?;
     let mut audit_tables = vec![names.audit_table.clone()];
     for (_, _, sql) in &triggers {
@@ -627,10 +617,10 @@ fn cleanup(
     for (name, table, _) in triggers {
         let selected = only.is_none_or(|tables| {
             tables.iter().any(|t| {
-                t.eq_ignore_ascii_case(&table)
+                t.name.eq_ignore_ascii_case(&table)
                     || ['i', 'u', 'd']
                         .iter()
-                        .any(|op| names.trigger(t, *op) == name)
+                        .any(|op| names.trigger(&t.name, *op) == name)
             })
         });
         if selected {
@@ -640,102 +630,18 @@ fn cleanup(
     }
     if everything {
         for table in &audit_tables {
-            drop_audit_table_if_ours(&tx, table).map_err(fail("dropping the audit table"))?;
+            drop_audit_table_if_ours(&tx, table, claim)
+                .map_err(fail("dropping the audit table"))?;
         }
     }
     tx.commit().map_err(fail("committing the transaction"))?;
     Ok(())
 }
 
-/// The connector instance.
-#[derive(Debug, Default)]
-pub struct SqliteAuditConnector {
-    connector: String,
-    config: ConfigMap,
-    parsed: Option<SqliteAuditConfig>,
-}
-
-#[async_trait]
-impl Connector for SqliteAuditConnector {
-    async fn start(&mut self, ctx: ConnectorContext, config: ConfigMap) -> PluginResult<()> {
-        let parsed = SqliteAuditConfig::parse(&ctx.connector, &config)?;
-        self.connector = ctx.connector.clone();
-        self.config = config;
-        self.parsed = Some(parsed.clone());
-        if ctx.cleanup_only {
-            return Ok(());
-        }
-        blocking(move || provision(&parsed)).await?;
-        Ok(())
-    }
-
-    async fn task_configs(&mut self, max_tasks: u32) -> PluginResult<Vec<ConfigMap>> {
-        let parsed = self.parsed.as_ref().ok_or(SqliteAuditError::NotStarted {
-            call: "task_configs",
-        })?;
-        Ok(split_tables(&parsed.table_names(), max_tasks)
-            .into_iter()
-            .map(|share| {
-                let mut c = self.config.clone();
-                c.insert(keys::TABLES.to_owned(), format_table_list(&share));
-                c
-            })
-            .collect())
-    }
-
-    async fn stop_with(&mut self, connector_deleted: bool) -> PluginResult<()> {
-        if !connector_deleted {
-            return Ok(());
-        }
-        let parsed = self.parsed.clone().ok_or(SqliteAuditError::NotStarted {
-            call: "stop_with(true)",
-        })?;
-        blocking(move || cleanup(&parsed.path, &parsed.names, None, true)).await?;
-        tracing::info!(connector = %self.connector, "sqlite-audit removed its audit table and triggers");
-        Ok(())
-    }
-}
-
-/// A task: reads the audit rows of its tables.
-#[derive(Default)]
-pub struct SqliteAuditTask {
-    connector: String,
-    task: u32,
-    parsed: Option<SqliteAuditConfig>,
-    /// Shared with the blocking worker so a cancelled poll does not lose it.
-    conn: Option<Arc<Mutex<Connection>>>,
-    /// Last audit id emitted per table (lowercased name).
-    last: HashMap<String, i64>,
-    /// Every audit id up to this one has been read already.
-    scanned: i64,
-}
-
-impl std::fmt::Debug for SqliteAuditTask {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("SqliteAuditTask")
-            .field("connector", &self.connector)
-            .field("task", &self.task)
-            .field("config", &self.parsed)
-            .field("connected", &self.conn.is_some())
-            .field("scanned", &self.scanned)
-            .finish_non_exhaustive()
-    }
-}
-
-/// One audit row.
-struct AuditRow {
-    id: i64,
-    table: String,
-    operation: String,
-    old: Option<String>,
-    new: Option<String>,
-    commit_ms: i64,
-}
-
 fn read_rows(
     conn: &Connection,
     audit_table: &str,
-    tables: &[String],
+    tables: &[TableName],
     after: i64,
     limit: i64,
 ) -> rusqlite::Result<Vec<AuditRow>> {
@@ -751,161 +657,157 @@ fn read_rows(
     let mut stmt = conn.prepare(&sql)?;
     let mut params: Vec<&dyn rusqlite::ToSql> = vec![&after, &limit];
     for t in tables {
-        params.push(t);
+        params.push(&t.name);
     }
     let rows = stmt.query_map(params.as_slice(), |r| {
+        let table: String = r.get(1)?;
         Ok(AuditRow {
             id: r.get(0)?,
-            table: r.get(1)?,
+            // Partition by the configured spelling of the name.
+            table: tables
+                .iter()
+                .find(|t| t.name.eq_ignore_ascii_case(&table))
+                .cloned()
+                .unwrap_or_else(|| list_name(&table)),
             operation: r.get(2)?,
             old: r.get(3)?,
             new: r.get(4)?,
             commit_ms: r.get(5)?,
+            commit_time: None,
         })
     })?;
     rows.collect()
 }
 
-impl SqliteAuditTask {
-    async fn read_batch(&mut self) -> Result<Vec<SourceRecord>, SqliteAuditError> {
-        let parsed = self
-            .parsed
-            .clone()
-            .ok_or(SqliteAuditError::NotStarted { call: "poll" })?;
-        if parsed.tables.is_empty() {
-            return Ok(Vec::new());
+impl Sqlite {
+    fn job(&self) -> Job {
+        Job {
+            path: self.path.clone(),
+            tables: self.tables.clone(),
+            names: self.names.clone(),
+            busy_timeout: self.busy_timeout,
         }
-        let conn = match &self.conn {
-            Some(c) => Arc::clone(c),
-            None => {
-                let path = parsed.path.clone();
-                let c = Arc::new(Mutex::new(blocking(move || open_existing(&path)).await?));
-                self.conn = Some(Arc::clone(&c));
-                c
-            }
-        };
-        let after = self.scanned;
-        let worker_cfg = parsed.clone();
-        let rows = blocking(move || {
-            let guard = conn.lock().map_err(|_| SqliteAuditError::PollFailed {
-                detail: "connection lock poisoned".to_owned(),
-            })?;
-            read_rows(
-                &guard,
-                &worker_cfg.names.audit_table,
-                &worker_cfg.tables,
-                after,
-                worker_cfg.batch_size,
-            )
-            .map_err(|e| SqliteAuditError::PollFailed {
-                detail: e.to_string(),
-            })
-        })
-        .await?;
-        let mut scanned = self.scanned;
-        let mut last = self.last.clone();
-        let mut records = Vec::with_capacity(rows.len());
-        for row in rows {
-            scanned = scanned.max(row.id);
-            // Partition by the configured spelling of the name.
-            let Some(list_table) = parsed
-                .tables
-                .iter()
-                .find(|t| t.eq_ignore_ascii_case(&row.table))
-            else {
-                continue;
-            };
-            let key = list_table.to_ascii_lowercase();
-            if last.get(&key).is_some_and(|l| *l >= row.id) {
-                continue;
-            }
-            last.insert(key, row.id);
-            let table = list_name(list_table);
-            let json = |text: Option<String>| {
-                text.and_then(|t| serde_json::from_str::<serde_json::Value>(&t).ok())
-                    .unwrap_or(serde_json::Value::Null)
-            };
-            let value = serde_json::json!({
-                "id": row.id,
-                "table": table.to_string(),
-                "schema": MAIN_SCHEMA,
-                "name": list_table,
-                "operation": row.operation,
-                "old": json(row.old),
-                "new": json(row.new),
-                "commit_time_ms": row.commit_ms,
-            });
-            records.push(SourceRecord {
-                topic: parsed.topic.clone(),
-                key: Some(table.to_string().into_bytes()),
-                value: value.to_string().into_bytes(),
-                headers: Vec::new(),
-                timestamp_ms: Some(row.commit_ms),
-                source_partition: source_partition(&table),
-                source_offset: serde_json::json!({ "id": row.id }),
-            });
-        }
-        // State changes only after the last await: a cancelled poll loses nothing.
-        self.scanned = scanned;
-        self.last = last;
-        Ok(records)
     }
 }
 
 #[async_trait]
-impl SourceTask for SqliteAuditTask {
-    async fn start(&mut self, ctx: TaskContext, config: ConfigMap) -> PluginResult<()> {
-        let parsed = SqliteAuditConfig::parse(&ctx.connector, &config)?;
-        self.connector = ctx.connector.clone();
-        self.task = ctx.task;
-        let mut last = HashMap::new();
-        for table in &parsed.tables {
-            let id = ctx
-                .offset(&source_partition(&list_name(table)))
-                .and_then(|o| o.get("id"))
-                .and_then(serde_json::Value::as_i64)
-                .unwrap_or(0);
-            last.insert(table.to_ascii_lowercase(), id);
+impl AuditBackend for Sqlite {
+    const PLUGIN: &'static str = PLUGIN_NAME;
+
+    fn parse(connector: &str, config: &ConfigMap) -> Result<Self, AuditError> {
+        let raw_tables = config.get(keys::TABLES).map(String::as_str).unwrap_or("");
+        main_only_list(raw_tables).map_err(|reason| AuditError::InvalidConfig {
+            key: keys::TABLES,
+            reason,
+        })?;
+        let mut tables: Vec<TableName> = Vec::new();
+        for t in parse_table_list(raw_tables).unwrap_or_default() {
+            if !tables.iter().any(|k| k.name.eq_ignore_ascii_case(&t.name)) {
+                tables.push(list_name(&t.name));
+            }
         }
-        self.scanned = last.values().copied().min().unwrap_or(0);
-        self.last = last;
-        if !ctx.cleanup_only {
-            let path = parsed.path.clone();
-            let conn = blocking(move || open_existing(&path)).await?;
-            self.conn = Some(Arc::new(Mutex::new(conn)));
+        let audit_table = match config.get(keys::AUDIT_TABLE).map(|v| v.trim()) {
+            Some(v) if !v.is_empty() => {
+                main_only_single(v).map_err(|reason| AuditError::InvalidConfig {
+                    key: keys::AUDIT_TABLE,
+                    reason,
+                })?;
+                parse_single_table(v).ok().map(|t| t.name)
+            }
+            _ => None,
+        };
+        let names = Names::derive(connector, audit_table);
+        if tables
+            .iter()
+            .any(|t| t.name.eq_ignore_ascii_case(&names.audit_table))
+        {
+            return Err(AuditError::InvalidConfig {
+                key: keys::TABLES,
+                reason: format!("the audit table {} cannot be watched", names.audit_table),
+            });
         }
-        self.parsed = Some(parsed);
+        if names.audit_table.eq_ignore_ascii_case(OWNERS_TABLE) {
+            return Err(AuditError::InvalidConfig {
+                key: keys::AUDIT_TABLE,
+                reason: format!("{OWNERS_TABLE} is reserved for owner records"),
+            });
+        }
+        Ok(Self {
+            path: PathBuf::from(required(config, keys::DATABASE_PATH)?),
+            tables,
+            names,
+            busy_timeout: Duration::from_millis(number(
+                config,
+                keys::BUSY_TIMEOUT_MS,
+                "5000",
+                non_negative,
+            )?),
+            conn: None,
+        })
+    }
+
+    fn tables(&self) -> &[TableName] {
+        &self.tables
+    }
+
+    async fn provision(&self, claim: &Claim, adopt: Adopt) -> Result<i64, AuditError> {
+        let (job, claim) = (self.job(), claim.clone());
+        blocking(move || provision(&job, &claim, adopt)).await
+    }
+
+    async fn cleanup(&self, claim: &Claim, scope: Scope<'_>) -> Result<(), AuditError> {
+        let (job, claim) = (self.job(), claim.clone());
+        let (only, everything) = match scope {
+            Scope::Tables(t) => (Some(t.to_vec()), false),
+            Scope::Everything => (None, true),
+        };
+        blocking(move || cleanup(&job, &claim, only.as_deref(), everything)).await
+    }
+
+    async fn open(&mut self) -> Result<(), AuditError> {
+        let (path, busy) = (self.path.clone(), self.busy_timeout);
+        let conn = blocking(move || open_existing(&path, busy)).await?;
+        self.conn = Some(Arc::new(Mutex::new(conn)));
         Ok(())
     }
 
-    async fn poll(&mut self) -> PluginResult<Vec<SourceRecord>> {
-        let records = self.read_batch().await?;
-        if records.is_empty() {
-            let wait = self
-                .parsed
-                .as_ref()
-                .map(|p| p.poll_interval)
-                .unwrap_or_default();
-            tokio::time::sleep(wait).await;
+    async fn read_rows(&mut self, after: i64, limit: i64) -> Result<Vec<AuditRow>, AuditError> {
+        if self.conn.is_none() {
+            self.open().await?;
         }
-        Ok(records)
+        let conn = self
+            .conn
+            .clone()
+            .ok_or(AuditError::NotStarted { call: "poll" })?;
+        let (audit, tables) = (self.names.audit_table.clone(), self.tables.clone());
+        blocking(move || {
+            let guard = conn.lock().map_err(|_| AuditError::PollFailed {
+                detail: "connection lock poisoned".to_owned(),
+            })?;
+            read_rows(&guard, &audit, &tables, after, limit)
+                .map_err(sql_error("reading the audit table", poll_failed))
+        })
+        .await
     }
 
-    async fn stop_with(&mut self, connector_deleted: bool) -> PluginResult<()> {
+    fn close(&mut self) {
         // Dropping the last handle closes the connection (a cancelled worker may still
         // hold one briefly; it closes when that finishes).
         self.conn = None;
-        if !connector_deleted {
-            return Ok(());
-        }
-        let parsed = self.parsed.clone().ok_or(SqliteAuditError::NotStarted {
-            call: "stop_with(true)",
-        })?;
-        if parsed.tables.is_empty() {
-            return Ok(());
-        }
-        blocking(move || cleanup(&parsed.path, &parsed.names, Some(&parsed.tables), false)).await?;
-        tracing::info!(connector = %self.connector, task = self.task, "sqlite-audit task dropped its triggers");
-        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn busy_backoff_doubles_from_the_first_wait_up_to_the_cap() {
+        assert_eq!(busy_backoff(0), Duration::from_millis(BUSY_RETRY_FIRST_MS));
+        assert_eq!(
+            busy_backoff(1),
+            Duration::from_millis(2 * BUSY_RETRY_FIRST_MS)
+        );
+        assert_eq!(busy_backoff(30), Duration::from_millis(BUSY_RETRY_MAX_MS));
     }
 }

@@ -754,3 +754,90 @@ async fn changing_audit_table_moves_everything_and_leaves_nothing_behind() {
     delete_all(connector, tasks).await;
     assert!(db.catalog().await.is_empty(), "{:?}", db.catalog().await);
 }
+
+/// Starts the connector and its tasks as incarnation `incarnation`; the start's error
+/// (after the stop(true) a deletion would run) when the connector refuses.
+async fn start_as(
+    name: &str,
+    incarnation: &str,
+    cfg: &ConfigMap,
+) -> Result<(PgAuditConnector, Vec<PgAuditTask>), String> {
+    let mut connector = PgAuditConnector::default();
+    let ctx = ConnectorContext::new(name, incarnation, false, "executor-a", Arc::new(|| {}));
+    if let Err(e) = connector.start(ctx, cfg.clone()).await {
+        connector
+            .stop_with(true)
+            .await
+            .expect("stop(true) after a refused start");
+        return Err(e.to_string());
+    }
+    let mut tasks = Vec::new();
+    for (i, tc) in connector
+        .task_configs(1)
+        .await
+        .unwrap()
+        .into_iter()
+        .enumerate()
+    {
+        let mut ctx = task_ctx(name, i as u32, false, cfg, BTreeMap::new());
+        ctx.incarnation = incarnation.to_owned();
+        let mut task = PgAuditTask::default();
+        task.start(ctx, tc).await.expect("task start");
+        tasks.push(task);
+    }
+    Ok((connector, tasks))
+}
+
+#[tokio::test]
+async fn a_stale_incarnations_cleanup_never_drops_what_its_successor_adopted() {
+    let db = TestDb::new().await;
+    db.exec("CREATE TABLE orders (id int);").await;
+    let cfg = config(&db, "orders");
+    // Incarnation 1 is deleted with keep_resources: every stop passes false.
+    let (c1, t1) = start_as("orders", "i1", &cfg).await.unwrap();
+    stop_all_plain(c1, t1).await;
+    db.exec("INSERT INTO orders VALUES (1);").await;
+    let kept = db.catalog().await;
+    assert!(!kept.is_empty());
+
+    let err = start_as("orders", "i2", &cfg).await.unwrap_err();
+    assert!(
+        err.contains("earlier incarnation (i1)") && err.contains("audit.adopt"),
+        "{err}"
+    );
+    assert_eq!(
+        db.catalog().await,
+        kept,
+        "a refused incarnation's cleanup drops nothing"
+    );
+
+    let mut from_end = cfg.clone();
+    from_end.insert(keys::ADOPT.to_owned(), "from-end".to_owned());
+    let (c3, mut t3) = start_as("orders", "i3", &from_end).await.unwrap();
+    db.exec("INSERT INTO orders VALUES (2);").await;
+    let records = poll_records(&mut t3[0], 1).await;
+    let ids: Vec<_> = records
+        .iter()
+        .map(|r| value(r)["new"]["id"].clone())
+        .collect();
+    assert_eq!(
+        ids,
+        [serde_json::json!(2)],
+        "rows kept before the takeover are skipped"
+    );
+
+    // A late cleanup-only stop(true) of incarnation 1 (its task and connector).
+    let mut late_task = PgAuditTask::default();
+    let mut ctx = task_ctx("orders", 0, true, &cfg, BTreeMap::new());
+    ctx.incarnation = "i1".to_owned();
+    late_task.start(ctx, cfg.clone()).await.unwrap();
+    late_task.stop_with(true).await.unwrap();
+    let mut late = PgAuditConnector::default();
+    let ctx = ConnectorContext::new("orders", "i1", true, "executor-a", Arc::new(|| {}));
+    late.start(ctx, cfg.clone()).await.unwrap();
+    late.stop_with(true).await.unwrap();
+    assert_eq!(db.catalog().await, kept, "incarnation 3's objects survive");
+
+    delete_all(c3, t3).await;
+    assert!(db.catalog().await.is_empty());
+}

@@ -506,3 +506,186 @@ async fn changing_audit_table_leaves_nothing_behind() {
     delete_all(connector, tasks).await;
     assert_eq!(db.objects(), before);
 }
+
+/// Starts the connector and its tasks as incarnation `incarnation`; the start's error
+/// when the connector refuses.
+async fn start_as(
+    name: &str,
+    incarnation: &str,
+    cfg: &ConfigMap,
+) -> Result<(SqliteAuditConnector, Vec<SqliteAuditTask>), String> {
+    let mut connector = SqliteAuditConnector::default();
+    let ctx = ConnectorContext::new(name, incarnation, false, "executor-a", Arc::new(|| {}));
+    if let Err(e) = connector.start(ctx, cfg.clone()).await {
+        // What the runtime does after a failed start of a connector being deleted.
+        connector
+            .stop_with(true)
+            .await
+            .expect("stop(true) after a refused start");
+        return Err(e.to_string());
+    }
+    let mut tasks = Vec::new();
+    for (i, tc) in connector
+        .task_configs(1)
+        .await
+        .unwrap()
+        .into_iter()
+        .enumerate()
+    {
+        let mut ctx = task_ctx(name, i as u32, false, cfg, BTreeMap::new());
+        ctx.incarnation = incarnation.to_owned();
+        let mut task = SqliteAuditTask::default();
+        task.start(ctx, tc).await.expect("task start");
+        tasks.push(task);
+    }
+    Ok((connector, tasks))
+}
+
+#[tokio::test]
+async fn a_second_connector_naming_the_same_audit_table_is_refused_and_its_deletion_keeps_the_first()
+ {
+    let db = TestDb::new("CREATE TABLE a (id INTEGER); CREATE TABLE b (id INTEGER);");
+    let mut first = config(&db.path, "a");
+    first.insert(keys::AUDIT_TABLE.to_owned(), "shared_audit".to_owned());
+    let mut second = config(&db.path, "b");
+    second.insert(keys::AUDIT_TABLE.to_owned(), "shared_audit".to_owned());
+    let (c1, mut t1) = start_as("first", "i1", &first).await.unwrap();
+    let before = db.catalog();
+
+    let err = start_as("second", "i1", &second).await.unwrap_err();
+    assert!(
+        err.contains("already claimed by connector \"first\""),
+        "{err}"
+    );
+    // The refused connector's stop(true) ran: the first one's objects are all there.
+    assert_eq!(db.catalog(), before);
+    assert_eq!(
+        db.count("SELECT count(*) FROM sqlite_master WHERE name = 'shared_audit'"),
+        1
+    );
+    db.exec("INSERT INTO a VALUES (1);");
+    assert_eq!(poll_records(&mut t1[0], 1).await.len(), 1);
+    delete_all(c1, t1).await;
+    assert_eq!(
+        db.count(
+            "SELECT count(*) FROM sqlite_master WHERE name LIKE 'wharf%' OR name = 'shared_audit'"
+        ),
+        0
+    );
+}
+
+#[tokio::test]
+async fn a_locked_database_delays_provisioning_and_polls_instead_of_failing_them() {
+    let db = TestDb::new("CREATE TABLE orders (id INTEGER);");
+    let mut cfg = config(&db.path, "orders");
+    // Each statement gives up on the lock quickly, so the retries are what carries it.
+    cfg.insert(keys::BUSY_TIMEOUT_MS.to_owned(), "20".to_owned());
+
+    let lock = Connection::open(&db.path).unwrap();
+    lock.execute_batch("BEGIN EXCLUSIVE").unwrap();
+    let path = db.path.clone();
+    let start = tokio::spawn({
+        let cfg = cfg.clone();
+        async move { start_as("locked", "i1", &cfg).await }
+    });
+    // The start is stuck behind the lock (and not failed) while the lock is held.
+    let deadline = Instant::now() + Duration::from_millis(500);
+    while Instant::now() < deadline {
+        assert!(
+            !start.is_finished(),
+            "start finished while the database was locked"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    lock.execute_batch("COMMIT").unwrap();
+    let (connector, mut tasks) = start.await.unwrap().expect("start after the lock went");
+
+    db.exec("INSERT INTO orders VALUES (1);");
+    let lock = Connection::open(&path).unwrap();
+    lock.execute_batch("BEGIN EXCLUSIVE").unwrap();
+    let mut task = tasks.remove(0);
+    let poll = tokio::spawn(async move {
+        let records = poll_records(&mut task, 1).await;
+        (task, records)
+    });
+    let deadline = Instant::now() + Duration::from_millis(500);
+    while Instant::now() < deadline {
+        assert!(
+            !poll.is_finished(),
+            "poll returned while the database was locked"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    lock.execute_batch("COMMIT").unwrap();
+    let (task, records) = poll.await.expect("poll did not fail");
+    assert_eq!(records.len(), 1);
+    delete_all(connector, vec![task]).await;
+    assert!(db.catalog().is_empty());
+}
+
+#[tokio::test]
+async fn a_recreated_connector_refuses_or_adopts_a_kept_audit_table_as_audit_adopt_says() {
+    let db = TestDb::new("CREATE TABLE orders (id INTEGER);");
+    let cfg = config(&db.path, "orders");
+    // Incarnation 1 is deleted with keep_resources: every stop passes false.
+    let (c1, t1) = start_as("orders", "i1", &cfg).await.unwrap();
+    stop_all_plain(c1, t1).await;
+    db.exec("INSERT INTO orders VALUES (1);");
+    let kept = db.catalog();
+    assert_eq!(kept.audit_tables.len(), 1);
+
+    // Incarnation 2, default audit.adopt=never: refused, its cleanup drops nothing.
+    let err = start_as("orders", "i2", &cfg).await.unwrap_err();
+    assert!(
+        err.contains("earlier incarnation (i1)") && err.contains("audit.adopt"),
+        "{err}"
+    );
+    assert_eq!(db.catalog(), kept);
+
+    // Incarnation 3 adopts from the end: the kept row is skipped, new ones arrive.
+    let mut from_end = cfg.clone();
+    from_end.insert(keys::ADOPT.to_owned(), "from-end".to_owned());
+    let (c3, mut t3) = start_as("orders", "i3", &from_end).await.unwrap();
+    db.exec("INSERT INTO orders VALUES (2);");
+    let records = poll_records(&mut t3[0], 1).await;
+    let ids: Vec<_> = records
+        .iter()
+        .map(|r| value(r)["new"]["id"].clone())
+        .collect();
+    assert_eq!(ids, [serde_json::json!(2)]);
+    // A late stop(true) of incarnation 1 leaves what incarnation 3 now owns.
+    let mut late = SqliteAuditConnector::default();
+    late.start(connector_ctx_as("orders", "i1", true), cfg.clone())
+        .await
+        .unwrap();
+    late.stop_with(true).await.unwrap();
+    assert_eq!(db.catalog(), kept);
+    stop_all_plain(c3, t3).await;
+
+    // Incarnation 4 adopts from the start: every kept row is emitted.
+    let mut from_start = cfg.clone();
+    from_start.insert(keys::ADOPT.to_owned(), "from-start".to_owned());
+    let (c4, mut t4) = start_as("orders", "i4", &from_start).await.unwrap();
+    let records = poll_records(&mut t4[0], 2).await;
+    let ids: Vec<_> = records
+        .iter()
+        .map(|r| value(r)["new"]["id"].clone())
+        .collect();
+    assert_eq!(ids, [serde_json::json!(1), serde_json::json!(2)]);
+    delete_all(c4, t4).await;
+    assert!(db.catalog().is_empty());
+    assert_eq!(
+        db.count("SELECT count(*) FROM sqlite_master WHERE name = 'wharf_owners'"),
+        0
+    );
+}
+
+fn connector_ctx_as(name: &str, incarnation: &str, cleanup_only: bool) -> ConnectorContext {
+    ConnectorContext::new(
+        name,
+        incarnation,
+        cleanup_only,
+        "executor-a",
+        Arc::new(|| {}),
+    )
+}

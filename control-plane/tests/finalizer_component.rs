@@ -227,6 +227,7 @@ async fn setup(
                 .heartbeat(pb::HeartbeatRequest {
                     executor_id: "fake-1".into(),
                     epoch,
+                    ..Default::default()
                 })
                 .await
                 .is_err()

@@ -6,9 +6,9 @@ use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
+use crate::app::{DEFAULT_GRACEFUL_TIMEOUT_MS, ExecutorConfig};
 use clap::Parser;
 use serde::Deserialize;
-use wharf_executor::app::{DEFAULT_GRACEFUL_TIMEOUT_MS, ExecutorConfig};
 
 /// Wharf executor: runs connector instances and tasks assigned by the control plane and
 /// stops them with connector_deleted=true only when their connector was deleted
@@ -156,6 +156,18 @@ impl Cli {
     /// # Errors
     /// [`ConfigError`].
     pub fn build(self) -> Result<ExecutorConfig, ConfigError> {
+        self.build_with(wharf_connectors::builtin_plugins())
+    }
+
+    /// As [`Cli::build`], offering `plugins` instead of the built-in ones (the test
+    /// plugins are added on top when enabled).
+    ///
+    /// # Errors
+    /// [`ConfigError`].
+    pub fn build_with(
+        self,
+        plugins: Vec<wharf::sdk::Plugin>,
+    ) -> Result<ExecutorConfig, ConfigError> {
         let Cli {
             config,
             listen,
@@ -218,6 +230,7 @@ impl Cli {
                 .unwrap_or(DEFAULT_GRACEFUL_TIMEOUT_MS),
         );
         out.nats_url = nats_url.or(file_nats_url);
+        out.plugins = plugins;
         if enable_test_plugins
             .or(file_enable_test_plugins)
             .unwrap_or(false)

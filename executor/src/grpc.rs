@@ -221,31 +221,41 @@ impl pb::executor_server::Executor for ExecutorService {
         &self,
         _request: Request<pb::ListAssignmentsRequest>,
     ) -> Result<Response<pb::ListAssignmentsResponse>, Status> {
-        let (connectors, tasks) = self.host.assignments();
+        let (connectors, tasks) = hosted_wire(&self.host);
         Ok(Response::new(pb::ListAssignmentsResponse {
             executor_id: self.host.executor_id().to_owned(),
             epoch: self.host.epoch(),
-            connectors: connectors
-                .into_iter()
-                .map(|c| pb::HostedConnector {
-                    connector: c.key,
-                    generation: c.generation,
-                    state: wire_state(&c.state).0,
-                    cleanup_only: c.cleanup_only,
-                })
-                .collect(),
-            tasks: tasks
-                .into_iter()
-                .map(|t| pb::HostedTask {
-                    task: Some(pb::TaskId {
-                        connector: t.key.connector,
-                        task: t.key.task,
-                    }),
-                    generation: t.generation,
-                    state: wire_state(&t.state).0,
-                    cleanup_only: t.cleanup_only,
-                })
-                .collect(),
+            connectors,
+            tasks,
         }))
     }
+}
+
+/// What `host` hosts (instances not yet stopped), on the wire: for ListAssignments and
+/// the heartbeat.
+pub fn hosted_wire(host: &Host) -> (Vec<pb::HostedConnector>, Vec<pb::HostedTask>) {
+    let (connectors, tasks) = host.assignments();
+    (
+        connectors
+            .into_iter()
+            .map(|c| pb::HostedConnector {
+                connector: c.key,
+                generation: c.generation,
+                state: wire_state(&c.state).0,
+                cleanup_only: c.cleanup_only,
+            })
+            .collect(),
+        tasks
+            .into_iter()
+            .map(|t| pb::HostedTask {
+                task: Some(pb::TaskId {
+                    connector: t.key.connector,
+                    task: t.key.task,
+                }),
+                generation: t.generation,
+                state: wire_state(&t.state).0,
+                cleanup_only: t.cleanup_only,
+            })
+            .collect(),
+    )
 }

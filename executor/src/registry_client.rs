@@ -342,9 +342,15 @@ impl Registry {
                     () = tokio::time::sleep(Duration::from_millis(interval)) => {}
                     () = self.beat_now.notified() => {}
                 }
+                // What it hosts rides along, so that the control plane corrects a status
+                // that lost its instance (issue 15, point 7).
+                let (connectors, tasks) = crate::grpc::hosted_wire(&host);
                 let req = pb::HeartbeatRequest {
                     executor_id: self.executor_id.clone(),
                     epoch: granted.epoch,
+                    reports_hosted: true,
+                    connectors,
+                    tasks,
                 };
                 let (used, mut client) = self.client();
                 match client.heartbeat(req).await {

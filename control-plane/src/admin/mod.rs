@@ -25,6 +25,7 @@ use crate::grpc::convert::{
 use crate::model::{
     ConnectorRecord, ConnectorSpec, DeletionRecord, InstanceEvent, InstanceState, TargetState,
 };
+use crate::plan::unit::Host;
 use crate::reconcile::{Cluster, finalizer, now_ms};
 use crate::store::CreateOutcome;
 
@@ -32,6 +33,26 @@ use crate::store::CreateOutcome;
 pub const DEFAULT_DELETE_WAIT_MS: u32 = 30_000;
 /// Attempts to record a deletion while the connector keeps changing.
 const DELETE_RECORD_ATTEMPTS: usize = 16;
+/// How long a forced delete waits for the finalizer to carry the force out, in
+/// milliseconds (it is woken at once; this bounds a stalled store).
+const FORCE_WAIT_MS: u64 = 10_000;
+
+/// Waits until connector `name` is gone from the store, at most until `deadline`.
+async fn wait_gone(
+    cluster: &Cluster,
+    changes: &mut tokio::sync::broadcast::Receiver<String>,
+    name: &str,
+    deadline: tokio::time::Instant,
+) -> Result<(), ApiError> {
+    while cluster.store.connector(name)?.is_some() {
+        match tokio::time::timeout_at(deadline, changes.recv()).await {
+            Err(_) => break,
+            Ok(Ok(_) | Err(tokio::sync::broadcast::error::RecvError::Lagged(_))) => {}
+            Ok(Err(tokio::sync::broadcast::error::RecvError::Closed)) => break,
+        }
+    }
+    Ok(())
+}
 
 /// The admin core over one cluster; cheap to clone.
 #[derive(Clone)]
@@ -565,7 +586,7 @@ impl Admin {
                 // Deleting again: run failed steps once more now, unless forcing, which
                 // skips them (a retry started first would run one more cleanup).
                 if !opts.force {
-                    finalizer::retry_now(cluster, name)?;
+                    finalizer::request_retry(cluster, name)?;
                 }
                 recorded = true;
                 break;
@@ -585,11 +606,13 @@ impl Admin {
         }
         let mut skipped_tasks = Vec::new();
         let mut connector_cleanup_skipped = false;
-        if opts.force
-            && let Some((tasks, conn)) = finalizer::force(cluster, name)?
-        {
-            skipped_tasks = tasks;
-            connector_cleanup_skipped = conn;
+        if opts.force && finalizer::request_force(cluster, name)? {
+            // The finalizer carries the force out on its next pass (at once: it was woken).
+            let deadline = tokio::time::Instant::now() + Duration::from_millis(FORCE_WAIT_MS);
+            wait_gone(cluster, &mut changes, name, deadline).await?;
+            if let Some(d) = cluster.finished_deletion(name) {
+                (skipped_tasks, connector_cleanup_skipped) = finalizer::forced_skips(&d);
+            }
         }
         let rec = if opts.wait {
             let ms = if opts.wait_timeout_ms == 0 {
@@ -598,13 +621,7 @@ impl Admin {
                 opts.wait_timeout_ms
             };
             let deadline = tokio::time::Instant::now() + Duration::from_millis(u64::from(ms));
-            while cluster.store.connector(name)?.is_some() {
-                match tokio::time::timeout_at(deadline, changes.recv()).await {
-                    Err(_) => break,
-                    Ok(Ok(_) | Err(tokio::sync::broadcast::error::RecvError::Lagged(_))) => {}
-                    Ok(Err(tokio::sync::broadcast::error::RecvError::Closed)) => break,
-                }
-            }
+            wait_gone(cluster, &mut changes, name, deadline).await?;
             let rec = cluster.store.connector(name)?;
             // An OK answer to a waiting delete means "gone": a script running
             // `DeleteConnector ... && next-step` must not go on while cleanup is pending.
@@ -638,7 +655,7 @@ impl Admin {
     pub fn retry_cleanup(&self, name: &str) -> ApiResult<Option<pb::ConnectorStatus>> {
         let cluster = &self.cluster;
         let rec = self.existing(name)?;
-        if !rec.deleting || !finalizer::retry_now(cluster, name)? {
+        if !rec.deleting || !finalizer::request_retry(cluster, name)? {
             return Err(ApiError::WrongState {
                 name: name.to_owned(),
                 reason: "is not being deleted".into(),
@@ -715,12 +732,17 @@ impl Admin {
     pub fn executors(&self) -> ApiResult<Vec<pb::ExecutorInfo>> {
         let cluster = &self.cluster;
         let connectors = cluster.store.connectors()?;
-        Ok(cluster
-            .store
-            .executors()?
-            .into_iter()
+        let view = cluster.executor_view()?;
+        Ok(view
+            .all
+            .values()
+            .cloned()
             .map(|e| {
-                let alive = !e.lost && cluster.holds_lease(&e.id, e.epoch);
+                let state = match view.health.get(&e.id) {
+                    Some(Host::Live) => pb::ExecutorState::Alive,
+                    Some(Host::Unresponsive) => pb::ExecutorState::Unresponsive,
+                    Some(Host::Lost) | None => pb::ExecutorState::Lost,
+                };
                 let on = |i: &crate::model::Instance| {
                     i.executor.as_deref() == Some(e.id.as_str())
                         && i.epoch == e.epoch
@@ -729,11 +751,8 @@ impl Admin {
                 pb::ExecutorInfo {
                     address: e.address.clone(),
                     epoch: e.epoch,
-                    state: if alive {
-                        pb::ExecutorState::Alive
-                    } else {
-                        pb::ExecutorState::Lost
-                    } as i32,
+                    state: state as i32,
+                    unreachable_error: cluster.unreachable_error(&e.id),
                     plugins: e.plugins.iter().map(|p| p.name.clone()).collect(),
                     last_heartbeat_ms: cluster.last_heartbeat_ms(&e.id),
                     connectors: connectors.iter().filter(|c| on(&c.connector)).count() as u32,

@@ -333,6 +333,20 @@ pub fn deletion_status(d: &crate::model::DeletionRecord) -> pb::DeletionStatus {
                 rehosted: s.rehosted,
                 connector_deleted: s.connector_deleted,
                 generation: s.generation,
+                exhausted: s.exhausted(),
+                next_attempt_ms: match s.state {
+                    crate::model::CleanupState::Failed | crate::model::CleanupState::Pending
+                        if !s.exhausted() =>
+                    {
+                        s.next_attempt_ms
+                    }
+                    crate::model::CleanupState::Failed
+                    | crate::model::CleanupState::Pending
+                    | crate::model::CleanupState::Running
+                    | crate::model::CleanupState::Done
+                    | crate::model::CleanupState::Skipped => 0,
+                },
+                forced: s.forced,
             })
             .collect(),
     }

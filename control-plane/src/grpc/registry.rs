@@ -117,6 +117,24 @@ impl ExecutorRegistry for RegistryService {
             }
             .into());
         }
+        if req.reports_hosted {
+            let hosted =
+                req.connectors
+                    .into_iter()
+                    .map(|c| (c.connector, None, c.generation))
+                    .chain(req.tasks.into_iter().filter_map(|t| {
+                        t.task.map(|id| (id.connector, Some(id.task), t.generation))
+                    }))
+                    .collect();
+            // The lease is renewed already; a failed correction is retried next beat.
+            if let Err(e) = self
+                .cluster
+                .reconcile_hosted(&req.executor_id, req.epoch, hosted)
+                .await
+            {
+                warn!(executor = %req.executor_id, error = %e, "status correction from heartbeat failed");
+            }
+        }
         Ok(Response::new(pb::HeartbeatResponse {
             lease_ms: self.cluster.lease.lease_ms,
         }))

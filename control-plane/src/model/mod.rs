@@ -300,6 +300,17 @@ pub struct CleanupStep {
     /// executor with the plugin) since the last real attempt; drives their backoff.
     #[serde(default)]
     pub waits: u32,
+    /// Skipped because the operator forced the deletion.
+    #[serde(default)]
+    pub forced: bool,
+}
+
+impl CleanupStep {
+    /// True when a failed step will not run again by itself: `cleanup.max.attempts` ran
+    /// out (RetryCleanup or `force` decide); false while it waits for its next attempt.
+    pub fn exhausted(&self) -> bool {
+        self.state == CleanupState::Failed && self.next_attempt_ms == i64::MAX
+    }
 }
 
 /// Everything a deferred or moved cleanup needs, kept until the deletion completes
@@ -344,6 +355,13 @@ pub struct DeletionRecord {
     pub steps: Vec<CleanupStep>,
     /// Next generation for cleanup-only instances.
     pub next_generation: u64,
+    /// The operator asked to run failed steps again now (RetryCleanup, a repeated
+    /// delete); the finalizer carries it out and clears it.
+    #[serde(default)]
+    pub retry_requested: bool,
+    /// The operator forced the deletion; the finalizer skips what is left and finishes.
+    #[serde(default)]
+    pub force_requested: bool,
     /// Store revision this copy was read at (set by the store).
     #[serde(skip)]
     pub revision: u64,
@@ -368,6 +386,7 @@ impl DeletionRecord {
             generation: host.generation,
             next_attempt_ms: 0,
             waits: 0,
+            forced: false,
         };
         let mut steps: Vec<CleanupStep> = rec
             .tasks
@@ -394,6 +413,8 @@ impl DeletionRecord {
             },
             steps,
             next_generation: rec.next_generation,
+            retry_requested: false,
+            force_requested: false,
             revision: 0,
         }
     }

@@ -2,6 +2,9 @@
 //! See `README.md` beside this file. No I/O here; the herder applies the moves and bumps
 //! the generation of every moved unit.
 
+pub mod hosted;
+pub mod unit;
+
 use std::collections::{BTreeMap, BTreeSet};
 
 /// One connector instance (`task == None`) or task to place.
@@ -24,13 +27,16 @@ pub struct Unit {
     pub current: Option<String>,
 }
 
-/// A live executor and the plugins it offers.
+/// An executor that holds its lease, and the plugins it offers.
 #[derive(Debug, Clone)]
 pub struct LiveExecutor {
     /// Executor id.
     pub id: String,
     /// Plugins it offers.
     pub plugins: BTreeSet<String>,
+    /// False while it missed heartbeats or cannot be reached: it keeps the units it has
+    /// (its lease decides about them) but takes no new ones, and none move from it.
+    pub accepts_new: bool,
 }
 
 /// A change of placement. `to == None`: no live executor offers the plugin.
@@ -46,9 +52,9 @@ pub struct Move {
 
 /// Sticky, even placement of `units` over `executors`.
 ///
-/// 1. A unit stays where it is if that executor is live and offers its plugin.
-/// 2. Every other unit goes to the capable executor with the fewest units (ties: fewest
-///    units of the same connector, then id).
+/// 1. A unit stays where it is if that executor holds its lease and offers its plugin.
+/// 2. Every other unit goes to the capable executor that accepts new work with the fewest
+///    units (ties: fewest units of the same connector, then id).
 /// 3. While some executor holds at least two more units than another one that could take
 ///    one of them, one unit moves from the fullest to the emptiest (preferring the
 ///    connector with most units on the fullest, so connectors spread too).
@@ -87,16 +93,19 @@ pub fn plan_assignments(units: &[Unit], executors: &[LiveExecutor]) -> Vec<Move>
         if placement.get(&u.key).is_some_and(Option::is_some) {
             continue;
         }
-        let best = capable(&u.plugin).into_iter().min_by_key(|e| {
-            (
-                load.get(&e.id).copied().unwrap_or(0),
-                per_connector
-                    .get(&(e.id.clone(), u.key.connector.clone()))
-                    .copied()
-                    .unwrap_or(0),
-                e.id.clone(),
-            )
-        });
+        let best = capable(&u.plugin)
+            .into_iter()
+            .filter(|e| e.accepts_new)
+            .min_by_key(|e| {
+                (
+                    load.get(&e.id).copied().unwrap_or(0),
+                    per_connector
+                        .get(&(e.id.clone(), u.key.connector.clone()))
+                        .copied()
+                        .unwrap_or(0),
+                    e.id.clone(),
+                )
+            });
         if let Some(e) = best {
             *load.entry(e.id.clone()).or_default() += 1;
             *per_connector
@@ -108,8 +117,19 @@ pub fn plan_assignments(units: &[Unit], executors: &[LiveExecutor]) -> Vec<Move>
     // 3. Even out, one move at a time; every move lowers the spread, so this ends.
     let plugin_of: BTreeMap<&UnitKey, &str> =
         sorted.iter().map(|u| (&u.key, u.plugin.as_str())).collect();
+    let accepting: BTreeSet<&str> = executors
+        .iter()
+        .filter(|e| e.accepts_new)
+        .map(|e| e.id.as_str())
+        .collect();
     loop {
-        let mut by_load: Vec<(&String, usize)> = load.iter().map(|(k, v)| (k, *v)).collect();
+        // Only between executors that accept work: a move off a silent one would need a
+        // stop it cannot answer.
+        let mut by_load: Vec<(&String, usize)> = load
+            .iter()
+            .filter(|(k, _)| accepting.contains(k.as_str()))
+            .map(|(k, v)| (k, *v))
+            .collect();
         by_load.sort_by(|a, b| b.1.cmp(&a.1).then(a.0.cmp(b.0)));
         let mut chosen: Option<(UnitKey, String, String)> = None;
         'search: for (full, full_load) in &by_load {
@@ -184,6 +204,7 @@ mod tests {
             .map(|id| LiveExecutor {
                 id: (*id).into(),
                 plugins: ["p".to_owned()].into_iter().collect(),
+                accepts_new: true,
             })
             .collect()
     }
@@ -275,6 +296,18 @@ mod tests {
         let units = tasks(1, &[Some("gone")]);
         let moves = plan_assignments(&units, &[]);
         assert_eq!(moves[0].to, None);
+    }
+
+    #[test]
+    fn a_silent_executor_keeps_its_tasks_but_takes_no_new_ones() {
+        let mut ex = execs(&["a", "b"]);
+        ex[1].accepts_new = false;
+        let mut units = tasks(4, &[Some("b"), Some("b")]);
+        let moves = plan_assignments(&units, &ex);
+        apply(&mut units, &moves);
+        assert_eq!(counts(&units).get("b"), Some(&2), "{moves:?}");
+        assert_eq!(counts(&units).get("a"), Some(&2), "{moves:?}");
+        assert!(moves.iter().all(|m| m.to.as_deref() == Some("a")));
     }
 
     #[test]

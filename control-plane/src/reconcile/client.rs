@@ -1,5 +1,9 @@
 //! Calls to executors' `Executor` service, with a channel cache per address and a typed
 //! error that separates "not reachable" (retry) from "refused" (act on the code).
+//!
+//! The herder and the finalizer call it with domain types ([`ConnectorStart`],
+//! [`TaskStart`], [`StopCall`]) and get domain answers ([`Started`], [`Stopped`]); the
+//! wire requests are built here and nowhere else.
 
 use std::collections::HashMap;
 use std::sync::Mutex;
@@ -8,6 +12,9 @@ use std::time::Duration;
 use tonic::transport::{Channel, Endpoint};
 use wharf::pb::v1 as pb;
 use wharf::pb::v1::executor_client::ExecutorClient;
+use wharf::sdk::ConfigMap;
+
+use crate::model::ExecutorRecord;
 
 /// How long connecting to an executor may take, in milliseconds.
 pub const CONNECT_TIMEOUT_MS: u64 = 2_000;
@@ -99,7 +106,7 @@ impl ExecutorClients {
     }
 
     /// StartConnector.
-    pub async fn start_connector(
+    async fn start_connector(
         &self,
         address: &str,
         req: pb::StartConnectorRequest,
@@ -112,7 +119,7 @@ impl ExecutorClients {
     }
 
     /// StopConnector, bounded by the request's timeout plus slack.
-    pub async fn stop_connector(
+    async fn stop_connector(
         &self,
         address: &str,
         req: pb::ExecutorStopConnectorRequest,
@@ -126,7 +133,7 @@ impl ExecutorClients {
     }
 
     /// ComputeTaskConfigs.
-    pub async fn compute_task_configs(
+    async fn compute_task_configs(
         &self,
         address: &str,
         req: pb::ComputeTaskConfigsRequest,
@@ -139,7 +146,7 @@ impl ExecutorClients {
     }
 
     /// StartTask.
-    pub async fn start_task(
+    async fn start_task(
         &self,
         address: &str,
         req: pb::StartTaskRequest,
@@ -152,7 +159,7 @@ impl ExecutorClients {
     }
 
     /// StopTask, bounded by the request's timeout plus slack.
-    pub async fn stop_task(
+    async fn stop_task(
         &self,
         address: &str,
         req: pb::StopTaskRequest,
@@ -163,5 +170,254 @@ impl ExecutorClients {
             .await
             .map(tonic::Response::into_inner)
             .map_err(|s| classify(address, s))
+    }
+}
+
+/// A connector instance to start.
+#[derive(Debug, Clone)]
+pub struct ConnectorStart {
+    /// Connector name.
+    pub connector: String,
+    /// Its complete config (secrets included).
+    pub config: ConfigMap,
+    /// Generation of the assignment.
+    pub generation: u64,
+    /// Start it paused (its tasks are kept stopped).
+    pub paused: bool,
+    /// Started only to run its cleanup (a deletion's re-hosted step).
+    pub cleanup_only: bool,
+    /// Incarnation of the connector.
+    pub incarnation: String,
+}
+
+/// A task to start.
+#[derive(Debug, Clone)]
+pub struct TaskStart {
+    /// Connector name.
+    pub connector: String,
+    /// Task index.
+    pub task: u32,
+    /// The connector's config.
+    pub connector_config: ConfigMap,
+    /// This task's config.
+    pub task_config: ConfigMap,
+    /// Generation of the assignment.
+    pub generation: u64,
+    /// Start it paused.
+    pub paused: bool,
+    /// Started only to run its cleanup.
+    pub cleanup_only: bool,
+    /// Committed source offsets, (partition JSON, offset JSON).
+    pub offsets: Vec<(String, String)>,
+    /// Incarnation of the connector.
+    pub incarnation: String,
+}
+
+/// How an executor answered a start.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Started {
+    /// The instance runs (or is paused as asked).
+    Running,
+    /// The plugin's start failed; the instance stays on the executor, FAILED.
+    Failed(String),
+}
+
+/// A stop of one instance (`task == None`: the connector instance).
+#[derive(Debug, Clone)]
+pub struct StopCall {
+    /// Connector name.
+    pub connector: String,
+    /// Task index; `None` for the connector instance.
+    pub task: Option<u32>,
+    /// Generation of the instance to stop.
+    pub generation: u64,
+    /// The flag the plugin's stop gets (KIP-883).
+    pub connector_deleted: bool,
+    /// How long the plugin's stop may take, in ms (0: the executor's default).
+    pub timeout_ms: u32,
+}
+
+/// How the plugin's stop ended.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum StopOutcome {
+    /// It returned without error.
+    Stopped,
+    /// It returned an error.
+    Failed,
+    /// It overran the timeout; the executor abandoned the instance.
+    TimedOut,
+}
+
+/// How an executor answered a stop.
+#[derive(Debug, Clone)]
+pub struct Stopped {
+    /// How the plugin's stop ended.
+    pub outcome: StopOutcome,
+    /// The flag the instance was actually stopped with (an earlier stop may have won).
+    pub connector_deleted: bool,
+    /// The plugin's error, if any.
+    pub error: String,
+}
+
+fn wire_config(c: &ConfigMap) -> std::collections::HashMap<String, String> {
+    c.iter().map(|(k, v)| (k.clone(), v.clone())).collect()
+}
+
+fn target(paused: bool) -> i32 {
+    if paused {
+        pb::TargetState::Paused as i32
+    } else {
+        pb::TargetState::Started as i32
+    }
+}
+
+fn started(state: i32, error: String) -> Started {
+    if state == pb::State::Failed as i32 {
+        Started::Failed(error)
+    } else {
+        Started::Running
+    }
+}
+
+fn stopped(outcome: i32, connector_deleted: bool, error: String) -> Stopped {
+    let outcome = match pb::StopOutcome::try_from(outcome) {
+        Ok(pb::StopOutcome::Stopped) => StopOutcome::Stopped,
+        Ok(pb::StopOutcome::TimedOut) => StopOutcome::TimedOut,
+        Ok(pb::StopOutcome::Failed | pb::StopOutcome::Unspecified) | Err(_) => StopOutcome::Failed,
+    };
+    Stopped {
+        outcome,
+        connector_deleted,
+        error,
+    }
+}
+
+impl ExecutorClients {
+    /// Starts a connector instance on `exec` (at its current epoch).
+    ///
+    /// # Errors
+    /// [`CallError`]: unreachable, or refused (FAILED_PRECONDITION: another epoch).
+    pub async fn start_connector_on(
+        &self,
+        exec: &ExecutorRecord,
+        s: &ConnectorStart,
+    ) -> Result<Started, CallError> {
+        self.start_connector(
+            &exec.address,
+            pb::StartConnectorRequest {
+                connector: s.connector.clone(),
+                config: wire_config(&s.config),
+                generation: s.generation,
+                target_state: target(s.paused),
+                cleanup_only: s.cleanup_only,
+                incarnation: s.incarnation.clone(),
+                executor_epoch: exec.epoch,
+            },
+        )
+        .await
+        .map(|r| started(r.state, r.error))
+    }
+
+    /// Starts a task on `exec` (at its current epoch).
+    ///
+    /// # Errors
+    /// As [`ExecutorClients::start_connector_on`].
+    pub async fn start_task_on(
+        &self,
+        exec: &ExecutorRecord,
+        s: &TaskStart,
+    ) -> Result<Started, CallError> {
+        self.start_task(
+            &exec.address,
+            pb::StartTaskRequest {
+                task: Some(pb::TaskId {
+                    connector: s.connector.clone(),
+                    task: s.task,
+                }),
+                connector_config: wire_config(&s.connector_config),
+                task_config: wire_config(&s.task_config),
+                generation: s.generation,
+                target_state: target(s.paused),
+                cleanup_only: s.cleanup_only,
+                offsets: s
+                    .offsets
+                    .iter()
+                    .map(|(partition, offset)| pb::SourceOffset {
+                        partition: partition.clone(),
+                        offset: offset.clone(),
+                    })
+                    .collect(),
+                incarnation: s.incarnation.clone(),
+                executor_epoch: exec.epoch,
+            },
+        )
+        .await
+        .map(|r| started(r.state, r.error))
+    }
+
+    /// Stops one instance on `exec`.
+    ///
+    /// # Errors
+    /// [`CallError`]: unreachable, or refused (NOT_FOUND: not hosted there;
+    /// FAILED_PRECONDITION: a newer generation or epoch).
+    pub async fn stop_on(&self, exec: &ExecutorRecord, s: &StopCall) -> Result<Stopped, CallError> {
+        match s.task {
+            Some(task) => self
+                .stop_task(
+                    &exec.address,
+                    pb::StopTaskRequest {
+                        task: Some(pb::TaskId {
+                            connector: s.connector.clone(),
+                            task,
+                        }),
+                        connector_deleted: s.connector_deleted,
+                        generation: s.generation,
+                        timeout_ms: s.timeout_ms,
+                    },
+                )
+                .await
+                .map(|r| stopped(r.outcome, r.connector_deleted, r.error)),
+            None => self
+                .stop_connector(
+                    &exec.address,
+                    pb::ExecutorStopConnectorRequest {
+                        connector: s.connector.clone(),
+                        connector_deleted: s.connector_deleted,
+                        generation: s.generation,
+                        timeout_ms: s.timeout_ms,
+                    },
+                )
+                .await
+                .map(|r| stopped(r.outcome, r.connector_deleted, r.error)),
+        }
+    }
+
+    /// Asks the connector instance at `generation` on `exec` for at most `max_tasks`
+    /// task configs.
+    ///
+    /// # Errors
+    /// [`CallError`].
+    pub async fn task_configs_on(
+        &self,
+        exec: &ExecutorRecord,
+        connector: &str,
+        max_tasks: u32,
+        generation: u64,
+    ) -> Result<Vec<ConfigMap>, CallError> {
+        self.compute_task_configs(
+            &exec.address,
+            pb::ComputeTaskConfigsRequest {
+                connector: connector.to_owned(),
+                max_tasks,
+                generation,
+            },
+        )
+        .await
+        .map(|r| {
+            r.task_configs
+                .into_iter()
+                .map(|t| t.config.into_iter().collect())
+                .collect()
+        })
     }
 }

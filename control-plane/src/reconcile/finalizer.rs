@@ -58,17 +58,17 @@
 //!   executor's lease expires (the call is then abandoned: the host is fenced), at most
 //!   until the call's deadline, `max(cleanup.timeout.ms, 15 s) + 5 s`.
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::Duration;
 
 use tokio_util::sync::CancellationToken;
 use tracing::{debug, error, info, warn};
-use wharf::pb::v1 as pb;
 
-use super::client::CallError;
-use super::{Cluster, HerderError, RECONCILE_INTERVAL_MS, now_ms};
+use super::client::{CallError, ConnectorStart, StopCall, StopOutcome, TaskStart};
+use super::cluster::{Cluster, ExecutorView, HerderError, RECONCILE_INTERVAL_MS, now_ms};
 use crate::model::{CleanupState, DeletionRecord, ExecutorRecord, Instance};
+use crate::plan::unit::{Action, Host, Hosted, Want, decide};
 
 /// First retry delay after a failed cleanup attempt, in milliseconds (doubles per attempt).
 pub const CLEANUP_BACKOFF_BASE_MS: i64 = 200;
@@ -103,6 +103,19 @@ pub async fn run_finalizer(cluster: Arc<Cluster>, cancel: CancellationToken) {
         match cluster.store.deletions() {
             Ok(deletions) => {
                 for d in deletions {
+                    // Intents recorded by the admin API are carried out here, also while
+                    // a round of this deletion is in flight (force skips what runs).
+                    if d.force_requested {
+                        if let Err(e) = apply_force(&cluster, &d.name) {
+                            warn!(connector = %d.name, error = %e, "forcing the deletion failed; retrying");
+                        }
+                        continue;
+                    }
+                    if d.retry_requested
+                        && let Err(e) = apply_retry(&cluster, &d.name)
+                    {
+                        warn!(connector = %d.name, error = %e, "retrying the cleanup failed; retrying");
+                    }
                     if running.contains_key(&d.name) {
                         continue;
                     }
@@ -229,7 +242,7 @@ async fn advance(cluster: &Cluster, name: &str) -> Result<bool, HerderError> {
     if finish_if_complete(cluster, &d).await? {
         return Ok(true);
     }
-    let live = cluster.live_executors()?;
+    let view = cluster.executor_view()?;
     let mut dirty = false;
     loop {
         let ready = ready_steps(&d);
@@ -242,7 +255,7 @@ async fn advance(cluster: &Cluster, name: &str) -> Result<bool, HerderError> {
         {
             super::fault::crash_point("before_fanout");
         }
-        let Some(outcomes) = run_round(cluster, &mut d, &ready, &live).await? else {
+        let Some(outcomes) = run_round(cluster, &mut d, &ready, &view).await? else {
             return Ok(true); // changed underneath: the next pass reloads
         };
         let all_done = outcomes
@@ -302,64 +315,74 @@ enum Plan {
     Outcome(Attempt),
 }
 
-fn plan_step(
-    cluster: &Cluster,
-    d: &DeletionRecord,
-    idx: usize,
-    live: &BTreeMap<String, ExecutorRecord>,
-) -> Plan {
+/// The first call of step `idx`, from facts only (the record and the executor view):
+/// the unit's cell of [`decide`]. Every instance that still exists on a live executor,
+/// failed ones included, is stopped itself; a cleanup-only instance is only for a unit
+/// that no executor hosts; nothing is sent to a host that missed heartbeats.
+fn plan_step(d: &DeletionRecord, idx: usize, view: &ExecutorView) -> Plan {
     let step = &d.steps[idx];
-    let host = host_of(d, step.task);
     let flag = d.cleanup;
-    // A cleanup-only instance started by an earlier attempt (or before a control-plane
-    // restart) whose stop was not confirmed: stop that one rather than start another.
-    if let Some(exec) = live
-        .get(&step.executor)
-        .filter(|_| step.rehosted && step.state == CleanupState::Running && flag)
-    {
-        return Plan::Stop {
-            exec: exec.clone(),
-            generation: step.generation,
-            mark_running: false,
+    if step.rehosted {
+        // A cleanup-only instance started by an earlier attempt (or before a control-plane
+        // restart) whose stop was not confirmed: stop that one rather than start another.
+        if step.state == CleanupState::Running && flag {
+            let epoch = view.all.get(&step.executor).map_or(0, |e| e.epoch);
+            match view.host(Some(&step.executor), epoch) {
+                Host::Live => {
+                    if let Some(exec) = view.live(&step.executor) {
+                        return Plan::Stop {
+                            exec: exec.clone(),
+                            generation: step.generation,
+                            mark_running: false,
+                        };
+                    }
+                }
+                Host::Unresponsive => {
+                    return Plan::Outcome(Attempt::Wait {
+                        error: "executor of the cleanup-only instance does not answer heartbeats"
+                            .into(),
+                    });
+                }
+                Host::Lost => {}
+            }
+        }
+        return if flag {
+            Plan::Outcome(Attempt::Rehost)
+        } else {
+            Plan::Outcome(Attempt::Done {
+                executor: String::new(),
+            })
         };
     }
-    let host_live = host
-        .executor
-        .as_ref()
-        .and_then(|e| live.get(e))
-        .filter(|e| e.epoch == host.epoch);
-    if let Some(exec) = host_live.filter(|_| !step.rehosted && host.state.has_live_instance()) {
-        return Plan::Stop {
-            exec: exec.clone(),
-            generation: host.generation,
-            mark_running: true,
-        };
-    }
-    if !step.rehosted
-        && host.state.has_live_instance()
-        && host.executor.as_ref().is_some_and(|e| {
-            // Its lease ran out but the herder has not recorded it lost yet: wait for
-            // that, so that a re-hosted cleanup never overlaps a still-fenced host.
-            live.get(e).is_none()
-                && cluster
-                    .store
-                    .executor(e)
-                    .ok()
-                    .flatten()
-                    .is_some_and(|r| !r.lost && r.epoch == host.epoch)
-        })
-    {
-        return Plan::Outcome(Attempt::Wait {
-            error: "host executor not reachable yet".into(),
-        });
-    }
-    if flag {
-        Plan::Outcome(Attempt::Rehost)
+    let host = host_of(d, step.task);
+    let want = if flag {
+        Want::Deleted
     } else {
-        // Keeping resources and nothing runs: nothing to stop.
-        Plan::Outcome(Attempt::Done {
+        Want::DeletedKeepResources
+    };
+    let health = view.host(host.executor.as_deref(), host.epoch);
+    match decide(want, Hosted::from_recorded(host.state), health) {
+        Action::Stop { .. } => match host.executor.as_deref().and_then(|e| view.live(e)) {
+            Some(exec) => Plan::Stop {
+                exec: exec.clone(),
+                generation: host.generation,
+                mark_running: true,
+            },
+            None => Plan::Outcome(Attempt::Wait {
+                error: "host executor not live".into(),
+            }),
+        },
+        Action::CleanupOnly => Plan::Outcome(Attempt::Rehost),
+        Action::Done => Plan::Outcome(Attempt::Done {
             executor: String::new(),
-        })
+        }),
+        Action::Wait => Plan::Outcome(Attempt::Wait {
+            error: "host executor does not answer heartbeats; waiting for it or its lease".into(),
+        }),
+        // Not answers for a deletion.
+        Action::Keep | Action::Start | Action::Record => Plan::Outcome(Attempt::Wait {
+            error: "no cleanup decision".into(),
+        }),
     }
 }
 
@@ -370,13 +393,13 @@ async fn run_round(
     cluster: &Cluster,
     d: &mut DeletionRecord,
     ready: &[usize],
-    live: &BTreeMap<String, ExecutorRecord>,
+    view: &ExecutorView,
 ) -> Result<Option<Vec<(usize, Attempt)>>, HerderError> {
     let flag = d.cleanup;
     let mut outcomes: Vec<(usize, Attempt)> = Vec::with_capacity(ready.len());
     let mut stops = Vec::new();
     for &idx in ready {
-        match plan_step(cluster, d, idx, live) {
+        match plan_step(d, idx, view) {
             Plan::Stop {
                 exec,
                 generation,
@@ -428,10 +451,12 @@ async fn run_round(
             continue;
         }
         let host = host_of(d, d.steps[*idx].task);
-        let preferred = host.executor.as_ref().and_then(|e| live.get(e));
+        let placeable =
+            |e: &&ExecutorRecord| e.has_plugin(&d.sealed.plugin) && view.placeable.contains(&e.id);
+        let preferred = host.executor.as_deref().and_then(|e| view.live(e));
         let exec = preferred
-            .filter(|e| e.has_plugin(&d.sealed.plugin))
-            .or_else(|| live.values().find(|e| e.has_plugin(&d.sealed.plugin)))
+            .filter(placeable)
+            .or_else(|| view.all.values().find(placeable))
             .cloned();
         let Some(exec) = exec else {
             *attempt = Attempt::Wait {
@@ -505,7 +530,7 @@ async fn start_then_stop(
     // gone it is fenced, so stop waiting for it (as for stops).
     let started = tokio::select! {
         r = start_cleanup_only(cluster, d, task, exec, generation) => r,
-        () = lease_lost(cluster, exec) => Err(CallError::Unreachable {
+        () = cluster.lease_lost(exec) => Err(CallError::Unreachable {
             address: exec.address.clone(),
             message: "lease expired while the cleanup-only start was pending; call abandoned".into(),
         }),
@@ -630,67 +655,43 @@ async fn start_cleanup_only(
 ) -> Result<(), CallError> {
     let sealed = &d.sealed;
     match task {
-        Some(t) => cluster
-            .clients
-            .start_task(
-                &exec.address,
-                pb::StartTaskRequest {
-                    task: Some(pb::TaskId {
-                        connector: d.name.clone(),
-                        task: t,
-                    }),
-                    connector_config: sealed.config.clone().into_iter().collect(),
-                    task_config: sealed
-                        .task_configs
-                        .get(t as usize)
-                        .cloned()
-                        .unwrap_or_default()
-                        .into_iter()
-                        .collect(),
-                    generation,
-                    target_state: pb::TargetState::Started as i32,
-                    cleanup_only: true,
-                    offsets: sealed
-                        .offsets
-                        .iter()
-                        .map(|(p, o)| pb::SourceOffset {
-                            partition: p.clone(),
-                            offset: o.clone(),
-                        })
-                        .collect(),
-                    incarnation: sealed.incarnation.clone(),
-                    executor_epoch: exec.epoch,
-                },
-            )
-            .await
-            .map(|_| ()),
-        None => cluster
-            .clients
-            .start_connector(
-                &exec.address,
-                pb::StartConnectorRequest {
-                    connector: d.name.clone(),
-                    config: sealed.config.clone().into_iter().collect(),
-                    generation,
-                    target_state: pb::TargetState::Started as i32,
-                    cleanup_only: true,
-                    incarnation: sealed.incarnation.clone(),
-                    executor_epoch: exec.epoch,
-                },
-            )
-            .await
-            .map(|_| ()),
-    }
-}
-
-/// How often a pending cleanup stop checks that its executor still holds its lease, in
-/// milliseconds.
-const LEASE_CHECK_INTERVAL_MS: u64 = 100;
-
-/// Returns once `exec` no longer holds a lease at its epoch.
-async fn lease_lost(cluster: &Cluster, exec: &ExecutorRecord) {
-    while cluster.holds_lease(&exec.id, exec.epoch) {
-        tokio::time::sleep(Duration::from_millis(LEASE_CHECK_INTERVAL_MS)).await;
+        Some(t) => {
+            let start = TaskStart {
+                connector: d.name.clone(),
+                task: t,
+                connector_config: sealed.config.clone(),
+                task_config: sealed
+                    .task_configs
+                    .get(t as usize)
+                    .cloned()
+                    .unwrap_or_default(),
+                generation,
+                paused: false,
+                cleanup_only: true,
+                offsets: sealed.offsets.clone(),
+                incarnation: sealed.incarnation.clone(),
+            };
+            cluster
+                .clients
+                .start_task_on(exec, &start)
+                .await
+                .map(|_| ())
+        }
+        None => {
+            let start = ConnectorStart {
+                connector: d.name.clone(),
+                config: sealed.config.clone(),
+                generation,
+                paused: false,
+                cleanup_only: true,
+                incarnation: sealed.incarnation.clone(),
+            };
+            cluster
+                .clients
+                .start_connector_on(exec, &start)
+                .await
+                .map(|_| ())
+        }
     }
 }
 
@@ -704,44 +705,25 @@ async fn stop(
     flag: bool,
 ) -> Attempt {
     let timeout_ms = d.sealed.cleanup_timeout_ms;
+    let request = StopCall {
+        connector: d.name.clone(),
+        task,
+        generation,
+        connector_deleted: flag,
+        timeout_ms,
+    };
     let call = async {
-        match task {
-            Some(t) => cluster
-                .clients
-                .stop_task(
-                    &exec.address,
-                    pb::StopTaskRequest {
-                        task: Some(pb::TaskId {
-                            connector: d.name.clone(),
-                            task: t,
-                        }),
-                        connector_deleted: flag,
-                        generation,
-                        timeout_ms,
-                    },
-                )
-                .await
-                .map(|r| (r.outcome, r.connector_deleted, r.error)),
-            None => cluster
-                .clients
-                .stop_connector(
-                    &exec.address,
-                    pb::ExecutorStopConnectorRequest {
-                        connector: d.name.clone(),
-                        connector_deleted: flag,
-                        generation,
-                        timeout_ms,
-                    },
-                )
-                .await
-                .map(|r| (r.outcome, r.connector_deleted, r.error)),
-        }
+        cluster
+            .clients
+            .stop_on(exec, &request)
+            .await
+            .map(|s| (s.outcome, s.connector_deleted, s.error))
     };
     // A frozen or partitioned host would hold this deletion until the call's deadline
     // (tens of seconds); once its lease is gone it is fenced, so stop waiting for it.
     let result = tokio::select! {
         r = call => r,
-        () = lease_lost(cluster, exec) => Err(CallError::Unreachable {
+        () = cluster.lease_lost(exec) => Err(CallError::Unreachable {
             address: exec.address.clone(),
             message: "lease expired while the stop was pending; call abandoned".into(),
         }),
@@ -755,7 +737,7 @@ async fn stop(
             result = ?result.as_ref().map(|r| r.0), "cleanup stop sent");
     }
     match result {
-        Ok((outcome, deleted, _)) if outcome == pb::StopOutcome::Stopped as i32 => {
+        Ok((StopOutcome::Stopped, deleted, _)) => {
             if deleted == flag {
                 Attempt::Done {
                     executor: exec.id.clone(),
@@ -770,7 +752,7 @@ async fn stop(
             if deleted != flag {
                 return Attempt::Rehost;
             }
-            let what = if outcome == pb::StopOutcome::TimedOut as i32 {
+            let what = if outcome == StopOutcome::TimedOut {
                 format!("stop timed out after {timeout_ms} ms: {error}")
             } else {
                 error
@@ -793,15 +775,66 @@ async fn stop(
     }
 }
 
-/// Makes failed or waiting steps run again now (RetryCleanup, or a repeated delete).
-///
-/// # Errors
-/// Store failures.
-pub fn retry_now(cluster: &Cluster, name: &str) -> Result<bool, HerderError> {
-    for _ in 0..16 {
+/// Attempts of a read-modify-write of a deletion on a conflicting revision.
+const INTENT_ATTEMPTS: usize = 16;
+
+/// Records on the deletion of `name` that `set` is wanted (RetryCleanup, a repeated
+/// delete, or `force`), for the finalizer to carry out, and wakes it. False when `name`
+/// has no deletion.
+fn record_intent(
+    cluster: &Cluster,
+    name: &str,
+    set: impl Fn(&mut DeletionRecord) -> bool,
+) -> Result<bool, HerderError> {
+    for _ in 0..INTENT_ATTEMPTS {
         let Some(mut d) = cluster.store.deletion(name)? else {
             return Ok(false);
         };
+        if !set(&mut d) {
+            cluster.changed(name);
+            return Ok(true); // already recorded
+        }
+        if cluster.store.put_deletion(&d)? {
+            cluster.changed(name);
+            return Ok(true);
+        }
+    }
+    Err(HerderError::Contended(name.to_owned()))
+}
+
+/// Asks the finalizer to run failed or waiting steps again now (RetryCleanup, or a
+/// repeated delete). False when `name` is not being deleted.
+///
+/// # Errors
+/// Store failures, or [`HerderError::Contended`].
+pub fn request_retry(cluster: &Cluster, name: &str) -> Result<bool, HerderError> {
+    record_intent(cluster, name, |d| {
+        !std::mem::replace(&mut d.retry_requested, true)
+    })
+}
+
+/// Asks the finalizer to skip every step not yet final and finish the deletion (`force`).
+/// False when `name` is not being deleted.
+///
+/// # Errors
+/// Store failures, or [`HerderError::Contended`].
+pub fn request_force(cluster: &Cluster, name: &str) -> Result<bool, HerderError> {
+    record_intent(cluster, name, |d| {
+        !std::mem::replace(&mut d.force_requested, true)
+    })
+}
+
+/// Carries out a recorded retry: failed and waiting steps are due now, exhausted ones get
+/// their attempts again.
+fn apply_retry(cluster: &Cluster, name: &str) -> Result<(), HerderError> {
+    for _ in 0..INTENT_ATTEMPTS {
+        let Some(mut d) = cluster.store.deletion(name)? else {
+            return Ok(());
+        };
+        if !d.retry_requested {
+            return Ok(());
+        }
+        d.retry_requested = false;
         for s in &mut d.steps {
             if !s.state.is_final() {
                 if s.state == CleanupState::Failed {
@@ -812,22 +845,22 @@ pub fn retry_now(cluster: &Cluster, name: &str) -> Result<bool, HerderError> {
             }
         }
         if cluster.store.put_deletion(&d)? {
+            info!(connector = %name, "cleanup retry requested: failed steps run again now");
             cluster.changed(name);
-            return Ok(true);
+            return Ok(());
         }
     }
     Err(HerderError::Contended(name.to_owned()))
 }
 
-/// Skips every step not yet final and finishes the deletion. Returns the skipped task
-/// indexes and whether the connector step was skipped.
-///
-/// # Errors
-/// Store failures.
-pub fn force(cluster: &Cluster, name: &str) -> Result<Option<(Vec<u32>, bool)>, HerderError> {
-    for _ in 0..16 {
+/// Carries out a recorded force: every step not yet final is skipped (marked forced) and
+/// the deletion finishes. A stop still in flight may finish later; until the finalizer
+/// task of this deletion ended the name is not taken again
+/// ([`Cluster::cleanup_in_flight`]).
+fn apply_force(cluster: &Cluster, name: &str) -> Result<(), HerderError> {
+    for _ in 0..INTENT_ATTEMPTS {
         let Some(mut d) = cluster.store.deletion(name)? else {
-            return Ok(None);
+            return Ok(());
         };
         let mut tasks = Vec::new();
         let mut connector = false;
@@ -835,6 +868,7 @@ pub fn force(cluster: &Cluster, name: &str) -> Result<Option<(Vec<u32>, bool)>, 
             if !s.state.is_final() {
                 s.state = CleanupState::Skipped;
                 s.connector_deleted = false;
+                s.forced = true;
                 match s.task {
                     Some(t) => tasks.push(t),
                     None => connector = true,
@@ -845,15 +879,30 @@ pub fn force(cluster: &Cluster, name: &str) -> Result<Option<(Vec<u32>, bool)>, 
             continue;
         }
         let Some(d) = cluster.store.deletion(name)? else {
-            return Ok(Some((tasks, connector)));
+            return Ok(());
         };
         if cluster.store.finish_deletion(name, d.revision)? {
             warn!(connector = %name, skipped_tasks = ?tasks, connector_skipped = connector,
                 "deletion forced: remaining cleanup skipped; external resources may remain");
             cluster.record_finished_deletion(&d);
             cluster.changed(name);
-            return Ok(Some((tasks, connector)));
+            return Ok(());
         }
     }
     Err(HerderError::Contended(name.to_owned()))
+}
+
+/// What a forced deletion skipped, from its final record: task indexes, and whether the
+/// connector instance's step was skipped.
+pub fn forced_skips(d: &DeletionRecord) -> (Vec<u32>, bool) {
+    let forced = d.steps.iter().filter(|s| s.forced);
+    let mut tasks = Vec::new();
+    let mut connector = false;
+    for s in forced {
+        match s.task {
+            Some(t) => tasks.push(t),
+            None => connector = true,
+        }
+    }
+    (tasks, connector)
 }

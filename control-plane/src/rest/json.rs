@@ -137,6 +137,9 @@ pub fn deletion(d: &pb::DeletionStatus) -> Value {
             "rehosted": s.rehosted,
             "connector_deleted": s.connector_deleted,
             "generation": s.generation,
+            "exhausted": s.exhausted,
+            "next_attempt_ms": s.next_attempt_ms,
+            "forced": s.forced,
         })).collect::<Vec<_>>(),
     })
 }

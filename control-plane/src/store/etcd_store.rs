@@ -600,6 +600,28 @@ impl StateStore for EtcdStore {
         })
     }
 
+    fn forget_executor(&self, id: &str, epoch: u64) -> Result<bool, StoreError> {
+        let id = id.to_owned();
+        self.run(|i| async move {
+            let xk = i.exec_key(&id);
+            let Some(kv) = i.get_one(xk.clone()).await? else {
+                return Ok(false);
+            };
+            let rec: ExecutorRecord = i.decode(&kv)?;
+            if rec.epoch != epoch || !rec.lost {
+                return Ok(false);
+            }
+            let r = i
+                .txn(
+                    present_at(&xk, kv.mod_revision() as u64),
+                    vec![TxnOp::delete(xk.clone(), None)],
+                    vec![],
+                )
+                .await?;
+            Ok(matches!(r, TxnResult::Done))
+        })
+    }
+
     fn mark_executor_lost(&self, id: &str, epoch: u64) -> Result<bool, StoreError> {
         let id = id.to_owned();
         self.run(|i| async move {

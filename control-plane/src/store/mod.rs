@@ -131,6 +131,9 @@ pub trait StateStore: Send + Sync + 'static {
     fn executors(&self) -> Result<Vec<ExecutorRecord>, StoreError>;
     /// Marks an executor lost if its epoch is still `epoch`.
     fn mark_executor_lost(&self, id: &str, epoch: u64) -> Result<bool, StoreError>;
+    /// Removes an executor that is marked lost, if its epoch is still `epoch` (one that
+    /// registered again meanwhile is kept). False when nothing was removed.
+    fn forget_executor(&self, id: &str, epoch: u64) -> Result<bool, StoreError>;
 
     /// Committed source offsets of a connector: (partition JSON, offset JSON), sorted.
     fn offsets(&self, connector: &str) -> Result<Vec<(String, String)>, StoreError>;

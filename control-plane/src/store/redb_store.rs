@@ -97,6 +97,10 @@ enum Write {
         id: String,
         epoch: u64,
     },
+    ForgetExecutor {
+        id: String,
+        epoch: u64,
+    },
     PutOffsets {
         connector: String,
         offsets: Vec<(String, String)>,
@@ -554,6 +558,17 @@ impl Shared {
                 view.overlay.executors.insert(id, Some(rec));
                 Ok((Done::Applied(true), true))
             }
+            Write::ForgetExecutor { id, epoch } => {
+                if view
+                    .executor(&id)
+                    .is_none_or(|e| e.epoch != epoch || !e.lost)
+                {
+                    return Ok((Done::Applied(false), false));
+                }
+                t.execs.remove(id.as_str()).map_err(unavailable)?;
+                view.overlay.executors.insert(id, None);
+                Ok((Done::Applied(true), true))
+            }
             Write::PutOffsets { connector, offsets } => {
                 for (partition, offset) in &offsets {
                     let key = offset_key(&connector, partition);
@@ -827,6 +842,13 @@ impl StateStore for RedbStore {
 
     fn mark_executor_lost(&self, id: &str, epoch: u64) -> Result<bool, StoreError> {
         expect_bool(self.write(Write::MarkExecutorLost {
+            id: id.to_owned(),
+            epoch,
+        }))
+    }
+
+    fn forget_executor(&self, id: &str, epoch: u64) -> Result<bool, StoreError> {
+        expect_bool(self.write(Write::ForgetExecutor {
             id: id.to_owned(),
             epoch,
         }))

@@ -1,0 +1,548 @@
+//! The herder loop: turns target states and executors into placements and lifecycle
+//! actions, and carries them out. Deletions are the finalizer's ([`super::finalizer`]);
+//! the herder never touches a connector marked deleting.
+//!
+//! Each pass takes facts (the connectors, an [`ExecutorView`] of every executor's health),
+//! computes one global placement ([`crate::plan::plan_assignments`]) and hands every
+//! connector that needs work to its own task; the loop never waits for those tasks, so a
+//! call to a frozen or slow executor delays only the connector that made it, and lease
+//! expiry is noticed on time (issue 15, point 3). A connector whose task still runs is
+//! looked at again on the next pass after it ended. Inside a task, each unit's action
+//! comes from the pure table [`crate::plan::unit::decide`].
+//!
+//! A pass covers the connectors that changed since the last one (marked by
+//! [`Cluster::changed`]); every connector when the set of live executors changed, when
+//! the loop woke on its timer (nothing happened for [`RECONCILE_INTERVAL_MS`]), on
+//! [`Cluster::wake`], and at least every [`FULL_PASS_INTERVAL_MS`].
+
+use std::collections::{BTreeMap, HashMap, HashSet};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use tokio_util::sync::CancellationToken;
+use tracing::{info, warn};
+
+use super::client::{CallError, StopCall};
+use super::cluster::{
+    Cluster, ExecutorView, FULL_PASS_INTERVAL_MS, HerderError, RECONCILE_INTERVAL_MS,
+};
+use super::start::start_units;
+use crate::model::{ConnectorRecord, Instance, InstanceEvent, InstanceState, TargetState};
+use crate::plan::unit::{Action, Host, Hosted, Want, decide};
+use crate::plan::{self, LiveExecutor, Unit, UnitKey};
+
+/// What the herder remembers between passes.
+#[derive(Debug, Default)]
+struct HerderMemory {
+    /// Live executors (id, epoch) of the last pass.
+    live: Vec<(String, u64)>,
+    /// When the last pass over every connector began.
+    last_full: Option<Instant>,
+}
+
+/// Connectors whose reconcile task runs, shared with those tasks.
+type InFlight = Arc<Mutex<HashSet<String>>>;
+
+fn lock(set: &InFlight) -> std::sync::MutexGuard<'_, HashSet<String>> {
+    set.lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner)
+}
+
+/// Runs the herder until `cancel` fires. Errors are logged and retried on the next pass;
+/// they never end the loop.
+pub async fn run_herder(cluster: Arc<Cluster>, cancel: CancellationToken) {
+    let mut memory = HerderMemory::default();
+    let in_flight: InFlight = Arc::default();
+    let mut timer = true;
+    loop {
+        if let Err(e) = herder_pass(&cluster, &mut memory, &in_flight, timer) {
+            warn!(error = %e, "herder pass failed; retrying");
+            cluster.mark_all_dirty();
+        }
+        timer = tokio::select! {
+            () = cancel.cancelled() => return,
+            () = cluster.herder_wake.notified() => false,
+            () = tokio::time::sleep(Duration::from_millis(RECONCILE_INTERVAL_MS)) => true,
+        };
+    }
+}
+
+/// The recorded instance as the herder's decision reads it. The herder awaits its own
+/// calls before it decides about the same connector again, so a recorded RESTARTING is a
+/// start whose answer was lost: its outcome is unknown and a new start (new generation)
+/// fences whatever it left, so it reads as absent.
+/// On a host that is not live, the start may still be running there: it reads as
+/// starting (wait for the lease, or start elsewhere once the host is lost).
+fn hosted_for_herder(state: InstanceState, host: Host) -> Hosted {
+    match state {
+        InstanceState::Restarting if host == Host::Live => Hosted::Absent,
+        InstanceState::Restarting => Hosted::Starting,
+        s @ (InstanceState::Unassigned
+        | InstanceState::Running
+        | InstanceState::Paused
+        | InstanceState::Stopped
+        | InstanceState::Failed) => Hosted::from_recorded(s),
+    }
+}
+
+/// True when the executor may still hold an instance in this state: a running one, a
+/// failed one (kept until stopped), or one whose start was sent.
+fn may_hold_instance(state: InstanceState) -> bool {
+    state.has_live_instance() || state == InstanceState::Failed
+}
+
+fn host_of(inst: &Instance, view: &ExecutorView) -> Host {
+    view.host(inst.executor.as_deref(), inst.epoch)
+}
+
+/// One pass; `timer`: the loop woke because nothing happened for a while. Never awaits
+/// an executor call.
+fn herder_pass(
+    cluster: &Arc<Cluster>,
+    memory: &mut HerderMemory,
+    in_flight: &InFlight,
+    timer: bool,
+) -> Result<(), HerderError> {
+    // Taken first: a change after this point marks its connector for the next pass.
+    let dirty = cluster.take_dirty();
+    cluster.expire_leases()?;
+    let view = cluster.executor_view()?;
+    let live_now: Vec<(String, u64)> = view
+        .all
+        .values()
+        .filter(|e| view.health.get(&e.id) == Some(&Host::Live))
+        .map(|e| (e.id.clone(), e.epoch))
+        .collect();
+    let full = timer
+        || dirty.all
+        || live_now != memory.live
+        || memory
+            .last_full
+            .is_none_or(|t| t.elapsed() >= Duration::from_millis(FULL_PASS_INTERVAL_MS));
+    memory.live = live_now;
+    if full {
+        memory.last_full = Some(Instant::now());
+    }
+    let connectors: Vec<Arc<ConnectorRecord>> = cluster
+        .store
+        .connectors_shared()?
+        .into_iter()
+        .filter(|c| !c.deleting)
+        .collect();
+
+    // One global plan, so that load evens out over connectors. A unit stays on an
+    // executor that holds its lease (even a silent one: its lease decides); new work goes
+    // only to live, reachable executors.
+    let mut units = Vec::new();
+    for c in &connectors {
+        if c.target == TargetState::Stopped {
+            continue;
+        }
+        let current = |i: &Instance| match host_of(i, &view) {
+            Host::Live | Host::Unresponsive => i.executor.clone(),
+            Host::Lost => None,
+        };
+        units.push(Unit {
+            key: UnitKey {
+                connector: c.name.clone(),
+                task: None,
+            },
+            plugin: c.plugin.clone(),
+            current: current(&c.connector),
+        });
+        for (i, t) in c.tasks.iter().enumerate() {
+            units.push(Unit {
+                key: UnitKey {
+                    connector: c.name.clone(),
+                    task: Some(i as u32),
+                },
+                plugin: c.plugin.clone(),
+                current: current(t),
+            });
+        }
+    }
+    let plan_execs: Vec<LiveExecutor> = view
+        .all
+        .values()
+        .filter(|e| view.health.get(&e.id) != Some(&Host::Lost))
+        .map(|e| LiveExecutor {
+            id: e.id.clone(),
+            plugins: e.plugins.iter().map(|p| p.name.clone()).collect(),
+            accepts_new: view.placeable.contains(&e.id),
+        })
+        .collect();
+    let mut desired: HashMap<UnitKey, Option<String>> = units
+        .iter()
+        .map(|u| (u.key.clone(), u.current.clone()))
+        .collect();
+    for m in plan::plan_assignments(&units, &plan_execs) {
+        desired.insert(m.key, m.to);
+    }
+
+    let view = Arc::new(view);
+    for c in connectors
+        .iter()
+        .filter(|c| full || dirty.names.contains(&c.name))
+    {
+        if !lock(in_flight).insert(c.name.clone()) {
+            // Still working on it (maybe waiting for a slow executor): next pass.
+            cluster.mark_dirty(&c.name);
+            continue;
+        }
+        let wanted: BTreeMap<Option<u32>, Option<String>> = desired
+            .iter()
+            .filter(|(k, _)| k.connector == c.name)
+            .map(|(k, to)| (k.task, to.clone()))
+            .collect();
+        let (cluster, view, in_flight, name) = (
+            cluster.clone(),
+            view.clone(),
+            in_flight.clone(),
+            c.name.clone(),
+        );
+        tokio::spawn(async move {
+            let result = reconcile_connector(&cluster, &name, &view, &wanted).await;
+            lock(&in_flight).remove(&name);
+            match result {
+                Ok(Pass::Done) => {}
+                Ok(Pass::Again) => {
+                    cluster.mark_dirty(&name);
+                }
+                Err(e) => {
+                    warn!(connector = %name, error = %e, "reconcile failed; retrying");
+                    cluster.mark_dirty(&name);
+                }
+            }
+        });
+    }
+    Ok(())
+}
+
+/// Whether a connector needs another look soon.
+enum Pass {
+    /// Nothing left to do until something changes.
+    Done,
+    /// Something waits (a silent host, a backoff): look again on the next pass.
+    Again,
+}
+
+#[tracing::instrument(skip(cluster, view, wanted), level = "debug")]
+async fn reconcile_connector(
+    cluster: &Cluster,
+    name: &str,
+    view: &ExecutorView,
+    wanted: &BTreeMap<Option<u32>, Option<String>>,
+) -> Result<Pass, HerderError> {
+    let Some(rec) = cluster.store.connector_shared(name)? else {
+        return Ok(Pass::Done);
+    };
+    if rec.deleting {
+        return Ok(Pass::Done);
+    }
+    let want = |task: Option<u32>| wanted.get(&task).cloned().flatten();
+    let mut again = false;
+
+    if rec.target == TargetState::Stopped {
+        // STOPPED means no instance of the connector or its tasks remains anywhere:
+        // tasks first, then the connector instance, each stopped itself whatever its state.
+        for (i, t) in rec.tasks.iter().enumerate() {
+            if t.state != InstanceState::Stopped || t.executor.is_some() {
+                again |=
+                    !settle(cluster, &rec, Some(i as u32), t, view, Want::Stopped, None).await?;
+            }
+        }
+        if rec.connector.state != InstanceState::Stopped || rec.connector.executor.is_some() {
+            again |= !settle(
+                cluster,
+                &rec,
+                None,
+                &rec.connector,
+                view,
+                Want::Stopped,
+                None,
+            )
+            .await?;
+        }
+        return Ok(if again { Pass::Again } else { Pass::Done });
+    }
+
+    // The connector instance runs for STARTED and PAUSED.
+    let conn = &rec.connector;
+    let to = want(None);
+    // A failed connector instance waits for a restart or a new config, even if moved.
+    let moved = to != conn.executor && conn.state != InstanceState::Failed;
+    let replace = conn.restart || rec.config_changed || moved;
+    match start_or_keep(cluster, conn, view, to.as_deref(), replace) {
+        Next::Keep => {}
+        Next::Wait => return Ok(Pass::Again),
+        Next::Start { stop_first } => {
+            if stop_first {
+                stop_false(cluster, &rec.name, None, conn, view).await;
+            }
+            start_units(cluster, name, &[(None, to)], view).await?;
+            return Ok(Pass::Done); // the next pass computes task configs from the new instance
+        }
+    }
+
+    // Task configs.
+    let Some(rec) = cluster.store.connector_shared(name)? else {
+        return Ok(Pass::Done);
+    };
+    if rec.deleting {
+        return Ok(Pass::Done);
+    }
+    if rec.task_configs_stale && rec.connector.state == InstanceState::Running {
+        compute_task_configs(cluster, &rec, view).await?;
+    }
+    let Some(rec) = cluster.store.connector_shared(name)? else {
+        return Ok(Pass::Done);
+    };
+    if rec.deleting || rec.task_configs_stale {
+        return Ok(Pass::Done);
+    }
+
+    let mut starts: Vec<(Option<usize>, Option<String>)> = Vec::new();
+    for (i, t) in rec.tasks.iter().enumerate() {
+        let task = Some(i as u32);
+        let to = want(task);
+        match rec.target {
+            TargetState::Paused => {
+                let recorded_where = to.clone();
+                if t.state != InstanceState::Paused
+                    || t.executor != to
+                    || may_hold_instance(t.state)
+                {
+                    again |=
+                        !settle(cluster, &rec, task, t, view, Want::Paused, recorded_where).await?;
+                }
+            }
+            TargetState::Started | TargetState::Stopped => {
+                let moved = to != t.executor;
+                match start_or_keep(cluster, t, view, to.as_deref(), t.restart || moved) {
+                    Next::Keep => {}
+                    Next::Wait => again = true,
+                    Next::Start { stop_first } => {
+                        if stop_first {
+                            stop_false(cluster, &rec.name, task, t, view).await;
+                        }
+                        starts.push((Some(i), to));
+                    }
+                }
+            }
+        }
+    }
+    // Every task to start was stopped above (if something ran); now they start together.
+    start_units(cluster, name, &starts, view).await?;
+    Ok(if again { Pass::Again } else { Pass::Done })
+}
+
+/// What to do with a unit that should run.
+enum Next {
+    Keep,
+    Wait,
+    Start {
+        /// Stop the instance still hosted (with false) before the new one starts.
+        stop_first: bool,
+    },
+}
+
+/// The table's answer for a unit that should run, with the herder's own reasons to
+/// replace an instance (`replace`: a restart, a changed config, a move), and no start
+/// toward an executor whose calls wait for their backoff.
+fn start_or_keep(
+    cluster: &Cluster,
+    inst: &Instance,
+    view: &ExecutorView,
+    to: Option<&str>,
+    replace: bool,
+) -> Next {
+    let host = host_of(inst, view);
+    let action = decide(Want::Started, hosted_for_herder(inst.state, host), host);
+    let start = match action {
+        Action::Start => true,
+        Action::Keep => replace && host == Host::Live,
+        Action::Wait => return Next::Wait,
+        // Not answers for a unit that should run.
+        Action::Stop { .. } | Action::Record | Action::CleanupOnly | Action::Done => false,
+    };
+    if !start {
+        return Next::Keep;
+    }
+    if to.is_some_and(|id| cluster.reach_blocked(id)) {
+        return Next::Wait;
+    }
+    Next::Start {
+        stop_first: host == Host::Live && may_hold_instance(inst.state),
+    }
+}
+
+/// Brings a unit of a PAUSED or STOPPED connector to rest: whatever instance still exists
+/// is stopped itself with false ([`decide`]), then it is recorded paused (on `paused_on`)
+/// or stopped (unassigned). Returns false when it must be looked at again (a silent host,
+/// a stop that did not reach its executor).
+async fn settle(
+    cluster: &Cluster,
+    rec: &ConnectorRecord,
+    task: Option<u32>,
+    inst: &Instance,
+    view: &ExecutorView,
+    want: Want,
+    paused_on: Option<String>,
+) -> Result<bool, HerderError> {
+    let host = host_of(inst, view);
+    match decide(want, Hosted::from_recorded(inst.state), host) {
+        Action::Stop { connector_deleted } => {
+            debug_assert!(!connector_deleted, "the herder never stops with true");
+            if !stop_false(cluster, &rec.name, task, inst, view).await {
+                return Ok(false);
+            }
+        }
+        Action::Record => {}
+        Action::Wait => return Ok(false),
+        // Not answers for PAUSED or STOPPED.
+        Action::Keep | Action::Start | Action::CleanupOnly | Action::Done => {}
+    }
+    let generation = inst.generation;
+    let paused = want == Want::Paused;
+    cluster
+        .modify_connector_batched(&rec.name, |r| {
+            if r.deleting {
+                return None;
+            }
+            let cur = match task {
+                Some(i) => r.tasks.get_mut(i as usize)?,
+                None => &mut r.connector,
+            };
+            if cur.generation != generation {
+                return None;
+            }
+            if paused {
+                cur.state = cur.state.on(InstanceEvent::Paused);
+                cur.executor = paused_on.clone();
+                cur.epoch = cur
+                    .executor
+                    .as_ref()
+                    .and_then(|e| view.all.get(e))
+                    .map_or(0, |e| e.epoch);
+            } else {
+                cur.state = cur.state.on(InstanceEvent::Stopped);
+                cur.executor = None;
+                cur.epoch = 0;
+            }
+            cur.error.clear();
+            cur.restart = false;
+            Some(())
+        })
+        .await?;
+    Ok(true)
+}
+
+/// Sends a stop with `false` to the live host of `inst`, if it has one. Returns false
+/// when the stop did not reach the executor (its outcome is unknown); a refusal
+/// (NOT_FOUND: nothing there; FAILED_PRECONDITION: a newer generation or epoch) means no
+/// instance of that generation remains.
+async fn stop_false(
+    cluster: &Cluster,
+    name: &str,
+    task: Option<u32>,
+    inst: &Instance,
+    view: &ExecutorView,
+) -> bool {
+    let Some(exec) = inst.executor.as_deref().and_then(|e| view.live(e)) else {
+        return true;
+    };
+    if exec.epoch != inst.epoch {
+        return true;
+    }
+    let call = StopCall {
+        connector: name.to_owned(),
+        task,
+        generation: inst.generation,
+        connector_deleted: false,
+        timeout_ms: 0,
+    };
+    match cluster
+        .call(exec, cluster.clients.stop_on(exec, &call))
+        .await
+    {
+        Ok(s) => {
+            info!(connector = %name, task = ?task, generation = inst.generation,
+                executor = %exec.id, connector_deleted = false, outcome = ?s.outcome, error = %s.error, "stopped");
+            true
+        }
+        Err(e @ CallError::Refused { .. }) => {
+            info!(connector = %name, task = ?task, generation = inst.generation,
+                executor = %exec.id, error = %e, "stop refused; nothing of that generation runs there");
+            true
+        }
+        Err(e @ CallError::Unreachable { .. }) => {
+            warn!(connector = %name, task = ?task, generation = inst.generation,
+                executor = %exec.id, error = %e, "stop failed");
+            false
+        }
+    }
+}
+
+/// Asks the connector instance for task configs and applies them: surplus tasks are
+/// stopped with `false` and forgotten first, then changed tasks are marked for restart.
+async fn compute_task_configs(
+    cluster: &Cluster,
+    rec: &ConnectorRecord,
+    view: &ExecutorView,
+) -> Result<(), HerderError> {
+    let Some(exec) = rec.connector.executor.as_deref().and_then(|e| view.live(e)) else {
+        return Ok(());
+    };
+    let generation = rec.connector.generation;
+    let mut configs = match cluster
+        .call(
+            exec,
+            cluster
+                .clients
+                .task_configs_on(exec, &rec.name, rec.tasks_max, generation),
+        )
+        .await
+    {
+        Ok(c) => c,
+        Err(e) => {
+            warn!(connector = %rec.name, generation, executor = %exec.id, error = %e, "task configs failed");
+            return Ok(());
+        }
+    };
+    configs.truncate(rec.tasks_max as usize);
+    // Surplus tasks stop (false) before anything new starts, so that no more than
+    // tasks.max tasks ever run.
+    for i in configs.len()..rec.tasks.len() {
+        let t = &rec.tasks[i];
+        if may_hold_instance(t.state) {
+            stop_false(cluster, &rec.name, Some(i as u32), t, view).await;
+        }
+    }
+    cluster
+        .modify_connector_batched(&rec.name, |r| {
+            if r.deleting || r.connector.generation != generation {
+                return None;
+            }
+            r.tasks.truncate(configs.len());
+            r.task_configs.truncate(configs.len());
+            for (i, c) in configs.iter().enumerate() {
+                match r.task_configs.get(i) {
+                    Some(old) if old == c => {}
+                    Some(_) => {
+                        r.task_configs[i] = c.clone();
+                        if let Some(t) = r.tasks.get_mut(i) {
+                            t.restart = true;
+                        }
+                    }
+                    None => {
+                        r.task_configs.push(c.clone());
+                        r.tasks.push(Instance::unassigned());
+                    }
+                }
+            }
+            r.task_configs_stale = false;
+            Some(())
+        })
+        .await?;
+    Ok(())
+}

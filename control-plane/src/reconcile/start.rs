@@ -1,0 +1,233 @@
+//! The one start path of the herder: the connector instance, or any number of tasks of one
+//! connector at once. Every start is recorded before it is sent (executor, epoch, new
+//! generation, state RESTARTING), so that a deletion sealed at any moment knows where an
+//! instance may run; the answers are recorded in one more write.
+
+use tracing::{info, warn};
+
+use super::client::{CallError, ConnectorStart, Started, TaskStart};
+use super::cluster::{Cluster, ExecutorView, HerderError};
+use crate::model::{ExecutorRecord, InstanceEvent, InstanceState, TargetState};
+
+/// A start recorded as intent and to be sent.
+struct Send {
+    /// Task index; `None` for the connector instance.
+    task: Option<usize>,
+    generation: u64,
+    exec: ExecutorRecord,
+    task_config: wharf::sdk::ConfigMap,
+}
+
+/// How a start ended, for the record: `None` when its outcome is unknown (no answer, or
+/// the executor is between epochs): the unit stays RESTARTING and a later pass starts it
+/// again with a new generation, which fences whatever this call left behind.
+fn outcome(result: Result<Started, CallError>) -> Option<(InstanceEvent, String)> {
+    match result {
+        Ok(Started::Running) => Some((InstanceEvent::Started, String::new())),
+        Ok(Started::Failed(error)) => Some((InstanceEvent::Failed, error)),
+        Err(
+            CallError::Unreachable { .. }
+            | CallError::Refused {
+                code: tonic::Code::FailedPrecondition | tonic::Code::NotFound,
+                ..
+            },
+        ) => None,
+        Err(e @ CallError::Refused { .. }) => Some((InstanceEvent::Failed, e.to_string())),
+    }
+}
+
+/// Starts units of connector `name`: `starts` lists each unit (task index, or `None` for
+/// the connector instance) and the executor the placement chose (`None`: nowhere to run,
+/// recorded unassigned once). One write records every intent, the starts go out together
+/// (task starts bounded over all connectors), one write records every answer.
+///
+/// # Errors
+/// Store failures; a failed call is recorded or retried, never an error.
+pub async fn start_units(
+    cluster: &Cluster,
+    name: &str,
+    starts: &[(Option<usize>, Option<String>)],
+    view: &ExecutorView,
+) -> Result<(), HerderError> {
+    if starts.is_empty() {
+        return Ok(());
+    }
+    let intent = cluster
+        .modify_connector_batched(name, |r| {
+            if r.deleting {
+                return None;
+            }
+            let mut sends = Vec::new();
+            let mut wrote = false;
+            for (unit, to) in starts {
+                let exec = to.as_ref().and_then(|id| view.live(id));
+                let task_config = match unit {
+                    Some(i) => r.task_configs.get(*i)?.clone(),
+                    None => wharf::sdk::ConfigMap::new(),
+                };
+                let cur = match unit {
+                    Some(i) => r.tasks.get(*i)?,
+                    None => &r.connector,
+                };
+                if exec.is_none()
+                    && cur.executor.is_none()
+                    && cur.state == InstanceState::Unassigned
+                    && !cur.restart
+                {
+                    // Nowhere to run: record it unassigned once, not on every pass.
+                    continue;
+                }
+                let generation = r.take_generation();
+                let cur = match unit {
+                    Some(i) => r.tasks.get_mut(*i)?,
+                    None => &mut r.connector,
+                };
+                cur.generation = generation;
+                cur.restart = false;
+                wrote = true;
+                match exec {
+                    Some(e) => {
+                        cur.executor = Some(e.id.clone());
+                        cur.epoch = e.epoch;
+                        cur.state = InstanceState::Restarting;
+                        cur.error.clear();
+                        sends.push(Send {
+                            task: *unit,
+                            generation,
+                            exec: e.clone(),
+                            task_config,
+                        });
+                    }
+                    None => {
+                        cur.executor = None;
+                        cur.epoch = 0;
+                        cur.state = cur.state.on(InstanceEvent::Unassigned);
+                    }
+                }
+                if unit.is_none() {
+                    r.config_changed = false;
+                }
+            }
+            wrote.then(|| (sends, r.target, r.config.clone(), r.incarnation.clone()))
+        })
+        .await?;
+    let Some((sends, target, config, incarnation)) = intent else {
+        return Ok(());
+    };
+    if sends.is_empty() {
+        return Ok(());
+    }
+    // Tasks of a PAUSED connector are not started; the connector instance runs.
+    let paused = match target {
+        TargetState::Paused => true,
+        TargetState::Started | TargetState::Stopped => false,
+    };
+    let offsets = if sends.iter().any(|s| s.task.is_some()) {
+        cluster.store.offsets(name)?
+    } else {
+        Vec::new()
+    };
+    let calls = sends.iter().map(|s| {
+        let (config, incarnation, offsets) = (&config, &incarnation, &offsets);
+        async move {
+            let result = match s.task {
+                None => {
+                    let start = ConnectorStart {
+                        connector: name.to_owned(),
+                        config: config.clone(),
+                        generation: s.generation,
+                        paused,
+                        cleanup_only: false,
+                        incarnation: incarnation.clone(),
+                    };
+                    cluster
+                        .call(&s.exec, cluster.clients.start_connector_on(&s.exec, &start))
+                        .await
+                }
+                Some(t) => {
+                    let start = TaskStart {
+                        connector: name.to_owned(),
+                        task: t as u32,
+                        connector_config: config.clone(),
+                        task_config: s.task_config.clone(),
+                        generation: s.generation,
+                        paused,
+                        cleanup_only: false,
+                        offsets: offsets.clone(),
+                        incarnation: incarnation.clone(),
+                    };
+                    // Never closed; without a permit the start goes out anyway.
+                    let _permit = cluster.task_starts.acquire().await.ok();
+                    cluster
+                        .call(&s.exec, cluster.clients.start_task_on(&s.exec, &start))
+                        .await
+                }
+            };
+            if let Err(
+                e @ (CallError::Unreachable { .. }
+                | CallError::Refused {
+                    code: tonic::Code::FailedPrecondition | tonic::Code::NotFound,
+                    ..
+                }),
+            ) = &result
+            {
+                warn!(connector = %name, task = ?s.task, generation = s.generation, executor = %s.exec.id,
+                    error = %e, "start not taken; retrying with backoff");
+            }
+            let out = outcome(result);
+            if let Some((event, _)) = &out {
+                info!(connector = %name, task = ?s.task, generation = s.generation, executor = %s.exec.id, ?event, "started");
+            }
+            (s.task, s.generation, out)
+        }
+    });
+    let results: Vec<(Option<usize>, u64, InstanceEvent, String)> =
+        futures::future::join_all(calls)
+            .await
+            .into_iter()
+            .filter_map(|(task, generation, out)| {
+                out.map(|(event, error)| (task, generation, event, error))
+            })
+            .collect();
+    if results.is_empty() {
+        return Ok(());
+    }
+    cluster
+        .modify_connector_batched(name, |r| {
+            if r.deleting {
+                return None;
+            }
+            let mut wrote = false;
+            for (task, generation, event, error) in &results {
+                let connector_started = task.is_none() && *event == InstanceEvent::Started;
+                let already_stale = r.task_configs_stale;
+                let cur = match task {
+                    Some(i) => match r.tasks.get_mut(*i) {
+                        Some(t) => t,
+                        None => continue,
+                    },
+                    None => &mut r.connector,
+                };
+                if cur.generation != *generation {
+                    continue;
+                }
+                // The executor's status report may have recorded this already.
+                if cur.state.on(*event) == cur.state
+                    && cur.error == *error
+                    && (!connector_started || already_stale)
+                {
+                    continue;
+                }
+                cur.state = cur.state.on(*event);
+                cur.error = error.clone();
+                if connector_started {
+                    // A new connector instance computes its task configs again.
+                    r.task_configs_stale = true;
+                }
+                wrote = true;
+            }
+            wrote.then_some(())
+        })
+        .await?;
+    Ok(())
+}

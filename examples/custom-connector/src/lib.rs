@@ -1,0 +1,279 @@
+//! `spool-sink`: a small third-party sink that provisions something outside Wharf, as
+//! KIP-883's examples do, and cleans it up only when its connector is deleted.
+//!
+//! - Connector start: creates the spool directory `<spool.root>/<spool.dir>` (default
+//!   `spool-<connector>-<hash>`, derived from the connector name so cleanup can find it)
+//!   with an owner file naming the connector and its incarnation. A directory owned by
+//!   anyone else is refused, never adopted.
+//! - Task start: opens its own file `task-<n>.jsonl` in it (a per-task resource);
+//!   `put` buffers, `flush` appends and syncs (records are acknowledged after flush).
+//! - `stop(false)`: closes the file, keeps everything.
+//! - Task `stop(true)`: removes its file. Connector `stop(true)`: removes the directory.
+//!   Both check the owner file first (a late cleanup of an earlier incarnation must not
+//!   touch its successor's data), and succeed when things are already gone.
+
+use std::collections::BTreeMap;
+use std::io::Write;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+use async_trait::async_trait;
+use wharf::sdk::{
+    ConfigDef, ConfigKey, ConfigMap, ConfigType, Connector, ConnectorContext, Importance, Plugin,
+    PluginResult, SinkRecord, SinkTask, TaskContext, TaskFactory,
+};
+
+/// Name of the plugin, used as `connector.class`.
+pub const PLUGIN_NAME: &str = "spool-sink";
+
+/// Name of the owner file inside a spool directory.
+pub const OWNER_FILE: &str = ".wharf-owner";
+
+/// Config keys.
+pub mod keys {
+    /// Existing directory under which the spool directory is made.
+    pub const ROOT: &str = "spool.root";
+    /// Name of the spool directory under the root.
+    pub const DIR: &str = "spool.dir";
+    /// Topics to read (a runtime key every sink takes).
+    pub const TOPICS: &str = "topics";
+}
+
+/// Errors of spool-sink.
+#[derive(Debug, thiserror::Error)]
+pub enum SpoolError {
+    /// A required key is missing.
+    #[error("missing required configuration {0:?}")]
+    Missing(&'static str),
+    /// The spool directory belongs to someone else.
+    #[error("spool directory {path} is owned by {owner:?}, not by this connector incarnation")]
+    NotOurs {
+        /// The directory.
+        path: String,
+        /// What its owner file says (empty when there is none).
+        owner: String,
+    },
+    /// A file operation failed.
+    #[error("{step} {path}: {source}")]
+    Io {
+        /// What was being done.
+        step: &'static str,
+        /// The path.
+        path: String,
+        /// The cause.
+        source: std::io::Error,
+    },
+    /// A call came before a successful start.
+    #[error("{0} called before a successful start")]
+    NotStarted(&'static str),
+}
+
+fn io(step: &'static str, path: &Path) -> impl FnOnce(std::io::Error) -> SpoolError {
+    let path = path.display().to_string();
+    move |source| SpoolError::Io { step, path, source }
+}
+
+/// The plugin: name, version, config keys and factories.
+pub fn plugin() -> Plugin {
+    Plugin {
+        name: PLUGIN_NAME.to_owned(),
+        version: env!("CARGO_PKG_VERSION").to_owned(),
+        config_def: ConfigDef::new()
+            .define(
+                ConfigKey::new(keys::ROOT, ConfigType::String, Importance::High, "Existing directory on the executor's host under which the spool directory is made. Immutable: cleanup looks there.")
+                    .required()
+                    .immutable(),
+            )
+            .define(
+                ConfigKey::new(keys::DIR, ConfigType::String, Importance::Low, "Name of the spool directory. Default: spool-<connector>-<hash>. Immutable.")
+                    .immutable(),
+            )
+            .define(
+                ConfigKey::new(keys::TOPICS, ConfigType::List, Importance::High, "Topics to read, comma-separated.")
+                    .required(),
+            ),
+        connector: Arc::new(|| Box::new(SpoolConnector::default()) as Box<dyn Connector>),
+        task: TaskFactory::Sink(Arc::new(|| Box::new(SpoolTask::default()) as Box<dyn SinkTask>)),
+    }
+}
+
+/// FNV-1a, stable across builds, so every executor derives the same name.
+fn stable_hash(text: &str) -> u64 {
+    text.bytes().fold(0xcbf2_9ce4_8422_2325, |h, b| {
+        (h ^ u64::from(b)).wrapping_mul(0x0000_0100_0000_01b3)
+    })
+}
+
+/// The spool directory of `connector` under `config`.
+pub fn spool_dir(connector: &str, config: &ConfigMap) -> Result<PathBuf, SpoolError> {
+    let root = config
+        .get(keys::ROOT)
+        .ok_or(SpoolError::Missing(keys::ROOT))?;
+    let name = match config.get(keys::DIR) {
+        Some(d) if !d.trim().is_empty() => d.trim().to_owned(),
+        _ => {
+            let clean: String = connector
+                .chars()
+                .map(|c| if c.is_ascii_alphanumeric() { c } else { '_' })
+                .take(32)
+                .collect();
+            format!("spool-{clean}-{:016x}", stable_hash(connector))
+        }
+    };
+    Ok(Path::new(root).join(name))
+}
+
+/// What the owner file of a connector incarnation holds.
+fn owner_text(ctx_connector: &str, incarnation: &str) -> String {
+    serde_json::json!({ "connector": ctx_connector, "incarnation": incarnation }).to_string()
+}
+
+/// Whether `dir` is ours: `Some(true)` ours, `Some(false)` someone else's, `None` gone.
+fn owned(dir: &Path, me: &str) -> Result<Option<bool>, SpoolError> {
+    if !dir.exists() {
+        return Ok(None);
+    }
+    match std::fs::read_to_string(dir.join(OWNER_FILE)) {
+        Ok(text) => Ok(Some(text == me)),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(Some(false)),
+        Err(e) => Err(io("reading the owner file of", dir)(e)),
+    }
+}
+
+/// The connector instance: owns the spool directory.
+#[derive(Debug, Default)]
+pub struct SpoolConnector {
+    config: ConfigMap,
+    dir: Option<PathBuf>,
+    owner: String,
+}
+
+#[async_trait]
+impl Connector for SpoolConnector {
+    async fn start(&mut self, ctx: ConnectorContext, config: ConfigMap) -> PluginResult<()> {
+        let dir = spool_dir(&ctx.connector, &config)?;
+        self.owner = owner_text(&ctx.connector, &ctx.incarnation);
+        self.dir = Some(dir.clone());
+        self.config = config;
+        if ctx.cleanup_only {
+            // Only what the following stop(true) needs: provision nothing.
+            return Ok(());
+        }
+        match owned(&dir, &self.owner)? {
+            Some(true) => {}
+            Some(false) => {
+                let owner = std::fs::read_to_string(dir.join(OWNER_FILE)).unwrap_or_default();
+                return Err(SpoolError::NotOurs {
+                    path: dir.display().to_string(),
+                    owner,
+                }
+                .into());
+            }
+            None => {
+                // Write the owner file under a temporary name first, so that a start
+                // that fails halfway leaves either nothing or an owned directory.
+                let staging = dir.with_extension("staging");
+                std::fs::create_dir_all(&staging).map_err(io("creating", &staging))?;
+                std::fs::write(staging.join(OWNER_FILE), &self.owner)
+                    .map_err(io("writing the owner file in", &staging))?;
+                std::fs::rename(&staging, &dir).map_err(io("creating", &dir))?;
+            }
+        }
+        Ok(())
+    }
+
+    async fn task_configs(&mut self, max_tasks: u32) -> PluginResult<Vec<ConfigMap>> {
+        // Each task gets the full config; the runtime shares the topics out among them.
+        Ok((0..max_tasks).map(|_| self.config.clone()).collect())
+    }
+
+    async fn stop_with(&mut self, connector_deleted: bool) -> PluginResult<()> {
+        if !connector_deleted {
+            return Ok(());
+        }
+        let dir = self
+            .dir
+            .as_ref()
+            .ok_or(SpoolError::NotStarted("stop_with(true)"))?;
+        // A half-made directory of a failed start is ours too.
+        let staging = dir.with_extension("staging");
+        if staging.exists() {
+            std::fs::remove_dir_all(&staging).map_err(io("removing", &staging))?;
+        }
+        match owned(dir, &self.owner)? {
+            Some(true) => std::fs::remove_dir_all(dir).map_err(io("removing", dir))?,
+            Some(false) => {
+                tracing::warn!(dir = %dir.display(), "spool-sink leaves a directory it does not own")
+            }
+            None => {}
+        }
+        Ok(())
+    }
+}
+
+/// A task: appends the records it is given to its own file.
+#[derive(Debug, Default)]
+pub struct SpoolTask {
+    dir: Option<PathBuf>,
+    file: Option<PathBuf>,
+    owner: String,
+    buffered: Vec<u8>,
+}
+
+#[async_trait]
+impl SinkTask for SpoolTask {
+    async fn start(&mut self, ctx: TaskContext, config: ConfigMap) -> PluginResult<()> {
+        let dir = spool_dir(&ctx.connector, &config)?;
+        self.file = Some(dir.join(format!("task-{}.jsonl", ctx.task)));
+        self.dir = Some(dir);
+        self.owner = owner_text(&ctx.connector, &ctx.incarnation);
+        Ok(())
+    }
+
+    async fn put(&mut self, records: Vec<SinkRecord>) -> PluginResult<()> {
+        for r in records {
+            let line = serde_json::json!({
+                "topic": r.topic,
+                "offset": r.offset,
+                "value": String::from_utf8_lossy(&r.value),
+            });
+            self.buffered.extend_from_slice(line.to_string().as_bytes());
+            self.buffered.push(b'\n');
+        }
+        Ok(())
+    }
+
+    async fn flush(&mut self, _offsets: &BTreeMap<String, u64>) -> PluginResult<()> {
+        let path = self.file.as_ref().ok_or(SpoolError::NotStarted("flush"))?;
+        if self.buffered.is_empty() {
+            return Ok(());
+        }
+        let mut f = std::fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(path)
+            .map_err(io("opening", path))?;
+        f.write_all(&self.buffered)
+            .map_err(io("appending to", path))?;
+        f.sync_data().map_err(io("syncing", path))?;
+        self.buffered.clear();
+        Ok(())
+    }
+
+    async fn stop_with(&mut self, connector_deleted: bool) -> PluginResult<()> {
+        if !connector_deleted {
+            return Ok(());
+        }
+        let (Some(dir), Some(file)) = (&self.dir, &self.file) else {
+            return Err(SpoolError::NotStarted("stop_with(true)").into());
+        };
+        if owned(dir, &self.owner)? == Some(true) {
+            match std::fs::remove_file(file) {
+                Ok(()) => {}
+                Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+                Err(e) => return Err(io("removing", file)(e).into()),
+            }
+        }
+        Ok(())
+    }
+}

@@ -1,0 +1,248 @@
+//! Certificates for operators (`wharf-control-plane certs ...`), made with rcgen so that
+//! nobody needs openssl: a cluster CA and leaf certificates carrying one identity URI SAN
+//! each (see [`crate::identity`] and `docs/security.md`). Keys are ECDSA P-256, written
+//! with mode 0600.
+//!
+//! Files in the directory: `ca.pem`/`ca.key`, then `<name>.pem`/`<name>.key` per leaf:
+//! `control-plane`, `executor-<id>`, `admin-<name>`.
+
+use std::path::{Path, PathBuf};
+
+use rcgen::{
+    BasicConstraints, CertificateParams, DnType, ExtendedKeyUsagePurpose, IsCa, Issuer, KeyPair,
+    KeyUsagePurpose, SanType,
+};
+
+use crate::identity::{DEFAULT_TRUST_DOMAIN, Identity};
+
+/// File name of the CA certificate.
+pub const CA_CERT: &str = "ca.pem";
+/// File name of the CA key.
+pub const CA_KEY: &str = "ca.key";
+/// Validity of the CA, in days.
+pub const CA_VALIDITY_DAYS: i64 = 3650;
+/// Validity of a leaf certificate, in days (rotate before: see `docs/security.md`).
+pub const LEAF_VALIDITY_DAYS: i64 = 365;
+/// Host names every server certificate carries, so that loopback URLs verify.
+pub const LOOPBACK_HOSTS: [&str; 3] = ["localhost", "127.0.0.1", "::1"];
+
+/// Why a certificate could not be made.
+#[derive(Debug, thiserror::Error)]
+pub enum CertsError {
+    /// A file could not be read or written.
+    #[error("{path}: {source}")]
+    Io {
+        /// The file.
+        path: PathBuf,
+        /// Cause.
+        source: std::io::Error,
+    },
+    /// rcgen refused (bad name, unreadable CA...).
+    #[error("{0}")]
+    Rcgen(String),
+    /// `init` would overwrite an existing CA.
+    #[error("{0} exists; remove it to make a new CA (every certificate must then be re-issued)")]
+    CaExists(PathBuf),
+}
+
+fn rc(e: rcgen::Error) -> CertsError {
+    CertsError::Rcgen(e.to_string())
+}
+
+/// The paths of one leaf: certificate and key.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Issued {
+    /// The certificate (PEM).
+    pub cert: PathBuf,
+    /// The key (PEM, mode 0600).
+    pub key: PathBuf,
+}
+
+fn write(path: &Path, contents: &str, secret: bool) -> Result<(), CertsError> {
+    let io = |source| CertsError::Io {
+        path: path.to_owned(),
+        source,
+    };
+    // Write beside and rename, so that a process reloading the file never reads half of it.
+    let tmp = path.with_extension("tmp");
+    {
+        use std::io::Write;
+        let mut options = std::fs::OpenOptions::new();
+        options.write(true).create(true).truncate(true);
+        #[cfg(unix)]
+        if secret {
+            use std::os::unix::fs::OpenOptionsExt;
+            options.mode(0o600);
+        }
+        #[cfg(not(unix))]
+        let _ = secret;
+        let mut f = options.open(&tmp).map_err(io)?;
+        f.write_all(contents.as_bytes()).map_err(io)?;
+        f.sync_all().map_err(io)?;
+    }
+    std::fs::rename(&tmp, path).map_err(io)
+}
+
+/// Makes a new CA in `dir` (created if missing).
+///
+/// # Errors
+/// [`CertsError::CaExists`] when `dir` already has one; I/O and rcgen errors.
+pub fn init_ca(dir: &Path) -> Result<Issued, CertsError> {
+    std::fs::create_dir_all(dir).map_err(|source| CertsError::Io {
+        path: dir.to_owned(),
+        source,
+    })?;
+    let cert = dir.join(CA_CERT);
+    if cert.exists() {
+        return Err(CertsError::CaExists(cert));
+    }
+    let key = KeyPair::generate().map_err(rc)?;
+    let mut params = CertificateParams::new(Vec::<String>::new()).map_err(rc)?;
+    params.distinguished_name.push(
+        DnType::CommonName,
+        format!("{DEFAULT_TRUST_DOMAIN} cluster CA"),
+    );
+    params.is_ca = IsCa::Ca(BasicConstraints::Constrained(0));
+    params.key_usages = vec![
+        KeyUsagePurpose::KeyCertSign,
+        KeyUsagePurpose::CrlSign,
+        KeyUsagePurpose::DigitalSignature,
+    ];
+    let now = time_now();
+    params.not_before = now - days(1);
+    params.not_after = now + days(CA_VALIDITY_DAYS);
+    let ca = params.self_signed(&key).map_err(rc)?;
+    let key_path = dir.join(CA_KEY);
+    write(&key_path, &key.serialize_pem(), true)?;
+    write(&cert, &ca.pem(), false)?;
+    Ok(Issued {
+        cert,
+        key: key_path,
+    })
+}
+
+/// The file stem of `identity`'s leaf: `control-plane`, `executor-<id>`, `admin-<name>`.
+pub fn leaf_name(identity: &Identity) -> String {
+    match identity {
+        Identity::ControlPlane => "control-plane".into(),
+        Identity::Executor(id) => format!("executor-{id}"),
+        Identity::Admin { name, .. } => format!("admin-{name}"),
+    }
+}
+
+/// Issues a leaf for `identity`, signed by the CA in `dir`, written to
+/// `<dir>/<leaf_name>.pem|.key` (replacing an older one: rotation). `hosts` (DNS names
+/// or IP addresses) are added to the loopback names for the certificate a server
+/// presents; an admin certificate carries none.
+///
+/// # Errors
+/// The CA cannot be read; I/O and rcgen errors.
+pub fn issue(dir: &Path, identity: &Identity, hosts: &[String]) -> Result<Issued, CertsError> {
+    let name = leaf_name(identity);
+    issue_to(
+        dir,
+        identity,
+        hosts,
+        &dir.join(format!("{name}.pem")),
+        &dir.join(format!("{name}.key")),
+    )
+}
+
+/// As [`issue`], to the given paths.
+///
+/// # Errors
+/// As [`issue`].
+pub fn issue_to(
+    ca_dir: &Path,
+    identity: &Identity,
+    hosts: &[String],
+    cert_path: &Path,
+    key_path: &Path,
+) -> Result<Issued, CertsError> {
+    let read = |p: PathBuf| {
+        std::fs::read_to_string(&p).map_err(|source| CertsError::Io { path: p, source })
+    };
+    let ca_key = KeyPair::from_pem(&read(ca_dir.join(CA_KEY))?).map_err(rc)?;
+    let issuer = Issuer::from_ca_cert_pem(&read(ca_dir.join(CA_CERT))?, ca_key).map_err(rc)?;
+    let mut params = CertificateParams::new(Vec::<String>::new()).map_err(rc)?;
+    let uri = identity.to_uri(DEFAULT_TRUST_DOMAIN);
+    params
+        .distinguished_name
+        .push(DnType::CommonName, uri.clone());
+    params
+        .subject_alt_names
+        .push(SanType::URI(uri.try_into().map_err(rc)?));
+    let serves = !matches!(identity, Identity::Admin { .. });
+    if serves {
+        for host in LOOPBACK_HOSTS
+            .iter()
+            .map(|h| (*h).to_owned())
+            .chain(hosts.iter().cloned())
+        {
+            let san = match host.parse::<std::net::IpAddr>() {
+                Ok(ip) => SanType::IpAddress(ip),
+                Err(_) => SanType::DnsName(host.try_into().map_err(rc)?),
+            };
+            if !params.subject_alt_names.contains(&san) {
+                params.subject_alt_names.push(san);
+            }
+        }
+    }
+    params.key_usages = vec![KeyUsagePurpose::DigitalSignature];
+    params.extended_key_usages = if serves {
+        vec![
+            ExtendedKeyUsagePurpose::ServerAuth,
+            ExtendedKeyUsagePurpose::ClientAuth,
+        ]
+    } else {
+        vec![ExtendedKeyUsagePurpose::ClientAuth]
+    };
+    let now = time_now();
+    params.not_before = now - days(1);
+    params.not_after = now + days(LEAF_VALIDITY_DAYS);
+    let key = KeyPair::generate().map_err(rc)?;
+    let cert = params.signed_by(&key, &issuer).map_err(rc)?;
+    write(key_path, &key.serialize_pem(), true)?;
+    write(cert_path, &cert.pem(), false)?;
+    Ok(Issued {
+        cert: cert_path.to_owned(),
+        key: key_path.to_owned(),
+    })
+}
+
+fn time_now() -> time::OffsetDateTime {
+    time::OffsetDateTime::now_utc()
+}
+
+fn days(n: i64) -> std::time::Duration {
+    std::time::Duration::from_secs(u64::try_from(n).unwrap_or(0) * 86_400)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn issued_certificates_carry_their_identity_and_load() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        init_ca(dir.path()).expect("ca");
+        assert!(matches!(init_ca(dir.path()), Err(CertsError::CaExists(_))));
+        for id in [
+            Identity::ControlPlane,
+            Identity::Executor("a".into()),
+            Identity::Admin {
+                role: crate::identity::AdminRole::Operator,
+                name: "ops".into(),
+            },
+        ] {
+            let issued = issue(dir.path(), &id, &["10.0.0.1".into()]).expect("issue");
+            let tls = crate::tls::Tls::load(crate::tls::TlsFiles {
+                cert: issued.cert,
+                key: issued.key,
+                ca: dir.path().join(CA_CERT),
+            })
+            .expect("loads");
+            assert_eq!(tls.identity(), id);
+        }
+    }
+}

@@ -1,0 +1,800 @@
+//! Transport security shared by the control plane and the executors: certificate, key
+//! and CA loaded from PEM files (`--tls-cert`, `--tls-key`, `--tls-ca`), rustls with the
+//! ring provider only (aws-lc-rs must stay out of the build: both providers compiled in
+//! make rustls refuse to pick one), reloaded when the files change on disk.
+//!
+//! - Server side: [`serve_incoming`] accepts TCP connections and, with TLS, runs each
+//!   handshake with the *current* server config, so a rotated certificate is used by the
+//!   next connection and nothing restarts. Handlers read the caller with [`peer`].
+//! - Client side: [`channel`] makes a lazy tonic `Channel` whose connector dials TCP and,
+//!   for an `https://` URL, runs the handshake with the current client config. An
+//!   `https://` URL without TLS material is refused ([`TlsError::HttpsWithoutTls`]); a TLS
+//!   server reached over `http://` and a plaintext server reached over `https://` fail
+//!   with an error that names the peer and says which side speaks what.
+//!
+//! Identities come from certificates: see [`crate::identity`] and `docs/security.md`.
+
+use std::future::Future;
+use std::io;
+use std::path::{Path, PathBuf};
+use std::pin::Pin;
+use std::sync::{Arc, Mutex, RwLock};
+use std::task::{Context, Poll};
+use std::time::{Duration, SystemTime};
+
+use hyper_util::rt::TokioIo;
+use rustls::server::WebPkiClientVerifier;
+use rustls::{ClientConfig, RootCertStore, ServerConfig};
+use rustls_pki_types::pem::PemObject;
+use rustls_pki_types::{CertificateDer, PrivateKeyDer, ServerName};
+use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
+use tokio::net::{TcpListener, TcpStream};
+use tokio_rustls::{TlsAcceptor, TlsConnector};
+use tokio_util::either::Either;
+use tonic::transport::server::Connected;
+use tonic::transport::{Channel, Endpoint, Uri};
+
+use crate::identity::{DEFAULT_TRUST_DOMAIN, Identity, IdentityError};
+
+/// How often the certificate files are checked for changes, in milliseconds.
+pub const RELOAD_POLL_INTERVAL_MS: u64 = 1_000;
+/// Longest a TLS handshake may take on a listener, in milliseconds (a silent client must
+/// not hold a task forever).
+pub const HANDSHAKE_TIMEOUT_MS: u64 = 10_000;
+/// Accepted connections waiting for the server to take them.
+const ACCEPT_BACKLOG: usize = 64;
+/// ALPN id of HTTP/2 (gRPC).
+const ALPN_H2: &[u8] = b"h2";
+
+/// The three PEM files of one process.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct TlsFiles {
+    /// This process's certificate chain (leaf first).
+    pub cert: PathBuf,
+    /// Its private key (PKCS#8, PKCS#1 or SEC1).
+    pub key: PathBuf,
+    /// The cluster CA: peers' certificates must chain to it.
+    pub ca: PathBuf,
+}
+
+impl TlsFiles {
+    /// All three files or none: `Ok(None)` when none is set.
+    ///
+    /// # Errors
+    /// [`TlsError::Incomplete`] naming the missing flag when only some are set.
+    pub fn from_parts(
+        cert: Option<PathBuf>,
+        key: Option<PathBuf>,
+        ca: Option<PathBuf>,
+    ) -> Result<Option<Self>, TlsError> {
+        match (cert, key, ca) {
+            (None, None, None) => Ok(None),
+            (Some(cert), Some(key), Some(ca)) => Ok(Some(Self { cert, key, ca })),
+            (cert, key, _) => Err(TlsError::Incomplete(if cert.is_none() {
+                "--tls-cert"
+            } else if key.is_none() {
+                "--tls-key"
+            } else {
+                "--tls-ca"
+            })),
+        }
+    }
+}
+
+/// Why TLS could not be set up or a connection could not be made.
+#[derive(Debug, thiserror::Error)]
+pub enum TlsError {
+    /// Only some of `--tls-cert/--tls-key/--tls-ca` are set.
+    #[error("TLS needs --tls-cert, --tls-key and --tls-ca together; {0} is missing")]
+    Incomplete(&'static str),
+    /// A file could not be read.
+    #[error("cannot read {path}: {source}")]
+    Read {
+        /// The file.
+        path: PathBuf,
+        /// Cause.
+        source: io::Error,
+    },
+    /// A file holds no usable PEM item.
+    #[error("{path}: {reason}")]
+    Pem {
+        /// The file.
+        path: PathBuf,
+        /// What is wrong.
+        reason: String,
+    },
+    /// rustls refused the material (for example a key that does not match the certificate).
+    #[error("TLS configuration: {0}")]
+    Config(String),
+    /// The own certificate names no valid identity.
+    #[error("{path}: {source}")]
+    Identity {
+        /// The certificate file.
+        path: PathBuf,
+        /// Why.
+        source: IdentityError,
+    },
+    /// An `https://` URL but no TLS material: the process must not silently speak plaintext.
+    #[error(
+        "{url} is an https:// URL but no TLS is configured; set --tls-cert, --tls-key and --tls-ca"
+    )]
+    HttpsWithoutTls {
+        /// The URL.
+        url: String,
+    },
+    /// A URL that is neither `http://` nor `https://`, or does not parse.
+    #[error("invalid URL {url:?}: {reason}")]
+    BadUrl {
+        /// The URL.
+        url: String,
+        /// Why.
+        reason: String,
+    },
+}
+
+/// One loaded generation of the material.
+struct Material {
+    server: Arc<ServerConfig>,
+    client: Arc<ClientConfig>,
+    identity: Identity,
+}
+
+/// Modification time and length of the three files: a change of either means reload.
+type Stamp = [(Option<SystemTime>, u64); 3];
+
+/// The TLS material of one process, reloaded when its files change.
+pub struct Tls {
+    files: TlsFiles,
+    current: RwLock<Arc<Material>>,
+    /// Stamp of the loaded files, and of the last one that failed (warned once).
+    stamps: Mutex<(Stamp, Option<Stamp>)>,
+}
+
+impl std::fmt::Debug for Tls {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Tls").field("files", &self.files).finish()
+    }
+}
+
+impl Tls {
+    /// Loads the files.
+    ///
+    /// # Errors
+    /// [`TlsError`] naming the file that is missing or wrong.
+    pub fn load(files: TlsFiles) -> Result<Arc<Self>, TlsError> {
+        let stamp = stamp(&files);
+        let material = load_material(&files)?;
+        Ok(Arc::new(Self {
+            files,
+            current: RwLock::new(Arc::new(material)),
+            stamps: Mutex::new((stamp, None)),
+        }))
+    }
+
+    /// The files this material comes from.
+    pub fn files(&self) -> &TlsFiles {
+        &self.files
+    }
+
+    /// The identity in this process's current certificate.
+    pub fn identity(&self) -> Identity {
+        self.material().identity.clone()
+    }
+
+    /// The current server config (client certificates optional, verified against the CA
+    /// when presented; handlers decide what an anonymous caller may do).
+    pub fn server_config(&self) -> Arc<ServerConfig> {
+        self.material().server.clone()
+    }
+
+    /// The current client config (presents this process's certificate, trusts the CA).
+    pub fn client_config(&self) -> Arc<ClientConfig> {
+        self.material().client.clone()
+    }
+
+    fn material(&self) -> Arc<Material> {
+        self.current
+            .read()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .clone()
+    }
+
+    /// Reloads when a file changed since the last load. `Ok(true)`: reloaded.
+    ///
+    /// # Errors
+    /// The new files do not load: the previous material stays in use.
+    pub fn reload_if_changed(&self) -> Result<bool, TlsError> {
+        let now = stamp(&self.files);
+        let mut stamps = self
+            .stamps
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        if stamps.0 == now {
+            return Ok(false);
+        }
+        match load_material(&self.files) {
+            Ok(m) => {
+                *self
+                    .current
+                    .write()
+                    .unwrap_or_else(std::sync::PoisonError::into_inner) = Arc::new(m);
+                *stamps = (now, None);
+                Ok(true)
+            }
+            Err(e) if stamps.1 == Some(now) => Err(TlsError::Config(format!("(again) {e}"))),
+            Err(e) => {
+                stamps.1 = Some(now);
+                Err(e)
+            }
+        }
+    }
+
+    /// Checks the files every [`RELOAD_POLL_INTERVAL_MS`] until `cancel`; a change is
+    /// used by the next connection. A change that does not load is logged once (WARN)
+    /// and the previous certificate stays in use.
+    pub fn spawn_reloader(
+        self: &Arc<Self>,
+        cancel: tokio_util::sync::CancellationToken,
+    ) -> tokio::task::JoinHandle<()> {
+        let tls = self.clone();
+        tokio::spawn(async move {
+            let mut tick = tokio::time::interval(Duration::from_millis(RELOAD_POLL_INTERVAL_MS));
+            tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+            loop {
+                tokio::select! {
+                    () = cancel.cancelled() => return,
+                    _ = tick.tick() => {}
+                }
+                match tls.reload_if_changed() {
+                    Ok(true) => tracing::info!(
+                        cert = %tls.files.cert.display(),
+                        identity = %tls.identity(),
+                        "TLS certificate reloaded; new connections use it"
+                    ),
+                    Ok(false) => {}
+                    Err(TlsError::Config(m)) if m.starts_with("(again)") => {}
+                    Err(e) => tracing::warn!(
+                        error = %e,
+                        "changed TLS files do not load; the previous certificate stays in use"
+                    ),
+                }
+            }
+        })
+    }
+}
+
+fn stamp(files: &TlsFiles) -> Stamp {
+    let one = |p: &Path| std::fs::metadata(p).map_or((None, 0), |m| (m.modified().ok(), m.len()));
+    [one(&files.cert), one(&files.key), one(&files.ca)]
+}
+
+fn read_certs(path: &Path) -> Result<Vec<CertificateDer<'static>>, TlsError> {
+    let bytes = std::fs::read(path).map_err(|source| TlsError::Read {
+        path: path.to_owned(),
+        source,
+    })?;
+    let certs = CertificateDer::pem_slice_iter(&bytes)
+        .collect::<Result<Vec<_>, _>>()
+        .map_err(|e| TlsError::Pem {
+            path: path.to_owned(),
+            reason: e.to_string(),
+        })?;
+    if certs.is_empty() {
+        return Err(TlsError::Pem {
+            path: path.to_owned(),
+            reason: "no CERTIFICATE in the file".into(),
+        });
+    }
+    Ok(certs)
+}
+
+fn read_key(path: &Path) -> Result<PrivateKeyDer<'static>, TlsError> {
+    let bytes = std::fs::read(path).map_err(|source| TlsError::Read {
+        path: path.to_owned(),
+        source,
+    })?;
+    PrivateKeyDer::from_pem_slice(&bytes).map_err(|e| TlsError::Pem {
+        path: path.to_owned(),
+        reason: format!("no private key: {e}"),
+    })
+}
+
+/// A root store holding the certificates of the CA file.
+///
+/// # Errors
+/// [`TlsError`] for an unreadable file or a certificate rustls refuses as a root.
+pub fn read_roots(ca: &Path) -> Result<RootCertStore, TlsError> {
+    let mut roots = RootCertStore::empty();
+    for cert in read_certs(ca)? {
+        roots.add(cert).map_err(|e| TlsError::Pem {
+            path: ca.to_owned(),
+            reason: format!("not a usable CA certificate: {e}"),
+        })?;
+    }
+    Ok(roots)
+}
+
+fn provider() -> Arc<rustls::crypto::CryptoProvider> {
+    Arc::new(rustls::crypto::ring::default_provider())
+}
+
+fn config_error(e: impl std::fmt::Display) -> TlsError {
+    TlsError::Config(e.to_string())
+}
+
+fn load_material(files: &TlsFiles) -> Result<Material, TlsError> {
+    let certs = read_certs(&files.cert)?;
+    let key = read_key(&files.key)?;
+    let roots = Arc::new(read_roots(&files.ca)?);
+    let identity = Identity::from_cert_der(&certs[0], DEFAULT_TRUST_DOMAIN).map_err(|source| {
+        TlsError::Identity {
+            path: files.cert.clone(),
+            source,
+        }
+    })?;
+    let verifier = WebPkiClientVerifier::builder_with_provider(roots.clone(), provider())
+        .allow_unauthenticated()
+        .build()
+        .map_err(config_error)?;
+    let mut server = ServerConfig::builder_with_provider(provider())
+        .with_safe_default_protocol_versions()
+        .map_err(config_error)?
+        .with_client_cert_verifier(verifier)
+        .with_single_cert(certs.clone(), key.clone_key())
+        .map_err(config_error)?;
+    server.alpn_protocols = vec![ALPN_H2.to_vec()];
+    let mut client = ClientConfig::builder_with_provider(provider())
+        .with_safe_default_protocol_versions()
+        .map_err(config_error)?
+        .with_root_certificates(roots)
+        .with_client_auth_cert(certs, key)
+        .map_err(config_error)?;
+    client.alpn_protocols = vec![ALPN_H2.to_vec()];
+    Ok(Material {
+        server: Arc::new(server),
+        client: Arc::new(client),
+        identity,
+    })
+}
+
+/// A client config that trusts `ca` and presents `cert`/`key` when given (none: an
+/// anonymous TLS client, as grpcurl with only `-cacert`). For tools and tests.
+///
+/// # Errors
+/// [`TlsError`] naming the file.
+pub fn client_config(
+    ca: &Path,
+    cert_and_key: Option<(&Path, &Path)>,
+) -> Result<Arc<ClientConfig>, TlsError> {
+    let builder = ClientConfig::builder_with_provider(provider())
+        .with_safe_default_protocol_versions()
+        .map_err(config_error)?
+        .with_root_certificates(read_roots(ca)?);
+    let mut config = match cert_and_key {
+        Some((cert, key)) => builder
+            .with_client_auth_cert(read_certs(cert)?, read_key(key)?)
+            .map_err(config_error)?,
+        None => builder.with_no_client_auth(),
+    };
+    config.alpn_protocols = vec![ALPN_H2.to_vec()];
+    Ok(Arc::new(config))
+}
+
+// ---- server side ----
+
+/// What a server knows of the caller of one connection (in each request's extensions;
+/// read it with [`peer`]).
+#[derive(Debug, Clone)]
+pub struct PeerInfo {
+    /// The caller's address.
+    pub remote_addr: Option<std::net::SocketAddr>,
+    /// Whether the connection is TLS.
+    pub tls: bool,
+    /// The client certificate chain (verified against the CA), when one was presented.
+    pub certs: Option<Arc<Vec<CertificateDer<'static>>>>,
+}
+
+impl PeerInfo {
+    /// The identity in the client certificate: `None` without one.
+    ///
+    /// # Errors
+    /// The certificate names no valid identity.
+    pub fn identity(&self) -> Result<Option<Identity>, IdentityError> {
+        match self.certs.as_deref().and_then(|c| c.first()) {
+            None => Ok(None),
+            Some(leaf) => Identity::from_cert_der(leaf, DEFAULT_TRUST_DOMAIN).map(Some),
+        }
+    }
+}
+
+/// The connection info of the request (`None` when not served by [`serve_incoming`],
+/// for example in-process tests).
+pub fn peer(extensions: &tonic::Extensions) -> Option<&PeerInfo> {
+    extensions.get::<PeerInfo>()
+}
+
+/// One accepted connection: plaintext or TLS.
+pub struct ServerIo {
+    inner: Either<TcpStream, tokio_rustls::server::TlsStream<TcpStream>>,
+    info: PeerInfo,
+}
+
+impl Connected for ServerIo {
+    type ConnectInfo = PeerInfo;
+
+    fn connect_info(&self) -> PeerInfo {
+        self.info.clone()
+    }
+}
+
+impl AsyncRead for ServerIo {
+    fn poll_read(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &mut ReadBuf<'_>,
+    ) -> Poll<io::Result<()>> {
+        Pin::new(&mut self.inner).poll_read(cx, buf)
+    }
+}
+
+impl AsyncWrite for ServerIo {
+    fn poll_write(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &[u8],
+    ) -> Poll<io::Result<usize>> {
+        Pin::new(&mut self.inner).poll_write(cx, buf)
+    }
+    fn poll_flush(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        Pin::new(&mut self.inner).poll_flush(cx)
+    }
+    fn poll_shutdown(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        Pin::new(&mut self.inner).poll_shutdown(cx)
+    }
+    fn poll_write_vectored(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        bufs: &[io::IoSlice<'_>],
+    ) -> Poll<io::Result<usize>> {
+        Pin::new(&mut self.inner).poll_write_vectored(cx, bufs)
+    }
+    fn is_write_vectored(&self) -> bool {
+        self.inner.is_write_vectored()
+    }
+}
+
+/// The connections of `listener` for `serve_with_incoming`: TCP_NODELAY set (without it
+/// a second small answer on a connection waits for the peer's delayed ACK, about 40 ms
+/// on Linux) and, with `tls`, each handshake run concurrently with the current server
+/// config (a failed one is logged with the peer's address and dropped). Ends when the
+/// server drops the stream.
+pub fn serve_incoming(
+    listener: TcpListener,
+    tls: Option<Arc<Tls>>,
+) -> tokio_stream::wrappers::ReceiverStream<io::Result<ServerIo>> {
+    let (tx, rx) = tokio::sync::mpsc::channel(ACCEPT_BACKLOG);
+    tokio::spawn(async move {
+        loop {
+            let accepted = tokio::select! {
+                () = tx.closed() => return,
+                a = listener.accept() => a,
+            };
+            let (tcp, remote) = match accepted {
+                Ok(a) => a,
+                Err(e) => {
+                    // EMFILE and the like: wait a little instead of spinning.
+                    tracing::warn!(error = %e, "accept failed");
+                    tokio::time::sleep(Duration::from_millis(100)).await;
+                    continue;
+                }
+            };
+            let _ = tcp.set_nodelay(true);
+            let Some(tls) = &tls else {
+                let io = ServerIo {
+                    inner: Either::Left(tcp),
+                    info: PeerInfo {
+                        remote_addr: Some(remote),
+                        tls: false,
+                        certs: None,
+                    },
+                };
+                if tx.send(Ok(io)).await.is_err() {
+                    return;
+                }
+                continue;
+            };
+            let acceptor = TlsAcceptor::from(tls.server_config());
+            let tx = tx.clone();
+            tokio::spawn(async move {
+                let handshake = tokio::time::timeout(
+                    Duration::from_millis(HANDSHAKE_TIMEOUT_MS),
+                    acceptor.accept(tcp),
+                );
+                match handshake.await {
+                    Ok(Ok(stream)) => {
+                        let certs = stream
+                            .get_ref()
+                            .1
+                            .peer_certificates()
+                            .map(|c| Arc::new(c.to_vec()));
+                        let io = ServerIo {
+                            inner: Either::Right(stream),
+                            info: PeerInfo {
+                                remote_addr: Some(remote),
+                                tls: true,
+                                certs,
+                            },
+                        };
+                        let _ = tx.send(Ok(io)).await;
+                    }
+                    Ok(Err(e)) => tracing::warn!(
+                        peer = %remote,
+                        error = %e,
+                        "TLS handshake failed (a plaintext client must use https:// and the cluster CA; a client certificate must chain to --tls-ca)"
+                    ),
+                    Err(_) => tracing::warn!(peer = %remote, "TLS handshake timed out"),
+                }
+            });
+        }
+    });
+    tokio_stream::wrappers::ReceiverStream::new(rx)
+}
+
+// ---- client side ----
+
+/// Where a client connector takes its config from at each new connection.
+#[derive(Clone)]
+pub enum ClientTls {
+    /// No TLS: only `http://` URLs.
+    None,
+    /// The process's reloading material.
+    Reloading(Arc<Tls>),
+    /// A fixed config (tools and tests).
+    Fixed(Arc<ClientConfig>),
+}
+
+impl ClientTls {
+    /// From the optional material of a process.
+    pub fn from_option(tls: Option<&Arc<Tls>>) -> Self {
+        match tls {
+            Some(t) => ClientTls::Reloading(t.clone()),
+            None => ClientTls::None,
+        }
+    }
+
+    fn config(&self) -> Option<Arc<ClientConfig>> {
+        match self {
+            ClientTls::None => None,
+            ClientTls::Reloading(t) => Some(t.client_config()),
+            ClientTls::Fixed(c) => Some(c.clone()),
+        }
+    }
+}
+
+/// Checks `url` against the TLS setting: `http://` or `https://`, and `https://` only
+/// with TLS material.
+///
+/// # Errors
+/// [`TlsError::BadUrl`], [`TlsError::HttpsWithoutTls`].
+pub fn check_url(url: &str, tls: &ClientTls) -> Result<Endpoint, TlsError> {
+    let endpoint = Endpoint::from_shared(url.to_owned()).map_err(|e| TlsError::BadUrl {
+        url: url.to_owned(),
+        reason: e.to_string(),
+    })?;
+    match (endpoint.uri().scheme_str(), tls) {
+        (Some("http"), _) => Ok(endpoint),
+        (Some("https"), ClientTls::None) => Err(TlsError::HttpsWithoutTls {
+            url: url.to_owned(),
+        }),
+        (Some("https"), ClientTls::Reloading(_) | ClientTls::Fixed(_)) => Ok(endpoint),
+        (other, _) => Err(TlsError::BadUrl {
+            url: url.to_owned(),
+            reason: format!(
+                "scheme {:?}: use http:// or https://",
+                other.unwrap_or_default()
+            ),
+        }),
+    }
+}
+
+/// A lazy channel to `endpoint` (made by [`check_url`], with its timeouts set): TLS for
+/// `https://`, plaintext for `http://`. Connections are made on first use and reused.
+pub fn channel(endpoint: Endpoint, tls: ClientTls) -> Channel {
+    endpoint.connect_with_connector_lazy(Connector { tls })
+}
+
+/// tonic connector: TCP, then TLS for `https://` (config taken per connection, so a
+/// rotated certificate is presented by the next connection).
+#[derive(Clone)]
+struct Connector {
+    tls: ClientTls,
+}
+
+type ClientIo = TokioIo<Either<SniffPlain, tokio_rustls::client::TlsStream<TcpStream>>>;
+
+impl tower::Service<Uri> for Connector {
+    type Response = ClientIo;
+    type Error = io::Error;
+    type Future = Pin<Box<dyn Future<Output = io::Result<ClientIo>> + Send>>;
+
+    fn poll_ready(&mut self, _cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        Poll::Ready(Ok(()))
+    }
+
+    fn call(&mut self, uri: Uri) -> Self::Future {
+        let tls = self.tls.config();
+        Box::pin(async move {
+            let https = uri.scheme_str() == Some("https");
+            let host = uri
+                .host()
+                .ok_or_else(|| io::Error::other(format!("{uri}: no host")))?
+                .trim_start_matches('[')
+                .trim_end_matches(']')
+                .to_owned();
+            let port = uri.port_u16().unwrap_or(if https { 443 } else { 80 });
+            let peer = format!("{host}:{port}");
+            let tcp = TcpStream::connect((host.as_str(), port))
+                .await
+                .map_err(|e| io::Error::new(e.kind(), format!("connect to {peer}: {e}")))?;
+            let _ = tcp.set_nodelay(true);
+            if !https {
+                return Ok(TokioIo::new(Either::Left(SniffPlain {
+                    inner: tcp,
+                    peer,
+                    seen: false,
+                })));
+            }
+            let config = tls.ok_or_else(|| {
+                io::Error::other(format!("{uri} is https:// but no TLS is configured"))
+            })?;
+            let name = ServerName::try_from(host.clone())
+                .map_err(|e| io::Error::other(format!("{host}: not a server name: {e}")))?;
+            let stream = TlsConnector::from(config)
+                .connect(name, tcp)
+                .await
+                .map_err(|e| {
+                    io::Error::new(
+                        e.kind(),
+                        format!(
+                            "TLS handshake with {peer} failed: {e} (if {peer} is a plaintext server, use http://; otherwise check that its certificate chains to --tls-ca and names {host})"
+                        ),
+                    )
+                })?;
+            Ok(TokioIo::new(Either::Right(stream)))
+        })
+    }
+}
+
+/// A plaintext client stream that recognises a TLS server by its first byte (a TLS
+/// record's content type is 0x14..=0x17; an HTTP/2 server starts with a SETTINGS frame
+/// whose first length byte is 0), so that the error names the peer and the fix.
+struct SniffPlain {
+    inner: TcpStream,
+    peer: String,
+    seen: bool,
+}
+
+impl AsyncRead for SniffPlain {
+    fn poll_read(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &mut ReadBuf<'_>,
+    ) -> Poll<io::Result<()>> {
+        let before = buf.filled().len();
+        let this = &mut *self;
+        match Pin::new(&mut this.inner).poll_read(cx, buf) {
+            Poll::Ready(Ok(())) if !this.seen => {
+                let new = &buf.filled()[before..];
+                match new.first() {
+                    Some(0x14..=0x17) => Poll::Ready(Err(io::Error::new(
+                        io::ErrorKind::InvalidData,
+                        format!(
+                            "{} speaks TLS and this client plaintext: use an https:// URL and --tls-ca/--tls-cert/--tls-key",
+                            this.peer
+                        ),
+                    ))),
+                    Some(_) => {
+                        this.seen = true;
+                        Poll::Ready(Ok(()))
+                    }
+                    None => Poll::Ready(Err(io::Error::new(
+                        io::ErrorKind::ConnectionAborted,
+                        format!(
+                            "{} closed the connection before answering (does it require TLS? then use an https:// URL)",
+                            this.peer
+                        ),
+                    ))),
+                }
+            }
+            other => other,
+        }
+    }
+}
+
+impl AsyncWrite for SniffPlain {
+    fn poll_write(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &[u8],
+    ) -> Poll<io::Result<usize>> {
+        Pin::new(&mut self.inner).poll_write(cx, buf)
+    }
+    fn poll_flush(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        Pin::new(&mut self.inner).poll_flush(cx)
+    }
+    fn poll_shutdown(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        Pin::new(&mut self.inner).poll_shutdown(cx)
+    }
+}
+
+/// Whether `addr` is a loopback address (127.0.0.0/8, ::1): the only addresses a server
+/// without TLS binds unless `--insecure` (see `docs/security.md`).
+pub fn is_loopback(addr: &std::net::SocketAddr) -> bool {
+    addr.ip().is_loopback()
+}
+
+/// What a server may do with its listen address and TLS setting.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum BindDecision {
+    /// TLS on: any address.
+    Tls,
+    /// No TLS, loopback: fine (development, tests, the quickstart).
+    PlaintextLoopback,
+    /// No TLS, another address, `--insecure` given: start, with a warning.
+    PlaintextInsecure,
+    /// No TLS, another address, no `--insecure`: refuse to start.
+    Refuse,
+}
+
+/// Secure by default: decides whether a server may bind `addr`.
+pub fn bind_decision(addr: &std::net::SocketAddr, tls: bool, insecure: bool) -> BindDecision {
+    match (tls, is_loopback(addr), insecure) {
+        (true, _, _) => BindDecision::Tls,
+        (false, true, _) => BindDecision::PlaintextLoopback,
+        (false, false, true) => BindDecision::PlaintextInsecure,
+        (false, false, false) => BindDecision::Refuse,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn bind_decision_covers_every_case() {
+        let lo: std::net::SocketAddr = "127.0.0.1:7000".parse().expect("addr");
+        let lo6: std::net::SocketAddr = "[::1]:7000".parse().expect("addr");
+        let any: std::net::SocketAddr = "0.0.0.0:7000".parse().expect("addr");
+        assert_eq!(bind_decision(&any, true, false), BindDecision::Tls);
+        assert_eq!(
+            bind_decision(&lo, false, false),
+            BindDecision::PlaintextLoopback
+        );
+        assert_eq!(
+            bind_decision(&lo6, false, false),
+            BindDecision::PlaintextLoopback
+        );
+        assert_eq!(
+            bind_decision(&any, false, true),
+            BindDecision::PlaintextInsecure
+        );
+        assert_eq!(bind_decision(&any, false, false), BindDecision::Refuse);
+    }
+
+    #[test]
+    fn tls_files_are_all_or_nothing() {
+        assert_eq!(TlsFiles::from_parts(None, None, None).ok(), Some(None));
+        let err =
+            TlsFiles::from_parts(Some("c".into()), None, Some("a".into())).expect_err("incomplete");
+        assert!(err.to_string().contains("--tls-key"), "{err}");
+    }
+
+    #[test]
+    fn https_needs_tls_and_other_schemes_are_refused() {
+        assert!(check_url("http://127.0.0.1:1", &ClientTls::None).is_ok());
+        let err = check_url("https://127.0.0.1:1", &ClientTls::None).expect_err("https");
+        assert!(matches!(err, TlsError::HttpsWithoutTls { .. }), "{err}");
+        let err = check_url("ftp://127.0.0.1:1", &ClientTls::None).expect_err("ftp");
+        assert!(matches!(err, TlsError::BadUrl { .. }), "{err}");
+    }
+}
