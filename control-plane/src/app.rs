@@ -32,6 +32,8 @@ pub const DEFAULT_LISTEN: SocketAddr =
     SocketAddr::new(std::net::IpAddr::V4(std::net::Ipv4Addr::LOCALHOST), 7000);
 /// File (in the data dir) holding the bound address.
 pub const LISTEN_ADDR_FILE: &str = "listen.addr";
+/// File (in the data dir) holding the REST gateway's bound address.
+pub const REST_ADDR_FILE: &str = "rest.addr";
 
 /// Validated settings of one control-plane process.
 #[derive(Debug, Clone)]
@@ -42,6 +44,12 @@ pub struct Config {
     pub data_dir: PathBuf,
     /// Lease and heartbeat settings handed to executors.
     pub lease: LeaseConfig,
+    /// Address of the Kafka Connect REST gateway (HTTP/1.1), `None` for none (port 0
+    /// picks one; the bound address is written to `<data-dir>/rest.addr`).
+    pub rest_listen: Option<SocketAddr>,
+    /// When the REST address is a default rather than asked for (`--dev`'s 8083): a
+    /// failed bind is logged and the control plane runs without the gateway.
+    pub rest_optional: bool,
 }
 
 /// Which [`StateStore`] backend to use (`--store`).
@@ -137,6 +145,8 @@ impl Config {
             listen,
             data_dir,
             lease,
+            rest_listen,
+            rest_optional,
         } = self;
         let LeaseConfig {
             lease_ms,
@@ -158,6 +168,8 @@ impl Config {
             listen,
             data_dir,
             lease,
+            rest_listen,
+            rest_optional,
         })
     }
 }
@@ -169,6 +181,19 @@ pub struct App {
     cluster: Arc<Cluster>,
     election: Option<Election>,
     self_url: String,
+    rest: Option<(TcpListener, SocketAddr)>,
+    loggers: Arc<crate::rest::loggers::Loggers>,
+}
+
+/// Writes `addr` to `dir/file` atomically (a reader never sees half an address).
+fn write_addr(dir: &std::path::Path, file: &str, addr: SocketAddr) -> Result<(), StartError> {
+    let tmp = dir.join(format!("{file}.tmp"));
+    std::fs::write(&tmp, addr.to_string())
+        .and_then(|()| std::fs::rename(&tmp, dir.join(file)))
+        .map_err(|source| StartError::DataDir {
+            path: dir.to_owned(),
+            source,
+        })
 }
 
 impl App {
@@ -227,13 +252,24 @@ impl App {
             addr: config.listen,
             source,
         })?;
-        let tmp = dir.join(format!("{LISTEN_ADDR_FILE}.tmp"));
-        std::fs::write(&tmp, local_addr.to_string())
-            .and_then(|()| std::fs::rename(&tmp, dir.join(LISTEN_ADDR_FILE)))
-            .map_err(|source| StartError::DataDir {
-                path: dir.clone(),
-                source,
-            })?;
+        let rest = match config.rest_listen {
+            None => None,
+            Some(addr) => match TcpListener::bind(addr).await.and_then(|l| {
+                let bound = l.local_addr()?;
+                Ok((l, bound))
+            }) {
+                Ok((l, bound)) => {
+                    write_addr(&dir, REST_ADDR_FILE, bound)?;
+                    Some((l, bound))
+                }
+                Err(source) if config.rest_optional => {
+                    warn!(%addr, error = %source, "REST gateway not started (its default address is taken); pass --rest-listen IP:PORT to choose another");
+                    None
+                }
+                Err(source) => return Err(StartError::Bind { addr, source }),
+            },
+        };
+        write_addr(&dir, LISTEN_ADDR_FILE, local_addr)?;
         info!(addr = %local_addr, data_dir = %dir.display(), "control plane bound");
         let mut self_url = format!("http://{local_addr}");
         let election = etcd.map(|(s, ttl, advertise)| {
@@ -248,7 +284,20 @@ impl App {
             cluster,
             election,
             self_url,
+            rest,
+            loggers: Arc::new(crate::rest::loggers::Loggers::new("INFO", None)),
         })
+    }
+
+    /// The REST gateway's bound address, when `rest_listen` was set.
+    pub fn rest_addr(&self) -> Option<SocketAddr> {
+        self.rest.as_ref().map(|(_, a)| *a)
+    }
+
+    /// Lets `/admin/loggers` change the process's log filter: `apply` installs tracing
+    /// directives; `root_level` is the level the process started with (`INFO`).
+    pub fn set_log_control(&mut self, root_level: &str, apply: crate::rest::loggers::Apply) {
+        self.loggers = Arc::new(crate::rest::loggers::Loggers::new(root_level, Some(apply)));
     }
 
     /// The address actually bound.
@@ -319,6 +368,20 @@ impl App {
             .set_serving::<ExecutorRegistryServer<RegistryService>>()
             .await;
 
+        // The REST gateway: the same admin core, its own listener, the same shutdown.
+        let rest = self.rest.map(|(listener, addr)| {
+            let router = crate::rest::Gateway::new(
+                crate::admin::Admin::new(self.cluster.clone()),
+                self.loggers.clone(),
+            )
+            .router();
+            let stop = cancel.clone();
+            wharf::task::spawn(wharf::task::TaskKind::Service, "rest-gateway", async move {
+                if let Err(e) = crate::rest::serve(listener, router, stop.cancelled_owned()).await {
+                    tracing::error!(%addr, error = %e, "REST gateway failed; the gRPC API still serves");
+                }
+            })
+        });
         let stop = cancel.clone();
         let result = router
             // TCP_NODELAY (the builder's setting does not apply to an incoming stream):
@@ -334,6 +397,9 @@ impl App {
             .await;
         cancel.cancel();
         let _ = loops.await;
+        if let Some(r) = rest {
+            let _ = r.await;
+        }
         if let Some(e) = election {
             let _ = e.await;
         }

@@ -23,7 +23,7 @@ use wharf_control_plane::reconcile::LeaseConfig;
 #[command(name = "wharf-control-plane", version)]
 pub struct Args {
     /// TOML file with settings (keys: listen, data_dir, lease_ms, heartbeat_interval_ms,
-    /// store, etcd_endpoints, etcd_prefix, etcd_election_ttl_secs, advertise).
+    /// store, etcd_endpoints, etcd_prefix, etcd_election_ttl_secs, advertise, rest_listen).
     #[arg(long, env = "WHARF_CONFIG", value_name = "FILE")]
     pub config: Option<PathBuf>,
     /// Address to listen on, IP:PORT (port 0 picks a free port; the bound address is
@@ -70,6 +70,12 @@ pub struct Args {
     /// [default: http://<bound address>]
     #[arg(long, env = "WHARF_ADVERTISE", value_name = "URL")]
     pub advertise: Option<String>,
+    /// Address of the Kafka Connect REST gateway (HTTP/1.1: Kafka Connect's routes, JSON
+    /// and status codes over the same admin logic as gRPC; see docs/rest.md), IP:PORT;
+    /// port 0 picks one and writes it to <data-dir>/rest.addr. `off` for none.
+    /// [default: off; `wharf-dev` turns it on at 127.0.0.1:8083]
+    #[arg(long, env = "WHARF_REST_LISTEN", value_name = "IP:PORT|off")]
+    pub rest_listen: Option<String>,
 }
 
 /// The `--config` file: every key optional; unknown keys are an error (a typo must not be
@@ -95,6 +101,8 @@ pub struct FileConfig {
     pub etcd_election_ttl_secs: Option<u32>,
     /// See `--advertise`.
     pub advertise: Option<String>,
+    /// See `--rest-listen`.
+    pub rest_listen: Option<String>,
 }
 
 /// What the binary runs.
@@ -128,6 +136,7 @@ impl Args {
             etcd_prefix,
             etcd_election_ttl_secs,
             advertise,
+            rest_listen,
         } = self;
         if dev {
             return Err(ConfigError::Invalid {
@@ -145,6 +154,7 @@ impl Args {
             etcd_prefix: file_etcd_prefix,
             etcd_election_ttl_secs: file_etcd_election_ttl_secs,
             advertise: file_advertise,
+            rest_listen: file_rest_listen,
         } = read_file(config.as_deref())?;
         let store = match store.or(file_store).as_deref() {
             None | Some("redb") => app::StoreOptions::Redb,
@@ -195,8 +205,17 @@ impl Args {
             file_data_dir,
             ("--data-dir", "WHARF_DATA_DIR", "data_dir"),
         )?;
+        let rest_listen = match rest_listen.or(file_rest_listen).as_deref() {
+            None | Some("off") => None,
+            Some(addr) => Some(addr.parse().map_err(|e| ConfigError::Invalid {
+                field: "rest-listen",
+                reason: format!("{addr:?} is not IP:PORT or off: {e}"),
+            })?),
+        };
         Ok(Settings {
             config: Config {
+                rest_listen,
+                rest_optional: false,
                 listen,
                 data_dir,
                 lease: LeaseConfig {
@@ -278,6 +297,7 @@ mod tests {
             etcd_prefix: None,
             etcd_election_ttl_secs: None,
             advertise: None,
+            rest_listen: None,
         }
         .build()
         .expect_err("missing");
@@ -290,5 +310,27 @@ mod tests {
             .build()
             .expect_err("--dev moved");
         assert!(err.to_string().contains("wharf-dev"), "{err}");
+    }
+
+    #[test]
+    fn the_rest_gateway_is_off_by_default_and_the_flag_wins() {
+        let plain = parse(&["--data-dir", "/tmp/x"]).build().expect("builds");
+        assert_eq!(plain.config.rest_listen, None);
+        let off = parse(&["--data-dir", "/tmp/x", "--rest-listen", "off"])
+            .build()
+            .expect("builds");
+        assert_eq!(off.config.rest_listen, None);
+        let given = parse(&["--data-dir", "/tmp/x", "--rest-listen", "127.0.0.1:0"])
+            .build()
+            .expect("builds");
+        assert_eq!(given.config.rest_listen.map(|a| a.port()), Some(0));
+        assert!(
+            !given.config.rest_optional,
+            "an asked-for address must bind"
+        );
+        let err = parse(&["--data-dir", "/tmp/x", "--rest-listen", "8083"])
+            .build()
+            .expect_err("not IP:PORT");
+        assert!(err.to_string().contains("rest-listen"), "{err}");
     }
 }

@@ -11,7 +11,7 @@ use wharf_control_plane::app::App;
 
 #[tokio::main]
 async fn main() -> ExitCode {
-    wharf::telemetry::init();
+    let log_control = init_tracing();
     let config::Settings { config, store } = match config::Args::parse().build() {
         Ok(s) => s,
         Err(e) => {
@@ -20,7 +20,10 @@ async fn main() -> ExitCode {
         }
     };
     let result = match App::build_with_store(config, store).await {
-        Ok(app) => app.run(wharf::server::shutdown_signal()).await,
+        Ok(mut app) => {
+            app.set_log_control("INFO", log_control);
+            app.run(wharf::server::shutdown_signal()).await
+        }
         Err(e) => Err(e),
     };
     match result {
@@ -36,4 +39,29 @@ async fn main() -> ExitCode {
             ExitCode::FAILURE
         }
     }
+}
+
+/// The log filter: RUST_LOG when set, otherwise INFO (so that an operator sees what the
+/// control plane does), behind a reload handle so that `PUT /admin/loggers/...` can
+/// change it at run time.
+fn init_tracing() -> wharf_control_plane::rest::loggers::Apply {
+    use std::io::IsTerminal;
+    use tracing_subscriber::layer::SubscriberExt;
+    use tracing_subscriber::util::SubscriberInitExt;
+    let filter = tracing_subscriber::EnvFilter::builder()
+        .with_default_directive(tracing::Level::INFO.into())
+        .from_env_lossy();
+    let (filter, handle) = tracing_subscriber::reload::Layer::new(filter);
+    tracing_subscriber::registry()
+        .with(filter)
+        .with(
+            tracing_subscriber::fmt::layer()
+                .with_writer(std::io::stderr)
+                .with_ansi(std::io::stderr().is_terminal()),
+        )
+        .init();
+    Box::new(move |directives: &str| {
+        let next = tracing_subscriber::EnvFilter::try_new(directives).map_err(|e| e.to_string())?;
+        handle.reload(next).map_err(|e| e.to_string())
+    })
 }

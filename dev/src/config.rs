@@ -65,7 +65,17 @@ pub struct Args {
         value_parser = BoolishValueParser::new()
     )]
     pub enable_test_plugins: Option<bool>,
+    /// Address of the Kafka Connect REST gateway (docs/rest.md), IP:PORT, or `off`.
+    /// When not given and 127.0.0.1:8083 is taken, dev mode runs without it (and says so).
+    /// [default: 127.0.0.1:8083]
+    #[arg(long, env = "WHARF_REST_LISTEN", value_name = "IP:PORT|off")]
+    pub rest_listen: Option<String>,
 }
+
+/// REST gateway address of `wharf-dev` when `--rest-listen` is not given (Kafka
+/// Connect's port).
+pub const DEV_REST_LISTEN: SocketAddr =
+    SocketAddr::new(std::net::IpAddr::V4(std::net::Ipv4Addr::LOCALHOST), 8083);
 
 /// The `--config` file: every key optional; unknown keys are an error.
 #[derive(Debug, Default, Deserialize)]
@@ -86,6 +96,8 @@ pub struct FileConfig {
     pub example: Option<bool>,
     /// See `--enable-test-plugins`.
     pub enable_test_plugins: Option<bool>,
+    /// See `--rest-listen`.
+    pub rest_listen: Option<String>,
 }
 
 /// What the binary runs.
@@ -118,6 +130,7 @@ impl Args {
             dev: _,
             example,
             enable_test_plugins,
+            rest_listen,
         } = self;
         let FileConfig {
             listen: file_listen,
@@ -127,6 +140,7 @@ impl Args {
             dev: file_dev,
             example: file_example,
             enable_test_plugins: file_enable_test_plugins,
+            rest_listen: file_rest_listen,
         } = wharf::config::read_file(config.as_deref())?;
         if file_dev == Some(false) {
             return Err(ConfigError::Invalid {
@@ -140,8 +154,21 @@ impl Args {
             file_data_dir,
             ("--data-dir", "WHARF_DATA_DIR", "data_dir"),
         )?;
+        let rest_given = rest_listen.or(file_rest_listen);
+        // Only the default address may be taken (parallel dev runs); an asked-for one must bind.
+        let rest_optional = rest_given.is_none();
+        let rest_listen = match rest_given.as_deref() {
+            Some("off") => None,
+            Some(addr) => Some(addr.parse().map_err(|e| ConfigError::Invalid {
+                field: "rest-listen",
+                reason: format!("{addr:?} is not IP:PORT or off: {e}"),
+            })?),
+            None => Some(DEV_REST_LISTEN),
+        };
         Ok(Settings {
             config: Config {
+                rest_listen,
+                rest_optional,
                 listen,
                 data_dir,
                 lease: LeaseConfig {

@@ -89,6 +89,7 @@ pub async fn run(
     ));
     let app = App::build(config).await?;
     let addr = app.local_addr();
+    let app_rest = app.rest_addr();
     let (stop_cp, cp_stopped) = tokio::sync::oneshot::channel::<()>();
     let mut cp = wharf::task::spawn(
         wharf::task::TaskKind::Service,
@@ -126,7 +127,7 @@ pub async fn run(
                 },
             }
         }
-        example::print_next_steps(addr, &data_dir, paths.as_ref());
+        example::print_next_steps(addr, app_rest, &data_dir, paths.as_ref());
         shutdown.await;
     };
     let ended_early = tokio::select! {

@@ -250,13 +250,23 @@ async fn presence(
 }
 
 /// Prints where the admin API listens and what to try next.
-pub fn print_next_steps(addr: SocketAddr, data_dir: &Path, paths: Option<&ExamplePaths>) {
+pub fn print_next_steps(
+    addr: SocketAddr,
+    rest: Option<SocketAddr>,
+    data_dir: &Path,
+    paths: Option<&ExamplePaths>,
+) {
     let mut out = String::new();
     out.push_str(&format!(
         "\nwharf: admin API (gRPC, with reflection) listening on {addr}\n\
          wharf: data in {}; stop with Ctrl-C (everything is kept for the next start)\n",
         data_dir.display()
     ));
+    if let Some(rest) = rest {
+        out.push_str(&format!(
+            "wharf: Kafka Connect REST API (HTTP/1.1) listening on {rest}\n"
+        ));
+    }
     if let Some(paths) = paths {
         out.push_str(&format!(
             "wharf: example database {}\n\
@@ -272,6 +282,12 @@ pub fn print_next_steps(addr: SocketAddr, data_dir: &Path, paths: Option<&Exampl
          \x20 grpcurl -plaintext {addr} wharf.v1.ConnectorAdmin/ListConnectorPlugins\n\
          \x20 grpcurl -plaintext -d '{{\"name\":\"{SOURCE_NAME}\"}}' {addr} wharf.v1.ConnectorAdmin/GetConnectorStatus\n"
     ));
+    if let Some(rest) = rest {
+        out.push_str(&format!(
+            "\x20 # the same over Kafka Connect's REST API (docs/rest.md):\n\
+             \x20 curl -s 'http://{rest}/connectors?expand=status' | jq\n"
+        ));
+    }
     if let Some(paths) = paths {
         out.push_str(&format!(
             "\x20 sqlite3 {} \"INSERT INTO customers(name, email) VALUES ('Ada', 'ada@example.com')\"\n\

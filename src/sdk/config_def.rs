@@ -314,21 +314,35 @@ fn looks_secret(key: &str) -> bool {
     SECRET_NAME_FRAGMENTS.iter().any(|s| k.contains(s))
 }
 
-/// The type error of an integer value, `None` when it is one: only ASCII digits with an
-/// optional leading `-`, no spaces, no `+`, and within `min..=max`.
+/// The type error of an integer value, `None` when it is one: written canonically (ASCII
+/// digits with an optional leading `-`, no `+`, no spaces, no leading zeros, so that
+/// "03" cannot be read as 3 here and as octal elsewhere) and within `min..=max`. Each
+/// message says what is allowed.
 fn integer_error(value: &str, fits: bool, bits: &str, min: i64, max: i64) -> Option<String> {
     let digits = value.strip_prefix('-').unwrap_or(value);
     let well_formed = !digits.is_empty() && digits.bytes().all(|b| b.is_ascii_digit());
-    if well_formed && fits {
+    let leading_zero = digits.len() > 1 && digits.starts_with('0');
+    let allowed = format!(
+        "allowed: a {bits} integer from {min} to {max}, in plain digits with an optional leading '-'"
+    );
+    if well_formed && fits && !leading_zero {
         None
     } else if value.trim() != value {
         Some(format!(
-            "is not a {bits} integer: remove the spaces around it"
+            "is not an integer: remove the spaces around it ({allowed})"
         ))
     } else if value.starts_with('+') {
-        Some(format!("is not a {bits} integer: write it without '+'"))
+        Some(format!(
+            "is not an integer: write it without '+' ({allowed})"
+        ))
+    } else if well_formed && leading_zero {
+        Some(format!(
+            "is not an integer: write it without leading zeros ({allowed})"
+        ))
+    } else if well_formed {
+        Some(format!("is out of range ({allowed})"))
     } else {
-        Some(format!("is not a {bits} integer (range {min}..{max})"))
+        Some(format!("is not an integer ({allowed})"))
     }
 }
 
@@ -437,15 +451,18 @@ mod tests {
             (" 2", "remove the spaces"),
             ("2 ", "remove the spaces"),
             ("+2", "without '+'"),
+            ("03", "without leading zeros"),
+            ("-03", "without leading zeros"),
+            ("00", "without leading zeros"),
             (
                 "2.0",
-                "is not a 32-bit integer (range -2147483648..2147483647)",
+                "is not an integer (allowed: a 32-bit integer from -2147483648 to 2147483647",
             ),
-            ("", "is not a 32-bit integer (range"),
-            ("-", "is not a 32-bit integer (range"),
+            ("", "is not an integer (allowed"),
+            ("-", "is not an integer (allowed"),
             (
                 "99999999999999999999",
-                "is not a 32-bit integer (range -2147483648..2147483647)",
+                "is out of range (allowed: a 32-bit integer from -2147483648 to 2147483647",
             ),
             ("0", "must be a positive integer"),
             ("-3", "must be a positive integer"),
@@ -462,7 +479,7 @@ mod tests {
                 .is_empty()
         );
         let too_big = long.validate(&config(&[("n", "9223372036854775808")]));
-        assert!(too_big[0].errors[0].contains("is not a 64-bit integer (range"));
+        assert!(too_big[0].errors[0].contains("is out of range (allowed: a 64-bit integer"));
     }
 
     #[test]
