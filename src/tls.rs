@@ -41,6 +41,10 @@ pub const RELOAD_POLL_INTERVAL_MS: u64 = 1_000;
 /// Longest a TLS handshake may take on a listener, in milliseconds (a silent client must
 /// not hold a task forever).
 pub const HANDSHAKE_TIMEOUT_MS: u64 = 10_000;
+
+/// Pause after a failed `accept` (EMFILE and the like) before the next, in milliseconds:
+/// waiting instead of spinning lets descriptors free up.
+const ACCEPT_RETRY_BACKOFF_MS: u64 = 100;
 /// Accepted connections waiting for the server to take them.
 const ACCEPT_BACKLOG: usize = 64;
 /// ALPN id of HTTP/2 (gRPC).
@@ -484,7 +488,7 @@ pub fn serve_incoming(
                 Err(e) => {
                     // EMFILE and the like: wait a little instead of spinning.
                     tracing::warn!(error = %e, "accept failed");
-                    tokio::time::sleep(Duration::from_millis(100)).await;
+                    tokio::time::sleep(Duration::from_millis(ACCEPT_RETRY_BACKOFF_MS)).await;
                     continue;
                 }
             };
