@@ -4,20 +4,17 @@
 //! `wharf-control-plane token` subcommand.
 //!
 //! Build first: `cargo build -p wharf-control-plane -p wharf-executor`, then
-//! `cargo test -p wharf --test admin_auth`.
-
-mod control_plane_common;
-mod harness;
+//! `cargo test --test admin_auth`.
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
-use control_plane_common::{
+use serde_json::{Value, json};
+use wharf_harness::cluster::{
     CONVERGE, Call, GRPCURL_STATUS_BASE, TEST_HEARTBEAT_INTERVAL_MS, TEST_LEASE_MS,
 };
-use harness::lifecycle::Lifecycle;
-use harness::{KeepOnFailure, Proc, WAIT_DEADLINE, wait_until};
-use serde_json::{Value, json};
+use wharf_harness::lifecycle::Lifecycle;
+use wharf_harness::{KeepOnFailure, Proc, WAIT_DEADLINE, wait_until};
 
 /// gRPC PERMISSION_DENIED.
 const PERMISSION_DENIED: i32 = 7;
@@ -33,7 +30,7 @@ struct Minted {
 /// Runs `wharf-control-plane token --name NAME --role ROLE`: the line on stdout, the
 /// token as the last line of stderr.
 fn mint(name: &str, role: &str) -> Minted {
-    let out = Command::new(harness::bin("wharf-control-plane"))
+    let out = Command::new(wharf_harness::bin("wharf-control-plane"))
         .args(["token", "--name", name, "--role", role])
         .output()
         .expect("run the token subcommand");
@@ -113,13 +110,13 @@ fn control_plane(dir: &Path, tokens: &Path, extra: &[&str]) -> Proc {
         tokens.display().to_string(),
     ];
     args.extend(extra.iter().map(|s| (*s).to_owned()));
-    Proc::spawn(harness::bin("wharf-control-plane"), args, &d)
+    Proc::spawn(wharf_harness::bin("wharf-control-plane"), args, &d)
 }
 
 fn executor(dir: &Path, id: &str, ip: &str, control_planes: &str) -> Proc {
     let d = dir.join(id);
     Proc::spawn(
-        harness::bin("wharf-executor"),
+        wharf_harness::bin("wharf-executor"),
         vec![
             "--listen".into(),
             format!("{ip}:0"),
@@ -221,9 +218,10 @@ fn source_config(lifecycle: &Path, tasks: u32) -> Value {
 
 /// Keys of a redb table of the stopped control plane's store.
 fn store_keys(store: &Path, table: &str) -> Vec<String> {
-    use redb::{ReadableDatabase, ReadableTable, TableDefinition};
+    use wharf_harness::redb::{ReadableDatabase, ReadableTable, TableDefinition};
     let def: TableDefinition<&str, &[u8]> = TableDefinition::new(table);
-    let db = redb::Database::open(store).expect("open the stopped control plane's store");
+    let db =
+        wharf_harness::redb::Database::open(store).expect("open the stopped control plane's store");
     let tx = db.begin_read().expect("read tx");
     let t = tx.open_table(def).expect("table");
     t.iter()
@@ -469,7 +467,7 @@ async fn a_non_loopback_listen_without_admin_authentication_refuses_to_start() {
     let dir = KeepOnFailure::new();
     let d = dir.path().join("cp");
     // 0.0.0.0 is refused before anything is bound.
-    let out = Command::new(harness::bin("wharf-control-plane"))
+    let out = Command::new(wharf_harness::bin("wharf-control-plane"))
         .args(["--listen", "0.0.0.0:0", "--data-dir"])
         .arg(&d)
         .output()
@@ -482,7 +480,7 @@ async fn a_non_loopback_listen_without_admin_authentication_refuses_to_start() {
     );
     assert!(!d.join("listen.addr").exists());
     // A missing token file is a start error naming it.
-    let out = Command::new(harness::bin("wharf-control-plane"))
+    let out = Command::new(wharf_harness::bin("wharf-control-plane"))
         .args(["--listen", "127.0.0.1:0", "--data-dir"])
         .arg(&d)
         .arg("--admin-tokens")

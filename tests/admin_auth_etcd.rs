@@ -7,22 +7,17 @@
 //!
 //! Needs the `etcd` binary (Debian `etcd-server`, scripts/setup-services) and grpcurl.
 //! Build first: `cargo build -p wharf-control-plane -p wharf-executor`, then
-//! `cargo test -p wharf --test admin_auth_etcd`.
-
-mod control_plane_common;
-#[path = "../control-plane/tests/etcd_support/mod.rs"]
-mod etcd_support;
-mod harness;
+//! `cargo test --test admin_auth_etcd`.
 
 use std::path::Path;
 use std::process::Command;
 use std::time::Duration;
 
-use control_plane_common::{
+use serde_json::{Value, json};
+use wharf_harness::cluster::{
     CONVERGE, Call, GRPCURL_STATUS_BASE, TEST_HEARTBEAT_INTERVAL_MS, TEST_LEASE_MS,
 };
-use harness::{KeepOnFailure, Proc, wait_until};
-use serde_json::{Value, json};
+use wharf_harness::{KeepOnFailure, Proc, wait_until};
 
 /// gRPC PERMISSION_DENIED.
 const PERMISSION_DENIED: i32 = 7;
@@ -35,7 +30,7 @@ const ELECTION_DEADLINE: Duration = Duration::from_secs(20);
 
 /// (token, file line) from `wharf-control-plane token`.
 fn mint(name: &str, role: &str) -> (String, String) {
-    let out = Command::new(harness::bin("wharf-control-plane"))
+    let out = Command::new(wharf_harness::bin("wharf-control-plane"))
         .args(["token", "--name", name, "--role", role])
         .output()
         .expect("run the token subcommand");
@@ -91,7 +86,7 @@ fn replica(dir: &Path, name: &str, etcd: &str, key: &[u8], tokens: &Path) -> Pro
     // Every replica seals with the same key (docs/state.md).
     std::fs::write(d.join("store.key"), key).unwrap();
     Proc::spawn(
-        harness::bin("wharf-control-plane"),
+        wharf_harness::bin("wharf-control-plane"),
         vec![
             "--listen".into(),
             "127.0.0.1:0".into(),
@@ -129,7 +124,7 @@ fn entries(addr: &str, token: &str, connector: &str) -> Vec<Value> {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_call_to_the_follower_is_authorized_by_the_same_rules_and_audited_under_its_caller() {
-    let etcd = etcd_support::TestEtcd::start();
+    let etcd = wharf_harness::etcd::TestEtcd::start();
     let dir = KeepOnFailure::new();
     let key: [u8; 32] = rand::random();
     let (viewer, viewer_line) = mint("vera", "viewer");
@@ -154,7 +149,7 @@ async fn a_call_to_the_follower_is_authorized_by_the_same_rules_and_audited_unde
     let b_addr = b.listen_addr().await;
     let ed = dir.path().join("exec-1");
     let mut exec = Proc::spawn(
-        harness::bin("wharf-executor"),
+        wharf_harness::bin("wharf-executor"),
         vec![
             "--listen".into(),
             "127.0.0.2:0".into(),

@@ -5,13 +5,10 @@
 //!
 //! Build first: `cargo build -p wharf-control-plane -p wharf-executor`.
 
-mod control_plane_common;
-mod harness;
-
-use control_plane_common::{
+use serde_json::{Value, json};
+use wharf_harness::cluster::{
     ALREADY_EXISTS, FAILED_PRECONDITION, INVALID_ARGUMENT, NOT_FOUND, TestCluster,
 };
-use serde_json::{Value, json};
 
 /// The listing with status and the kept connector's offsets (it is STOPPED, so no
 /// offsets are committed meanwhile). The store file itself changes on every refused

@@ -4,10 +4,12 @@
 //! Layout: [`model`] is data, [`plan`] decides, [`reconcile`] acts, [`store`] persists,
 //! [`grpc`] adapts; [`auth`] says who may call the admin API; [`app`] composes them.
 
+pub mod admin;
 pub mod app;
 pub mod auth;
 pub mod grpc;
 pub mod model;
 pub mod plan;
 pub mod reconcile;
+pub mod rest;
 pub mod store;

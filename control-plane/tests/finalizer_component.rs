@@ -188,6 +188,8 @@ async fn setup(
             heartbeat_interval_ms: HEARTBEAT_MS,
         },
         auth: Default::default(),
+        rest_listen: None,
+        rest_optional: false,
     })
     .await
     .unwrap();
