@@ -423,6 +423,7 @@ impl App {
         let rest = self.rest.map(|(listener, addr)| {
             let router = crate::rest::Gateway::new(
                 crate::admin::Admin::new(self.cluster.clone()),
+                crate::admin::guard::Guard::new(self.cluster.clone(), self.auth.clone()),
                 self.loggers.clone(),
             )
             .router();

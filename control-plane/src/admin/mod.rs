@@ -5,10 +5,14 @@
 //! with its `{"error_code", "message"}` body). Answers are the redacted views of
 //! `wharf.v1` (`ConnectorInfo`, `ConnectorStatus`, ...), which both adapters render.
 //!
+//! Both adapters put [`guard::Guard`] in front of it: authentication, roles and the audit
+//! trail are decided once, here, for gRPC and REST alike.
+//!
 //! Handlers validate at the edge, write the store, wake the herder, and answer; they
 //! never call executors.
 
 pub mod error;
+pub mod guard;
 
 use std::collections::{BTreeMap, HashMap};
 use std::sync::Arc;

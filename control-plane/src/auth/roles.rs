@@ -92,7 +92,9 @@ impl DeleteMode {
 }
 
 /// Every admin call a caller can make: one per `wharf.v1.ConnectorAdmin` RPC, with
-/// DeleteConnector split by its mode.
+/// DeleteConnector split by its mode, and the Kafka Connect REST gateway's two calls with
+/// no RPC behind them (`/admin/loggers`). Each REST route maps to one of these
+/// (`rest::rest_access`), so both adapters are decided by the same table.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum AdminAction {
     /// CreateConnector.
@@ -135,6 +137,11 @@ pub enum AdminAction {
     WatchConnector,
     /// ListAuditEntries.
     ListAuditEntries,
+    /// REST only: `GET /admin/loggers[/{logger}]` (reads log levels).
+    GetLoggers,
+    /// REST only: `PUT /admin/loggers/{logger}` (changes what this process logs, so it
+    /// could hide events: an admin's call, and audited).
+    SetLoggerLevel,
 }
 
 impl AdminAction {
@@ -161,6 +168,8 @@ impl AdminAction {
             AdminAction::ListExecutors => "ListExecutors",
             AdminAction::WatchConnector => "WatchConnector",
             AdminAction::ListAuditEntries => "ListAuditEntries",
+            AdminAction::GetLoggers => "GetLoggers",
+            AdminAction::SetLoggerLevel => "SetLoggerLevel",
         }
     }
 
@@ -178,7 +187,8 @@ impl AdminAction {
             | AdminAction::DeleteConnector(_)
             | AdminAction::RetryCleanup
             | AdminAction::AlterOffsets
-            | AdminAction::ResetOffsets => true,
+            | AdminAction::ResetOffsets
+            | AdminAction::SetLoggerLevel => true,
             AdminAction::GetConnector
             | AdminAction::ListConnectors
             | AdminAction::GetConnectorStatus
@@ -187,7 +197,8 @@ impl AdminAction {
             | AdminAction::GetOffsets
             | AdminAction::ListExecutors
             | AdminAction::WatchConnector
-            | AdminAction::ListAuditEntries => false,
+            | AdminAction::ListAuditEntries
+            | AdminAction::GetLoggers => false,
         }
     }
 
@@ -201,7 +212,8 @@ impl AdminAction {
             | AdminAction::ListConnectorPlugins
             | AdminAction::GetOffsets
             | AdminAction::ListExecutors
-            | AdminAction::WatchConnector => Role::Viewer,
+            | AdminAction::WatchConnector
+            | AdminAction::GetLoggers => Role::Viewer,
             AdminAction::CreateConnector
             | AdminAction::PutConnectorConfig
             | AdminAction::PauseConnector
@@ -218,7 +230,8 @@ impl AdminAction {
             )
             | AdminAction::RetryCleanup
             | AdminAction::AlterOffsets
-            | AdminAction::ResetOffsets => Role::Admin,
+            | AdminAction::ResetOffsets
+            | AdminAction::SetLoggerLevel => Role::Admin,
         }
     }
 }
@@ -286,6 +299,8 @@ mod tests {
             (X::RetryCleanup, [AD, AD, A]),
             (X::AlterOffsets, [AD, AD, A]),
             (X::ResetOffsets, [AD, AD, A]),
+            (X::GetLoggers, [A, A, A]),
+            (X::SetLoggerLevel, [AD, AD, A]),
         ]
     }
 
@@ -316,7 +331,9 @@ mod tests {
             | AdminAction::ResetOffsets
             | AdminAction::ListExecutors
             | AdminAction::WatchConnector
-            | AdminAction::ListAuditEntries => table().iter().any(|(x, _)| *x == a),
+            | AdminAction::ListAuditEntries
+            | AdminAction::GetLoggers
+            | AdminAction::SetLoggerLevel => table().iter().any(|(x, _)| *x == a),
         }
     }
 
@@ -331,8 +348,9 @@ mod tests {
                 cells += 1;
             }
         }
-        // 19 RPCs + DeleteConnector in 4 modes (20 RPCs, one split into 4) times 3 roles.
-        assert_eq!(cells, 23 * 3);
+        // 20 RPCs, DeleteConnector split into 4 modes, and 2 REST-only calls: 25 actions
+        // times 3 roles.
+        assert_eq!(cells, 25 * 3);
     }
 
     #[test]

@@ -1,29 +1,27 @@
-//! The gate in front of [`AdminService`]: every `ConnectorAdmin` RPC first authenticates
-//! the caller and authorizes its role for the call ([`crate::auth`]), then runs the
-//! handler; every mutating call, accepted or refused, is recorded in the audit trail.
-//! The trait impl below has one method per RPC, so a new RPC does not compile until it
-//! names its [`AdminAction`] here.
+//! The gRPC side of the admin guard: every `ConnectorAdmin` RPC names its
+//! [`AdminAction`] and goes through [`Guard::guarded`] (`crate::admin::guard`, shared with
+//! the REST gateway): authentication, role, then the handler; every mutating call,
+//! accepted or refused, is in the audit trail. The trait impl below has one method per
+//! RPC, so a new RPC does not compile until it names its action here.
 
 use std::future::Future;
 use std::sync::Arc;
 
 use tonic::{Request, Response, Status};
-use tracing::warn;
 use wharf::pb::v1 as pb;
 use wharf::pb::v1::connector_admin_server::ConnectorAdmin;
 
 use super::admin::AdminService;
-use super::error::ApiError;
+use crate::admin::guard::{Caller, Guard, Outcome};
 use crate::auth::audit::code_name;
 use crate::auth::{AdminAction, AdminAuth, DeleteMode, peer_identity};
 use crate::reconcile::Cluster;
 use crate::store::etcd_election::FORWARDED_HEADER;
 
-/// [`AdminService`] behind authentication, authorization and the audit trail.
+/// [`AdminService`] behind the admin [`Guard`].
 pub struct GuardedAdmin {
     inner: AdminService,
-    cluster: Arc<Cluster>,
-    auth: Arc<AdminAuth>,
+    guard: Guard,
 }
 
 impl GuardedAdmin {
@@ -31,13 +29,11 @@ impl GuardedAdmin {
     pub fn new(cluster: Arc<Cluster>, auth: Arc<AdminAuth>) -> Self {
         Self {
             inner: AdminService::new(cluster.clone()),
-            cluster,
-            auth,
+            guard: Guard::new(cluster, auth),
         }
     }
 
-    /// Admits the caller ([`AdminAuth::admit`]), runs `call` when allowed, and records a
-    /// mutating call's outcome ([`AdminAuth::record`]).
+    /// Runs `call` through the guard, with the caller read from the request.
     async fn guarded<T, R, Fut>(
         &self,
         request: Request<T>,
@@ -48,38 +44,33 @@ impl GuardedAdmin {
     where
         Fut: Future<Output = Result<Response<R>, Status>>,
     {
-        let forwarded_by = request
-            .metadata()
-            .get(FORWARDED_HEADER)
-            .and_then(|v| v.to_str().ok())
-            .unwrap_or_default()
-            .to_owned();
-        let headers = request.metadata().clone().into_headers();
-        // From the verified client certificate, when the connection has one.
-        let peer = peer_identity(wharf::tls::peer(request.extensions()));
-        let (principal, result) = match self.auth.admit(&headers, peer.as_ref(), action) {
-            Ok(p) => {
-                let r = call(request).await;
-                (Some(p), r)
-            }
-            Err((p, e)) => {
-                warn!(rpc = action.rpc(), connector, error = %e, "admin call refused");
-                (p, Err(Status::from(ApiError::Auth(e))))
-            }
+        let caller = Caller {
+            forwarded_by: request
+                .metadata()
+                .get(FORWARDED_HEADER)
+                .and_then(|v| v.to_str().ok())
+                .unwrap_or_default()
+                .to_owned(),
+            headers: request.metadata().clone().into_headers(),
+            // From the verified client certificate, when the connection has one.
+            peer: peer_identity(wharf::tls::peer(request.extensions())),
         };
-        let outcome = match &result {
-            Ok(_) => ("OK", ""),
-            Err(s) => (code_name(s.code()), s.message()),
-        };
-        self.auth.record(
-            self.cluster.store.as_ref(),
-            principal.as_ref(),
-            action,
-            connector,
-            outcome,
-            &forwarded_by,
-        );
-        result
+        self.guard
+            .guarded(
+                caller,
+                action,
+                connector,
+                |_principal| call(request),
+                |e| Err(Status::from(e)),
+                |answer| match answer {
+                    Ok(_) => Outcome::ok(),
+                    Err(s) => Outcome {
+                        code: code_name(s.code()),
+                        message: s.message().to_owned(),
+                    },
+                },
+            )
+            .await
     }
 }
 

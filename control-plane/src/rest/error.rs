@@ -6,7 +6,9 @@ use axum::response::{IntoResponse, Response};
 use serde_json::json;
 
 use crate::admin::ApiError;
+use crate::admin::guard::Outcome;
 use crate::auth::AuthError;
+use crate::auth::audit::code_name;
 use crate::store::StoreError;
 
 /// Why a REST request was refused.
@@ -30,12 +32,6 @@ pub enum RestError {
     /// The body is larger than the limit, in bytes.
     #[error("request body is larger than {0} bytes")]
     PayloadTooLarge(usize),
-    /// Not authenticated (no or a bad credential).
-    #[error("{0}")]
-    Unauthenticated(String),
-    /// Authenticated, but the role may not do this.
-    #[error("{0}")]
-    Forbidden(String),
     /// A logger level change is not possible in this process.
     #[error("{0}")]
     LoggersUnavailable(String),
@@ -70,9 +66,26 @@ impl RestError {
             RestError::MethodNotAllowed => StatusCode::METHOD_NOT_ALLOWED,
             RestError::UnsupportedMediaType => StatusCode::UNSUPPORTED_MEDIA_TYPE,
             RestError::PayloadTooLarge(_) => StatusCode::PAYLOAD_TOO_LARGE,
-            RestError::Unauthenticated(_) => StatusCode::UNAUTHORIZED,
-            RestError::Forbidden(_) => StatusCode::FORBIDDEN,
             RestError::LoggersUnavailable(_) => StatusCode::NOT_IMPLEMENTED,
+        }
+    }
+}
+
+/// Attached to every error response, so that the admin guard records a REST call's
+/// outcome in the audit trail with the same code names as a gRPC call.
+#[derive(Debug, Clone)]
+pub struct Refusal(pub Outcome);
+
+impl RestError {
+    /// The gRPC status code name the same refusal has over gRPC (the audit trail's
+    /// outcome); the REST-only errors get the nearest code.
+    fn code_name(self) -> &'static str {
+        match self {
+            RestError::Api(e) => code_name(tonic::Status::from(e).code()),
+            RestError::BadRequest(_) | RestError::UnsupportedMediaType => "INVALID_ARGUMENT",
+            RestError::NoRoute => "NOT_FOUND",
+            RestError::MethodNotAllowed | RestError::LoggersUnavailable(_) => "UNIMPLEMENTED",
+            RestError::PayloadTooLarge(_) => "RESOURCE_EXHAUSTED",
         }
     }
 }
@@ -80,8 +93,14 @@ impl RestError {
 impl IntoResponse for RestError {
     fn into_response(self) -> Response {
         let status = self.status();
-        let body = json!({ "error_code": status.as_u16(), "message": self.to_string() });
-        (status, axum::Json(body)).into_response()
+        let message = self.to_string();
+        let body = json!({ "error_code": status.as_u16(), "message": &message });
+        let code = self.code_name();
+        let mut response = (status, axum::Json(body)).into_response();
+        response
+            .extensions_mut()
+            .insert(Refusal(Outcome { code, message }));
+        response
     }
 }
 
@@ -112,6 +131,38 @@ mod tests {
         ];
         for (e, code) in cases {
             assert_eq!(RestError::Api(e).status().as_u16(), code);
+        }
+    }
+
+    #[test]
+    fn refusals_of_the_guard_are_401_and_403_in_connects_body_and_name_their_code() {
+        let cases = [
+            (
+                ApiError::Auth(AuthError::Unauthenticated("no token".into())),
+                401,
+                "UNAUTHENTICATED",
+            ),
+            (
+                ApiError::Auth(AuthError::Forbidden {
+                    principal: "v (viewer, token)".into(),
+                    rpc: "DeleteConnector",
+                    detail: String::new(),
+                    needed: crate::auth::Role::Operator,
+                }),
+                403,
+                "PERMISSION_DENIED",
+            ),
+            (
+                ApiError::Auth(AuthError::NoAdminRole("executor".into())),
+                403,
+                "PERMISSION_DENIED",
+            ),
+        ];
+        for (e, status, code) in cases {
+            let r = RestError::Api(e).into_response();
+            assert_eq!(r.status().as_u16(), status);
+            let refusal = r.extensions().get::<Refusal>().expect("outcome attached");
+            assert_eq!(refusal.0.code, code);
         }
     }
 }

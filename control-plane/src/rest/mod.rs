@@ -25,7 +25,9 @@ use wharf::pb::v1 as pb;
 
 use self::error::RestError;
 use self::loggers::Loggers;
+use crate::admin::guard::{Caller, Guard, Outcome};
 use crate::admin::{Admin, DeleteOptions, RestartScope};
+use crate::auth::{AdminAction, DeleteMode};
 use crate::model::TargetState;
 
 /// Largest request body the gateway reads, in bytes (a config is at most 256 KiB, see
@@ -40,15 +42,21 @@ pub const CLUSTER_ID: &str = "wharf";
 #[derive(Clone)]
 pub struct Gateway {
     admin: Admin,
+    guard: Guard,
     loggers: Arc<Loggers>,
 }
 
 type RestResult = Result<Response, RestError>;
 
 impl Gateway {
-    /// A gateway over `admin`; `loggers` changes log levels at run time.
-    pub fn new(admin: Admin, loggers: Arc<Loggers>) -> Self {
-        Self { admin, loggers }
+    /// A gateway over `admin`, callers checked by `guard` (the one the gRPC service
+    /// uses); `loggers` changes log levels at run time.
+    pub fn new(admin: Admin, guard: Guard, loggers: Arc<Loggers>) -> Self {
+        Self {
+            admin,
+            guard,
+            loggers,
+        }
     }
 
     /// The routes. Unknown paths answer 404, known paths with another method 405, both
@@ -86,16 +94,34 @@ impl Gateway {
             .route("/admin/loggers/{logger}", get(logger).put(set_logger))
             .fallback(|| async { RestError::NoRoute })
             .method_not_allowed_fallback(|| async { RestError::MethodNotAllowed })
-            .route_layer(axum::middleware::from_fn(admit))
+            .route_layer(axum::middleware::from_fn_with_state(self.clone(), admit))
             .with_state(self)
     }
 }
 
-/// The gRPC method a REST route is served as (the admin action it performs): the name
-/// that tracing shows and that authorization decides on, so that a REST caller is
-/// allowed exactly what the same caller is allowed over gRPC. `None` for the routes
-/// with no gRPC counterpart (`/`, `/health`, `/admin/loggers`).
-pub fn grpc_method(method: &axum::http::Method, route: &str) -> Option<&'static str> {
+/// What a REST route needs from its caller.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum RestAccess {
+    /// No credentials: `GET /` (versions) and `GET /health` (KIP-1017, for probes); they
+    /// read no connector, config or offsets.
+    Public,
+    /// The [`AdminAction`] it performs, decided by the same rules as the gRPC RPC
+    /// (`crate::auth::authorize`) and audited like it when mutating.
+    Action(AdminAction),
+    /// A known path with a method it does not serve: the caller must authenticate, then
+    /// gets 405 (a stranger learns nothing about the routes).
+    Authenticated,
+}
+
+/// The access rule of `method` on `route` (axum's matched path). `delete_mode` is the
+/// mode a `DELETE /connectors/{name}` asks for (from its `force` and `keepResources`
+/// query parameters). Pure; every route of [`Gateway::router`] has a row in the tests.
+pub fn rest_access(
+    method: &axum::http::Method,
+    route: &str,
+    delete_mode: DeleteMode,
+) -> RestAccess {
+    use AdminAction as X;
     use axum::http::Method;
     let m = match *method {
         Method::GET => "GET",
@@ -103,55 +129,115 @@ pub fn grpc_method(method: &axum::http::Method, route: &str) -> Option<&'static 
         Method::PUT => "PUT",
         Method::PATCH => "PATCH",
         Method::DELETE => "DELETE",
-        _ => return None,
+        _ => return RestAccess::Authenticated,
     };
-    Some(match (m, route) {
-        ("GET", "/connectors") => "ListConnectors",
-        ("POST", "/connectors") => "CreateConnector",
+    RestAccess::Action(match (m, route) {
+        ("GET", "/" | "/health") => return RestAccess::Public,
+        ("GET", "/connectors") => X::ListConnectors,
+        ("POST", "/connectors") => X::CreateConnector,
         (
             "GET",
             "/connectors/{name}" | "/connectors/{name}/config" | "/connectors/{name}/tasks",
-        ) => "GetConnector",
-        ("DELETE", "/connectors/{name}") => "DeleteConnector",
-        ("PUT" | "PATCH", "/connectors/{name}/config") => "PutConnectorConfig",
+        ) => X::GetConnector,
+        ("DELETE", "/connectors/{name}") => X::DeleteConnector(delete_mode),
+        ("PUT" | "PATCH", "/connectors/{name}/config") => X::PutConnectorConfig,
         ("GET", "/connectors/{name}/status" | "/connectors/{name}/tasks/{task}/status") => {
-            "GetConnectorStatus"
+            X::GetConnectorStatus
         }
-        ("POST", "/connectors/{name}/tasks/{task}/restart") => "RestartTask",
-        ("PUT", "/connectors/{name}/pause") => "PauseConnector",
-        ("PUT", "/connectors/{name}/resume") => "ResumeConnector",
-        ("PUT", "/connectors/{name}/stop") => "StopConnector",
-        ("POST", "/connectors/{name}/restart") => "RestartConnector",
-        ("POST", "/connectors/{name}/cleanup/retry") => "RetryCleanup",
-        ("GET", "/connectors/{name}/offsets") => "GetOffsets",
-        ("PATCH", "/connectors/{name}/offsets") => "AlterOffsets",
-        ("DELETE", "/connectors/{name}/offsets") => "ResetOffsets",
+        ("POST", "/connectors/{name}/tasks/{task}/restart") => X::RestartTask,
+        ("PUT", "/connectors/{name}/pause") => X::PauseConnector,
+        ("PUT", "/connectors/{name}/resume") => X::ResumeConnector,
+        ("PUT", "/connectors/{name}/stop") => X::StopConnector,
+        ("POST", "/connectors/{name}/restart") => X::RestartConnector,
+        ("POST", "/connectors/{name}/cleanup/retry") => X::RetryCleanup,
+        ("GET", "/connectors/{name}/offsets") => X::GetOffsets,
+        ("PATCH", "/connectors/{name}/offsets") => X::AlterOffsets,
+        ("DELETE", "/connectors/{name}/offsets") => X::ResetOffsets,
         ("GET", "/connector-plugins" | "/connector-plugins/{class}/config") => {
-            "ListConnectorPlugins"
+            X::ListConnectorPlugins
         }
-        ("PUT", "/connector-plugins/{class}/config/validate") => "ValidateConnectorConfig",
-        _ => return None,
+        ("PUT", "/connector-plugins/{class}/config/validate") => X::ValidateConnectorConfig,
+        ("GET", "/admin/loggers" | "/admin/loggers/{logger}") => X::GetLoggers,
+        ("PUT", "/admin/loggers/{logger}") => X::SetLoggerLevel,
+        _ => return RestAccess::Authenticated,
     })
 }
 
-/// In front of every route: names the request after its gRPC method (one span per
-/// request, as the gRPC server's `rpc` span).
-///
-/// SEAM(authz, issue 14): admin authentication and roles (`control-plane/src/auth/`) had
-/// not landed when this was written. Here the request's `HeaderMap` (bearer token) and
-/// peer identity go to the same authenticate/authorize functions as the gRPC service,
-/// with [`grpc_method`] as the action; a refusal returns [`RestError::Unauthenticated`]
-/// (401) or [`RestError::Forbidden`] (403) where gRPC answers UNAUTHENTICATED or
-/// PERMISSION_DENIED. Until then the gateway is as open as the gRPC API without auth.
+/// The deletion mode of a `DELETE /connectors/{name}` query. A query the handler will
+/// refuse (400) is authorized as the strictest mode, so a malformed query never lowers
+/// the role needed.
+fn delete_mode(query: Option<&str>) -> DeleteMode {
+    let pairs = query_pairs(&RawQuery(query.map(str::to_owned)));
+    let mode = pairs.and_then(|p| {
+        Ok(DeleteMode::of(
+            flag(&p, "force")?,
+            flag(&p, "keepResources")?,
+        ))
+    });
+    mode.unwrap_or(DeleteMode::ForceKeepResources)
+}
+
+/// In front of every route: one tracing span per request (named after the admin action,
+/// as the gRPC server's `rpc` span), then the admin [`Guard`] shared with gRPC: a bearer
+/// token (`Authorization: Bearer TOKEN`) authenticates, the role is authorized for the
+/// route's [`AdminAction`] ([`rest_access`]), a refusal is 401 or 403 in Kafka Connect's
+/// error body and runs nothing, and every mutating call, accepted or refused, is in the
+/// audit trail. The gateway has no TLS, so no certificate principal (`Caller::peer`).
 async fn admit(
+    State(g): State<Gateway>,
     route: axum::extract::MatchedPath,
+    params: Result<axum::extract::RawPathParams, axum::extract::rejection::RawPathParamsRejection>,
     req: axum::extract::Request,
     next: axum::middleware::Next,
 ) -> Response {
     use tracing::Instrument;
-    let rpc = grpc_method(req.method(), route.as_str()).unwrap_or("-");
+    let access = rest_access(req.method(), route.as_str(), delete_mode(req.uri().query()));
+    let action = match access {
+        RestAccess::Public => return next.run(req).await,
+        RestAccess::Action(a) => Some(a),
+        RestAccess::Authenticated => None,
+    };
+    let rpc = action.map_or("-", AdminAction::rpc);
     let span = tracing::info_span!("rest", method = %req.method(), route = %route.as_str(), rpc);
-    next.run(req).instrument(span).await
+    let connector = params
+        .ok()
+        .and_then(|p| {
+            p.iter()
+                .find(|(k, _)| *k == "name")
+                .map(|(_, v)| v.to_owned())
+        })
+        .unwrap_or_default();
+    let caller = Caller {
+        headers: req.headers().clone(),
+        peer: None,
+        forwarded_by: String::new(),
+    };
+    let Some(action) = action else {
+        // Authenticate only (any role), then the router's 405.
+        return match g.guard.authenticate(&caller) {
+            Ok(_) => next.run(req).await,
+            Err(e) => RestError::Api(e).into_response(),
+        };
+    };
+    g.guard
+        .guarded(
+            caller,
+            action,
+            &connector,
+            |_principal| next.run(req),
+            |e| RestError::Api(e).into_response(),
+            |answer| match answer.extensions().get::<error::Refusal>() {
+                Some(r) => r.0.clone(),
+                None if answer.status().is_success() => Outcome::ok(),
+                // Not a RestError (axum's own answer): named by its HTTP status.
+                None => Outcome {
+                    code: "UNKNOWN",
+                    message: format!("HTTP {}", answer.status()),
+                },
+            },
+        )
+        .instrument(span)
+        .await
 }
 
 /// Serves `router` on `listener` (HTTP/1.1) until `shutdown` resolves.
@@ -769,73 +855,208 @@ mod tests {
     use super::*;
     use axum::http::Method;
 
+    /// Every route of the router with its access rule: the REST side of the one role
+    /// table (`auth::roles`), so a REST caller may do exactly what it may over gRPC.
     #[test]
-    fn every_connector_route_names_its_grpc_method() {
+    fn every_route_maps_to_the_admin_action_of_its_grpc_method() {
+        use AdminAction as X;
+        use DeleteMode as M;
+        use RestAccess::{Action, Authenticated, Public};
+        let cleanup = M::Cleanup;
         let cases = [
-            (Method::GET, "/connectors", "ListConnectors"),
-            (Method::POST, "/connectors", "CreateConnector"),
-            (Method::GET, "/connectors/{name}", "GetConnector"),
-            (Method::GET, "/connectors/{name}/config", "GetConnector"),
-            (Method::GET, "/connectors/{name}/tasks", "GetConnector"),
-            (Method::DELETE, "/connectors/{name}", "DeleteConnector"),
+            (Method::GET, "/", cleanup, Public),
+            (Method::GET, "/health", cleanup, Public),
+            (
+                Method::GET,
+                "/connectors",
+                cleanup,
+                Action(X::ListConnectors),
+            ),
+            (
+                Method::POST,
+                "/connectors",
+                cleanup,
+                Action(X::CreateConnector),
+            ),
+            (
+                Method::GET,
+                "/connectors/{name}",
+                cleanup,
+                Action(X::GetConnector),
+            ),
+            (
+                Method::GET,
+                "/connectors/{name}/config",
+                cleanup,
+                Action(X::GetConnector),
+            ),
+            (
+                Method::GET,
+                "/connectors/{name}/tasks",
+                cleanup,
+                Action(X::GetConnector),
+            ),
+            (
+                Method::DELETE,
+                "/connectors/{name}",
+                cleanup,
+                Action(X::DeleteConnector(M::Cleanup)),
+            ),
+            (
+                Method::DELETE,
+                "/connectors/{name}",
+                M::Force,
+                Action(X::DeleteConnector(M::Force)),
+            ),
+            (
+                Method::DELETE,
+                "/connectors/{name}",
+                M::KeepResources,
+                Action(X::DeleteConnector(M::KeepResources)),
+            ),
             (
                 Method::PUT,
                 "/connectors/{name}/config",
-                "PutConnectorConfig",
+                cleanup,
+                Action(X::PutConnectorConfig),
             ),
             (
                 Method::PATCH,
                 "/connectors/{name}/config",
-                "PutConnectorConfig",
+                cleanup,
+                Action(X::PutConnectorConfig),
             ),
             (
                 Method::GET,
                 "/connectors/{name}/status",
-                "GetConnectorStatus",
+                cleanup,
+                Action(X::GetConnectorStatus),
             ),
             (
                 Method::GET,
                 "/connectors/{name}/tasks/{task}/status",
-                "GetConnectorStatus",
+                cleanup,
+                Action(X::GetConnectorStatus),
             ),
             (
                 Method::POST,
                 "/connectors/{name}/tasks/{task}/restart",
-                "RestartTask",
+                cleanup,
+                Action(X::RestartTask),
             ),
-            (Method::PUT, "/connectors/{name}/pause", "PauseConnector"),
-            (Method::PUT, "/connectors/{name}/resume", "ResumeConnector"),
-            (Method::PUT, "/connectors/{name}/stop", "StopConnector"),
+            (
+                Method::PUT,
+                "/connectors/{name}/pause",
+                cleanup,
+                Action(X::PauseConnector),
+            ),
+            (
+                Method::PUT,
+                "/connectors/{name}/resume",
+                cleanup,
+                Action(X::ResumeConnector),
+            ),
+            (
+                Method::PUT,
+                "/connectors/{name}/stop",
+                cleanup,
+                Action(X::StopConnector),
+            ),
             (
                 Method::POST,
                 "/connectors/{name}/restart",
-                "RestartConnector",
+                cleanup,
+                Action(X::RestartConnector),
             ),
             (
                 Method::POST,
                 "/connectors/{name}/cleanup/retry",
-                "RetryCleanup",
+                cleanup,
+                Action(X::RetryCleanup),
             ),
-            (Method::GET, "/connectors/{name}/offsets", "GetOffsets"),
-            (Method::PATCH, "/connectors/{name}/offsets", "AlterOffsets"),
-            (Method::DELETE, "/connectors/{name}/offsets", "ResetOffsets"),
-            (Method::GET, "/connector-plugins", "ListConnectorPlugins"),
+            (
+                Method::GET,
+                "/connectors/{name}/offsets",
+                cleanup,
+                Action(X::GetOffsets),
+            ),
+            (
+                Method::PATCH,
+                "/connectors/{name}/offsets",
+                cleanup,
+                Action(X::AlterOffsets),
+            ),
+            (
+                Method::DELETE,
+                "/connectors/{name}/offsets",
+                cleanup,
+                Action(X::ResetOffsets),
+            ),
+            (
+                Method::GET,
+                "/connector-plugins",
+                cleanup,
+                Action(X::ListConnectorPlugins),
+            ),
             (
                 Method::GET,
                 "/connector-plugins/{class}/config",
-                "ListConnectorPlugins",
+                cleanup,
+                Action(X::ListConnectorPlugins),
             ),
             (
                 Method::PUT,
                 "/connector-plugins/{class}/config/validate",
-                "ValidateConnectorConfig",
+                cleanup,
+                Action(X::ValidateConnectorConfig),
             ),
+            (
+                Method::GET,
+                "/admin/loggers",
+                cleanup,
+                Action(X::GetLoggers),
+            ),
+            (
+                Method::GET,
+                "/admin/loggers/{logger}",
+                cleanup,
+                Action(X::GetLoggers),
+            ),
+            (
+                Method::PUT,
+                "/admin/loggers/{logger}",
+                cleanup,
+                Action(X::SetLoggerLevel),
+            ),
+            // A method the path does not serve: authenticate, then 405.
+            (Method::POST, "/connectors/{name}", cleanup, Authenticated),
+            (Method::OPTIONS, "/connectors", cleanup, Authenticated),
         ];
-        for (m, route, rpc) in cases {
-            assert_eq!(grpc_method(&m, route), Some(rpc), "{m} {route}");
+        for (m, route, mode, want) in cases {
+            assert_eq!(rest_access(&m, route, mode), want, "{m} {route} {mode:?}");
+            if let Action(a) = want {
+                assert_ne!(a.rpc(), "", "{m} {route}");
+            }
         }
-        assert_eq!(grpc_method(&Method::GET, "/"), None);
-        assert_eq!(grpc_method(&Method::PUT, "/admin/loggers/{logger}"), None);
+    }
+
+    #[test]
+    fn a_delete_query_gives_its_mode_and_a_malformed_one_the_strictest() {
+        assert_eq!(delete_mode(None), DeleteMode::Cleanup);
+        assert_eq!(delete_mode(Some("wait=true")), DeleteMode::Cleanup);
+        assert_eq!(delete_mode(Some("force=true")), DeleteMode::Force);
+        assert_eq!(
+            delete_mode(Some("keepResources=true")),
+            DeleteMode::KeepResources
+        );
+        assert_eq!(
+            delete_mode(Some("force=true&keepResources=true")),
+            DeleteMode::ForceKeepResources
+        );
+        assert_eq!(
+            delete_mode(Some("force=yes")),
+            DeleteMode::ForceKeepResources
+        );
     }
 
     #[test]

@@ -1,0 +1,491 @@
+//! The Kafka Connect REST gateway behind the same admin guard as gRPC, end to end: a real
+//! control plane with an `--admin-tokens` file and `--rest-listen`, a real executor, real
+//! curl with `Authorization: Bearer …` (as an operator calls Kafka Connect), real grpcurl
+//! for the gRPC side, tokens minted by `wharf-control-plane token`.
+//!
+//! Build first: `cargo build -p wharf-control-plane -p wharf-executor`, then
+//! `cargo test --test rest_auth`.
+
+use std::path::Path;
+use std::process::Command;
+
+use serde_json::{Value, json};
+use wharf_harness::cluster::{
+    CONVERGE, Call, GRPCURL_STATUS_BASE, TEST_HEARTBEAT_INTERVAL_MS, TEST_LEASE_MS,
+};
+use wharf_harness::{KeepOnFailure, Proc, wait_until};
+
+/// gRPC PERMISSION_DENIED.
+const PERMISSION_DENIED: i32 = 7;
+
+/// (token, file line) from `wharf-control-plane token`.
+fn mint(name: &str, role: &str) -> (String, String) {
+    let out = Command::new(wharf_harness::bin("wharf-control-plane"))
+        .args(["token", "--name", name, "--role", role])
+        .output()
+        .expect("run the token subcommand");
+    assert!(out.status.success(), "{out:?}");
+    let line = String::from_utf8(out.stdout)
+        .expect("utf8")
+        .trim()
+        .to_owned();
+    let err = String::from_utf8(out.stderr).expect("utf8");
+    let token = err.lines().last().expect("token line").trim().to_owned();
+    (token, line)
+}
+
+/// grpcurl `method` on `addr` with `authorization: Bearer <token>`.
+fn grpc(addr: &str, token: &str, method: &str, body: &Value) -> Call {
+    let program = std::env::var("GRPCURL").unwrap_or_else(|_| "grpcurl".to_owned());
+    let out = Command::new(program)
+        .args([
+            "-plaintext",
+            "-emit-defaults",
+            "-max-time",
+            "60",
+            "-H",
+            &format!("authorization: Bearer {token}"),
+            "-d",
+            &body.to_string(),
+            addr,
+            &format!("wharf.v1.ConnectorAdmin/{method}"),
+        ])
+        .output()
+        .expect("grpcurl on PATH");
+    let code = match out.status.code() {
+        Some(0) => 0,
+        Some(c) if c > GRPCURL_STATUS_BASE => c - GRPCURL_STATUS_BASE,
+        other => panic!(
+            "grpcurl failed to run ({other:?}): {}",
+            String::from_utf8_lossy(&out.stderr)
+        ),
+    };
+    Call {
+        code,
+        body: serde_json::from_slice(&out.stdout).unwrap_or(Value::Null),
+        err: String::from_utf8_lossy(&out.stderr).into_owned(),
+    }
+}
+
+/// curl `method` `http://<rest><path>` with `Authorization: Bearer <token>` when given:
+/// (HTTP status, JSON body or null).
+fn curl(
+    rest: &str,
+    token: Option<&str>,
+    method: &str,
+    path: &str,
+    body: Option<&Value>,
+) -> (u16, Value) {
+    let mut args: Vec<String> = vec![
+        "-sS".into(),
+        "--max-time".into(),
+        "60".into(),
+        "-X".into(),
+        method.into(),
+        "-w".into(),
+        "\n%{http_code}".into(),
+    ];
+    if let Some(t) = token {
+        args.push("-H".into());
+        args.push(format!("Authorization: Bearer {t}"));
+    }
+    if let Some(b) = body {
+        args.extend([
+            "-H".into(),
+            "Content-Type: application/json".into(),
+            "-d".into(),
+            b.to_string(),
+        ]);
+    }
+    args.push(format!("http://{rest}{path}"));
+    let out = Command::new("curl")
+        .args(&args)
+        .output()
+        .expect("curl on PATH");
+    assert!(out.status.success(), "curl failed: {out:?}");
+    let text = String::from_utf8(out.stdout).expect("utf8");
+    let (body, code) = text.rsplit_once('\n').expect("status line");
+    let status = code.trim().parse().expect("HTTP status");
+    let body = if body.trim().is_empty() {
+        Value::Null
+    } else {
+        serde_json::from_str(body)
+            .unwrap_or_else(|e| panic!("{method} {path}: not JSON ({e}): {body}"))
+    };
+    (status, body)
+}
+
+/// Asserts Kafka Connect's error body with `code`.
+fn assert_connect_error(answer: &(u16, Value), code: u16) {
+    assert_eq!(answer.0, code, "{answer:?}");
+    assert_eq!(answer.1["error_code"], code, "{answer:?}");
+    assert!(
+        answer.1["message"].as_str().is_some_and(|m| !m.is_empty()),
+        "{answer:?}"
+    );
+}
+
+fn names(addr: &str, token: &str) -> Vec<String> {
+    let r = grpc(addr, token, "ListConnectors", &json!({}));
+    assert_eq!(r.code, 0, "{}", r.err);
+    r.body["connectors"]
+        .as_array()
+        .map(|a| {
+            a.iter()
+                .map(|c| c["name"].as_str().unwrap_or("").to_owned())
+                .collect()
+        })
+        .unwrap_or_default()
+}
+
+/// The connector's state and whether a deletion is recorded, from GetConnectorStatus.
+fn state(addr: &str, token: &str, name: &str) -> (String, bool) {
+    let r = grpc(addr, token, "GetConnectorStatus", &json!({ "name": name }));
+    assert_eq!(r.code, 0, "{}", r.err);
+    let s = &r.body["status"];
+    (
+        s["connector"]["state"].as_str().unwrap_or("").to_owned(),
+        !s["deletion"].is_null(),
+    )
+}
+
+async fn wait_running(addr: &str, token: &str, name: &str) {
+    wait_until(&format!("{name} RUNNING"), CONVERGE, || async {
+        (state(addr, token, name) == ("STATE_RUNNING".to_owned(), false)).then_some(())
+    })
+    .await;
+}
+
+/// (principal, rpc, deletion_mode, outcome) of every audit entry, oldest first.
+fn audit(addr: &str, token: &str) -> Vec<(String, String, String, String)> {
+    let r = grpc(
+        addr,
+        token,
+        "ListAuditEntries",
+        &json!({ "page_size": 1000 }),
+    );
+    assert_eq!(r.code, 0, "{}", r.err);
+    r.body["entries"]
+        .as_array()
+        .cloned()
+        .unwrap_or_default()
+        .iter()
+        .map(|e| {
+            let s = |k: &str| e[k].as_str().unwrap_or("").to_owned();
+            (s("principal"), s("rpc"), s("deletionMode"), s("outcome"))
+        })
+        .collect()
+}
+
+fn row(p: &str, rpc: &str, mode: &str, outcome: &str) -> (String, String, String, String) {
+    (p.into(), rpc.into(), mode.into(), outcome.into())
+}
+
+fn control_plane(dir: &Path, tokens: &Path) -> (Proc, std::path::PathBuf) {
+    let cp_dir = dir.join("cp");
+    let cp = Proc::spawn(
+        wharf_harness::bin("wharf-control-plane"),
+        vec![
+            "--listen".into(),
+            "127.0.0.1:0".into(),
+            "--rest-listen".into(),
+            "127.0.0.1:0".into(),
+            "--data-dir".into(),
+            cp_dir.display().to_string(),
+            "--lease-ms".into(),
+            TEST_LEASE_MS.to_string(),
+            "--heartbeat-interval-ms".into(),
+            TEST_HEARTBEAT_INTERVAL_MS.to_string(),
+            "--admin-tokens".into(),
+            tokens.display().to_string(),
+        ],
+        &cp_dir,
+    );
+    (cp, cp_dir)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn rest_callers_are_authenticated_authorized_and_audited_like_grpc_ones() {
+    let dir = KeepOnFailure::new();
+    let (vera, vera_line) = mint("vera", "viewer");
+    let (otto, otto_line) = mint("otto", "operator");
+    let (ada, ada_line) = mint("ada", "admin");
+    let tokens = dir.path().join("tokens.toml");
+    std::fs::write(&tokens, format!("{vera_line}\n{otto_line}\n{ada_line}\n")).unwrap();
+    let (mut cp, cp_dir) = control_plane(dir.path(), &tokens);
+    let addr = cp.listen_addr().await;
+    let rest = std::fs::read_to_string(cp_dir.join("rest.addr"))
+        .expect("rest.addr written before listen.addr")
+        .trim()
+        .to_owned();
+    let ex_dir = dir.path().join("exec-1");
+    let mut ex = Proc::spawn(
+        wharf_harness::bin("wharf-executor"),
+        vec![
+            "--listen".into(),
+            "127.0.0.1:0".into(),
+            "--control-plane".into(),
+            format!("http://{addr}"),
+            "--data-dir".into(),
+            ex_dir.display().to_string(),
+            "--executor-id".into(),
+            "exec-1".into(),
+        ],
+        &ex_dir,
+    );
+    ex.listen_addr().await;
+    wait_until("the executor's plugins offered", CONVERGE, || async {
+        let (code, body) = curl(&rest, Some(&vera), "GET", "/connector-plugins", None);
+        (code == 200 && body.as_array().is_some_and(|a| !a.is_empty())).then_some(())
+    })
+    .await;
+    let mut expected = Vec::new();
+
+    // No credentials and a bad token: 401 in Connect's shape, reads included.
+    assert_connect_error(&curl(&rest, None, "GET", "/connectors", None), 401);
+    assert_connect_error(
+        &curl(&rest, Some("wharf_not-a-token"), "GET", "/connectors", None),
+        401,
+    );
+    // /health stays open for probes.
+    assert_eq!(curl(&rest, None, "GET", "/health", None).0, 200);
+
+    // An operator creates over REST.
+    let name = "guarded";
+    let lifecycle = dir.path().join("lifecycle.jsonl");
+    let config = json!({
+        "connector.class": "test-source",
+        "tasks.max": "2",
+        "lifecycle.path": lifecycle.display().to_string(),
+        "test.poll.block.ms": "50",
+    });
+    let (code, body) = curl(
+        &rest,
+        Some(&otto),
+        "POST",
+        "/connectors",
+        Some(&json!({ "name": name, "config": config })),
+    );
+    assert_eq!(code, 201, "{body}");
+    expected.push(row("otto", "CreateConnector", "", "OK"));
+    wait_running(&addr, &vera, name).await;
+
+    // A viewer reads.
+    let (code, body) = curl(&rest, Some(&vera), "GET", "/connectors", None);
+    assert_eq!((code, body), (200, json!([name])));
+    assert_eq!(
+        curl(
+            &rest,
+            Some(&vera),
+            "GET",
+            &format!("/connectors/{name}/status"),
+            None
+        )
+        .0,
+        200
+    );
+
+    // Refused deletions change nothing: no token, a bad token, a viewer, an operator
+    // forcing or keeping resources.
+    let path = format!("/connectors/{name}");
+    assert_connect_error(&curl(&rest, None, "DELETE", &path, None), 401);
+    expected.push(row("-", "DeleteConnector", "cleanup", "UNAUTHENTICATED"));
+    assert_connect_error(
+        &curl(&rest, Some("wharf_not-a-token"), "DELETE", &path, None),
+        401,
+    );
+    expected.push(row("-", "DeleteConnector", "cleanup", "UNAUTHENTICATED"));
+    assert_connect_error(&curl(&rest, Some(&vera), "DELETE", &path, None), 403);
+    expected.push(row(
+        "vera",
+        "DeleteConnector",
+        "cleanup",
+        "PERMISSION_DENIED",
+    ));
+    assert_connect_error(
+        &curl(
+            &rest,
+            Some(&otto),
+            "DELETE",
+            &format!("{path}?force=true"),
+            None,
+        ),
+        403,
+    );
+    expected.push(row("otto", "DeleteConnector", "force", "PERMISSION_DENIED"));
+    assert_connect_error(
+        &curl(
+            &rest,
+            Some(&otto),
+            "DELETE",
+            &format!("{path}?keepResources=true"),
+            None,
+        ),
+        403,
+    );
+    expected.push(row(
+        "otto",
+        "DeleteConnector",
+        "keep_resources",
+        "PERMISSION_DENIED",
+    ));
+    assert_eq!(names(&addr, &vera), vec![name.to_owned()]);
+    assert_eq!(
+        state(&addr, &vera, name),
+        ("STATE_RUNNING".to_owned(), false)
+    );
+
+    // One table for both adapters: each row is the same action by the same role over REST
+    // and over gRPC, and both answer alike (2xx / OK, or 403 / PERMISSION_DENIED).
+    type Row<'a> = (
+        &'a str,
+        &'a str,
+        &'a str,
+        &'a str,
+        Option<Value>,
+        &'a str,
+        Value,
+        bool,
+    );
+    let n = name;
+    let table: Vec<Row> = vec![
+        (
+            "vera",
+            &vera,
+            "PUT",
+            "pause",
+            None,
+            "PauseConnector",
+            json!({ "name": n }),
+            false,
+        ),
+        (
+            "vera",
+            &vera,
+            "GET",
+            "offsets",
+            None,
+            "GetOffsets",
+            json!({ "name": n }),
+            true,
+        ),
+        (
+            "otto",
+            &otto,
+            "PUT",
+            "pause",
+            None,
+            "PauseConnector",
+            json!({ "name": n }),
+            true,
+        ),
+        (
+            "otto",
+            &otto,
+            "PUT",
+            "resume",
+            None,
+            "ResumeConnector",
+            json!({ "name": n }),
+            true,
+        ),
+        (
+            "otto",
+            &otto,
+            "DELETE",
+            "offsets",
+            None,
+            "ResetOffsets",
+            json!({ "name": n }),
+            false,
+        ),
+        (
+            "otto",
+            &otto,
+            "PATCH",
+            "offsets",
+            Some(json!({ "offsets": [] })),
+            "AlterOffsets",
+            json!({ "name": n }),
+            false,
+        ),
+        (
+            "otto",
+            &otto,
+            "POST",
+            "cleanup/retry",
+            None,
+            "RetryCleanup",
+            json!({ "name": n }),
+            false,
+        ),
+        (
+            "vera",
+            &vera,
+            "POST",
+            "restart",
+            None,
+            "RestartConnector",
+            json!({ "name": n }),
+            false,
+        ),
+    ];
+    for (who, token, method, sub, body, rpc, grpc_body, allowed) in table {
+        let (code, answer) = curl(
+            &rest,
+            Some(token),
+            method,
+            &format!("/connectors/{n}/{sub}"),
+            body.as_ref(),
+        );
+        let g = grpc(&addr, token, rpc, &grpc_body);
+        if allowed {
+            assert!(
+                (200..300).contains(&code),
+                "{who} {method} {sub}: {code} {answer}"
+            );
+            assert_eq!(g.code, 0, "{who} {rpc}: {}", g.err);
+        } else {
+            assert_connect_error(&(code, answer), 403);
+            assert_eq!(g.code, PERMISSION_DENIED, "{who} {rpc}: {}", g.err);
+        }
+        let mutating = rpc != "GetOffsets";
+        if mutating {
+            let outcome = if allowed { "OK" } else { "PERMISSION_DENIED" };
+            // Once over REST, once over gRPC.
+            expected.push(row(who, rpc, "", outcome));
+            expected.push(row(who, rpc, "", outcome));
+        }
+    }
+    wait_running(&addr, &vera, name).await;
+
+    // A viewer may not change log levels (they decide what is logged).
+    assert_connect_error(
+        &curl(
+            &rest,
+            Some(&vera),
+            "PUT",
+            "/admin/loggers/root",
+            Some(&json!({ "level": "ERROR" })),
+        ),
+        403,
+    );
+    expected.push(row("vera", "SetLoggerLevel", "", "PERMISSION_DENIED"));
+
+    // The operator deletes with cleanup: accepted, and the connector goes.
+    let (code, body) = curl(&rest, Some(&otto), "DELETE", &path, None);
+    assert_eq!(code, 204, "{body}");
+    expected.push(row("otto", "DeleteConnector", "cleanup", "OK"));
+    wait_until("the deleted connector gone", CONVERGE, || async {
+        names(&addr, &vera).is_empty().then_some(())
+    })
+    .await;
+    assert_connect_error(&curl(&rest, Some(&vera), "GET", &path, None), 404);
+
+    // The audit trail: one entry per mutating call, REST and gRPC alike, with its
+    // principal (`-` when none authenticated); reads are not in it.
+    assert_eq!(audit(&addr, &ada), expected);
+
+    ex.terminate(CONVERGE).await;
+    cp.terminate(CONVERGE).await;
+}
