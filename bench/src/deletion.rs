@@ -1,7 +1,8 @@
 //! Benchmark 1: DeleteConnector(wait) of one connector with 8 tasks on 4 executors, beside
 //! its floor measured in the same run: the two store commits a deletion needs (record it,
 //! then remove everything) through the control plane's own `RedbStore`, one admin gRPC
-//! round trip and one parallel StopTask fan-out to the 4 executors.
+//! round trip and one parallel StopTask fan-out to the 4 executors. Also the audit trail's
+//! commit (issue 14), which every mutating admin call adds, on the same store.
 
 use std::collections::BTreeMap;
 use std::num::NonZeroU32;
@@ -19,7 +20,8 @@ use wharf::pb::v1::{
     StopTaskRequest, TaskId,
 };
 use wharf_control_plane::model::{
-    ConnectorRecord, ConnectorSpec, DeletionRecord, Instance, TargetState,
+    AuditEntry, AuditRetention, ConnectorRecord, ConnectorSpec, DeletionRecord, Instance,
+    TargetState,
 };
 use wharf_control_plane::store::seal::Sealer;
 use wharf_control_plane::store::{RedbStore, StateStore};
@@ -57,6 +59,9 @@ pub struct DeletionResult {
     pub admin_rtt: Vec<f64>,
     /// StopTask fan-out per run.
     pub fanout: Vec<f64>,
+    /// The audit trail's commit per run (one more store commit of every mutating admin
+    /// call, issue 14), on the same store; not part of the floor.
+    pub audit: Vec<f64>,
 }
 
 impl DeletionResult {
@@ -164,6 +169,7 @@ pub async fn run(bin_dir: &Path, root: &Path, runs: usize) -> anyhow::Result<Del
 
         // Floor, in this run: store commits, admin round trip, StopTask fan-out.
         let store_ms = store_commits(&store, i, &lifecycle)?;
+        let audit_ms = audit_commit(&store, i)?;
         let t = Instant::now();
         health
             .check(HealthCheckRequest {
@@ -217,6 +223,7 @@ pub async fn run(bin_dir: &Path, root: &Path, runs: usize) -> anyhow::Result<Del
             out.store.push(store_ms);
             out.admin_rtt.push(admin_ms);
             out.fanout.push(fanout_ms);
+            out.audit.push(audit_ms);
             out.floors.push(store_ms + admin_ms + fanout_ms);
         }
     }
@@ -259,4 +266,28 @@ fn store_commits(store: &RedbStore, i: usize, lifecycle: &Path) -> anyhow::Resul
         bail!("floor: finish_deletion refused");
     }
     Ok(ms(first + t.elapsed()))
+}
+
+/// Times the audit trail's commit of one DeleteConnector (an entry as the admin guard
+/// writes it, with the default retention's pruning check) on the control plane's store.
+fn audit_commit(store: &RedbStore, i: usize) -> anyhow::Result<f64> {
+    let time_ms = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)?
+        .as_millis() as i64;
+    let entry = AuditEntry {
+        id: AuditEntry::id_for(time_ms, i as u64),
+        time_ms,
+        principal: "bench".into(),
+        role: "operator".into(),
+        auth_method: "token".into(),
+        rpc: "DeleteConnector".into(),
+        connector: format!("floor-{i}"),
+        deletion_mode: "cleanup".into(),
+        outcome: "OK".into(),
+        message: String::new(),
+        forwarded_by: String::new(),
+    };
+    let t = Instant::now();
+    store.append_audit(&entry, &AuditRetention::default(), time_ms)?;
+    Ok(ms(t.elapsed()))
 }
