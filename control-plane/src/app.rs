@@ -183,6 +183,7 @@ pub struct App {
     self_url: String,
     rest: Option<(TcpListener, SocketAddr)>,
     loggers: Arc<crate::rest::loggers::Loggers>,
+    probe: Arc<crate::observe::ControlPlaneProbe>,
 }
 
 /// Writes `addr` to `dir/file` atomically (a reader never sees half an address).
@@ -278,7 +279,9 @@ impl App {
             }
             Election::new(s, self_url.clone(), ttl)
         });
+        let probe = Arc::new(crate::observe::ControlPlaneProbe::new(cluster.clone()));
         Ok(Self {
+            probe,
             listener,
             local_addr,
             cluster,
@@ -298,6 +301,13 @@ impl App {
     /// directives; `root_level` is the level the process started with (`INFO`).
     pub fn set_log_control(&mut self, root_level: &str, apply: crate::rest::loggers::Apply) {
         self.loggers = Arc::new(crate::rest::loggers::Loggers::new(root_level, Some(apply)));
+    }
+
+    /// What the metrics listener shows of this control plane (state gauges and health;
+    /// see [`crate::observe`]). The binary serves it with [`wharf::observability::serve`],
+    /// beside an executor's probe in dev mode.
+    pub fn probe(&self) -> Arc<dyn wharf::observability::Probe> {
+        self.probe.clone()
     }
 
     /// The address actually bound.
@@ -361,12 +371,42 @@ impl App {
             ],
         )
         .map_err(|e| StartError::Reflection(e.to_string()))?;
-        reporter
-            .set_serving::<ConnectorAdminServer<AdminService>>()
-            .await;
-        reporter
-            .set_serving::<ExecutorRegistryServer<RegistryService>>()
-            .await;
+        // grpc.health.v1 follows the store: NOT_SERVING while it does not answer.
+        let health = spawn(
+            TaskKind::Service,
+            "health",
+            crate::observe::watch_health(
+                self.cluster.clone(),
+                self.probe.health_cell(),
+                move |serving| {
+                    let reporter = reporter.clone();
+                    async move {
+                        if serving {
+                            reporter
+                                .set_serving::<ConnectorAdminServer<AdminService>>()
+                                .await;
+                            reporter
+                                .set_serving::<ExecutorRegistryServer<RegistryService>>()
+                                .await;
+                            reporter
+                                .set_service_status("", tonic_health::ServingStatus::Serving)
+                                .await;
+                        } else {
+                            reporter
+                                .set_not_serving::<ConnectorAdminServer<AdminService>>()
+                                .await;
+                            reporter
+                                .set_not_serving::<ExecutorRegistryServer<RegistryService>>()
+                                .await;
+                            reporter
+                                .set_service_status("", tonic_health::ServingStatus::NotServing)
+                                .await;
+                        }
+                    }
+                },
+                cancel.child_token(),
+            ),
+        );
 
         // The REST gateway: the same admin core, its own listener, the same shutdown.
         let rest = self.rest.map(|(listener, addr)| {
@@ -397,6 +437,7 @@ impl App {
             .await;
         cancel.cancel();
         let _ = loops.await;
+        let _ = health.await;
         if let Some(r) = rest {
             let _ = r.await;
         }

@@ -23,7 +23,8 @@ use wharf_control_plane::reconcile::LeaseConfig;
 #[command(name = "wharf-control-plane", version)]
 pub struct Args {
     /// TOML file with settings (keys: listen, data_dir, lease_ms, heartbeat_interval_ms,
-    /// store, etcd_endpoints, etcd_prefix, etcd_election_ttl_secs, advertise, rest_listen).
+    /// store, etcd_endpoints, etcd_prefix, etcd_election_ttl_secs, advertise, rest_listen,
+    /// metrics_listen).
     #[arg(long, env = "WHARF_CONFIG", value_name = "FILE")]
     pub config: Option<PathBuf>,
     /// Address to listen on, IP:PORT (port 0 picks a free port; the bound address is
@@ -76,6 +77,12 @@ pub struct Args {
     /// [default: off; `wharf-dev` turns it on at 127.0.0.1:8083]
     #[arg(long, env = "WHARF_REST_LISTEN", value_name = "IP:PORT|off")]
     pub rest_listen: Option<String>,
+    /// Address of the metrics listener (plain HTTP: Prometheus text at /metrics, KIP-1017
+    /// health at /health, /ready; names, states and counts only, see
+    /// docs/observability.md), IP:PORT, or `off`. [default: off; `wharf-dev` turns it on
+    /// at 127.0.0.1:9464]
+    #[arg(long, env = "WHARF_METRICS_LISTEN", value_name = "IP:PORT|off")]
+    pub metrics_listen: Option<String>,
 }
 
 /// The `--config` file: every key optional; unknown keys are an error (a typo must not be
@@ -103,6 +110,8 @@ pub struct FileConfig {
     pub advertise: Option<String>,
     /// See `--rest-listen`.
     pub rest_listen: Option<String>,
+    /// See `--metrics-listen`.
+    pub metrics_listen: Option<String>,
 }
 
 /// What the binary runs.
@@ -112,6 +121,8 @@ pub struct Settings {
     pub config: Config,
     /// The state store backend.
     pub store: app::StoreOptions,
+    /// Where the metrics listener binds, `None` for none.
+    pub metrics_listen: Option<SocketAddr>,
 }
 
 /// Why the settings could not be assembled (shared by every binary).
@@ -137,6 +148,7 @@ impl Args {
             etcd_election_ttl_secs,
             advertise,
             rest_listen,
+            metrics_listen,
         } = self;
         if dev {
             return Err(ConfigError::Invalid {
@@ -155,6 +167,7 @@ impl Args {
             etcd_election_ttl_secs: file_etcd_election_ttl_secs,
             advertise: file_advertise,
             rest_listen: file_rest_listen,
+            metrics_listen: file_metrics_listen,
         } = read_file(config.as_deref())?;
         let store = match store.or(file_store).as_deref() {
             None | Some("redb") => app::StoreOptions::Redb,
@@ -205,13 +218,9 @@ impl Args {
             file_data_dir,
             ("--data-dir", "WHARF_DATA_DIR", "data_dir"),
         )?;
-        let rest_listen = match rest_listen.or(file_rest_listen).as_deref() {
-            None | Some("off") => None,
-            Some(addr) => Some(addr.parse().map_err(|e| ConfigError::Invalid {
-                field: "rest-listen",
-                reason: format!("{addr:?} is not IP:PORT or off: {e}"),
-            })?),
-        };
+        let rest_listen = optional_addr("rest-listen", rest_listen.or(file_rest_listen))?;
+        let metrics_listen =
+            optional_addr("metrics-listen", metrics_listen.or(file_metrics_listen))?;
         Ok(Settings {
             config: Config {
                 rest_listen,
@@ -228,7 +237,22 @@ impl Args {
                 },
             },
             store,
+            metrics_listen,
         })
+    }
+}
+
+/// An `IP:PORT|off` option: `None` when unset or `off`.
+fn optional_addr(
+    field: &'static str,
+    value: Option<String>,
+) -> Result<Option<SocketAddr>, ConfigError> {
+    match value.as_deref() {
+        None | Some("off") => Ok(None),
+        Some(addr) => addr.parse().map(Some).map_err(|e| ConfigError::Invalid {
+            field,
+            reason: format!("{addr:?} is not IP:PORT or off: {e}"),
+        }),
     }
 }
 
@@ -298,6 +322,7 @@ mod tests {
             etcd_election_ttl_secs: None,
             advertise: None,
             rest_listen: None,
+            metrics_listen: None,
         }
         .build()
         .expect_err("missing");
@@ -332,5 +357,19 @@ mod tests {
             .build()
             .expect_err("not IP:PORT");
         assert!(err.to_string().contains("rest-listen"), "{err}");
+    }
+
+    #[test]
+    fn the_metrics_listener_is_off_by_default_and_the_flag_wins() {
+        let plain = parse(&["--data-dir", "/tmp/x"]).build().expect("builds");
+        assert_eq!(plain.metrics_listen, None);
+        let given = parse(&["--data-dir", "/tmp/x", "--metrics-listen", "127.0.0.1:0"])
+            .build()
+            .expect("builds");
+        assert_eq!(given.metrics_listen.map(|a| a.port()), Some(0));
+        let err = parse(&["--data-dir", "/tmp/x", "--metrics-listen", "9464"])
+            .build()
+            .expect_err("not IP:PORT");
+        assert!(err.to_string().contains("metrics-listen"), "{err}");
     }
 }

@@ -8,6 +8,7 @@ pub mod admin;
 pub mod app;
 pub mod grpc;
 pub mod model;
+pub mod observe;
 pub mod plan;
 pub mod reconcile;
 pub mod rest;

@@ -12,7 +12,11 @@ use wharf_control_plane::app::App;
 #[tokio::main]
 async fn main() -> ExitCode {
     let log_control = init_tracing();
-    let config::Settings { config, store } = match config::Args::parse().build() {
+    let config::Settings {
+        config,
+        store,
+        metrics_listen,
+    } = match config::Args::parse().build() {
         Ok(s) => s,
         Err(e) => {
             eprintln!("wharf-control-plane: {e}\n(see --help and docs/configuration.md)");
@@ -22,7 +26,13 @@ async fn main() -> ExitCode {
     let result = match App::build_with_store(config, store).await {
         Ok(mut app) => {
             app.set_log_control("INFO", log_control);
-            app.run(wharf::server::shutdown_signal()).await
+            match serve_metrics(metrics_listen, app.probe()).await {
+                Ok(()) => app.run(wharf::server::shutdown_signal()).await,
+                Err(e) => {
+                    eprintln!("wharf-control-plane: {e}");
+                    return ExitCode::FAILURE;
+                }
+            }
         }
         Err(e) => Err(e),
     };
@@ -39,6 +49,31 @@ async fn main() -> ExitCode {
             ExitCode::FAILURE
         }
     }
+}
+
+/// Binds the metrics listener when asked for and serves it until the process exits
+/// (it changes nothing, so it needs no orderly shutdown).
+async fn serve_metrics(
+    addr: Option<std::net::SocketAddr>,
+    probe: std::sync::Arc<dyn wharf::observability::Probe>,
+) -> Result<(), String> {
+    let Some(addr) = addr else { return Ok(()) };
+    let (listener, bound) = wharf::observability::bind(addr)
+        .await
+        .map_err(|e| format!("bind --metrics-listen {addr}: {e}"))?;
+    tracing::info!(addr = %bound, "metrics listener bound (/metrics, /health, /ready)");
+    wharf::task::spawn(
+        wharf::task::TaskKind::Detached,
+        "metrics listener",
+        async move {
+            if let Err(e) =
+                wharf::observability::serve(listener, vec![probe], std::future::pending()).await
+            {
+                tracing::error!(addr = %bound, error = %e, "metrics listener failed");
+            }
+        },
+    );
+    Ok(())
 }
 
 /// The log filter: RUST_LOG when set, otherwise INFO (so that an operator sees what the
