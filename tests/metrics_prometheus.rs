@@ -241,3 +241,26 @@ async fn health_is_not_serving_while_etcd_is_stopped() {
     .await;
     assert_eq!(curl(&metrics, "/health").0, 200);
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn json_log_lines_parse_and_carry_the_rpc_span() {
+    let c = TestCluster::start_with(1, vec!["--log-format".into(), "json".into()]).await;
+    create(&c, "logged", c.source_config("logged", 1));
+    let line = wait_until("the create's log line", CONVERGE, || async {
+        c.cp_log()
+            .lines()
+            .find(|l| l.contains("connector created"))
+            .map(str::to_owned)
+    })
+    .await;
+    for l in c.cp_log().lines().filter(|l| !l.trim().is_empty()) {
+        serde_json::from_str::<Value>(l).unwrap_or_else(|e| panic!("not JSON ({e}): {l}"));
+    }
+    let event: Value = serde_json::from_str(&line).expect("JSON");
+    assert_eq!(event["level"], "INFO", "{event}");
+    assert_eq!(event["fields"]["connector"], "logged", "{event}");
+    assert_eq!(
+        event["span"]["method"], "/wharf.v1.ConnectorAdmin/CreateConnector",
+        "the event carries the RPC's span: {event}"
+    );
+}

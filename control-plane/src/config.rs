@@ -24,7 +24,7 @@ use wharf_control_plane::reconcile::LeaseConfig;
 pub struct Args {
     /// TOML file with settings (keys: listen, data_dir, lease_ms, heartbeat_interval_ms,
     /// store, etcd_endpoints, etcd_prefix, etcd_election_ttl_secs, advertise, rest_listen,
-    /// metrics_listen).
+    /// metrics_listen, log_format).
     #[arg(long, env = "WHARF_CONFIG", value_name = "FILE")]
     pub config: Option<PathBuf>,
     /// Address to listen on, IP:PORT (port 0 picks a free port; the bound address is
@@ -83,6 +83,11 @@ pub struct Args {
     /// at 127.0.0.1:9464]
     #[arg(long, env = "WHARF_METRICS_LISTEN", value_name = "IP:PORT|off")]
     pub metrics_listen: Option<String>,
+    /// How log events are written to stderr: `text` (one readable line each) or `json`
+    /// (one JSON object per line with the span fields; docs/observability.md).
+    /// [default: text]
+    #[arg(long, env = "WHARF_LOG_FORMAT", value_name = "text|json")]
+    pub log_format: Option<String>,
 }
 
 /// The `--config` file: every key optional; unknown keys are an error (a typo must not be
@@ -112,6 +117,8 @@ pub struct FileConfig {
     pub rest_listen: Option<String>,
     /// See `--metrics-listen`.
     pub metrics_listen: Option<String>,
+    /// See `--log-format`.
+    pub log_format: Option<String>,
 }
 
 /// What the binary runs.
@@ -123,6 +130,8 @@ pub struct Settings {
     pub store: app::StoreOptions,
     /// Where the metrics listener binds, `None` for none.
     pub metrics_listen: Option<SocketAddr>,
+    /// How log events are written.
+    pub log_format: wharf::telemetry::LogFormat,
 }
 
 /// Why the settings could not be assembled (shared by every binary).
@@ -149,6 +158,7 @@ impl Args {
             advertise,
             rest_listen,
             metrics_listen,
+            log_format,
         } = self;
         if dev {
             return Err(ConfigError::Invalid {
@@ -168,6 +178,7 @@ impl Args {
             advertise: file_advertise,
             rest_listen: file_rest_listen,
             metrics_listen: file_metrics_listen,
+            log_format: file_log_format,
         } = read_file(config.as_deref())?;
         let store = match store.or(file_store).as_deref() {
             None | Some("redb") => app::StoreOptions::Redb,
@@ -238,6 +249,13 @@ impl Args {
             },
             store,
             metrics_listen,
+            log_format: match log_format.or(file_log_format) {
+                None => wharf::telemetry::LogFormat::default(),
+                Some(f) => f.parse().map_err(|reason| ConfigError::Invalid {
+                    field: "log-format",
+                    reason,
+                })?,
+            },
         })
     }
 }
@@ -323,6 +341,7 @@ mod tests {
             advertise: None,
             rest_listen: None,
             metrics_listen: None,
+            log_format: None,
         }
         .build()
         .expect_err("missing");

@@ -11,11 +11,11 @@ use wharf_control_plane::app::App;
 
 #[tokio::main]
 async fn main() -> ExitCode {
-    let log_control = init_tracing();
     let config::Settings {
         config,
         store,
         metrics_listen,
+        log_format,
     } = match config::Args::parse().build() {
         Ok(s) => s,
         Err(e) => {
@@ -23,6 +23,8 @@ async fn main() -> ExitCode {
             return ExitCode::from(2);
         }
     };
+    // After the settings (they name the format); their errors go to stderr as text.
+    let log_control = wharf::telemetry::init_with(log_format);
     let result = match App::build_with_store(config, store).await {
         Ok(mut app) => {
             app.set_log_control("INFO", log_control);
@@ -74,29 +76,4 @@ async fn serve_metrics(
         },
     );
     Ok(())
-}
-
-/// The log filter: RUST_LOG when set, otherwise INFO (so that an operator sees what the
-/// control plane does), behind a reload handle so that `PUT /admin/loggers/...` can
-/// change it at run time.
-fn init_tracing() -> wharf_control_plane::rest::loggers::Apply {
-    use std::io::IsTerminal;
-    use tracing_subscriber::layer::SubscriberExt;
-    use tracing_subscriber::util::SubscriberInitExt;
-    let filter = tracing_subscriber::EnvFilter::builder()
-        .with_default_directive(tracing::Level::INFO.into())
-        .from_env_lossy();
-    let (filter, handle) = tracing_subscriber::reload::Layer::new(filter);
-    tracing_subscriber::registry()
-        .with(filter)
-        .with(
-            tracing_subscriber::fmt::layer()
-                .with_writer(std::io::stderr)
-                .with_ansi(std::io::stderr().is_terminal()),
-        )
-        .init();
-    Box::new(move |directives: &str| {
-        let next = tracing_subscriber::EnvFilter::try_new(directives).map_err(|e| e.to_string())?;
-        handle.reload(next).map_err(|e| e.to_string())
-    })
 }

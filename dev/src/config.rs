@@ -25,7 +25,7 @@ use wharf_control_plane::reconcile::LeaseConfig;
 #[command(name = "wharf-dev", version)]
 pub struct Args {
     /// TOML file with settings (keys: listen, data_dir, lease_ms, heartbeat_interval_ms,
-    /// example, enable_test_plugins, rest_listen, metrics_listen).
+    /// example, enable_test_plugins, rest_listen, metrics_listen, log_format).
     #[arg(long, env = "WHARF_CONFIG", value_name = "FILE")]
     pub config: Option<PathBuf>,
     /// Address of the admin API, IP:PORT (port 0 picks a free port; the bound address is
@@ -75,6 +75,11 @@ pub struct Args {
     /// taken, dev mode runs without it (and says so). [default: 127.0.0.1:9464]
     #[arg(long, env = "WHARF_METRICS_LISTEN", value_name = "IP:PORT|off")]
     pub metrics_listen: Option<String>,
+    /// How log events are written to stderr: `text` (one readable line each) or `json`
+    /// (one JSON object per line with the span fields; docs/observability.md).
+    /// [default: text]
+    #[arg(long, env = "WHARF_LOG_FORMAT", value_name = "text|json")]
+    pub log_format: Option<String>,
 }
 
 /// REST gateway address of `wharf-dev` when `--rest-listen` is not given (Kafka
@@ -110,6 +115,8 @@ pub struct FileConfig {
     pub rest_listen: Option<String>,
     /// See `--metrics-listen`.
     pub metrics_listen: Option<String>,
+    /// See `--log-format`.
+    pub log_format: Option<String>,
 }
 
 /// What the binary runs.
@@ -123,6 +130,8 @@ pub struct Settings {
     pub enable_test_plugins: bool,
     /// Where the metrics listener binds, `None` for none.
     pub metrics_listen: Option<SocketAddr>,
+    /// How log events are written.
+    pub log_format: wharf::telemetry::LogFormat,
     /// The metrics address is the default: a failed bind is logged, not fatal.
     pub metrics_optional: bool,
 }
@@ -148,6 +157,7 @@ impl Args {
             enable_test_plugins,
             rest_listen,
             metrics_listen,
+            log_format,
         } = self;
         let FileConfig {
             listen: file_listen,
@@ -159,6 +169,7 @@ impl Args {
             enable_test_plugins: file_enable_test_plugins,
             rest_listen: file_rest_listen,
             metrics_listen: file_metrics_listen,
+            log_format: file_log_format,
         } = wharf::config::read_file(config.as_deref())?;
         if file_dev == Some(false) {
             return Err(ConfigError::Invalid {
@@ -199,6 +210,13 @@ impl Args {
             enable_test_plugins: layer(enable_test_plugins, file_enable_test_plugins, || false),
             metrics_listen,
             metrics_optional,
+            log_format: match log_format.or(file_log_format) {
+                None => wharf::telemetry::LogFormat::default(),
+                Some(f) => f.parse().map_err(|reason| ConfigError::Invalid {
+                    field: "log-format",
+                    reason,
+                })?,
+            },
         })
     }
 }

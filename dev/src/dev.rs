@@ -67,6 +67,7 @@ impl DevError {
 /// [`DevError`].
 pub async fn run(
     settings: Settings,
+    log_control: wharf::telemetry::FilterReload,
     shutdown: impl Future<Output = ()> + Send + 'static,
 ) -> Result<(), DevError> {
     let Settings {
@@ -75,6 +76,7 @@ pub async fn run(
         enable_test_plugins,
         metrics_listen,
         metrics_optional,
+        log_format: _,
     } = settings;
     let data_dir = config.data_dir.clone();
     let paths = if example {
@@ -100,7 +102,9 @@ pub async fn run(
         "wharf: starting dev mode (control plane on the embedded store, in-process executor, embedded record log) in {}",
         data_dir.display()
     ));
-    let app = App::build(config).await?;
+    let mut app = App::build(config).await?;
+    // `/admin/loggers` on the REST gateway changes this process's filter.
+    app.set_log_control("INFO", log_control);
     let addr = app.local_addr();
     let app_rest = app.rest_addr();
     if let Some(want) = metrics_listen {
