@@ -380,27 +380,19 @@ impl App {
                 self.probe.health_cell(),
                 move |serving| {
                     let reporter = reporter.clone();
+                    let status = if serving {
+                        tonic_health::ServingStatus::Serving
+                    } else {
+                        tonic_health::ServingStatus::NotServing
+                    };
                     async move {
-                        if serving {
-                            reporter
-                                .set_serving::<ConnectorAdminServer<AdminService>>()
-                                .await;
-                            reporter
-                                .set_serving::<ExecutorRegistryServer<RegistryService>>()
-                                .await;
-                            reporter
-                                .set_service_status("", tonic_health::ServingStatus::Serving)
-                                .await;
-                        } else {
-                            reporter
-                                .set_not_serving::<ConnectorAdminServer<AdminService>>()
-                                .await;
-                            reporter
-                                .set_not_serving::<ExecutorRegistryServer<RegistryService>>()
-                                .await;
-                            reporter
-                                .set_service_status("", tonic_health::ServingStatus::NotServing)
-                                .await;
+                        // "" is the server as a whole (grpc.health.v1's convention).
+                        for service in [
+                            "",
+                            wharf::pb::v1::connector_admin_server::SERVICE_NAME,
+                            wharf::pb::v1::executor_registry_server::SERVICE_NAME,
+                        ] {
+                            reporter.set_service_status(service, status).await;
                         }
                     }
                 },

@@ -249,13 +249,8 @@ impl Args {
             },
             store,
             metrics_listen,
-            log_format: match log_format.or(file_log_format) {
-                None => wharf::telemetry::LogFormat::default(),
-                Some(f) => f.parse().map_err(|reason| ConfigError::Invalid {
-                    field: "log-format",
-                    reason,
-                })?,
-            },
+            log_format: wharf::config::parsed("log-format", log_format.or(file_log_format))?
+                .unwrap_or_default(),
         })
     }
 }

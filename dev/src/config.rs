@@ -210,13 +210,8 @@ impl Args {
             enable_test_plugins: layer(enable_test_plugins, file_enable_test_plugins, || false),
             metrics_listen,
             metrics_optional,
-            log_format: match log_format.or(file_log_format) {
-                None => wharf::telemetry::LogFormat::default(),
-                Some(f) => f.parse().map_err(|reason| ConfigError::Invalid {
-                    field: "log-format",
-                    reason,
-                })?,
-            },
+            log_format: wharf::config::parsed("log-format", log_format.or(file_log_format))?
+                .unwrap_or_default(),
         })
     }
 }
