@@ -57,6 +57,26 @@ pub enum SettingsError {
     },
 }
 
+/// Parses the winning layer of a setting written as text (`--log-format json`); `None`
+/// when no layer set it.
+///
+/// # Errors
+/// [`SettingsError::Invalid`] naming `field`, with the parser's reason.
+pub fn parsed<T>(field: &'static str, value: Option<String>) -> Result<Option<T>, SettingsError>
+where
+    T: std::str::FromStr,
+    T::Err: std::fmt::Display,
+{
+    value
+        .map(|v| {
+            v.parse().map_err(|e: T::Err| SettingsError::Invalid {
+                field,
+                reason: e.to_string(),
+            })
+        })
+        .transpose()
+}
+
 /// Reads the TOML file at `path`; no path gives `T::default()` (every key unset).
 ///
 /// # Errors

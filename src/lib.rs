@@ -4,12 +4,13 @@
 //! This crate is shared by the control plane and the executors: the generated gRPC
 //! wire types ([`pb`]), the connector SDK ([`sdk`]), small shared types ([`ids`]) and the
 //! plumbing every binary uses ([`server`], [`task`], [`config`], [`telemetry`], [`tls`],
-//! [`identity`], [`certs`]).
+//! [`identity`], [`certs`], [`observability`]).
 
 pub mod certs;
 pub mod config;
 pub mod identity;
 pub mod ids;
+pub mod observability;
 pub mod pb;
 pub mod sdk;
 pub mod server;

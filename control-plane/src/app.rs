@@ -220,6 +220,7 @@ pub struct App {
     auth: Arc<AdminAuth>,
     rest: Option<(TcpListener, SocketAddr)>,
     loggers: Arc<crate::rest::loggers::Loggers>,
+    probe: Arc<crate::observe::ControlPlaneProbe>,
 }
 
 /// Writes `addr` to `dir/file` atomically (a reader never sees half an address).
@@ -328,7 +329,9 @@ impl App {
             }
             Election::new(s, self_url.clone(), ttl)
         });
+        let probe = Arc::new(crate::observe::ControlPlaneProbe::new(cluster.clone()));
         Ok(Self {
+            probe,
             listener,
             local_addr,
             cluster,
@@ -349,6 +352,13 @@ impl App {
     /// directives; `root_level` is the level the process started with (`INFO`).
     pub fn set_log_control(&mut self, root_level: &str, apply: crate::rest::loggers::Apply) {
         self.loggers = Arc::new(crate::rest::loggers::Loggers::new(root_level, Some(apply)));
+    }
+
+    /// What the metrics listener shows of this control plane (state gauges and health;
+    /// see [`crate::observe`]). The binary serves it with [`wharf::observability::serve`],
+    /// beside an executor's probe in dev mode.
+    pub fn probe(&self) -> Arc<dyn wharf::observability::Probe> {
+        self.probe.clone()
     }
 
     /// The address actually bound.
@@ -412,12 +422,34 @@ impl App {
             ],
         )
         .map_err(|e| StartError::Reflection(e.to_string()))?;
-        reporter
-            .set_serving::<ConnectorAdminServer<GuardedAdmin>>()
-            .await;
-        reporter
-            .set_serving::<ExecutorRegistryServer<RegistryService>>()
-            .await;
+        // grpc.health.v1 follows the store: NOT_SERVING while it does not answer.
+        let health = spawn(
+            TaskKind::Service,
+            "health",
+            crate::observe::watch_health(
+                self.cluster.clone(),
+                self.probe.health_cell(),
+                move |serving| {
+                    let reporter = reporter.clone();
+                    let status = if serving {
+                        tonic_health::ServingStatus::Serving
+                    } else {
+                        tonic_health::ServingStatus::NotServing
+                    };
+                    async move {
+                        // "" is the server as a whole (grpc.health.v1's convention).
+                        for service in [
+                            "",
+                            wharf::pb::v1::connector_admin_server::SERVICE_NAME,
+                            wharf::pb::v1::executor_registry_server::SERVICE_NAME,
+                        ] {
+                            reporter.set_service_status(service, status).await;
+                        }
+                    }
+                },
+                cancel.child_token(),
+            ),
+        );
 
         // The REST gateway: the same admin core, its own listener, the same shutdown.
         let rest = self.rest.map(|(listener, addr)| {
@@ -449,6 +481,7 @@ impl App {
             .await;
         cancel.cancel();
         let _ = loops.await;
+        let _ = health.await;
         if let Some(r) = rest {
             let _ = r.await;
         }

@@ -36,7 +36,8 @@ pub struct Args {
     pub command: Option<Command>,
     /// TOML file with settings (keys: listen, data_dir, lease_ms, heartbeat_interval_ms,
     /// store, etcd_endpoints, etcd_prefix, etcd_election_ttl_secs, advertise, rest_listen,
-    /// admin_tokens, insecure, audit_max_entries, audit_max_age_days).
+    /// admin_tokens, insecure, audit_max_entries, audit_max_age_days, metrics_listen,
+    /// log_format).
     #[arg(long, env = "WHARF_CONFIG", value_name = "FILE")]
     pub config: Option<PathBuf>,
     /// Address to listen on, IP:PORT (port 0 picks a free port; the bound address is
@@ -114,6 +115,17 @@ pub struct Args {
     /// [default: off; `wharf-dev` turns it on at 127.0.0.1:8083]
     #[arg(long, env = "WHARF_REST_LISTEN", value_name = "IP:PORT|off")]
     pub rest_listen: Option<String>,
+    /// Address of the metrics listener (plain HTTP: Prometheus text at /metrics, KIP-1017
+    /// health at /health, /ready; names, states and counts only, see
+    /// docs/observability.md), IP:PORT, or `off`. [default: off; `wharf-dev` turns it on
+    /// at 127.0.0.1:9464]
+    #[arg(long, env = "WHARF_METRICS_LISTEN", value_name = "IP:PORT|off")]
+    pub metrics_listen: Option<String>,
+    /// How log events are written to stderr: `text` (one readable line each) or `json`
+    /// (one JSON object per line with the span fields; docs/observability.md).
+    /// [default: text]
+    #[arg(long, env = "WHARF_LOG_FORMAT", value_name = "text|json")]
+    pub log_format: Option<String>,
 }
 
 /// Subcommands.
@@ -165,6 +177,10 @@ pub struct FileConfig {
     pub audit_max_entries: Option<u64>,
     /// See `--audit-max-age-days`.
     pub audit_max_age_days: Option<u32>,
+    /// See `--metrics-listen`.
+    pub metrics_listen: Option<String>,
+    /// See `--log-format`.
+    pub log_format: Option<String>,
 }
 
 /// What the binary runs.
@@ -174,6 +190,10 @@ pub struct Settings {
     pub config: Config,
     /// The state store backend.
     pub store: app::StoreOptions,
+    /// Where the metrics listener binds, `None` for none.
+    pub metrics_listen: Option<SocketAddr>,
+    /// How log events are written.
+    pub log_format: wharf::telemetry::LogFormat,
 }
 
 /// Why the settings could not be assembled (shared by every binary).
@@ -204,6 +224,8 @@ impl Args {
             insecure,
             audit_max_entries,
             audit_max_age_days,
+            metrics_listen,
+            log_format,
         } = self;
         if dev {
             return Err(ConfigError::Invalid {
@@ -226,6 +248,8 @@ impl Args {
             insecure: file_insecure,
             audit_max_entries: file_audit_max_entries,
             audit_max_age_days: file_audit_max_age_days,
+            metrics_listen: file_metrics_listen,
+            log_format: file_log_format,
         } = read_file(config.as_deref())?;
         let store = match store.or(file_store).as_deref() {
             None | Some("redb") => app::StoreOptions::Redb,
@@ -276,13 +300,9 @@ impl Args {
             file_data_dir,
             ("--data-dir", "WHARF_DATA_DIR", "data_dir"),
         )?;
-        let rest_listen = match rest_listen.or(file_rest_listen).as_deref() {
-            None | Some("off") => None,
-            Some(addr) => Some(addr.parse().map_err(|e| ConfigError::Invalid {
-                field: "rest-listen",
-                reason: format!("{addr:?} is not IP:PORT or off: {e}"),
-            })?),
-        };
+        let rest_listen = optional_addr("rest-listen", rest_listen.or(file_rest_listen))?;
+        let metrics_listen =
+            optional_addr("metrics-listen", metrics_listen.or(file_metrics_listen))?;
         Ok(Settings {
             config: Config {
                 rest_listen,
@@ -313,7 +333,24 @@ impl Args {
                 },
             },
             store,
+            metrics_listen,
+            log_format: wharf::config::parsed("log-format", log_format.or(file_log_format))?
+                .unwrap_or_default(),
         })
+    }
+}
+
+/// An `IP:PORT|off` option: `None` when unset or `off`.
+fn optional_addr(
+    field: &'static str,
+    value: Option<String>,
+) -> Result<Option<SocketAddr>, ConfigError> {
+    match value.as_deref() {
+        None | Some("off") => Ok(None),
+        Some(addr) => addr.parse().map(Some).map_err(|e| ConfigError::Invalid {
+            field,
+            reason: format!("{addr:?} is not IP:PORT or off: {e}"),
+        }),
     }
 }
 
@@ -388,6 +425,8 @@ mod tests {
             insecure: None,
             audit_max_entries: None,
             audit_max_age_days: None,
+            metrics_listen: None,
+            log_format: None,
         }
         .build()
         .expect_err("missing");
@@ -422,5 +461,19 @@ mod tests {
             .build()
             .expect_err("not IP:PORT");
         assert!(err.to_string().contains("rest-listen"), "{err}");
+    }
+
+    #[test]
+    fn the_metrics_listener_is_off_by_default_and_the_flag_wins() {
+        let plain = parse(&["--data-dir", "/tmp/x"]).build().expect("builds");
+        assert_eq!(plain.metrics_listen, None);
+        let given = parse(&["--data-dir", "/tmp/x", "--metrics-listen", "127.0.0.1:0"])
+            .build()
+            .expect("builds");
+        assert_eq!(given.metrics_listen.map(|a| a.port()), Some(0));
+        let err = parse(&["--data-dir", "/tmp/x", "--metrics-listen", "9464"])
+            .build()
+            .expect_err("not IP:PORT");
+        assert!(err.to_string().contains("metrics-listen"), "{err}");
     }
 }

@@ -9,6 +9,7 @@ pub mod app;
 pub mod auth;
 pub mod grpc;
 pub mod model;
+pub mod observe;
 pub mod plan;
 pub mod reconcile;
 pub mod rest;

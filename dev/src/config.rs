@@ -25,7 +25,7 @@ use wharf_control_plane::reconcile::LeaseConfig;
 #[command(name = "wharf-dev", version)]
 pub struct Args {
     /// TOML file with settings (keys: listen, data_dir, lease_ms, heartbeat_interval_ms,
-    /// example, enable_test_plugins).
+    /// example, enable_test_plugins, rest_listen, metrics_listen, log_format).
     #[arg(long, env = "WHARF_CONFIG", value_name = "FILE")]
     pub config: Option<PathBuf>,
     /// Address of the admin API, IP:PORT (port 0 picks a free port; the bound address is
@@ -70,12 +70,27 @@ pub struct Args {
     /// [default: 127.0.0.1:8083]
     #[arg(long, env = "WHARF_REST_LISTEN", value_name = "IP:PORT|off")]
     pub rest_listen: Option<String>,
+    /// Address of the metrics listener (Prometheus text at /metrics, /health, /ready;
+    /// docs/observability.md), IP:PORT, or `off`. When not given and 127.0.0.1:9464 is
+    /// taken, dev mode runs without it (and says so). [default: 127.0.0.1:9464]
+    #[arg(long, env = "WHARF_METRICS_LISTEN", value_name = "IP:PORT|off")]
+    pub metrics_listen: Option<String>,
+    /// How log events are written to stderr: `text` (one readable line each) or `json`
+    /// (one JSON object per line with the span fields; docs/observability.md).
+    /// [default: text]
+    #[arg(long, env = "WHARF_LOG_FORMAT", value_name = "text|json")]
+    pub log_format: Option<String>,
 }
 
 /// REST gateway address of `wharf-dev` when `--rest-listen` is not given (Kafka
 /// Connect's port).
 pub const DEV_REST_LISTEN: SocketAddr =
     SocketAddr::new(std::net::IpAddr::V4(std::net::Ipv4Addr::LOCALHOST), 8083);
+
+/// Metrics listener address of `wharf-dev` when `--metrics-listen` is not given (the
+/// port conventionally used by OpenTelemetry's Prometheus exporter).
+pub const DEV_METRICS_LISTEN: SocketAddr =
+    SocketAddr::new(std::net::IpAddr::V4(std::net::Ipv4Addr::LOCALHOST), 9464);
 
 /// The `--config` file: every key optional; unknown keys are an error.
 #[derive(Debug, Default, Deserialize)]
@@ -98,6 +113,10 @@ pub struct FileConfig {
     pub enable_test_plugins: Option<bool>,
     /// See `--rest-listen`.
     pub rest_listen: Option<String>,
+    /// See `--metrics-listen`.
+    pub metrics_listen: Option<String>,
+    /// See `--log-format`.
+    pub log_format: Option<String>,
 }
 
 /// What the binary runs.
@@ -109,6 +128,12 @@ pub struct Settings {
     pub example: bool,
     /// The in-process executor also offers `test-source` / `test-sink`.
     pub enable_test_plugins: bool,
+    /// Where the metrics listener binds, `None` for none.
+    pub metrics_listen: Option<SocketAddr>,
+    /// How log events are written.
+    pub log_format: wharf::telemetry::LogFormat,
+    /// The metrics address is the default: a failed bind is logged, not fatal.
+    pub metrics_optional: bool,
 }
 
 /// Why the settings could not be assembled (shared by every binary).
@@ -131,6 +156,8 @@ impl Args {
             example,
             enable_test_plugins,
             rest_listen,
+            metrics_listen,
+            log_format,
         } = self;
         let FileConfig {
             listen: file_listen,
@@ -141,6 +168,8 @@ impl Args {
             example: file_example,
             enable_test_plugins: file_enable_test_plugins,
             rest_listen: file_rest_listen,
+            metrics_listen: file_metrics_listen,
+            log_format: file_log_format,
         } = wharf::config::read_file(config.as_deref())?;
         if file_dev == Some(false) {
             return Err(ConfigError::Invalid {
@@ -157,14 +186,11 @@ impl Args {
         let rest_given = rest_listen.or(file_rest_listen);
         // Only the default address may be taken (parallel dev runs); an asked-for one must bind.
         let rest_optional = rest_given.is_none();
-        let rest_listen = match rest_given.as_deref() {
-            Some("off") => None,
-            Some(addr) => Some(addr.parse().map_err(|e| ConfigError::Invalid {
-                field: "rest-listen",
-                reason: format!("{addr:?} is not IP:PORT or off: {e}"),
-            })?),
-            None => Some(DEV_REST_LISTEN),
-        };
+        let rest_listen = listen_or_default("rest-listen", rest_given, DEV_REST_LISTEN)?;
+        let metrics_given = metrics_listen.or(file_metrics_listen);
+        let metrics_optional = metrics_given.is_none();
+        let metrics_listen =
+            listen_or_default("metrics-listen", metrics_given, DEV_METRICS_LISTEN)?;
         Ok(Settings {
             config: Config {
                 rest_listen,
@@ -184,7 +210,27 @@ impl Args {
             },
             example: example || file_example.unwrap_or(false),
             enable_test_plugins: layer(enable_test_plugins, file_enable_test_plugins, || false),
+            metrics_listen,
+            metrics_optional,
+            log_format: wharf::config::parsed("log-format", log_format.or(file_log_format))?
+                .unwrap_or_default(),
         })
+    }
+}
+
+/// An `IP:PORT|off` option with a default: `None` for `off`.
+fn listen_or_default(
+    field: &'static str,
+    given: Option<String>,
+    default: SocketAddr,
+) -> Result<Option<SocketAddr>, ConfigError> {
+    match given.as_deref() {
+        Some("off") => Ok(None),
+        Some(addr) => addr.parse().map(Some).map_err(|e| ConfigError::Invalid {
+            field,
+            reason: format!("{addr:?} is not IP:PORT or off: {e}"),
+        }),
+        None => Ok(Some(default)),
     }
 }
 

@@ -37,6 +37,14 @@ pub enum DevError {
     /// The control plane's task panicked or was cancelled.
     #[error("control plane task ended abnormally: {0}")]
     Join(#[from] tokio::task::JoinError),
+    /// The asked-for metrics address could not be bound.
+    #[error("bind --metrics-listen {addr}: {source}")]
+    Metrics {
+        /// Address.
+        addr: std::net::SocketAddr,
+        /// Cause.
+        source: std::io::Error,
+    },
 }
 
 impl DevError {
@@ -45,6 +53,9 @@ impl DevError {
         match self {
             DevError::ControlPlane(e) => e.hint(),
             DevError::Executor(e) => e.hint(),
+            DevError::Metrics { .. } => Some(
+                "pick another address with --metrics-listen IP:PORT (port 0 picks a free one) or turn it off with --metrics-listen off".into(),
+            ),
             DevError::Example { .. } | DevError::Join(_) => None,
         }
     }
@@ -56,12 +67,16 @@ impl DevError {
 /// [`DevError`].
 pub async fn run(
     settings: Settings,
+    log_control: wharf::telemetry::FilterReload,
     shutdown: impl Future<Output = ()> + Send + 'static,
 ) -> Result<(), DevError> {
     let Settings {
         config,
         example,
         enable_test_plugins,
+        metrics_listen,
+        metrics_optional,
+        log_format: _,
     } = settings;
     let data_dir = config.data_dir.clone();
     let paths = if example {
@@ -87,9 +102,42 @@ pub async fn run(
         "wharf: starting dev mode (control plane on the embedded store, in-process executor, embedded record log) in {}",
         data_dir.display()
     ));
-    let app = App::build(config).await?;
+    let mut app = App::build(config).await?;
+    // `/admin/loggers` on the REST gateway changes this process's filter.
+    app.set_log_control("INFO", log_control);
     let addr = app.local_addr();
     let app_rest = app.rest_addr();
+    if let Some(want) = metrics_listen {
+        match wharf::observability::bind(want).await {
+            Ok((listener, bound)) => {
+                example::say(&format!(
+                    "wharf: metrics (Prometheus) on http://{bound}/metrics, health on http://{bound}/health"
+                ));
+                let probes = vec![app.probe()];
+                wharf::task::spawn(
+                    wharf::task::TaskKind::Detached,
+                    "metrics listener",
+                    async move {
+                        if let Err(e) =
+                            wharf::observability::serve(listener, probes, std::future::pending())
+                                .await
+                        {
+                            tracing::error!(addr = %bound, error = %e, "metrics listener failed");
+                        }
+                    },
+                );
+            }
+            Err(e) if metrics_optional => {
+                tracing::warn!(addr = %want, error = %e, "metrics listener not started (its default address is taken); pass --metrics-listen IP:PORT to choose another");
+            }
+            Err(e) => {
+                return Err(DevError::Metrics {
+                    addr: want,
+                    source: e,
+                });
+            }
+        }
+    }
     let (stop_cp, cp_stopped) = tokio::sync::oneshot::channel::<()>();
     let mut cp = wharf::task::spawn(
         wharf::task::TaskKind::Service,

@@ -13,7 +13,6 @@ use clap::Parser;
 
 #[tokio::main]
 async fn main() -> ExitCode {
-    wharf::telemetry::init();
     let settings = match config::Args::parse().build() {
         Ok(s) => s,
         Err(e) => {
@@ -21,7 +20,8 @@ async fn main() -> ExitCode {
             return ExitCode::from(2);
         }
     };
-    match dev::run(settings, wharf::server::shutdown_signal()).await {
+    let log_control = wharf::telemetry::init_with(settings.log_format);
+    match dev::run(settings, log_control, wharf::server::shutdown_signal()).await {
         Ok(()) => {
             tracing::info!("control plane stopped");
             ExitCode::SUCCESS

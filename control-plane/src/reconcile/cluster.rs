@@ -400,6 +400,7 @@ impl Cluster {
         for (id, epoch) in expired {
             if self.store.mark_executor_lost(&id, epoch)? {
                 warn!(executor = %id, epoch, "executor lease expired; marked lost, its work moves");
+                crate::observe::lease_expired();
             }
             let mut leases = self.leases();
             if leases.get(&id).is_some_and(|l| l.epoch == epoch) {

@@ -100,6 +100,7 @@ pub async fn run_finalizer(cluster: Arc<Cluster>, cancel: CancellationToken) {
     let mut running: HashMap<String, tokio::task::JoinHandle<()>> = HashMap::new();
     loop {
         running.retain(|_, h| !h.is_finished());
+        let pass_started = std::time::Instant::now();
         match cluster.store.deletions() {
             Ok(deletions) => {
                 for d in deletions {
@@ -144,6 +145,7 @@ pub async fn run_finalizer(cluster: Arc<Cluster>, cancel: CancellationToken) {
             }
             Err(e) => warn!(error = %e, "finalizer pass failed; retrying"),
         }
+        crate::observe::pass(crate::observe::FINALIZER_PASS_SECONDS, pass_started);
         tokio::select! {
             () = cancel.cancelled() => break,
             () = cluster.finalizer_wake.notified() => {}
@@ -181,6 +183,11 @@ async fn finish_if_complete(cluster: &Cluster, d: &DeletionRecord) -> Result<boo
             .map(|s| s.task)
             .collect();
         info!(connector = %d.name, ?skipped, "deletion finished; connector removed");
+        crate::observe::deletion_finished(if d.cleanup {
+            "cleanup"
+        } else {
+            "keep_resources"
+        });
         cluster.record_finished_deletion(d);
         cluster.changed(&d.name);
         return Ok(true);
@@ -293,6 +300,18 @@ enum Attempt {
     Failed { executor: String, error: String },
     /// No answer, or no capable executor: retry later without counting.
     Wait { error: String },
+}
+
+impl Attempt {
+    /// The `outcome` label of [`crate::observe::CLEANUP_STEP_SECONDS`].
+    fn outcome_label(&self) -> &'static str {
+        match self {
+            Attempt::Done { .. } => "done",
+            Attempt::Rehost => "rehost",
+            Attempt::Failed { .. } => "failed",
+            Attempt::Wait { .. } => "wait",
+        }
+    }
 }
 
 fn host_of(d: &DeletionRecord, task: Option<u32>) -> Instance {
@@ -420,10 +439,10 @@ async fn run_round(
         let record = &snapshot;
         let fan_out = stops.iter().map(|(idx, exec, generation, _)| async move {
             let task = record.steps[*idx].task;
-            (
-                *idx,
-                stop(cluster, record, task, exec, *generation, flag).await,
-            )
+            let started = std::time::Instant::now();
+            let attempt = stop(cluster, record, task, exec, *generation, flag).await;
+            crate::observe::cleanup_step_duration(attempt.outcome_label(), started.elapsed());
+            (*idx, attempt)
         });
         let mut fan_out = std::pin::pin!(tasks_first_done(fan_out, record));
         let slow = tokio::time::sleep(Duration::from_millis(RUNNING_MARK_AFTER_MS));
@@ -588,6 +607,7 @@ fn record_outcome(d: &mut DeletionRecord, idx: usize, attempt: Attempt) {
             s.waits = 0;
             info!(connector = %d.name, task = ?s.task, generation = s.generation, executor = %s.executor,
                 attempts = s.attempts, outcome = "done", connector_deleted = flag, "cleanup step");
+            crate::observe::cleanup_attempt(if flag { "done" } else { "skipped" });
         }
         Attempt::Rehost => {
             // The original instance is gone: the next attempt runs cleanup-only.
@@ -597,6 +617,7 @@ fn record_outcome(d: &mut DeletionRecord, idx: usize, attempt: Attempt) {
             s.waits = 0;
             info!(connector = %d.name, task = ?s.task, generation = s.generation, executor = %s.executor,
                 attempts = s.attempts, outcome = "rehost", "cleanup step");
+            crate::observe::cleanup_attempt("rehost");
         }
         Attempt::Failed { executor, error } => {
             s.attempts += 1;
@@ -611,18 +632,21 @@ fn record_outcome(d: &mut DeletionRecord, idx: usize, attempt: Attempt) {
                     error!(connector = %d.name, task = ?s.task, generation = s.generation, executor = %s.executor,
                         attempts = s.attempts, error = %s.last_error, outcome = "given_up",
                         "cleanup given up (cleanup.policy=give-up): external resources of this instance may leak");
+                    crate::observe::cleanup_attempt("given_up");
                 } else {
                     s.state = CleanupState::Failed;
                     s.next_attempt_ms = i64::MAX;
                     error!(connector = %d.name, task = ?s.task, generation = s.generation, executor = %s.executor,
                         attempts = s.attempts, error = %s.last_error, outcome = "exhausted",
                         "cleanup failed cleanup.max.attempts times; connector stays DELETING until RetryCleanup or force");
+                    crate::observe::cleanup_attempt("exhausted");
                 }
             } else {
                 s.state = CleanupState::Failed;
                 s.next_attempt_ms = now_ms() + backoff_ms(s.attempts);
                 warn!(connector = %d.name, task = ?s.task, generation = s.generation, executor = %s.executor,
                     attempts = s.attempts, error = %s.last_error, outcome = "failed", "cleanup step");
+                crate::observe::cleanup_attempt("failed");
             }
         }
         Attempt::Wait { error } => {
@@ -889,6 +913,7 @@ fn apply_force(cluster: &Cluster, name: &str) -> Result<(), HerderError> {
         if cluster.store.finish_deletion(name, d.revision)? {
             warn!(connector = %name, skipped_tasks = ?tasks, connector_skipped = connector,
                 "deletion forced: remaining cleanup skipped; external resources may remain");
+            crate::observe::deletion_finished("forced");
             cluster.record_finished_deletion(&d);
             cluster.changed(name);
             return Ok(());

@@ -55,10 +55,12 @@ pub async fn run_herder(cluster: Arc<Cluster>, cancel: CancellationToken) {
     let in_flight: InFlight = Arc::default();
     let mut timer = true;
     loop {
+        let started = std::time::Instant::now();
         if let Err(e) = herder_pass(&cluster, &mut memory, &in_flight, timer) {
             warn!(error = %e, "herder pass failed; retrying");
             cluster.mark_all_dirty();
         }
+        crate::observe::pass(crate::observe::HERDER_PASS_SECONDS, started);
         timer = tokio::select! {
             () = cancel.cancelled() => return,
             () = cluster.herder_wake.notified() => false,

@@ -288,6 +288,24 @@ fn flag(pairs: &[(String, String)], name: &str) -> Result<bool, RestError> {
     }
 }
 
+/// How much of an oversized body is read and dropped before the 413 is sent, in bytes: a
+/// client still writing it then reads the answer instead of a broken pipe. Beyond this the
+/// connection is closed.
+pub const MAX_DRAIN_BYTES: usize = 64 * 1024 * 1024;
+
+/// Reads and drops `body`, up to [`MAX_DRAIN_BYTES`].
+async fn drain(body: Body) {
+    use futures::StreamExt;
+    let mut stream = body.into_data_stream();
+    let mut seen = 0usize;
+    while let Some(Ok(chunk)) = stream.next().await {
+        seen += chunk.len();
+        if seen > MAX_DRAIN_BYTES {
+            break;
+        }
+    }
+}
+
 /// Reads a JSON body: `application/json` (or no content type), at most
 /// [`MAX_BODY_BYTES`], well-formed.
 async fn json_body(headers: &HeaderMap, body: Body) -> Result<Value, RestError> {
@@ -310,6 +328,7 @@ async fn json_body(headers: &HeaderMap, body: Body) -> Result<Value, RestError> 
         .and_then(|v| v.to_str().ok())
         .and_then(|v| v.parse::<usize>().ok());
     if announced.is_some_and(|n| n > MAX_BODY_BYTES) {
+        drain(body).await;
         return Err(RestError::PayloadTooLarge(MAX_BODY_BYTES));
     }
     let bytes: Bytes = axum::body::to_bytes(body, MAX_BODY_BYTES)

@@ -337,7 +337,11 @@ impl Shared {
         }
         let (writes, replies): (Vec<Write>, Vec<Reply>) =
             batch.into_iter().map(|op| (op.write, op.reply)).unzip();
-        match self.apply(writes) {
+        let started = std::time::Instant::now();
+        let count = writes.len();
+        let applied = self.apply(writes);
+        crate::observe::store_commit(started, count);
+        match applied {
             Ok((answers, overlay)) => {
                 {
                     let mut cache = self.cache_mut();

@@ -56,6 +56,12 @@ pub struct Call {
 impl TestCluster {
     /// Starts a control plane and `n` executors and waits until all are ALIVE.
     pub async fn start(n: usize) -> Self {
+        Self::start_with(n, Vec::new()).await
+    }
+
+    /// As [`TestCluster::start`], with `cp_args` appended to the control plane's flags
+    /// (e.g. `--metrics-listen 127.0.0.1:PORT`).
+    pub async fn start_with(n: usize, cp_args: Vec<String>) -> Self {
         let dir = KeepOnFailure::new();
         let cp_dir = dir.path().join("cp");
         // A fixed port, so that a restarted control plane is found again by executors.
@@ -74,7 +80,10 @@ impl TestCluster {
                 TEST_LEASE_MS.to_string(),
                 "--heartbeat-interval-ms".into(),
                 TEST_HEARTBEAT_INTERVAL_MS.to_string(),
-            ],
+            ]
+            .into_iter()
+            .chain(cp_args)
+            .collect(),
             &cp_dir,
         );
         let addr = cp.listen_addr().await;

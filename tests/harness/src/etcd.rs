@@ -12,9 +12,11 @@ const ETCD_PROBE_INTERVAL_MS: u64 = 50;
 
 /// A running etcd.
 pub struct TestEtcd {
-    child: Child,
+    child: Option<Child>,
     /// Client URL, `http://127.0.0.1:PORT`.
     pub endpoint: String,
+    peer_url: String,
+    client_port: u16,
     _dir: tempfile::TempDir,
 }
 
@@ -30,42 +32,66 @@ impl TestEtcd {
     pub fn start() -> Self {
         let dir = tempfile::tempdir().expect("temp dir");
         let (client, peer) = (free_port(), free_port());
-        let endpoint = format!("http://127.0.0.1:{client}");
-        let peer_url = format!("http://127.0.0.1:{peer}");
-        let log = std::fs::File::create(dir.path().join("etcd.log")).expect("etcd log");
+        let mut etcd = Self {
+            child: None,
+            endpoint: format!("http://127.0.0.1:{client}"),
+            peer_url: format!("http://127.0.0.1:{peer}"),
+            client_port: client,
+            _dir: dir,
+        };
+        etcd.start_again();
+        etcd
+    }
+
+    /// Kills etcd (its data dir and ports stay, for [`TestEtcd::start_again`]).
+    pub fn stop(&mut self) {
+        if let Some(mut c) = self.child.take() {
+            let _ = c.kill();
+            let _ = c.wait();
+        }
+    }
+
+    /// Starts etcd again on the same ports and data, after [`TestEtcd::stop`]; waits
+    /// until it accepts a TCP connection.
+    pub fn start_again(&mut self) {
+        self.stop();
+        let dir = self._dir.path();
+        let log = std::fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(dir.join("etcd.log"))
+            .expect("etcd log");
         let child =
             Command::new(std::env::var("WHARF_TEST_ETCD").unwrap_or_else(|_| "etcd".into()))
                 .args(["--name", "wharf-test"])
                 .arg("--data-dir")
-                .arg(dir.path().join("data"))
-                .args(["--listen-client-urls", &endpoint])
-                .args(["--advertise-client-urls", &endpoint])
-                .args(["--listen-peer-urls", &peer_url])
-                .args(["--initial-advertise-peer-urls", &peer_url])
-                .args(["--initial-cluster", &format!("wharf-test={peer_url}")])
+                .arg(dir.join("data"))
+                .args(["--listen-client-urls", &self.endpoint])
+                .args(["--advertise-client-urls", &self.endpoint])
+                .args(["--listen-peer-urls", &self.peer_url])
+                .args(["--initial-advertise-peer-urls", &self.peer_url])
+                .args([
+                    "--initial-cluster",
+                    &format!("wharf-test={}", self.peer_url),
+                ])
                 .stdout(Stdio::null())
                 .stderr(log)
                 .spawn()
                 .expect("spawn etcd (install etcd-server: scripts/setup-services)");
+        self.child = Some(child);
         let deadline = Instant::now() + Duration::from_millis(ETCD_START_TIMEOUT_MS);
         loop {
-            if std::net::TcpStream::connect(("127.0.0.1", client)).is_ok() {
+            if std::net::TcpStream::connect(("127.0.0.1", self.client_port)).is_ok() {
                 break;
             }
             assert!(Instant::now() < deadline, "etcd did not start in time");
             std::thread::sleep(Duration::from_millis(ETCD_PROBE_INTERVAL_MS));
-        }
-        Self {
-            child,
-            endpoint,
-            _dir: dir,
         }
     }
 }
 
 impl Drop for TestEtcd {
     fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
+        self.stop();
     }
 }

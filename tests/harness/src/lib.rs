@@ -14,6 +14,7 @@ pub mod etcd;
 pub mod fault;
 pub mod lifecycle;
 pub mod lines;
+pub mod prometheus;
 
 // The crates the suites read stores and databases with, so that the root package needs
 // none of them as dev-dependencies.

@@ -1,0 +1,296 @@
+//! The metrics listener of every Wharf binary (`--metrics-listen`): Prometheus text at
+//! `GET /metrics`, health in Kafka Connect's KIP-1017 shape at `GET /health`, and
+//! `GET /ready` for orchestrators. See `docs/observability.md` for every metric.
+//!
+//! Two kinds of series share one page:
+//! - events (counters and histograms: cleanup attempts, pass durations, store commits) go
+//!   through the `metrics` facade into one process-wide Prometheus recorder
+//!   ([`recorder`]);
+//! - state (how many tasks are RUNNING, which deletions are in progress) is rendered at
+//!   scrape time from the process's current view by a [`Probe`], so a connector's series
+//!   vanish the moment it is gone (Kafka's REST proxy kept reporting deleted connectors,
+//!   confluentinc/kafka-rest#999) and costs nothing when nobody scrapes.
+
+use std::fmt::Write as _;
+use std::net::SocketAddr;
+use std::sync::{Arc, OnceLock};
+
+use axum::Router;
+use axum::extract::State;
+use axum::http::{StatusCode, header};
+use axum::response::{IntoResponse, Response};
+use axum::routing::get;
+use metrics_exporter_prometheus::{PrometheusBuilder, PrometheusHandle};
+use tokio::net::TcpListener;
+
+/// Bucket bounds of every histogram, in seconds: 1 ms to 60 s, about three per decade
+/// (cleanup steps run from milliseconds to the plugin's stop timeout).
+pub const HISTOGRAM_BUCKETS_SECONDS: &[f64] = &[
+    0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0,
+];
+
+/// The process-wide Prometheus recorder, installed as the `metrics` facade's global
+/// recorder on first use. One per process: dev mode's control plane and executor share
+/// it (their series have distinct names). If another global recorder was installed first,
+/// this handle renders nothing of the facade's events, and the probes' state still shows.
+pub fn recorder() -> &'static PrometheusHandle {
+    static HANDLE: OnceLock<PrometheusHandle> = OnceLock::new();
+    HANDLE.get_or_init(|| {
+        let recorder = PrometheusBuilder::new()
+            .set_buckets(HISTOGRAM_BUCKETS_SECONDS)
+            .expect("the bucket list is not empty")
+            .build_recorder();
+        let handle = recorder.handle();
+        if metrics::set_global_recorder(recorder).is_err() {
+            tracing::warn!("another metrics recorder is installed; /metrics shows state only");
+        }
+        handle
+    })
+}
+
+/// Whether a process can do its job, as `GET /health` and `grpc.health.v1` say.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Health {
+    /// Serving.
+    Healthy,
+    /// Not yet serving (still starting, or waiting for a registration); the text says why.
+    Starting(String),
+    /// Cannot serve (its store or its control plane is not reachable); the text says why.
+    Unhealthy(String),
+}
+
+impl Health {
+    /// KIP-1017's status word: `healthy`, `starting` or `unhealthy`.
+    pub fn status(&self) -> &'static str {
+        match self {
+            Health::Healthy => "healthy",
+            Health::Starting(_) => "starting",
+            Health::Unhealthy(_) => "unhealthy",
+        }
+    }
+
+    /// HTTP status of `GET /health`: 200 healthy, 503 otherwise (KIP-1017 answers 500 when
+    /// unhealthy; 503 is what orchestrators' probes treat as "not now", and both fail them).
+    pub fn http_status(&self) -> StatusCode {
+        match self {
+            Health::Healthy => StatusCode::OK,
+            Health::Starting(_) | Health::Unhealthy(_) => StatusCode::SERVICE_UNAVAILABLE,
+        }
+    }
+
+    /// Why, for the JSON body.
+    pub fn message(&self) -> &str {
+        match self {
+            Health::Healthy => "serving",
+            Health::Starting(m) | Health::Unhealthy(m) => m,
+        }
+    }
+}
+
+/// What a binary shows on its metrics listener beside the recorder's events.
+pub trait Probe: Send + Sync + 'static {
+    /// Appends the state gauges, in Prometheus text format, to `out` (see [`Exposition`]).
+    fn render_state(&self, out: &mut Exposition);
+    /// The process's current health.
+    fn health(&self) -> Health;
+}
+
+/// A Prometheus text-format writer for state gauges: one `# HELP`/`# TYPE` header per
+/// family, then its samples, label values escaped.
+#[derive(Debug, Default)]
+pub struct Exposition {
+    text: String,
+}
+
+impl Exposition {
+    /// Starts the gauge family `name` with its help text.
+    pub fn gauge(&mut self, name: &str, help: &str) -> &mut Self {
+        let _ = writeln!(self.text, "# HELP {name} {help}\n# TYPE {name} gauge");
+        self
+    }
+
+    /// One sample of the current family.
+    pub fn sample(&mut self, name: &str, labels: &[(&str, &str)], value: f64) -> &mut Self {
+        self.text.push_str(name);
+        if !labels.is_empty() {
+            self.text.push('{');
+            for (i, (k, v)) in labels.iter().enumerate() {
+                if i > 0 {
+                    self.text.push(',');
+                }
+                let _ = write!(self.text, "{k}=\"{}\"", escape_label(v));
+            }
+            self.text.push('}');
+        }
+        let _ = writeln!(self.text, " {value}");
+        self
+    }
+
+    /// The text written so far.
+    pub fn into_text(self) -> String {
+        self.text
+    }
+}
+
+/// Escapes a label value as the text format requires (`\`, `"`, newline).
+fn escape_label(v: &str) -> std::borrow::Cow<'_, str> {
+    if !v.contains(['\\', '"', '\n']) {
+        return v.into();
+    }
+    let mut s = String::with_capacity(v.len() + 2);
+    for c in v.chars() {
+        match c {
+            '\\' => s.push_str("\\\\"),
+            '"' => s.push_str("\\\""),
+            '\n' => s.push_str("\\n"),
+            c => s.push(c),
+        }
+    }
+    s.into()
+}
+
+/// Several probes on one listener (dev mode: the control plane's and the executor's).
+struct Probes(Vec<Arc<dyn Probe>>);
+
+impl Probes {
+    /// The worst of the probes' health: unhealthy over starting over healthy.
+    fn health(&self) -> Health {
+        let mut worst = Health::Healthy;
+        for h in self.0.iter().map(|p| p.health()) {
+            worst = match (&worst, h) {
+                (Health::Unhealthy(_), _) => worst,
+                (_, h @ Health::Unhealthy(_)) => h,
+                (Health::Starting(_), _) => worst,
+                (_, h) => h,
+            };
+        }
+        worst
+    }
+}
+
+/// The listener's routes over `probes`.
+pub fn router(probes: Vec<Arc<dyn Probe>>) -> Router {
+    Router::new()
+        .route("/metrics", get(metrics_page))
+        .route("/health", get(health))
+        .route("/ready", get(ready))
+        .with_state(Arc::new(Probes(probes)))
+}
+
+async fn metrics_page(State(p): State<Arc<Probes>>) -> Response {
+    let mut state = Exposition::default();
+    for probe in &p.0 {
+        probe.render_state(&mut state);
+    }
+    let mut page = recorder().render();
+    page.push_str(&state.into_text());
+    (
+        [(
+            header::CONTENT_TYPE,
+            "text/plain; version=0.0.4; charset=utf-8",
+        )],
+        page,
+    )
+        .into_response()
+}
+
+async fn health(State(p): State<Arc<Probes>>) -> Response {
+    let h = p.health();
+    (
+        h.http_status(),
+        axum::Json(serde_json::json!({ "status": h.status(), "message": h.message() })),
+    )
+        .into_response()
+}
+
+/// `GET /ready`: 200 `ready` when healthy, 503 with the reason otherwise.
+async fn ready(State(p): State<Arc<Probes>>) -> Response {
+    match p.health() {
+        Health::Healthy => (StatusCode::OK, "ready\n".to_owned()).into_response(),
+        h => (
+            h.http_status(),
+            format!("{}: {}\n", h.status(), h.message()),
+        )
+            .into_response(),
+    }
+}
+
+/// Binds `addr` for the metrics listener (port 0 picks one).
+///
+/// # Errors
+/// The bind error.
+pub async fn bind(addr: SocketAddr) -> std::io::Result<(TcpListener, SocketAddr)> {
+    let l = TcpListener::bind(addr).await?;
+    let bound = l.local_addr()?;
+    Ok((l, bound))
+}
+
+/// Serves the metrics listener on `listener` until `shutdown` resolves. Plain HTTP: the
+/// page carries names, states and counts, never configs or secrets, and changes nothing.
+///
+/// # Errors
+/// When the server fails.
+pub async fn serve(
+    listener: TcpListener,
+    probes: Vec<Arc<dyn Probe>>,
+    shutdown: impl std::future::Future<Output = ()> + Send + 'static,
+) -> std::io::Result<()> {
+    // Installed before the first scrape so that events recorded meanwhile are kept.
+    let _ = recorder();
+    axum::serve(listener, router(probes))
+        .with_graceful_shutdown(shutdown)
+        .await
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn samples_escape_label_values() {
+        let mut e = Exposition::default();
+        e.gauge("wharf_x", "help")
+            .sample("wharf_x", &[("connector", "a\"b\\c")], 2.0);
+        assert_eq!(
+            e.into_text(),
+            "# HELP wharf_x help\n# TYPE wharf_x gauge\nwharf_x{connector=\"a\\\"b\\\\c\"} 2\n"
+        );
+    }
+
+    struct Fixed(Health);
+    impl Probe for Fixed {
+        fn render_state(&self, _: &mut Exposition) {}
+        fn health(&self) -> Health {
+            self.0.clone()
+        }
+    }
+
+    fn worst(hs: &[Health]) -> Health {
+        Probes(
+            hs.iter()
+                .map(|h| Arc::new(Fixed(h.clone())) as Arc<dyn Probe>)
+                .collect(),
+        )
+        .health()
+    }
+
+    #[test]
+    fn no_probe_is_healthy() {
+        assert_eq!(worst(&[]), Health::Healthy);
+    }
+
+    #[test]
+    fn unhealthy_wins_over_starting_and_healthy() {
+        let u = Health::Unhealthy("store".into());
+        let s = Health::Starting("registering".into());
+        assert_eq!(worst(&[Health::Healthy, s.clone(), u.clone()]), u);
+        assert_eq!(worst(&[u.clone(), s.clone()]), u);
+    }
+
+    #[test]
+    fn starting_wins_over_healthy() {
+        let s = Health::Starting("registering".into());
+        assert_eq!(worst(&[Health::Healthy, s.clone()]), s);
+        assert_eq!(worst(&[s.clone(), Health::Healthy]), s);
+    }
+}
