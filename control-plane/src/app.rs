@@ -38,6 +38,10 @@ pub struct Config {
     pub data_dir: PathBuf,
     /// Lease and heartbeat settings handed to executors.
     pub lease: LeaseConfig,
+    /// Certificate, key and CA: TLS on the listener and every client (docs/security.md).
+    pub tls: Option<wharf::tls::TlsFiles>,
+    /// Allow a plaintext listener on a non-loopback address (warned at start).
+    pub insecure: bool,
 }
 
 /// Which [`StateStore`] backend to use (`--store`).
@@ -93,6 +97,9 @@ pub enum StartError {
     /// Reflection descriptors did not decode (a build defect).
     #[error("server reflection: {0}")]
     Reflection(String),
+    /// The TLS files did not load.
+    #[error(transparent)]
+    Tls(#[from] wharf::tls::TlsError),
 }
 
 impl Config {
@@ -105,6 +112,8 @@ impl Config {
             listen,
             data_dir,
             lease,
+            tls,
+            insecure,
         } = self;
         let LeaseConfig {
             lease_ms,
@@ -122,16 +131,34 @@ impl Config {
                 reason: format!("must be positive and shorter than the lease ({lease_ms} ms)"),
             });
         }
+        match wharf::tls::bind_decision(&listen, tls.is_some(), insecure) {
+            wharf::tls::BindDecision::Tls | wharf::tls::BindDecision::PlaintextLoopback => {}
+            wharf::tls::BindDecision::PlaintextInsecure => warn!(
+                addr = %listen,
+                "--insecure: plaintext listener on a non-loopback address; anyone who reaches it can act as an executor or an operator"
+            ),
+            wharf::tls::BindDecision::Refuse => {
+                return Err(StartError::InvalidSetting {
+                    field: "--listen",
+                    reason: format!(
+                        "{listen} is not a loopback address and no TLS is configured; set --tls-cert/--tls-key/--tls-ca (docs/security.md) or pass --insecure"
+                    ),
+                });
+            }
+        }
         Ok(Config {
             listen,
             data_dir,
             lease,
+            tls,
+            insecure,
         })
     }
 }
 
 /// A bound, not yet serving control plane.
 pub struct App {
+    tls: Option<Arc<wharf::tls::Tls>>,
     listener: TcpListener,
     local_addr: SocketAddr,
     cluster: Arc<Cluster>,
@@ -155,6 +182,18 @@ impl App {
     /// [`StartError`]; etcd not answering is [`StartError::Store`].
     pub async fn build_with_store(config: Config, store: StoreOptions) -> Result<Self, StartError> {
         let config = config.build()?;
+        let tls = config.tls.clone().map(wharf::tls::Tls::load).transpose()?;
+        if let Some(t) = &tls
+            && t.identity() != wharf::identity::Identity::ControlPlane
+        {
+            return Err(StartError::InvalidSetting {
+                field: "--tls-cert",
+                reason: format!(
+                    "names {}, not the control plane (spiffe://wharf/control-plane)",
+                    t.identity()
+                ),
+            });
+        }
         let dir = config.data_dir.clone();
         std::fs::create_dir_all(&dir).map_err(|source| StartError::DataDir {
             path: dir.clone(),
@@ -184,6 +223,9 @@ impl App {
             }
         };
         let cluster = Cluster::new(store, config.lease)?;
+        cluster
+            .clients
+            .use_tls(wharf::tls::ClientTls::from_option(tls.as_ref()));
         let listener =
             TcpListener::bind(config.listen)
                 .await
@@ -203,7 +245,8 @@ impl App {
                 source,
             })?;
         info!(addr = %local_addr, data_dir = %dir.display(), "control plane bound");
-        let mut self_url = format!("http://{local_addr}");
+        let scheme = if tls.is_some() { "https" } else { "http" };
+        let mut self_url = format!("{scheme}://{local_addr}");
         let election = etcd.map(|(s, ttl, advertise)| {
             if let Some(a) = advertise {
                 self_url = a;
@@ -211,6 +254,7 @@ impl App {
             Election::new(s, self_url.clone(), ttl)
         });
         Ok(Self {
+            tls,
             listener,
             local_addr,
             cluster,
@@ -254,18 +298,27 @@ impl App {
             ),
         );
 
+        let client_tls = wharf::tls::ClientTls::from_option(self.tls.as_ref());
+        let reloader = self
+            .tls
+            .as_ref()
+            .map(|t| t.spawn_reloader(cancel.child_token()));
         let admin = LeaderRoute::new(
             ConnectorAdminServer::new(AdminService::new(self.cluster.clone()))
                 .max_decoding_message_size(MAX_REQUEST_BYTES),
             role.clone(),
             &self.self_url,
-        );
+        )
+        .with_tls(client_tls.clone());
         let registry = LeaderRoute::new(
-            ExecutorRegistryServer::new(RegistryService::new(self.cluster.clone()))
-                .max_decoding_message_size(MAX_REQUEST_BYTES),
+            ExecutorRegistryServer::new(
+                RegistryService::new(self.cluster.clone()).with_tls(self.tls.is_some()),
+            )
+            .max_decoding_message_size(MAX_REQUEST_BYTES),
             role,
             &self.self_url,
-        );
+        )
+        .with_tls(client_tls);
         let router = tonic::transport::Server::builder()
             // One span per RPC, named by its method, so that handler events carry it.
             .trace_fn(|req| tracing::info_span!("rpc", method = %req.uri().path()))
@@ -292,7 +345,7 @@ impl App {
             // without it a second small answer on a connection waits for the peer's
             // delayed ACK, about 40 ms on Linux.
             .serve_with_incoming_shutdown(
-                tonic::transport::server::TcpIncoming::from(self.listener).with_nodelay(Some(true)),
+                wharf::tls::serve_incoming(self.listener, self.tls.clone()),
                 async move {
                     shutdown.await;
                     stop.cancel();
@@ -301,6 +354,9 @@ impl App {
             .await;
         cancel.cancel();
         let _ = loops.await;
+        if let Some(r) = reloader {
+            let _ = r.await;
+        }
         if let Some(e) = election {
             let _ = e.await;
         }

@@ -96,6 +96,114 @@ pub struct Args {
         value_parser = BoolishValueParser::new()
     )]
     pub enable_test_plugins: Option<bool>,
+
+    // ---- transport security (docs/security.md) ----
+    /// PEM certificate of this control plane (identity spiffe://wharf/control-plane; make
+    /// one with `wharf-control-plane certs`). With --tls-key and --tls-ca: every listener
+    /// and client speaks TLS, executors must present their certificates. Reloaded when
+    /// the file changes.
+    #[arg(long, env = "WHARF_TLS_CERT", value_name = "FILE")]
+    pub tls_cert: Option<PathBuf>,
+    /// PEM private key of --tls-cert.
+    #[arg(long, env = "WHARF_TLS_KEY", value_name = "FILE")]
+    pub tls_key: Option<PathBuf>,
+    /// PEM cluster CA: executors' and admin clients' certificates must chain to it.
+    #[arg(long, env = "WHARF_TLS_CA", value_name = "FILE")]
+    pub tls_ca: Option<PathBuf>,
+    /// Allow a plaintext listener on a non-loopback address (anyone who reaches the port
+    /// can then act as an executor or an operator). Warned at start. [default: false]
+    #[arg(long, env = "WHARF_INSECURE", value_parser = BoolishValueParser::new())]
+    pub insecure: bool,
+    /// Subcommands (`certs`); none runs the control plane.
+    #[command(subcommand)]
+    pub command: Option<Command>,
+}
+
+/// Subcommands of `wharf-control-plane`.
+#[derive(clap::Subcommand, Debug)]
+pub enum Command {
+    /// Make certificates with no openssl: a cluster CA, then a certificate per control
+    /// plane, executor and admin client (see docs/security.md).
+    Certs {
+        /// What to make.
+        #[command(subcommand)]
+        what: CertsCommand,
+    },
+}
+
+/// `wharf-control-plane certs ...`.
+#[derive(clap::Subcommand, Debug)]
+pub enum CertsCommand {
+    /// A new cluster CA: <dir>/ca.pem and <dir>/ca.key (keep ca.key offline).
+    Init {
+        /// Directory of the CA and the certificates.
+        #[arg(long, value_name = "DIR")]
+        dir: PathBuf,
+    },
+    /// <dir>/control-plane.pem|.key (identity spiffe://wharf/control-plane).
+    ControlPlane {
+        /// Directory of the CA.
+        #[arg(long, value_name = "DIR")]
+        dir: PathBuf,
+        /// Host names or IP addresses executors and clients dial, besides localhost,
+        /// 127.0.0.1 and ::1 (comma-separated).
+        #[arg(long, value_name = "HOSTS", value_delimiter = ',')]
+        host: Vec<String>,
+    },
+    /// <dir>/executor-<id>.pem|.key (identity spiffe://wharf/executor/<id>).
+    Executor {
+        /// Directory of the CA.
+        #[arg(long, value_name = "DIR")]
+        dir: PathBuf,
+        /// The executor id (its --executor-id).
+        #[arg(long, value_name = "ID")]
+        id: String,
+        /// Host names or IP addresses of its advertised address (comma-separated).
+        #[arg(long, value_name = "HOSTS", value_delimiter = ',')]
+        host: Vec<String>,
+    },
+    /// <dir>/admin-<name>.pem|.key (identity spiffe://wharf/role/<role>/<name>).
+    Admin {
+        /// Directory of the CA.
+        #[arg(long, value_name = "DIR")]
+        dir: PathBuf,
+        /// Name recorded as the principal.
+        #[arg(long, value_name = "NAME")]
+        name: String,
+        /// viewer, operator or admin.
+        #[arg(long, value_name = "ROLE")]
+        role: String,
+    },
+}
+
+/// Runs a `certs` subcommand; prints the files written.
+///
+/// # Errors
+/// A message for the operator.
+pub fn run_certs(what: CertsCommand) -> Result<(), String> {
+    use wharf::identity::{AdminRole, Identity};
+    let issued = match what {
+        CertsCommand::Init { dir } => wharf::certs::init_ca(&dir),
+        CertsCommand::ControlPlane { dir, host } => {
+            wharf::certs::issue(&dir, &Identity::ControlPlane, &host)
+        }
+        CertsCommand::Executor { dir, id, host } => {
+            let identity = Identity::Executor(id);
+            Identity::parse_uri(
+                &identity.to_uri(wharf::identity::DEFAULT_TRUST_DOMAIN),
+                wharf::identity::DEFAULT_TRUST_DOMAIN,
+            )
+            .map_err(|e| format!("--id: {e}"))?;
+            wharf::certs::issue(&dir, &identity, &host)
+        }
+        CertsCommand::Admin { dir, name, role } => {
+            let role = AdminRole::parse(&role).map_err(|e| format!("--role: {e}"))?;
+            wharf::certs::issue(&dir, &Identity::Admin { role, name }, &[])
+        }
+    }
+    .map_err(|e| e.to_string())?;
+    println!("{}\n{}", issued.cert.display(), issued.key.display());
+    Ok(())
 }
 
 /// The `--config` file: every key optional; unknown keys are an error (a typo must not be
@@ -127,6 +235,14 @@ pub struct FileConfig {
     pub advertise: Option<String>,
     /// See `--enable-test-plugins`.
     pub enable_test_plugins: Option<bool>,
+    /// See `--tls-cert`.
+    pub tls_cert: Option<PathBuf>,
+    /// See `--tls-key`.
+    pub tls_key: Option<PathBuf>,
+    /// See `--tls-ca`.
+    pub tls_ca: Option<PathBuf>,
+    /// See `--insecure`.
+    pub insecure: Option<bool>,
 }
 
 /// What the binary runs.
@@ -212,6 +328,11 @@ impl Args {
             etcd_election_ttl_secs,
             advertise,
             enable_test_plugins,
+            tls_cert,
+            tls_key,
+            tls_ca,
+            insecure,
+            command: _,
         } = self;
         let file = match &config {
             Some(path) => read_file(path)?,
@@ -230,7 +351,21 @@ impl Args {
             etcd_election_ttl_secs: file_etcd_election_ttl_secs,
             advertise: file_advertise,
             enable_test_plugins: file_enable_test_plugins,
+            tls_cert: file_tls_cert,
+            tls_key: file_tls_key,
+            tls_ca: file_tls_ca,
+            insecure: file_insecure,
         } = file;
+        let tls = wharf::tls::TlsFiles::from_parts(
+            tls_cert.or(file_tls_cert),
+            tls_key.or(file_tls_key),
+            tls_ca.or(file_tls_ca),
+        )
+        .map_err(|e| ConfigError::Invalid {
+            field: "tls",
+            reason: e.to_string(),
+        })?;
+        let insecure = insecure || file_insecure.unwrap_or(false);
         let store = match store.or(file_store).as_deref() {
             None | Some("redb") => app::StoreOptions::Redb,
             Some("etcd") => {
@@ -308,6 +443,8 @@ impl Args {
                         .or(file_heartbeat_interval_ms)
                         .unwrap_or(app::DEFAULT_HEARTBEAT_INTERVAL_MS),
                 },
+                tls,
+                insecure,
             },
             dev,
             example,
@@ -386,6 +523,11 @@ mod tests {
             etcd_election_ttl_secs: None,
             advertise: None,
             enable_test_plugins: None,
+            tls_cert: None,
+            tls_key: None,
+            tls_ca: None,
+            insecure: false,
+            command: None,
         }
         .build()
         .expect_err("missing");

@@ -31,7 +31,17 @@ async fn main() -> ExitCode {
         .with_writer(std::io::stderr)
         .with_ansi(std::io::stderr().is_terminal())
         .init();
-    let settings = match config::Args::parse().build() {
+    let args = config::Args::parse();
+    if let Some(config::Command::Certs { what }) = args.command {
+        return match config::run_certs(what) {
+            Ok(()) => ExitCode::SUCCESS,
+            Err(e) => {
+                eprintln!("wharf-control-plane certs: {e}");
+                ExitCode::FAILURE
+            }
+        };
+    }
+    let settings = match args.build() {
         Ok(s) => s,
         Err(e) => {
             eprintln!("wharf-control-plane: {e}\n(see --help and docs/configuration.md)");
@@ -184,6 +194,9 @@ fn hint(e: &StartError) -> Option<String> {
             "another control plane may be using this --data-dir (the store is locked while open); stop it or choose another --data-dir (or WHARF_DATA_DIR)".into(),
         ),
         StartError::InvalidSetting { .. } => Some("see --help and docs/configuration.md".into()),
+        StartError::Tls(_) => Some(
+            "check --tls-cert/--tls-key/--tls-ca (make them with `wharf-control-plane certs`, see docs/security.md)".into(),
+        ),
         _ => None,
     }
 }

@@ -187,6 +187,8 @@ async fn setup(
             lease_ms: LEASE_MS,
             heartbeat_interval_ms: HEARTBEAT_MS,
         },
+        tls: None,
+        insecure: false,
     })
     .await
     .unwrap();

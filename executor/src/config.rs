@@ -69,6 +69,25 @@ pub struct Cli {
         value_parser = clap::builder::BoolishValueParser::new()
     )]
     pub enable_test_plugins: Option<bool>,
+
+    // ---- transport security (docs/security.md) ----
+    /// PEM certificate of this executor (identity spiffe://wharf/executor/<id>; make one
+    /// with `wharf-control-plane certs executor --id ID`). With --tls-key and --tls-ca:
+    /// the Executor service speaks TLS and accepts only the control plane's certificate,
+    /// and the control plane is reached over https://. The executor id defaults to the
+    /// certificate's. Reloaded when the file changes.
+    #[arg(long, env = "WHARF_TLS_CERT", value_name = "FILE")]
+    pub tls_cert: Option<PathBuf>,
+    /// PEM private key of --tls-cert.
+    #[arg(long, env = "WHARF_TLS_KEY", value_name = "FILE")]
+    pub tls_key: Option<PathBuf>,
+    /// PEM cluster CA: the control plane's certificate must chain to it.
+    #[arg(long, env = "WHARF_TLS_CA", value_name = "FILE")]
+    pub tls_ca: Option<PathBuf>,
+    /// Allow a plaintext listener on a non-loopback address (anyone who reaches it can
+    /// then stop this executor's work). Warned at start. [default: false]
+    #[arg(long, env = "WHARF_INSECURE", value_parser = clap::builder::BoolishValueParser::new())]
+    pub insecure: bool,
 }
 
 /// The `--config` file: every key optional; unknown keys are an error.
@@ -91,6 +110,14 @@ pub struct FileConfig {
     pub nats_url: Option<String>,
     /// See `--enable-test-plugins`.
     pub enable_test_plugins: Option<bool>,
+    /// See `--tls-cert`.
+    pub tls_cert: Option<PathBuf>,
+    /// See `--tls-key`.
+    pub tls_key: Option<PathBuf>,
+    /// See `--tls-ca`.
+    pub tls_ca: Option<PathBuf>,
+    /// See `--insecure`.
+    pub insecure: Option<bool>,
 }
 
 /// Why the settings could not be assembled.
@@ -178,6 +205,10 @@ impl Cli {
             graceful_timeout_ms,
             nats_url,
             enable_test_plugins,
+            tls_cert,
+            tls_key,
+            tls_ca,
+            insecure,
         } = self;
         let file = match &config {
             Some(path) => read_file(path)?,
@@ -192,7 +223,21 @@ impl Cli {
             graceful_timeout_ms: file_graceful_timeout_ms,
             nats_url: file_nats_url,
             enable_test_plugins: file_enable_test_plugins,
+            tls_cert: file_tls_cert,
+            tls_key: file_tls_key,
+            tls_ca: file_tls_ca,
+            insecure: file_insecure,
         } = file;
+        let tls = wharf::tls::TlsFiles::from_parts(
+            tls_cert.or(file_tls_cert),
+            tls_key.or(file_tls_key),
+            tls_ca.or(file_tls_ca),
+        )
+        .map_err(|e| ConfigError::Invalid {
+            field: "--tls-cert/--tls-key/--tls-ca",
+            reason: e.to_string(),
+        })?;
+        let insecure = insecure || file_insecure.unwrap_or(false);
         let listen = listen.or(file_listen).ok_or(ConfigError::Missing {
             flag: "--listen",
             env: "WHARF_LISTEN",
@@ -231,6 +276,8 @@ impl Cli {
         );
         out.nats_url = nats_url.or(file_nats_url);
         out.plugins = plugins;
+        out.tls = tls;
+        out.insecure = insecure;
         if enable_test_plugins
             .or(file_enable_test_plugins)
             .unwrap_or(false)
@@ -284,6 +331,10 @@ mod tests {
             graceful_timeout_ms: None,
             nats_url: None,
             enable_test_plugins: None,
+            tls_cert: None,
+            tls_key: None,
+            tls_ca: None,
+            insecure: false,
         }
         .build()
         .err()

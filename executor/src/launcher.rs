@@ -263,9 +263,12 @@ fn hint(e: &AppError) -> Option<String> {
         AppError::RecordLog(_) => Some(
             "without --nats-url: another executor may be using this --data-dir (stop it or choose another); with it: check that NATS runs with JetStream enabled (nats-server -js) at that URL".into(),
         ),
-        AppError::Registry(_) => {
-            Some("check --control-plane: a URL like http://127.0.0.1:7000".into())
-        }
+        AppError::Registry(_) => Some(
+            "check --control-plane: a URL like http://127.0.0.1:7000 (https:// needs --tls-cert/--tls-key/--tls-ca)".into(),
+        ),
+        AppError::Tls(_) | AppError::Insecure(_) => Some(
+            "see docs/security.md (make certificates with `wharf-control-plane certs`)".into(),
+        ),
         _ => None,
     }
 }
