@@ -4,16 +4,12 @@
 //! fail with a message naming the peer, a plaintext non-loopback listener refuses to
 //! start, and a certificate replaced on disk is used by new connections.
 
-mod harness;
-
 use std::collections::BTreeSet;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::time::Duration;
 
-use harness::{KeepOnFailure, Proc, WAIT_DEADLINE, wait_until};
-use tokio_postgres::NoTls;
 use tonic::transport::Channel;
 use wharf::identity::{AdminRole, Identity};
 use wharf::pb::v1 as pb;
@@ -21,6 +17,8 @@ use wharf::pb::v1::connector_admin_client::ConnectorAdminClient;
 use wharf::pb::v1::executor_client::ExecutorClient;
 use wharf::pb::v1::executor_registry_client::ExecutorRegistryClient;
 use wharf::tls::ClientTls;
+use wharf_harness::tokio_postgres::{self, NoTls};
+use wharf_harness::{KeepOnFailure, Proc, WAIT_DEADLINE, wait_until};
 
 static DB_COUNTER: AtomicU32 = AtomicU32::new(0);
 
@@ -116,7 +114,7 @@ fn spawn_cp(root: &Path, extra: Vec<String>) -> Proc {
         "500".into(),
     ];
     args.extend(extra);
-    Proc::spawn(harness::bin("wharf-control-plane"), args, &dir)
+    Proc::spawn(wharf_harness::bin("wharf-control-plane"), args, &dir)
 }
 
 fn spawn_executor(root: &Path, name: &str, ip: &str, cp_url: &str, extra: Vec<String>) -> Proc {
@@ -132,7 +130,7 @@ fn spawn_executor(root: &Path, name: &str, ip: &str, cp_url: &str, extra: Vec<St
         "5000".into(),
     ];
     args.extend(extra);
-    Proc::spawn(harness::bin("wharf-executor"), args, &dir)
+    Proc::spawn(wharf_harness::bin("wharf-executor"), args, &dir)
 }
 
 async fn pg(db: &str) -> tokio_postgres::Client {
@@ -490,7 +488,7 @@ async fn a_plaintext_non_loopback_listener_refuses_to_start() {
     let root = KeepOnFailure::new();
     let cp_dir = root.path().join("cp");
     let mut cp = Proc::spawn(
-        harness::bin("wharf-control-plane"),
+        wharf_harness::bin("wharf-control-plane"),
         vec![
             "--listen".into(),
             "0.0.0.0:0".into(),

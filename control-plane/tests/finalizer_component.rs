@@ -189,6 +189,8 @@ async fn setup(
         },
         tls: None,
         insecure: false,
+        rest_listen: None,
+        rest_optional: false,
     })
     .await
     .unwrap();

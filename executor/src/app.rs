@@ -12,9 +12,10 @@ use wharf::pb::v1::executor_server::ExecutorServer;
 use wharf::sdk::Plugin;
 
 use crate::grpc::ExecutorService;
-use crate::host::{Host, spawn_named};
+use crate::host::Host;
 use crate::log::{LogConfig, LogError};
 use crate::registry_client::{Registry, RegistryError};
+use wharf::task::{TaskKind, spawn};
 
 /// Default bound on the stops run at shutdown (SIGTERM), in milliseconds.
 pub const DEFAULT_GRACEFUL_TIMEOUT_MS: u64 = 10_000;
@@ -126,6 +127,34 @@ pub enum AppError {
         "{0} is not a loopback address and no TLS is configured; set --tls-cert/--tls-key/--tls-ca (docs/security.md) or pass --insecure"
     )]
     Insecure(SocketAddr),
+}
+
+impl AppError {
+    /// What the operator can do about a start failure.
+    pub fn hint(&self) -> Option<String> {
+        match self {
+            AppError::Bind { addr, source } if source.kind() == std::io::ErrorKind::AddrInUse => {
+                Some(format!(
+                    "{addr} is taken (another executor?); pick another --listen (port 0 picks a free one)"
+                ))
+            }
+            AppError::Bind { .. } => Some("check that --listen names an address of this host".into()),
+            AppError::DataDir { path, .. } => Some(format!(
+                "check that {} is writable and not used by another executor, or choose another --data-dir",
+                path.display()
+            )),
+            AppError::RecordLog(_) => Some(
+                "without --nats-url: another executor may be using this --data-dir (stop it or choose another); with it: check that NATS runs with JetStream enabled (nats-server -js) at that URL".into(),
+            ),
+            AppError::Registry(_) => Some(
+                "check --control-plane: a URL like http://127.0.0.1:7000 (https:// needs --tls-cert/--tls-key/--tls-ca)".into(),
+            ),
+            AppError::Tls(_) | AppError::Insecure(_) => Some(
+                "see docs/security.md (make certificates with `wharf-control-plane certs`)".into(),
+            ),
+            _ => None,
+        }
+    }
 }
 
 /// Starts executors.
@@ -251,7 +280,7 @@ impl ExecutorApp {
         if let Some(t) = &tls {
             loops_extra.push(t.spawn_reloader(cancel.child_token()));
         }
-        let server = spawn_named("executor grpc server", async move {
+        let server = spawn(TaskKind::Service, "executor grpc server", async move {
             // TCP_NODELAY: without it a second small answer on a connection waits for the
             // peer's delayed ACK (about 40 ms on Linux), as StopTask answers in a fan-out did.
             let incoming = wharf::tls::serve_incoming(listener, server_tls);

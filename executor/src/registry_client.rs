@@ -20,7 +20,8 @@ use wharf::ids::TaskKey;
 use wharf::pb::v1 as pb;
 use wharf::pb::v1::executor_registry_client::ExecutorRegistryClient;
 
-use crate::host::{Host, spawn_named};
+use crate::host::Host;
+use wharf::task::{TaskKind, spawn};
 
 /// Bound on one registry call, in milliseconds.
 pub const REGISTRY_RPC_TIMEOUT_MS: u64 = 5_000;
@@ -239,19 +240,23 @@ impl Registry {
         }
         let me = self.clone();
         let connector = connector.to_owned();
-        spawn_named("task reconfiguration request", async move {
-            let req = pb::RequestTaskReconfigurationRequest {
-                executor_id: me.executor_id.clone(),
-                epoch: me.epoch(),
-                connector: connector.clone(),
-                generation,
-            };
-            let (used, mut client) = me.client();
-            if let Err(e) = client.request_task_reconfiguration(req).await {
-                me.note_failure(used, &e);
-                tracing::warn!(connector = %connector, error = %e, "task reconfiguration request failed");
-            }
-        });
+        spawn(
+            TaskKind::Detached,
+            "task reconfiguration request",
+            async move {
+                let req = pb::RequestTaskReconfigurationRequest {
+                    executor_id: me.executor_id.clone(),
+                    epoch: me.epoch(),
+                    connector: connector.clone(),
+                    generation,
+                };
+                let (used, mut client) = me.client();
+                if let Err(e) = client.request_task_reconfiguration(req).await {
+                    me.note_failure(used, &e);
+                    tracing::warn!(connector = %connector, error = %e, "task reconfiguration request failed");
+                }
+            },
+        );
     }
 
     /// Starts the registration/heartbeat loop and the report loop; both end when `cancel`
@@ -264,12 +269,17 @@ impl Registry {
         cancel: CancellationToken,
     ) -> Vec<JoinHandle<()>> {
         vec![
-            spawn_named(
+            spawn(
+                TaskKind::Service,
                 "registration and heartbeats",
                 self.clone()
                     .heartbeat_loop(host, fenced_stop_timeout, cancel.clone()),
             ),
-            spawn_named("status reports", self.clone().report_loop(cancel)),
+            spawn(
+                TaskKind::Service,
+                "status reports",
+                self.clone().report_loop(cancel),
+            ),
         ]
     }
 

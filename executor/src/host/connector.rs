@@ -14,7 +14,8 @@ use super::instance::{
     timed_out_text,
 };
 use super::task::sink_consumer_name;
-use super::{HostError, Shared, StartConnector, lock, panic_text, spawn_named};
+use super::{HostError, Shared, StartConnector, lock, panic_text};
+use wharf::task::{TaskKind, spawn};
 
 type ConnectorCell = Arc<AsyncMutex<Box<dyn Connector>>>;
 
@@ -64,7 +65,7 @@ impl ConnectorInstance {
         let guard = lock(&self.start_guard).take();
         let cell = self.plugin.clone();
         let config = req.config.clone();
-        let result = spawn_named("connector start", async move {
+        let result = spawn(TaskKind::Awaited, "connector start", async move {
             let mut g = match guard {
                 Some(g) => g,
                 None => cell.lock_owned().await,
@@ -99,7 +100,7 @@ impl ConnectorInstance {
             });
         }
         let cell = self.plugin.clone();
-        spawn_named("connector task_configs", async move {
+        spawn(TaskKind::Awaited, "connector task_configs", async move {
             cell.lock_owned()
                 .await
                 .task_configs(max_tasks)
@@ -148,7 +149,7 @@ impl ConnectorInstance {
                     Some(timed_out_text(timeout, "start or task_configs to return")),
                 ),
                 Ok(mut g) => {
-                    let handle = spawn_named("connector stop", async move {
+                    let handle = spawn(TaskKind::Awaited, "connector stop", async move {
                         let result = g
                             .stop_with(connector_deleted)
                             .await

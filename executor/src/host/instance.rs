@@ -9,8 +9,9 @@ use tokio::sync::watch;
 use tokio::task::JoinHandle;
 use tokio::time::Instant;
 
-use super::{lock, panic_text, spawn_named};
+use super::{lock, panic_text};
 use wharf::pb::v1 as pb;
+use wharf::task::{TaskKind, spawn};
 
 /// State of one instance on this executor.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -135,7 +136,7 @@ impl Lifecycle {
             self.set_state(InstanceState::Stopping);
             let tx = self.done.clone();
             let fut = body();
-            spawn_named("stop instance", async move {
+            spawn(TaskKind::Awaited, "stop instance", async move {
                 let record = fut.await;
                 tx.send_replace(Some(record));
             });

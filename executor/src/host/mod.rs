@@ -1,7 +1,7 @@
 //! The task host: connector instances and tasks of this executor, keyed by connector name
 //! and task id, each with the generations it has seen and the outcome of every stop.
 //!
-//! Instance guarantees (DESIGN.md, "Connector SDK"): `start` runs once and first; `stop`
+//! Instance guarantees (docs/architecture.md, "Connector SDK"): `start` runs once and first; `stop`
 //! runs at most once, after `start` returned, never concurrently with `poll`/`put`/`flush`
 //! (a pending `poll` is cancelled first); a stop is bounded by its timeout, after which the
 //! instance is abandoned, reported FAILED and its output fenced. Every plugin call runs in
@@ -23,6 +23,7 @@ use std::time::Duration;
 use futures::future::join_all;
 use wharf::ids::TaskKey;
 use wharf::sdk::{ConfigMap, Plugin};
+use wharf::task::{TaskKind, spawn};
 
 use crate::log::RecordLog;
 use crate::registry_client::Registry;
@@ -36,8 +37,7 @@ use task::TaskInstance;
 /// budget.
 pub const MIN_STOP_TIMEOUT_MS: u64 = 100;
 
-/// Config key naming the plugin of a connector.
-pub const CONNECTOR_CLASS: &str = "connector.class";
+use wharf::sdk::CONNECTOR_CLASS;
 
 /// Errors of the task host, one variant per refused request; mapped to gRPC statuses in
 /// `grpc.rs`.
@@ -313,7 +313,7 @@ impl Host {
         };
         let timeout = self.default_stop_timeout;
         // Spawned so that a cancelled request does not cut the start in half.
-        let handle = spawn_named("start task", async move {
+        let handle = spawn(TaskKind::Awaited, "start task", async move {
             for old in superseded {
                 old.stop(false, timeout, true).await;
             }
@@ -388,7 +388,7 @@ impl Host {
             (instance, superseded)
         };
         let timeout = self.default_stop_timeout;
-        let handle = spawn_named("start connector", async move {
+        let handle = spawn(TaskKind::Awaited, "start connector", async move {
             for old in superseded {
                 old.stop(false, timeout, true).await;
             }
@@ -536,17 +536,6 @@ fn pick_for_stop<I>(
         .find(|i| !stop_claimed(i))
         .cloned()
         .ok_or_else(|| HostError::NotHosted(format!("{what} generation {generation}")))
-}
-
-/// Spawns background work under a name that appears in its tracing span. A panic inside
-/// comes back as the handle's `JoinError`, which callers turn into a FAILED state.
-pub(crate) fn spawn_named<F>(name: &'static str, fut: F) -> tokio::task::JoinHandle<F::Output>
-where
-    F: std::future::Future + Send + 'static,
-    F::Output: Send + 'static,
-{
-    use tracing::Instrument;
-    tokio::spawn(fut.instrument(tracing::debug_span!("background", task = name)))
 }
 
 /// Text of a failed plugin call's join error (a panic message, or a cancellation).

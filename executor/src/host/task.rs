@@ -6,8 +6,8 @@
 //! background, coalesced (the latest per source partition wins); a sink fetches its next
 //! batch while `put` runs and flushes once per several batches. What they never reorder:
 //! an offset is committed only after the log acknowledged its record, and the log is
-//! acknowledged only after the sink's `flush` returned (at least once, DESIGN.md "Data
-//! plane"). A graceful stop drains both (bounded by [`STOP_DRAIN_TIMEOUT_MS`]), so it
+//! acknowledged only after the sink's `flush` returned (at least once,
+//! docs/architecture.md "Data plane"). A graceful stop drains both (bounded by [`STOP_DRAIN_TIMEOUT_MS`]), so it
 //! causes no duplicates.
 
 use std::collections::BTreeMap;
@@ -26,8 +26,9 @@ use super::instance::{
     Dropped, InstanceState, Lifecycle, StopOutcome, StopRecord, StopResult, await_plugin_stop,
     timed_out_text,
 };
-use super::{Shared, StartTask, lock, panic_text, spawn_named};
+use super::{Shared, StartTask, lock, panic_text};
 use crate::log::{AckToken, Delivered, LogConsumer, LogRecord, StartPosition};
+use wharf::task::{TaskKind, spawn};
 
 /// Most records a sink task gets in one `put`.
 pub const SINK_BATCH_MAX_RECORDS: usize = 500;
@@ -274,15 +275,19 @@ impl TaskInstance {
         let config = req.task_config.clone();
         let guard = lock(&self.start_guard).take();
         let handle = match (guard, &self.plugin) {
-            (Some(StartGuard::Source(mut g)), _) => spawn_named("task start", async move {
-                g.start(ctx, config).await.map_err(|e| e.to_string())
-            }),
-            (Some(StartGuard::Sink(mut g)), _) => spawn_named("task start", async move {
-                g.start(ctx, config).await.map_err(|e| e.to_string())
-            }),
+            (Some(StartGuard::Source(mut g)), _) => {
+                spawn(TaskKind::Awaited, "task start", async move {
+                    g.start(ctx, config).await.map_err(|e| e.to_string())
+                })
+            }
+            (Some(StartGuard::Sink(mut g)), _) => {
+                spawn(TaskKind::Awaited, "task start", async move {
+                    g.start(ctx, config).await.map_err(|e| e.to_string())
+                })
+            }
             (None, TaskPlugin::Source(cell)) => {
                 let cell = cell.clone();
-                spawn_named("task start", async move {
+                spawn(TaskKind::Awaited, "task start", async move {
                     cell.lock()
                         .await
                         .start(ctx, config)
@@ -292,7 +297,7 @@ impl TaskInstance {
             }
             (None, TaskPlugin::Sink(cell)) => {
                 let cell = cell.clone();
-                spawn_named("task start", async move {
+                spawn(TaskKind::Awaited, "task start", async move {
                     cell.lock()
                         .await
                         .start(ctx, config)
@@ -318,12 +323,18 @@ impl TaskInstance {
             if !self.cancel.is_cancelled() {
                 let me = self.clone();
                 *work = Some(match &self.plugin {
-                    TaskPlugin::Source(cell) => {
-                        spawn_named("source task loop", me.source_loop(cell.clone()))
-                    }
+                    TaskPlugin::Source(cell) => spawn(
+                        TaskKind::Awaited,
+                        "source task loop",
+                        me.source_loop(cell.clone()),
+                    ),
                     TaskPlugin::Sink(cell) => {
                         let topics = topics_of(&req);
-                        spawn_named("sink task loop", me.sink_loop(cell.clone(), topics))
+                        spawn(
+                            TaskKind::Awaited,
+                            "sink task loop",
+                            me.sink_loop(cell.clone(), topics),
+                        )
                     }
                 });
             }
@@ -399,7 +410,7 @@ impl TaskInstance {
 
     fn spawn_poll(&self, cell: &SourceCell) -> PollHandle {
         let (p, cancel) = (cell.clone(), self.cancel.clone());
-        spawn_named("source poll", async move {
+        spawn(TaskKind::Awaited, "source poll", async move {
             let mut g = p.lock_owned().await;
             if cancel.is_cancelled() {
                 return Ok(None);
@@ -508,7 +519,7 @@ impl TaskInstance {
         plugin_commit: bool,
     ) -> JoinHandle<CommitOutcome> {
         let (me, cell) = (self.clone(), cell.clone());
-        spawn_named("source offset commit", async move {
+        spawn(TaskKind::Awaited, "source offset commit", async move {
             let wire = to_wire(&offsets);
             if let Err(e) = me
                 .shared
@@ -523,7 +534,7 @@ impl TaskInstance {
             }
             let p = cell.clone();
             let cancel = me.cancel.clone();
-            let committed = spawn_named("source commit", async move {
+            let committed = spawn(TaskKind::Awaited, "source commit", async move {
                 let mut g = p.lock_owned().await;
                 if cancel.is_cancelled() {
                     return Ok(());
@@ -655,7 +666,7 @@ impl TaskInstance {
             }
             let (p, cancel) = (cell.clone(), self.cancel.clone());
             // put is not cancelled: the stop waits for it (bounded).
-            let put = spawn_named("sink put", async move {
+            let put = spawn(TaskKind::Awaited, "sink put", async move {
                 let mut g = p.lock_owned().await;
                 if cancel.is_cancelled() {
                     return Ok(false);
@@ -726,7 +737,7 @@ impl TaskInstance {
         let offsets = std::mem::take(&mut unflushed.offsets);
         let p = cell.clone();
         // flush is not cancelled: the stop waits for it (bounded).
-        spawn_named("sink flush", async move {
+        spawn(TaskKind::Awaited, "sink flush", async move {
             let mut g = p.lock_owned().await;
             g.flush(&offsets)
                 .await
@@ -794,7 +805,7 @@ impl TaskInstance {
                             Some(timed_out_text(timeout, "start or poll to return")),
                         );
                     };
-                    spawn_named("task stop", async move {
+                    spawn(TaskKind::Awaited, "task stop", async move {
                         let result = g
                             .stop_with(connector_deleted)
                             .await
@@ -813,7 +824,7 @@ impl TaskInstance {
                             Some(timed_out_text(timeout, "start, put or flush to return")),
                         );
                     };
-                    spawn_named("task stop", async move {
+                    spawn(TaskKind::Awaited, "task stop", async move {
                         let result = g
                             .stop_with(connector_deleted)
                             .await
