@@ -49,6 +49,9 @@ pub struct ExecutorConfig {
     pub nats_url: Option<String>,
     /// Plugins this executor runs.
     pub plugins: Vec<Plugin>,
+    /// The file plugins' root (`--file-root`), canonical; `None`: no file plugins. The
+    /// plugins carry it themselves; this copy is for the start log line.
+    pub file_root: Option<PathBuf>,
     /// Certificate, key and CA: the Executor service speaks TLS and accepts only the
     /// control plane's certificate; the registry client presents this certificate
     /// (docs/security.md).
@@ -73,7 +76,8 @@ impl ExecutorConfig {
             executor_id: None,
             graceful_timeout: Duration::from_millis(DEFAULT_GRACEFUL_TIMEOUT_MS),
             nats_url: None,
-            plugins: wharf_connectors::builtin_plugins(),
+            plugins: wharf_connectors::builtin_plugins(None),
+            file_root: None,
             tls: None,
             insecure: false,
         }
@@ -175,6 +179,7 @@ impl ExecutorApp {
             graceful_timeout,
             nats_url,
             plugins,
+            file_root,
             tls,
             insecure,
         } = config;
@@ -295,7 +300,9 @@ impl ExecutorApp {
         let mut loops = registry.run(host.clone(), graceful_timeout, registry_cancel);
         loops.extend(loops_extra);
         tracing::info!(executor = %executor_id, listen = %local_addr, advertised = %advertised, control_plane = %control_plane,
-            record_log = log_spec, "executor serving");
+            record_log = log_spec,
+            file_root = %file_root.as_deref().map_or_else(|| "none (no file plugins)".into(), |p| p.display().to_string()),
+            "executor serving");
         Ok(RunningExecutor {
             local_addr,
             executor_id,
