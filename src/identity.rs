@@ -183,6 +183,184 @@ fn valid_segment(s: &str) -> bool {
             .any(|c| c == '/' || c.is_whitespace() || c.is_control())
 }
 
+/// Header a control-plane replica sets when it forwards a call to the leader: the
+/// identity URI of the original caller's certificate. The leader believes it only from a
+/// caller whose own certificate is the control plane's.
+pub const FORWARDED_IDENTITY_HEADER: &str = "x-wharf-forwarded-identity";
+
+/// Who called, as the TLS layer saw it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Caller {
+    /// The server speaks plaintext (loopback only, or `--insecure`): nobody is known and
+    /// the server does not check (see `docs/security.md`).
+    Plaintext,
+    /// A TLS connection without a client certificate.
+    Anonymous,
+    /// A client certificate from the cluster CA that names no valid identity.
+    Invalid(IdentityError),
+    /// A client certificate from the cluster CA with this identity.
+    Known(Identity),
+}
+
+/// Why a peer may not make a call. Mapped to a status in one place (`From` below).
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum PeerAuthError {
+    /// No client certificate (UNAUTHENTICATED).
+    #[error("a client certificate is required: {0}")]
+    NoCertificate(&'static str),
+    /// A certificate whose identity does not parse (PERMISSION_DENIED).
+    #[error("the client certificate names no Wharf identity: {0}")]
+    BadIdentity(IdentityError),
+    /// A valid identity that may not make this call (PERMISSION_DENIED).
+    #[error("{caller} may not {what}")]
+    Denied {
+        /// The caller's identity URI.
+        caller: String,
+        /// What it tried.
+        what: String,
+    },
+}
+
+impl From<PeerAuthError> for tonic::Status {
+    fn from(e: PeerAuthError) -> Self {
+        let msg = e.to_string();
+        match e {
+            PeerAuthError::NoCertificate(_) => tonic::Status::unauthenticated(msg),
+            PeerAuthError::BadIdentity(_) | PeerAuthError::Denied { .. } => {
+                tonic::Status::permission_denied(msg)
+            }
+        }
+    }
+}
+
+/// The `Executor` service's rule: only the control plane calls it.
+///
+/// # Errors
+/// [`PeerAuthError`] for anyone else.
+pub fn authorize_control_plane(caller: &Caller) -> Result<(), PeerAuthError> {
+    match caller {
+        Caller::Plaintext | Caller::Known(Identity::ControlPlane) => Ok(()),
+        Caller::Anonymous => Err(PeerAuthError::NoCertificate(
+            "only the control plane (spiffe://wharf/control-plane) calls an executor",
+        )),
+        Caller::Invalid(e) => Err(PeerAuthError::BadIdentity(e.clone())),
+        Caller::Known(other @ (Identity::Executor(_) | Identity::Admin { .. })) => {
+            Err(PeerAuthError::Denied {
+                caller: other.to_string(),
+                what: "call an executor (only the control plane does)".into(),
+            })
+        }
+    }
+}
+
+/// The registry's rule: a call naming executor `claimed` comes from that executor's
+/// certificate, or from a control-plane replica forwarding such a call (`forwarded`:
+/// the [`FORWARDED_IDENTITY_HEADER`] value).
+///
+/// # Errors
+/// [`PeerAuthError`]: no certificate, another executor's, an admin's, or a forward
+/// without (or with a non-matching) original identity.
+pub fn authorize_executor(
+    caller: &Caller,
+    forwarded: Option<&str>,
+    claimed: &str,
+) -> Result<(), PeerAuthError> {
+    let denied = |who: &Identity| PeerAuthError::Denied {
+        caller: who.to_string(),
+        what: format!("act as executor {claimed:?}"),
+    };
+    match caller {
+        Caller::Plaintext => Ok(()),
+        Caller::Anonymous => Err(PeerAuthError::NoCertificate(
+            "an executor presents its certificate (spiffe://wharf/executor/<id>)",
+        )),
+        Caller::Invalid(e) => Err(PeerAuthError::BadIdentity(e.clone())),
+        Caller::Known(Identity::Executor(id)) if id == claimed => Ok(()),
+        Caller::Known(who @ (Identity::Executor(_) | Identity::Admin { .. })) => Err(denied(who)),
+        Caller::Known(Identity::ControlPlane) => {
+            let original = forwarded
+                .map(|uri| Identity::parse_uri(uri, DEFAULT_TRUST_DOMAIN))
+                .transpose()
+                .map_err(PeerAuthError::BadIdentity)?;
+            match original {
+                Some(Identity::Executor(id)) if id == claimed => Ok(()),
+                Some(who) => Err(denied(&who)),
+                None => Err(denied(&Identity::ControlPlane)),
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod peer_auth_tests {
+    use super::*;
+
+    fn exec(id: &str) -> Caller {
+        Caller::Known(Identity::Executor(id.into()))
+    }
+
+    #[test]
+    fn only_the_control_plane_calls_an_executor() {
+        assert_eq!(authorize_control_plane(&Caller::Plaintext), Ok(()));
+        assert_eq!(
+            authorize_control_plane(&Caller::Known(Identity::ControlPlane)),
+            Ok(())
+        );
+        let code = |c: &Caller| {
+            tonic::Status::from(authorize_control_plane(c).expect_err("refused")).code()
+        };
+        assert_eq!(code(&Caller::Anonymous), tonic::Code::Unauthenticated);
+        assert_eq!(
+            code(&Caller::Invalid(IdentityError::NoUri)),
+            tonic::Code::PermissionDenied
+        );
+        assert_eq!(code(&exec("a")), tonic::Code::PermissionDenied);
+        assert_eq!(
+            code(&Caller::Known(Identity::Admin {
+                role: AdminRole::Admin,
+                name: "root".into()
+            })),
+            tonic::Code::PermissionDenied
+        );
+    }
+
+    #[test]
+    fn an_executor_acts_only_as_itself() {
+        assert_eq!(authorize_executor(&Caller::Plaintext, None, "a"), Ok(()));
+        assert_eq!(authorize_executor(&exec("a"), None, "a"), Ok(()));
+        // A forged forward header from an executor is ignored: its certificate decides.
+        assert!(authorize_executor(&exec("b"), Some("spiffe://wharf/executor/a"), "a").is_err());
+        let err = authorize_executor(&exec("b"), None, "a").expect_err("impersonation");
+        assert_eq!(
+            tonic::Status::from(err).code(),
+            tonic::Code::PermissionDenied
+        );
+        let err = authorize_executor(&Caller::Anonymous, None, "a").expect_err("anonymous");
+        assert_eq!(
+            tonic::Status::from(err).code(),
+            tonic::Code::Unauthenticated
+        );
+        assert!(authorize_executor(&Caller::Invalid(IdentityError::NoUri), None, "a").is_err());
+        let admin = Caller::Known(Identity::Admin {
+            role: AdminRole::Admin,
+            name: "root".into(),
+        });
+        assert!(authorize_executor(&admin, None, "a").is_err());
+    }
+
+    #[test]
+    fn a_forward_carries_the_original_executor() {
+        let cp = Caller::Known(Identity::ControlPlane);
+        assert_eq!(
+            authorize_executor(&cp, Some("spiffe://wharf/executor/a"), "a"),
+            Ok(())
+        );
+        assert!(authorize_executor(&cp, Some("spiffe://wharf/executor/b"), "a").is_err());
+        assert!(authorize_executor(&cp, None, "a").is_err());
+        assert!(authorize_executor(&cp, Some("garbage"), "a").is_err());
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -423,6 +423,13 @@ pub struct ServerIo {
     info: PeerInfo,
 }
 
+impl ServerIo {
+    /// What the server knows of the caller of this connection.
+    pub fn peer_info(&self) -> &PeerInfo {
+        &self.info
+    }
+}
+
 impl Connected for ServerIo {
     type ConnectInfo = PeerInfo;
 
@@ -513,6 +520,10 @@ pub fn serve_incoming(
                 crate::task::TaskKind::Detached,
                 "tls handshake",
                 async move {
+                    if is_plaintext_client(&tcp).await {
+                        refuse_plaintext(tcp, remote).await;
+                        return;
+                    }
                     let handshake = tokio::time::timeout(
                         Duration::from_millis(HANDSHAKE_TIMEOUT_MS),
                         acceptor.accept(tcp),
@@ -548,12 +559,45 @@ pub fn serve_incoming(
     tokio_stream::wrappers::ReceiverStream::new(rx)
 }
 
+/// TLS record content type of a ClientHello (handshake).
+const TLS_HANDSHAKE_RECORD: u8 = 0x16;
+/// A TLS fatal alert record (TLS 1.2 framing, `protocol_version`): what a plaintext
+/// client of a TLS listener reads first, so that it can say the server speaks TLS.
+const TLS_ALERT_PROTOCOL_VERSION: [u8; 7] = [0x15, 0x03, 0x03, 0x00, 0x02, 0x02, 0x46];
+/// How long a refused plaintext client's bytes are drained before closing, in ms
+/// (closing with unread bytes sends a reset, which can hide the alert from the client).
+const PLAINTEXT_DRAIN_MS: u64 = 1_000;
+
+/// Whether the first byte a client sent is not a TLS handshake record.
+async fn is_plaintext_client(tcp: &TcpStream) -> bool {
+    let mut first = [0u8; 1];
+    matches!(
+        tokio::time::timeout(Duration::from_millis(HANDSHAKE_TIMEOUT_MS), tcp.peek(&mut first)).await,
+        Ok(Ok(1)) if first[0] != TLS_HANDSHAKE_RECORD
+    )
+}
+
+/// Answers a plaintext client of a TLS listener with a TLS alert, drains what it sent,
+/// and closes; logged with its address.
+async fn refuse_plaintext(mut tcp: TcpStream, remote: std::net::SocketAddr) {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    tracing::warn!(peer = %remote, "plaintext client on a TLS listener refused (it must use https:// and the cluster CA)");
+    let _ = tcp.write_all(&TLS_ALERT_PROTOCOL_VERSION).await;
+    let _ = tcp.shutdown().await;
+    let mut sink = [0u8; 4096];
+    let _ = tokio::time::timeout(Duration::from_millis(PLAINTEXT_DRAIN_MS), async {
+        while matches!(tcp.read(&mut sink).await, Ok(n) if n > 0) {}
+    })
+    .await;
+}
+
 // ---- client side ----
 
 /// Where a client connector takes its config from at each new connection.
-#[derive(Clone)]
+#[derive(Clone, Default)]
 pub enum ClientTls {
     /// No TLS: only `http://` URLs.
+    #[default]
     None,
     /// The process's reloading material.
     Reloading(Arc<Tls>),
@@ -714,6 +758,13 @@ impl AsyncRead for SniffPlain {
                     ))),
                 }
             }
+            Poll::Ready(Err(e)) if !this.seen => Poll::Ready(Err(io::Error::new(
+                e.kind(),
+                format!(
+                    "{} dropped the connection before answering: {e} (does it require TLS? then use an https:// URL)",
+                    this.peer
+                ),
+            ))),
             other => other,
         }
     }
@@ -762,6 +813,37 @@ pub fn bind_decision(addr: &std::net::SocketAddr, tls: bool, insecure: bool) -> 
         (false, false, true) => BindDecision::PlaintextInsecure,
         (false, false, false) => BindDecision::Refuse,
     }
+}
+
+/// The caller of a request served by [`serve_incoming`] (no connection info at all, as
+/// with an in-process server, counts as plaintext).
+pub fn caller(extensions: &tonic::Extensions) -> crate::identity::Caller {
+    use crate::identity::Caller;
+    match peer(extensions) {
+        None => Caller::Plaintext,
+        Some(p) if !p.tls => Caller::Plaintext,
+        Some(p) => match p.identity() {
+            Ok(None) => Caller::Anonymous,
+            Ok(Some(id)) => Caller::Known(id),
+            Err(e) => Caller::Invalid(e),
+        },
+    }
+}
+
+/// `e` and its sources, `: `-separated (a transport error's cause, for example a TLS
+/// handshake failure naming the peer, is in a source, not in the top message).
+pub fn error_chain(e: &(dyn std::error::Error + 'static)) -> String {
+    let mut out = e.to_string();
+    let mut next = e.source();
+    while let Some(s) = next {
+        let text = s.to_string();
+        if !out.contains(&text) {
+            out.push_str(": ");
+            out.push_str(&text);
+        }
+        next = s.source();
+    }
+    out
 }
 
 #[cfg(test)]

@@ -26,6 +26,7 @@ fn spawn_without_opt_in(program: PathBuf, args: Vec<String>, dir: &Path) -> Proc
     let child = Command::new(&program)
         .args(&args)
         .env_remove(ENABLE_ENV)
+        .env(wharf_harness::FILE_ROOT_ENV, wharf_harness::file_root(dir))
         .env("RUST_LOG", "info")
         .stdin(Stdio::null())
         .stdout(log.try_clone().expect("log"))

@@ -210,6 +210,9 @@ impl Cluster {
             format!("exec-{}", i + 1),
             "--graceful-timeout-ms".into(),
             "3000".into(),
+            // The benchmark's files are next to the cluster's directory.
+            "--file-root".into(),
+            root.parent().unwrap_or(root).display().to_string(),
         ];
         if let Some(url) = &opts.nats_url {
             args.push("--nats-url".into());

@@ -7,10 +7,15 @@
 //! one JSON line (the value itself when it is JSON, otherwise a JSON string); its flush is
 //! an fsync (the runtime calls it once per several batches, and acknowledges the records
 //! only after it returned).
+//!
+//! Both touch only paths under the executor's `--file-root` ([`FileRoot`]): a relative
+//! `file` is taken under it, an absolute one must lie under it, `..` is refused, and a
+//! symbolic link that leads outside is refused (docs/security.md). An executor without a
+//! root does not offer the file plugins at all.
 
 use std::collections::BTreeMap;
 use std::io::{Read, Seek, SeekFrom, Write};
-use std::path::PathBuf;
+use std::path::{Component, Path, PathBuf};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -31,8 +36,134 @@ pub const IDLE_POLL_WAIT_MS: u64 = 50;
 /// Most bytes read by one poll.
 pub const MAX_READ_BYTES: usize = 64 * 1024;
 
-/// The `file-source` plugin.
-pub fn source_plugin() -> Plugin {
+/// The root directory the file plugins are confined to (the executor's `--file-root`),
+/// canonical: symbolic links in the root itself are resolved once, at start.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct FileRoot {
+    /// Canonical: what every resolved path must lie under.
+    canonical: PathBuf,
+    /// As configured (made absolute): absolute `file` values may be written with it.
+    given: PathBuf,
+}
+
+impl FileRoot {
+    /// The root at `dir`, which must exist and be a directory.
+    ///
+    /// # Errors
+    /// A message naming `--file-root` when it does not exist or is not a directory.
+    pub fn new(dir: &Path) -> Result<Self, String> {
+        let canonical = std::fs::canonicalize(dir)
+            .map_err(|e| format!("--file-root {}: {e}", dir.display()))?;
+        if !canonical.is_dir() {
+            return Err(format!("--file-root {}: not a directory", dir.display()));
+        }
+        let given =
+            std::path::absolute(dir).map_err(|e| format!("--file-root {}: {e}", dir.display()))?;
+        Ok(Self { canonical, given })
+    }
+
+    /// The canonical root.
+    pub fn path(&self) -> &Path {
+        &self.canonical
+    }
+
+    /// Where `requested` (a `file` config value) lies under the root: the lexical
+    /// decision ([`place_under`]), then every existing part of the path resolved, so
+    /// that a symbolic link leading outside the root is refused too.
+    ///
+    /// # Errors
+    /// A message naming the `file` field and the root.
+    pub fn resolve(&self, requested: &str) -> Result<PathBuf, String> {
+        let explain = |refusal: PathRefusal| {
+            format!(
+                "config \"file\": {requested:?} {refusal}; file plugins only touch paths under the executor's --file-root {}",
+                self.canonical.display()
+            )
+        };
+        let path = match place_under(&self.canonical, requested) {
+            Err(PathRefusal::OutsideRoot) if self.given != self.canonical => {
+                place_under(&self.given, requested)
+            }
+            decided => decided,
+        }
+        .map_err(explain)?;
+        // The deepest part that exists, a dangling link included (a sink's file may not
+        // exist yet, but opening a dangling link would create its target).
+        let mut existing = path.as_path();
+        while std::fs::symlink_metadata(existing).is_err() {
+            match existing.parent() {
+                Some(parent) => existing = parent,
+                None => return Err(explain(PathRefusal::EscapesRoot)),
+            }
+        }
+        let resolved =
+            std::fs::canonicalize(existing).map_err(|_| explain(PathRefusal::EscapesRoot))?;
+        if resolved.starts_with(&self.canonical) {
+            Ok(path)
+        } else {
+            Err(explain(PathRefusal::EscapesRoot))
+        }
+    }
+}
+
+/// Why a `file` value is refused.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum PathRefusal {
+    /// The value is empty.
+    Empty,
+    /// It has a `..` component.
+    ParentDir,
+    /// An absolute path outside the root.
+    OutsideRoot,
+    /// Resolved through a symbolic link, it leads outside the root.
+    EscapesRoot,
+}
+
+impl std::fmt::Display for PathRefusal {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            PathRefusal::Empty => "is empty",
+            PathRefusal::ParentDir => "contains \"..\"",
+            PathRefusal::OutsideRoot => "is outside the root",
+            PathRefusal::EscapesRoot => {
+                "leads outside the root through a symbolic link (or a dangling one)"
+            }
+        })
+    }
+}
+
+/// The lexical decision for a `file` value under `root` (no file system access):
+/// relative values are joined to `root`, absolute ones must start with it, `.` parts
+/// are dropped and `..` parts refused (never normalised away: `a/../b` is refused).
+///
+/// # Errors
+/// [`PathRefusal`] except `EscapesRoot`, which only the file system can tell.
+pub fn place_under(root: &Path, requested: &str) -> Result<PathBuf, PathRefusal> {
+    if requested.is_empty() {
+        return Err(PathRefusal::Empty);
+    }
+    let requested = Path::new(requested);
+    let mut out = if requested.is_absolute() {
+        PathBuf::new()
+    } else {
+        root.to_path_buf()
+    };
+    for part in requested.components() {
+        match part {
+            Component::ParentDir => return Err(PathRefusal::ParentDir),
+            Component::CurDir => {}
+            Component::RootDir | Component::Prefix(_) | Component::Normal(_) => out.push(part),
+        }
+    }
+    if out.starts_with(root) && out != root {
+        Ok(out)
+    } else {
+        Err(PathRefusal::OutsideRoot)
+    }
+}
+
+/// The `file-source` plugin, confined to `root`.
+pub fn source_plugin(root: FileRoot) -> Plugin {
     Plugin {
         name: "file-source".into(),
         version: env!("CARGO_PKG_VERSION").into(),
@@ -42,7 +173,7 @@ pub fn source_plugin() -> Plugin {
                     "file",
                     ConfigType::String,
                     Importance::High,
-                    "Path of the file whose lines are read.",
+                    "Path of the file whose lines are read: relative to the executor's --file-root, or absolute under it.",
                 )
                 .required(),
             )
@@ -55,13 +186,16 @@ pub fn source_plugin() -> Plugin {
                 )
                 .required(),
             ),
-        connector: Arc::new(|| Box::new(FileConnector::default())),
-        task: TaskFactory::Source(Arc::new(|| Box::new(FileSourceTask::default()))),
+        connector: {
+            let root = root.clone();
+            Arc::new(move || Box::new(FileConnector::new(root.clone())))
+        },
+        task: TaskFactory::Source(Arc::new(move || Box::new(FileSourceTask::new(root.clone())))),
     }
 }
 
-/// The `file-sink` plugin.
-pub fn sink_plugin() -> Plugin {
+/// The `file-sink` plugin, confined to `root`.
+pub fn sink_plugin(root: FileRoot) -> Plugin {
     Plugin {
         name: "file-sink".into(),
         version: env!("CARGO_PKG_VERSION").into(),
@@ -71,7 +205,7 @@ pub fn sink_plugin() -> Plugin {
                     "file",
                     ConfigType::String,
                     Importance::High,
-                    "Path of the file records are appended to, one JSON line each.",
+                    "Path of the file records are appended to, one JSON line each: relative to the executor's --file-root, or absolute under it.",
                 )
                 .required(),
             )
@@ -84,21 +218,34 @@ pub fn sink_plugin() -> Plugin {
                 )
                 .required(),
             ),
-        connector: Arc::new(|| Box::new(FileConnector::default())),
-        task: TaskFactory::Sink(Arc::new(|| Box::new(FileSinkTask::default()))),
+        connector: {
+            let root = root.clone();
+            Arc::new(move || Box::new(FileConnector::new(root.clone())))
+        },
+        task: TaskFactory::Sink(Arc::new(move || Box::new(FileSinkTask::new(root.clone())))),
     }
 }
 
 /// Connector of both file plugins: one task with the connector's config.
-#[derive(Debug, Default)]
+#[derive(Debug)]
 struct FileConnector {
+    root: FileRoot,
     config: ConfigMap,
+}
+
+impl FileConnector {
+    fn new(root: FileRoot) -> Self {
+        Self {
+            root,
+            config: ConfigMap::new(),
+        }
+    }
 }
 
 #[async_trait]
 impl Connector for FileConnector {
     async fn start(&mut self, _ctx: ConnectorContext, config: ConfigMap) -> PluginResult<()> {
-        required(&config, "file")?;
+        self.root.resolve(required(&config, "file")?)?;
         self.config = config;
         Ok(())
     }
@@ -113,24 +260,39 @@ impl Connector for FileConnector {
 }
 
 /// Reads lines from a byte position.
-#[derive(Debug, Default)]
+#[derive(Debug)]
 struct FileSourceTask {
+    root: FileRoot,
+    /// The `file` value as configured (the source partition names it).
+    file: String,
     path: PathBuf,
     topic: String,
     position: u64,
 }
 
 impl FileSourceTask {
+    fn new(root: FileRoot) -> Self {
+        Self {
+            root,
+            file: String::new(),
+            path: PathBuf::new(),
+            topic: String::new(),
+            position: 0,
+        }
+    }
+
     fn partition(&self) -> serde_json::Value {
         json!({ "file": self.path.display().to_string() })
     }
 
-    /// Complete lines from the current position, with the offset after each.
-    fn read_lines(&self) -> std::io::Result<Vec<(Vec<u8>, u64)>> {
+    /// Complete lines from the current position, with the offset after each. The path
+    /// is checked again before each open: a link swapped in later cannot lead outside.
+    fn read_lines(&self) -> PluginResult<Vec<(Vec<u8>, u64)>> {
+        self.root.resolve(&self.file)?;
         let mut file = match std::fs::File::open(&self.path) {
             Ok(f) => f,
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(Vec::new()),
-            Err(e) => return Err(e),
+            Err(e) => return Err(e.into()),
         };
         file.seek(SeekFrom::Start(self.position))?;
         let mut buf = Vec::new();
@@ -153,7 +315,8 @@ impl FileSourceTask {
 #[async_trait]
 impl SourceTask for FileSourceTask {
     async fn start(&mut self, ctx: TaskContext, config: ConfigMap) -> PluginResult<()> {
-        self.path = PathBuf::from(required(&config, "file")?);
+        self.file = required(&config, "file")?.to_owned();
+        self.path = self.root.resolve(&self.file)?;
         self.topic = required(&config, "topic")?.to_owned();
         self.position = ctx
             .offset(&self.partition())
@@ -190,9 +353,16 @@ impl SourceTask for FileSourceTask {
 }
 
 /// Appends JSON lines.
-#[derive(Debug, Default)]
+#[derive(Debug)]
 struct FileSinkTask {
+    root: FileRoot,
     file: Option<std::fs::File>,
+}
+
+impl FileSinkTask {
+    fn new(root: FileRoot) -> Self {
+        Self { root, file: None }
+    }
 }
 
 /// A record value as one JSON line: the value itself when it is JSON, else a JSON string.
@@ -208,12 +378,12 @@ fn json_line(value: &[u8]) -> String {
 #[async_trait]
 impl SinkTask for FileSinkTask {
     async fn start(&mut self, _ctx: TaskContext, config: ConfigMap) -> PluginResult<()> {
-        let path = required(&config, "file")?;
+        let path = self.root.resolve(required(&config, "file")?)?;
         let file = std::fs::OpenOptions::new()
             .create(true)
             .append(true)
-            .open(path)
-            .map_err(|e| format!("cannot open {path:?}: {e}"))?;
+            .open(&path)
+            .map_err(|e| format!("cannot open {}: {e}", path.display()))?;
         self.file = Some(file);
         Ok(())
     }
@@ -265,7 +435,8 @@ mod tests {
         let mut config = ConfigMap::new();
         config.insert("file".into(), path.display().to_string());
         config.insert("topic".into(), "t".into());
-        let mut task = FileSourceTask::default();
+        let root = FileRoot::new(dir.path()).unwrap();
+        let mut task = FileSourceTask::new(root.clone());
         task.start(ctx(BTreeMap::new()), config.clone())
             .await
             .unwrap();
@@ -273,13 +444,140 @@ mod tests {
         assert_eq!(records.len(), 2);
         assert_eq!(records[1].source_offset, json!({ "position": 5 }));
 
-        let partition = json!({ "file": path.display().to_string() });
+        let partition = json!({ "file": root_path(&path).display().to_string() });
         let offsets = BTreeMap::from([(partition.to_string(), json!({ "position": 2 }))]);
-        let mut resumed = FileSourceTask::default();
+        let mut resumed = FileSourceTask::new(root);
         resumed.start(ctx(offsets), config).await.unwrap();
         let again = resumed.poll().await.unwrap();
         assert_eq!(again.len(), 1);
         assert_eq!(again[0].value, b"bb");
+    }
+
+    fn root_path(p: &Path) -> PathBuf {
+        std::fs::canonicalize(p.parent().unwrap())
+            .unwrap()
+            .join(p.file_name().unwrap())
+    }
+
+    #[test]
+    fn a_relative_path_is_taken_under_the_root() {
+        let root = Path::new("/srv/wharf");
+        assert_eq!(
+            place_under(root, "out/a.txt"),
+            Ok(PathBuf::from("/srv/wharf/out/a.txt"))
+        );
+        assert_eq!(
+            place_under(root, "./a.txt"),
+            Ok(PathBuf::from("/srv/wharf/a.txt"))
+        );
+    }
+
+    #[test]
+    fn an_absolute_path_under_the_root_is_kept() {
+        let root = Path::new("/srv/wharf");
+        assert_eq!(
+            place_under(root, "/srv/wharf/a.txt"),
+            Ok(PathBuf::from("/srv/wharf/a.txt"))
+        );
+    }
+
+    #[test]
+    fn an_absolute_path_outside_the_root_is_refused() {
+        let root = Path::new("/srv/wharf");
+        assert_eq!(
+            place_under(root, "/etc/passwd"),
+            Err(PathRefusal::OutsideRoot)
+        );
+        // A sibling sharing the prefix is not under the root.
+        assert_eq!(
+            place_under(root, "/srv/wharfx/a"),
+            Err(PathRefusal::OutsideRoot)
+        );
+        // The root itself is a directory, not a file.
+        assert_eq!(
+            place_under(root, "/srv/wharf"),
+            Err(PathRefusal::OutsideRoot)
+        );
+        assert_eq!(place_under(root, "."), Err(PathRefusal::OutsideRoot));
+    }
+
+    #[test]
+    fn parent_dir_is_refused_even_when_it_stays_inside() {
+        let root = Path::new("/srv/wharf");
+        for v in ["../etc/passwd", "a/../b", "/srv/wharf/../wharf/a", ".."] {
+            assert_eq!(place_under(root, v), Err(PathRefusal::ParentDir), "{v}");
+        }
+    }
+
+    #[test]
+    fn an_empty_value_is_refused() {
+        assert_eq!(
+            place_under(Path::new("/srv/wharf"), ""),
+            Err(PathRefusal::Empty)
+        );
+    }
+
+    #[test]
+    fn a_symlink_leading_outside_is_refused_and_one_inside_is_followed() {
+        let outside = tempfile::tempdir().unwrap();
+        let dir = tempfile::tempdir().unwrap();
+        let root = FileRoot::new(dir.path()).unwrap();
+        std::os::unix::fs::symlink(outside.path(), dir.path().join("out")).unwrap();
+        std::os::unix::fs::symlink(
+            outside.path().join("secret"),
+            dir.path().join("secret-link"),
+        )
+        .unwrap();
+        std::fs::create_dir(dir.path().join("in")).unwrap();
+        std::os::unix::fs::symlink(dir.path().join("in"), dir.path().join("in-link")).unwrap();
+        for v in ["out/new.txt", "secret-link"] {
+            let err = root.resolve(v).expect_err(v);
+            assert!(
+                err.contains("config \"file\"") && err.contains("symbolic link"),
+                "{err}"
+            );
+        }
+        assert_eq!(
+            root.resolve("in-link/a.txt").unwrap(),
+            root.path().join("in-link/a.txt")
+        );
+        let err = root.resolve("../x").expect_err("..");
+        assert!(
+            err.contains("config \"file\"") && err.contains("--file-root"),
+            "{err}"
+        );
+    }
+
+    #[test]
+    fn a_root_given_through_a_symlink_accepts_paths_written_either_way() {
+        let dir = tempfile::tempdir().unwrap();
+        let real = dir.path().join("real");
+        std::fs::create_dir(&real).unwrap();
+        let link = dir.path().join("link");
+        std::os::unix::fs::symlink(&real, &link).unwrap();
+        let root = FileRoot::new(&link).unwrap();
+        for v in [link.join("a.txt"), real.join("a.txt")] {
+            let v = v.display().to_string();
+            assert!(root.resolve(&v).is_ok(), "{v}");
+        }
+        let outside = dir.path().join("other.txt").display().to_string();
+        assert!(root.resolve(&outside).is_err());
+    }
+
+    #[tokio::test]
+    async fn the_sink_refuses_a_path_outside_the_root_and_creates_nothing() {
+        let outside = tempfile::tempdir().unwrap();
+        let dir = tempfile::tempdir().unwrap();
+        let target = outside.path().join("x.txt");
+        let mut config = ConfigMap::new();
+        config.insert("file".into(), target.display().to_string());
+        let mut sink = FileSinkTask::new(FileRoot::new(dir.path()).unwrap());
+        let err = sink
+            .start(ctx(BTreeMap::new()), config)
+            .await
+            .expect_err("outside");
+        assert!(err.to_string().contains("config \"file\""), "{err}");
+        assert!(!target.exists(), "nothing written outside the root");
     }
 
     #[test]

@@ -11,16 +11,19 @@ pub mod test_plugin;
 
 use wharf::sdk::Plugin;
 
-/// The production plugins built into Wharf, as an executor advertises them by default:
-/// `file-source`, `file-sink`, `postgres-audit`, `sqlite-audit`.
-pub fn builtin_plugins() -> Vec<Plugin> {
-    vec![
-        file::source_plugin(),
-        file::sink_plugin(),
-        // Audit sources (sqlite-audit, postgres-audit) are added here, one line each.
-        postgres_audit::plugin(),
-        sqlite_audit::plugin(),
-    ]
+/// The production plugins built into Wharf, as an executor advertises them:
+/// `postgres-audit`, `sqlite-audit`, and `file-source`, `file-sink` only when the
+/// executor has a file root (`--file-root`; they touch nothing outside it).
+pub fn builtin_plugins(file_root: Option<&file::FileRoot>) -> Vec<Plugin> {
+    let mut plugins = Vec::new();
+    if let Some(root) = file_root {
+        plugins.push(file::source_plugin(root.clone()));
+        plugins.push(file::sink_plugin(root.clone()));
+    }
+    // Audit sources (sqlite-audit, postgres-audit) are added here, one line each.
+    plugins.push(postgres_audit::plugin());
+    plugins.push(sqlite_audit::plugin());
+    plugins
 }
 
 /// The fault-injecting `test-source` and `test-sink`; an executor offers them only when

@@ -45,8 +45,12 @@ pub struct Config {
     pub data_dir: PathBuf,
     /// Lease and heartbeat settings handed to executors.
     pub lease: LeaseConfig,
-    /// Admin authentication (token file, `--insecure`) and audit retention.
+    /// Admin authentication (token file, `--insecure`) and audit retention. With
+    /// `tls` set, client certificates count as admin credentials too.
     pub auth: AuthSettings,
+    /// Certificate, key and CA: TLS on the listener and every client (docs/security.md).
+    /// A plaintext listener on a non-loopback address needs `auth.insecure`.
+    pub tls: Option<wharf::tls::TlsFiles>,
     /// Address of the Kafka Connect REST gateway (HTTP/1.1), `None` for none (port 0
     /// picks one; the bound address is written to `<data-dir>/rest.addr`).
     pub rest_listen: Option<SocketAddr>,
@@ -108,6 +112,9 @@ pub enum StartError {
     /// Reflection descriptors did not decode (a build defect).
     #[error("server reflection: {0}")]
     Reflection(String),
+    /// The TLS files did not load.
+    #[error(transparent)]
+    Tls(#[from] wharf::tls::TlsError),
 }
 
 impl StartError {
@@ -139,6 +146,9 @@ impl StartError {
             StartError::AdminTokens(_) => Some(
                 "fix the --admin-tokens file (lines come from `wharf-control-plane token`), see docs/security.md".into(),
             ),
+            StartError::Tls(_) => Some(
+                "check --tls-cert/--tls-key/--tls-ca (make them with `wharf-control-plane certs`, see docs/security.md)".into(),
+            ),
             _ => None,
         }
     }
@@ -155,6 +165,7 @@ impl Config {
             data_dir,
             lease,
             auth,
+            tls,
             rest_listen,
             rest_optional,
         } = self;
@@ -174,15 +185,62 @@ impl Config {
                 reason: format!("must be positive and shorter than the lease ({lease_ms} ms)"),
             });
         }
+        let insecure = auth.insecure;
+        // Verified client certificates are admin credentials (their role is in the URI).
+        let auth = AuthSettings {
+            client_certs: auth.client_certs || tls.is_some(),
+            ..auth
+        };
+        // Without any admin credentials every caller is an admin: loopback only, unless
+        // the operator said --insecure.
         let open = auth.admin_tokens.is_none() && !auth.client_certs;
+        let also_open = if open {
+            "; no admin authentication is configured either (--admin-tokens FILE)"
+        } else {
+            ""
+        };
+        match wharf::tls::bind_decision(&listen, tls.is_some(), insecure) {
+            wharf::tls::BindDecision::Tls | wharf::tls::BindDecision::PlaintextLoopback => {}
+            wharf::tls::BindDecision::PlaintextInsecure => warn!(
+                addr = %listen,
+                "--insecure: plaintext listener on a non-loopback address; anyone who reaches it can act as an executor or an operator"
+            ),
+            wharf::tls::BindDecision::Refuse => {
+                return Err(StartError::InvalidSetting {
+                    field: "--listen",
+                    reason: format!(
+                        "{listen} is not a loopback address and no TLS is configured{also_open}; set --tls-cert/--tls-key/--tls-ca (docs/security.md) or pass --insecure"
+                    ),
+                });
+            }
+        }
+        // The REST gateway is the same admin API: the same rule, HTTPS with the same
+        // certificate when TLS is configured.
+        if let Some(rest) = &rest_listen {
+            match wharf::tls::bind_decision(rest, tls.is_some(), insecure) {
+                wharf::tls::BindDecision::Tls | wharf::tls::BindDecision::PlaintextLoopback => {}
+                wharf::tls::BindDecision::PlaintextInsecure => warn!(
+                    addr = %rest,
+                    "--insecure: plaintext REST gateway on a non-loopback address; anyone who reaches it can act as an operator"
+                ),
+                wharf::tls::BindDecision::Refuse => {
+                    return Err(StartError::InvalidSetting {
+                        field: "--rest-listen",
+                        reason: format!(
+                            "{rest} is not a loopback address and no TLS is configured{also_open}; set --tls-cert/--tls-key/--tls-ca (docs/security.md) or pass --insecure"
+                        ),
+                    });
+                }
+            }
+        }
         let listeners =
             std::iter::once(("--listen", listen)).chain(rest_listen.map(|a| ("--rest-listen", a)));
         for (field, addr) in listeners {
-            if open && !addr.ip().is_loopback() && !auth.insecure {
+            if open && !addr.ip().is_loopback() && !insecure {
                 return Err(StartError::InvalidSetting {
                     field,
                     reason: format!(
-                        "{addr} is not a loopback address and no admin authentication is configured, so anyone who reaches it could delete connectors; configure --admin-tokens FILE (docs/security.md), listen on 127.0.0.1, or pass --insecure"
+                        "{addr} is not a loopback address and no admin authentication is configured, so anyone who reaches it could delete connectors; configure --admin-tokens FILE or TLS client certificates (docs/security.md), listen on 127.0.0.1, or pass --insecure"
                     ),
                 });
             }
@@ -204,6 +262,7 @@ impl Config {
             data_dir,
             lease,
             auth,
+            tls,
             rest_listen,
             rest_optional,
         })
@@ -212,6 +271,7 @@ impl Config {
 
 /// A bound, not yet serving control plane.
 pub struct App {
+    tls: Option<Arc<wharf::tls::Tls>>,
     listener: TcpListener,
     local_addr: SocketAddr,
     cluster: Arc<Cluster>,
@@ -250,6 +310,18 @@ impl App {
     /// [`StartError`]; etcd not answering is [`StartError::Store`].
     pub async fn build_with_store(config: Config, store: StoreOptions) -> Result<Self, StartError> {
         let config = config.build()?;
+        let tls = config.tls.clone().map(wharf::tls::Tls::load).transpose()?;
+        if let Some(t) = &tls
+            && t.identity() != wharf::identity::Identity::ControlPlane
+        {
+            return Err(StartError::InvalidSetting {
+                field: "--tls-cert",
+                reason: format!(
+                    "names {}, not the control plane (spiffe://wharf/control-plane)",
+                    t.identity()
+                ),
+            });
+        }
         let auth = Arc::new(AdminAuth::new(&config.auth)?);
         if auth.credentials().is_open() {
             let exposed = std::iter::once(config.listen)
@@ -292,6 +364,9 @@ impl App {
             }
         };
         let cluster = Cluster::new(store, config.lease)?;
+        cluster
+            .clients
+            .use_tls(wharf::tls::ClientTls::from_option(tls.as_ref()));
         let listener =
             TcpListener::bind(config.listen)
                 .await
@@ -322,7 +397,8 @@ impl App {
         };
         write_addr(&dir, LISTEN_ADDR_FILE, local_addr)?;
         info!(addr = %local_addr, data_dir = %dir.display(), "control plane bound");
-        let mut self_url = format!("http://{local_addr}");
+        let scheme = if tls.is_some() { "https" } else { "http" };
+        let mut self_url = format!("{scheme}://{local_addr}");
         let election = etcd.map(|(s, ttl, advertise)| {
             if let Some(a) = advertise {
                 self_url = a;
@@ -332,6 +408,7 @@ impl App {
         let probe = Arc::new(crate::observe::ControlPlaneProbe::new(cluster.clone()));
         Ok(Self {
             probe,
+            tls,
             listener,
             local_addr,
             cluster,
@@ -397,18 +474,27 @@ impl App {
             ),
         );
 
+        let client_tls = wharf::tls::ClientTls::from_option(self.tls.as_ref());
+        let reloader = self
+            .tls
+            .as_ref()
+            .map(|t| t.spawn_reloader(cancel.child_token()));
         let admin = LeaderRoute::new(
             ConnectorAdminServer::new(GuardedAdmin::new(self.cluster.clone(), self.auth.clone()))
                 .max_decoding_message_size(MAX_REQUEST_BYTES),
             role.clone(),
             &self.self_url,
-        );
+        )
+        .with_tls(client_tls.clone());
         let registry = LeaderRoute::new(
-            ExecutorRegistryServer::new(RegistryService::new(self.cluster.clone()))
-                .max_decoding_message_size(MAX_REQUEST_BYTES),
+            ExecutorRegistryServer::new(
+                RegistryService::new(self.cluster.clone()).with_tls(self.tls.is_some()),
+            )
+            .max_decoding_message_size(MAX_REQUEST_BYTES),
             role,
             &self.self_url,
-        );
+        )
+        .with_tls(client_tls);
         let router = tonic::transport::Server::builder()
             // One span per RPC, named by its method, so that handler events carry it.
             .trace_fn(|req| tracing::info_span!("rpc", method = %req.uri().path()))
@@ -460,8 +546,11 @@ impl App {
             )
             .router();
             let stop = cancel.clone();
+            let tls = self.tls.clone();
             wharf::task::spawn(wharf::task::TaskKind::Service, "rest-gateway", async move {
-                if let Err(e) = crate::rest::serve(listener, router, stop.cancelled_owned()).await {
+                if let Err(e) =
+                    crate::rest::serve(listener, tls, router, stop.cancelled_owned()).await
+                {
                     tracing::error!(%addr, error = %e, "REST gateway failed; the gRPC API still serves");
                 }
             })
@@ -472,7 +561,7 @@ impl App {
             // without it a second small answer on a connection waits for the peer's
             // delayed ACK, about 40 ms on Linux.
             .serve_with_incoming_shutdown(
-                tonic::transport::server::TcpIncoming::from(self.listener).with_nodelay(Some(true)),
+                wharf::tls::serve_incoming(self.listener, self.tls.clone()),
                 async move {
                     shutdown.await;
                     stop.cancel();
@@ -482,6 +571,9 @@ impl App {
         cancel.cancel();
         let _ = loops.await;
         let _ = health.await;
+        if let Some(r) = reloader {
+            let _ = r.await;
+        }
         if let Some(r) = rest {
             let _ = r.await;
         }

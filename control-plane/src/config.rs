@@ -37,7 +37,7 @@ pub struct Args {
     /// TOML file with settings (keys: listen, data_dir, lease_ms, heartbeat_interval_ms,
     /// store, etcd_endpoints, etcd_prefix, etcd_election_ttl_secs, advertise, rest_listen,
     /// admin_tokens, insecure, audit_max_entries, audit_max_age_days, metrics_listen,
-    /// log_format).
+    /// log_format, tls_cert, tls_key, tls_ca).
     #[arg(long, env = "WHARF_CONFIG", value_name = "FILE")]
     pub config: Option<PathBuf>,
     /// Address to listen on, IP:PORT (port 0 picks a free port; the bound address is
@@ -126,9 +126,23 @@ pub struct Args {
     /// [default: text]
     #[arg(long, env = "WHARF_LOG_FORMAT", value_name = "text|json")]
     pub log_format: Option<String>,
+
+    // ---- transport security (docs/security.md) ----
+    /// PEM certificate of this control plane (identity spiffe://wharf/control-plane; make
+    /// one with `wharf-control-plane certs`). With --tls-key and --tls-ca: every listener
+    /// and client speaks TLS, executors must present their certificates. Reloaded when
+    /// the file changes.
+    #[arg(long, env = "WHARF_TLS_CERT", value_name = "FILE")]
+    pub tls_cert: Option<PathBuf>,
+    /// PEM private key of --tls-cert.
+    #[arg(long, env = "WHARF_TLS_KEY", value_name = "FILE")]
+    pub tls_key: Option<PathBuf>,
+    /// PEM cluster CA: executors' and admin clients' certificates must chain to it.
+    #[arg(long, env = "WHARF_TLS_CA", value_name = "FILE")]
+    pub tls_ca: Option<PathBuf>,
 }
 
-/// Subcommands.
+/// Subcommands of `wharf-control-plane`.
 #[derive(clap::Subcommand, Debug)]
 pub enum Command {
     /// Mints an admin bearer token. Prints the token file line (name, role, SHA-256 of
@@ -142,6 +156,88 @@ pub enum Command {
         #[arg(long)]
         role: wharf_control_plane::auth::Role,
     },
+    /// Make certificates with no openssl: a cluster CA, then a certificate per control
+    /// plane, executor and admin client (see docs/security.md).
+    Certs {
+        /// What to make.
+        #[command(subcommand)]
+        what: CertsCommand,
+    },
+}
+
+/// `wharf-control-plane certs ...`.
+#[derive(clap::Subcommand, Debug)]
+pub enum CertsCommand {
+    /// A new cluster CA: <dir>/ca.pem and <dir>/ca.key (keep ca.key offline).
+    Init {
+        /// Directory of the CA and the certificates.
+        #[arg(long, value_name = "DIR")]
+        dir: PathBuf,
+    },
+    /// <dir>/control-plane.pem|.key (identity spiffe://wharf/control-plane).
+    ControlPlane {
+        /// Directory of the CA.
+        #[arg(long, value_name = "DIR")]
+        dir: PathBuf,
+        /// Host names or IP addresses executors and clients dial, besides localhost,
+        /// 127.0.0.1 and ::1 (comma-separated).
+        #[arg(long, value_name = "HOSTS", value_delimiter = ',')]
+        host: Vec<String>,
+    },
+    /// <dir>/executor-<id>.pem|.key (identity spiffe://wharf/executor/<id>).
+    Executor {
+        /// Directory of the CA.
+        #[arg(long, value_name = "DIR")]
+        dir: PathBuf,
+        /// The executor id (its --executor-id).
+        #[arg(long, value_name = "ID")]
+        id: String,
+        /// Host names or IP addresses of its advertised address (comma-separated).
+        #[arg(long, value_name = "HOSTS", value_delimiter = ',')]
+        host: Vec<String>,
+    },
+    /// <dir>/admin-<name>.pem|.key (identity spiffe://wharf/role/<role>/<name>).
+    Admin {
+        /// Directory of the CA.
+        #[arg(long, value_name = "DIR")]
+        dir: PathBuf,
+        /// Name recorded as the principal.
+        #[arg(long, value_name = "NAME")]
+        name: String,
+        /// viewer, operator or admin.
+        #[arg(long, value_name = "ROLE")]
+        role: String,
+    },
+}
+
+/// Runs a `certs` subcommand; prints the files written.
+///
+/// # Errors
+/// A message for the operator.
+pub fn run_certs(what: CertsCommand) -> Result<(), String> {
+    use wharf::identity::{AdminRole, Identity};
+    let issued = match what {
+        CertsCommand::Init { dir } => wharf::certs::init_ca(&dir),
+        CertsCommand::ControlPlane { dir, host } => {
+            wharf::certs::issue(&dir, &Identity::ControlPlane, &host)
+        }
+        CertsCommand::Executor { dir, id, host } => {
+            let identity = Identity::Executor(id);
+            Identity::parse_uri(
+                &identity.to_uri(wharf::identity::DEFAULT_TRUST_DOMAIN),
+                wharf::identity::DEFAULT_TRUST_DOMAIN,
+            )
+            .map_err(|e| format!("--id: {e}"))?;
+            wharf::certs::issue(&dir, &identity, &host)
+        }
+        CertsCommand::Admin { dir, name, role } => {
+            let role = AdminRole::parse(&role).map_err(|e| format!("--role: {e}"))?;
+            wharf::certs::issue(&dir, &Identity::Admin { role, name }, &[])
+        }
+    }
+    .map_err(|e| e.to_string())?;
+    println!("{}\n{}", issued.cert.display(), issued.key.display());
+    Ok(())
 }
 
 /// The `--config` file: every key optional; unknown keys are an error (a typo must not be
@@ -181,6 +277,12 @@ pub struct FileConfig {
     pub metrics_listen: Option<String>,
     /// See `--log-format`.
     pub log_format: Option<String>,
+    /// See `--tls-cert`.
+    pub tls_cert: Option<PathBuf>,
+    /// See `--tls-key`.
+    pub tls_key: Option<PathBuf>,
+    /// See `--tls-ca`.
+    pub tls_ca: Option<PathBuf>,
 }
 
 /// What the binary runs.
@@ -226,6 +328,9 @@ impl Args {
             audit_max_age_days,
             metrics_listen,
             log_format,
+            tls_cert,
+            tls_key,
+            tls_ca,
         } = self;
         if dev {
             return Err(ConfigError::Invalid {
@@ -250,7 +355,19 @@ impl Args {
             audit_max_age_days: file_audit_max_age_days,
             metrics_listen: file_metrics_listen,
             log_format: file_log_format,
+            tls_cert: file_tls_cert,
+            tls_key: file_tls_key,
+            tls_ca: file_tls_ca,
         } = read_file(config.as_deref())?;
+        let tls = wharf::tls::TlsFiles::from_parts(
+            tls_cert.or(file_tls_cert),
+            tls_key.or(file_tls_key),
+            tls_ca.or(file_tls_ca),
+        )
+        .map_err(|e| ConfigError::Invalid {
+            field: "tls",
+            reason: e.to_string(),
+        })?;
         let store = match store.or(file_store).as_deref() {
             None | Some("redb") => app::StoreOptions::Redb,
             Some("etcd") => {
@@ -331,6 +448,7 @@ impl Args {
                         }),
                     },
                 },
+                tls,
             },
             store,
             metrics_listen,
@@ -427,6 +545,9 @@ mod tests {
             audit_max_age_days: None,
             metrics_listen: None,
             log_format: None,
+            tls_cert: None,
+            tls_key: None,
+            tls_ca: None,
         }
         .build()
         .expect_err("missing");

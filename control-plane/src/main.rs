@@ -11,9 +11,19 @@ use wharf_control_plane::app::App;
 
 #[tokio::main]
 async fn main() -> ExitCode {
-    let args = config::Args::parse();
-    if let Some(config::Command::Token { name, role }) = &args.command {
-        return mint(name, *role);
+    let mut args = config::Args::parse();
+    match args.command.take() {
+        Some(config::Command::Token { name, role }) => return mint(&name, role),
+        Some(config::Command::Certs { what }) => {
+            return match config::run_certs(what) {
+                Ok(()) => ExitCode::SUCCESS,
+                Err(e) => {
+                    eprintln!("wharf-control-plane certs: {e}");
+                    ExitCode::FAILURE
+                }
+            };
+        }
+        None => {}
     }
     let config::Settings {
         config,

@@ -188,6 +188,7 @@ async fn setup(
             heartbeat_interval_ms: HEARTBEAT_MS,
         },
         auth: Default::default(),
+        tls: None,
         rest_listen: None,
         rest_optional: false,
     })

@@ -207,6 +207,9 @@ impl Args {
                         || app::DEFAULT_HEARTBEAT_INTERVAL_MS,
                     ),
                 },
+                // Dev mode is loopback, no certificates (docs/security.md): a
+                // non-loopback --listen is refused like a plaintext control plane's.
+                tls: None,
             },
             example: example || file_example.unwrap_or(false),
             enable_test_plugins: layer(enable_test_plugins, file_enable_test_plugins, || false),

@@ -152,6 +152,15 @@ pub async fn run(
         data_dir.join(DEV_EXECUTOR_DIR),
     );
     exec_config.executor_id = Some(DEV_EXECUTOR_ID.to_owned());
+    // The file plugins are confined to the data dir (docs/security.md).
+    let root = wharf_connectors::file::FileRoot::new(&data_dir).map_err(|e| {
+        DevError::Executor(AppError::DataDir {
+            path: data_dir.clone(),
+            source: std::io::Error::other(e),
+        })
+    })?;
+    exec_config.plugins = wharf_connectors::builtin_plugins(Some(&root));
+    exec_config.file_root = Some(root.path().to_path_buf());
     if enable_test_plugins {
         exec_config.enable_test_plugins();
     }

@@ -99,6 +99,8 @@ pub fn create_database(data_dir: &Path) -> Result<ExamplePaths, ExampleError> {
          );",
     )
     .map_err(|e| fail(e.to_string()))?;
+    // Absolute: a relative `file` would be taken under the executor's --file-root.
+    let dir = std::fs::canonicalize(&dir).map_err(|e| fail(e.to_string()))?;
     Ok(ExamplePaths {
         sink_file: dir.join("audit.jsonl"),
         database,

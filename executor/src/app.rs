@@ -49,6 +49,15 @@ pub struct ExecutorConfig {
     pub nats_url: Option<String>,
     /// Plugins this executor runs.
     pub plugins: Vec<Plugin>,
+    /// The file plugins' root (`--file-root`), canonical; `None`: no file plugins. The
+    /// plugins carry it themselves; this copy is for the start log line.
+    pub file_root: Option<PathBuf>,
+    /// Certificate, key and CA: the Executor service speaks TLS and accepts only the
+    /// control plane's certificate; the registry client presents this certificate
+    /// (docs/security.md).
+    pub tls: Option<wharf::tls::TlsFiles>,
+    /// Allow a plaintext listener on a non-loopback address (warned at start).
+    pub insecure: bool,
 }
 
 impl ExecutorConfig {
@@ -67,7 +76,10 @@ impl ExecutorConfig {
             executor_id: None,
             graceful_timeout: Duration::from_millis(DEFAULT_GRACEFUL_TIMEOUT_MS),
             nats_url: None,
-            plugins: wharf_connectors::builtin_plugins(),
+            plugins: wharf_connectors::builtin_plugins(None),
+            file_root: None,
+            tls: None,
+            insecure: false,
         }
     }
 
@@ -111,6 +123,14 @@ pub enum AppError {
     /// Server reflection could not be set up (a build defect).
     #[error("server reflection: {0}")]
     Reflection(String),
+    /// The TLS files did not load, or do not fit this executor.
+    #[error("TLS: {0}")]
+    Tls(String),
+    /// A non-loopback plaintext listener without `--insecure`.
+    #[error(
+        "{0} is not a loopback address and no TLS is configured; set --tls-cert/--tls-key/--tls-ca (docs/security.md) or pass --insecure"
+    )]
+    Insecure(SocketAddr),
 }
 
 impl AppError {
@@ -130,9 +150,12 @@ impl AppError {
             AppError::RecordLog(_) => Some(
                 "without --nats-url: another executor may be using this --data-dir (stop it or choose another); with it: check that NATS runs with JetStream enabled (nats-server -js) at that URL".into(),
             ),
-            AppError::Registry(_) => {
-                Some("check --control-plane: a URL like http://127.0.0.1:7000".into())
-            }
+            AppError::Registry(_) => Some(
+                "check --control-plane: a URL like http://127.0.0.1:7000 (https:// needs --tls-cert/--tls-key/--tls-ca)".into(),
+            ),
+            AppError::Tls(_) | AppError::Insecure(_) => Some(
+                "see docs/security.md (make certificates with `wharf-control-plane certs`)".into(),
+            ),
             _ => None,
         }
     }
@@ -156,7 +179,41 @@ impl ExecutorApp {
             graceful_timeout,
             nats_url,
             plugins,
+            file_root,
+            tls,
+            insecure,
         } = config;
+        match wharf::tls::bind_decision(&listen, tls.is_some(), insecure) {
+            wharf::tls::BindDecision::Tls | wharf::tls::BindDecision::PlaintextLoopback => {}
+            wharf::tls::BindDecision::PlaintextInsecure => tracing::warn!(
+                addr = %listen,
+                "--insecure: plaintext listener on a non-loopback address; anyone who reaches it can stop this executor's work"
+            ),
+            wharf::tls::BindDecision::Refuse => return Err(AppError::Insecure(listen)),
+        }
+        let tls = tls
+            .map(wharf::tls::Tls::load)
+            .transpose()
+            .map_err(|e| AppError::Tls(e.to_string()))?;
+        let cert_id = match tls.as_ref().map(|t| t.identity()) {
+            None => None,
+            Some(wharf::identity::Identity::Executor(id)) => Some(id),
+            Some(other) => {
+                return Err(AppError::Tls(format!(
+                    "--tls-cert names {other}, not an executor (spiffe://wharf/executor/<id>)"
+                )));
+            }
+        };
+        // With a certificate the id is the certificate's: it is what the control plane checks.
+        let executor_id = match (executor_id, cert_id) {
+            (Some(id), Some(cert)) if id != cert => {
+                return Err(AppError::Tls(format!(
+                    "--executor-id {id:?} but the certificate is executor {cert:?}"
+                )));
+            }
+            (Some(id), _) | (None, Some(id)) => Some(id),
+            (None, None) => None,
+        };
         std::fs::create_dir_all(&data_dir).map_err(|source| AppError::DataDir {
             path: data_dir.clone(),
             source,
@@ -175,8 +232,11 @@ impl ExecutorApp {
             addr: listen,
             source,
         })?;
-        let advertised =
-            advertise.map_or_else(|| default_advertise(local_addr), |a| with_scheme(&a));
+        let scheme = if tls.is_some() { "https" } else { "http" };
+        let advertised = advertise.map_or_else(
+            || default_advertise(local_addr, scheme),
+            |a| with_scheme(&a, scheme),
+        );
 
         let log_spec = nats_url.as_deref().unwrap_or("embedded");
         let log_config = LogConfig::from_spec(log_spec, &data_dir).map_err(AppError::RecordLog)?;
@@ -186,11 +246,12 @@ impl ExecutorApp {
 
         let plugin_infos = plugins.iter().map(wharf::wire::plugin_info).collect();
         let registry = Arc::new(
-            Registry::new(
+            Registry::with_tls(
                 &control_plane,
                 executor_id.clone(),
                 advertised.clone(),
                 plugin_infos,
+                wharf::tls::ClientTls::from_option(tls.as_ref()),
             )
             .map_err(AppError::Registry)?,
         );
@@ -202,8 +263,11 @@ impl ExecutorApp {
             graceful_timeout,
         ));
 
-        let router = tonic::transport::Server::builder()
-            .add_service(ExecutorServer::new(ExecutorService::new(host.clone())));
+        let router =
+            tonic::transport::Server::builder().add_service(ExecutorServer::with_interceptor(
+                ExecutorService::new(host.clone()),
+                crate::peer_auth::only_control_plane,
+            ));
         let (router, health) = wharf::server::add_common_services(
             router,
             &[wharf::pb::v1::executor_server::SERVICE_NAME],
@@ -216,11 +280,15 @@ impl ExecutorApp {
         write_listen_addr(&data_dir, local_addr)?;
         let cancel = CancellationToken::new();
         let server_cancel = cancel.child_token();
+        let server_tls = tls.clone();
+        let mut loops_extra = Vec::new();
+        if let Some(t) = &tls {
+            loops_extra.push(t.spawn_reloader(cancel.child_token()));
+        }
         let server = spawn(TaskKind::Service, "executor grpc server", async move {
             // TCP_NODELAY: without it a second small answer on a connection waits for the
             // peer's delayed ACK (about 40 ms on Linux), as StopTask answers in a fan-out did.
-            let incoming =
-                tonic::transport::server::TcpIncoming::from(listener).with_nodelay(Some(true));
+            let incoming = wharf::tls::serve_incoming(listener, server_tls);
             if let Err(e) = router
                 .serve_with_incoming_shutdown(incoming, server_cancel.cancelled_owned())
                 .await
@@ -229,9 +297,12 @@ impl ExecutorApp {
             }
         });
         let registry_cancel = cancel.child_token();
-        let loops = registry.run(host.clone(), graceful_timeout, registry_cancel);
+        let mut loops = registry.run(host.clone(), graceful_timeout, registry_cancel);
+        loops.extend(loops_extra);
         tracing::info!(executor = %executor_id, listen = %local_addr, advertised = %advertised, control_plane = %control_plane,
-            record_log = log_spec, "executor serving");
+            record_log = log_spec,
+            file_root = %file_root.as_deref().map_or_else(|| "none (no file plugins)".into(), |p| p.display().to_string()),
+            "executor serving");
         Ok(RunningExecutor {
             local_addr,
             executor_id,
@@ -287,21 +358,21 @@ impl RunningExecutor {
     }
 }
 
-fn with_scheme(addr: &str) -> String {
+fn with_scheme(addr: &str, scheme: &str) -> String {
     if addr.contains("://") {
         addr.to_owned()
     } else {
-        format!("http://{addr}")
+        format!("{scheme}://{addr}")
     }
 }
 
-fn default_advertise(local: SocketAddr) -> String {
+fn default_advertise(local: SocketAddr, scheme: &str) -> String {
     let ip = if local.ip().is_unspecified() {
         IpAddr::V4(Ipv4Addr::LOCALHOST)
     } else {
         local.ip()
     };
-    format!("http://{}", SocketAddr::new(ip, local.port()))
+    format!("{scheme}://{}", SocketAddr::new(ip, local.port()))
 }
 
 /// The id kept in `<data-dir>/executor.id`, generated on first start.

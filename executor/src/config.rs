@@ -26,7 +26,8 @@ use crate::app::{DEFAULT_GRACEFUL_TIMEOUT_MS, ExecutorConfig};
 #[command(name = "wharf-executor", version)]
 pub struct Cli {
     /// TOML file with settings (keys: listen, control_plane, data_dir, advertise,
-    /// executor_id, graceful_timeout_ms, nats_url, enable_test_plugins).
+    /// executor_id, graceful_timeout_ms, nats_url, enable_test_plugins, file_root,
+    /// tls_cert, tls_key, tls_ca, insecure).
     #[arg(long, env = "WHARF_CONFIG", value_name = "FILE")]
     pub config: Option<PathBuf>,
     /// Address to serve the Executor gRPC service on, IP:PORT (port 0 picks one; the
@@ -71,6 +72,31 @@ pub struct Cli {
         value_parser = clap::builder::BoolishValueParser::new()
     )]
     pub enable_test_plugins: Option<bool>,
+
+    /// Directory the file plugins (file-source, file-sink) are confined to: a connector's
+    /// `file` is relative to it or absolute under it; `..` and symbolic links leading
+    /// outside are refused. Must exist. [default: none, and then the file plugins are
+    /// not offered]
+    #[arg(long, env = "WHARF_FILE_ROOT", value_name = "DIR")]
+    pub file_root: Option<PathBuf>,
+    // ---- transport security (docs/security.md) ----
+    /// PEM certificate of this executor (identity spiffe://wharf/executor/<id>; make one
+    /// with `wharf-control-plane certs executor --id ID`). With --tls-key and --tls-ca:
+    /// the Executor service speaks TLS and accepts only the control plane's certificate,
+    /// and the control plane is reached over https://. The executor id defaults to the
+    /// certificate's. Reloaded when the file changes.
+    #[arg(long, env = "WHARF_TLS_CERT", value_name = "FILE")]
+    pub tls_cert: Option<PathBuf>,
+    /// PEM private key of --tls-cert.
+    #[arg(long, env = "WHARF_TLS_KEY", value_name = "FILE")]
+    pub tls_key: Option<PathBuf>,
+    /// PEM cluster CA: the control plane's certificate must chain to it.
+    #[arg(long, env = "WHARF_TLS_CA", value_name = "FILE")]
+    pub tls_ca: Option<PathBuf>,
+    /// Allow a plaintext listener on a non-loopback address (anyone who reaches it can
+    /// then stop this executor's work). Warned at start. [default: false]
+    #[arg(long, env = "WHARF_INSECURE", value_parser = clap::builder::BoolishValueParser::new())]
+    pub insecure: bool,
 }
 
 /// The `--config` file: every key optional; unknown keys are an error.
@@ -93,6 +119,16 @@ pub struct FileConfig {
     pub nats_url: Option<String>,
     /// See `--enable-test-plugins`.
     pub enable_test_plugins: Option<bool>,
+    /// See `--file-root`.
+    pub file_root: Option<PathBuf>,
+    /// See `--tls-cert`.
+    pub tls_cert: Option<PathBuf>,
+    /// See `--tls-key`.
+    pub tls_key: Option<PathBuf>,
+    /// See `--tls-ca`.
+    pub tls_ca: Option<PathBuf>,
+    /// See `--insecure`.
+    pub insecure: Option<bool>,
 }
 
 /// Why the settings could not be assembled (shared by every binary).
@@ -105,17 +141,20 @@ impl Cli {
     /// # Errors
     /// [`ConfigError`].
     pub fn build(self) -> Result<ExecutorConfig, ConfigError> {
-        self.build_with(wharf_connectors::builtin_plugins())
+        self.build_with(|root| Ok(wharf_connectors::builtin_plugins(root)))
     }
 
-    /// As [`Cli::build`], offering `plugins` instead of the built-in ones (the test
-    /// plugins are added on top when enabled).
+    /// As [`Cli::build`], offering what `plugins` returns for the file root (the
+    /// built-in file plugins need it) instead of the built-in ones (the test plugins are
+    /// added on top when enabled).
     ///
     /// # Errors
-    /// [`ConfigError`].
+    /// [`ConfigError`]; an error of `plugins` is `Invalid { field: "plugins" }`.
     pub fn build_with(
         self,
-        plugins: Vec<wharf::sdk::Plugin>,
+        plugins: impl FnOnce(
+            Option<&wharf_connectors::file::FileRoot>,
+        ) -> Result<Vec<wharf::sdk::Plugin>, String>,
     ) -> Result<ExecutorConfig, ConfigError> {
         let Cli {
             config,
@@ -127,6 +166,11 @@ impl Cli {
             graceful_timeout_ms,
             nats_url,
             enable_test_plugins,
+            file_root,
+            tls_cert,
+            tls_key,
+            tls_ca,
+            insecure,
         } = self;
         let FileConfig {
             listen: file_listen,
@@ -137,7 +181,35 @@ impl Cli {
             graceful_timeout_ms: file_graceful_timeout_ms,
             nats_url: file_nats_url,
             enable_test_plugins: file_enable_test_plugins,
+            file_root: file_file_root,
+            tls_cert: file_tls_cert,
+            tls_key: file_tls_key,
+            tls_ca: file_tls_ca,
+            insecure: file_insecure,
         } = read_file(config.as_deref())?;
+        let tls = wharf::tls::TlsFiles::from_parts(
+            tls_cert.or(file_tls_cert),
+            tls_key.or(file_tls_key),
+            tls_ca.or(file_tls_ca),
+        )
+        .map_err(|e| ConfigError::Invalid {
+            field: "--tls-cert/--tls-key/--tls-ca",
+            reason: e.to_string(),
+        })?;
+        let insecure = insecure || file_insecure.unwrap_or(false);
+        let file_root = file_root
+            .or(file_file_root)
+            .map(|dir| {
+                wharf_connectors::file::FileRoot::new(&dir).map_err(|reason| ConfigError::Invalid {
+                    field: "--file-root",
+                    reason,
+                })
+            })
+            .transpose()?;
+        let plugins = plugins(file_root.as_ref()).map_err(|reason| ConfigError::Invalid {
+            field: "plugins",
+            reason,
+        })?;
         let listen = required(listen, file_listen, ("--listen", "WHARF_LISTEN", "listen"))?;
         let control_plane = required(
             control_plane,
@@ -169,6 +241,9 @@ impl Cli {
             }));
         out.nats_url = nats_url.or(file_nats_url);
         out.plugins = plugins;
+        out.file_root = file_root.map(|r| r.path().to_path_buf());
+        out.tls = tls;
+        out.insecure = insecure;
         if layer(enable_test_plugins, file_enable_test_plugins, || false) {
             out.enable_test_plugins();
         }
@@ -219,6 +294,11 @@ mod tests {
             graceful_timeout_ms: None,
             nats_url: None,
             enable_test_plugins: None,
+            file_root: None,
+            tls_cert: None,
+            tls_key: None,
+            tls_ca: None,
+            insecure: false,
         }
         .build()
         .err()
@@ -228,6 +308,40 @@ mod tests {
             text.contains("--listen") && text.contains("WHARF_LISTEN"),
             "{text}"
         );
+    }
+
+    #[test]
+    fn the_file_plugins_are_offered_only_under_an_existing_file_root() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let root = dir.path().display().to_string();
+        let base = [
+            "wharf-executor",
+            "--listen",
+            "127.0.0.2:7070",
+            "--control-plane",
+            "http://127.0.0.1:7000",
+            "--data-dir",
+            "/tmp/e",
+        ];
+        let none = Cli::try_parse_from(base)
+            .expect("parses")
+            .build()
+            .expect("builds");
+        assert_eq!(none.file_root, None);
+        assert!(!plugin_names(&none).iter().any(|n| n.starts_with("file-")));
+        let rooted = Cli::try_parse_from(base.iter().copied().chain(["--file-root", &root]))
+            .expect("parses")
+            .build()
+            .expect("builds");
+        let names = plugin_names(&rooted);
+        assert!(names.iter().any(|n| n == "file-source") && names.iter().any(|n| n == "file-sink"));
+        let missing = dir.path().join("missing").display().to_string();
+        let err = Cli::try_parse_from(base.iter().copied().chain(["--file-root", &missing]))
+            .expect("parses")
+            .build()
+            .err()
+            .expect("a root that does not exist");
+        assert!(err.to_string().contains("--file-root"), "{err}");
     }
 
     fn plugin_names(config: &ExecutorConfig) -> Vec<String> {
@@ -257,7 +371,7 @@ mod tests {
             .build()
             .expect("builds");
         let names = plugin_names(&default);
-        assert!(names.iter().any(|n| n == "file-source"), "{names:?}");
+        assert!(names.iter().any(|n| n == "sqlite-audit"), "{names:?}");
         assert!(
             !names.iter().any(|n| n.starts_with("test-")),
             "test plugins offered by default: {names:?}"

@@ -5,7 +5,7 @@
 //!
 //! ```no_run
 //! use std::process::ExitCode;
-//! # fn my_plugin() -> wharf::sdk::Plugin { wharf_connectors::file::sink_plugin() }
+//! # fn my_plugin() -> wharf::sdk::Plugin { wharf_connectors::sqlite_audit::plugin() }
 //!
 //! fn main() -> ExitCode {
 //!     wharf_executor::Executor::builder()
@@ -107,13 +107,17 @@ impl ExecutorBuilder {
         Cli::command().name(self.name).bin_name(self.name)
     }
 
-    /// The plugins this executor offers, built-in ones first.
+    /// The plugins this executor offers, built-in ones first (the file plugins only
+    /// with a `file_root`, see `--file-root`).
     ///
     /// # Errors
     /// [`BuilderError`] when two share a name or one has none.
-    pub fn plugin_list(&self) -> Result<Vec<Plugin>, BuilderError> {
+    pub fn plugin_list(
+        &self,
+        file_root: Option<&wharf_connectors::file::FileRoot>,
+    ) -> Result<Vec<Plugin>, BuilderError> {
         let mut all = if self.builtins {
-            wharf_connectors::builtin_plugins()
+            wharf_connectors::builtin_plugins(file_root)
         } else {
             Vec::new()
         };
@@ -146,8 +150,7 @@ impl ExecutorBuilder {
             .try_get_matches_from(args)
             .map_err(|e| e.render().to_string())?;
         let cli = Cli::from_arg_matches(&matches).map_err(|e| e.render().to_string())?;
-        let plugins = self.plugin_list().map_err(|e| e.to_string())?;
-        cli.build_with(plugins)
+        cli.build_with(|root| self.plugin_list(root).map_err(|e| e.to_string()))
             .map_err(|e| format!("{e}\n(see --help and docs/configuration.md)"))
     }
 
@@ -176,8 +179,8 @@ impl ExecutorBuilder {
         let built = Cli::from_arg_matches(&matches)
             .map_err(|e| e.to_string())
             .and_then(|cli| {
-                let plugins = self.plugin_list().map_err(|e| e.to_string())?;
-                cli.build_with(plugins).map_err(|e| e.to_string())
+                cli.build_with(|root| self.plugin_list(root).map_err(|e| e.to_string()))
+                    .map_err(|e| e.to_string())
             });
         let config = match built {
             Ok(c) => c,
@@ -240,29 +243,37 @@ mod tests {
         plugins.iter().map(|p| p.name.as_str()).collect()
     }
 
+    fn root() -> (tempfile::TempDir, wharf_connectors::file::FileRoot) {
+        let dir = tempfile::tempdir().unwrap();
+        let root = wharf_connectors::file::FileRoot::new(dir.path()).unwrap();
+        (dir, root)
+    }
+
     #[test]
     fn an_authors_plugin_is_offered_next_to_the_builtin_ones() {
-        let mut mine = wharf_connectors::file::sink_plugin();
+        let (_dir, root) = root();
+        let mut mine = wharf_connectors::file::sink_plugin(root);
         mine.name = "my-sink".to_owned();
         let list = Executor::builder()
             .plugin(mine.clone())
-            .plugin_list()
+            .plugin_list(None)
             .unwrap();
         assert!(names(&list).contains(&"sqlite-audit"));
         assert_eq!(names(&list).last(), Some(&"my-sink"));
         let only = Executor::builder()
             .without_builtin_plugins()
             .plugin(mine)
-            .plugin_list()
+            .plugin_list(None)
             .unwrap();
         assert_eq!(names(&only), ["my-sink"]);
     }
 
     #[test]
     fn a_plugin_named_like_a_builtin_one_is_refused() {
+        let (_dir, root) = root();
         let err = Executor::builder()
-            .plugin(wharf_connectors::file::sink_plugin())
-            .plugin_list()
+            .plugin(wharf_connectors::file::sink_plugin(root.clone()))
+            .plugin_list(Some(&root))
             .unwrap_err();
         assert!(
             err.to_string().contains("\"file-sink\" is offered twice"),
@@ -272,7 +283,8 @@ mod tests {
 
     #[test]
     fn the_builder_reads_the_same_flags_as_wharf_executor() {
-        let mut mine = wharf_connectors::file::sink_plugin();
+        let (dir, root) = root();
+        let mut mine = wharf_connectors::file::sink_plugin(root);
         mine.name = "my-sink".to_owned();
         let config = Executor::builder()
             .name("my-executor")
@@ -286,10 +298,28 @@ mod tests {
                 "--data-dir",
                 "/tmp/x",
                 "--enable-test-plugins",
+                "--file-root",
+                &dir.path().display().to_string(),
             ])
             .unwrap();
         let n = names(&config.plugins);
         assert!(n.contains(&"my-sink") && n.contains(&"test-source") && n.contains(&"file-source"));
+        let no_root = Executor::builder()
+            .config_from([
+                "my-executor",
+                "--listen",
+                "127.0.0.1:0",
+                "--control-plane",
+                "http://127.0.0.1:7000",
+                "--data-dir",
+                "/tmp/x",
+            ])
+            .unwrap();
+        let n = names(&no_root.plugins);
+        assert!(
+            !n.contains(&"file-source") && !n.contains(&"file-sink") && n.contains(&"sqlite-audit"),
+            "without --file-root no file plugin: {n:?}"
+        );
         let err = Executor::builder()
             .name("my-executor")
             .config_from(["my-executor", "--listen", "127.0.0.1:0"])

@@ -15,7 +15,7 @@ use std::time::Duration;
 use tokio::sync::{Mutex as AsyncMutex, Notify, mpsc};
 use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
-use tonic::transport::{Channel, Endpoint};
+use tonic::transport::Channel;
 use wharf::ids::TaskKey;
 use wharf::pb::v1 as pb;
 use wharf::pb::v1::executor_registry_client::ExecutorRegistryClient;
@@ -54,7 +54,7 @@ pub enum RegistryError {
     NotRegistered,
     /// The call failed or was refused.
     #[error("control plane call failed: {0}")]
-    Call(tonic::Status),
+    Call(#[source] tonic::Status),
 }
 
 enum Report {
@@ -95,9 +95,30 @@ impl Registry {
         advertised: String,
         plugins: Vec<pb::PluginInfo>,
     ) -> Result<Self, RegistryError> {
+        Self::with_tls(
+            urls,
+            executor_id,
+            advertised,
+            plugins,
+            wharf::tls::ClientTls::None,
+        )
+    }
+
+    /// As [`Registry::new`], speaking TLS to `https://` URLs with `tls` (an `https://`
+    /// URL without TLS is [`RegistryError::InvalidUrl`]: never silently plaintext).
+    ///
+    /// # Errors
+    /// As [`Registry::new`].
+    pub fn with_tls(
+        urls: &str,
+        executor_id: String,
+        advertised: String,
+        plugins: Vec<pb::PluginInfo>,
+        tls: wharf::tls::ClientTls,
+    ) -> Result<Self, RegistryError> {
         let mut clients = Vec::new();
         for url in urls.split(',').map(str::trim).filter(|u| !u.is_empty()) {
-            let endpoint = Endpoint::from_shared(url.to_owned())
+            let endpoint = wharf::tls::check_url(url, &tls)
                 .map_err(|e| RegistryError::InvalidUrl {
                     url: url.to_owned(),
                     reason: e.to_string(),
@@ -106,7 +127,7 @@ impl Registry {
                 .timeout(Duration::from_millis(REGISTRY_RPC_TIMEOUT_MS));
             clients.push((
                 url.to_owned(),
-                ExecutorRegistryClient::new(endpoint.connect_lazy()),
+                ExecutorRegistryClient::new(wharf::tls::channel(endpoint, tls.clone())),
             ));
         }
         if clients.is_empty() {
@@ -331,7 +352,7 @@ impl Registry {
                 match attempt {
                     Ok(r) => break r,
                     Err(e) => {
-                        tracing::warn!(executor = %self.executor_id, error = %e, "registration failed; retrying");
+                        tracing::warn!(executor = %self.executor_id, error = %wharf::tls::error_chain(&e), "registration failed; retrying");
                         tokio::select! {
                             () = cancel.cancelled() => return,
                             () = tokio::time::sleep(backoff) => {}

@@ -159,10 +159,7 @@ impl Admin {
         let Some(plugin) = plugins.get(&spec.plugin) else {
             return Err(ApiError::InvalidArgument {
                 field: "config[connector.class]".into(),
-                reason: format!(
-                    "unknown plugin {:?}: no registered executor offers it",
-                    spec.plugin
-                ),
+                reason: unknown_plugin(&spec.plugin),
             });
         };
         convert::validate_spec(&spec, &convert::full_def(Some(&plugin.info)))?;
@@ -419,9 +416,7 @@ impl Admin {
                 .iter_mut()
                 .find(|c| c.name == crate::model::CONNECTOR_CLASS)
         {
-            c.errors.push(format!(
-                "unknown plugin {plugin_name:?}: no registered executor offers it"
-            ));
+            c.errors.push(unknown_plugin(&plugin_name));
         }
         let redacted = def.redact(&config);
         for (k, v) in &redacted {
@@ -984,8 +979,27 @@ fn check_json_object(field: String, text: &str) -> ApiResult<()> {
     }
 }
 
+/// The error for a `connector.class` no registered executor offers; for the built-in
+/// file plugins, why an executor may not offer them.
+fn unknown_plugin(plugin: &str) -> String {
+    match plugin {
+        "file-source" | "file-sink" => format!(
+            "unknown plugin {plugin:?}: no registered executor offers it (executors offer the file plugins only when started with --file-root, the directory they may touch; see docs/configuration.md)"
+        ),
+        _ => format!("unknown plugin {plugin:?}: no registered executor offers it"),
+    }
+}
+
 #[cfg(test)]
 mod tests {
+    #[test]
+    fn an_unknown_file_plugin_names_the_file_root_and_others_do_not() {
+        for p in ["file-source", "file-sink"] {
+            assert!(super::unknown_plugin(p).contains("--file-root"), "{p}");
+        }
+        assert!(!super::unknown_plugin("my-plugin").contains("--file-root"));
+    }
+
     use super::*;
 
     fn map(pairs: &[(&str, &str)]) -> HashMap<String, String> {

@@ -23,12 +23,40 @@ pub const MAX_EXECUTOR_ID_BYTES: usize = 200;
 /// The registry service.
 pub struct RegistryService {
     cluster: Arc<Cluster>,
+    /// The listener speaks TLS: executors' advertised addresses must be `https://`.
+    tls: bool,
 }
 
 impl RegistryService {
     /// A service over `cluster`.
     pub fn new(cluster: Arc<Cluster>) -> Self {
-        Self { cluster }
+        Self {
+            cluster,
+            tls: false,
+        }
+    }
+
+    /// The listener speaks TLS (advertised addresses must then be `https://`).
+    #[must_use]
+    pub fn with_tls(mut self, tls: bool) -> Self {
+        self.tls = tls;
+        self
+    }
+
+    /// Refuses a call naming executor `claimed` unless the caller's certificate is that
+    /// executor's (or a replica forwards such a call): PERMISSION_DENIED, logged, before
+    /// anything is read or changed. See `docs/security.md`.
+    fn check_identity<T>(request: &Request<T>, claimed: &str) -> Result<(), Status> {
+        let caller = wharf::tls::caller(request.extensions());
+        let forwarded = request
+            .metadata()
+            .get(wharf::identity::FORWARDED_IDENTITY_HEADER)
+            .and_then(|v| v.to_str().ok());
+        wharf::identity::authorize_executor(&caller, forwarded, claimed).map_err(|e| {
+            let peer = wharf::tls::peer(request.extensions()).and_then(|p| p.remote_addr);
+            warn!(executor = %claimed, peer = ?peer, error = %e, "registry call refused: identity");
+            Status::from(e)
+        })
     }
 
     fn check_epoch(&self, executor: &str, epoch: u64) -> Result<(), ApiError> {
@@ -71,11 +99,19 @@ impl ExecutorRegistry for RegistryService {
         &self,
         request: Request<pb::RegisterExecutorRequest>,
     ) -> Result<Response<pb::RegisterExecutorResponse>, Status> {
+        Self::check_identity(&request, &request.get_ref().executor_id)?;
         let req = request.into_inner();
         if req.executor_id.is_empty() || req.executor_id.len() > MAX_EXECUTOR_ID_BYTES {
             return Err(ApiError::InvalidArgument {
                 field: "executor_id".into(),
                 reason: format!("must be 1 to {MAX_EXECUTOR_ID_BYTES} bytes"),
+            }
+            .into());
+        }
+        if self.tls && !req.advertised_address.starts_with("https://") {
+            return Err(ApiError::InvalidArgument {
+                field: "advertised_address".into(),
+                reason: "must be an https:// URL: this control plane speaks TLS and calls executors over TLS".into(),
             }
             .into());
         }
@@ -108,6 +144,7 @@ impl ExecutorRegistry for RegistryService {
         &self,
         request: Request<pb::HeartbeatRequest>,
     ) -> Result<Response<pb::HeartbeatResponse>, Status> {
+        Self::check_identity(&request, &request.get_ref().executor_id)?;
         let req = request.into_inner();
         if !self.cluster.renew_lease(&req.executor_id, req.epoch) {
             warn!(executor = %req.executor_id, epoch = req.epoch, "heartbeat from fenced epoch refused");
@@ -144,6 +181,7 @@ impl ExecutorRegistry for RegistryService {
         &self,
         request: Request<pb::ReportStatusRequest>,
     ) -> Result<Response<pb::ReportStatusResponse>, Status> {
+        Self::check_identity(&request, &request.get_ref().executor_id)?;
         let req = request.into_inner();
         self.check_epoch(&req.executor_id, req.epoch)?;
         let id = req.executor_id.clone();
@@ -211,6 +249,7 @@ impl ExecutorRegistry for RegistryService {
         &self,
         request: Request<pb::CommitOffsetsRequest>,
     ) -> Result<Response<pb::CommitOffsetsResponse>, Status> {
+        Self::check_identity(&request, &request.get_ref().executor_id)?;
         let req = request.into_inner();
         self.check_epoch(&req.executor_id, req.epoch)?;
         let task = req.task.ok_or_else(|| ApiError::InvalidArgument {
@@ -254,6 +293,7 @@ impl ExecutorRegistry for RegistryService {
         &self,
         request: Request<pb::RequestTaskReconfigurationRequest>,
     ) -> Result<Response<pb::RequestTaskReconfigurationResponse>, Status> {
+        Self::check_identity(&request, &request.get_ref().executor_id)?;
         let req = request.into_inner();
         self.check_epoch(&req.executor_id, req.epoch)?;
         self.cluster

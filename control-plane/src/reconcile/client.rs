@@ -9,7 +9,7 @@ use std::collections::HashMap;
 use std::sync::Mutex;
 use std::time::Duration;
 
-use tonic::transport::{Channel, Endpoint};
+use tonic::transport::Channel;
 use wharf::pb::v1 as pb;
 use wharf::pb::v1::executor_client::ExecutorClient;
 use wharf::sdk::ConfigMap;
@@ -60,6 +60,8 @@ impl CallError {
 #[derive(Default)]
 pub struct ExecutorClients {
     channels: Mutex<HashMap<String, Channel>>,
+    /// TLS for `https://` executor addresses (set once at start).
+    tls: std::sync::OnceLock<wharf::tls::ClientTls>,
 }
 
 fn classify(address: &str, status: tonic::Status) -> CallError {
@@ -80,6 +82,11 @@ fn classify(address: &str, status: tonic::Status) -> CallError {
 }
 
 impl ExecutorClients {
+    /// Uses `tls` for every channel made from now on (called once, at start).
+    pub fn use_tls(&self, tls: wharf::tls::ClientTls) {
+        let _ = self.tls.set(tls);
+    }
+
     fn client(&self, address: &str) -> Result<ExecutorClient<Channel>, CallError> {
         let mut map = self
             .channels
@@ -88,13 +95,14 @@ impl ExecutorClients {
         if let Some(ch) = map.get(address) {
             return Ok(ExecutorClient::new(ch.clone()));
         }
-        let ch = Endpoint::from_shared(address.to_owned())
+        let tls = self.tls.get().cloned().unwrap_or_default();
+        let endpoint = wharf::tls::check_url(address, &tls)
             .map_err(|e| CallError::Unreachable {
                 address: address.to_owned(),
                 message: format!("bad address: {e}"),
             })?
-            .connect_timeout(Duration::from_millis(CONNECT_TIMEOUT_MS))
-            .connect_lazy();
+            .connect_timeout(Duration::from_millis(CONNECT_TIMEOUT_MS));
+        let ch = wharf::tls::channel(endpoint, tls);
         map.insert(address.to_owned(), ch.clone());
         Ok(ExecutorClient::new(ch))
     }

@@ -182,7 +182,8 @@ fn delete_mode(query: Option<&str>) -> DeleteMode {
 /// token (`Authorization: Bearer TOKEN`) authenticates, the role is authorized for the
 /// route's [`AdminAction`] ([`rest_access`]), a refusal is 401 or 403 in Kafka Connect's
 /// error body and runs nothing, and every mutating call, accepted or refused, is in the
-/// audit trail. The gateway has no TLS, so no certificate principal (`Caller::peer`).
+/// audit trail. Over HTTPS a verified admin client certificate (`Caller::peer`) is a
+/// principal too, as on gRPC.
 async fn admit(
     State(g): State<Gateway>,
     route: axum::extract::MatchedPath,
@@ -207,9 +208,14 @@ async fn admit(
                 .map(|(_, v)| v.to_owned())
         })
         .unwrap_or_default();
+    // Over HTTPS, a verified admin client certificate is a principal too.
+    let peer = req
+        .extensions()
+        .get::<axum::extract::ConnectInfo<RestPeer>>()
+        .and_then(|c| crate::auth::peer_identity(Some(&c.0.0)));
     let caller = Caller {
         headers: req.headers().clone(),
-        peer: None,
+        peer,
         forwarded_by: String::new(),
     };
     let Some(action) = action else {
@@ -240,21 +246,73 @@ async fn admit(
         .await
 }
 
-/// Serves `router` on `listener` (HTTP/1.1) until `shutdown` resolves.
+/// Serves `router` on `listener` (HTTP/1.1) until `shutdown` resolves: HTTPS with the
+/// control plane's certificate when `tls` is set (the same rules as the gRPC listener,
+/// docs/security.md), plaintext otherwise. Handlers can read the caller's connection
+/// (address, client certificate) with `ConnectInfo<RestPeer>`.
 ///
 /// # Errors
 /// When accepting connections fails.
 pub async fn serve(
     listener: TcpListener,
+    tls: Option<Arc<wharf::tls::Tls>>,
     router: Router,
     shutdown: impl std::future::Future<Output = ()> + Send + 'static,
 ) -> std::io::Result<()> {
-    if let Ok(addr) = listener.local_addr() {
-        info!(%addr, "Kafka Connect REST gateway listening");
+    let addr = listener.local_addr()?;
+    info!(%addr, https = tls.is_some(), "Kafka Connect REST gateway listening");
+    let incoming = RestIncoming {
+        addr,
+        connections: wharf::tls::serve_incoming(listener, tls),
+    };
+    axum::serve(
+        incoming,
+        router.into_make_service_with_connect_info::<RestPeer>(),
+    )
+    .with_graceful_shutdown(shutdown)
+    .await
+}
+
+/// The connections of the REST listener, TLS handshakes done by [`wharf::tls::serve_incoming`].
+struct RestIncoming {
+    addr: std::net::SocketAddr,
+    connections: tokio_stream::wrappers::ReceiverStream<std::io::Result<wharf::tls::ServerIo>>,
+}
+
+impl axum::serve::Listener for RestIncoming {
+    type Io = wharf::tls::ServerIo;
+    type Addr = std::net::SocketAddr;
+
+    async fn accept(&mut self) -> (Self::Io, Self::Addr) {
+        use tokio_stream::StreamExt;
+        loop {
+            match self.connections.next().await {
+                Some(Ok(io)) => {
+                    let remote = io.peer_info().remote_addr.unwrap_or(self.addr);
+                    return (io, remote);
+                }
+                Some(Err(e)) => tracing::warn!(error = %e, "REST accept failed"),
+                // The accept loop only ends when this stream is dropped.
+                None => std::future::pending::<()>().await,
+            }
+        }
     }
-    axum::serve(listener, router)
-        .with_graceful_shutdown(shutdown)
-        .await
+
+    fn local_addr(&self) -> std::io::Result<Self::Addr> {
+        Ok(self.addr)
+    }
+}
+
+/// The caller of one REST connection: address, whether it is TLS, client certificate.
+#[derive(Debug, Clone)]
+pub struct RestPeer(pub wharf::tls::PeerInfo);
+
+impl axum::extract::connect_info::Connected<axum::serve::IncomingStream<'_, RestIncoming>>
+    for RestPeer
+{
+    fn connect_info(stream: axum::serve::IncomingStream<'_, RestIncoming>) -> Self {
+        RestPeer(stream.io().peer_info().clone())
+    }
 }
 
 // ---- request parsing -------------------------------------------------------------

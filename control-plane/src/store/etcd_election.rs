@@ -27,7 +27,7 @@ use tokio::sync::watch;
 use tokio_util::sync::CancellationToken;
 use tonic::body::Body;
 use tonic::server::NamedService;
-use tonic::transport::{Channel, Endpoint};
+use tonic::transport::Channel;
 use tracing::{info, warn};
 
 use super::etcd_store::{EtcdStore, Fence, LEADER_KEY, WriteFence};
@@ -243,9 +243,17 @@ pub struct LeaderRoute<S> {
     role: watch::Receiver<Role>,
     self_url: Arc<str>,
     channel: Arc<Mutex<Option<(String, Channel)>>>,
+    tls: wharf::tls::ClientTls,
 }
 
 impl<S> LeaderRoute<S> {
+    /// Forwards over TLS (the leader's URL is `https://`) with this process's certificate.
+    #[must_use]
+    pub fn with_tls(mut self, tls: wharf::tls::ClientTls) -> Self {
+        self.tls = tls;
+        self
+    }
+
     /// Wraps `inner`, following `role`.
     pub fn new(inner: S, role: watch::Receiver<Role>, self_url: &str) -> Self {
         Self {
@@ -253,6 +261,7 @@ impl<S> LeaderRoute<S> {
             role,
             self_url: self_url.into(),
             channel: Arc::new(Mutex::new(None)),
+            tls: wharf::tls::ClientTls::None,
         }
     }
 
@@ -266,12 +275,12 @@ impl<S> LeaderRoute<S> {
         {
             return Ok(c.clone());
         }
-        let c = Endpoint::from_shared(url.to_owned())
+        let endpoint = wharf::tls::check_url(url, &self.tls)
             .map_err(|e| tonic::Status::unavailable(format!("leader URL {url:?}: {e}")))?
             .connect_timeout(Duration::from_millis(
                 super::etcd_store::ETCD_CONNECT_TIMEOUT_MS,
-            ))
-            .connect_lazy();
+            ));
+        let c = wharf::tls::channel(endpoint, self.tls.clone());
         *guard = Some((url.to_owned(), c.clone()));
         Ok(c)
     }
@@ -351,6 +360,26 @@ where
             .and_then(|v| http::HeaderValue::from_str(&v).ok())
         {
             req.headers_mut().insert(FORWARDED_PRINCIPAL_HEADER, v);
+        }
+        // The leader sees this replica's certificate: the original caller's identity
+        // travels in a header it believes only from a control-plane certificate.
+        let original = match wharf::tls::caller(req.extensions()) {
+            wharf::identity::Caller::Known(id) => {
+                http::HeaderValue::from_str(&id.to_uri(wharf::identity::DEFAULT_TRUST_DOMAIN)).ok()
+            }
+            wharf::identity::Caller::Plaintext
+            | wharf::identity::Caller::Anonymous
+            | wharf::identity::Caller::Invalid(_) => None,
+        };
+        match original {
+            Some(v) => {
+                req.headers_mut()
+                    .insert(wharf::identity::FORWARDED_IDENTITY_HEADER, v);
+            }
+            None => {
+                req.headers_mut()
+                    .remove(wharf::identity::FORWARDED_IDENTITY_HEADER);
+            }
         }
         let mut channel = channel;
         Box::pin(async move {

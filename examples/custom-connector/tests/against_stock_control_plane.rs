@@ -122,6 +122,9 @@ async fn a_custom_executor_runs_its_plugin_for_the_stock_control_plane_and_clean
             exec_dir.to_str().unwrap(),
             "--executor-id",
             "spool-1",
+            // The built-in file-source reads the input under here.
+            "--file-root",
+            work.to_str().unwrap(),
         ],
         &exec_dir,
     );

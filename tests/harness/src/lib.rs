@@ -75,6 +75,19 @@ where
     }
 }
 
+/// The executor's `--file-root` environment variable.
+pub const FILE_ROOT_ENV: &str = "WHARF_FILE_ROOT";
+
+/// The file root a test's executor gets: the parent of its data dir (the test's temp
+/// dir), or the data dir itself when it has none.
+pub fn file_root(data_dir: &Path) -> PathBuf {
+    data_dir
+        .parent()
+        .filter(|p| !p.as_os_str().is_empty())
+        .unwrap_or(data_dir)
+        .to_path_buf()
+}
+
 /// A running Wharf process. Killed (SIGKILL) on drop.
 pub struct Proc {
     /// The child process.
@@ -101,6 +114,9 @@ impl Proc {
             .args(&args)
             // Every Wharf process a test starts may host the fault-injecting test plugins.
             .env("WHARF_ENABLE_TEST_PLUGINS", "1")
+            // An executor's file plugins may touch the test's temp dir (the parent of
+            // its data dir, where the tests put their files) and nothing else.
+            .env(FILE_ROOT_ENV, file_root(data_dir))
             .env(
                 "RUST_LOG",
                 std::env::var("RUST_LOG").unwrap_or_else(|_| "info".into()),

@@ -1,0 +1,23 @@
+//! Who may call the `Executor` service: only the control plane's certificate
+//! (`spiffe://wharf/control-plane`) when the listener speaks TLS; see
+//! `docs/security.md`. One interceptor for every RPC, so that a refused call runs nothing.
+
+use tonic::{Request, Status};
+
+/// Interceptor of the `Executor` service: UNAUTHENTICATED without a client certificate,
+/// PERMISSION_DENIED for any identity but the control plane's (logged at WARN). A
+/// plaintext listener (loopback or `--insecure`) checks nothing.
+///
+/// # Errors
+/// The refusal status.
+pub fn only_control_plane(request: Request<()>) -> Result<Request<()>, Status> {
+    let caller = wharf::tls::caller(request.extensions());
+    match wharf::identity::authorize_control_plane(&caller) {
+        Ok(()) => Ok(request),
+        Err(e) => {
+            let peer = wharf::tls::peer(request.extensions()).and_then(|p| p.remote_addr);
+            tracing::warn!(peer = ?peer, error = %e, "Executor call refused: not the control plane");
+            Err(Status::from(e))
+        }
+    }
+}
