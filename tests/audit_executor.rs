@@ -279,6 +279,7 @@ impl Executor {
                 connector_deleted,
                 generation,
                 timeout_ms: 0,
+                ..Default::default()
             })
             .await
             .unwrap()
@@ -297,6 +298,7 @@ impl Executor {
                 connector_deleted,
                 generation,
                 timeout_ms: 0,
+                ..Default::default()
             })
             .await
             .unwrap()

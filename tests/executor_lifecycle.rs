@@ -311,6 +311,7 @@ async fn stop_task(
         connector_deleted,
         generation,
         timeout_ms,
+        ..Default::default()
     };
     ex.client.stop_task(req).await.map(Response::into_inner)
 }
@@ -349,6 +350,7 @@ async fn stop_connector(
             connector_deleted,
             generation,
             timeout_ms: 0,
+            ..Default::default()
         })
         .await
         .unwrap()
@@ -796,6 +798,7 @@ async fn duplicated_stop_task_is_replayed_and_runs_the_stop_once() {
         connector_deleted: true,
         generation: 1,
         timeout_ms: 0,
+        ..Default::default()
     };
     let (r1, r2) = tokio::join!(c1.stop_task(req.clone()), c2.stop_task(req.clone()));
     let (r1, r2) = (r1.unwrap().into_inner(), r2.unwrap().into_inner());
@@ -830,6 +833,7 @@ async fn stop_task_for_a_task_never_hosted_is_not_found() {
             connector_deleted: true,
             generation: 1,
             timeout_ms: 0,
+            ..Default::default()
         })
         .await
         .unwrap_err();
@@ -841,6 +845,7 @@ async fn stop_task_for_a_task_never_hosted_is_not_found() {
             connector_deleted: true,
             generation: 1,
             timeout_ms: 0,
+            ..Default::default()
         })
         .await
         .unwrap_err();

@@ -12,5 +12,6 @@ pub mod host;
 pub mod launcher;
 pub mod log;
 pub mod registry_client;
+pub(crate) mod runtime;
 
 pub use launcher::{BuilderError, Executor, ExecutorBuilder};

@@ -4,8 +4,16 @@
 //! Instance guarantees (DESIGN.md, "Connector SDK"): `start` runs once and first; `stop`
 //! runs at most once, after `start` returned, never concurrently with `poll`/`put`/`flush`
 //! (a pending `poll` is cancelled first); a stop is bounded by its timeout, after which the
-//! instance is abandoned, reported FAILED and its output fenced. Every plugin call runs in
-//! a spawned tokio task, so that a panic fails only that instance.
+//! instance is abandoned, reported FAILED and its output fenced; it is shown abandoned (in
+//! ListAssignments and stop answers) until its plugin call returns. Every plugin call runs
+//! as a spawned task on the instance's own thread (`crate::runtime`), so that a panic
+//! fails only that instance and a blocked call holds only that thread.
+//!
+//! Stops are fenced three ways (docs/contract.md, "Executor self-fencing"): by
+//! generation, by the executor epoch and the connector incarnation they were decided
+//! under, and by the lease: a destructive stop (`connector_deleted = true`) is refused
+//! while the lease may have expired, and confirmed against the lease again just before
+//! the plugin's stop runs (else it runs with `false`).
 //!
 //! Status reports: a start reports its outcome; a work loop that fails reports FAILED; a
 //! stop asked for by the control plane reports only a failure or a timeout (the StopTask
@@ -25,9 +33,15 @@ use wharf::ids::TaskKey;
 use wharf::sdk::{ConfigMap, Plugin};
 
 use crate::log::RecordLog;
-use crate::registry_client::Registry;
+use crate::registry_client::{LeaseStanding, Registry};
+use crate::runtime::spawn_named;
 
 pub use instance::{InstanceState, StopOutcome, StopRecord, StopResult};
+pub use task::{
+    LOG_RETRY_BACKOFF_MS, OFFSET_COMMIT_INTERVAL_MS, OFFSET_COMMIT_RETRY_BACKOFF_MS,
+    SINK_BATCH_MAX_RECORDS, SINK_FETCH_WAIT_MS, SINK_FLUSH_INTERVAL_MS, SINK_FLUSH_MAX_RECORDS,
+    STOP_DRAIN_TIMEOUT_MS, TOPICS,
+};
 
 use connector::ConnectorInstance;
 use task::TaskInstance;
@@ -79,6 +93,38 @@ pub enum HostError {
         what: String,
         /// The generation.
         generation: u64,
+    },
+    /// The request was decided for another incarnation of the connector than the one
+    /// hosted (a late stop of a deleted connector reaching its successor).
+    #[error(
+        "stale incarnation {requested:?} for {what}: the hosted instance belongs to incarnation {hosted:?}"
+    )]
+    StaleIncarnation {
+        /// Which connector or task.
+        what: String,
+        /// Incarnation in the request.
+        requested: String,
+        /// Incarnation of the hosted instance.
+        hosted: String,
+    },
+    /// The executor's lease may have expired: it refuses destructive stops and starts and
+    /// is fencing itself (its instances get `stop(false)`, then it registers again).
+    #[error(
+        "refused {what}: this executor's lease may have expired ({standing}); it is fencing itself and registers again"
+    )]
+    LeaseMayHaveExpired {
+        /// What was refused.
+        what: String,
+        /// Where the executor stands (`not registered` or `lease may have expired`).
+        standing: &'static str,
+    },
+    /// No thread could be started for the plugin instance.
+    #[error("cannot run {what}: {reason}")]
+    PluginThread {
+        /// Which connector or task.
+        what: String,
+        /// The cause.
+        reason: String,
     },
     /// The executor never hosted the instance (or not that generation).
     #[error("{0} is not hosted on this executor")]
@@ -146,6 +192,21 @@ pub struct StartTask {
     pub executor_epoch: u64,
 }
 
+/// A StopTask or StopConnector request, validated.
+#[derive(Debug, Clone, Default)]
+pub struct StopRequest {
+    /// True only for a deletion.
+    pub connector_deleted: bool,
+    /// Generation of the assignment being stopped.
+    pub generation: u64,
+    /// Bound on the plugin's stop, in milliseconds; 0 means the default.
+    pub timeout_ms: u32,
+    /// Incarnation the stop was decided for; empty skips the check.
+    pub incarnation: String,
+    /// The epoch the stop was decided under; 0 skips the check.
+    pub executor_epoch: u64,
+}
+
 /// A hosted instance as ListAssignments shows it.
 #[derive(Debug, Clone)]
 pub struct Hosted<K> {
@@ -157,6 +218,19 @@ pub struct Hosted<K> {
     pub state: InstanceState,
     /// Started in cleanup-only mode.
     pub cleanup_only: bool,
+    /// Stop timed out and the plugin's call has not returned.
+    pub abandoned: bool,
+    /// Incarnation of the connector.
+    pub incarnation: String,
+}
+
+/// A stop's result and whether the instance is abandoned now.
+#[derive(Debug, Clone)]
+pub struct StopAnswer {
+    /// The stop's record, replayed or not.
+    pub result: StopResult,
+    /// True while the instance is abandoned (its plugin call has not returned).
+    pub abandoned: bool,
 }
 
 /// Every instance ever created for one key, by generation, and the newest generation seen.
@@ -182,6 +256,44 @@ pub(crate) struct Shared {
     pub registry: Arc<Registry>,
     /// Record log for source and sink tasks.
     pub log: Arc<dyn RecordLog>,
+}
+
+impl Shared {
+    /// The flag a stop runs with, decided just before the plugin's stop is called: a
+    /// destructive stop runs only while the lease certainly holds; otherwise it runs with
+    /// `false` (the deletion then re-hosts its cleanup) and a heartbeat is asked for, which
+    /// fences this executor.
+    pub fn confirm_deleted(&self, connector_deleted: bool, what: &str) -> bool {
+        if !connector_deleted {
+            return false;
+        }
+        match self.registry.lease_standing() {
+            LeaseStanding::Held => true,
+            standing @ (LeaseStanding::Unregistered | LeaseStanding::MayHaveExpired) => {
+                tracing::warn!(
+                    what,
+                    ?standing,
+                    "lease may have expired before the plugin's stop(true): stopping with connector_deleted=false instead"
+                );
+                self.registry.beat_now();
+                false
+            }
+        }
+    }
+}
+
+/// Why a request is refused under `standing`, or `None` when it may go on. Destructive
+/// stops and starts that address an epoch need a lease that certainly holds.
+fn lease_refusal(standing: LeaseStanding, what: &str) -> Option<HostError> {
+    let standing = match standing {
+        LeaseStanding::Held => return None,
+        LeaseStanding::Unregistered => "not registered",
+        LeaseStanding::MayHaveExpired => "lease may have expired",
+    };
+    Some(HostError::LeaseMayHaveExpired {
+        what: what.to_owned(),
+        standing,
+    })
 }
 
 /// The connector instances and tasks of this executor.
@@ -234,21 +346,56 @@ impl Host {
         self.shared.registry.epoch()
     }
 
+    /// Where this executor stands with its lease.
+    pub fn lease_standing(&self) -> LeaseStanding {
+        self.shared.registry.lease_standing()
+    }
+
     /// Refuses every later start; called before the shutdown's `stop_all`.
     pub fn close(&self) {
         self.closing
             .store(true, std::sync::atomic::Ordering::SeqCst);
     }
 
-    fn check_epoch(&self, requested: u64) -> Result<(), HostError> {
+    /// Refuses a start that addresses another epoch, or any epoch while the lease may
+    /// have expired.
+    fn check_epoch(&self, requested: u64, what: &str) -> Result<(), HostError> {
         if self.closing.load(std::sync::atomic::Ordering::SeqCst) {
             return Err(HostError::ShuttingDown);
         }
+        if requested == 0 {
+            return Ok(());
+        }
         let current = self.epoch();
-        if requested != 0 && requested != current {
+        if requested != current {
             return Err(HostError::EpochMismatch { requested, current });
         }
-        Ok(())
+        match lease_refusal(self.shared.registry.lease_standing(), what) {
+            Some(e) => Err(e),
+            None => Ok(()),
+        }
+    }
+
+    /// Refuses a stop decided under another epoch, or a destructive stop while the lease
+    /// may have expired (asking for a heartbeat, which fences this executor).
+    fn check_stop(&self, req: &StopRequest, what: &str) -> Result<(), HostError> {
+        let current = self.epoch();
+        if req.executor_epoch != 0 && req.executor_epoch != current {
+            return Err(HostError::EpochMismatch {
+                requested: req.executor_epoch,
+                current,
+            });
+        }
+        if !req.connector_deleted {
+            return Ok(());
+        }
+        match lease_refusal(self.shared.registry.lease_standing(), what) {
+            Some(e) => {
+                self.shared.registry.beat_now();
+                Err(e)
+            }
+            None => Ok(()),
+        }
     }
 
     fn plugin_for(&self, config: &ConfigMap, field: &str) -> Result<Plugin, HostError> {
@@ -278,9 +425,9 @@ impl Host {
     /// Epoch mismatch, stale or stopped generation, unknown plugin. A plugin failure is
     /// not an error: the state says FAILED.
     pub async fn start_task(&self, req: StartTask) -> Result<InstanceState, HostError> {
-        self.check_epoch(req.executor_epoch)?;
-        let plugin = self.plugin_for(&req.connector_config, "connector_config")?;
         let what = format!("task {}", req.task);
+        self.check_epoch(req.executor_epoch, &format!("start of {what}"))?;
+        let plugin = self.plugin_for(&req.connector_config, "connector_config")?;
         let (instance, superseded) = {
             let mut tasks = lock(&self.tasks);
             let slot = tasks.entry(req.task.clone()).or_default();
@@ -306,7 +453,10 @@ impl Host {
                 .filter(|i| !i.life.stop_claimed())
                 .cloned()
                 .collect();
-            let instance = Arc::new(TaskInstance::new(&plugin, &req, self.shared.clone()));
+            let instance = Arc::new(
+                TaskInstance::new(&plugin, &req, self.shared.clone())
+                    .map_err(|reason| HostError::PluginThread { what, reason })?,
+            );
             slot.newest = req.generation;
             slot.instances.insert(req.generation, instance.clone());
             (instance, superseded)
@@ -324,29 +474,39 @@ impl Host {
             .unwrap_or_else(|e| InstanceState::Failed(panic_text(e))))
     }
 
-    /// Stops a task with `connector_deleted`, bounded by `timeout_ms` (0: the default).
+    /// Stops a task as `req` says (its timeout 0: the default).
     ///
     /// # Errors
     /// NotHosted when this executor never had the task (or that generation),
-    /// StaleGeneration when a newer generation was seen.
+    /// StaleGeneration when a newer generation was seen, EpochMismatch and
+    /// StaleIncarnation when the stop was decided for another epoch or incarnation,
+    /// LeaseMayHaveExpired for a destructive stop while the lease may have run out.
     pub async fn stop_task(
         &self,
         task: &TaskKey,
-        connector_deleted: bool,
-        generation: u64,
-        timeout_ms: u32,
-    ) -> Result<StopResult, HostError> {
+        req: &StopRequest,
+    ) -> Result<StopAnswer, HostError> {
         let what = format!("task {task}");
+        self.check_stop(req, &format!("stop(true) of {what}"))?;
         let instance = {
             let tasks = lock(&self.tasks);
             let slot = tasks
                 .get(task)
                 .ok_or_else(|| HostError::NotHosted(what.clone()))?;
-            pick_for_stop(slot, generation, &what, |i| i.life.stop_claimed())?
+            pick_for_stop(slot, req.generation, &what, |i| i.life.stop_claimed())?
         };
-        Ok(instance
-            .stop(connector_deleted, self.stop_timeout(timeout_ms), false)
-            .await)
+        check_incarnation(&req.incarnation, &instance.incarnation, &what)?;
+        let result = instance
+            .stop(
+                req.connector_deleted,
+                self.stop_timeout(req.timeout_ms),
+                false,
+            )
+            .await;
+        Ok(StopAnswer {
+            result,
+            abandoned: instance.abandoned(),
+        })
     }
 
     /// Starts a connector instance (or returns the state of the same generation).
@@ -354,9 +514,9 @@ impl Host {
     /// # Errors
     /// As [`Host::start_task`].
     pub async fn start_connector(&self, req: StartConnector) -> Result<InstanceState, HostError> {
-        self.check_epoch(req.executor_epoch)?;
-        let plugin = self.plugin_for(&req.config, "config")?;
         let what = format!("connector {}", req.connector);
+        self.check_epoch(req.executor_epoch, &format!("start of {what}"))?;
+        let plugin = self.plugin_for(&req.config, "config")?;
         let (instance, superseded) = {
             let mut connectors = lock(&self.connectors);
             let slot = connectors.entry(req.connector.clone()).or_default();
@@ -382,7 +542,10 @@ impl Host {
                 .filter(|i| !i.life.stop_claimed())
                 .cloned()
                 .collect();
-            let instance = Arc::new(ConnectorInstance::new(&plugin, &req, self.shared.clone()));
+            let instance = Arc::new(
+                ConnectorInstance::new(&plugin, &req, self.shared.clone())
+                    .map_err(|reason| HostError::PluginThread { what, reason })?,
+            );
             slot.newest = req.generation;
             slot.instances.insert(req.generation, instance.clone());
             (instance, superseded)
@@ -430,32 +593,41 @@ impl Host {
         instance.task_configs(max_tasks).await
     }
 
-    /// Stops a connector instance with `connector_deleted`; a sink connector stopped with
-    /// `true` also loses its log consumer.
+    /// Stops a connector instance as `req` says; a sink connector stopped with `true`
+    /// also loses its log consumer.
     ///
     /// # Errors
     /// As [`Host::stop_task`].
     pub async fn stop_connector(
         &self,
         connector: &str,
-        connector_deleted: bool,
-        generation: u64,
-        timeout_ms: u32,
-    ) -> Result<StopResult, HostError> {
+        req: &StopRequest,
+    ) -> Result<StopAnswer, HostError> {
         let what = format!("connector {connector}");
+        self.check_stop(req, &format!("stop(true) of {what}"))?;
         let instance = {
             let connectors = lock(&self.connectors);
             let slot = connectors
                 .get(connector)
                 .ok_or_else(|| HostError::NotHosted(what.clone()))?;
-            pick_for_stop(slot, generation, &what, |i| i.life.stop_claimed())?
+            pick_for_stop(slot, req.generation, &what, |i| i.life.stop_claimed())?
         };
-        Ok(instance
-            .stop(connector_deleted, self.stop_timeout(timeout_ms), false)
-            .await)
+        check_incarnation(&req.incarnation, &instance.incarnation, &what)?;
+        let result = instance
+            .stop(
+                req.connector_deleted,
+                self.stop_timeout(req.timeout_ms),
+                false,
+            )
+            .await;
+        Ok(StopAnswer {
+            result,
+            abandoned: instance.abandoned(),
+        })
     }
 
-    /// Connector instances and tasks not yet stopped.
+    /// Connector instances and tasks not yet stopped, and those abandoned whose plugin
+    /// call has not returned (`abandoned = true`).
     pub fn assignments(&self) -> (Vec<Hosted<String>>, Vec<Hosted<TaskKey>>) {
         let connectors = lock(&self.connectors)
             .iter()
@@ -464,12 +636,14 @@ impl Host {
                     .values()
                     .map(move |i| (name.clone(), i.clone()))
             })
-            .filter(|(_, i)| !i.life.stop_claimed())
+            .filter(|(_, i)| !i.life.stop_claimed() || i.abandoned())
             .map(|(key, i)| Hosted {
                 key,
                 generation: i.life.generation,
                 state: i.life.state(),
                 cleanup_only: i.life.cleanup_only,
+                abandoned: i.abandoned(),
+                incarnation: i.incarnation.clone(),
             })
             .collect();
         let tasks = lock(&self.tasks)
@@ -479,12 +653,14 @@ impl Host {
                     .values()
                     .map(move |i| (key.clone(), i.clone()))
             })
-            .filter(|(_, i)| !i.life.stop_claimed())
+            .filter(|(_, i)| !i.life.stop_claimed() || i.abandoned())
             .map(|(key, i)| Hosted {
                 key,
                 generation: i.life.generation,
                 state: i.life.state(),
                 cleanup_only: i.life.cleanup_only,
+                abandoned: i.abandoned(),
+                incarnation: i.incarnation.clone(),
             })
             .collect();
         (connectors, tasks)
@@ -538,15 +714,17 @@ fn pick_for_stop<I>(
         .ok_or_else(|| HostError::NotHosted(format!("{what} generation {generation}")))
 }
 
-/// Spawns background work under a name that appears in its tracing span. A panic inside
-/// comes back as the handle's `JoinError`, which callers turn into a FAILED state.
-pub(crate) fn spawn_named<F>(name: &'static str, fut: F) -> tokio::task::JoinHandle<F::Output>
-where
-    F: std::future::Future + Send + 'static,
-    F::Output: Send + 'static,
-{
-    use tracing::Instrument;
-    tokio::spawn(fut.instrument(tracing::debug_span!("background", task = name)))
+/// Refuses a request decided for incarnation `requested` when the instance belongs to
+/// `hosted` (either empty: not known, no check).
+fn check_incarnation(requested: &str, hosted: &str, what: &str) -> Result<(), HostError> {
+    if requested.is_empty() || hosted.is_empty() || requested == hosted {
+        return Ok(());
+    }
+    Err(HostError::StaleIncarnation {
+        what: what.to_owned(),
+        requested: requested.to_owned(),
+        hosted: hosted.to_owned(),
+    })
 }
 
 /// Text of a failed plugin call's join error (a panic message, or a cancellation).
@@ -577,6 +755,40 @@ mod tests {
 
     fn pick(slot: &Slot<bool>, generation: u64) -> Result<bool, HostError> {
         pick_for_stop(slot, generation, "task t-0", |claimed| *claimed).map(|i| *i)
+    }
+
+    #[test]
+    fn a_stop_of_another_incarnation_is_refused() {
+        assert!(matches!(
+            check_incarnation("old", "new", "task t-0"),
+            Err(HostError::StaleIncarnation { .. })
+        ));
+    }
+
+    #[test]
+    fn a_stop_of_the_same_or_an_unknown_incarnation_goes_on() {
+        assert!(check_incarnation("i", "i", "task t-0").is_ok());
+        assert!(check_incarnation("", "i", "task t-0").is_ok());
+        assert!(check_incarnation("i", "", "task t-0").is_ok());
+    }
+
+    #[test]
+    fn only_a_lease_that_certainly_holds_lets_a_destructive_request_through() {
+        assert!(lease_refusal(LeaseStanding::Held, "x").is_none());
+        assert!(matches!(
+            lease_refusal(LeaseStanding::MayHaveExpired, "x"),
+            Some(HostError::LeaseMayHaveExpired {
+                standing: "lease may have expired",
+                ..
+            })
+        ));
+        assert!(matches!(
+            lease_refusal(LeaseStanding::Unregistered, "x"),
+            Some(HostError::LeaseMayHaveExpired {
+                standing: "not registered",
+                ..
+            })
+        ));
     }
 
     #[test]
