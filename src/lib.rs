@@ -2,13 +2,18 @@
 //! guaranteed to reach every task with `connector_deleted = true` (KIP-883, KIP-901).
 //!
 //! This crate is shared by the control plane and the executors: the generated gRPC
-//! wire types ([`pb`]), the connector SDK ([`sdk`]) and small shared types ([`ids`]).
+//! wire types ([`pb`]), the connector SDK ([`sdk`]), small shared types ([`ids`]) and the
+//! plumbing every binary uses ([`server`], [`task`], [`config`], [`telemetry`], [`tls`],
+//! [`identity`], [`certs`]).
 
 pub mod certs;
+pub mod config;
 pub mod identity;
 pub mod ids;
 pub mod pb;
 pub mod sdk;
 pub mod server;
+pub mod task;
+pub mod telemetry;
 pub mod tls;
 pub mod wire;

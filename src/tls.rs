@@ -41,6 +41,10 @@ pub const RELOAD_POLL_INTERVAL_MS: u64 = 1_000;
 /// Longest a TLS handshake may take on a listener, in milliseconds (a silent client must
 /// not hold a task forever).
 pub const HANDSHAKE_TIMEOUT_MS: u64 = 10_000;
+
+/// Pause after a failed `accept` (EMFILE and the like) before the next, in milliseconds:
+/// waiting instead of spinning lets descriptors free up.
+const ACCEPT_RETRY_BACKOFF_MS: u64 = 100;
 /// Accepted connections waiting for the server to take them.
 const ACCEPT_BACKLOG: usize = 64;
 /// ALPN id of HTTP/2 (gRPC).
@@ -237,7 +241,7 @@ impl Tls {
         cancel: tokio_util::sync::CancellationToken,
     ) -> tokio::task::JoinHandle<()> {
         let tls = self.clone();
-        tokio::spawn(async move {
+        crate::task::spawn(crate::task::TaskKind::Service, "tls reloader", async move {
             let mut tick = tokio::time::interval(Duration::from_millis(RELOAD_POLL_INTERVAL_MS));
             tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
             loop {
@@ -473,7 +477,7 @@ pub fn serve_incoming(
     tls: Option<Arc<Tls>>,
 ) -> tokio_stream::wrappers::ReceiverStream<io::Result<ServerIo>> {
     let (tx, rx) = tokio::sync::mpsc::channel(ACCEPT_BACKLOG);
-    tokio::spawn(async move {
+    crate::task::spawn(crate::task::TaskKind::Service, "accept loop", async move {
         loop {
             let accepted = tokio::select! {
                 () = tx.closed() => return,
@@ -484,7 +488,7 @@ pub fn serve_incoming(
                 Err(e) => {
                     // EMFILE and the like: wait a little instead of spinning.
                     tracing::warn!(error = %e, "accept failed");
-                    tokio::time::sleep(Duration::from_millis(100)).await;
+                    tokio::time::sleep(Duration::from_millis(ACCEPT_RETRY_BACKOFF_MS)).await;
                     continue;
                 }
             };
@@ -505,36 +509,40 @@ pub fn serve_incoming(
             };
             let acceptor = TlsAcceptor::from(tls.server_config());
             let tx = tx.clone();
-            tokio::spawn(async move {
-                let handshake = tokio::time::timeout(
-                    Duration::from_millis(HANDSHAKE_TIMEOUT_MS),
-                    acceptor.accept(tcp),
-                );
-                match handshake.await {
-                    Ok(Ok(stream)) => {
-                        let certs = stream
-                            .get_ref()
-                            .1
-                            .peer_certificates()
-                            .map(|c| Arc::new(c.to_vec()));
-                        let io = ServerIo {
-                            inner: Either::Right(stream),
-                            info: PeerInfo {
-                                remote_addr: Some(remote),
-                                tls: true,
-                                certs,
-                            },
-                        };
-                        let _ = tx.send(Ok(io)).await;
+            crate::task::spawn(
+                crate::task::TaskKind::Detached,
+                "tls handshake",
+                async move {
+                    let handshake = tokio::time::timeout(
+                        Duration::from_millis(HANDSHAKE_TIMEOUT_MS),
+                        acceptor.accept(tcp),
+                    );
+                    match handshake.await {
+                        Ok(Ok(stream)) => {
+                            let certs = stream
+                                .get_ref()
+                                .1
+                                .peer_certificates()
+                                .map(|c| Arc::new(c.to_vec()));
+                            let io = ServerIo {
+                                inner: Either::Right(stream),
+                                info: PeerInfo {
+                                    remote_addr: Some(remote),
+                                    tls: true,
+                                    certs,
+                                },
+                            };
+                            let _ = tx.send(Ok(io)).await;
+                        }
+                        Ok(Err(e)) => tracing::warn!(
+                            peer = %remote,
+                            error = %e,
+                            "TLS handshake failed (a plaintext client must use https:// and the cluster CA; a client certificate must chain to --tls-ca)"
+                        ),
+                        Err(_) => tracing::warn!(peer = %remote, "TLS handshake timed out"),
                     }
-                    Ok(Err(e)) => tracing::warn!(
-                        peer = %remote,
-                        error = %e,
-                        "TLS handshake failed (a plaintext client must use https:// and the cluster CA; a client certificate must chain to --tls-ca)"
-                    ),
-                    Err(_) => tracing::warn!(peer = %remote, "TLS handshake timed out"),
-                }
-            });
+                },
+            );
         }
     });
     tokio_stream::wrappers::ReceiverStream::new(rx)

@@ -15,19 +15,15 @@
 //!
 //! Build first: `cargo build -p wharf-control-plane -p wharf-executor`.
 
-mod audit_common;
-mod control_plane_common;
-mod harness;
-
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
-use audit_common::{Cluster, GRACEFUL_TIMEOUT_MS, PgDb, executor_index, pg, task_host};
-use control_plane_common::CONVERGE;
-use harness::wait_until;
 use serde_json::{Value, json};
-use tokio_postgres::Client;
+use wharf_harness::audit::{Cluster, GRACEFUL_TIMEOUT_MS, PgDb, executor_index, pg, task_host};
+use wharf_harness::cluster::CONVERGE;
+use wharf_harness::tokio_postgres::Client;
+use wharf_harness::wait_until;
 
 const SOURCE: &str = "audited";
 const SINK: &str = "audited-sink";
@@ -74,7 +70,7 @@ impl Backend {
 
     fn sqlite_exec(&self, sql: &str) {
         if let Backend::Sqlite { path } = self {
-            let conn = rusqlite::Connection::open(path).unwrap();
+            let conn = wharf_harness::rusqlite::Connection::open(path).unwrap();
             conn.busy_timeout(Duration::from_secs(5)).unwrap();
             conn.execute_batch(sql).unwrap();
         }
@@ -146,7 +142,7 @@ impl Backend {
                 }
             }
             Backend::Sqlite { path } => {
-                let conn = rusqlite::Connection::open(path).unwrap();
+                let conn = wharf_harness::rusqlite::Connection::open(path).unwrap();
                 let (audit_tables, triggers) = conn
                     .query_row(
                         "SELECT (SELECT count(*) FROM sqlite_master WHERE type = 'table' AND name LIKE 'wharf\\_audit%' ESCAPE '\\'),
@@ -189,7 +185,7 @@ impl Backend {
                 .collect()
             }
             Backend::Sqlite { path } => {
-                let conn = rusqlite::Connection::open(path).unwrap();
+                let conn = wharf_harness::rusqlite::Connection::open(path).unwrap();
                 let name: String = conn
                     .query_row(
                         "SELECT name FROM sqlite_master WHERE type = 'table' AND name LIKE 'wharf\\_audit%' ESCAPE '\\'",
@@ -311,8 +307,8 @@ async fn run_matrix(c: &mut Cluster, b: &Backend) {
     let before = s.clone();
     let s = wait_until("task 0 to run a new generation", CONVERGE, || async {
         let now = c.try_status(SOURCE)?;
-        let old = audit_common::generations(&before);
-        let new = audit_common::generations(&now);
+        let old = wharf_harness::audit::generations(&before);
+        let new = wharf_harness::audit::generations(&now);
         let running = now["tasks"]
             .as_array()?
             .iter()

@@ -6,20 +6,18 @@
 //!
 //! Build the binary first: `cargo build -p wharf-executor`.
 
-mod harness;
-
 use std::collections::HashMap;
 use std::path::Path;
 use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 
-use harness::{KeepOnFailure, Proc, WAIT_DEADLINE, wait_until};
-use tokio_postgres::{Client, NoTls};
 use tonic::transport::Channel;
 use tonic::{Request, Response, Status};
 use wharf::pb::v1 as pb;
 use wharf::pb::v1::executor_client::ExecutorClient;
 use wharf::pb::v1::executor_registry_server::{ExecutorRegistry, ExecutorRegistryServer};
+use wharf_harness::tokio_postgres::{Client, NoTls};
+use wharf_harness::{KeepOnFailure, Proc, WAIT_DEADLINE, wait_until};
 
 /// Heartbeat interval the stand-in registry asks for, in milliseconds.
 const HEARTBEAT_INTERVAL_MS: u32 = 200;
@@ -169,7 +167,7 @@ async fn executor(dir: &Path, name: &str, control_plane: &str, recorded: &Record
         "--executor-id".into(),
         id.clone(),
     ];
-    let mut proc = Proc::spawn(harness::bin("wharf-executor"), args, &data_dir);
+    let mut proc = Proc::spawn(wharf_harness::bin("wharf-executor"), args, &data_dir);
     let addr = proc.listen_addr().await;
     let client = ExecutorClient::connect(format!("http://{addr}"))
         .await
@@ -338,7 +336,7 @@ async fn wait_committed(
 // PostgreSQL.
 
 async fn pg(db: &str) -> Client {
-    let (client, conn) = tokio_postgres::Config::new()
+    let (client, conn) = wharf_harness::tokio_postgres::Config::new()
         .host("127.0.0.1")
         .port(5432)
         .user("postgres")
@@ -587,7 +585,7 @@ async fn audit_table_name(sql: &Client) -> String {
 // SQLite.
 
 fn sqlite_catalog(path: &Path) -> (i64, i64) {
-    let conn = rusqlite::Connection::open(path).unwrap();
+    let conn = wharf_harness::rusqlite::Connection::open(path).unwrap();
     conn.query_row(
         "SELECT (SELECT count(*) FROM sqlite_master WHERE type = 'table' AND name LIKE 'wharf\\_audit%' ESCAPE '\\'),
                 (SELECT count(*) FROM sqlite_master WHERE type = 'trigger')",
@@ -598,14 +596,14 @@ fn sqlite_catalog(path: &Path) -> (i64, i64) {
 }
 
 fn sqlite_exec(path: &Path, sql: &str) {
-    let conn = rusqlite::Connection::open(path).unwrap();
+    let conn = wharf_harness::rusqlite::Connection::open(path).unwrap();
     conn.busy_timeout(std::time::Duration::from_secs(5))
         .unwrap();
     conn.execute_batch(sql).unwrap();
 }
 
 fn sqlite_max(path: &Path, table: &str) -> i64 {
-    let conn = rusqlite::Connection::open(path).unwrap();
+    let conn = wharf_harness::rusqlite::Connection::open(path).unwrap();
     let audit: String = conn
         .query_row(
             "SELECT name FROM sqlite_master WHERE type = 'table' AND name LIKE 'wharf\\_audit%' ESCAPE '\\'",

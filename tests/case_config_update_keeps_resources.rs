@@ -17,20 +17,16 @@
 //!
 //! Build first: `cargo build -p wharf-control-plane -p wharf-executor`.
 
-mod audit_common;
-mod control_plane_common;
-mod harness;
-
 use std::collections::HashMap;
 use std::path::Path;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use audit_common::{Cluster, GRACEFUL_TIMEOUT_MS, PgDb, executor_index, pg, task_host};
-use harness::wait_until;
 use serde_json::{Value, json};
-use tokio_postgres::Client;
 use tokio_util::sync::CancellationToken;
+use wharf_harness::audit::{Cluster, GRACEFUL_TIMEOUT_MS, PgDb, executor_index, pg, task_host};
+use wharf_harness::tokio_postgres::Client;
+use wharf_harness::wait_until;
 
 /// The writer inserts one row into each watched table this often, in milliseconds.
 const WRITE_INTERVAL_MS: u64 = 50;
@@ -49,8 +45,9 @@ struct Provisioned {
 }
 
 async fn provisioned(sql: &Client) -> Provisioned {
-    let ids =
-        |rows: Vec<tokio_postgres::Row>| -> Vec<i64> { rows.iter().map(|r| r.get(0)).collect() };
+    let ids = |rows: Vec<wharf_harness::tokio_postgres::Row>| -> Vec<i64> {
+        rows.iter().map(|r| r.get(0)).collect()
+    };
     let tables = sql
         .query(
             "SELECT oid::bigint FROM pg_class WHERE relname LIKE 'wharf\\_audit%' AND relkind = 'r' ORDER BY 1",

@@ -7,13 +7,10 @@
 //! Needs PostgreSQL on 127.0.0.1:5432 (trust auth, database `test`). Build first:
 //! `cargo build -p wharf-control-plane -p wharf-executor`.
 
-mod control_plane_common;
-mod harness;
-
-use control_plane_common::{CONVERGE, NOT_FOUND, TestCluster};
-use harness::lifecycle::Lifecycle;
-use harness::wait_until;
 use serde_json::{Value, json};
+use wharf_harness::cluster::{CONVERGE, NOT_FOUND, TestCluster};
+use wharf_harness::lifecycle::Lifecycle;
+use wharf_harness::wait_until;
 
 /// Deletes without waiting, checks the answer says DELETING, then waits until it is gone.
 async fn delete_and_see_deleting(c: &TestCluster, name: &str) -> Value {
@@ -129,10 +126,10 @@ async fn deleting_a_stopped_paused_or_failed_test_connector_still_cleans_up() {
     );
 }
 
-async fn pg() -> tokio_postgres::Client {
-    let (client, conn) = tokio_postgres::connect(
+async fn pg() -> wharf_harness::tokio_postgres::Client {
+    let (client, conn) = wharf_harness::tokio_postgres::connect(
         "host=127.0.0.1 user=postgres dbname=test",
-        tokio_postgres::NoTls,
+        wharf_harness::tokio_postgres::NoTls,
     )
     .await
     .expect("PostgreSQL on 127.0.0.1:5432");
@@ -141,7 +138,10 @@ async fn pg() -> tokio_postgres::Client {
 }
 
 /// Audit objects of `connector` in the catalog: (tables, functions, triggers).
-async fn audit_objects(client: &tokio_postgres::Client, connector: &str) -> (i64, i64, i64) {
+async fn audit_objects(
+    client: &wharf_harness::tokio_postgres::Client,
+    connector: &str,
+) -> (i64, i64, i64) {
     let pattern = format!("wharf_audit%{connector}%");
     let one = |sql: &'static str| {
         let pattern = pattern.clone();

@@ -7,13 +7,10 @@
 //! Needs PostgreSQL on 127.0.0.1:5432 (trust auth, database `test`). Build first:
 //! `cargo build -p wharf-control-plane -p wharf-executor`.
 
-mod control_plane_common;
-mod harness;
-
-use control_plane_common::{INVALID_ARGUMENT, NOT_FOUND, TestCluster, bytes_of, grpcurl_stream};
 use proptest::prelude::*;
 use proptest::test_runner::{Config as ProptestConfig, TestRunner};
 use serde_json::json;
+use wharf_harness::cluster::{INVALID_ARGUMENT, NOT_FOUND, TestCluster, bytes_of, grpcurl_stream};
 
 const PASSWORD: &str = "s3cr3t-pa55";
 /// Text of the naming rule every refusal must carry.
@@ -110,9 +107,9 @@ async fn names_that_can_be_created_can_be_deleted() {
 }
 
 async fn psql(sql: &str) {
-    let (client, conn) = tokio_postgres::connect(
+    let (client, conn) = wharf_harness::tokio_postgres::connect(
         "host=127.0.0.1 user=postgres dbname=test",
-        tokio_postgres::NoTls,
+        wharf_harness::tokio_postgres::NoTls,
     )
     .await
     .expect("PostgreSQL on 127.0.0.1:5432");

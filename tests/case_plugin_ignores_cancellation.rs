@@ -8,16 +8,13 @@
 //!
 //! Build first: `cargo build -p wharf-control-plane -p wharf-executor`.
 
-mod control_plane_common;
-mod harness;
-
 use std::time::{Duration, Instant};
 
-use control_plane_common::{CONVERGE, TestCluster};
-use harness::wait_until;
 use serde_json::{Value, json};
 use wharf::pb::v1 as pb;
 use wharf::pb::v1::executor_client::ExecutorClient;
+use wharf_harness::cluster::{CONVERGE, TestCluster};
+use wharf_harness::wait_until;
 
 /// Stuck tasks: more than the executor's own runtime has worker threads.
 const STUCK_TASKS: u32 = 10;

@@ -11,17 +11,14 @@
 //!
 //! Build first: `cargo build -p wharf-control-plane -p wharf-executor`.
 
-mod control_plane_common;
-mod harness;
-
-use harness::lines::sink_numbers;
+use wharf_harness::lines::sink_numbers;
 
 use std::io::Write;
 use std::path::Path;
 
-use control_plane_common::{CONVERGE, NOT_FOUND, TestCluster};
-use harness::wait_until;
 use serde_json::{Value, json};
+use wharf_harness::cluster::{CONVERGE, NOT_FOUND, TestCluster};
+use wharf_harness::wait_until;
 
 /// Lines of the source file.
 const LINES: u64 = 1_000;

@@ -5,12 +5,9 @@
 //!
 //! Build first: `cargo build -p wharf-control-plane -p wharf-executor`.
 
-mod control_plane_common;
-mod harness;
-
-use control_plane_common::TestCluster;
-use harness::lifecycle::Lifecycle;
 use serde_json::json;
+use wharf_harness::cluster::TestCluster;
+use wharf_harness::lifecycle::Lifecycle;
 
 fn now_ms() -> i64 {
     std::time::SystemTime::now()

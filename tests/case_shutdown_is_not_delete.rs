@@ -13,16 +13,13 @@
 //!
 //! Build first: `cargo build -p wharf-control-plane -p wharf-executor`.
 
-mod control_plane_common;
-mod harness;
-
 use std::collections::BTreeSet;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
-use control_plane_common::{CONVERGE, grpcurl};
-use harness::{KeepOnFailure, Proc, wait_until};
 use serde_json::{Value, json};
+use wharf_harness::cluster::{CONVERGE, grpcurl};
+use wharf_harness::{KeepOnFailure, Proc, wait_until};
 
 /// Lease the control plane grants, in milliseconds (short: a stopped executor's tasks
 /// move quickly).
@@ -86,7 +83,7 @@ impl Cluster {
         let (nats, nats_url) = start_nats(dir.path()).await;
         let cp_dir = dir.path().join("cp");
         let mut cp = Proc::spawn(
-            harness::bin("wharf-control-plane"),
+            wharf_harness::bin("wharf-control-plane"),
             vec![
                 "--listen".into(),
                 "127.0.0.1:0".into(),
@@ -104,7 +101,7 @@ impl Cluster {
         for i in 0..2 {
             let d = dir.path().join(format!("exec-{}", i + 1));
             let mut p = Proc::spawn(
-                harness::bin("wharf-executor"),
+                wharf_harness::bin("wharf-executor"),
                 vec![
                     "--listen".into(),
                     format!("127.0.0.{}:0", i + 2),
@@ -191,24 +188,24 @@ impl Cluster {
 // ---------------------------------------------------------------------------------------
 // SQLite and the sink file.
 
-fn open_db(path: &Path) -> rusqlite::Connection {
-    let db = rusqlite::Connection::open(path).unwrap();
+fn open_db(path: &Path) -> wharf_harness::rusqlite::Connection {
+    let db = wharf_harness::rusqlite::Connection::open(path).unwrap();
     db.busy_timeout(Duration::from_secs(5)).unwrap();
     db
 }
 
-fn insert_orders(db: &rusqlite::Connection, from: i64, to: i64) {
+fn insert_orders(db: &wharf_harness::rusqlite::Connection, from: i64, to: i64) {
     for id in from..=to {
         db.execute(
             "INSERT INTO orders (id, item) VALUES (?1, ?2)",
-            rusqlite::params![id, format!("item-{id}")],
+            wharf_harness::rusqlite::params![id, format!("item-{id}")],
         )
         .unwrap();
     }
 }
 
 /// Every trigger and table the connector provisioned, with its SQL text.
-fn provisioned(db: &rusqlite::Connection) -> Vec<(String, String, String)> {
+fn provisioned(db: &wharf_harness::rusqlite::Connection) -> Vec<(String, String, String)> {
     let mut stmt = db
         .prepare("SELECT type, name, sql FROM sqlite_master WHERE type IN ('table', 'trigger') AND name != 'orders' ORDER BY name")
         .unwrap();
@@ -218,7 +215,7 @@ fn provisioned(db: &rusqlite::Connection) -> Vec<(String, String, String)> {
         .collect()
 }
 
-fn audit_rows(db: &rusqlite::Connection, audit_table: &str) -> i64 {
+fn audit_rows(db: &wharf_harness::rusqlite::Connection, audit_table: &str) -> i64 {
     db.query_row(
         &format!("SELECT COUNT(*) FROM \"{audit_table}\""),
         [],

@@ -14,18 +14,15 @@
 //!
 //! Build first: `cargo build -p wharf-control-plane -p wharf-executor`.
 
-mod control_plane_common;
-mod harness;
-
 use std::time::Duration;
 
-use control_plane_common::{CONVERGE, NOT_FOUND, TestCluster};
-use harness::lifecycle::Lifecycle;
-use harness::wait_until;
 use serde_json::json;
 use tonic::Code;
 use wharf::pb::v1 as pb;
 use wharf::pb::v1::executor_client::ExecutorClient;
+use wharf_harness::cluster::{CONVERGE, NOT_FOUND, TestCluster};
+use wharf_harness::lifecycle::Lifecycle;
+use wharf_harness::wait_until;
 
 /// Bound on the queued stop's answer once the executor runs again.
 const QUEUED_ANSWER: Duration = Duration::from_secs(20);

@@ -10,15 +10,12 @@
 //!
 //! Build first: `cargo build -p wharf-control-plane -p wharf-executor`.
 
-mod control_plane_common;
-mod harness;
-
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
-use control_plane_common::{CONVERGE, NOT_FOUND, TestCluster};
-use harness::lifecycle::Lifecycle;
-use harness::wait_until;
 use serde_json::{Value, json};
+use wharf_harness::cluster::{CONVERGE, NOT_FOUND, TestCluster};
+use wharf_harness::lifecycle::Lifecycle;
+use wharf_harness::wait_until;
 
 /// The executors' graceful timeout in `TestCluster`, in milliseconds: the bound on a stop
 /// reaching a task blocked in poll.
@@ -232,7 +229,7 @@ async fn stop_while_poll_blocks_a_plugin_ignoring_cancellation_is_abandoned_and_
             .all(|e| e.call != "poll")
     );
     // The timeout was reported by the executor that abandoned the instance.
-    let logs: String = c.executors.iter().map(harness::Proc::log).collect();
+    let logs: String = c.executors.iter().map(wharf_harness::Proc::log).collect();
     assert!(
         logs.contains("TimedOut"),
         "no executor reported the abandoned stop"

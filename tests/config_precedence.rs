@@ -4,12 +4,10 @@
 //!
 //! Build first: `cargo build -p wharf-control-plane -p wharf-executor`.
 
-mod harness;
-
 use std::process::{Command, Stdio};
 use std::time::Duration;
 
-use harness::{KeepOnFailure, wait_until};
+use wharf_harness::{KeepOnFailure, wait_until};
 
 /// Exit code of a settings error (as clap's usage errors).
 const SETTINGS_EXIT_CODE: i32 = 2;
@@ -41,7 +39,7 @@ async fn flag_beats_env_beats_file() {
         ),
     )
     .expect("write config");
-    let cp = harness::bin("wharf-control-plane");
+    let cp = wharf_harness::bin("wharf-control-plane");
 
     // File alone: refused, naming the setting.
     let (code, stderr) = output(Command::new(&cp).arg("--config").arg(&file));
@@ -101,7 +99,7 @@ fn unknown_file_key_and_missing_settings_name_what_to_fix() {
     )
     .expect("write config");
     let (code, stderr) = output(
-        Command::new(harness::bin("wharf-executor"))
+        Command::new(wharf_harness::bin("wharf-executor"))
             .arg("--config")
             .arg(&file),
     );
@@ -109,7 +107,7 @@ fn unknown_file_key_and_missing_settings_name_what_to_fix() {
     assert!(stderr.contains("controlplane"), "{stderr}");
 
     let (code, stderr) = output(
-        Command::new(harness::bin("wharf-executor"))
+        Command::new(wharf_harness::bin("wharf-executor"))
             .args(["--listen", "127.0.0.1:0", "--data-dir"])
             .arg(dir.path().join("e")),
     );
@@ -119,7 +117,7 @@ fn unknown_file_key_and_missing_settings_name_what_to_fix() {
         "{stderr}"
     );
 
-    let (code, stderr) = output(&mut Command::new(harness::bin("wharf-control-plane")));
+    let (code, stderr) = output(&mut Command::new(wharf_harness::bin("wharf-control-plane")));
     assert_eq!(code, SETTINGS_EXIT_CODE, "{stderr}");
     assert!(stderr.contains("--data-dir"), "{stderr}");
 }

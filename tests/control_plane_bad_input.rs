@@ -4,13 +4,10 @@
 //!
 //! Build first: `cargo build -p wharf-control-plane -p wharf-executor`.
 
-mod control_plane_common;
-mod harness;
-
-use control_plane_common::{
+use serde_json::{Value, json};
+use wharf_harness::cluster::{
     ALREADY_EXISTS, FAILED_PRECONDITION, INVALID_ARGUMENT, NOT_FOUND, TestCluster, bytes_of,
 };
-use serde_json::{Value, json};
 
 /// A digest of the store file and the listing (the file only changes on a write: the
 /// kept connector is STOPPED, so no offsets are committed meanwhile).

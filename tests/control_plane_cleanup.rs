@@ -1,4 +1,4 @@
-//! Bounded, retried cleanup (DESIGN.md points 3, 6, 12) with real executors and the test
+//! Bounded, retried cleanup (docs/contract.md points 3, 6, 12) with real executors and the test
 //! plugin's injected stop failures: retries until a stop(true) completes; after
 //! `cleanup.max.attempts` the connector stays DELETING with attempts and error visible;
 //! RetryCleanup tries again; `force` finishes and names what it skipped; `keep_resources`
@@ -7,13 +7,10 @@
 //!
 //! Build first: `cargo build -p wharf-control-plane -p wharf-executor`.
 
-mod control_plane_common;
-mod harness;
-
-use control_plane_common::{CONVERGE, NOT_FOUND, TestCluster};
-use harness::lifecycle::Lifecycle;
-use harness::wait_until;
 use serde_json::json;
+use wharf_harness::cluster::{CONVERGE, NOT_FOUND, TestCluster};
+use wharf_harness::lifecycle::Lifecycle;
+use wharf_harness::wait_until;
 
 async fn gone(c: &TestCluster, name: &str) {
     wait_until(&format!("{name} deleted"), CONVERGE, || async {
@@ -98,7 +95,7 @@ async fn exhausted_cleanup_stays_deleting_until_retried_or_forced() {
     );
     assert_eq!(
         r.code,
-        control_plane_common::FAILED_PRECONDITION,
+        wharf_harness::cluster::FAILED_PRECONDITION,
         "{}",
         r.err
     );

@@ -7,12 +7,9 @@
 //!
 //! Build first: `cargo build -p wharf-control-plane -p wharf-executor`.
 
-mod control_plane_common;
-mod harness;
-
-use control_plane_common::{CONVERGE, NOT_FOUND, TestCluster};
-use harness::wait_until;
 use serde_json::json;
+use wharf_harness::cluster::{CONVERGE, NOT_FOUND, TestCluster};
+use wharf_harness::wait_until;
 
 /// gRPC DEADLINE_EXCEEDED.
 const DEADLINE_EXCEEDED: i32 = 4;

@@ -1,27 +1,23 @@
-//! `wharf-control-plane --dev`: one process with an in-process executor, the embedded
+//! `wharf-dev`: one process with an in-process executor, the embedded
 //! store and the embedded record log runs a connector end to end and deletes it with
 //! stop(true); SIGTERM stops it cleanly.
 //!
-//! Build first: `cargo build -p wharf-control-plane`.
-
-mod control_plane_common;
-mod harness;
+//! Build first: `cargo build -p wharf-dev`.
 
 use std::time::Duration;
 
-use control_plane_common::{CONVERGE, grpcurl};
-use harness::lifecycle::Lifecycle;
-use harness::{KeepOnFailure, Proc, wait_until};
 use serde_json::json;
+use wharf_harness::cluster::{CONVERGE, grpcurl};
+use wharf_harness::lifecycle::Lifecycle;
+use wharf_harness::{KeepOnFailure, Proc, wait_until};
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn dev_mode_runs_and_deletes_a_connector_in_one_process() {
     let dir = KeepOnFailure::new();
     let data = dir.path().join("dev");
     let mut cp = Proc::spawn(
-        harness::bin("wharf-control-plane"),
+        wharf_harness::bin("wharf-dev"),
         vec![
-            "--dev".into(),
             "--listen".into(),
             "127.0.0.1:0".into(),
             "--data-dir".into(),

@@ -7,19 +7,16 @@
 //!
 //! Build first: `cargo build -p wharf-control-plane -p wharf-executor`.
 
-mod control_plane_common;
-mod harness;
-
 use std::path::Path;
 use std::time::Duration;
 
-use control_plane_common::{CONVERGE, FAILED_PRECONDITION, TestCluster};
-use harness::wait_until;
 use serde_json::{Value, json};
+use wharf_harness::cluster::{CONVERGE, FAILED_PRECONDITION, TestCluster};
+use wharf_harness::wait_until;
 
 /// (audit tables, triggers) in the SQLite file at `path`.
 fn audit_objects(path: &Path) -> (i64, i64) {
-    let conn = rusqlite::Connection::open(path).unwrap();
+    let conn = wharf_harness::rusqlite::Connection::open(path).unwrap();
     conn.busy_timeout(Duration::from_secs(5)).unwrap();
     conn.query_row(
         "SELECT (SELECT count(*) FROM sqlite_master WHERE type = 'table' AND name LIKE 'wharf\\_audit%' ESCAPE '\\'),
@@ -31,7 +28,7 @@ fn audit_objects(path: &Path) -> (i64, i64) {
 }
 
 fn new_db(path: &Path) {
-    let conn = rusqlite::Connection::open(path).unwrap();
+    let conn = wharf_harness::rusqlite::Connection::open(path).unwrap();
     conn.execute_batch("CREATE TABLE orders (id INTEGER PRIMARY KEY, v TEXT);")
         .unwrap();
 }

@@ -3,15 +3,12 @@
 //!
 //! Build first: `cargo build -p wharf-control-plane -p wharf-executor`.
 
-mod control_plane_common;
-mod harness;
-
 use std::collections::BTreeSet;
 
-use control_plane_common::{CONVERGE, NOT_FOUND, TestCluster};
-use harness::lifecycle::Lifecycle;
-use harness::wait_until;
 use serde_json::json;
+use wharf_harness::cluster::{CONVERGE, NOT_FOUND, TestCluster};
+use wharf_harness::lifecycle::Lifecycle;
+use wharf_harness::wait_until;
 
 fn task_gens(status: &serde_json::Value) -> Vec<u64> {
     status["tasks"]

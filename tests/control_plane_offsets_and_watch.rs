@@ -4,12 +4,11 @@
 //!
 //! Build first: `cargo build -p wharf-control-plane -p wharf-executor`.
 
-mod control_plane_common;
-mod harness;
-
-use control_plane_common::{CONVERGE, FAILED_PRECONDITION, NOT_FOUND, TestCluster, grpcurl_stream};
-use harness::wait_until;
 use serde_json::json;
+use wharf_harness::cluster::{
+    CONVERGE, FAILED_PRECONDITION, NOT_FOUND, TestCluster, grpcurl_stream,
+};
+use wharf_harness::wait_until;
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn offsets_are_readable_and_change_only_while_stopped() {

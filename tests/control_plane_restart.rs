@@ -4,13 +4,10 @@
 //!
 //! Build first: `cargo build -p wharf-control-plane -p wharf-executor`.
 
-mod control_plane_common;
-mod harness;
-
-use control_plane_common::{CONVERGE, NOT_FOUND, TestCluster};
-use harness::lifecycle::Lifecycle;
-use harness::wait_until;
 use serde_json::json;
+use wharf_harness::cluster::{CONVERGE, NOT_FOUND, TestCluster};
+use wharf_harness::lifecycle::Lifecycle;
+use wharf_harness::wait_until;
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_deletion_interrupted_by_a_control_plane_crash_resumes_after_restart() {

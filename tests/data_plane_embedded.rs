@@ -6,17 +6,14 @@
 //! Build first: `cargo build -p wharf-control-plane -p wharf-executor`. The executor uses
 //! the embedded log unless `WHARF_NATS_URL` is set in the environment.
 
-mod control_plane_common;
-mod harness;
-
-use harness::lines::{append_lines, first_arrivals, sink_numbers};
+use wharf_harness::lines::{append_lines, first_arrivals, sink_numbers};
 
 use std::io::Write;
 use std::path::Path;
 
-use control_plane_common::{CONVERGE, TestCluster};
-use harness::wait_until;
 use serde_json::{Value, json};
+use wharf_harness::cluster::{CONVERGE, TestCluster};
+use wharf_harness::wait_until;
 
 /// Lines written before the pipeline starts.
 const FIRST_LINES: u64 = 1_000;

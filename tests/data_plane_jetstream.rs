@@ -8,17 +8,14 @@
 //! store), so killing it disturbs nothing else. Build first:
 //! `cargo build -p wharf-control-plane -p wharf-executor`.
 
-mod control_plane_common;
-mod harness;
-
-use harness::lines::{append_lines, first_arrivals, sink_numbers};
+use wharf_harness::lines::{append_lines, first_arrivals, sink_numbers};
 
 use std::path::Path;
 use std::time::Duration;
 
-use control_plane_common::{CONVERGE, TEST_HEARTBEAT_INTERVAL_MS, TEST_LEASE_MS, TestCluster};
-use harness::{KeepOnFailure, Proc, wait_until};
 use serde_json::json;
+use wharf_harness::cluster::{CONVERGE, TEST_HEARTBEAT_INTERVAL_MS, TEST_LEASE_MS, TestCluster};
+use wharf_harness::{KeepOnFailure, Proc, wait_until};
 
 /// Lines written before the pipeline starts.
 const FIRST_LINES: u64 = 2_000;
@@ -53,7 +50,7 @@ async fn nats_ready(nats: &Proc, before: usize) {
 async fn cluster(dir: KeepOnFailure, nats_url: &str) -> TestCluster {
     let cp_dir = dir.path().join("cp");
     let mut cp = Proc::spawn(
-        harness::bin("wharf-control-plane"),
+        wharf_harness::bin("wharf-control-plane"),
         vec![
             "--listen".into(),
             format!("127.0.0.1:{}", free_port()),
@@ -71,7 +68,7 @@ async fn cluster(dir: KeepOnFailure, nats_url: &str) -> TestCluster {
     for i in 0..3 {
         let d = dir.path().join(format!("exec-{}", i + 1));
         let mut p = Proc::spawn(
-            harness::bin("wharf-executor"),
+            wharf_harness::bin("wharf-executor"),
             vec![
                 "--listen".into(),
                 format!("127.0.0.{}:0", i + 2),
@@ -298,7 +295,7 @@ async fn delete_and_wait(c: &TestCluster, name: &str) {
     assert_eq!(r.code, 0, "{}", r.err);
     wait_until(&format!("{name} to be deleted"), CONVERGE, || async {
         (c.call("GetConnectorStatus", json!({ "name": name })).code
-            == control_plane_common::NOT_FOUND)
+            == wharf_harness::cluster::NOT_FOUND)
             .then_some(())
     })
     .await;

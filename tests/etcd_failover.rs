@@ -9,18 +9,13 @@
 //! grpcurl. Build first: `cargo build -p wharf-control-plane -p wharf-executor`, then
 //! `cargo test -p wharf --test etcd_failover`.
 
-mod control_plane_common;
-#[path = "../control-plane/tests/etcd_support/mod.rs"]
-mod etcd_support;
-mod harness;
-
 use std::path::Path;
 use std::time::Duration;
 
-use control_plane_common::{CONVERGE, NOT_FOUND, grpcurl};
-use harness::lifecycle::Lifecycle;
-use harness::{KeepOnFailure, Proc, wait_until};
 use serde_json::{Value, json};
+use wharf_harness::cluster::{CONVERGE, NOT_FOUND, grpcurl};
+use wharf_harness::lifecycle::Lifecycle;
+use wharf_harness::{KeepOnFailure, Proc, wait_until};
 
 /// Election lease TTL of the test replicas, in seconds (etcd's shortest is 2).
 const ELECTION_TTL_SECS: u32 = 2;
@@ -39,7 +34,7 @@ fn replica(dir: &Path, name: &str, etcd: &str, key: &[u8]) -> Proc {
     // Every replica seals with the same key (docs/state.md).
     std::fs::write(d.join("store.key"), key).unwrap();
     Proc::spawn(
-        harness::bin("wharf-control-plane"),
+        wharf_harness::bin("wharf-control-plane"),
         vec![
             "--listen".into(),
             "127.0.0.1:0".into(),
@@ -62,7 +57,7 @@ fn replica(dir: &Path, name: &str, etcd: &str, key: &[u8]) -> Proc {
     )
 }
 
-fn admin(addr: &str, method: &str, body: Value) -> control_plane_common::Call {
+fn admin(addr: &str, method: &str, body: Value) -> wharf_harness::cluster::Call {
     grpcurl(addr, &format!("wharf.v1.ConnectorAdmin/{method}"), &body)
 }
 
@@ -81,7 +76,7 @@ async fn wait_leader(p: &Proc) {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_surviving_replica_takes_over_and_completes_a_pending_deletion() {
-    let etcd = etcd_support::TestEtcd::start();
+    let etcd = wharf_harness::etcd::TestEtcd::start();
     let dir = KeepOnFailure::new();
     let key: [u8; 32] = rand::random();
 
@@ -97,7 +92,7 @@ async fn the_surviving_replica_takes_over_and_completes_a_pending_deletion() {
     let executor = |id: &str, ip: &str, urls: String| {
         let ed = dir.path().join(id);
         Proc::spawn(
-            harness::bin("wharf-executor"),
+            wharf_harness::bin("wharf-executor"),
             vec![
                 "--listen".into(),
                 format!("{ip}:0"),

@@ -7,13 +7,11 @@
 //!
 //! Build first: `cargo build -p wharf-control-plane -p wharf-executor`.
 
-mod harness;
-
 use std::path::Path;
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
-use harness::KeepOnFailure;
+use wharf_harness::KeepOnFailure;
 
 /// Upper bound on the whole script, in seconds (it takes about 15 s; each of its waits is
 /// bounded by STEP_TIMEOUT_S).
@@ -33,7 +31,7 @@ fn multi_host_example_passes_its_own_checks() {
     let mut child = Command::new("bash")
         .arg(&script)
         .env("WORK_DIR", &work)
-        .env("WHARF_BIN_DIR", harness::bin_dir())
+        .env("WHARF_BIN_DIR", wharf_harness::bin_dir())
         .env("STEP_TIMEOUT_S", STEP_TIMEOUT_SECS.to_string())
         .stdin(Stdio::null())
         .stdout(log.try_clone().expect("clone"))

@@ -1,28 +1,25 @@
-//! The README's first command runs `wharf-control-plane --dev --example` (through
+//! The README's first command runs `wharf-dev --example` (through
 //! `scripts/quickstart`): on a fresh data dir it creates the example database and the
 //! `shop-audit` (sqlite-audit) -> `shop-sink` (file-sink) pair, prints the admin address
 //! and the grpcurl commands to try, and a row inserted in the database shows up in the
 //! sink file. Started again on the same data dir it creates nothing twice.
 //!
-//! Build first: `cargo build -p wharf-control-plane`.
-
-mod harness;
+//! Build first: `cargo build -p wharf-dev`.
 
 use std::path::Path;
 use std::time::Duration;
 
-use harness::{KeepOnFailure, Proc, wait_until};
 use wharf::pb::v1::GetConnectorStatusRequest;
 use wharf::pb::v1::connector_admin_client::ConnectorAdminClient;
+use wharf_harness::{KeepOnFailure, Proc, wait_until};
 
 /// Upper bound on each wait, in seconds.
 const CONVERGE_SECS: u64 = 30;
 
 fn start(dir: &Path) -> Proc {
     Proc::spawn(
-        harness::bin("wharf-control-plane"),
+        wharf_harness::bin("wharf-dev"),
         vec![
-            "--dev".into(),
             "--example".into(),
             "--listen".into(),
             "127.0.0.1:0".into(),
@@ -88,7 +85,8 @@ async fn dev_example_runs_the_main_job_and_prints_what_to_try() {
         "no ANSI colour codes in a log that is not a terminal:\n{printed}"
     );
 
-    let db = rusqlite::Connection::open(data.join("example/shop.db")).expect("example db");
+    let db = wharf_harness::rusqlite::Connection::open(data.join("example/shop.db"))
+        .expect("example db");
     db.execute(
         "INSERT INTO customers (name, email) VALUES ('Ada', 'ada@example.com')",
         [],

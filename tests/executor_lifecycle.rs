@@ -5,21 +5,19 @@
 //!
 //! Build the binary first: `cargo build -p wharf-executor`.
 
-mod harness;
-
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use harness::lifecycle::Lifecycle;
-use harness::{KeepOnFailure, Proc, WAIT_DEADLINE, wait_until};
 use tonic::transport::Channel;
 use tonic::{Code, Request, Response, Status};
 use wharf::pb::v1 as pb;
 use wharf::pb::v1::executor_client::ExecutorClient;
 use wharf::pb::v1::executor_registry_server::{ExecutorRegistry, ExecutorRegistryServer};
+use wharf_harness::lifecycle::Lifecycle;
+use wharf_harness::{KeepOnFailure, Proc, WAIT_DEADLINE, wait_until};
 
 /// Graceful timeout given to the executors under test, in milliseconds.
 const GRACEFUL_TIMEOUT_MS: u64 = 3_000;
@@ -189,7 +187,7 @@ async fn start_executor(
         "--graceful-timeout-ms".into(),
         GRACEFUL_TIMEOUT_MS.to_string(),
     ];
-    let mut proc = Proc::spawn(harness::bin("wharf-executor"), args, &data_dir);
+    let mut proc = Proc::spawn(wharf_harness::bin("wharf-executor"), args, &data_dir);
     let addr = proc.listen_addr().await;
     let client = ExecutorClient::connect(format!("http://{addr}"))
         .await

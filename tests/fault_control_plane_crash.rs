@@ -2,7 +2,7 @@
 //! fan-out, in the middle of it, and before the final removal. Restarted on the same data
 //! dir, it resumes the deletion from its store and completes it: every task and the
 //! connector instance saw exactly one completed stop(true), and neither the admin API nor
-//! the store file holds anything of the connector afterwards (DESIGN.md points 2, 4, 7).
+//! the store file holds anything of the connector afterwards (docs/contract.md points 2, 4, 7).
 //!
 //! The crash points are the test-only `WHARF_FAULT_CRASH_AT` hook of
 //! `control-plane/src/reconcile/fault.rs`; a crash "during StopTask" with a real kill -9 is
@@ -10,25 +10,21 @@
 //!
 //! Build first: `cargo build -p wharf-control-plane -p wharf-executor`.
 
-mod control_plane_common;
-mod fault_common;
-mod harness;
-
-use control_plane_common::{CONVERGE, TestCluster};
-use fault_common::{
+use serde_json::json;
+use wharf_harness::cluster::{CONVERGE, TestCluster};
+use wharf_harness::fault::{
     CRASH_AT_ENV, admin_forgot, create_running, exactly_one_completed_true, gone, start_cluster,
     store_keys_of, units, wait_exit,
 };
-use harness::lifecycle::Lifecycle;
-use harness::wait_until;
-use serde_json::json;
+use wharf_harness::lifecycle::Lifecycle;
+use wharf_harness::wait_until;
 
 /// Completed stop(true) calls of `name` so far, over all its units.
 fn trues_so_far(c: &TestCluster, name: &str) -> usize {
     let lc = Lifecycle::read(&c.lifecycle_path(name));
     units(2)
         .into_iter()
-        .map(|u| fault_common::completed_trues(&lc, name, u).len())
+        .map(|u| wharf_harness::fault::completed_trues(&lc, name, u).len())
         .sum()
 }
 

@@ -2,25 +2,21 @@
 //! plugin is alive (every executor killed with kill -9 and its lease expired): the
 //! deletion is recorded, shows DELETING with each step waiting for a capable executor,
 //! and runs once one registers: every task and the connector instance get exactly one
-//! completed stop(true), on cleanup-only instances (DESIGN.md points 3, 5).
+//! completed stop(true), on cleanup-only instances (docs/contract.md points 3, 5).
 //!
 //! UNASSIGNED (created while no executor was alive) is
 //! `control_plane_cleanup::deleting_an_unassigned_connector_waits_for_a_capable_executor`.
 //!
 //! Build first: `cargo build -p wharf-control-plane -p wharf-executor`.
 
-mod control_plane_common;
-mod fault_common;
-mod harness;
-
-use control_plane_common::CONVERGE;
-use fault_common::{
+use serde_json::json;
+use wharf_harness::cluster::CONVERGE;
+use wharf_harness::fault::{
     admin_forgot, completed_trues, create_running, exactly_one_completed_true, gone, start_cluster,
     units, wait_executor,
 };
-use harness::lifecycle::Lifecycle;
-use harness::wait_until;
-use serde_json::json;
+use wharf_harness::lifecycle::Lifecycle;
+use wharf_harness::wait_until;
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn paused_stopped_and_failed_connectors_deleted_with_no_executor_alive_are_cleaned_up_when_one_registers()
@@ -99,7 +95,7 @@ async fn paused_stopped_and_failed_connectors_deleted_with_no_executor_alive_are
         );
         assert_eq!(
             r.code,
-            control_plane_common::FAILED_PRECONDITION,
+            wharf_harness::cluster::FAILED_PRECONDITION,
             "{name}: {}",
             r.err
         );

@@ -1,24 +1,20 @@
 //! Executors failing during a deletion, with real processes: kill -9 right after the
 //! delete while its stop(true) runs, then the same executor id coming back; SIGSTOP while
-//! it runs StopTask, then SIGCONT (DESIGN.md points 3, 8, 9, 10).
+//! it runs StopTask, then SIGCONT (docs/contract.md points 3, 8, 9, 10).
 //!
 //! A kill -9 just *before* the delete is
 //! `control_plane_cleanup::cleanup_of_a_dead_executors_tasks_runs_cleanup_only_elsewhere_after_its_lease`.
 //!
 //! Build first: `cargo build -p wharf-control-plane -p wharf-executor`.
 
-mod control_plane_common;
-mod fault_common;
-mod harness;
-
-use control_plane_common::{CONVERGE, TEST_LEASE_MS, TestCluster};
-use fault_common::{
+use serde_json::{Value, json};
+use wharf_harness::cluster::{CONVERGE, TEST_LEASE_MS, TestCluster};
+use wharf_harness::fault::{
     admin_forgot, completed_trues, create_running, done_steps_in_log, gone, now_ms, start_cluster,
     units, wait_executor,
 };
-use harness::lifecycle::Lifecycle;
-use harness::wait_until;
-use serde_json::{Value, json};
+use wharf_harness::lifecycle::Lifecycle;
+use wharf_harness::wait_until;
 
 /// Generation of each task (by index) and of the connector instance, from a status body.
 fn generations(s: &Value) -> (Vec<u64>, u64) {

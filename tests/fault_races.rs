@@ -9,19 +9,15 @@
 //!
 //! Build first: `cargo build -p wharf-control-plane -p wharf-executor`.
 
-mod control_plane_common;
-mod fault_common;
-mod harness;
-
 use std::sync::{Arc, Barrier};
 
-use control_plane_common::{
+use serde_json::{Value, json};
+use wharf_harness::cluster::{
     ALREADY_EXISTS, CONVERGE, Call, FAILED_PRECONDITION, NOT_FOUND, TestCluster, grpcurl,
 };
-use fault_common::{admin_forgot, completed_trues, create_running, gone, start_cluster};
-use harness::lifecycle::Lifecycle;
-use harness::wait_until;
-use serde_json::{Value, json};
+use wharf_harness::fault::{admin_forgot, completed_trues, create_running, gone, start_cluster};
+use wharf_harness::lifecycle::Lifecycle;
+use wharf_harness::wait_until;
 
 /// Sends both calls at the same moment; returns their results in order.
 fn at_once(c: &TestCluster, a: (&str, Value), b: (&str, Value)) -> (Call, Call) {
@@ -112,7 +108,7 @@ async fn cleaned_up(c: &TestCluster, name: &str) {
             assert_eq!(done.len(), 1, "{name} {inc} {u:?}: {:?}", lc.calls(name, u));
         }
     }
-    fault_common::no_instance_stopped_twice(&lc, name);
+    wharf_harness::fault::no_instance_stopped_twice(&lc, name);
 }
 
 /// The other call (create or put) landed after the deletion had finished and made the name

@@ -14,19 +14,15 @@
 //!
 //! Build first: `cargo build -p wharf-control-plane -p wharf-executor`.
 
-mod control_plane_common;
-mod fault_common;
-mod harness;
-
 use std::collections::BTreeMap;
 use std::path::PathBuf;
 use std::time::Duration;
 
-use control_plane_common::{FAILED_PRECONDITION, NOT_FOUND};
-use fault_common::{completed_trues, gone, now_ms, start_cluster, store_names};
-use harness::lifecycle::Lifecycle;
-use harness::wait_until;
 use serde_json::json;
+use wharf_harness::cluster::{FAILED_PRECONDITION, NOT_FOUND};
+use wharf_harness::fault::{completed_trues, gone, now_ms, start_cluster, store_names};
+use wharf_harness::lifecycle::Lifecycle;
+use wharf_harness::wait_until;
 
 /// Steps of the schedule when `WHARF_RANDOMIZED_STEPS` is unset.
 const DEFAULT_STEPS: usize = 300;
@@ -209,7 +205,7 @@ async fn randomized_creates_deletes_restarts_and_crashes_keep_the_cleanup_invari
         let mut units: Vec<Option<u32>> = lc.events.iter().map(|e| e.task).collect();
         units.sort();
         units.dedup();
-        fault_common::no_instance_stopped_twice(&lc, &inc.name);
+        wharf_harness::fault::no_instance_stopped_twice(&lc, &inc.name);
         match inc.deleted_at {
             Some(at) => {
                 assert!(

@@ -1,4 +1,4 @@
-//! A cleanup slower than `cleanup.timeout.ms` (DESIGN.md point 6, 5): each stop(true) is
+//! A cleanup slower than `cleanup.timeout.ms` (docs/contract.md points 6, 5): each stop(true) is
 //! cut at the timeout and counts as an attempt; it is retried with backoff on a fresh
 //! cleanup-only instance up to `cleanup.max.attempts`; then the connector stays DELETING
 //! with attempts and the timeout error visible in GetConnectorStatus and WatchConnector,
@@ -14,15 +14,11 @@
 //!
 //! Build first: `cargo build -p wharf-control-plane -p wharf-executor`.
 
-mod control_plane_common;
-mod fault_common;
-mod harness;
-
-use control_plane_common::{CONVERGE, FAILED_PRECONDITION, grpcurl_stream};
-use fault_common::{admin_forgot, create_running, gone, start_cluster};
-use harness::lifecycle::Lifecycle;
-use harness::wait_until;
 use serde_json::{Value, json};
+use wharf_harness::cluster::{CONVERGE, FAILED_PRECONDITION, grpcurl_stream};
+use wharf_harness::fault::{admin_forgot, create_running, gone, start_cluster};
+use wharf_harness::lifecycle::Lifecycle;
+use wharf_harness::wait_until;
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn slow_cleanup_times_out_is_retried_to_the_limit_stays_visible_and_can_be_forced() {

@@ -5,11 +5,9 @@
 //!
 //! grpcurl is taken from `$GRPCURL` (scripts/test sets it) or from `PATH`.
 
-mod harness;
-
 use std::time::Duration;
 
-use harness::{KeepOnFailure, Proc};
+use wharf_harness::{KeepOnFailure, Proc};
 
 /// Upper bound for one grpcurl call.
 const GRPCURL_TIMEOUT: Duration = Duration::from_secs(20);
@@ -90,7 +88,7 @@ async fn grpcurl_lists_describes_and_health_checks_both_binaries() {
     let dir = KeepOnFailure::new();
 
     let mut cp = Proc::spawn(
-        harness::bin("wharf-control-plane"),
+        wharf_harness::bin("wharf-control-plane"),
         vec![
             "--listen".into(),
             "127.0.0.1:0".into(),
@@ -102,7 +100,7 @@ async fn grpcurl_lists_describes_and_health_checks_both_binaries() {
     let cp_addr = cp.listen_addr().await;
 
     let mut ex = Proc::spawn(
-        harness::bin("wharf-executor"),
+        wharf_harness::bin("wharf-executor"),
         vec![
             "--listen".into(),
             "127.0.0.1:0".into(),
@@ -201,9 +199,9 @@ async fn grpcurl_lists_describes_and_health_checks_both_binaries() {
     let executor_id = std::fs::read_to_string(dir.path().join("ex").join("executor.id"))
         .expect("the executor keeps its id in <data-dir>/executor.id");
     let executor_id = executor_id.trim();
-    let listing = harness::wait_until(
+    let listing = wharf_harness::wait_until(
         "ListExecutors to show the executor alive",
-        harness::WAIT_DEADLINE,
+        wharf_harness::WAIT_DEADLINE,
         || async {
             let out = grpcurl(&[
                 "-plaintext",

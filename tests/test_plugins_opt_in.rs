@@ -1,20 +1,18 @@
 //! The fault-injecting `test-source` / `test-sink` are opt-in: a `wharf-executor` or a
-//! `wharf-control-plane --dev` started without `--enable-test-plugins` (and without
+//! `wharf-dev` started without `--enable-test-plugins` (and without
 //! `WHARF_ENABLE_TEST_PLUGINS`) does not offer them, so a connector on them cannot be
 //! created; an executor started with the flag offers them, and only that one.
 //!
-//! Build first: `cargo build -p wharf-control-plane -p wharf-executor`.
-
-mod harness;
+//! Build first: `cargo build -p wharf-dev -p wharf-executor`.
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::time::Duration;
 
-use harness::{KeepOnFailure, Proc, wait_until};
 use wharf::pb::v1::connector_admin_client::ConnectorAdminClient;
 use wharf::pb::v1::{CreateConnectorRequest, ListConnectorPluginsRequest};
+use wharf_harness::{KeepOnFailure, Proc, wait_until};
 
 /// Upper bound on each wait, in seconds.
 const CONVERGE_SECS: u64 = 30;
@@ -64,9 +62,8 @@ async fn test_plugins_are_offered_only_by_processes_that_opt_in() {
     let deadline = Duration::from_secs(CONVERGE_SECS);
     let cp_dir = dir.path().join("cp");
     let mut cp = spawn_without_opt_in(
-        harness::bin("wharf-control-plane"),
+        wharf_harness::bin("wharf-dev"),
         vec![
-            "--dev".into(),
             "--listen".into(),
             "127.0.0.1:0".into(),
             "--data-dir".into(),
@@ -90,7 +87,7 @@ async fn test_plugins_are_offered_only_by_processes_that_opt_in() {
     };
     let prod_dir = dir.path().join("prod");
     let mut prod = spawn_without_opt_in(
-        harness::bin("wharf-executor"),
+        wharf_harness::bin("wharf-executor"),
         executor_args("prod", &prod_dir),
         &prod_dir,
     );
@@ -130,7 +127,8 @@ async fn test_plugins_are_offered_only_by_processes_that_opt_in() {
     let test_dir = dir.path().join("test");
     let mut args = executor_args("with-tests", &test_dir);
     args.push("--enable-test-plugins".into());
-    let mut with_tests = spawn_without_opt_in(harness::bin("wharf-executor"), args, &test_dir);
+    let mut with_tests =
+        spawn_without_opt_in(wharf_harness::bin("wharf-executor"), args, &test_dir);
     with_tests.listen_addr().await;
     let plugins = wait_until(
         "the opted-in executor to offer test-source",

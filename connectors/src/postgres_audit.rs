@@ -307,11 +307,15 @@ impl PgAuditConfig {
             detail: pg_detail(&e),
         })?;
         // The connection ends when the client is dropped; an error only needs a log line.
-        tokio::spawn(async move {
-            if let Err(e) = connection.await {
-                tracing::warn!(error = %e, "postgres-audit connection ended with an error");
-            }
-        });
+        wharf::task::spawn(
+            wharf::task::TaskKind::Detached,
+            "postgres-audit connection",
+            async move {
+                if let Err(e) = connection.await {
+                    tracing::warn!(error = %e, "postgres-audit connection ended with an error");
+                }
+            },
+        );
         Ok(client)
     }
 }

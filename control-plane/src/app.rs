@@ -8,9 +8,10 @@ use std::sync::Arc;
 
 use tokio::net::TcpListener;
 use tokio_util::sync::CancellationToken;
-use tracing::{error, info, warn};
+use tracing::{info, warn};
 use wharf::pb::v1::connector_admin_server::ConnectorAdminServer;
 use wharf::pb::v1::executor_registry_server::ExecutorRegistryServer;
+use wharf::task::{TaskKind, spawn};
 
 use crate::grpc::admin::AdminService;
 use crate::grpc::registry::RegistryService;
@@ -26,8 +27,13 @@ pub const DEFAULT_HEARTBEAT_INTERVAL_MS: u32 = 2_000;
 /// Largest request the services decode, in bytes (our own, smaller limits answer
 /// INVALID_ARGUMENT naming the field; this is the transport's last line).
 pub const MAX_REQUEST_BYTES: usize = 16 * 1024 * 1024;
+/// Default admin/registry listen address, `127.0.0.1:7000`.
+pub const DEFAULT_LISTEN: SocketAddr =
+    SocketAddr::new(std::net::IpAddr::V4(std::net::Ipv4Addr::LOCALHOST), 7000);
 /// File (in the data dir) holding the bound address.
 pub const LISTEN_ADDR_FILE: &str = "listen.addr";
+/// File (in the data dir) holding the REST gateway's bound address.
+pub const REST_ADDR_FILE: &str = "rest.addr";
 
 /// Validated settings of one control-plane process.
 #[derive(Debug, Clone)]
@@ -38,6 +44,12 @@ pub struct Config {
     pub data_dir: PathBuf,
     /// Lease and heartbeat settings handed to executors.
     pub lease: LeaseConfig,
+    /// Address of the Kafka Connect REST gateway (HTTP/1.1), `None` for none (port 0
+    /// picks one; the bound address is written to `<data-dir>/rest.addr`).
+    pub rest_listen: Option<SocketAddr>,
+    /// When the REST address is a default rather than asked for (`--dev`'s 8083): a
+    /// failed bind is logged and the control plane runs without the gateway.
+    pub rest_optional: bool,
 }
 
 /// Which [`StateStore`] backend to use (`--store`).
@@ -87,12 +99,40 @@ pub enum StartError {
     /// The store failed to open.
     #[error(transparent)]
     Store(#[from] crate::store::StoreError),
-    /// The in-process executor of `--dev` failed to start.
-    #[error("dev executor: {0}")]
-    DevExecutor(String),
     /// Reflection descriptors did not decode (a build defect).
     #[error("server reflection: {0}")]
     Reflection(String),
+}
+
+impl StartError {
+    /// What the operator can do about a start failure.
+    pub fn hint(&self) -> Option<String> {
+        match self {
+            StartError::Bind { addr, source } if source.kind() == std::io::ErrorKind::AddrInUse => {
+                Some(format!(
+                    "{addr} is taken (another control plane?); stop it or pick another address with --listen or WHARF_LISTEN (port 0 picks a free one)"
+                ))
+            }
+            StartError::Bind { .. } => {
+                Some("check that --listen names an address of this host".into())
+            }
+            StartError::DataDir { path, .. } => Some(format!(
+                "check that {} is writable, or choose another --data-dir (or WHARF_DATA_DIR)",
+                path.display()
+            )),
+            StartError::Store(crate::store::StoreError::Unavailable(m)) if m.starts_with("etcd") => Some(
+                "check that --etcd-endpoints names reachable etcd client URLs (see docs/state.md)".into(),
+            ),
+            StartError::Store(crate::store::StoreError::Corrupt { .. }) => Some(
+                "a stored record does not decode or decrypt: every replica sharing a store needs the same store.key (docs/state.md)".into(),
+            ),
+            StartError::Store(_) => Some(
+                "another control plane may be using this --data-dir (the store is locked while open); stop it or choose another --data-dir (or WHARF_DATA_DIR)".into(),
+            ),
+            StartError::InvalidSetting { .. } => Some("see --help and docs/configuration.md".into()),
+            _ => None,
+        }
+    }
 }
 
 impl Config {
@@ -105,6 +145,8 @@ impl Config {
             listen,
             data_dir,
             lease,
+            rest_listen,
+            rest_optional,
         } = self;
         let LeaseConfig {
             lease_ms,
@@ -126,6 +168,8 @@ impl Config {
             listen,
             data_dir,
             lease,
+            rest_listen,
+            rest_optional,
         })
     }
 }
@@ -137,6 +181,19 @@ pub struct App {
     cluster: Arc<Cluster>,
     election: Option<Election>,
     self_url: String,
+    rest: Option<(TcpListener, SocketAddr)>,
+    loggers: Arc<crate::rest::loggers::Loggers>,
+}
+
+/// Writes `addr` to `dir/file` atomically (a reader never sees half an address).
+fn write_addr(dir: &std::path::Path, file: &str, addr: SocketAddr) -> Result<(), StartError> {
+    let tmp = dir.join(format!("{file}.tmp"));
+    std::fs::write(&tmp, addr.to_string())
+        .and_then(|()| std::fs::rename(&tmp, dir.join(file)))
+        .map_err(|source| StartError::DataDir {
+            path: dir.to_owned(),
+            source,
+        })
 }
 
 impl App {
@@ -195,13 +252,24 @@ impl App {
             addr: config.listen,
             source,
         })?;
-        let tmp = dir.join(format!("{LISTEN_ADDR_FILE}.tmp"));
-        std::fs::write(&tmp, local_addr.to_string())
-            .and_then(|()| std::fs::rename(&tmp, dir.join(LISTEN_ADDR_FILE)))
-            .map_err(|source| StartError::DataDir {
-                path: dir.clone(),
-                source,
-            })?;
+        let rest = match config.rest_listen {
+            None => None,
+            Some(addr) => match TcpListener::bind(addr).await.and_then(|l| {
+                let bound = l.local_addr()?;
+                Ok((l, bound))
+            }) {
+                Ok((l, bound)) => {
+                    write_addr(&dir, REST_ADDR_FILE, bound)?;
+                    Some((l, bound))
+                }
+                Err(source) if config.rest_optional => {
+                    warn!(%addr, error = %source, "REST gateway not started (its default address is taken); pass --rest-listen IP:PORT to choose another");
+                    None
+                }
+                Err(source) => return Err(StartError::Bind { addr, source }),
+            },
+        };
+        write_addr(&dir, LISTEN_ADDR_FILE, local_addr)?;
         info!(addr = %local_addr, data_dir = %dir.display(), "control plane bound");
         let mut self_url = format!("http://{local_addr}");
         let election = etcd.map(|(s, ttl, advertise)| {
@@ -216,7 +284,20 @@ impl App {
             cluster,
             election,
             self_url,
+            rest,
+            loggers: Arc::new(crate::rest::loggers::Loggers::new("INFO", None)),
         })
+    }
+
+    /// The REST gateway's bound address, when `rest_listen` was set.
+    pub fn rest_addr(&self) -> Option<SocketAddr> {
+        self.rest.as_ref().map(|(_, a)| *a)
+    }
+
+    /// Lets `/admin/loggers` change the process's log filter: `apply` installs tracing
+    /// directives; `root_level` is the level the process started with (`INFO`).
+    pub fn set_log_control(&mut self, root_level: &str, apply: crate::rest::loggers::Apply) {
+        self.loggers = Arc::new(crate::rest::loggers::Loggers::new(root_level, Some(apply)));
     }
 
     /// The address actually bound.
@@ -239,12 +320,13 @@ impl App {
         let (role, election) = match self.election {
             Some(e) => {
                 let role = e.subscribe();
-                let task = spawn_named("election", e.run(cancel.child_token()));
+                let task = spawn(TaskKind::Service, "election", e.run(cancel.child_token()));
                 (role, Some(task))
             }
             None => (tokio::sync::watch::channel(Role::Leader).1, None),
         };
-        let loops = spawn_named(
+        let loops = spawn(
+            TaskKind::Service,
             "leader-loops",
             run_loops_while_leader(
                 self.cluster.clone(),
@@ -286,6 +368,20 @@ impl App {
             .set_serving::<ExecutorRegistryServer<RegistryService>>()
             .await;
 
+        // The REST gateway: the same admin core, its own listener, the same shutdown.
+        let rest = self.rest.map(|(listener, addr)| {
+            let router = crate::rest::Gateway::new(
+                crate::admin::Admin::new(self.cluster.clone()),
+                self.loggers.clone(),
+            )
+            .router();
+            let stop = cancel.clone();
+            wharf::task::spawn(wharf::task::TaskKind::Service, "rest-gateway", async move {
+                if let Err(e) = crate::rest::serve(listener, router, stop.cancelled_owned()).await {
+                    tracing::error!(%addr, error = %e, "REST gateway failed; the gRPC API still serves");
+                }
+            })
+        });
         let stop = cancel.clone();
         let result = router
             // TCP_NODELAY (the builder's setting does not apply to an incoming stream):
@@ -301,6 +397,9 @@ impl App {
             .await;
         cancel.cancel();
         let _ = loops.await;
+        if let Some(r) = rest {
+            let _ = r.await;
+        }
         if let Some(e) = election {
             let _ = e.await;
         }
@@ -309,75 +408,6 @@ impl App {
             source: std::io::Error::other(e),
         })
     }
-}
-
-/// Directory (inside the data dir) of the in-process executor of `--dev`.
-pub const DEV_EXECUTOR_DIR: &str = "dev-executor";
-/// Id of the in-process executor of `--dev`.
-pub const DEV_EXECUTOR_ID: &str = "dev";
-
-/// `--dev`: the control plane plus an in-process executor with the production built-in
-/// plugins (and `test-source` / `test-sink` when `enable_test_plugins`), the embedded
-/// store and the embedded record log, until `shutdown` resolves. At shutdown the
-/// executor stops its instances with `connector_deleted = false` first, then the control
-/// plane stops.
-///
-/// # Errors
-/// [`StartError`].
-pub async fn run_dev(
-    config: Config,
-    enable_test_plugins: bool,
-    shutdown: impl std::future::Future<Output = ()> + Send + 'static,
-) -> Result<(), StartError> {
-    let data_dir = config.data_dir.clone();
-    let app = App::build(config).await?;
-    let control_plane = format!("http://{}", app.local_addr());
-    let (stop_cp, cp_stopped) = tokio::sync::oneshot::channel::<()>();
-    let cp = tokio::spawn(app.run(async move {
-        let _ = cp_stopped.await;
-    }));
-    let local = std::net::SocketAddr::from(([127, 0, 0, 1], 0));
-    let mut exec_config = wharf_executor::app::ExecutorConfig::new(
-        local,
-        control_plane,
-        data_dir.join(DEV_EXECUTOR_DIR),
-    );
-    exec_config.executor_id = Some(DEV_EXECUTOR_ID.to_owned());
-    if enable_test_plugins {
-        exec_config.enable_test_plugins();
-    }
-    let executor = wharf_executor::app::ExecutorApp::start(exec_config)
-        .await
-        .map_err(|e| StartError::DevExecutor(e.to_string()))?;
-    info!(executor = DEV_EXECUTOR_ID, addr = %executor.local_addr(), "dev executor started in process");
-    shutdown.await;
-    executor.shutdown().await;
-    let _ = stop_cp.send(());
-    match cp.await {
-        Ok(result) => result,
-        Err(e) => Err(StartError::DevExecutor(format!(
-            "control plane task ended abnormally: {e}"
-        ))),
-    }
-}
-
-/// Spawns a named background task; it runs until its cancellation token fires. A panic
-/// inside is logged at ERROR (the operator must act: that loop no longer runs).
-pub fn spawn_named(
-    name: &'static str,
-    fut: impl std::future::Future<Output = ()> + Send + 'static,
-) -> tokio::task::JoinHandle<()> {
-    tokio::spawn(async move {
-        let inner = tokio::spawn(fut);
-        if let Err(e) = inner.await
-            && e.is_panic()
-        {
-            error!(
-                task = name,
-                "background task panicked; restart the control plane"
-            );
-        }
-    })
 }
 
 /// Runs the herder and the finalizer while `role` says this replica leads; stops them
@@ -410,8 +440,13 @@ async fn run_loops_while_leader(
         }
         info!("leading: herder and finalizer start");
         let term = cancel.child_token();
-        let herder = spawn_named("herder", run_herder(cluster.clone(), term.child_token()));
-        let fin = spawn_named(
+        let herder = spawn(
+            TaskKind::Service,
+            "herder",
+            run_herder(cluster.clone(), term.child_token()),
+        );
+        let fin = spawn(
+            TaskKind::Service,
             "finalizer",
             finalizer::run_finalizer(cluster.clone(), term.child_token()),
         );

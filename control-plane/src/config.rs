@@ -3,16 +3,13 @@
 //! file > default. Every option is documented in `docs/configuration.md`.
 
 use std::net::SocketAddr;
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 
 use clap::Parser;
-use clap::builder::BoolishValueParser;
 use serde::Deserialize;
+use wharf::config::{layer, read_file, required};
 use wharf_control_plane::app::{self, Config};
 use wharf_control_plane::reconcile::LeaseConfig;
-
-/// Default admin/registry listen address.
-pub const DEFAULT_LISTEN: &str = "127.0.0.1:7000";
 
 /// Wharf control plane: stores connector configs and state, assigns connector instances
 /// and tasks to executors, runs deletions to completion (stop with connector_deleted =
@@ -26,8 +23,7 @@ pub const DEFAULT_LISTEN: &str = "127.0.0.1:7000";
 #[command(name = "wharf-control-plane", version)]
 pub struct Args {
     /// TOML file with settings (keys: listen, data_dir, lease_ms, heartbeat_interval_ms,
-    /// dev, example, store, etcd_endpoints, etcd_prefix, etcd_election_ttl_secs, advertise,
-    /// enable_test_plugins).
+    /// store, etcd_endpoints, etcd_prefix, etcd_election_ttl_secs, advertise, rest_listen).
     #[arg(long, env = "WHARF_CONFIG", value_name = "FILE")]
     pub config: Option<PathBuf>,
     /// Address to listen on, IP:PORT (port 0 picks a free port; the bound address is
@@ -46,18 +42,9 @@ pub struct Args {
     /// [default: 2000]
     #[arg(long, env = "WHARF_HEARTBEAT_INTERVAL_MS", value_name = "MS")]
     pub heartbeat_interval_ms: Option<u32>,
-    /// Development mode: also run an executor with the built-in plugins in this process
-    /// (file-source, file-sink, postgres-audit, sqlite-audit; embedded store, embedded
-    /// record log; nothing to install). Its data lives in <data-dir>/dev-executor.
-    /// [default: false]
-    #[arg(long, env = "WHARF_DEV", value_parser = BoolishValueParser::new())]
+    /// Dev mode moved to the `wharf-dev` binary; this hidden flag only says so.
+    #[arg(long, hide = true)]
     pub dev: bool,
-    /// With --dev: create the quickstart example if it is missing: the SQLite database
-    /// <data-dir>/example/shop.db (tables customers and orders), a `sqlite-audit`
-    /// connector `shop-audit` on it and a `file-sink` connector `shop-sink` writing
-    /// <data-dir>/example/audit.jsonl. [default: false]
-    #[arg(long, env = "WHARF_EXAMPLE", requires = "dev", value_parser = BoolishValueParser::new())]
-    pub example: bool,
     /// State store backend: `redb` (embedded file in the data dir, one replica) or `etcd`
     /// (shared by several replicas; one is elected leader and runs the herder, the others
     /// serve reads and forward the rest to it). See docs/state.md. [default: redb]
@@ -83,19 +70,12 @@ pub struct Args {
     /// [default: http://<bound address>]
     #[arg(long, env = "WHARF_ADVERTISE", value_name = "URL")]
     pub advertise: Option<String>,
-    /// With --dev: the in-process executor also offers the fault-injecting test plugins
-    /// test-source and test-sink (for tests only; ignored without --dev).
-    /// `--enable-test-plugins` alone means true. [default: false]
-    #[arg(
-        long,
-        env = "WHARF_ENABLE_TEST_PLUGINS",
-        value_name = "BOOL",
-        num_args = 0..=1,
-        require_equals = true,
-        default_missing_value = "true",
-        value_parser = BoolishValueParser::new()
-    )]
-    pub enable_test_plugins: Option<bool>,
+    /// Address of the Kafka Connect REST gateway (HTTP/1.1: Kafka Connect's routes, JSON
+    /// and status codes over the same admin logic as gRPC; see docs/rest.md), IP:PORT;
+    /// port 0 picks one and writes it to <data-dir>/rest.addr. `off` for none.
+    /// [default: off; `wharf-dev` turns it on at 127.0.0.1:8083]
+    #[arg(long, env = "WHARF_REST_LISTEN", value_name = "IP:PORT|off")]
+    pub rest_listen: Option<String>,
 }
 
 /// The `--config` file: every key optional; unknown keys are an error (a typo must not be
@@ -111,10 +91,6 @@ pub struct FileConfig {
     pub lease_ms: Option<u32>,
     /// See `--heartbeat-interval-ms`.
     pub heartbeat_interval_ms: Option<u32>,
-    /// See `--dev`.
-    pub dev: Option<bool>,
-    /// See `--example`.
-    pub example: Option<bool>,
     /// See `--store`.
     pub store: Option<String>,
     /// See `--etcd-endpoints`.
@@ -125,8 +101,8 @@ pub struct FileConfig {
     pub etcd_election_ttl_secs: Option<u32>,
     /// See `--advertise`.
     pub advertise: Option<String>,
-    /// See `--enable-test-plugins`.
-    pub enable_test_plugins: Option<bool>,
+    /// See `--rest-listen`.
+    pub rest_listen: Option<String>,
 }
 
 /// What the binary runs.
@@ -134,62 +110,12 @@ pub struct FileConfig {
 pub struct Settings {
     /// The control plane's settings.
     pub config: Config,
-    /// Run the in-process executor too.
-    pub dev: bool,
-    /// Create the quickstart example (only with `dev`).
-    pub example: bool,
     /// The state store backend.
     pub store: app::StoreOptions,
-    /// With `dev`: the in-process executor also offers `test-source` / `test-sink`.
-    pub enable_test_plugins: bool,
 }
 
-/// Why the settings could not be assembled.
-#[derive(Debug, thiserror::Error)]
-pub enum ConfigError {
-    /// The config file could not be read.
-    #[error("cannot read config file {path}: {source}")]
-    Read {
-        /// The file.
-        path: PathBuf,
-        /// Cause.
-        source: std::io::Error,
-    },
-    /// The config file is not valid TOML for these settings.
-    #[error("config file {path}: {message}")]
-    Parse {
-        /// The file.
-        path: PathBuf,
-        /// The parser's message (names the key and line).
-        message: String,
-    },
-    /// A required setting is missing everywhere.
-    #[error("missing setting {0}")]
-    Missing(&'static str),
-    /// A setting is set to an unusable value.
-    #[error("invalid setting {field}: {reason}")]
-    Invalid {
-        /// The setting.
-        field: &'static str,
-        /// Why.
-        reason: String,
-    },
-}
-
-/// Reads the TOML file at `path`.
-///
-/// # Errors
-/// [`ConfigError::Read`], [`ConfigError::Parse`].
-pub fn read_file(path: &Path) -> Result<FileConfig, ConfigError> {
-    let text = std::fs::read_to_string(path).map_err(|source| ConfigError::Read {
-        path: path.to_owned(),
-        source,
-    })?;
-    toml::from_str(&text).map_err(|e| ConfigError::Parse {
-        path: path.to_owned(),
-        message: e.to_string(),
-    })
-}
+/// Why the settings could not be assembled (shared by every binary).
+pub type ConfigError = wharf::config::SettingsError;
 
 impl Args {
     /// Merges flags/env (already merged by clap), the `--config` file and the defaults;
@@ -205,32 +131,31 @@ impl Args {
             lease_ms,
             heartbeat_interval_ms,
             dev,
-            example,
             store,
             etcd_endpoints,
             etcd_prefix,
             etcd_election_ttl_secs,
             advertise,
-            enable_test_plugins,
+            rest_listen,
         } = self;
-        let file = match &config {
-            Some(path) => read_file(path)?,
-            None => FileConfig::default(),
-        };
+        if dev {
+            return Err(ConfigError::Invalid {
+                field: "dev",
+                reason: "dev mode is its own binary now: run `wharf-dev` with the same flags (for example `wharf-dev --example --data-dir DIR`), see docs/quickstart.md".into(),
+            });
+        }
         let FileConfig {
             listen: file_listen,
             data_dir: file_data_dir,
             lease_ms: file_lease_ms,
             heartbeat_interval_ms: file_heartbeat_interval_ms,
-            dev: file_dev,
-            example: file_example,
             store: file_store,
             etcd_endpoints: file_etcd_endpoints,
             etcd_prefix: file_etcd_prefix,
             etcd_election_ttl_secs: file_etcd_election_ttl_secs,
             advertise: file_advertise,
-            enable_test_plugins: file_enable_test_plugins,
-        } = file;
+            rest_listen: file_rest_listen,
+        } = read_file(config.as_deref())?;
         let store = match store.or(file_store).as_deref() {
             None | Some("redb") => app::StoreOptions::Redb,
             Some("etcd") => {
@@ -240,15 +165,16 @@ impl Args {
                     etcd_endpoints
                 };
                 if endpoints.is_empty() {
-                    return Err(ConfigError::Missing(
-                        "etcd endpoints: --store etcd needs --etcd-endpoints URL[,URL...]",
-                    ));
+                    return Err(ConfigError::Missing {
+                        flag: "--etcd-endpoints",
+                        env: "WHARF_ETCD_ENDPOINTS",
+                        key: "etcd_endpoints",
+                    });
                 }
-                let election_ttl_secs = etcd_election_ttl_secs
-                    .or(file_etcd_election_ttl_secs)
-                    .unwrap_or(
-                        wharf_control_plane::store::etcd_election::DEFAULT_ELECTION_TTL_SECS,
-                    );
+                let election_ttl_secs =
+                    layer(etcd_election_ttl_secs, file_etcd_election_ttl_secs, || {
+                        wharf_control_plane::store::etcd_election::DEFAULT_ELECTION_TTL_SECS
+                    });
                 if election_ttl_secs < 2 {
                     return Err(ConfigError::Invalid {
                         field: "etcd-election-ttl-secs",
@@ -258,7 +184,7 @@ impl Args {
                 app::StoreOptions::Etcd {
                     etcd: wharf_control_plane::store::EtcdOptions {
                         endpoints,
-                        prefix: etcd_prefix.or(file_etcd_prefix).unwrap_or_else(|| {
+                        prefix: layer(etcd_prefix, file_etcd_prefix, || {
                             wharf_control_plane::store::DEFAULT_ETCD_PREFIX.into()
                         }),
                     },
@@ -273,48 +199,35 @@ impl Args {
                 });
             }
         };
-        if dev && matches!(store, app::StoreOptions::Etcd { .. }) {
-            return Err(ConfigError::Invalid {
-                field: "store",
-                reason: "--dev runs on the embedded store; drop --store etcd".into(),
-            });
-        }
-        let listen = match listen.or(file_listen) {
-            Some(addr) => addr,
-            None => DEFAULT_LISTEN.parse().map_err(|e| ConfigError::Invalid {
-                field: "listen",
-                reason: format!("{e}"),
-            })?,
+        let listen = layer(listen, file_listen, || app::DEFAULT_LISTEN);
+        let data_dir = required(
+            data_dir,
+            file_data_dir,
+            ("--data-dir", "WHARF_DATA_DIR", "data_dir"),
+        )?;
+        let rest_listen = match rest_listen.or(file_rest_listen).as_deref() {
+            None | Some("off") => None,
+            Some(addr) => Some(addr.parse().map_err(|e| ConfigError::Invalid {
+                field: "rest-listen",
+                reason: format!("{addr:?} is not IP:PORT or off: {e}"),
+            })?),
         };
-        let data_dir = data_dir.or(file_data_dir).ok_or(ConfigError::Missing(
-            "data dir: pass --data-dir DIR, set WHARF_DATA_DIR, or put data_dir = \"DIR\" in the --config file",
-        ))?;
-        let dev = dev || file_dev.unwrap_or(false);
-        let example = example || file_example.unwrap_or(false);
-        if example && !dev {
-            return Err(ConfigError::Invalid {
-                field: "example",
-                reason: "the quickstart example needs --dev (it runs on the in-process executor)"
-                    .into(),
-            });
-        }
         Ok(Settings {
             config: Config {
+                rest_listen,
+                rest_optional: false,
                 listen,
                 data_dir,
                 lease: LeaseConfig {
-                    lease_ms: lease_ms.or(file_lease_ms).unwrap_or(app::DEFAULT_LEASE_MS),
-                    heartbeat_interval_ms: heartbeat_interval_ms
-                        .or(file_heartbeat_interval_ms)
-                        .unwrap_or(app::DEFAULT_HEARTBEAT_INTERVAL_MS),
+                    lease_ms: layer(lease_ms, file_lease_ms, || app::DEFAULT_LEASE_MS),
+                    heartbeat_interval_ms: layer(
+                        heartbeat_interval_ms,
+                        file_heartbeat_interval_ms,
+                        || app::DEFAULT_HEARTBEAT_INTERVAL_MS,
+                    ),
                 },
             },
-            dev,
-            example,
             store,
-            enable_test_plugins: enable_test_plugins
-                .or(file_enable_test_plugins)
-                .unwrap_or(false),
         })
     }
 }
@@ -379,13 +292,12 @@ mod tests {
             lease_ms: None,
             heartbeat_interval_ms: None,
             dev: false,
-            example: false,
             store: None,
             etcd_endpoints: Vec::new(),
             etcd_prefix: None,
             etcd_election_ttl_secs: None,
             advertise: None,
-            enable_test_plugins: None,
+            rest_listen: None,
         }
         .build()
         .expect_err("missing");
@@ -393,25 +305,32 @@ mod tests {
     }
 
     #[test]
-    fn test_plugins_are_off_by_default_and_the_flag_wins_over_the_file() {
-        let dir = tempfile::tempdir().expect("tempdir");
-        let file = dir.path().join("cp.toml");
-        std::fs::write(&file, "data_dir = \"/tmp/x\"\nenable_test_plugins = true\n")
-            .expect("write");
-        let path = file.to_str().expect("utf8");
-        let default = parse(&["--data-dir", "/tmp/x", "--dev"])
+    fn dev_says_where_dev_mode_went() {
+        let err = parse(&["--data-dir", "/tmp/x", "--dev"])
+            .build()
+            .expect_err("--dev moved");
+        assert!(err.to_string().contains("wharf-dev"), "{err}");
+    }
+
+    #[test]
+    fn the_rest_gateway_is_off_by_default_and_the_flag_wins() {
+        let plain = parse(&["--data-dir", "/tmp/x"]).build().expect("builds");
+        assert_eq!(plain.config.rest_listen, None);
+        let off = parse(&["--data-dir", "/tmp/x", "--rest-listen", "off"])
             .build()
             .expect("builds");
-        assert!(!default.enable_test_plugins);
-        let from_file = parse(&["--config", path, "--dev"]).build().expect("builds");
-        assert!(from_file.enable_test_plugins);
-        let flag_off = parse(&["--config", path, "--dev", "--enable-test-plugins=false"])
+        assert_eq!(off.config.rest_listen, None);
+        let given = parse(&["--data-dir", "/tmp/x", "--rest-listen", "127.0.0.1:0"])
             .build()
             .expect("builds");
-        assert!(!flag_off.enable_test_plugins);
-        let flag_on = parse(&["--data-dir", "/tmp/x", "--dev", "--enable-test-plugins"])
+        assert_eq!(given.config.rest_listen.map(|a| a.port()), Some(0));
+        assert!(
+            !given.config.rest_optional,
+            "an asked-for address must bind"
+        );
+        let err = parse(&["--data-dir", "/tmp/x", "--rest-listen", "8083"])
             .build()
-            .expect("builds");
-        assert!(flag_on.enable_test_plugins);
+            .expect_err("not IP:PORT");
+        assert!(err.to_string().contains("rest-listen"), "{err}");
     }
 }

@@ -2,17 +2,15 @@
 //! it steps down (and its fenced store writes are refused) and the other replica leads.
 //! Run with `cargo test -p wharf-control-plane --test etcd_election`.
 
-mod etcd_support;
-
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use etcd_support::TestEtcd;
 use tokio::sync::watch;
 use tokio_util::sync::CancellationToken;
 use wharf_control_plane::store::etcd_election::{Election, Role};
 use wharf_control_plane::store::seal::Sealer;
 use wharf_control_plane::store::{EtcdOptions, EtcdStore, StateStore, StoreError};
+use wharf_harness::etcd::TestEtcd;
 
 /// Election TTL in the test, in seconds (etcd's shortest).
 const TTL_SECS: u32 = 2;

@@ -187,6 +187,8 @@ async fn setup(
             lease_ms: LEASE_MS,
             heartbeat_interval_ms: HEARTBEAT_MS,
         },
+        rest_listen: None,
+        rest_optional: false,
     })
     .await
     .unwrap();

@@ -15,7 +15,7 @@ use crate::grpc::ExecutorService;
 use crate::host::Host;
 use crate::log::{LogConfig, LogError};
 use crate::registry_client::{Fence, Registry, RegistryError};
-use crate::runtime::spawn_named;
+use wharf::task::{TaskKind, spawn};
 
 /// Default bound on the stops run at shutdown (SIGTERM), in milliseconds.
 pub const DEFAULT_GRACEFUL_TIMEOUT_MS: u64 = 10_000;
@@ -113,6 +113,31 @@ pub enum AppError {
     Reflection(String),
 }
 
+impl AppError {
+    /// What the operator can do about a start failure.
+    pub fn hint(&self) -> Option<String> {
+        match self {
+            AppError::Bind { addr, source } if source.kind() == std::io::ErrorKind::AddrInUse => {
+                Some(format!(
+                    "{addr} is taken (another executor?); pick another --listen (port 0 picks a free one)"
+                ))
+            }
+            AppError::Bind { .. } => Some("check that --listen names an address of this host".into()),
+            AppError::DataDir { path, .. } => Some(format!(
+                "check that {} is writable and not used by another executor, or choose another --data-dir",
+                path.display()
+            )),
+            AppError::RecordLog(_) => Some(
+                "without --nats-url: another executor may be using this --data-dir (stop it or choose another); with it: check that NATS runs with JetStream enabled (nats-server -js) at that URL".into(),
+            ),
+            AppError::Registry(_) => {
+                Some("check --control-plane: a URL like http://127.0.0.1:7000".into())
+            }
+            _ => None,
+        }
+    }
+}
+
 /// Starts executors.
 pub struct ExecutorApp;
 
@@ -191,7 +216,7 @@ impl ExecutorApp {
         write_listen_addr(&data_dir, local_addr)?;
         let cancel = CancellationToken::new();
         let server_cancel = cancel.child_token();
-        let server = spawn_named("executor grpc server", async move {
+        let server = spawn(TaskKind::Service, "executor grpc server", async move {
             // TCP_NODELAY: without it a second small answer on a connection waits for the
             // peer's delayed ACK (about 40 ms on Linux), as StopTask answers in a fan-out did.
             let incoming =
@@ -207,7 +232,8 @@ impl ExecutorApp {
         registry.report_hosted(Arc::new(move || crate::grpc::hosted_wire(&hosted)));
         let mut loops = Vec::new();
         if let Some(fences) = registry.take_fences() {
-            loops.push(spawn_named(
+            loops.push(spawn(
+                TaskKind::Service,
                 "self-fencing",
                 carry_out_fences(fences, host.clone(), graceful_timeout, cancel.child_token()),
             ));

@@ -3,12 +3,14 @@
 //! default. Every option is documented in `docs/configuration.md`.
 
 use std::net::SocketAddr;
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::time::Duration;
 
-use crate::app::{DEFAULT_GRACEFUL_TIMEOUT_MS, ExecutorConfig};
 use clap::Parser;
 use serde::Deserialize;
+use wharf::config::{layer, read_file, required};
+
+use crate::app::{DEFAULT_GRACEFUL_TIMEOUT_MS, ExecutorConfig};
 
 /// Wharf executor: runs connector instances and tasks assigned by the control plane and
 /// stops them with connector_deleted=true only when their connector was deleted
@@ -93,61 +95,8 @@ pub struct FileConfig {
     pub enable_test_plugins: Option<bool>,
 }
 
-/// Why the settings could not be assembled.
-#[derive(Debug, thiserror::Error)]
-pub enum ConfigError {
-    /// The config file could not be read.
-    #[error("cannot read config file {path}: {source}")]
-    Read {
-        /// The file.
-        path: PathBuf,
-        /// Cause.
-        source: std::io::Error,
-    },
-    /// The config file is not valid TOML for these settings.
-    #[error("config file {path}: {message}")]
-    Parse {
-        /// The file.
-        path: PathBuf,
-        /// The parser's message (names the key and line).
-        message: String,
-    },
-    /// A setting is set to an unusable value.
-    #[error("invalid setting {field}: {reason}")]
-    Invalid {
-        /// The setting.
-        field: &'static str,
-        /// Why, and what to write instead.
-        reason: String,
-    },
-    /// A required setting is missing everywhere.
-    #[error(
-        "missing setting {flag}: pass {flag} ..., set {env}, or put {key} = ... in the --config file"
-    )]
-    Missing {
-        /// Flag.
-        flag: &'static str,
-        /// Environment variable.
-        env: &'static str,
-        /// File key.
-        key: &'static str,
-    },
-}
-
-/// Reads the TOML file at `path`.
-///
-/// # Errors
-/// [`ConfigError::Read`], [`ConfigError::Parse`].
-pub fn read_file(path: &Path) -> Result<FileConfig, ConfigError> {
-    let text = std::fs::read_to_string(path).map_err(|source| ConfigError::Read {
-        path: path.to_owned(),
-        source,
-    })?;
-    toml::from_str(&text).map_err(|e| ConfigError::Parse {
-        path: path.to_owned(),
-        message: e.to_string(),
-    })
-}
+/// Why the settings could not be assembled (shared by every binary).
+pub type ConfigError = wharf::config::SettingsError;
 
 impl Cli {
     /// Merges flags/env (merged by clap), the `--config` file and the defaults;
@@ -179,10 +128,6 @@ impl Cli {
             nats_url,
             enable_test_plugins,
         } = self;
-        let file = match &config {
-            Some(path) => read_file(path)?,
-            None => FileConfig::default(),
-        };
         let FileConfig {
             listen: file_listen,
             control_plane: file_control_plane,
@@ -192,19 +137,13 @@ impl Cli {
             graceful_timeout_ms: file_graceful_timeout_ms,
             nats_url: file_nats_url,
             enable_test_plugins: file_enable_test_plugins,
-        } = file;
-        let listen = listen.or(file_listen).ok_or(ConfigError::Missing {
-            flag: "--listen",
-            env: "WHARF_LISTEN",
-            key: "listen",
-        })?;
-        let control_plane = control_plane
-            .or(file_control_plane)
-            .ok_or(ConfigError::Missing {
-                flag: "--control-plane",
-                env: "WHARF_CONTROL_PLANE",
-                key: "control_plane",
-            })?;
+        } = read_file(config.as_deref())?;
+        let listen = required(listen, file_listen, ("--listen", "WHARF_LISTEN", "listen"))?;
+        let control_plane = required(
+            control_plane,
+            file_control_plane,
+            ("--control-plane", "WHARF_CONTROL_PLANE", "control_plane"),
+        )?;
         let urls: Vec<&str> = control_plane.split(',').map(str::trim).collect();
         for url in &urls {
             if !(url.starts_with("http://") || url.starts_with("https://")) {
@@ -216,25 +155,21 @@ impl Cli {
                 });
             }
         }
-        let data_dir = data_dir.or(file_data_dir).ok_or(ConfigError::Missing {
-            flag: "--data-dir",
-            env: "WHARF_DATA_DIR",
-            key: "data_dir",
-        })?;
+        let data_dir = required(
+            data_dir,
+            file_data_dir,
+            ("--data-dir", "WHARF_DATA_DIR", "data_dir"),
+        )?;
         let mut out = ExecutorConfig::new(listen, control_plane, data_dir);
         out.advertise = advertise.or(file_advertise);
         out.executor_id = executor_id.or(file_executor_id);
-        out.graceful_timeout = Duration::from_millis(
-            graceful_timeout_ms
-                .or(file_graceful_timeout_ms)
-                .unwrap_or(DEFAULT_GRACEFUL_TIMEOUT_MS),
-        );
+        out.graceful_timeout =
+            Duration::from_millis(layer(graceful_timeout_ms, file_graceful_timeout_ms, || {
+                DEFAULT_GRACEFUL_TIMEOUT_MS
+            }));
         out.nats_url = nats_url.or(file_nats_url);
         out.plugins = plugins;
-        if enable_test_plugins
-            .or(file_enable_test_plugins)
-            .unwrap_or(false)
-        {
+        if layer(enable_test_plugins, file_enable_test_plugins, || false) {
             out.enable_test_plugins();
         }
         Ok(out)

@@ -16,7 +16,6 @@
 //! ```
 
 use std::ffi::OsString;
-use std::io::IsTerminal;
 use std::process::ExitCode;
 use std::time::Duration;
 
@@ -166,7 +165,7 @@ impl ExecutorBuilder {
         self,
         args: impl IntoIterator<Item = impl Into<OsString> + Clone>,
     ) -> ExitCode {
-        init_telemetry();
+        wharf::telemetry::init();
         let matches = match self.command().try_get_matches_from(args) {
             Ok(m) => m,
             // --help and --version print and exit 0; a bad flag prints and exits 2.
@@ -190,20 +189,6 @@ impl ExecutorBuilder {
         };
         run_config(self.name, config)
     }
-}
-
-fn init_telemetry() {
-    // RUST_LOG when set; otherwise INFO, so that an operator sees what it does. A second
-    // init (an embedding program already set one up) is not an error.
-    let _ = tracing_subscriber::fmt()
-        .with_env_filter(
-            tracing_subscriber::EnvFilter::builder()
-                .with_default_directive(tracing::Level::INFO.into())
-                .from_env_lossy(),
-        )
-        .with_writer(std::io::stderr)
-        .with_ansi(std::io::stderr().is_terminal())
-        .try_init();
 }
 
 /// Runs an executor with `config` on its own runtime until a shutdown signal.
@@ -233,7 +218,7 @@ fn run_config(name: &str, config: ExecutorConfig) -> ExitCode {
                 source = s.source();
             }
             eprintln!("{name}: {text}");
-            if let Some(hint) = hint(&e) {
+            if let Some(hint) = e.hint() {
                 eprintln!("hint: {hint}");
             }
             ExitCode::FAILURE
@@ -246,29 +231,6 @@ async fn run(config: ExecutorConfig) -> Result<(), AppError> {
     wharf::server::shutdown_signal().await;
     running.shutdown().await;
     Ok(())
-}
-
-/// What the operator can do about a start failure.
-fn hint(e: &AppError) -> Option<String> {
-    match e {
-        AppError::Bind { addr, source } if source.kind() == std::io::ErrorKind::AddrInUse => {
-            Some(format!(
-                "{addr} is taken (another executor?); pick another --listen (port 0 picks a free one)"
-            ))
-        }
-        AppError::Bind { .. } => Some("check that --listen names an address of this host".into()),
-        AppError::DataDir { path, .. } => Some(format!(
-            "check that {} is writable and not used by another executor, or choose another --data-dir",
-            path.display()
-        )),
-        AppError::RecordLog(_) => Some(
-            "without --nats-url: another executor may be using this --data-dir (stop it or choose another); with it: check that NATS runs with JetStream enabled (nats-server -js) at that URL".into(),
-        ),
-        AppError::Registry(_) => {
-            Some("check --control-plane: a URL like http://127.0.0.1:7000".into())
-        }
-        _ => None,
-    }
 }
 
 #[cfg(test)]

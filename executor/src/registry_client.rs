@@ -28,7 +28,7 @@ use wharf::ids::TaskKey;
 use wharf::pb::v1 as pb;
 use wharf::pb::v1::executor_registry_client::ExecutorRegistryClient;
 
-use crate::runtime::spawn_named;
+use wharf::task::{TaskKind, spawn};
 
 /// Bound on one registry call, in milliseconds.
 pub const REGISTRY_RPC_TIMEOUT_MS: u64 = 5_000;
@@ -342,19 +342,25 @@ impl Registry {
         };
         let me = self.clone();
         let connector = connector.to_owned();
-        runtime.spawn(async move {
-            let req = pb::RequestTaskReconfigurationRequest {
-                executor_id: me.executor_id.clone(),
-                epoch: me.epoch(),
-                connector: connector.clone(),
-                generation,
-            };
-            let (used, mut client) = me.client();
-            if let Err(e) = client.request_task_reconfiguration(req).await {
-                me.note_failure(used, &e);
-                tracing::warn!(connector = %connector, error = %e, "task reconfiguration request failed");
-            }
-        });
+        // On the service runtime even when asked from a plugin thread.
+        let _entered = runtime.enter();
+        spawn(
+            TaskKind::Detached,
+            "task reconfiguration request",
+            async move {
+                let req = pb::RequestTaskReconfigurationRequest {
+                    executor_id: me.executor_id.clone(),
+                    epoch: me.epoch(),
+                    connector: connector.clone(),
+                    generation,
+                };
+                let (used, mut client) = me.client();
+                if let Err(e) = client.request_task_reconfiguration(req).await {
+                    me.note_failure(used, &e);
+                    tracing::warn!(connector = %connector, error = %e, "task reconfiguration request failed");
+                }
+            },
+        );
     }
 
     /// Starts the registration/heartbeat loop and the report loop; both end when `cancel`
@@ -362,11 +368,16 @@ impl Registry {
     pub fn run(self: &Arc<Self>, cancel: CancellationToken) -> Vec<JoinHandle<()>> {
         let _ = self.service.set(tokio::runtime::Handle::current());
         vec![
-            spawn_named(
+            spawn(
+                TaskKind::Service,
                 "registration and heartbeats",
                 self.clone().heartbeat_loop(cancel.clone()),
             ),
-            spawn_named("status reports", self.clone().report_loop(cancel)),
+            spawn(
+                TaskKind::Service,
+                "status reports",
+                self.clone().report_loop(cancel),
+            ),
         ]
     }
 

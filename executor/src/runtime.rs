@@ -15,17 +15,6 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use tokio::sync::oneshot;
 use tokio::task::JoinHandle;
 
-/// Spawns executor work on the current (process) runtime under a name that appears in its
-/// tracing span. A panic inside comes back as the handle's `JoinError`.
-pub(crate) fn spawn_named<F>(name: &'static str, fut: F) -> JoinHandle<F::Output>
-where
-    F: std::future::Future + Send + 'static,
-    F::Output: Send + 'static,
-{
-    use tracing::Instrument;
-    tokio::spawn(fut.instrument(tracing::debug_span!("background", task = name)))
-}
-
 /// One OS thread running a current-thread tokio runtime, for the plugin calls and the
 /// work loop of one instance. Futures spawned on it run only there; their handles can be
 /// awaited (and aborted) from any runtime. Dropping or [`shut_down`](Self::shut_down)

@@ -314,21 +314,35 @@ fn looks_secret(key: &str) -> bool {
     SECRET_NAME_FRAGMENTS.iter().any(|s| k.contains(s))
 }
 
-/// The type error of an integer value, `None` when it is one: only ASCII digits with an
-/// optional leading `-`, no spaces, no `+`, and within `min..=max`.
+/// The type error of an integer value, `None` when it is one: written canonically (ASCII
+/// digits with an optional leading `-`, no `+`, no spaces, no leading zeros, so that
+/// "03" cannot be read as 3 here and as octal elsewhere) and within `min..=max`. Each
+/// message says what is allowed.
 fn integer_error(value: &str, fits: bool, bits: &str, min: i64, max: i64) -> Option<String> {
     let digits = value.strip_prefix('-').unwrap_or(value);
     let well_formed = !digits.is_empty() && digits.bytes().all(|b| b.is_ascii_digit());
-    if well_formed && fits {
+    let leading_zero = digits.len() > 1 && digits.starts_with('0');
+    let allowed = format!(
+        "allowed: a {bits} integer from {min} to {max}, in plain digits with an optional leading '-'"
+    );
+    if well_formed && fits && !leading_zero {
         None
     } else if value.trim() != value {
         Some(format!(
-            "is not a {bits} integer: remove the spaces around it"
+            "is not an integer: remove the spaces around it ({allowed})"
         ))
     } else if value.starts_with('+') {
-        Some(format!("is not a {bits} integer: write it without '+'"))
+        Some(format!(
+            "is not an integer: write it without '+' ({allowed})"
+        ))
+    } else if well_formed && leading_zero {
+        Some(format!(
+            "is not an integer: write it without leading zeros ({allowed})"
+        ))
+    } else if well_formed {
+        Some(format!("is out of range ({allowed})"))
     } else {
-        Some(format!("is not a {bits} integer (range {min}..{max})"))
+        Some(format!("is not an integer ({allowed})"))
     }
 }
 
@@ -341,31 +355,46 @@ fn positive_int(value: &str) -> Result<(), String> {
     }
 }
 
+/// Config key naming the plugin that runs a connector (Kafka Connect's `connector.class`).
+pub const CONNECTOR_CLASS: &str = "connector.class";
+/// Config key bounding the number of a connector's tasks.
+pub const TASKS_MAX: &str = "tasks.max";
+/// Config key: how long one stop(connector_deleted = true) may take, in milliseconds.
+pub const CLEANUP_TIMEOUT_MS: &str = "cleanup.timeout.ms";
+/// Config key: attempts per cleanup step before it is reported as failed.
+pub const CLEANUP_MAX_ATTEMPTS: &str = "cleanup.max.attempts";
+/// Config key: `keep-trying` or `give-up` after `cleanup.max.attempts`.
+pub const CLEANUP_POLICY: &str = "cleanup.policy";
+/// Default of [`CLEANUP_TIMEOUT_MS`], in milliseconds.
+pub const DEFAULT_CLEANUP_TIMEOUT_MS: u32 = 30_000;
+/// Default of [`CLEANUP_MAX_ATTEMPTS`].
+pub const DEFAULT_CLEANUP_MAX_ATTEMPTS: u32 = 5;
+
 /// The keys every connector takes, whatever its plugin: `connector.class`, `tasks.max`
 /// and the runtime's cleanup settings (lifecycle contract, points 6 and 12).
 pub fn runtime_config_def() -> ConfigDef {
     ConfigDef::new()
         .define(
-            ConfigKey::new("connector.class", ConfigType::String, Importance::High, "Name of the plugin that runs this connector, as listed by ListConnectorPlugins.")
+            ConfigKey::new(CONNECTOR_CLASS, ConfigType::String, Importance::High, "Name of the plugin that runs this connector, as listed by ListConnectorPlugins.")
                 .required(),
         )
         .define(
-            ConfigKey::new("tasks.max", ConfigType::Int, Importance::High, "Upper bound on the number of tasks; a positive integer.")
+            ConfigKey::new(TASKS_MAX, ConfigType::Int, Importance::High, "Upper bound on the number of tasks; a positive integer.")
                 .default_value("1")
                 .validator(positive_int),
         )
         .define(
-            ConfigKey::new("cleanup.timeout.ms", ConfigType::Long, Importance::Medium, "How long one stop(connector_deleted = true) may take, in milliseconds, before the attempt counts as failed.")
-                .default_value("30000")
+            ConfigKey::new(CLEANUP_TIMEOUT_MS, ConfigType::Long, Importance::Medium, "How long one stop(connector_deleted = true) may take, in milliseconds, before the attempt counts as failed.")
+                .default_value(&DEFAULT_CLEANUP_TIMEOUT_MS.to_string())
                 .validator(positive_int),
         )
         .define(
-            ConfigKey::new("cleanup.max.attempts", ConfigType::Int, Importance::Medium, "Attempts per cleanup step before it is reported as failed (and, with cleanup.policy=give-up, left out with a leak report).")
-                .default_value("5")
+            ConfigKey::new(CLEANUP_MAX_ATTEMPTS, ConfigType::Int, Importance::Medium, "Attempts per cleanup step before it is reported as failed (and, with cleanup.policy=give-up, left out with a leak report).")
+                .default_value(&DEFAULT_CLEANUP_MAX_ATTEMPTS.to_string())
                 .validator(positive_int),
         )
         .define(
-            ConfigKey::new("cleanup.policy", ConfigType::String, Importance::Low, "After cleanup.max.attempts: keep-trying stays DELETING until retried or forced; give-up finishes the deletion and keeps a leak report.")
+            ConfigKey::new(CLEANUP_POLICY, ConfigType::String, Importance::Low, "After cleanup.max.attempts: keep-trying stays DELETING until retried or forced; give-up finishes the deletion and keeps a leak report.")
                 .default_value("keep-trying")
                 .one_of(&["keep-trying", "give-up"]),
         )
@@ -422,15 +451,18 @@ mod tests {
             (" 2", "remove the spaces"),
             ("2 ", "remove the spaces"),
             ("+2", "without '+'"),
+            ("03", "without leading zeros"),
+            ("-03", "without leading zeros"),
+            ("00", "without leading zeros"),
             (
                 "2.0",
-                "is not a 32-bit integer (range -2147483648..2147483647)",
+                "is not an integer (allowed: a 32-bit integer from -2147483648 to 2147483647",
             ),
-            ("", "is not a 32-bit integer (range"),
-            ("-", "is not a 32-bit integer (range"),
+            ("", "is not an integer (allowed"),
+            ("-", "is not an integer (allowed"),
             (
                 "99999999999999999999",
-                "is not a 32-bit integer (range -2147483648..2147483647)",
+                "is out of range (allowed: a 32-bit integer from -2147483648 to 2147483647",
             ),
             ("0", "must be a positive integer"),
             ("-3", "must be a positive integer"),
@@ -447,7 +479,7 @@ mod tests {
                 .is_empty()
         );
         let too_big = long.validate(&config(&[("n", "9223372036854775808")]));
-        assert!(too_big[0].errors[0].contains("is not a 64-bit integer (range"));
+        assert!(too_big[0].errors[0].contains("is out of range (allowed: a 64-bit integer"));
     }
 
     #[test]

@@ -8,8 +8,11 @@ use tokio_util::sync::CancellationToken;
 pub struct ConnectorContext {
     /// Connector name.
     pub connector: String,
-    /// Identifies this incarnation: a connector deleted and created again under the same
-    /// name gets a new one. Useful to tag provisioned resources.
+    /// Identifies this incarnation: an opaque, non-empty text, the same on every executor
+    /// and for the cleanup-only instances of a deletion; a connector deleted and created
+    /// again under the same name gets a new one. A plugin SHOULD record it with what it
+    /// provisions and check it before removing anything, so that a late cleanup of a
+    /// deleted incarnation never removes what its successor made.
     pub incarnation: String,
     /// True when started only to run cleanup: the next call is `stop_with(true)`.
     pub cleanup_only: bool,
@@ -60,9 +63,12 @@ impl std::fmt::Debug for ConnectorContext {
 pub struct TaskContext {
     /// Connector name.
     pub connector: String,
-    /// Task index, from 0.
+    /// Task index, from 0: the position of this task's config in
+    /// [`Connector::task_configs`](super::Connector::task_configs). Name per-task
+    /// resources with it.
     pub task: u32,
-    /// Identifies the connector's incarnation (see [`ConnectorContext::incarnation`]).
+    /// Identifies the connector's incarnation (see [`ConnectorContext::incarnation`]):
+    /// check it before removing a per-task resource.
     pub incarnation: String,
     /// True when started only to run cleanup: no poll or put follows, only
     /// `stop_with(true)`.

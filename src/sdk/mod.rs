@@ -1,22 +1,42 @@
 //! The connector SDK: what a plugin implements, in the shape of Kafka Connect's API with
-//! the deletion-aware stops of KIP-883 (connector) and KIP-901 (tasks).
+//! the deletion-aware stops of KIP-883 (connector) and KIP-901 (tasks). This module is
+//! the public surface a connector author depends on (semver-relevant changes are listed
+//! in CHANGELOG.md); docs/connector-guide.md walks through writing a source and a sink,
+//! and `wharf-testkit` checks a plugin against the contract below.
 //!
-//! Guarantees the runtime gives every plugin instance:
+//! # Guarantees the runtime gives every plugin instance
 //! - `start` is called once, before anything else;
 //! - `stop` (one of [`Connector::stop_with`], [`SourceTask::stop_with`],
-//!   [`SinkTask::stop_with`]) is called at most once, after `start` returned, and never
-//!   while `poll`, `put` or `flush` runs: a pending `poll` is cancelled (its future
-//!   dropped) before the stop begins;
+//!   [`SinkTask::stop_with`]) is called at most once per instance, after `start`
+//!   returned (also when `start` failed), and never while `poll`, `put` or `flush` runs:
+//!   a pending `poll` is cancelled (its future dropped) before the stop begins;
 //! - `connector_deleted` is `true` exactly when the operator deleted the connector;
-//!   restart, reconfiguration, rebalance, pause, the STOPPED state, executor shutdown and
-//!   control-plane failover all pass `false`;
-//! - a stop is bounded by a timeout; an instance that overruns it is abandoned (never
-//!   called again) and its output fenced;
+//!   restart, reconfiguration, rebalance, pause, the STOPPED state, executor shutdown,
+//!   control-plane failover and a delete with `keep_resources` all pass `false`;
+//! - on deletion every task gets its `stop_with(true)` before the connector instance
+//!   gets its own, so the connector removes what the tasks shared;
+//! - a stop is bounded by a timeout (`cleanup.timeout.ms` for deletions); an instance
+//!   that overruns it is abandoned (never called again) and its output fenced;
 //! - after stop the instance is dropped.
 //!
-//! Cleanup code must be idempotent and must tolerate a `start` that never ran or half ran:
-//! cleanup is at least once, and may run on a fresh instance started in cleanup-only mode
-//! on another executor ([`ConnectorContext::cleanup_only`], [`TaskContext::cleanup_only`]).
+//! # What a plugin MUST do
+//! - remove external resources only in `stop_with(true)`, and only those this connector
+//!   incarnation provisioned ([`ConnectorContext::incarnation`]): never a resource the
+//!   user made, never one of another connector or of a later incarnation with the same
+//!   name;
+//! - make cleanup idempotent and tolerant of a `start` that never ran or half ran:
+//!   cleanup is at least once, and may run on a fresh instance started in cleanup-only
+//!   mode on another executor ([`ConnectorContext::cleanup_only`],
+//!   [`TaskContext::cleanup_only`]), with the last config;
+//! - provision nothing in a cleanup-only start;
+//! - name external resources from the connector name (and config) so that a fresh
+//!   instance on any executor finds them again.
+//!
+//! # Reporting a failure
+//! Any call returns a [`PluginResult`]: an `Err` fails that call, and its text is shown
+//! to the operator as is (in the task's or connector's status, and in the deletion's
+//! step for a failed cleanup, which the runtime retries). It MUST NOT contain secrets.
+//! A plugin SHOULD NOT panic: a panic is treated as a failed call.
 
 mod config_def;
 mod connector;
@@ -27,7 +47,9 @@ mod sink;
 mod source;
 
 pub use config_def::{
-    ConfigDef, ConfigKey, ConfigType, ConfigValue, Importance, REDACTED, runtime_config_def,
+    CLEANUP_MAX_ATTEMPTS, CLEANUP_POLICY, CLEANUP_TIMEOUT_MS, CONNECTOR_CLASS, ConfigDef,
+    ConfigKey, ConfigType, ConfigValue, DEFAULT_CLEANUP_MAX_ATTEMPTS, DEFAULT_CLEANUP_TIMEOUT_MS,
+    Importance, REDACTED, TASKS_MAX, runtime_config_def,
 };
 pub use connector::Connector;
 pub use context::{ConnectorContext, TaskContext};

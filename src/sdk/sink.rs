@@ -8,15 +8,27 @@ use super::{ConfigMap, PluginResult, SinkRecord, TaskContext};
 #[async_trait]
 pub trait SinkTask: Send {
     /// Starts the task with its task config. Called once, first. In cleanup-only mode
-    /// `put` and `flush` are never called.
+    /// `put` and `flush` are never called and it MUST provision nothing.
+    ///
+    /// # Errors
+    /// Fails the task (status FAILED with the text); a deletion still stops it.
     async fn start(&mut self, ctx: TaskContext, config: ConfigMap) -> PluginResult<()>;
 
     /// Writes a batch. The runtime acknowledges the records only after a later `flush`
     /// returned, so `put` may buffer.
+    ///
+    /// # Errors
+    /// Fails the task; the records of the batch are not acknowledged.
     async fn put(&mut self, records: Vec<SinkRecord>) -> PluginResult<()>;
 
-    /// Makes everything given to `put` so far durable. `offsets` maps each topic to the
-    /// next position to read (one past the last record given).
+    /// Makes everything given to `put` so far durable: it MUST return only once the
+    /// external system holds it (a broker confirm, a commit, an fsync), because the
+    /// runtime then acknowledges those records and never delivers them again. `offsets`
+    /// maps each topic to the next position to read (one past the last record given).
+    ///
+    /// # Errors
+    /// Fails the task; nothing since the last successful flush is acknowledged, so it is
+    /// delivered again (at least once).
     async fn flush(&mut self, offsets: &BTreeMap<String, u64>) -> PluginResult<()> {
         let _ = offsets;
         Ok(())
@@ -28,8 +40,12 @@ pub trait SinkTask: Send {
     }
 
     /// The deletion-aware stop of KIP-901. `connector_deleted` is `true` only when the
-    /// operator deleted the connector: then remove what this task provisioned. The
-    /// default calls [`SinkTask::stop`].
+    /// operator deleted the connector: then it MUST remove what this task provisioned,
+    /// succeed when it is gone, and leave everything else; with `false` it MUST leave
+    /// every external resource. The default calls [`SinkTask::stop`].
+    ///
+    /// # Errors
+    /// With `true`, marks this cleanup step failed; the runtime retries it.
     async fn stop_with(&mut self, connector_deleted: bool) -> PluginResult<()> {
         let _ = connector_deleted;
         self.stop().await

@@ -398,6 +398,7 @@ mod tests {
             " 3",
             "3 ",
             "+3",
+            "03",
             "99999999999999999999",
         ] {
             let e = raw("c", &[("connector.class", "p"), ("tasks.max", bad)]).unwrap_err();
@@ -405,7 +406,12 @@ mod tests {
         }
         assert_eq!(
             parse_tasks_max("99999999999999999999").unwrap_err(),
-            "value \"99999999999999999999\" is not a 32-bit integer (range -2147483648..2147483647)"
+            "value \"99999999999999999999\" is out of range (allowed: a 32-bit integer from -2147483648 to 2147483647, in plain digits with an optional leading '-')"
+        );
+        let e = raw("c", &[("connector.class", "p"), ("tasks.max", "03")]).unwrap_err();
+        assert_eq!(
+            e.to_string(),
+            "invalid config[tasks.max]: value \"03\" is not an integer: write it without leading zeros (allowed: a 32-bit integer from -2147483648 to 2147483647, in plain digits with an optional leading '-')"
         );
         assert!(
             parse_tasks_max("0")

@@ -8,21 +8,11 @@ use serde::{Deserialize, Serialize};
 use wharf::ids::ConnectorName;
 use wharf::sdk::ConfigMap;
 
-/// Config key naming the plugin.
-pub const CONNECTOR_CLASS: &str = "connector.class";
-/// Config key bounding the number of tasks.
-pub const TASKS_MAX: &str = "tasks.max";
-/// Config key: how long one stop(connector_deleted = true) may take, in milliseconds.
-pub const CLEANUP_TIMEOUT_MS: &str = "cleanup.timeout.ms";
-/// Config key: attempts per cleanup step before it is reported as failed.
-pub const CLEANUP_MAX_ATTEMPTS: &str = "cleanup.max.attempts";
-/// Config key: `keep-trying` or `give-up` after `cleanup.max.attempts`.
-pub const CLEANUP_POLICY: &str = "cleanup.policy";
-
-/// Default of `cleanup.timeout.ms`, in milliseconds.
-pub const DEFAULT_CLEANUP_TIMEOUT_MS: u32 = 30_000;
-/// Default of `cleanup.max.attempts`.
-pub const DEFAULT_CLEANUP_MAX_ATTEMPTS: u32 = 5;
+// The runtime's config keys, defined once in the SDK (`wharf::sdk`).
+pub use wharf::sdk::{
+    CLEANUP_MAX_ATTEMPTS, CLEANUP_POLICY, CLEANUP_TIMEOUT_MS, CONNECTOR_CLASS,
+    DEFAULT_CLEANUP_MAX_ATTEMPTS, DEFAULT_CLEANUP_TIMEOUT_MS, TASKS_MAX,
+};
 
 /// A connector config that passed validation at the edge: its name, plugin and
 /// tasks.max are known to be well formed.

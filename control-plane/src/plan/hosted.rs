@@ -7,14 +7,15 @@
 
 use std::collections::BTreeSet;
 
-use crate::model::{ConnectorRecord, InstanceState};
+use crate::model::{ConnectorRecord, InstanceState, TargetState};
 
 /// One instance: connector name, task index (`None`: the connector instance), generation.
 pub type InstanceKey = (String, Option<u32>, u64);
 
 /// Instances recorded RUNNING on `executor` at `epoch` that `hosted` (everything the
-/// executor reports it hosts) does not list. Connectors being deleted are the
-/// finalizer's and are left out.
+/// executor reports it hosts) does not list. Only connectors whose target is STARTED are
+/// judged: a paused or stopped one is being stopped by the herder (an instance whose stop
+/// runs is no longer listed), and a deleting one is the finalizer's.
 pub fn missing<'a>(
     records: impl IntoIterator<Item = &'a ConnectorRecord>,
     executor: &str,
@@ -23,7 +24,7 @@ pub fn missing<'a>(
 ) -> BTreeSet<InstanceKey> {
     let mut out = BTreeSet::new();
     for r in records {
-        if r.deleting {
+        if r.deleting || r.target != TargetState::Started {
             continue;
         }
         let units = std::iter::once((None, &r.connector))
@@ -49,7 +50,7 @@ pub fn gone(previous: &BTreeSet<InstanceKey>, now: &BTreeSet<InstanceKey>) -> Ve
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::model::{ConnectorSpec, Instance, TargetState};
+    use crate::model::{ConnectorSpec, Instance};
     use std::num::NonZeroU32;
 
     fn record(state: InstanceState) -> ConnectorRecord {
@@ -92,6 +93,15 @@ mod tests {
     fn a_start_in_flight_or_a_failed_instance_is_not_judged() {
         for s in [InstanceState::Restarting, InstanceState::Failed] {
             assert!(missing([&record(s)], "e", 7, &BTreeSet::new()).is_empty());
+        }
+    }
+
+    #[test]
+    fn a_paused_or_stopped_connector_is_left_to_the_herder() {
+        for t in [TargetState::Paused, TargetState::Stopped] {
+            let mut r = record(InstanceState::Running);
+            r.target = t;
+            assert!(missing([&r], "e", 7, &BTreeSet::new()).is_empty());
         }
     }
 

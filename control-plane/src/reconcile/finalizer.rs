@@ -122,18 +122,23 @@ pub async fn run_finalizer(cluster: Arc<Cluster>, cancel: CancellationToken) {
                     let c = cluster.clone();
                     let name = d.name.clone();
                     cluster.set_cleanup_in_flight(&name, true);
-                    let handle = tokio::spawn(async move {
-                        let result = advance(&c, &name).await;
-                        c.set_cleanup_in_flight(&name, false);
-                        match result {
-                            // It wrote while this pass skipped it: look again now.
-                            Ok(true) => c.finalizer_wake.notify_one(),
-                            Ok(false) => {}
-                            Err(e) => {
-                                warn!(connector = %name, error = %e, "deletion step failed; retrying");
+                    // Not awaited: a later pass sees it finished; aborted at shutdown.
+                    let handle = wharf::task::spawn(
+                        wharf::task::TaskKind::Detached,
+                        "deletion step",
+                        async move {
+                            let result = advance(&c, &name).await;
+                            c.set_cleanup_in_flight(&name, false);
+                            match result {
+                                // It wrote while this pass skipped it: look again now.
+                                Ok(true) => c.finalizer_wake.notify_one(),
+                                Ok(false) => {}
+                                Err(e) => {
+                                    warn!(connector = %name, error = %e, "deletion step failed; retrying");
+                                }
                             }
-                        }
-                    });
+                        },
+                    );
                     running.insert(d.name, handle);
                 }
             }

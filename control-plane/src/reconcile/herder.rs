@@ -200,20 +200,25 @@ fn herder_pass(
             in_flight.clone(),
             c.name.clone(),
         );
-        tokio::spawn(async move {
-            let result = reconcile_connector(&cluster, &name, &view, &wanted).await;
-            lock(&in_flight).remove(&name);
-            match result {
-                Ok(Pass::Done) => {}
-                Ok(Pass::Again) => {
-                    cluster.mark_dirty(&name);
+        // Not awaited: the in-flight set says when it ended.
+        wharf::task::spawn(
+            wharf::task::TaskKind::Detached,
+            "reconcile connector",
+            async move {
+                let result = reconcile_connector(&cluster, &name, &view, &wanted).await;
+                lock(&in_flight).remove(&name);
+                match result {
+                    Ok(Pass::Done) => {}
+                    Ok(Pass::Again) => {
+                        cluster.mark_dirty(&name);
+                    }
+                    Err(e) => {
+                        warn!(connector = %name, error = %e, "reconcile failed; retrying");
+                        cluster.mark_dirty(&name);
+                    }
                 }
-                Err(e) => {
-                    warn!(connector = %name, error = %e, "reconcile failed; retrying");
-                    cluster.mark_dirty(&name);
-                }
-            }
-        });
+            },
+        );
     }
     Ok(())
 }

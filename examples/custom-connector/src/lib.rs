@@ -277,3 +277,8 @@ impl SinkTask for SpoolTask {
         Ok(())
     }
 }
+
+/// The connector guide (docs/connector-guide.md), here so that its code blocks compile
+/// and run as doctests of this crate.
+#[doc = include_str!("../../../docs/connector-guide.md")]
+pub mod guide {}

@@ -12,7 +12,8 @@ use wharf::pb::v1 as pb;
 use wharf::sdk::{ConfigMap, PluginResult};
 
 use super::{lock, panic_text};
-use crate::runtime::{PluginThread, spawn_named};
+use crate::runtime::PluginThread;
+use wharf::task::{TaskKind, spawn};
 
 /// State of one instance on this executor.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -140,7 +141,7 @@ impl Lifecycle {
             self.set_state(InstanceState::Stopping);
             let tx = self.done.clone();
             let fut = body();
-            spawn_named("stop instance", async move {
+            spawn(TaskKind::Awaited, "stop instance", async move {
                 let record = fut.await;
                 tx.send_replace(Some(record));
             });

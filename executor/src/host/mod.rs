@@ -1,7 +1,7 @@
 //! The task host: connector instances and tasks of this executor, keyed by connector name
 //! and task id, each with the generations it has seen and the outcome of every stop.
 //!
-//! Instance guarantees (DESIGN.md, "Connector SDK"): `start` runs once and first; `stop`
+//! Instance guarantees (docs/architecture.md, "Connector SDK"): `start` runs once and first; `stop`
 //! runs at most once, after `start` returned, never concurrently with `poll`/`put`/`flush`
 //! (a pending `poll` is cancelled first); a stop is bounded by its timeout, after which the
 //! instance is abandoned, reported FAILED and its output fenced; it is shown abandoned (in
@@ -31,10 +31,10 @@ use std::time::Duration;
 use futures::future::join_all;
 use wharf::ids::TaskKey;
 use wharf::sdk::{ConfigMap, Plugin};
+use wharf::task::{TaskKind, spawn};
 
 use crate::log::RecordLog;
 use crate::registry_client::{LeaseStanding, Registry};
-use crate::runtime::spawn_named;
 
 pub use instance::{InstanceState, StopOutcome, StopRecord, StopResult};
 pub use task::{
@@ -50,8 +50,7 @@ use task::TaskInstance;
 /// budget.
 pub const MIN_STOP_TIMEOUT_MS: u64 = 100;
 
-/// Config key naming the plugin of a connector.
-pub const CONNECTOR_CLASS: &str = "connector.class";
+use wharf::sdk::CONNECTOR_CLASS;
 
 /// Errors of the task host, one variant per refused request; mapped to gRPC statuses in
 /// `grpc.rs`.
@@ -463,7 +462,7 @@ impl Host {
         };
         let timeout = self.default_stop_timeout;
         // Spawned so that a cancelled request does not cut the start in half.
-        let handle = spawn_named("start task", async move {
+        let handle = spawn(TaskKind::Awaited, "start task", async move {
             for old in superseded {
                 old.stop(false, timeout, true).await;
             }
@@ -551,7 +550,7 @@ impl Host {
             (instance, superseded)
         };
         let timeout = self.default_stop_timeout;
-        let handle = spawn_named("start connector", async move {
+        let handle = spawn(TaskKind::Awaited, "start connector", async move {
             for old in superseded {
                 old.stop(false, timeout, true).await;
             }

@@ -1,4 +1,4 @@
-//! The record log between source and sink tasks (DESIGN.md, "Data plane").
+//! The record log between source and sink tasks (docs/architecture.md, "Data plane").
 //!
 //! A source task's records are appended to a topic; only after [`RecordLog::append`]
 //! returned (the log acknowledged them) does the executor commit the records' source

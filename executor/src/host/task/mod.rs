@@ -6,7 +6,7 @@
 //! background, coalesced (the latest per source partition wins); a sink fetches its next
 //! batch while `put` runs and flushes once per several batches. What they never reorder:
 //! an offset is committed only after the log acknowledged its record, and the log is
-//! acknowledged only after the sink's `flush` returned (at least once, DESIGN.md "Data
+//! acknowledged only after the sink's `flush` returned (at least once, docs/architecture.md "Data
 //! plane"). A graceful stop drains both (bounded by [`STOP_DRAIN_TIMEOUT_MS`]), so it
 //! causes no duplicates.
 //!
@@ -32,7 +32,8 @@ use super::instance::{
     timed_out_text,
 };
 use super::{Shared, StartTask, lock, panic_text};
-use crate::runtime::{PluginThread, spawn_named};
+use crate::runtime::PluginThread;
+use wharf::task::{TaskKind, spawn};
 
 pub use sink::{
     SINK_BATCH_MAX_RECORDS, SINK_FETCH_WAIT_MS, SINK_FLUSH_INTERVAL_MS, SINK_FLUSH_MAX_RECORDS,
@@ -153,10 +154,13 @@ impl TaskInstance {
                 // calls it spawns on the instance's thread, so it still sees the stop (and
                 // fences the output) while a plugin call blocks that thread.
                 *work = Some(match &self.plugin {
-                    TaskPlugin::Source(p) => {
-                        spawn_named("source task loop", me.source_loop(p.cell.clone()))
-                    }
-                    TaskPlugin::Sink(p) => spawn_named(
+                    TaskPlugin::Source(p) => spawn(
+                        TaskKind::Awaited,
+                        "source task loop",
+                        me.source_loop(p.cell.clone()),
+                    ),
+                    TaskPlugin::Sink(p) => spawn(
+                        TaskKind::Awaited,
                         "sink task loop",
                         me.sink_loop(p.cell.clone(), topics_of(&req)),
                     ),

@@ -17,7 +17,7 @@ use wharf::sdk::{SourceRecord, SourceTask};
 use super::{STOP_DRAIN_TIMEOUT_MS, TaskInstance};
 use crate::host::panic_text;
 use crate::log::LogRecord;
-use crate::runtime::spawn_named;
+use wharf::task::{TaskKind, spawn};
 
 /// Shortest time between the starts of two offset commits of one source task, in
 /// milliseconds (Kafka Connect's `offset.flush.interval.ms`, 60 s there). Polls and appends
@@ -276,7 +276,7 @@ impl TaskInstance {
         plugin_commit: bool,
     ) -> JoinHandle<CommitOutcome> {
         let (me, cell) = (self.clone(), cell.clone());
-        spawn_named("source offset commit", async move {
+        spawn(TaskKind::Awaited, "source offset commit", async move {
             let wire = to_wire(&offsets);
             if let Err(e) = me
                 .shared

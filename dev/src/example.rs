@@ -1,4 +1,4 @@
-//! `--dev --example`: the quickstart's ready example. Creates the SQLite database
+//! `wharf-dev --example`: the quickstart's ready example. Creates the SQLite database
 //! `<data-dir>/example/shop.db` with two tables, then (through the admin API, like any
 //! client) a `sqlite-audit` connector on it feeding a `file-sink`, unless they exist, and
 //! prints where things are and what to try next.
@@ -9,7 +9,10 @@ use std::time::{Duration, Instant};
 
 use tonic::Code;
 use wharf::pb::v1::connector_admin_client::ConnectorAdminClient;
-use wharf::pb::v1::{CreateConnectorRequest, GetConnectorRequest, ListConnectorPluginsRequest};
+use wharf::pb::v1::{
+    CreateConnectorRequest, GetConnectorStatusRequest, ListConnectorPluginsRequest,
+};
+use wharf::sdk::{CONNECTOR_CLASS, TASKS_MAX};
 
 /// Directory (inside the data dir) of the example's database and sink file.
 pub const EXAMPLE_DIR: &str = "example";
@@ -25,6 +28,9 @@ pub const TOPIC: &str = "shop.audit";
 pub const ADMIN_READY_TIMEOUT_MS: u64 = 30_000;
 /// Pause between two connection attempts to the admin API, in milliseconds.
 pub const ADMIN_RETRY_INTERVAL_MS: u64 = 100;
+/// How long to wait for a deletion still running from the last run (Ctrl-C during a
+/// deletion) before creating the connector anew, in milliseconds.
+pub const DELETION_WAIT_TIMEOUT_MS: u64 = 60_000;
 
 /// Why the example could not be set up.
 #[derive(Debug, thiserror::Error)]
@@ -147,65 +153,120 @@ pub async fn create_connectors(addr: SocketAddr, paths: &ExamplePaths) -> Result
         tokio::time::sleep(Duration::from_millis(ADMIN_RETRY_INTERVAL_MS)).await;
     }
     let source = [
-        ("connector.class", "sqlite-audit".to_owned()),
-        ("tasks.max", "2".to_owned()),
+        (CONNECTOR_CLASS, "sqlite-audit".to_owned()),
+        (TASKS_MAX, "2".to_owned()),
         ("database.path", paths.database.display().to_string()),
         ("tables", "customers,orders".to_owned()),
         ("topic", TOPIC.to_owned()),
     ];
     let sink = [
-        ("connector.class", "file-sink".to_owned()),
+        (CONNECTOR_CLASS, "file-sink".to_owned()),
         ("file", paths.sink_file.display().to_string()),
         ("topics", TOPIC.to_owned()),
     ];
     for (name, config) in [(SINK_NAME, &sink[..]), (SOURCE_NAME, &source[..])] {
-        let exists = client
-            .get_connector(GetConnectorRequest {
-                name: name.to_owned(),
-            })
-            .await;
-        match exists {
-            Ok(_) => {
+        match presence(&mut client, name).await? {
+            Presence::Absent => {}
+            Presence::Present => {
                 say(&format!(
                     "wharf: connector {name} already exists, leaving it as it is"
                 ));
                 continue;
             }
-            Err(status) if status.code() == Code::NotFound => {}
-            Err(status) => {
-                return Err(ExampleError::Create {
-                    name,
-                    status: status.to_string(),
-                });
+            Presence::Deleting => {
+                say(&format!(
+                    "wharf: connector {name} is being deleted (a deletion still running from the last run: its tasks stop with connector_deleted = true and clean up); waiting for it to finish, then creating {name} anew"
+                ));
             }
         }
-        client
-            .create_connector(CreateConnectorRequest {
-                name: name.to_owned(),
-                config: config
-                    .iter()
-                    .map(|(k, v)| ((*k).to_owned(), v.clone()))
-                    .collect(),
-                ..Default::default()
-            })
-            .await
-            .map_err(|status| ExampleError::Create {
-                name,
-                status: format!("{}: {}", status.code(), status.message()),
-            })?;
+        let request = CreateConnectorRequest {
+            name: name.to_owned(),
+            config: config
+                .iter()
+                .map(|(k, v)| ((*k).to_owned(), v.clone()))
+                .collect(),
+            ..Default::default()
+        };
+        let deletion_deadline = Instant::now() + Duration::from_millis(DELETION_WAIT_TIMEOUT_MS);
+        loop {
+            // Until the deletion ended, the name is taken (ALREADY_EXISTS) or its last
+            // cleanup stop is still in flight (FAILED_PRECONDITION).
+            match client.create_connector(request.clone()).await {
+                Ok(_) => break,
+                Err(status)
+                    if matches!(
+                        status.code(),
+                        Code::AlreadyExists | Code::FailedPrecondition
+                    ) && Instant::now() < deletion_deadline
+                        && presence(&mut client, name).await? != Presence::Present =>
+                {
+                    tokio::time::sleep(Duration::from_millis(ADMIN_RETRY_INTERVAL_MS)).await;
+                }
+                Err(status) => {
+                    return Err(ExampleError::Create {
+                        name,
+                        status: format!("{}: {}", status.code(), status.message()),
+                    });
+                }
+            }
+        }
         say(&format!("wharf: created connector {name}"));
     }
     Ok(())
 }
 
+/// Whether a connector of the example is there.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Presence {
+    /// No connector of that name.
+    Absent,
+    /// It exists and is not being deleted: left as it is.
+    Present,
+    /// Its deletion is in progress: the name is free once it ends.
+    Deleting,
+}
+
+/// Asks the admin API whether `name` exists and whether it is being deleted.
+async fn presence(
+    client: &mut ConnectorAdminClient<tonic::transport::Channel>,
+    name: &'static str,
+) -> Result<Presence, ExampleError> {
+    match client
+        .get_connector_status(GetConnectorStatusRequest {
+            name: name.to_owned(),
+        })
+        .await
+    {
+        Ok(r) => Ok(match r.into_inner().status.and_then(|s| s.deletion) {
+            Some(_) => Presence::Deleting,
+            None => Presence::Present,
+        }),
+        Err(status) if status.code() == Code::NotFound => Ok(Presence::Absent),
+        Err(status) => Err(ExampleError::Create {
+            name,
+            status: status.to_string(),
+        }),
+    }
+}
+
 /// Prints where the admin API listens and what to try next.
-pub fn print_next_steps(addr: SocketAddr, data_dir: &Path, paths: Option<&ExamplePaths>) {
+pub fn print_next_steps(
+    addr: SocketAddr,
+    rest: Option<SocketAddr>,
+    data_dir: &Path,
+    paths: Option<&ExamplePaths>,
+) {
     let mut out = String::new();
     out.push_str(&format!(
         "\nwharf: admin API (gRPC, with reflection) listening on {addr}\n\
          wharf: data in {}; stop with Ctrl-C (everything is kept for the next start)\n",
         data_dir.display()
     ));
+    if let Some(rest) = rest {
+        out.push_str(&format!(
+            "wharf: Kafka Connect REST API (HTTP/1.1) listening on {rest}\n"
+        ));
+    }
     if let Some(paths) = paths {
         out.push_str(&format!(
             "wharf: example database {}\n\
@@ -221,6 +282,12 @@ pub fn print_next_steps(addr: SocketAddr, data_dir: &Path, paths: Option<&Exampl
          \x20 grpcurl -plaintext {addr} wharf.v1.ConnectorAdmin/ListConnectorPlugins\n\
          \x20 grpcurl -plaintext -d '{{\"name\":\"{SOURCE_NAME}\"}}' {addr} wharf.v1.ConnectorAdmin/GetConnectorStatus\n"
     ));
+    if let Some(rest) = rest {
+        out.push_str(&format!(
+            "\x20 # the same over Kafka Connect's REST API (docs/rest.md):\n\
+             \x20 curl -s 'http://{rest}/connectors?expand=status' | jq\n"
+        ));
+    }
     if let Some(paths) = paths {
         out.push_str(&format!(
             "\x20 sqlite3 {} \"INSERT INTO customers(name, email) VALUES ('Ada', 'ada@example.com')\"\n\
@@ -234,7 +301,7 @@ pub fn print_next_steps(addr: SocketAddr, data_dir: &Path, paths: Option<&Exampl
 }
 
 /// Prints one line to stdout; a closed stdout (the reader went away) is not a reason to
-/// stop the control plane.
+/// stop dev mode.
 pub fn say(line: &str) {
     use std::io::Write;
     let _ = writeln!(std::io::stdout(), "{line}");

@@ -1,19 +1,17 @@
 //! The StateStore contract, one body run against both backends: the embedded redb file
 //! and etcd (a test-owned `etcd` process). Run with
-//! `cargo test -p wharf-control-plane --test etcd_store_contract`.
-
-mod etcd_support;
+//! `cargo test -p wharf-control-plane --test store_contract`.
 
 use std::num::NonZeroU32;
 use std::time::{Duration, Instant};
 
-use etcd_support::TestEtcd;
 use wharf::ids::ConnectorName;
 use wharf_control_plane::model::{ConnectorRecord, ConnectorSpec, DeletionRecord, TargetState};
 use wharf_control_plane::store::seal::Sealer;
 use wharf_control_plane::store::{
     CreateOutcome, EtcdOptions, EtcdStore, Fence, RedbStore, StateStore, StoreError, WriteFence,
 };
+use wharf_harness::etcd::TestEtcd;
 
 const SECRET: &str = "s3cr3t-pa55";
 /// How long the test waits for a fresh etcd to answer, in milliseconds.

@@ -1,15 +1,25 @@
-//! Test harness: real Wharf processes on loopback addresses, each with a temp data dir,
-//! plus `wait_until` for condition-based waiting. Logs are kept on failure (the temp dir
+//! `wharf-harness`, the test harness of the suites in `tests/*.rs`: real Wharf processes
+//! on loopback addresses, each with a temp data dir, plus `wait_until` for
+//! condition-based waiting. Logs are kept on failure (the temp dir
 //! is persisted and its path printed when a test panics).
 //!
 //! Conventions the binaries follow so that tests can pass port 0:
 //! - each binary writes the address it bound, as `IP:PORT`, to `<data-dir>/listen.addr`
 //!   (written to a temp name, then renamed) once it serves;
 //! - stdout and stderr of each process go to `<data-dir>/process.log`.
-#![allow(dead_code)] // each test binary uses a different part of the harness
 
+pub mod audit;
+pub mod cluster;
+pub mod etcd;
+pub mod fault;
 pub mod lifecycle;
 pub mod lines;
+
+// The crates the suites read stores and databases with, so that the root package needs
+// none of them as dev-dependencies.
+pub use redb;
+pub use rusqlite;
+pub use tokio_postgres;
 
 use std::future::Future;
 use std::path::{Path, PathBuf};
@@ -210,6 +220,12 @@ impl KeepOnFailure {
     /// Its path.
     pub fn path(&self) -> &Path {
         self.0.as_ref().expect("dir").path()
+    }
+}
+
+impl Default for KeepOnFailure {
+    fn default() -> Self {
+        Self::new()
     }
 }
 

@@ -3,7 +3,6 @@
 //! real grpcurl, plus PostgreSQL helpers.
 //!
 //! Build the binaries first: `cargo build -p wharf-control-plane -p wharf-executor`.
-#![allow(dead_code)] // each test binary uses a different part
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
@@ -11,8 +10,8 @@ use std::path::{Path, PathBuf};
 use serde_json::{Value, json};
 use tokio_postgres::{Client, NoTls};
 
-use crate::control_plane_common::{CONVERGE, grpcurl};
-use crate::harness::{self, KeepOnFailure, Proc, wait_until};
+use crate::cluster::{CONVERGE, grpcurl};
+use crate::{KeepOnFailure, Proc, wait_until};
 
 /// Lease the control plane grants, in milliseconds (short: a stopped executor's tasks
 /// move quickly).
@@ -105,7 +104,7 @@ impl Cluster {
         let cp_dir = dir.path().join("cp");
         let port = free_port();
         let mut cp = Proc::spawn(
-            harness::bin("wharf-control-plane"),
+            crate::bin("wharf-control-plane"),
             vec![
                 "--listen".into(),
                 format!("127.0.0.1:{port}"),
@@ -123,7 +122,7 @@ impl Cluster {
         for i in 0..n {
             let d = dir.path().join(format!("exec-{}", i + 1));
             let mut p = Proc::spawn(
-                harness::bin("wharf-executor"),
+                crate::bin("wharf-executor"),
                 vec![
                     "--listen".into(),
                     format!("127.0.0.{}:0", i + 2),

@@ -1,7 +1,6 @@
 //! Shared by the fault tests (`tests/fault_*.rs`): a cluster whose control plane can be
 //! started with a test-only crash point, checks over lifecycle files, and a look into the
 //! control plane's store file once the process is gone.
-#![allow(dead_code)] // each test binary uses a different part
 
 use std::path::Path;
 use std::process::{Command, Stdio};
@@ -9,15 +8,13 @@ use std::process::{Command, Stdio};
 use redb::{ReadableDatabase, ReadableTable, TableDefinition};
 use serde_json::{Value, json};
 
-use crate::control_plane_common::{
-    CONVERGE, NOT_FOUND, TEST_HEARTBEAT_INTERVAL_MS, TEST_LEASE_MS, TestCluster,
-};
-use crate::harness::lifecycle::{Lifecycle, Stop};
-use crate::harness::{KeepOnFailure, Proc, wait_until};
+use crate::cluster::{CONVERGE, NOT_FOUND, TEST_HEARTBEAT_INTERVAL_MS, TEST_LEASE_MS, TestCluster};
+use crate::lifecycle::{Lifecycle, Stop};
+use crate::{KeepOnFailure, Proc, wait_until};
 
-/// Env var the control plane reads for its test-only crash point
-/// (`control-plane/src/reconcile/fault.rs`).
-pub const CRASH_AT_ENV: &str = "WHARF_FAULT_CRASH_AT";
+/// Env var the control plane reads for its test-only crash point (compiled in by the
+/// `fault-injection` feature this crate enables).
+pub use wharf_control_plane::reconcile::fault::CRASH_AT_ENV;
 
 /// Starts a control plane (with `cp_env` added to its environment, first start only: a
 /// `restart_control_plane` runs it without) and `n` executors, and waits until all are ALIVE.
@@ -29,7 +26,7 @@ pub async fn start_cluster(n: usize, cp_env: &[(&str, &str)]) -> TestCluster {
         .and_then(|l| l.local_addr())
         .expect("free port")
         .port();
-    let program = crate::harness::bin("wharf-control-plane");
+    let program = crate::bin("wharf-control-plane");
     let args: Vec<String> = vec![
         "--listen".into(),
         format!("127.0.0.1:{port}"),

@@ -2,7 +2,6 @@
 //! `wharf-executor` processes on 127.0.0.2-4, driven with real `grpcurl`.
 //!
 //! Build the binaries first: `cargo build -p wharf-control-plane -p wharf-executor`.
-#![allow(dead_code)] // each test binary uses a different part
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -10,7 +9,7 @@ use std::time::Duration;
 
 use serde_json::{Value, json};
 
-use crate::harness::{KeepOnFailure, Proc, wait_until};
+use crate::{KeepOnFailure, Proc, wait_until};
 
 /// Lease the test control plane grants, in milliseconds (short, so lost executors are
 /// noticed quickly).
@@ -65,7 +64,7 @@ impl TestCluster {
             .expect("free port")
             .port();
         let mut cp = Proc::spawn(
-            crate::harness::bin("wharf-control-plane"),
+            crate::bin("wharf-control-plane"),
             vec![
                 "--listen".into(),
                 format!("127.0.0.1:{port}"),
@@ -96,7 +95,7 @@ impl TestCluster {
     pub async fn add_executor(&mut self, i: usize) {
         let d = self.dir.path().join(format!("exec-{}", i + 1));
         let mut p = Proc::spawn(
-            crate::harness::bin("wharf-executor"),
+            crate::bin("wharf-executor"),
             vec![
                 "--listen".into(),
                 format!("127.0.0.{}:0", i + 2),

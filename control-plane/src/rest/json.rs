@@ -1,0 +1,244 @@
+//! Kafka Connect 4.x REST JSON shapes, rendered from the admin core's views. Field
+//! names and value spellings follow the Kafka Connect REST reference (see
+//! `docs/rest.md`); Wharf's additions carry a `wharf_` prefix so that Connect clients,
+//! which ignore fields they do not know, are not confused by them.
+
+use std::collections::{BTreeMap, HashMap};
+
+use serde_json::{Map, Value, json};
+use wharf::pb::v1 as pb;
+
+/// The config key Kafka Connect keeps the connector's name under.
+pub const NAME_KEY: &str = "name";
+
+/// Connect's `type` of a connector or plugin: `source`, `sink` or `unknown`.
+pub fn kind(kind: i32) -> &'static str {
+    match pb::PluginKind::try_from(kind) {
+        Ok(pb::PluginKind::Source) => "source",
+        Ok(pb::PluginKind::Sink) => "sink",
+        Ok(pb::PluginKind::Unspecified) | Err(_) => "unknown",
+    }
+}
+
+/// Connect's state names; `DELETING` is Wharf's extension (a deletion's cleanup runs).
+pub fn state(state: i32) -> &'static str {
+    match pb::State::try_from(state) {
+        Ok(pb::State::Running) => "RUNNING",
+        Ok(pb::State::Paused) => "PAUSED",
+        Ok(pb::State::Stopped) => "STOPPED",
+        Ok(pb::State::Failed) => "FAILED",
+        Ok(pb::State::Restarting) => "RESTARTING",
+        Ok(pb::State::Deleting) => "DELETING",
+        Ok(pb::State::Unassigned | pb::State::Unspecified) | Err(_) => "UNASSIGNED",
+    }
+}
+
+fn cleanup_state(state: i32) -> &'static str {
+    match pb::CleanupState::try_from(state) {
+        Ok(pb::CleanupState::Pending) => "PENDING",
+        Ok(pb::CleanupState::Running) => "RUNNING",
+        Ok(pb::CleanupState::Done) => "DONE",
+        Ok(pb::CleanupState::Failed) => "FAILED",
+        Ok(pb::CleanupState::Skipped) => "SKIPPED",
+        Ok(pb::CleanupState::Unspecified) | Err(_) => "UNKNOWN",
+    }
+}
+
+/// A stored config as Connect shows it: with its `name` key.
+pub fn config(name: &str, config: &HashMap<String, String>) -> BTreeMap<String, String> {
+    let mut out: BTreeMap<String, String> =
+        config.iter().map(|(k, v)| (k.clone(), v.clone())).collect();
+    out.insert(NAME_KEY.to_owned(), name.to_owned());
+    out
+}
+
+/// Connect's ConnectorInfo: `{"name", "config", "tasks": [{"connector", "task"}], "type"}`.
+pub fn connector_info(info: &pb::ConnectorInfo) -> Value {
+    json!({
+        "name": info.name,
+        "config": config(&info.name, &info.config),
+        "tasks": info.tasks.iter().map(|t| task_id(&info.name, t.task)).collect::<Vec<_>>(),
+        "type": kind(info.kind),
+    })
+}
+
+fn task_id(name: &str, task: u32) -> Value {
+    json!({ "connector": name, "task": task })
+}
+
+/// `GET /connectors/{name}/tasks`: `[{"id": {"connector", "task"}, "config"}]`.
+pub fn task_configs(info: &pb::ConnectorInfo) -> Value {
+    Value::Array(
+        info.tasks
+            .iter()
+            .map(|t| {
+                let config: BTreeMap<&String, &String> = t.config.iter().collect();
+                json!({ "id": task_id(&info.name, t.task), "config": config })
+            })
+            .collect(),
+    )
+}
+
+/// One instance's state: `{"state", "worker_id"}` and `"trace"` when it has an error.
+fn instance(status: Option<&pb::InstanceStatus>) -> Map<String, Value> {
+    let mut m = Map::new();
+    let (st, worker, error) = match status {
+        Some(s) => (s.state, s.executor_id.as_str(), s.error.as_str()),
+        None => (pb::State::Unassigned as i32, "", ""),
+    };
+    m.insert("state".into(), json!(state(st)));
+    m.insert("worker_id".into(), json!(worker));
+    if !error.is_empty() {
+        m.insert("trace".into(), json!(error));
+    }
+    m
+}
+
+/// A task's state: `{"id", "state", "worker_id", "trace"?}`.
+pub fn task_state(t: &pb::TaskStatus) -> Value {
+    let mut m = Map::new();
+    m.insert("id".into(), json!(t.task));
+    m.extend(instance(t.status.as_ref()));
+    Value::Object(m)
+}
+
+/// Connect's ConnectorStateInfo: `{"name", "connector", "tasks", "type"}`, plus
+/// `wharf_deletion` (the cleanup steps) while a deletion runs.
+pub fn connector_status(s: &pb::ConnectorStatus) -> Value {
+    let mut m = Map::new();
+    m.insert("name".into(), json!(s.name));
+    m.insert(
+        "connector".into(),
+        Value::Object(instance(s.connector.as_ref())),
+    );
+    m.insert(
+        "tasks".into(),
+        Value::Array(s.tasks.iter().map(task_state).collect()),
+    );
+    m.insert("type".into(), json!(kind(s.kind)));
+    if let Some(d) = &s.deletion {
+        m.insert("wharf_deletion".into(), deletion(d));
+    }
+    Value::Object(m)
+}
+
+/// A deletion's progress: `{"requested_at_ms", "cleanup", "steps": [...]}`, one step per
+/// task (`"task": N`) and one for the connector instance (`"task": null`).
+pub fn deletion(d: &pb::DeletionStatus) -> Value {
+    json!({
+        "requested_at_ms": d.requested_at_ms,
+        "cleanup": d.cleanup,
+        "steps": d.steps.iter().map(|s| json!({
+            "task": s.task,
+            "state": cleanup_state(s.state),
+            "worker_id": s.executor_id,
+            "attempts": s.attempts,
+            "last_error": s.last_error,
+            "rehosted": s.rehosted,
+            "connector_deleted": s.connector_deleted,
+            "generation": s.generation,
+            "exhausted": s.exhausted,
+            "next_attempt_ms": s.next_attempt_ms,
+            "forced": s.forced,
+        })).collect::<Vec<_>>(),
+    })
+}
+
+fn config_type(ty: i32) -> &'static str {
+    match pb::ConfigType::try_from(ty) {
+        Ok(pb::ConfigType::Int) => "INT",
+        Ok(pb::ConfigType::Long) => "LONG",
+        Ok(pb::ConfigType::Boolean) => "BOOLEAN",
+        Ok(pb::ConfigType::List) => "LIST",
+        Ok(pb::ConfigType::Password) => "PASSWORD",
+        Ok(pb::ConfigType::Double) => "DOUBLE",
+        Ok(pb::ConfigType::String | pb::ConfigType::Unspecified) | Err(_) => "STRING",
+    }
+}
+
+fn importance(i: i32) -> &'static str {
+    match pb::Importance::try_from(i) {
+        Ok(pb::Importance::High) => "HIGH",
+        Ok(pb::Importance::Medium) => "MEDIUM",
+        Ok(pb::Importance::Low | pb::Importance::Unspecified) | Err(_) => "LOW",
+    }
+}
+
+/// Group name of every key: Wharf's keys are not grouped.
+pub const GROUP: &str = "Common";
+
+/// Connect's ConfigKeyInfo (KIP-769 and config/validate's `definition`).
+pub fn config_key(k: &pb::ConfigKeyDef, order: usize) -> Value {
+    json!({
+        "name": k.name,
+        "type": config_type(k.r#type),
+        "required": k.required,
+        "default_value": k.default_value,
+        "importance": importance(k.importance),
+        "documentation": k.documentation,
+        "group": GROUP,
+        "order_in_group": order,
+        "width": "NONE",
+        "display_name": k.name,
+        "dependents": [],
+    })
+}
+
+/// Connect's ConfigInfos of config/validate: `{"name", "error_count", "groups",
+/// "configs": [{"definition", "value": {"name", "value", "recommended_values",
+/// "errors", "visible"}}]}` for the defined keys, plus `wharf_warnings` (one per key
+/// that nobody defines) and `wharf_warning_count`.
+pub fn validation(v: &pb::ValidateConnectorConfigResponse) -> Value {
+    let mut configs = Vec::new();
+    let mut warnings = Vec::new();
+    for (order, c) in v.configs.iter().enumerate() {
+        warnings.extend(c.warnings.iter().cloned());
+        let Some(def) = &c.definition else { continue };
+        let value = if c.value.is_empty() && def.default_value.is_none() {
+            Value::Null
+        } else {
+            json!(c.value)
+        };
+        configs.push(json!({
+            "definition": config_key(def, order),
+            "value": {
+                "name": c.name,
+                "value": value,
+                "recommended_values": def.allowed_values,
+                "errors": c.errors,
+                "visible": true,
+            },
+        }));
+    }
+    json!({
+        "name": v.plugin,
+        "error_count": v.error_count,
+        "groups": [GROUP],
+        "configs": configs,
+        "wharf_warning_count": warnings.len(),
+        "wharf_warnings": warnings,
+    })
+}
+
+/// Connect's PluginInfo: `{"class", "type", "version"}`.
+pub fn plugin(p: &pb::ConnectorPluginInfo) -> Value {
+    let info = p.plugin.clone().unwrap_or_default();
+    json!({
+        "class": info.name,
+        "type": kind(info.kind),
+        "version": info.version,
+        "wharf_executors": p.executor_ids,
+    })
+}
+
+/// Connect's offsets body: `{"offsets": [{"partition": {..}, "offset": {..}}]}`; stored
+/// texts that are not JSON (never written by Wharf) are shown as strings.
+pub fn offsets(offsets: &[pb::SourceOffset]) -> Value {
+    let parse = |t: &str| serde_json::from_str::<Value>(t).unwrap_or_else(|_| json!(t));
+    json!({
+        "offsets": offsets.iter().map(|o| json!({
+            "partition": parse(&o.partition),
+            "offset": parse(&o.offset),
+        })).collect::<Vec<_>>(),
+    })
+}

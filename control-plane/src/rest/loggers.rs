@@ -1,0 +1,185 @@
+//! Log levels changed at run time (`/admin/loggers`, Kafka Connect's KIP-495). A logger
+//! is a tracing target (`wharf_control_plane::reconcile`, or with dots:
+//! `wharf_control_plane.reconcile`); `root` is the default level. The process installs
+//! an [`Apply`] that swaps its tracing filter; without one, changes answer 501.
+
+use std::collections::BTreeMap;
+use std::sync::Mutex;
+
+use serde_json::{Value, json};
+
+use super::error::RestError;
+
+/// Installs a filter given as tracing directives (`info,wharf_control_plane::reconcile=debug`).
+pub type Apply = Box<dyn Fn(&str) -> Result<(), String> + Send + Sync>;
+
+/// The root logger's name.
+pub const ROOT: &str = "root";
+
+/// Levels set at run time, and how to apply them.
+pub struct Loggers {
+    apply: Option<Apply>,
+    /// Level name (Connect's spelling) and when it was set (ms since the epoch; `None`
+    /// for the level the process started with).
+    levels: Mutex<BTreeMap<String, (String, Option<i64>)>>,
+}
+
+/// Connect's (log4j's) level names and the tracing level each becomes.
+fn tracing_level(level: &str) -> Option<(&'static str, &'static str)> {
+    match level.to_ascii_uppercase().as_str() {
+        "OFF" => Some(("OFF", "off")),
+        "FATAL" => Some(("FATAL", "error")),
+        "ERROR" => Some(("ERROR", "error")),
+        "WARN" => Some(("WARN", "warn")),
+        "INFO" => Some(("INFO", "info")),
+        "DEBUG" => Some(("DEBUG", "debug")),
+        "TRACE" => Some(("TRACE", "trace")),
+        _ => None,
+    }
+}
+
+fn target(logger: &str) -> String {
+    logger.replace('.', "::")
+}
+
+impl Loggers {
+    /// Loggers starting at `root_level` (Connect spelling, for example `INFO`); `apply`
+    /// installs a changed filter, `None` refuses changes.
+    pub fn new(root_level: &str, apply: Option<Apply>) -> Self {
+        let mut levels = BTreeMap::new();
+        levels.insert(ROOT.to_owned(), (root_level.to_ascii_uppercase(), None));
+        Self {
+            apply,
+            levels: Mutex::new(levels),
+        }
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, BTreeMap<String, (String, Option<i64>)>> {
+        self.levels
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+
+    /// `{"<logger>": {"level", "last_modified"}}`.
+    pub fn all(&self) -> Value {
+        let levels = self.lock();
+        Value::Object(
+            levels
+                .iter()
+                .map(|(k, (l, t))| (k.clone(), json!({ "level": l, "last_modified": t })))
+                .collect(),
+        )
+    }
+
+    /// `{"level", "last_modified"}` of a logger with a level set.
+    pub fn get(&self, logger: &str) -> Option<Value> {
+        self.lock()
+            .get(logger)
+            .map(|(l, t)| json!({ "level": l, "last_modified": t }))
+    }
+
+    /// Sets `logger` to `level` and applies the filter; answers the loggers changed.
+    ///
+    /// # Errors
+    /// 400 for an unknown level or a bad logger name; 501 without an [`Apply`].
+    pub fn set(&self, logger: &str, level: &str) -> Result<Vec<String>, RestError> {
+        let Some((name, _)) = tracing_level(level) else {
+            return Err(RestError::BadRequest(format!(
+                "invalid log level {level:?}: use one of OFF, FATAL, ERROR, WARN, INFO, DEBUG, TRACE"
+            )));
+        };
+        if logger.is_empty()
+            || !logger
+                .chars()
+                .all(|c| c.is_ascii_alphanumeric() || matches!(c, '_' | '.' | ':' | '-'))
+        {
+            return Err(RestError::BadRequest(format!(
+                "logger {logger:?} is not a tracing target (letters, digits, '_', '.', ':', '-')"
+            )));
+        }
+        let Some(apply) = &self.apply else {
+            return Err(RestError::LoggersUnavailable(
+                "this process cannot change its log levels at run time".into(),
+            ));
+        };
+        let mut levels = self.lock();
+        let mut next = levels.clone();
+        next.insert(logger.to_owned(), (name.to_owned(), Some(now_ms())));
+        let directives = directives(&next);
+        apply(&directives).map_err(RestError::BadRequest)?;
+        *levels = next;
+        tracing::info!(logger, level = name, "log level changed");
+        Ok(vec![logger.to_owned()])
+    }
+}
+
+/// The tracing filter for `levels`: the root level, then one `target=level` each.
+fn directives(levels: &BTreeMap<String, (String, Option<i64>)>) -> String {
+    let level = |l: &str| tracing_level(l).map_or("info", |(_, t)| t);
+    let mut out = vec![
+        levels
+            .get(ROOT)
+            .map_or("info", |(l, _)| level(l))
+            .to_owned(),
+    ];
+    for (k, (l, _)) in levels.iter().filter(|(k, _)| k.as_str() != ROOT) {
+        out.push(format!("{}={}", target(k), level(l)));
+    }
+    out.join(",")
+}
+
+fn now_ms() -> i64 {
+    crate::reconcile::now_ms()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::sync::Arc;
+
+    #[test]
+    fn a_level_change_applies_root_then_each_target() {
+        let seen = Arc::new(Mutex::new(String::new()));
+        let s = seen.clone();
+        let l = Loggers::new(
+            "INFO",
+            Some(Box::new(move |d: &str| {
+                *s.lock().unwrap() = d.to_owned();
+                Ok(())
+            })),
+        );
+        assert_eq!(
+            l.set("wharf_control_plane.reconcile", "debug").unwrap(),
+            vec!["wharf_control_plane.reconcile".to_owned()]
+        );
+        assert_eq!(
+            *seen.lock().unwrap(),
+            "info,wharf_control_plane::reconcile=debug"
+        );
+        assert_eq!(
+            l.get("wharf_control_plane.reconcile").unwrap()["level"],
+            "DEBUG"
+        );
+        l.set(ROOT, "WARN").unwrap();
+        assert_eq!(
+            *seen.lock().unwrap(),
+            "warn,wharf_control_plane::reconcile=debug"
+        );
+    }
+
+    #[test]
+    fn an_unknown_level_is_refused_and_nothing_changes() {
+        let l = Loggers::new("INFO", Some(Box::new(|_: &str| Ok(()))));
+        assert!(matches!(l.set("x", "LOUD"), Err(RestError::BadRequest(_))));
+        assert!(l.get("x").is_none());
+    }
+
+    #[test]
+    fn without_apply_changes_are_refused() {
+        let l = Loggers::new("INFO", None);
+        assert!(matches!(
+            l.set("x", "DEBUG"),
+            Err(RestError::LoggersUnavailable(_))
+        ));
+    }
+}

@@ -1,0 +1,143 @@
+//! The dev composition: the control plane first (its bound address comes from the
+//! [`App`], no file to poll), then the in-process executor registered with it, then the
+//! example. At shutdown the executor stops its instances with `connector_deleted = false`
+//! first, then the control plane stops.
+
+use std::future::Future;
+
+use tracing::info;
+use wharf_control_plane::app::{App, StartError};
+use wharf_executor::app::{AppError, ExecutorApp, ExecutorConfig};
+
+use crate::config::Settings;
+use crate::example::{self, ExampleError};
+
+/// Directory (inside the data dir) of the in-process executor.
+pub const DEV_EXECUTOR_DIR: &str = "dev-executor";
+/// Id of the in-process executor.
+pub const DEV_EXECUTOR_ID: &str = "dev";
+
+/// Why dev mode stopped with an error.
+#[derive(Debug, thiserror::Error)]
+pub enum DevError {
+    /// The control plane could not start or failed.
+    #[error(transparent)]
+    ControlPlane(#[from] StartError),
+    /// The in-process executor could not start.
+    #[error("dev executor: {0}")]
+    Executor(#[from] AppError),
+    /// The example database could not be created.
+    #[error("{source} (delete {dir} to start over)")]
+    Example {
+        /// Cause.
+        source: ExampleError,
+        /// The example's directory.
+        dir: String,
+    },
+    /// The control plane's task panicked or was cancelled.
+    #[error("control plane task ended abnormally: {0}")]
+    Join(#[from] tokio::task::JoinError),
+}
+
+impl DevError {
+    /// What the operator can do about it.
+    pub fn hint(&self) -> Option<String> {
+        match self {
+            DevError::ControlPlane(e) => e.hint(),
+            DevError::Executor(e) => e.hint(),
+            DevError::Example { .. } | DevError::Join(_) => None,
+        }
+    }
+}
+
+/// Runs dev mode until `shutdown` resolves.
+///
+/// # Errors
+/// [`DevError`].
+pub async fn run(
+    settings: Settings,
+    shutdown: impl Future<Output = ()> + Send + 'static,
+) -> Result<(), DevError> {
+    let Settings {
+        config,
+        example,
+        enable_test_plugins,
+    } = settings;
+    let data_dir = config.data_dir.clone();
+    let paths = if example {
+        let existed = data_dir
+            .join(example::EXAMPLE_DIR)
+            .join(example::DATABASE_FILE)
+            .exists();
+        example::say(if existed {
+            "wharf: using the existing example database (tables customers, orders)"
+        } else {
+            "wharf: creating the example SQLite database (tables customers, orders)"
+        });
+        Some(
+            example::create_database(&data_dir).map_err(|source| DevError::Example {
+                source,
+                dir: data_dir.join(example::EXAMPLE_DIR).display().to_string(),
+            })?,
+        )
+    } else {
+        None
+    };
+    example::say(&format!(
+        "wharf: starting dev mode (control plane on the embedded store, in-process executor, embedded record log) in {}",
+        data_dir.display()
+    ));
+    let app = App::build(config).await?;
+    let addr = app.local_addr();
+    let app_rest = app.rest_addr();
+    let (stop_cp, cp_stopped) = tokio::sync::oneshot::channel::<()>();
+    let mut cp = wharf::task::spawn(
+        wharf::task::TaskKind::Service,
+        "control plane",
+        app.run(async move {
+            let _ = cp_stopped.await;
+        }),
+    );
+    let mut exec_config = ExecutorConfig::new(
+        std::net::SocketAddr::from(([127, 0, 0, 1], 0)),
+        format!("http://{addr}"),
+        data_dir.join(DEV_EXECUTOR_DIR),
+    );
+    exec_config.executor_id = Some(DEV_EXECUTOR_ID.to_owned());
+    if enable_test_plugins {
+        exec_config.enable_test_plugins();
+    }
+    let executor = ExecutorApp::start(exec_config).await?;
+    info!(executor = DEV_EXECUTOR_ID, addr = %executor.local_addr(), "dev executor started in process");
+
+    // The example is set up under the signal too: Ctrl-C while it waits stops at once.
+    let shutdown = async move {
+        let mut shutdown = std::pin::pin!(shutdown);
+        if let Some(paths) = &paths {
+            example::say(&format!(
+                "wharf: creating connectors {} (sqlite-audit) -> {} (file-sink)",
+                example::SOURCE_NAME,
+                example::SINK_NAME
+            ));
+            tokio::select! {
+                () = &mut shutdown => return,
+                created = example::create_connectors(addr, paths) => if let Err(e) = created {
+                    eprintln!("wharf-dev: {e}");
+                    eprintln!("hint: dev mode keeps running; see its log above");
+                },
+            }
+        }
+        example::print_next_steps(addr, app_rest, &data_dir, paths.as_ref());
+        shutdown.await;
+    };
+    let ended_early = tokio::select! {
+        result = &mut cp => Some(result),
+        () = shutdown => None,
+    };
+    executor.shutdown().await;
+    if let Some(result) = ended_early {
+        return Ok(result??);
+    }
+    let _ = stop_cp.send(());
+    Ok(cp.await??)
+}

@@ -1,0 +1,120 @@
+//! spool-sink passes the conformance kit against real directories: what an author runs
+//! before deploying (docs/connector-guide.md, "Test it with the kit").
+
+use std::collections::BTreeSet;
+use std::path::{Path, PathBuf};
+
+use async_trait::async_trait;
+use wharf::sdk::ConfigMap;
+use wharf_example_custom_connector::{keys, plugin, spool_dir};
+use wharf_testkit::{Kit, Probe};
+
+/// A file the user keeps in the spool root: never to be removed.
+const USER_FILE: &str = "README.txt";
+
+/// Lists a connector's spool directory and the files in it.
+struct SpoolProbe {
+    root: PathBuf,
+}
+
+#[async_trait]
+impl Probe for SpoolProbe {
+    async fn owned(&self, connector: &str, config: &ConfigMap) -> Result<BTreeSet<String>, String> {
+        let dir = spool_dir(connector, config).map_err(|e| e.to_string())?;
+        let mut out = BTreeSet::new();
+        if dir.exists() {
+            out.insert(dir.display().to_string());
+            for entry in std::fs::read_dir(&dir).map_err(|e| e.to_string())? {
+                out.insert(
+                    entry
+                        .map_err(|e| e.to_string())?
+                        .path()
+                        .display()
+                        .to_string(),
+                );
+            }
+        }
+        Ok(out)
+    }
+
+    async fn pre_existing(&self, _config: &ConfigMap) -> Result<BTreeSet<String>, String> {
+        let user = self.root.join(USER_FILE);
+        Ok(user
+            .exists()
+            .then(|| user.display().to_string())
+            .into_iter()
+            .collect())
+    }
+
+    async fn remove(&self, resource: &str) -> Result<bool, String> {
+        let path = Path::new(resource);
+        if path.is_file() {
+            std::fs::remove_file(path).map_err(|e| e.to_string())?;
+            return Ok(true);
+        }
+        Ok(false)
+    }
+}
+
+fn kit() -> (tempfile::TempDir, Kit<SpoolProbe>) {
+    let tmp = tempfile::tempdir().unwrap();
+    let root = tmp.path().to_path_buf();
+    std::fs::write(root.join(USER_FILE), "kept by the user").unwrap();
+    let r = root.display().to_string();
+    let kit = Kit::new(
+        plugin(),
+        move |_name| {
+            [
+                (keys::ROOT.to_owned(), r.clone()),
+                (keys::TOPICS.to_owned(), "lines".to_owned()),
+            ]
+            .into()
+        },
+        SpoolProbe { root },
+    );
+    (tmp, kit)
+}
+
+#[tokio::test]
+async fn plain_stops_keep_resources() {
+    kit().1.plain_stops_keep_resources().await.unwrap();
+}
+
+#[tokio::test]
+async fn lower_tasks_max_keeps_resources() {
+    kit().1.lower_tasks_max_keeps_resources().await.unwrap();
+}
+
+#[tokio::test]
+async fn delete_removes_everything() {
+    kit().1.delete_removes_everything().await.unwrap();
+}
+
+#[tokio::test]
+async fn repeated_cleanup_is_a_no_op() {
+    kit().1.repeated_cleanup_is_a_no_op().await.unwrap();
+}
+
+#[tokio::test]
+async fn cleanup_without_start_succeeds() {
+    kit().1.cleanup_without_start_succeeds().await.unwrap();
+}
+
+#[tokio::test]
+async fn cleanup_after_half_start_succeeds() {
+    kit().1.cleanup_after_half_start_succeeds().await.unwrap();
+}
+
+#[tokio::test]
+async fn deleting_one_connector_leaves_another() {
+    kit()
+        .1
+        .deleting_one_connector_leaves_another()
+        .await
+        .unwrap();
+}
+
+#[tokio::test]
+async fn pre_existing_resources_survive() {
+    kit().1.pre_existing_resources_survive().await.unwrap();
+}

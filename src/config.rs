@@ -1,0 +1,144 @@
+//! Settings layering shared by the binaries: flag > `WHARF_*` environment variable (both
+//! merged by clap) > the `--config` TOML file > the default. Each binary declares its own
+//! flags and file keys; this module reads the file and picks the winning layer.
+
+use std::path::{Path, PathBuf};
+
+use serde::de::DeserializeOwned;
+
+/// Why the `--config` file could not be used.
+#[derive(Debug, thiserror::Error)]
+pub enum FileError {
+    /// The file could not be read.
+    #[error("cannot read config file {path}: {source}")]
+    Read {
+        /// The file.
+        path: PathBuf,
+        /// Cause.
+        source: std::io::Error,
+    },
+    /// The file is not valid TOML for these settings (an unknown key is an error when
+    /// the settings type denies unknown fields: a typo must not be silently ignored).
+    #[error("config file {path}: {message}")]
+    Parse {
+        /// The file.
+        path: PathBuf,
+        /// The parser's message (names the key and line).
+        message: String,
+    },
+}
+
+/// Why a binary's settings could not be assembled: one error type for every binary, so
+/// that each says the same thing the same way.
+#[derive(Debug, thiserror::Error)]
+pub enum SettingsError {
+    /// The `--config` file could not be used.
+    #[error(transparent)]
+    File(#[from] FileError),
+    /// A required setting is set nowhere.
+    #[error(
+        "missing setting {flag}: pass {flag} ..., set {env}, or put {key} = ... in the --config file"
+    )]
+    Missing {
+        /// Flag, `--data-dir`.
+        flag: &'static str,
+        /// Environment variable, `WHARF_DATA_DIR`.
+        env: &'static str,
+        /// File key, `data_dir`.
+        key: &'static str,
+    },
+    /// A setting is set to an unusable value.
+    #[error("invalid setting {field}: {reason}")]
+    Invalid {
+        /// The setting (its flag or file key).
+        field: &'static str,
+        /// Why, and what to write instead.
+        reason: String,
+    },
+}
+
+/// Reads the TOML file at `path`; no path gives `T::default()` (every key unset).
+///
+/// # Errors
+/// [`FileError::Read`], [`FileError::Parse`].
+pub fn read_file<T: DeserializeOwned + Default>(path: Option<&Path>) -> Result<T, FileError> {
+    let Some(path) = path else {
+        return Ok(T::default());
+    };
+    let text = std::fs::read_to_string(path).map_err(|source| FileError::Read {
+        path: path.to_owned(),
+        source,
+    })?;
+    toml::from_str(&text).map_err(|e| FileError::Parse {
+        path: path.to_owned(),
+        message: e.to_string(),
+    })
+}
+
+/// The winning layer of one setting: the flag or environment value (`cli`, already merged
+/// by clap), else the file's, else `default`.
+pub fn layer<T>(cli: Option<T>, file: Option<T>, default: impl FnOnce() -> T) -> T {
+    cli.or(file).unwrap_or_else(default)
+}
+
+/// As [`layer`] for a setting without a default.
+///
+/// # Errors
+/// [`SettingsError::Missing`] naming the flag `flag`, the variable `env` and the key `key`.
+pub fn required<T>(
+    cli: Option<T>,
+    file: Option<T>,
+    (flag, env, key): (&'static str, &'static str, &'static str),
+) -> Result<T, SettingsError> {
+    cli.or(file)
+        .ok_or(SettingsError::Missing { flag, env, key })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[derive(Debug, Default, serde::Deserialize)]
+    #[serde(deny_unknown_fields)]
+    struct Keys {
+        a: Option<u32>,
+    }
+
+    #[test]
+    fn the_flag_wins_then_the_file_then_the_default() {
+        assert_eq!(layer(Some(1), Some(2), || 3), 1);
+        assert_eq!(layer(None, Some(2), || 3), 2);
+        assert_eq!(layer(None, None, || 3), 3);
+    }
+
+    #[test]
+    fn a_missing_required_setting_names_flag_env_and_key() {
+        let err = required::<u32>(None, None, ("--data-dir", "WHARF_DATA_DIR", "data_dir"))
+            .expect_err("missing");
+        let text = err.to_string();
+        for part in ["--data-dir", "WHARF_DATA_DIR", "data_dir ="] {
+            assert!(text.contains(part), "{text}");
+        }
+        assert_eq!(required(None, Some(2), ("--a", "A", "a")).expect("file"), 2);
+    }
+
+    #[test]
+    fn no_file_is_every_key_unset() {
+        let k: Keys = read_file(None).expect("default");
+        assert_eq!(k.a, None);
+    }
+
+    #[test]
+    fn an_unknown_key_is_named_and_a_missing_file_is_a_read_error() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let file = dir.path().join("x.toml");
+        std::fs::write(&file, "b = 1\n").expect("write");
+        let err = read_file::<Keys>(Some(&file)).expect_err("unknown key");
+        assert!(
+            matches!(&err, FileError::Parse { .. }) && err.to_string().contains('b'),
+            "{err}"
+        );
+        let err = read_file::<Keys>(Some(&dir.path().join("none.toml"))).expect_err("missing");
+        assert!(matches!(err, FileError::Read { .. }), "{err}");
+    }
+}

@@ -1,0 +1,629 @@
+//! `wharf-testkit`: a conformance kit that drives a connector plugin through the
+//! lifecycle contract of KIP-883/KIP-901 (docs/contract.md) against the author's real
+//! external system, the way an executor does (tasks stopped before the connector
+//! instance, a stop only after its start returned).
+//!
+//! The author supplies the [`Plugin`], a config per connector name and a [`Probe`] that
+//! lists the external resources a connector owns (and those the user made). Each rule
+//! is one method of [`Kit`] returning `Result<(), CheckFailed>`, so that every rule is
+//! its own ordinary test:
+//!
+//! ```no_run
+//! # async fn demo(kit: wharf_testkit::Kit<impl wharf_testkit::Probe>) {
+//! // #[tokio::test] async fn plain_stops_keep_resources() {
+//!     kit.plain_stops_keep_resources().await.unwrap();
+//! // }
+//! # }
+//! ```
+//!
+//! Every check uses fresh connector names (`<prefix>-<check>-a`, `-b`), and leaves
+//! nothing behind when the plugin is right.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::future::Future;
+use std::sync::Arc;
+use std::time::Duration;
+
+use async_trait::async_trait;
+use tokio_util::sync::CancellationToken;
+use wharf::sdk::{
+    ConfigMap, Connector, ConnectorContext, Plugin, PluginResult, SinkTask, SourceTask,
+    TaskContext, TaskFactory,
+};
+
+/// Longest a single plugin call may take before the check fails, in seconds (the
+/// runtime's default `cleanup.timeout.ms` is 30 s).
+pub const CALL_TIMEOUT_SECS: u64 = 30;
+
+/// Executor id the kit's contexts carry.
+pub const KIT_EXECUTOR_ID: &str = "wharf-testkit";
+
+/// What the author's external system holds, as the kit needs to see it. Resource names
+/// are any stable text (`table public.audit_x`, `queue q1`); the kit only compares sets.
+#[async_trait]
+pub trait Probe: Send + Sync {
+    /// The resources connector `connector` (configured with `config`) owns right now.
+    ///
+    /// # Errors
+    /// Text saying why the system could not be read; the check fails with it.
+    async fn owned(&self, connector: &str, config: &ConfigMap) -> Result<BTreeSet<String>, String>;
+
+    /// The resources the user made that the connector uses but MUST never remove (the
+    /// watched tables of an audit source, a pre-declared queue). Empty by default.
+    ///
+    /// # Errors
+    /// As [`Probe::owned`].
+    async fn pre_existing(&self, config: &ConfigMap) -> Result<BTreeSet<String>, String> {
+        let _ = config;
+        Ok(BTreeSet::new())
+    }
+
+    /// Removes one owned resource behind the plugin's back, to leave the state of a
+    /// start that failed halfway. `Ok(false)` when the probe cannot (the half-start check
+    /// then only runs the cleanup on the full set).
+    ///
+    /// # Errors
+    /// As [`Probe::owned`].
+    async fn remove(&self, resource: &str) -> Result<bool, String> {
+        let _ = resource;
+        Ok(false)
+    }
+}
+
+/// A check that did not hold: which one, and what was seen.
+#[derive(thiserror::Error)]
+#[error("[{check}] {message}")]
+pub struct CheckFailed {
+    /// The check's name (its method name).
+    pub check: &'static str,
+    /// What went wrong, with what was expected and seen.
+    pub message: String,
+}
+
+impl std::fmt::Debug for CheckFailed {
+    // `unwrap()` in a test prints Debug: make it the readable message.
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        std::fmt::Display::fmt(self, f)
+    }
+}
+
+/// Result of one check.
+pub type CheckResult = Result<(), CheckFailed>;
+
+/// A config for each connector name (names differ per check, so configured resource
+/// names can follow them).
+pub type ConfigFor = Arc<dyn Fn(&str) -> ConfigMap + Send + Sync>;
+
+/// The kit for one plugin.
+pub struct Kit<P> {
+    plugin: Plugin,
+    config_for: ConfigFor,
+    probe: P,
+    tasks_max: u32,
+    prefix: String,
+    /// The task configs each connector name last produced, as a deletion record keeps.
+    last_task_configs: std::sync::Mutex<BTreeMap<String, Vec<ConfigMap>>>,
+}
+
+enum Task {
+    Source(Box<dyn SourceTask>),
+    Sink(Box<dyn SinkTask>),
+}
+
+impl Task {
+    async fn start(&mut self, ctx: TaskContext, config: ConfigMap) -> PluginResult<()> {
+        match self {
+            Task::Source(t) => t.start(ctx, config).await,
+            Task::Sink(t) => t.start(ctx, config).await,
+        }
+    }
+
+    async fn stop_with(&mut self, deleted: bool) -> PluginResult<()> {
+        match self {
+            Task::Source(t) => t.stop_with(deleted).await,
+            Task::Sink(t) => t.stop_with(deleted).await,
+        }
+    }
+}
+
+/// A started connector instance with its tasks, as one executor would host them.
+struct Running {
+    name: String,
+    config: ConfigMap,
+    connector: Box<dyn Connector>,
+    tasks: Vec<Task>,
+}
+
+impl<P: Probe> Kit<P> {
+    /// A kit for `plugin`, configuring connector `name` with `config_for(name)` (without
+    /// `connector.class` and `tasks.max`: the kit adds them), inspecting the external
+    /// system with `probe`.
+    pub fn new(
+        plugin: Plugin,
+        config_for: impl Fn(&str) -> ConfigMap + Send + Sync + 'static,
+        probe: P,
+    ) -> Self {
+        Self {
+            prefix: format!("kit-{}", plugin.name),
+            plugin,
+            config_for: Arc::new(config_for),
+            probe,
+            tasks_max: 2,
+            last_task_configs: std::sync::Mutex::new(BTreeMap::new()),
+        }
+    }
+
+    /// Tasks to run (default 2; the lower-`tasks.max` check runs one fewer).
+    pub fn tasks_max(mut self, n: u32) -> Self {
+        self.tasks_max = n.max(1);
+        self
+    }
+
+    /// Prefix of the connector names the checks use (default `kit-<plugin>`); set it
+    /// when several test binaries share one external system.
+    pub fn name_prefix(mut self, prefix: impl Into<String>) -> Self {
+        self.prefix = prefix.into();
+        self
+    }
+
+    fn name(&self, check: &str, which: &str) -> String {
+        format!("{}-{check}-{which}", self.prefix)
+    }
+
+    fn config(&self, name: &str, tasks_max: u32) -> ConfigMap {
+        let mut c = (self.config_for)(name);
+        c.insert("connector.class".to_owned(), self.plugin.name.clone());
+        c.insert("tasks.max".to_owned(), tasks_max.to_string());
+        c
+    }
+
+    fn new_task(&self) -> Task {
+        match &self.plugin.task {
+            TaskFactory::Source(f) => Task::Source(f()),
+            TaskFactory::Sink(f) => Task::Sink(f()),
+        }
+    }
+
+    async fn call<T>(
+        check: &'static str,
+        what: String,
+        fut: impl Future<Output = PluginResult<T>>,
+    ) -> Result<T, CheckFailed> {
+        match tokio::time::timeout(Duration::from_secs(CALL_TIMEOUT_SECS), fut).await {
+            Ok(Ok(v)) => Ok(v),
+            Ok(Err(e)) => Err(fail(check, format!("{what} failed: {e}"))),
+            Err(_) => Err(fail(
+                check,
+                format!("{what} did not return within {CALL_TIMEOUT_SECS} s"),
+            )),
+        }
+    }
+
+    /// Starts the connector instance and `tasks` of its tasks (`None`: all it asks
+    /// for), as incarnation `incarnation`.
+    async fn start(
+        &self,
+        check: &'static str,
+        name: &str,
+        incarnation: &str,
+        tasks_max: u32,
+        cleanup_only: bool,
+    ) -> Result<Running, CheckFailed> {
+        let config = self.config(name, tasks_max);
+        let mut connector = (self.plugin.connector)();
+        let ctx = ConnectorContext::new(
+            name,
+            incarnation,
+            cleanup_only,
+            KIT_EXECUTOR_ID,
+            Arc::new(|| {}),
+        );
+        Self::call(
+            check,
+            format!("connector {name} start (cleanup_only={cleanup_only})"),
+            connector.start(ctx, config.clone()),
+        )
+        .await?;
+        let task_configs = if cleanup_only {
+            // A cleanup-only host gets the task configs the deletion record kept: the
+            // last ones this connector produced (none when it never started).
+            self.last_task_configs
+                .lock()
+                .map_err(|_| fail(check, "task config memo poisoned".to_owned()))?
+                .get(name)
+                .cloned()
+                .unwrap_or_default()
+        } else {
+            let t = Self::call(
+                check,
+                format!("connector {name} task_configs({tasks_max})"),
+                connector.task_configs(tasks_max),
+            )
+            .await?;
+            self.last_task_configs
+                .lock()
+                .map_err(|_| fail(check, "task config memo poisoned".to_owned()))?
+                .insert(name.to_owned(), t.clone());
+            t
+        };
+        let mut tasks = Vec::new();
+        for (i, tc) in task_configs.into_iter().enumerate() {
+            let mut task = self.new_task();
+            let ctx = TaskContext {
+                connector: name.to_owned(),
+                task: i as u32,
+                incarnation: incarnation.to_owned(),
+                cleanup_only,
+                executor_id: KIT_EXECUTOR_ID.to_owned(),
+                connector_config: config.clone(),
+                offsets: BTreeMap::new(),
+                cancel: CancellationToken::new(),
+            };
+            Self::call(check, format!("task {name}/{i} start"), task.start(ctx, tc)).await?;
+            tasks.push(task);
+        }
+        Ok(Running {
+            name: name.to_owned(),
+            config,
+            connector,
+            tasks,
+        })
+    }
+
+    /// Stops every task, then the connector instance, with `deleted`.
+    async fn stop(check: &'static str, r: &mut Running, deleted: bool) -> CheckResult {
+        for (i, t) in r.tasks.iter_mut().enumerate() {
+            Self::call(
+                check,
+                format!("task {}/{i} stop({deleted})", r.name),
+                t.stop_with(deleted),
+            )
+            .await?;
+        }
+        Self::call(
+            check,
+            format!("connector {} stop({deleted})", r.name),
+            r.connector.stop_with(deleted),
+        )
+        .await
+    }
+
+    async fn owned(
+        &self,
+        check: &'static str,
+        r: &Running,
+    ) -> Result<BTreeSet<String>, CheckFailed> {
+        self.probe.owned(&r.name, &r.config).await.map_err(|e| {
+            fail(
+                check,
+                format!("probe could not list what {} owns: {e}", r.name),
+            )
+        })
+    }
+
+    async fn pre_existing(
+        &self,
+        check: &'static str,
+        name: &str,
+    ) -> Result<BTreeSet<String>, CheckFailed> {
+        self.probe
+            .pre_existing(&self.config(name, self.tasks_max))
+            .await
+            .map_err(|e| {
+                fail(
+                    check,
+                    format!("probe could not list the pre-existing resources: {e}"),
+                )
+            })
+    }
+
+    /// Starts `name` and returns it with what it owns; fails when it owns nothing (the
+    /// other checks would then prove nothing).
+    async fn provisioned(
+        &self,
+        check: &'static str,
+        name: &str,
+        tasks_max: u32,
+    ) -> Result<(Running, BTreeSet<String>), CheckFailed> {
+        let r = self
+            .start(check, name, "incarnation-1", tasks_max, false)
+            .await?;
+        let owned = self.owned(check, &r).await?;
+        if owned.is_empty() {
+            return Err(fail(
+                check,
+                format!("after start the probe lists nothing that {name} owns: check the probe"),
+            ));
+        }
+        Ok((r, owned))
+    }
+
+    async fn expect_kept(
+        &self,
+        check: &'static str,
+        after: &str,
+        r: &Running,
+        before: &BTreeSet<String>,
+    ) -> CheckResult {
+        let now = self.owned(check, r).await?;
+        let gone: Vec<&String> = before.difference(&now).collect();
+        if gone.is_empty() {
+            Ok(())
+        } else {
+            Err(fail(
+                check,
+                format!(
+                    "{after} removed {gone:?}: only a deletion (stop(true)) may remove resources"
+                ),
+            ))
+        }
+    }
+
+    async fn expect_empty(&self, check: &'static str, after: &str, r: &Running) -> CheckResult {
+        let left = self.owned(check, r).await?;
+        if left.is_empty() {
+            Ok(())
+        } else {
+            Err(fail(check, format!("{after} left {left:?} behind")))
+        }
+    }
+
+    /// Deletes `r` (tasks then connector, stop(true)) and checks nothing it owned is
+    /// left.
+    async fn delete(&self, check: &'static str, r: &mut Running) -> CheckResult {
+        Self::stop(check, r, true).await?;
+        self.expect_empty(
+            check,
+            "the deletion (stop(true) on every task, then the connector)",
+            r,
+        )
+        .await
+    }
+
+    /// Start then `stop(false)`, a restart (fresh instances of the same incarnation), a
+    /// reconfiguration (the connector recomputes task configs and the tasks restart)
+    /// and a pause/STOPPED (`stop(false)` on everything): nothing the probe lists
+    /// disappears.
+    ///
+    /// # Errors
+    /// [`CheckFailed`] naming the step after which a resource was gone.
+    pub async fn plain_stops_keep_resources(&self) -> CheckResult {
+        const CHECK: &str = "plain_stops_keep_resources";
+        let name = self.name("plain", "a");
+        let (mut r, before) = self.provisioned(CHECK, &name, self.tasks_max).await?;
+        Self::stop(CHECK, &mut r, false).await?;
+        self.expect_kept(
+            CHECK,
+            "stop(false) on every task and the connector",
+            &r,
+            &before,
+        )
+        .await?;
+        for step in ["a restart", "a reconfiguration", "a pause or STOPPED"] {
+            let mut again = self
+                .start(CHECK, &name, "incarnation-1", self.tasks_max, false)
+                .await?;
+            self.expect_kept(CHECK, &format!("the start after {step}"), &again, &before)
+                .await?;
+            Self::stop(CHECK, &mut again, false).await?;
+            self.expect_kept(CHECK, &format!("{step} (stop(false))"), &again, &before)
+                .await?;
+        }
+        let mut cleanup = self
+            .start(CHECK, &name, "incarnation-1", self.tasks_max, false)
+            .await?;
+        self.delete(CHECK, &mut cleanup).await
+    }
+
+    /// A lower `tasks.max`: the tasks no longer wanted get `stop(false)` and nothing the
+    /// probe lists disappears.
+    ///
+    /// # Errors
+    /// [`CheckFailed`].
+    pub async fn lower_tasks_max_keeps_resources(&self) -> CheckResult {
+        const CHECK: &str = "lower_tasks_max_keeps_resources";
+        let name = self.name("shrink", "a");
+        let (mut r, before) = self.provisioned(CHECK, &name, self.tasks_max).await?;
+        Self::stop(CHECK, &mut r, false).await?;
+        let fewer = self.tasks_max.saturating_sub(1).max(1);
+        let mut smaller = self
+            .start(CHECK, &name, "incarnation-1", fewer, false)
+            .await?;
+        self.expect_kept(
+            CHECK,
+            &format!("a restart with tasks.max {fewer}"),
+            &smaller,
+            &before,
+        )
+        .await?;
+        Self::stop(CHECK, &mut smaller, false).await?;
+        self.expect_kept(
+            CHECK,
+            "stop(false) after lowering tasks.max",
+            &smaller,
+            &before,
+        )
+        .await?;
+        let mut cleanup = self
+            .start(CHECK, &name, "incarnation-1", self.tasks_max, false)
+            .await?;
+        self.delete(CHECK, &mut cleanup).await
+    }
+
+    /// `stop(true)` on the tasks then the connector removes everything the probe lists.
+    ///
+    /// # Errors
+    /// [`CheckFailed`] listing what was left.
+    pub async fn delete_removes_everything(&self) -> CheckResult {
+        const CHECK: &str = "delete_removes_everything";
+        let name = self.name("delete", "a");
+        let (mut r, _) = self.provisioned(CHECK, &name, self.tasks_max).await?;
+        self.delete(CHECK, &mut r).await
+    }
+
+    /// `stop(true)` twice on the same instances, then `stop(true)` on fresh cleanup-only
+    /// instances after the first cleanup ran: every call succeeds and changes nothing
+    /// more (cleanup is at least once).
+    ///
+    /// # Errors
+    /// [`CheckFailed`] naming the repeated call that failed or what it changed.
+    pub async fn repeated_cleanup_is_a_no_op(&self) -> CheckResult {
+        const CHECK: &str = "repeated_cleanup_is_a_no_op";
+        let name = self.name("twice", "a");
+        let pre = self.pre_existing(CHECK, &name).await?;
+        let (mut r, _) = self.provisioned(CHECK, &name, self.tasks_max).await?;
+        self.delete(CHECK, &mut r).await?;
+        Self::stop(CHECK, &mut r, true).await.map_err(|e| {
+            fail(
+                CHECK,
+                format!("a second stop(true) on the same instances: {}", e.message),
+            )
+        })?;
+        self.expect_empty(CHECK, "a second stop(true)", &r).await?;
+        let mut fresh = self
+            .start(CHECK, &name, "incarnation-1", self.tasks_max, true)
+            .await?;
+        Self::stop(CHECK, &mut fresh, true).await.map_err(|e| {
+            fail(
+                CHECK,
+                format!(
+                    "stop(true) on fresh cleanup-only instances after the cleanup ran: {}",
+                    e.message
+                ),
+            )
+        })?;
+        self.expect_empty(CHECK, "a re-run cleanup", &fresh).await?;
+        self.expect_pre_existing(CHECK, &name, &pre).await
+    }
+
+    /// `stop(true)` on cleanup-only instances of a connector whose start never ran:
+    /// no error, nothing listed.
+    ///
+    /// # Errors
+    /// [`CheckFailed`].
+    pub async fn cleanup_without_start_succeeds(&self) -> CheckResult {
+        const CHECK: &str = "cleanup_without_start_succeeds";
+        let name = self.name("never", "a");
+        let pre = self.pre_existing(CHECK, &name).await?;
+        let mut r = self
+            .start(CHECK, &name, "incarnation-1", self.tasks_max, true)
+            .await?;
+        if let Ok(owned) = self.owned(CHECK, &r).await
+            && !owned.is_empty()
+        {
+            return Err(fail(
+                CHECK,
+                format!(
+                    "a cleanup-only start provisioned {owned:?}: it must only prepare the stop(true)"
+                ),
+            ));
+        }
+        Self::stop(CHECK, &mut r, true).await?;
+        self.expect_empty(CHECK, "a cleanup of a connector that never started", &r)
+            .await?;
+        self.expect_pre_existing(CHECK, &name, &pre).await
+    }
+
+    /// After a start that failed halfway (the probe removes one of the resources the
+    /// start made), `stop(true)` on cleanup-only instances removes what exists, without
+    /// error.
+    ///
+    /// # Errors
+    /// [`CheckFailed`].
+    pub async fn cleanup_after_half_start_succeeds(&self) -> CheckResult {
+        const CHECK: &str = "cleanup_after_half_start_succeeds";
+        let name = self.name("half", "a");
+        let (mut r, owned) = self.provisioned(CHECK, &name, self.tasks_max).await?;
+        Self::stop(CHECK, &mut r, false).await?;
+        if let Some(first) = owned.iter().next() {
+            self.probe
+                .remove(first)
+                .await
+                .map_err(|e| fail(CHECK, format!("probe could not remove {first}: {e}")))?;
+        }
+        let mut cleanup = self
+            .start(CHECK, &name, "incarnation-1", self.tasks_max, true)
+            .await?;
+        Self::stop(CHECK, &mut cleanup, true).await?;
+        self.expect_empty(
+            CHECK,
+            "the cleanup after a half-made provisioning",
+            &cleanup,
+        )
+        .await
+    }
+
+    /// Two connectors of the plugin side by side: deleting one leaves every resource of
+    /// the other.
+    ///
+    /// # Errors
+    /// [`CheckFailed`] listing what of the survivor was removed.
+    pub async fn deleting_one_connector_leaves_another(&self) -> CheckResult {
+        const CHECK: &str = "deleting_one_connector_leaves_another";
+        let (a, b) = (self.name("pair", "a"), self.name("pair", "b"));
+        let (mut ra, _) = self.provisioned(CHECK, &a, self.tasks_max).await?;
+        let (mut rb, owned_b) = self.provisioned(CHECK, &b, self.tasks_max).await?;
+        self.delete(CHECK, &mut ra).await?;
+        self.expect_kept(CHECK, &format!("deleting {a}"), &rb, &owned_b)
+            .await?;
+        self.delete(CHECK, &mut rb).await
+    }
+
+    /// A resource the probe marks as pre-existing (made by the user) is never removed:
+    /// not by plain stops, not by the deletion.
+    ///
+    /// # Errors
+    /// [`CheckFailed`] listing the user's resources that went.
+    pub async fn pre_existing_resources_survive(&self) -> CheckResult {
+        const CHECK: &str = "pre_existing_resources_survive";
+        let name = self.name("user", "a");
+        let pre = self.pre_existing(CHECK, &name).await?;
+        let (mut r, _) = self.provisioned(CHECK, &name, self.tasks_max).await?;
+        Self::stop(CHECK, &mut r, false).await?;
+        self.expect_pre_existing(CHECK, &name, &pre).await?;
+        let mut again = self
+            .start(CHECK, &name, "incarnation-1", self.tasks_max, false)
+            .await?;
+        self.delete(CHECK, &mut again).await?;
+        self.expect_pre_existing(CHECK, &name, &pre).await
+    }
+
+    async fn expect_pre_existing(
+        &self,
+        check: &'static str,
+        name: &str,
+        before: &BTreeSet<String>,
+    ) -> CheckResult {
+        let now = self.pre_existing(check, name).await?;
+        let gone: Vec<&String> = before.difference(&now).collect();
+        if gone.is_empty() {
+            Ok(())
+        } else {
+            Err(fail(
+                check,
+                format!(
+                    "the user's own resources {gone:?} were removed: a connector must only remove what it provisioned"
+                ),
+            ))
+        }
+    }
+
+    /// Every check, in order; stops at the first failure.
+    ///
+    /// # Errors
+    /// The first [`CheckFailed`].
+    pub async fn all(&self) -> CheckResult {
+        self.plain_stops_keep_resources().await?;
+        self.lower_tasks_max_keeps_resources().await?;
+        self.delete_removes_everything().await?;
+        self.repeated_cleanup_is_a_no_op().await?;
+        self.cleanup_without_start_succeeds().await?;
+        self.cleanup_after_half_start_succeeds().await?;
+        self.deleting_one_connector_leaves_another().await?;
+        self.pre_existing_resources_survive().await
+    }
+}
+
+fn fail(check: &'static str, message: String) -> CheckFailed {
+    CheckFailed { check, message }
+}

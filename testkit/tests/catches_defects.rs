@@ -1,0 +1,223 @@
+//! The kit's checks catch the defects they are about: a correct directory-provisioning
+//! plugin passes every check, and three deliberately wrong ones each fail the check
+//! for their defect (real files in a temp dir are the external system).
+
+use std::collections::BTreeSet;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+use async_trait::async_trait;
+use wharf::sdk::{
+    ConfigDef, ConfigMap, Connector, ConnectorContext, Plugin, PluginResult, SourceRecord,
+    SourceTask, TaskContext, TaskFactory,
+};
+use wharf_testkit::{Kit, Probe};
+
+/// What is wrong with the plugin on purpose.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Defect {
+    None,
+    /// Removes its directory on every stop, deletion or not.
+    DropsOnPlainStop,
+    /// Its stop(true) fails when the directory is already gone.
+    SecondDeleteErrors,
+    /// Its deletion also removes the user's file next to its directory.
+    DropsPreExisting,
+}
+
+/// Config key: the root directory.
+const ROOT: &str = "root";
+/// The user's own file under the root, which the plugin reads but must never remove.
+const USER_FILE: &str = "user-data.txt";
+
+fn dir_of(name: &str, config: &ConfigMap) -> PathBuf {
+    Path::new(&config[ROOT]).join(format!("dir-{name}"))
+}
+
+struct DirConnector {
+    defect: Defect,
+    dir: Option<PathBuf>,
+    root: Option<PathBuf>,
+}
+
+#[async_trait]
+impl Connector for DirConnector {
+    async fn start(&mut self, ctx: ConnectorContext, config: ConfigMap) -> PluginResult<()> {
+        let dir = dir_of(&ctx.connector, &config);
+        self.root = Some(PathBuf::from(&config[ROOT]));
+        self.dir = Some(dir.clone());
+        if !ctx.cleanup_only {
+            std::fs::create_dir_all(&dir)?;
+            std::fs::write(dir.join("shared"), b"")?;
+        }
+        Ok(())
+    }
+
+    async fn task_configs(&mut self, max_tasks: u32) -> PluginResult<Vec<ConfigMap>> {
+        Ok((0..max_tasks).map(|_| ConfigMap::new()).collect())
+    }
+
+    async fn stop_with(&mut self, deleted: bool) -> PluginResult<()> {
+        let dir = self.dir.clone().ok_or("not started")?;
+        if !deleted && self.defect != Defect::DropsOnPlainStop {
+            return Ok(());
+        }
+        match std::fs::remove_dir_all(&dir) {
+            Ok(()) => {}
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+                if self.defect == Defect::SecondDeleteErrors {
+                    return Err(format!("{} is gone", dir.display()).into());
+                }
+            }
+            Err(e) => return Err(e.into()),
+        }
+        if deleted && self.defect == Defect::DropsPreExisting {
+            let root = self.root.clone().ok_or("not started")?;
+            let _ = std::fs::remove_file(root.join(USER_FILE));
+        }
+        Ok(())
+    }
+}
+
+/// Tasks provision a per-task file in the connector's directory.
+struct DirTask {
+    file: Option<PathBuf>,
+}
+
+#[async_trait]
+impl SourceTask for DirTask {
+    async fn start(&mut self, ctx: TaskContext, _config: ConfigMap) -> PluginResult<()> {
+        let file = dir_of(&ctx.connector, &ctx.connector_config).join(format!("task-{}", ctx.task));
+        if !ctx.cleanup_only {
+            std::fs::write(&file, b"")?;
+        }
+        self.file = Some(file);
+        Ok(())
+    }
+
+    async fn poll(&mut self) -> PluginResult<Vec<SourceRecord>> {
+        Ok(Vec::new())
+    }
+
+    async fn stop_with(&mut self, deleted: bool) -> PluginResult<()> {
+        if deleted {
+            let file = self.file.clone().ok_or("not started")?;
+            match std::fs::remove_file(&file) {
+                Ok(()) => {}
+                Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+                Err(e) => return Err(e.into()),
+            }
+        }
+        Ok(())
+    }
+}
+
+fn plugin(defect: Defect) -> Plugin {
+    Plugin {
+        name: "dir-source".to_owned(),
+        version: "0".to_owned(),
+        config_def: ConfigDef::new(),
+        connector: Arc::new(move || {
+            Box::new(DirConnector {
+                defect,
+                dir: None,
+                root: None,
+            }) as Box<dyn Connector>
+        }),
+        task: TaskFactory::Source(Arc::new(|| {
+            Box::new(DirTask { file: None }) as Box<dyn SourceTask>
+        })),
+    }
+}
+
+struct DirProbe {
+    root: PathBuf,
+}
+
+fn listing(dir: &Path) -> BTreeSet<String> {
+    let mut out = BTreeSet::new();
+    if dir.exists() {
+        out.insert(dir.display().to_string());
+        for e in std::fs::read_dir(dir).into_iter().flatten().flatten() {
+            out.insert(e.path().display().to_string());
+        }
+    }
+    out
+}
+
+#[async_trait]
+impl Probe for DirProbe {
+    async fn owned(&self, connector: &str, config: &ConfigMap) -> Result<BTreeSet<String>, String> {
+        Ok(listing(&dir_of(connector, config)))
+    }
+
+    async fn pre_existing(&self, _config: &ConfigMap) -> Result<BTreeSet<String>, String> {
+        let user = self.root.join(USER_FILE);
+        Ok(user
+            .exists()
+            .then(|| user.display().to_string())
+            .into_iter()
+            .collect())
+    }
+
+    async fn remove(&self, resource: &str) -> Result<bool, String> {
+        let path = Path::new(resource);
+        // Remove one file (or the directory's content) to leave a half-made state.
+        let r = if path.is_dir() {
+            std::fs::remove_file(path.join("shared"))
+        } else {
+            std::fs::remove_file(path)
+        };
+        r.map(|()| true).map_err(|e| e.to_string())
+    }
+}
+
+fn kit(defect: Defect) -> (tempfile::TempDir, Kit<DirProbe>) {
+    let tmp = tempfile::tempdir().unwrap();
+    let root = tmp.path().to_path_buf();
+    std::fs::write(root.join(USER_FILE), b"the user's").unwrap();
+    let r = root.display().to_string();
+    let kit = Kit::new(
+        plugin(defect),
+        move |_name| [(ROOT.to_owned(), r.clone())].into(),
+        DirProbe { root },
+    );
+    (tmp, kit)
+}
+
+#[tokio::test]
+async fn a_correct_plugin_passes_every_check() {
+    let (_tmp, kit) = kit(Defect::None);
+    kit.all().await.unwrap();
+}
+
+#[tokio::test]
+async fn a_plugin_that_drops_on_stop_false_fails_plain_stops_keep_resources() {
+    let (_tmp, kit) = kit(Defect::DropsOnPlainStop);
+    let err = kit.plain_stops_keep_resources().await.unwrap_err();
+    assert_eq!(err.check, "plain_stops_keep_resources");
+    assert!(
+        err.message.contains("stop(false)") && err.message.contains("removed"),
+        "{err}"
+    );
+}
+
+#[tokio::test]
+async fn a_plugin_whose_second_stop_true_errors_fails_repeated_cleanup_is_a_no_op() {
+    let (_tmp, kit) = kit(Defect::SecondDeleteErrors);
+    kit.delete_removes_everything().await.unwrap();
+    let err = kit.repeated_cleanup_is_a_no_op().await.unwrap_err();
+    assert_eq!(err.check, "repeated_cleanup_is_a_no_op");
+    assert!(
+        err.message.contains("a second stop(true)") && err.message.contains("is gone"),
+        "{err}"
+    );
+}
+
+#[tokio::test]
+async fn a_plugin_that_drops_a_pre_existing_resource_fails_pre_existing_resources_survive() {
+    let (_tmp, kit) = kit(Defect::DropsPreExisting);
+    let err = kit.pre_existing_resources_survive().await.unwrap_err();
+    assert_eq!(err.check, "pre_existing_resources_survive");
+    assert!(err.message.contains(USER_FILE), "{err}");
+}
