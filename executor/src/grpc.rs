@@ -35,6 +35,7 @@ impl From<HostError> for Status {
             | HostError::EpochMismatch { .. }
             | HostError::GenerationStopped { .. }
             | HostError::StaleIncarnation { .. }
+            | HostError::NeverAssigned { .. }
             | HostError::LeaseMayHaveExpired { .. }
             | HostError::NotRunning { .. } => Status::failed_precondition(msg),
             HostError::PluginThread { .. } => Status::resource_exhausted(msg),

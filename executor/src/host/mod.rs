@@ -125,6 +125,20 @@ pub enum HostError {
         /// The cause.
         reason: String,
     },
+    /// A stop names a generation newer than any this executor was assigned for the
+    /// instance, without the incarnation of the instance it hosts: a stop decided for
+    /// someone else's assignment, or made up (issue 14, defence in depth). Nothing runs.
+    #[error(
+        "{what} generation {requested} was never assigned to this executor (newest assigned: {newest}); refused, nothing ran"
+    )]
+    NeverAssigned {
+        /// Which connector or task.
+        what: String,
+        /// Generation in the request.
+        requested: u64,
+        /// Newest generation this executor was assigned for it.
+        newest: u64,
+    },
     /// The executor never hosted the instance (or not that generation).
     #[error("{0} is not hosted on this executor")]
     NotHosted(String),
@@ -397,6 +411,34 @@ impl Host {
         }
     }
 
+    /// Every check a stop passes before anything runs (epoch, lease, generation,
+    /// incarnation), then the instance it applies to, picked by `pick`. A refusal is
+    /// logged here, once, with what the request named: nothing ran for it.
+    fn admit_stop<I>(
+        &self,
+        req: &StopRequest,
+        what: &str,
+        pick: impl FnOnce() -> Result<Arc<I>, HostError>,
+    ) -> Result<Arc<I>, HostError> {
+        let admitted = self
+            .check_stop(req, &format!("stop(true) of {what}"))
+            .and_then(|()| pick());
+        if let Err(e) = &admitted {
+            // NOT_FOUND is an ordinary answer (the control plane re-hosts the cleanup);
+            // every other refusal is a stop decided for something this executor does not
+            // run now, worth an operator's look.
+            let not_hosted = matches!(e, HostError::NotHosted(_));
+            if not_hosted {
+                tracing::info!(what, generation = req.generation, error = %e, "stop refused");
+            } else {
+                tracing::warn!(what, generation = req.generation, incarnation = %req.incarnation,
+                    executor_epoch = req.executor_epoch, connector_deleted = req.connector_deleted,
+                    error = %e, "stop refused; nothing ran");
+            }
+        }
+        admitted
+    }
+
     fn plugin_for(&self, config: &ConfigMap, field: &str) -> Result<Plugin, HostError> {
         let class = config
             .get(CONNECTOR_CLASS)
@@ -486,15 +528,15 @@ impl Host {
         req: &StopRequest,
     ) -> Result<StopAnswer, HostError> {
         let what = format!("task {task}");
-        self.check_stop(req, &format!("stop(true) of {what}"))?;
-        let instance = {
+        let instance = self.admit_stop(req, &what, || {
             let tasks = lock(&self.tasks);
             let slot = tasks
                 .get(task)
                 .ok_or_else(|| HostError::NotHosted(what.clone()))?;
-            pick_for_stop(slot, req.generation, &what, |i| i.life.stop_claimed())?
-        };
-        check_incarnation(&req.incarnation, &instance.incarnation, &what)?;
+            pick_for_stop(slot, req, &what, |i: &TaskInstance| {
+                (i.life.stop_claimed(), i.incarnation.as_str())
+            })
+        })?;
         let result = instance
             .stop(
                 req.connector_deleted,
@@ -603,15 +645,15 @@ impl Host {
         req: &StopRequest,
     ) -> Result<StopAnswer, HostError> {
         let what = format!("connector {connector}");
-        self.check_stop(req, &format!("stop(true) of {what}"))?;
-        let instance = {
+        let instance = self.admit_stop(req, &what, || {
             let connectors = lock(&self.connectors);
             let slot = connectors
                 .get(connector)
                 .ok_or_else(|| HostError::NotHosted(what.clone()))?;
-            pick_for_stop(slot, req.generation, &what, |i| i.life.stop_claimed())?
-        };
-        check_incarnation(&req.incarnation, &instance.incarnation, &what)?;
+            pick_for_stop(slot, req, &what, |i: &ConnectorInstance| {
+                (i.life.stop_claimed(), i.incarnation.as_str())
+            })
+        })?;
         let result = instance
             .stop(
                 req.connector_deleted,
@@ -687,15 +729,30 @@ impl Host {
     }
 }
 
-/// The instance a stop for `generation` applies to: that generation's instance, or, when
-/// the request is newer than anything seen, the instance still running.
-fn pick_for_stop<I>(
-    slot: &Slot<I>,
-    generation: u64,
+/// The instance a stop applies to, and whether it may run at all.
+///
+/// - A generation this executor was assigned: that generation's instance (a replay when
+///   already stopped), if the stop names its incarnation or none.
+/// - An older generation it was not assigned: stale.
+/// - A newer generation: it was never assigned here, so the stop is refused unless it
+///   names the incarnation of the instance still running. That one exception is the
+///   control plane's record running ahead of this executor (a start it recorded whose
+///   request never arrived); the record's stop must still reach the instance that runs
+///   (docs/contract.md, "Executor self-fencing"). A stop without an incarnation, or with
+///   another one, for a generation never assigned here runs nothing (issue 14: any
+///   caller could otherwise stop, or drop the resources of, a live connector with
+///   "current generation + 1000").
+///
+/// `facts` says of an instance whether its stop was claimed, and its incarnation.
+fn pick_for_stop<'a, I: 'a>(
+    slot: &'a Slot<I>,
+    req: &StopRequest,
     what: &str,
-    stop_claimed: impl Fn(&I) -> bool,
+    facts: impl Fn(&'a I) -> (bool, &'a str),
 ) -> Result<Arc<I>, HostError> {
+    let generation = req.generation;
     if let Some(i) = slot.instances.get(&generation) {
+        check_incarnation(&req.incarnation, facts(i).1, what)?;
         return Ok(i.clone());
     }
     if generation < slot.newest {
@@ -705,12 +762,18 @@ fn pick_for_stop<I>(
             newest: slot.newest,
         });
     }
-    slot.instances
-        .values()
-        .rev()
-        .find(|i| !stop_claimed(i))
-        .cloned()
-        .ok_or_else(|| HostError::NotHosted(format!("{what} generation {generation}")))
+    let running = slot.instances.values().rev().find(|i| !facts(i).0);
+    match running {
+        None => Err(HostError::NotHosted(format!(
+            "{what} generation {generation}"
+        ))),
+        Some(i) if !req.incarnation.is_empty() && req.incarnation == facts(i).1 => Ok(i.clone()),
+        Some(_) => Err(HostError::NeverAssigned {
+            what: what.to_owned(),
+            requested: generation,
+            newest: slot.newest,
+        }),
+    }
 }
 
 /// Refuses a request decided for incarnation `requested` when the instance belongs to
@@ -744,16 +807,38 @@ pub(crate) fn panic_text(e: tokio::task::JoinError) -> String {
 mod tests {
     use super::*;
 
-    /// A slot whose instances are just "stop claimed" flags, by generation.
-    fn slot(instances: &[(u64, bool)]) -> Slot<bool> {
+    /// Incarnation of every instance in [`slot`].
+    const INC: &str = "inc-1";
+
+    /// A slot whose instances are just "stop claimed" flags (incarnation [`INC`]), by
+    /// generation.
+    fn slot(instances: &[(u64, bool)]) -> Slot<(bool, &'static str)> {
         Slot {
             newest: instances.iter().map(|(g, _)| *g).max().unwrap_or(0),
-            instances: instances.iter().map(|(g, c)| (*g, Arc::new(*c))).collect(),
+            instances: instances
+                .iter()
+                .map(|(g, c)| (*g, Arc::new((*c, INC))))
+                .collect(),
         }
     }
 
-    fn pick(slot: &Slot<bool>, generation: u64) -> Result<bool, HostError> {
-        pick_for_stop(slot, generation, "task t-0", |claimed| *claimed).map(|i| *i)
+    /// The "stop claimed" flag of the instance picked for a stop of `generation` naming
+    /// `incarnation`.
+    fn pick_named(
+        slot: &Slot<(bool, &'static str)>,
+        generation: u64,
+        incarnation: &str,
+    ) -> Result<bool, HostError> {
+        let req = StopRequest {
+            generation,
+            incarnation: incarnation.to_owned(),
+            ..StopRequest::default()
+        };
+        pick_for_stop(slot, &req, "task t-0", |i| (i.0, i.1)).map(|i| i.0)
+    }
+
+    fn pick(slot: &Slot<(bool, &'static str)>, generation: u64) -> Result<bool, HostError> {
+        pick_named(slot, generation, INC)
     }
 
     #[test]
@@ -807,7 +892,7 @@ mod tests {
     }
 
     #[test]
-    fn a_stop_for_a_newer_generation_reaches_the_instance_still_running() {
+    fn a_stop_for_a_newer_generation_with_the_running_incarnation_reaches_that_instance() {
         let s = slot(&[(3, false)]);
         assert!(!pick(&s, 4).unwrap());
         let all_stopped = slot(&[(3, true)]);
@@ -815,5 +900,37 @@ mod tests {
             pick(&all_stopped, 4),
             Err(HostError::NotHosted(_))
         ));
+    }
+
+    #[test]
+    fn a_stop_for_a_generation_never_assigned_without_the_incarnation_is_refused() {
+        let s = slot(&[(3, false)]);
+        assert!(matches!(
+            pick_named(&s, 1003, ""),
+            Err(HostError::NeverAssigned {
+                requested: 1003,
+                newest: 3,
+                ..
+            })
+        ));
+    }
+
+    #[test]
+    fn a_stop_for_a_generation_never_assigned_with_another_incarnation_is_refused() {
+        let s = slot(&[(3, false)]);
+        assert!(matches!(
+            pick_named(&s, 4, "inc-0"),
+            Err(HostError::NeverAssigned { .. })
+        ));
+    }
+
+    #[test]
+    fn a_stop_for_an_assigned_generation_of_another_incarnation_is_refused() {
+        let s = slot(&[(3, false)]);
+        assert!(matches!(
+            pick_named(&s, 3, "inc-0"),
+            Err(HostError::StaleIncarnation { .. })
+        ));
+        assert!(!pick_named(&s, 3, "").unwrap(), "no incarnation: no check");
     }
 }
