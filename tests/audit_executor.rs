@@ -277,6 +277,7 @@ impl Executor {
                 connector_deleted,
                 generation,
                 timeout_ms: 0,
+                ..Default::default()
             })
             .await
             .unwrap()
@@ -295,6 +296,7 @@ impl Executor {
                 connector_deleted,
                 generation,
                 timeout_ms: 0,
+                ..Default::default()
             })
             .await
             .unwrap()

@@ -309,6 +309,7 @@ async fn stop_task(
         connector_deleted,
         generation,
         timeout_ms,
+        ..Default::default()
     };
     ex.client.stop_task(req).await.map(Response::into_inner)
 }
@@ -347,6 +348,7 @@ async fn stop_connector(
             connector_deleted,
             generation,
             timeout_ms: 0,
+            ..Default::default()
         })
         .await
         .unwrap()
@@ -777,6 +779,94 @@ async fn stale_generation_and_foreign_epoch_are_refused_with_failed_precondition
     assert!(l.of("gen", Some(1)).is_empty());
 }
 
+/// Issue 14, defence in depth: a destructive stop for a generation this executor was never
+/// assigned ("current + 1000", read from the open ListAssignments) is refused, whether it
+/// names no incarnation or another one, for a task and for a connector instance; nothing
+/// runs, the refusal is logged, and the instances keep running until a stop of their own
+/// assignment arrives.
+#[tokio::test]
+async fn stops_for_generations_never_assigned_here_are_refused_and_run_nothing() {
+    let s = Setup::new().await;
+    let mut ex = s.executor("a").await;
+    let config = s.config(&[]);
+    start_connector(&mut ex, "owned", 3, &config, false).await;
+    start_task(&mut ex, "owned", 0, 3, &config, false)
+        .await
+        .unwrap();
+    wait_polled(&s, "owned", 0, 0).await;
+
+    for incarnation in ["", "inc-someone-else"] {
+        let task = ex
+            .client
+            .stop_task(pb::StopTaskRequest {
+                task: task_id("owned", 0),
+                connector_deleted: true,
+                generation: 1003,
+                incarnation: incarnation.into(),
+                ..Default::default()
+            })
+            .await
+            .unwrap_err();
+        assert_eq!(task.code(), Code::FailedPrecondition, "{task:?}");
+        assert!(
+            task.message().contains("never assigned"),
+            "{}",
+            task.message()
+        );
+        let connector = ex
+            .client
+            .stop_connector(pb::ExecutorStopConnectorRequest {
+                connector: "owned".into(),
+                connector_deleted: true,
+                generation: 1003,
+                incarnation: incarnation.into(),
+                ..Default::default()
+            })
+            .await
+            .unwrap_err();
+        assert_eq!(connector.code(), Code::FailedPrecondition, "{connector:?}");
+    }
+
+    // Nothing ran: no stop reached either plugin, both are still hosted and running.
+    let l = s.lifecycle();
+    assert!(
+        l.stops("owned", None).is_empty(),
+        "{:?}",
+        l.stops("owned", None)
+    );
+    assert!(l.stops_for("owned", 0).is_empty());
+    let listed = ex
+        .client
+        .list_assignments(pb::ListAssignmentsRequest {})
+        .await
+        .unwrap()
+        .into_inner();
+    assert_eq!(listed.connectors.len(), 1, "{listed:?}");
+    assert_eq!(listed.tasks.len(), 1, "{listed:?}");
+    assert_eq!(listed.tasks[0].generation, 3);
+    assert_eq!(listed.tasks[0].state, pb::State::Running as i32);
+    assert!(
+        ex.proc.log().contains("stop refused; nothing ran"),
+        "the refusals are logged"
+    );
+
+    // The stop of the assignment itself still runs, once, with its flag.
+    let r = ex
+        .client
+        .stop_task(pb::StopTaskRequest {
+            task: task_id("owned", 0),
+            connector_deleted: true,
+            generation: 3,
+            incarnation: "inc-owned".into(),
+            ..Default::default()
+        })
+        .await
+        .unwrap()
+        .into_inner();
+    assert_eq!(r.outcome, pb::StopOutcome::Stopped as i32);
+    stopped_once(&s.lifecycle(), "owned", 0, &ex.id, true);
+}
+
 #[tokio::test]
 async fn duplicated_stop_task_is_replayed_and_runs_the_stop_once() {
     let s = Setup::new().await;
@@ -794,6 +884,7 @@ async fn duplicated_stop_task_is_replayed_and_runs_the_stop_once() {
         connector_deleted: true,
         generation: 1,
         timeout_ms: 0,
+        ..Default::default()
     };
     let (r1, r2) = tokio::join!(c1.stop_task(req.clone()), c2.stop_task(req.clone()));
     let (r1, r2) = (r1.unwrap().into_inner(), r2.unwrap().into_inner());
@@ -828,6 +919,7 @@ async fn stop_task_for_a_task_never_hosted_is_not_found() {
             connector_deleted: true,
             generation: 1,
             timeout_ms: 0,
+            ..Default::default()
         })
         .await
         .unwrap_err();
@@ -839,6 +931,7 @@ async fn stop_task_for_a_task_never_hosted_is_not_found() {
             connector_deleted: true,
             generation: 1,
             timeout_ms: 0,
+            ..Default::default()
         })
         .await
         .unwrap_err();

@@ -312,6 +312,7 @@ async fn strangers_and_other_executors_are_refused_and_nothing_is_cleaned_up() {
                 connector_deleted: true,
                 generation: task_generation,
                 timeout_ms: 1000,
+                ..Default::default()
             })
             .await
             .expect_err(who);
@@ -321,6 +322,7 @@ async fn strangers_and_other_executors_are_refused_and_nothing_is_cleaned_up() {
                 connector_deleted: true,
                 generation: connector_generation,
                 timeout_ms: 1000,
+                ..Default::default()
             })
             .await
             .expect_err(who);
@@ -343,6 +345,7 @@ async fn strangers_and_other_executors_are_refused_and_nothing_is_cleaned_up() {
             connector_deleted: true,
             generation: task_generation,
             timeout_ms: 1000,
+            ..Default::default()
         })
         .await
         .expect_err("plaintext");

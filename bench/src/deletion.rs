@@ -189,6 +189,7 @@ pub async fn run(bin_dir: &Path, root: &Path, runs: usize) -> anyhow::Result<Del
                     connector_deleted: true,
                     generation: 1,
                     timeout_ms: 0,
+                    ..Default::default()
                 })
                 .await
             }

@@ -14,7 +14,7 @@ use wharf::sdk::Plugin;
 use crate::grpc::ExecutorService;
 use crate::host::Host;
 use crate::log::{LogConfig, LogError};
-use crate::registry_client::{Registry, RegistryError};
+use crate::registry_client::{Fence, Registry, RegistryError};
 use wharf::task::{TaskKind, spawn};
 
 /// Default bound on the stops run at shutdown (SIGTERM), in milliseconds.
@@ -296,8 +296,17 @@ impl ExecutorApp {
                 tracing::error!(error = %e, "executor gRPC server failed");
             }
         });
-        let registry_cancel = cancel.child_token();
-        let mut loops = registry.run(host.clone(), graceful_timeout, registry_cancel);
+        let hosted = host.clone();
+        registry.report_hosted(Arc::new(move || crate::grpc::hosted_wire(&hosted)));
+        let mut loops = Vec::new();
+        if let Some(fences) = registry.take_fences() {
+            loops.push(spawn(
+                TaskKind::Service,
+                "self-fencing",
+                carry_out_fences(fences, host.clone(), graceful_timeout, cancel.child_token()),
+            ));
+        }
+        loops.extend(registry.run(cancel.child_token()));
         loops.extend(loops_extra);
         tracing::info!(executor = %executor_id, listen = %local_addr, advertised = %advertised, control_plane = %control_plane,
             record_log = log_spec,
@@ -355,6 +364,30 @@ impl RunningExecutor {
             let _ = l.await;
         }
         tracing::info!(executor = %self.executor_id, "executor stopped");
+    }
+}
+
+/// Wires the registry client's fences to the host: every instance is stopped with
+/// `connector_deleted = false` (each bounded by `stop_timeout`) before the client
+/// registers again (docs/contract.md, "Executor self-fencing").
+async fn carry_out_fences(
+    mut fences: tokio::sync::mpsc::UnboundedReceiver<Fence>,
+    host: Arc<Host>,
+    stop_timeout: Duration,
+    cancel: CancellationToken,
+) {
+    loop {
+        let fence = tokio::select! {
+            () = cancel.cancelled() => return,
+            f = fences.recv() => match f {
+                Some(f) => f,
+                None => return,
+            },
+        };
+        tracing::warn!(executor = %host.executor_id(), epoch = fence.epoch, reason = %fence.reason,
+            "fenced: stopping every instance with connector_deleted=false");
+        host.stop_all(stop_timeout).await;
+        let _ = fence.done.send(());
     }
 }
 

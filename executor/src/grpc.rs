@@ -9,8 +9,9 @@ use wharf::ids::{ConnectorName, TaskKey};
 use wharf::pb::v1 as pb;
 
 use crate::host::{
-    Host, HostError, InstanceState, StartConnector, StartTask, StopOutcome, StopResult,
+    Host, HostError, InstanceState, StartConnector, StartTask, StopOutcome, StopRequest, StopResult,
 };
+use crate::registry_client::LeaseStanding;
 
 /// The `wharf.v1.Executor` service over a [`Host`].
 pub struct ExecutorService {
@@ -33,7 +34,11 @@ impl From<HostError> for Status {
             | HostError::StaleGeneration { .. }
             | HostError::EpochMismatch { .. }
             | HostError::GenerationStopped { .. }
+            | HostError::StaleIncarnation { .. }
+            | HostError::NeverAssigned { .. }
+            | HostError::LeaseMayHaveExpired { .. }
             | HostError::NotRunning { .. } => Status::failed_precondition(msg),
+            HostError::PluginThread { .. } => Status::resource_exhausted(msg),
             HostError::NotHosted(_) => Status::not_found(msg),
             HostError::ShuttingDown => Status::unavailable(msg),
             HostError::TaskConfigsFailed { .. } => Status::internal(msg),
@@ -109,6 +114,38 @@ fn elapsed_ms(r: &StopResult) -> u64 {
     u64::try_from(r.record.elapsed.as_millis()).unwrap_or(u64::MAX)
 }
 
+/// The validated stop of a `StopTaskRequest` or `ExecutorStopConnectorRequest` (same
+/// fields).
+macro_rules! stop_request {
+    ($r:expr) => {
+        StopRequest {
+            connector_deleted: $r.connector_deleted,
+            generation: $r.generation,
+            timeout_ms: $r.timeout_ms,
+            incarnation: $r.incarnation,
+            executor_epoch: $r.executor_epoch,
+        }
+    };
+}
+
+/// A `StopTaskResponse` or `ExecutorStopConnectorResponse` (same fields) from a stop's
+/// answer.
+macro_rules! stop_response {
+    ($ty:path, $answer:expr) => {{
+        let answer = $answer;
+        let result = &answer.result;
+        $ty {
+            outcome: stop_outcome(result.record.outcome) as i32,
+            connector_deleted: result.record.connector_deleted,
+            replayed: result.replayed,
+            error: result.record.error.clone().unwrap_or_default(),
+            generation: result.record.generation,
+            elapsed_ms: elapsed_ms(result),
+            abandoned: answer.abandoned,
+        }
+    }};
+}
+
 #[tonic::async_trait]
 impl pb::executor_server::Executor for ExecutorService {
     #[tracing::instrument(skip_all, fields(connector = %request.get_ref().connector, generation = request.get_ref().generation))]
@@ -138,18 +175,12 @@ impl pb::executor_server::Executor for ExecutorService {
     ) -> Result<Response<pb::ExecutorStopConnectorResponse>, Status> {
         let r = request.into_inner();
         let name = connector_name(&r.connector, "connector")?;
-        let result = self
-            .host
-            .stop_connector(&name, r.connector_deleted, r.generation, r.timeout_ms)
-            .await?;
-        Ok(Response::new(pb::ExecutorStopConnectorResponse {
-            outcome: stop_outcome(result.record.outcome) as i32,
-            connector_deleted: result.record.connector_deleted,
-            replayed: result.replayed,
-            error: result.record.error.clone().unwrap_or_default(),
-            generation: result.record.generation,
-            elapsed_ms: elapsed_ms(&result),
-        }))
+        let req = stop_request!(r);
+        let answer = self.host.stop_connector(&name, &req).await?;
+        Ok(Response::new(stop_response!(
+            pb::ExecutorStopConnectorResponse,
+            answer
+        )))
     }
 
     #[tracing::instrument(skip_all, fields(connector = %request.get_ref().connector, generation = request.get_ref().generation))]
@@ -203,18 +234,9 @@ impl pb::executor_server::Executor for ExecutorService {
     ) -> Result<Response<pb::StopTaskResponse>, Status> {
         let r = request.into_inner();
         let task = task_key(r.task)?;
-        let result = self
-            .host
-            .stop_task(&task, r.connector_deleted, r.generation, r.timeout_ms)
-            .await?;
-        Ok(Response::new(pb::StopTaskResponse {
-            outcome: stop_outcome(result.record.outcome) as i32,
-            connector_deleted: result.record.connector_deleted,
-            replayed: result.replayed,
-            error: result.record.error.clone().unwrap_or_default(),
-            generation: result.record.generation,
-            elapsed_ms: elapsed_ms(&result),
-        }))
+        let req = stop_request!(r);
+        let answer = self.host.stop_task(&task, &req).await?;
+        Ok(Response::new(stop_response!(pb::StopTaskResponse, answer)))
     }
 
     async fn list_assignments(
@@ -222,17 +244,21 @@ impl pb::executor_server::Executor for ExecutorService {
         _request: Request<pb::ListAssignmentsRequest>,
     ) -> Result<Response<pb::ListAssignmentsResponse>, Status> {
         let (connectors, tasks) = hosted_wire(&self.host);
+        let abandoned = connectors.iter().filter(|c| c.abandoned).count()
+            + tasks.iter().filter(|t| t.abandoned).count();
         Ok(Response::new(pb::ListAssignmentsResponse {
             executor_id: self.host.executor_id().to_owned(),
             epoch: self.host.epoch(),
+            abandoned: u32::try_from(abandoned).unwrap_or(u32::MAX),
+            lease_expired: self.host.lease_standing() == LeaseStanding::MayHaveExpired,
             connectors,
             tasks,
         }))
     }
 }
 
-/// What `host` hosts (instances not yet stopped), on the wire: for ListAssignments and
-/// the heartbeat.
+/// What `host` hosts (instances not yet stopped, and abandoned ones until their plugin
+/// call returns), on the wire: for ListAssignments and the heartbeat.
 pub fn hosted_wire(host: &Host) -> (Vec<pb::HostedConnector>, Vec<pb::HostedTask>) {
     let (connectors, tasks) = host.assignments();
     (
@@ -243,6 +269,8 @@ pub fn hosted_wire(host: &Host) -> (Vec<pb::HostedConnector>, Vec<pb::HostedTask
                 generation: c.generation,
                 state: wire_state(&c.state).0,
                 cleanup_only: c.cleanup_only,
+                abandoned: c.abandoned,
+                incarnation: c.incarnation,
             })
             .collect(),
         tasks
@@ -255,6 +283,8 @@ pub fn hosted_wire(host: &Host) -> (Vec<pb::HostedConnector>, Vec<pb::HostedTask
                 generation: t.generation,
                 state: wire_state(&t.state).0,
                 cleanup_only: t.cleanup_only,
+                abandoned: t.abandoned,
+                incarnation: t.incarnation,
             })
             .collect(),
     )

@@ -25,9 +25,10 @@ use wharf::sdk::Plugin;
 use crate::app::{AppError, ExecutorApp, ExecutorConfig};
 use crate::config::Cli;
 
-/// Runtime worker threads. More than the cores: a misbehaving plugin that blocks its
-/// thread (and is abandoned at its stop timeout) must not starve the other tasks.
-pub const RUNTIME_WORKER_THREADS: usize = 8;
+/// Worker threads of the executor's own runtime (gRPC service, heartbeats, reports, the
+/// tasks' work loops). Plugin calls run on a thread per instance instead (`runtime.rs`),
+/// so that a plugin that blocks its thread cannot starve these.
+pub const RUNTIME_WORKER_THREADS: usize = 4;
 
 /// How long exit waits for background work after the graceful stops, in milliseconds.
 pub const RUNTIME_SHUTDOWN_TIMEOUT_MS: u64 = 500;

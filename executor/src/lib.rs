@@ -13,5 +13,6 @@ pub mod launcher;
 pub mod log;
 pub mod peer_auth;
 pub mod registry_client;
+pub(crate) mod runtime;
 
 pub use launcher::{BuilderError, Executor, ExecutorBuilder};

@@ -1,26 +1,33 @@
 //! Client of the control plane's `ExecutorRegistry`: registration, heartbeats, status
 //! reports, offset commits and reconfiguration requests.
 //!
-//! Fencing: a heartbeat answered FAILED_PRECONDITION means this epoch was superseded or
-//! its lease expired; the executor then stops every instance with
-//! `connector_deleted = false` and registers again. A ReportStatus or CommitOffsets
-//! refused with FAILED_PRECONDITION (which can also mean a stale task generation)
-//! triggers an immediate heartbeat, which decides. While the control plane is
-//! unreachable the executor keeps its tasks running and retries.
+//! Lease and fencing (docs/contract.md, "Executor self-fencing"): the client knows its
+//! lease from its last successful heartbeat (or the registration), measured from when
+//! that call was *sent*, so a slow answer errs on the safe side. Once the lease may have
+//! expired (no successful heartbeat in time, or a heartbeat answered FAILED_PRECONDITION
+//! because the epoch was superseded or fenced) the client fences itself: the epoch is
+//! cleared, a [`Fence`] is published for the app to stop every instance with
+//! `connector_deleted = false`, and only once that is done does it register again. Until
+//! then [`Registry::lease_standing`] says so, and the host refuses destructive stops.
+//! A ReportStatus or CommitOffsets refused with FAILED_PRECONDITION (which can also mean
+//! a stale task generation) triggers an immediate heartbeat, which decides.
+//!
+//! This module does not know the host: the app (`app.rs`) wires the published fences to
+//! it, and the host asks the registry for the epoch and the lease.
 
-use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use tokio::sync::{Mutex as AsyncMutex, Notify, mpsc};
+use tokio::sync::{Mutex as AsyncMutex, Notify, mpsc, oneshot};
 use tokio::task::JoinHandle;
+use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 use tonic::transport::Channel;
 use wharf::ids::TaskKey;
 use wharf::pb::v1 as pb;
 use wharf::pb::v1::executor_registry_client::ExecutorRegistryClient;
 
-use crate::host::Host;
 use wharf::task::{TaskKind, spawn};
 
 /// Bound on one registry call, in milliseconds.
@@ -57,6 +64,46 @@ pub enum RegistryError {
     Call(#[source] tonic::Status),
 }
 
+/// Where this executor stands with its lease, as far as it can tell by itself.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum LeaseStanding {
+    /// Not registered (before the first registration, or fenced and registering again).
+    Unregistered,
+    /// Registered and the lease certainly still runs (or the control plane set none).
+    Held,
+    /// Registered, but the lease may have run out: the executor is about to fence itself.
+    MayHaveExpired,
+}
+
+/// Decides the lease standing from the epoch (0 = none), the end of the lease known from
+/// the last successful heartbeat (`None` when the control plane gave no lease) and `now`.
+pub fn lease_standing(epoch: u64, valid_until: Option<Instant>, now: Instant) -> LeaseStanding {
+    match (epoch, valid_until) {
+        (0, _) => LeaseStanding::Unregistered,
+        (_, None) => LeaseStanding::Held,
+        (_, Some(until)) if now < until => LeaseStanding::Held,
+        (_, Some(_)) => LeaseStanding::MayHaveExpired,
+    }
+}
+
+/// End of a lease of `lease_ms` granted by an answer to a call sent at `sent`; `None` for
+/// 0 (a control plane that states no lease).
+pub fn lease_end(sent: Instant, lease_ms: u32) -> Option<Instant> {
+    (lease_ms > 0).then(|| sent + Duration::from_millis(u64::from(lease_ms)))
+}
+
+/// Published when the executor fenced itself: whoever wires the host (app.rs) stops every
+/// instance with `connector_deleted = false`, then answers on `done`; only then does the
+/// client register again.
+pub struct Fence {
+    /// The epoch given up.
+    pub epoch: u64,
+    /// Why (the control plane's refusal, or the lease running out).
+    pub reason: String,
+    /// Answered once every instance was stopped.
+    pub done: oneshot::Sender<()>,
+}
+
 enum Report {
     Task(pb::TaskStatusReport),
     Connector(pb::ConnectorStatusReport),
@@ -73,13 +120,26 @@ pub struct Registry {
     advertised: String,
     plugins: Vec<pb::PluginInfo>,
     epoch: AtomicU64,
+    /// End of the lease, from the last successful heartbeat or registration.
+    lease_until: Mutex<Option<Instant>>,
+    fences: mpsc::UnboundedSender<Fence>,
+    fences_rx: Mutex<Option<mpsc::UnboundedReceiver<Fence>>>,
     reports: mpsc::UnboundedSender<Report>,
     reports_rx: AsyncMutex<Option<mpsc::UnboundedReceiver<Report>>>,
     /// Reports queued and not yet sent or dropped.
     unsent: AtomicUsize,
     /// Asks the heartbeat loop to beat now.
     beat_now: Notify,
+    /// The executor's own runtime, set by [`Registry::run`]: requests a plugin makes from
+    /// its own thread are sent from here, so that they outlive that thread.
+    service: std::sync::OnceLock<tokio::runtime::Handle>,
+    /// What the executor hosts, for the heartbeat; set by the app ([`Registry::report_hosted`]).
+    hosted: std::sync::OnceLock<HostedSource>,
 }
+
+/// Lists what the executor hosts, on the wire (connector instances, tasks).
+pub type HostedSource =
+    Arc<dyn Fn() -> (Vec<pb::HostedConnector>, Vec<pb::HostedTask>) + Send + Sync>;
 
 impl Registry {
     /// A client of the control plane at `urls`: one URL, or several separated by commas
@@ -137,6 +197,7 @@ impl Registry {
             });
         }
         let (tx, rx) = mpsc::unbounded_channel();
+        let (fences, fences_rx) = mpsc::unbounded_channel();
         Ok(Self {
             clients,
             current: AtomicUsize::new(0),
@@ -144,16 +205,73 @@ impl Registry {
             advertised,
             plugins,
             epoch: AtomicU64::new(0),
+            lease_until: Mutex::new(None),
+            fences,
+            fences_rx: Mutex::new(Some(fences_rx)),
             reports: tx,
             reports_rx: AsyncMutex::new(Some(rx)),
             unsent: AtomicUsize::new(0),
             beat_now: Notify::new(),
+            service: std::sync::OnceLock::new(),
+            hosted: std::sync::OnceLock::new(),
         })
     }
 
     /// Current epoch; 0 while not registered.
     pub fn epoch(&self) -> u64 {
         self.epoch.load(Ordering::SeqCst)
+    }
+
+    /// Makes every heartbeat carry what `source` lists, so that the control plane corrects
+    /// a status that lost its instance (issue 15, point 7); the first call wins.
+    pub fn report_hosted(&self, source: HostedSource) {
+        let _ = self.hosted.set(source);
+    }
+
+    /// Where this executor stands with its lease now.
+    pub fn lease_standing(&self) -> LeaseStanding {
+        lease_standing(self.epoch(), *lock(&self.lease_until), Instant::now())
+    }
+
+    /// The fences this client publishes; `None` after the first call (one consumer).
+    pub fn take_fences(&self) -> Option<mpsc::UnboundedReceiver<Fence>> {
+        lock(&self.fences_rx).take()
+    }
+
+    /// Asks for a heartbeat now (for example when a destructive stop found the lease
+    /// possibly expired: the heartbeat loop then fences at once).
+    pub fn beat_now(&self) {
+        self.beat_now.notify_one();
+    }
+
+    fn set_lease(&self, epoch: u64, until: Option<Instant>) {
+        // Lease first: the epoch becomes visible only with a lease that belongs to it.
+        *lock(&self.lease_until) = until;
+        self.epoch.store(epoch, Ordering::SeqCst);
+    }
+
+    /// Gives up `epoch`: clears it, publishes a [`Fence`] and waits until the instances
+    /// were stopped (or nobody wires fences, or `cancel` fired).
+    async fn fence(&self, epoch: u64, reason: String, cancel: &CancellationToken) {
+        tracing::warn!(executor = %self.executor_id, epoch, reason = %reason,
+            "fencing myself: stopping every instance with connector_deleted=false, then registering again");
+        self.epoch.store(0, Ordering::SeqCst);
+        *lock(&self.lease_until) = None;
+        let (done, stopped) = oneshot::channel();
+        if self
+            .fences
+            .send(Fence {
+                epoch,
+                reason,
+                done,
+            })
+            .is_ok()
+        {
+            tokio::select! {
+                () = cancel.cancelled() => {}
+                _ = stopped => {}
+            }
+        }
     }
 
     /// Queues a task state change for ReportStatus.
@@ -231,15 +349,22 @@ impl Registry {
 
     /// Asks the control plane to recompute the connector's task configs (fire and forget).
     pub fn request_task_reconfiguration(self: &Arc<Self>, connector: &str, generation: u64) {
-        if tokio::runtime::Handle::try_current().is_err() {
+        let Some(runtime) = self
+            .service
+            .get()
+            .cloned()
+            .or_else(|| tokio::runtime::Handle::try_current().ok())
+        else {
             tracing::warn!(
                 connector,
                 "task reconfiguration asked outside the runtime; ignored"
             );
             return;
-        }
+        };
         let me = self.clone();
         let connector = connector.to_owned();
+        // On the service runtime even when asked from a plugin thread.
+        let _entered = runtime.enter();
         spawn(
             TaskKind::Detached,
             "task reconfiguration request",
@@ -260,20 +385,14 @@ impl Registry {
     }
 
     /// Starts the registration/heartbeat loop and the report loop; both end when `cancel`
-    /// fires. On a fenced epoch every instance of `host` is stopped with `false`, each
-    /// bounded by `fenced_stop_timeout`.
-    pub fn run(
-        self: &Arc<Self>,
-        host: Arc<Host>,
-        fenced_stop_timeout: Duration,
-        cancel: CancellationToken,
-    ) -> Vec<JoinHandle<()>> {
+    /// fires. Fences are published to [`Registry::take_fences`].
+    pub fn run(self: &Arc<Self>, cancel: CancellationToken) -> Vec<JoinHandle<()>> {
+        let _ = self.service.set(tokio::runtime::Handle::current());
         vec![
             spawn(
                 TaskKind::Service,
                 "registration and heartbeats",
-                self.clone()
-                    .heartbeat_loop(host, fenced_stop_timeout, cancel.clone()),
+                self.clone().heartbeat_loop(cancel.clone()),
             ),
             spawn(
                 TaskKind::Service,
@@ -336,21 +455,17 @@ impl Registry {
             .inspect_err(|e| self.note_failure(used, e))
     }
 
-    async fn heartbeat_loop(
-        self: Arc<Self>,
-        host: Arc<Host>,
-        fenced_stop_timeout: Duration,
-        cancel: CancellationToken,
-    ) {
+    async fn heartbeat_loop(self: Arc<Self>, cancel: CancellationToken) {
         let backoff = Duration::from_millis(REGISTRY_RETRY_BACKOFF_MS);
         loop {
-            let granted = loop {
+            let (granted, sent) = loop {
+                let sent = Instant::now();
                 let attempt = tokio::select! {
                     () = cancel.cancelled() => return,
                     r = self.register() => r,
                 };
                 match attempt {
-                    Ok(r) => break r,
+                    Ok(r) => break (r, sent),
                     Err(e) => {
                         tracing::warn!(executor = %self.executor_id, error = %wharf::tls::error_chain(&e), "registration failed; retrying");
                         tokio::select! {
@@ -360,46 +475,61 @@ impl Registry {
                     }
                 }
             };
-            self.epoch.store(granted.epoch, Ordering::SeqCst);
+            let epoch = granted.epoch;
+            self.set_lease(epoch, lease_end(sent, granted.lease_ms));
             let interval = match u64::from(granted.heartbeat_interval_ms) {
                 0 => DEFAULT_HEARTBEAT_INTERVAL_MS,
                 ms => ms.max(MIN_HEARTBEAT_INTERVAL_MS),
             };
-            tracing::info!(executor = %self.executor_id, epoch = granted.epoch, lease_ms = granted.lease_ms,
+            tracing::info!(executor = %self.executor_id, epoch, lease_ms = granted.lease_ms,
                 heartbeat_interval_ms = interval, "registered with the control plane");
-            loop {
+            let reason = loop {
+                let until = *lock(&self.lease_until);
                 tokio::select! {
                     () = cancel.cancelled() => return,
+                    () = sleep_until_some(until) => break "lease ran out without a successful heartbeat".to_owned(),
                     () = tokio::time::sleep(Duration::from_millis(interval)) => {}
                     () = self.beat_now.notified() => {}
                 }
                 // What it hosts rides along, so that the control plane corrects a status
                 // that lost its instance (issue 15, point 7).
-                let (connectors, tasks) = crate::grpc::hosted_wire(&host);
+                let hosted = self.hosted.get().map(|source| source());
+                let reports_hosted = hosted.is_some();
+                let (connectors, tasks) = hosted.unwrap_or_default();
                 let req = pb::HeartbeatRequest {
                     executor_id: self.executor_id.clone(),
-                    epoch: granted.epoch,
-                    reports_hosted: true,
+                    epoch,
+                    reports_hosted,
                     connectors,
                     tasks,
                 };
                 let (used, mut client) = self.client();
-                match client.heartbeat(req).await {
-                    Ok(_) => {}
+                let sent = Instant::now();
+                // The answer counts only if it comes while the lease still runs.
+                let answer = tokio::select! {
+                    () = cancel.cancelled() => return,
+                    () = sleep_until_some(until) => break "lease ran out while a heartbeat was pending".to_owned(),
+                    r = client.heartbeat(req) => r,
+                };
+                match answer {
+                    Ok(r) => {
+                        let lease_ms = match r.into_inner().lease_ms {
+                            0 => granted.lease_ms,
+                            ms => ms,
+                        };
+                        *lock(&self.lease_until) = lease_end(sent, lease_ms);
+                    }
                     Err(status) if status.code() == tonic::Code::FailedPrecondition => {
-                        tracing::warn!(executor = %self.executor_id, epoch = granted.epoch, reason = %status.message(),
-                            "epoch fenced: stopping every instance with connector_deleted=false, then registering again");
-                        self.epoch.store(0, Ordering::SeqCst);
-                        host.stop_all(fenced_stop_timeout).await;
-                        break;
+                        break format!("heartbeat refused: {}", status.message());
                     }
                     Err(status) => {
                         self.note_failure(used, &status);
                         tracing::warn!(executor = %self.executor_id, error = %status,
-                            "heartbeat failed; tasks keep running");
+                            "heartbeat failed; tasks keep running while the lease lasts");
                     }
                 }
-            }
+            };
+            self.fence(epoch, reason, &cancel).await;
         }
     }
 
@@ -473,5 +603,70 @@ impl Registry {
             pending.clear();
             self.unsent.fetch_sub(n, Ordering::SeqCst);
         }
+    }
+}
+
+/// Locks a std mutex, recovering from poisoning (every update is one field write).
+fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
+}
+
+/// Sleeps until `at`, or forever when `None`.
+async fn sleep_until_some(at: Option<Instant>) {
+    match at {
+        Some(at) => tokio::time::sleep_until(at).await,
+        None => std::future::pending().await,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn without_an_epoch_the_executor_is_unregistered_whatever_the_lease() {
+        let now = Instant::now();
+        assert_eq!(lease_standing(0, None, now), LeaseStanding::Unregistered);
+        assert_eq!(
+            lease_standing(0, Some(now + Duration::from_secs(5)), now),
+            LeaseStanding::Unregistered
+        );
+    }
+
+    #[test]
+    fn a_lease_that_still_runs_is_held() {
+        let now = Instant::now();
+        assert_eq!(
+            lease_standing(7, Some(now + Duration::from_millis(1)), now),
+            LeaseStanding::Held
+        );
+    }
+
+    #[test]
+    fn a_control_plane_without_leases_leaves_the_lease_held() {
+        assert_eq!(lease_standing(7, None, Instant::now()), LeaseStanding::Held);
+    }
+
+    #[test]
+    fn at_its_end_the_lease_may_have_expired() {
+        let now = Instant::now();
+        assert_eq!(
+            lease_standing(7, Some(now), now),
+            LeaseStanding::MayHaveExpired
+        );
+        assert_eq!(
+            lease_standing(7, Some(now), now + Duration::from_millis(1)),
+            LeaseStanding::MayHaveExpired
+        );
+    }
+
+    #[test]
+    fn the_lease_is_measured_from_when_the_call_was_sent() {
+        let sent = Instant::now();
+        assert_eq!(
+            lease_end(sent, 2_000),
+            Some(sent + Duration::from_millis(2_000))
+        );
+        assert_eq!(lease_end(sent, 0), None);
     }
 }

@@ -334,6 +334,7 @@ pub fn deletion_status(d: &crate::model::DeletionRecord) -> pb::DeletionStatus {
                 rehosted: s.rehosted,
                 connector_deleted: s.connector_deleted,
                 generation: s.generation,
+                abandoned: s.abandoned.clone(),
                 exhausted: s.exhausted(),
                 next_attempt_ms: match s.state {
                     crate::model::CleanupState::Failed | crate::model::CleanupState::Pending

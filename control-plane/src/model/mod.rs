@@ -300,6 +300,10 @@ pub struct CleanupStep {
     /// Skipped because the operator forced the deletion.
     #[serde(default)]
     pub forced: bool,
+    /// Instances of this step that an executor abandoned (their stop timed out and the
+    /// plugin's call had not returned), as "generation G on EXECUTOR"; kept to the end.
+    #[serde(default)]
+    pub abandoned: Vec<String>,
 }
 
 impl CleanupStep {
@@ -383,6 +387,7 @@ impl DeletionRecord {
             generation: host.generation,
             next_attempt_ms: 0,
             waits: 0,
+            abandoned: Vec::new(),
             forced: false,
         };
         let mut steps: Vec<CleanupStep> = rec

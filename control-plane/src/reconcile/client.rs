@@ -243,6 +243,9 @@ pub struct StopCall {
     pub connector_deleted: bool,
     /// How long the plugin's stop may take, in ms (0: the executor's default).
     pub timeout_ms: u32,
+    /// Incarnation the stop was decided for (the executor refuses another one's stop;
+    /// empty skips the check). The executor epoch sent is the addressed record's.
+    pub incarnation: String,
 }
 
 /// How the plugin's stop ended.
@@ -265,6 +268,8 @@ pub struct Stopped {
     pub connector_deleted: bool,
     /// The plugin's error, if any.
     pub error: String,
+    /// The stop timed out and the executor still holds the plugin's call (abandoned).
+    pub abandoned: bool,
 }
 
 fn wire_config(c: &ConfigMap) -> std::collections::HashMap<String, String> {
@@ -287,7 +292,7 @@ fn started(state: i32, error: String) -> Started {
     }
 }
 
-fn stopped(outcome: i32, connector_deleted: bool, error: String) -> Stopped {
+fn stopped(outcome: i32, connector_deleted: bool, error: String, abandoned: bool) -> Stopped {
     let outcome = match pb::StopOutcome::try_from(outcome) {
         Ok(pb::StopOutcome::Stopped) => StopOutcome::Stopped,
         Ok(pb::StopOutcome::TimedOut) => StopOutcome::TimedOut,
@@ -297,6 +302,7 @@ fn stopped(outcome: i32, connector_deleted: bool, error: String) -> Stopped {
         outcome,
         connector_deleted,
         error,
+        abandoned,
     }
 }
 
@@ -381,10 +387,12 @@ impl ExecutorClients {
                         connector_deleted: s.connector_deleted,
                         generation: s.generation,
                         timeout_ms: s.timeout_ms,
+                        incarnation: s.incarnation.clone(),
+                        executor_epoch: exec.epoch,
                     },
                 )
                 .await
-                .map(|r| stopped(r.outcome, r.connector_deleted, r.error)),
+                .map(|r| stopped(r.outcome, r.connector_deleted, r.error, r.abandoned)),
             None => self
                 .stop_connector(
                     &exec.address,
@@ -393,10 +401,12 @@ impl ExecutorClients {
                         connector_deleted: s.connector_deleted,
                         generation: s.generation,
                         timeout_ms: s.timeout_ms,
+                        incarnation: s.incarnation.clone(),
+                        executor_epoch: exec.epoch,
                     },
                 )
                 .await
-                .map(|r| stopped(r.outcome, r.connector_deleted, r.error)),
+                .map(|r| stopped(r.outcome, r.connector_deleted, r.error, r.abandoned)),
         }
     }
 

@@ -296,8 +296,13 @@ enum Attempt {
     Done { executor: String },
     /// The instance is not where the record says: run a cleanup-only instance next.
     Rehost,
-    /// The plugin's stop failed or timed out: counts as an attempt.
-    Failed { executor: String, error: String },
+    /// The plugin's stop failed or timed out: counts as an attempt. `abandoned` when the
+    /// executor abandoned the instance (its stop timed out, its plugin call still runs).
+    Failed {
+        executor: String,
+        error: String,
+        abandoned: bool,
+    },
     /// No answer, or no capable executor: retry later without counting.
     Wait { error: String },
 }
@@ -573,11 +578,13 @@ async fn start_then_stop(
         Err(e) => Attempt::Failed {
             executor: exec.id.clone(),
             error: e.to_string(),
+            abandoned: false,
         },
         Ok(()) => match stop(cluster, d, task, exec, generation, true).await {
             Attempt::Rehost => Attempt::Failed {
                 executor: exec.id.clone(),
                 error: "cleanup-only instance was not found at stop".into(),
+                abandoned: false,
             },
             other => other,
         },
@@ -619,8 +626,17 @@ fn record_outcome(d: &mut DeletionRecord, idx: usize, attempt: Attempt) {
                 attempts = s.attempts, outcome = "rehost", "cleanup step");
             crate::observe::cleanup_attempt("rehost");
         }
-        Attempt::Failed { executor, error } => {
+        Attempt::Failed {
+            executor,
+            error,
+            abandoned,
+        } => {
             s.attempts += 1;
+            if abandoned {
+                // Said in the final steps: the executor still holds this instance's call.
+                s.abandoned
+                    .push(format!("generation {} on {executor}", s.generation));
+            }
             s.executor = executor;
             s.last_error = error;
             s.waits = 0;
@@ -630,14 +646,14 @@ fn record_outcome(d: &mut DeletionRecord, idx: usize, attempt: Attempt) {
                 if gives_up {
                     s.state = CleanupState::Skipped;
                     error!(connector = %d.name, task = ?s.task, generation = s.generation, executor = %s.executor,
-                        attempts = s.attempts, error = %s.last_error, outcome = "given_up",
+                        attempts = s.attempts, error = %s.last_error, abandoned = ?s.abandoned, outcome = "given_up",
                         "cleanup given up (cleanup.policy=give-up): external resources of this instance may leak");
                     crate::observe::cleanup_attempt("given_up");
                 } else {
                     s.state = CleanupState::Failed;
                     s.next_attempt_ms = i64::MAX;
                     error!(connector = %d.name, task = ?s.task, generation = s.generation, executor = %s.executor,
-                        attempts = s.attempts, error = %s.last_error, outcome = "exhausted",
+                        attempts = s.attempts, error = %s.last_error, abandoned = ?s.abandoned, outcome = "exhausted",
                         "cleanup failed cleanup.max.attempts times; connector stays DELETING until RetryCleanup or force");
                     crate::observe::cleanup_attempt("exhausted");
                 }
@@ -645,7 +661,7 @@ fn record_outcome(d: &mut DeletionRecord, idx: usize, attempt: Attempt) {
                 s.state = CleanupState::Failed;
                 s.next_attempt_ms = now_ms() + backoff_ms(s.attempts);
                 warn!(connector = %d.name, task = ?s.task, generation = s.generation, executor = %s.executor,
-                    attempts = s.attempts, error = %s.last_error, outcome = "failed", "cleanup step");
+                    attempts = s.attempts, error = %s.last_error, abandoned = ?s.abandoned, outcome = "failed", "cleanup step");
                 crate::observe::cleanup_attempt("failed");
             }
         }
@@ -740,13 +756,14 @@ async fn stop(
         generation,
         connector_deleted: flag,
         timeout_ms,
+        incarnation: d.sealed.incarnation.clone(),
     };
     let call = async {
         cluster
             .clients
             .stop_on(exec, &request)
             .await
-            .map(|s| (s.outcome, s.connector_deleted, s.error))
+            .map(|s| (s.outcome, s.connector_deleted, s.error, s.abandoned))
     };
     // A frozen or partitioned host would hold this deletion until the call's deadline
     // (tens of seconds); once its lease is gone it is fenced, so stop waiting for it.
@@ -766,7 +783,7 @@ async fn stop(
             result = ?result.as_ref().map(|r| r.0), "cleanup stop sent");
     }
     match result {
-        Ok((StopOutcome::Stopped, deleted, _)) => {
+        Ok((StopOutcome::Stopped, deleted, _, _)) => {
             if deleted == flag {
                 Attempt::Done {
                     executor: exec.id.clone(),
@@ -777,7 +794,7 @@ async fn stop(
                 Attempt::Rehost
             }
         }
-        Ok((outcome, deleted, error)) => {
+        Ok((outcome, deleted, error, abandoned)) => {
             if deleted != flag {
                 return Attempt::Rehost;
             }
@@ -789,6 +806,7 @@ async fn stop(
             Attempt::Failed {
                 executor: exec.id.clone(),
                 error: what,
+                abandoned,
             }
         }
         Err(e) => match e.code() {
@@ -796,6 +814,7 @@ async fn stop(
             Some(_) => Attempt::Failed {
                 executor: exec.id.clone(),
                 error: e.to_string(),
+                abandoned: false,
             },
             None => Attempt::Wait {
                 error: e.to_string(),

@@ -284,7 +284,7 @@ async fn reconcile_connector(
         Next::Wait => return Ok(Pass::Again),
         Next::Start { stop_first } => {
             if stop_first {
-                stop_false(cluster, &rec.name, None, conn, view).await;
+                stop_false(cluster, &rec, None, conn, view).await;
             }
             start_units(cluster, name, &[(None, to)], view).await?;
             return Ok(Pass::Done); // the next pass computes task configs from the new instance
@@ -330,7 +330,7 @@ async fn reconcile_connector(
                     Next::Wait => again = true,
                     Next::Start { stop_first } => {
                         if stop_first {
-                            stop_false(cluster, &rec.name, task, t, view).await;
+                            stop_false(cluster, &rec, task, t, view).await;
                         }
                         starts.push((Some(i), to));
                     }
@@ -400,7 +400,7 @@ async fn settle(
     match decide(want, Hosted::from_recorded(inst.state), host) {
         Action::Stop { connector_deleted } => {
             debug_assert!(!connector_deleted, "the herder never stops with true");
-            if !stop_false(cluster, &rec.name, task, inst, view).await {
+            if !stop_false(cluster, rec, task, inst, view).await {
                 return Ok(false);
             }
         }
@@ -450,11 +450,12 @@ async fn settle(
 /// instance of that generation remains.
 async fn stop_false(
     cluster: &Cluster,
-    name: &str,
+    rec: &ConnectorRecord,
     task: Option<u32>,
     inst: &Instance,
     view: &ExecutorView,
 ) -> bool {
+    let name = rec.name.as_str();
     let Some(exec) = inst.executor.as_deref().and_then(|e| view.live(e)) else {
         return true;
     };
@@ -467,6 +468,7 @@ async fn stop_false(
         generation: inst.generation,
         connector_deleted: false,
         timeout_ms: 0,
+        incarnation: rec.incarnation.clone(),
     };
     match cluster
         .call(exec, cluster.clients.stop_on(exec, &call))
@@ -522,7 +524,7 @@ async fn compute_task_configs(
     for i in configs.len()..rec.tasks.len() {
         let t = &rec.tasks[i];
         if may_hold_instance(t.state) {
-            stop_false(cluster, &rec.name, Some(i as u32), t, view).await;
+            stop_false(cluster, rec, Some(i as u32), t, view).await;
         }
     }
     cluster

@@ -1,46 +1,52 @@
 //! A hosted connector instance: start, task_configs and its one stop. A sink connector
 //! stopped with `connector_deleted = true` also deletes its log consumer.
 
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 use std::time::Duration;
 
-use tokio::sync::{Mutex as AsyncMutex, OwnedMutexGuard};
 use tokio::time::Instant;
 use wharf::pb::v1 as pb;
 use wharf::sdk::{ConfigMap, Connector, ConnectorContext, Plugin, PluginKind};
 
 use super::instance::{
-    Dropped, InstanceState, Lifecycle, StopOutcome, StopRecord, StopResult, await_plugin_stop,
+    InstanceState, Lifecycle, PluginCell, StopOutcome, StopRecord, StopResult, await_plugin_stop,
     timed_out_text,
 };
 use super::task::sink_consumer_name;
-use super::{HostError, Shared, StartConnector, lock, panic_text};
-use wharf::task::{TaskKind, spawn};
-
-type ConnectorCell = Arc<AsyncMutex<Box<dyn Connector>>>;
+use super::{HostError, Shared, StartConnector, panic_text};
+use crate::runtime::PluginThread;
 
 pub(crate) struct ConnectorInstance {
     name: String,
     kind: PluginKind,
     pub life: Lifecycle,
-    plugin: ConnectorCell,
-    /// Plugin lock held from creation until `start` ran, so a stop waits for the start.
-    start_guard: Mutex<Option<OwnedMutexGuard<Box<dyn Connector>>>>,
+    /// Incarnation of the connector this instance runs for.
+    pub incarnation: String,
+    plugin: PluginCell<Box<dyn Connector>>,
+    /// Runs every plugin call of this instance.
+    thread: PluginThread,
     shared: Arc<Shared>,
 }
 
 impl ConnectorInstance {
-    pub fn new(plugin: &Plugin, req: &StartConnector, shared: Arc<Shared>) -> Self {
-        let cell: ConnectorCell = Arc::new(AsyncMutex::new((plugin.connector)()));
-        let guard = cell.clone().try_lock_owned().ok();
-        Self {
+    /// # Errors
+    /// The plugin thread could not be started (text of the cause).
+    pub fn new(plugin: &Plugin, req: &StartConnector, shared: Arc<Shared>) -> Result<Self, String> {
+        let thread = PluginThread::start(format!("conn {}", req.connector))?;
+        Ok(Self {
             name: req.connector.clone(),
             kind: plugin.kind(),
             life: Lifecycle::new(req.generation, req.cleanup_only),
-            plugin: cell,
-            start_guard: Mutex::new(guard),
+            incarnation: req.incarnation.clone(),
+            plugin: PluginCell::new((plugin.connector)()),
+            thread,
             shared,
-        }
+        })
+    }
+
+    /// True while abandoned: the stop timed out and the plugin's call has not returned.
+    pub fn abandoned(&self) -> bool {
+        self.life.abandoned() && !self.thread.exited()
     }
 
     fn report(&self, state: &InstanceState) {
@@ -62,18 +68,11 @@ impl ConnectorInstance {
             self.shared.executor_id.clone(),
             reconfigure,
         );
-        let guard = lock(&self.start_guard).take();
-        let cell = self.plugin.clone();
-        let config = req.config.clone();
-        let result = spawn(TaskKind::Awaited, "connector start", async move {
-            let mut g = match guard {
-                Some(g) => g,
-                None => cell.lock_owned().await,
-            };
-            g.start(ctx, config).await.map_err(|e| e.to_string())
-        })
-        .await
-        .unwrap_or_else(|e| Err(panic_text(e)));
+        let result = self
+            .plugin
+            .spawn_start(&self.thread, ctx, req.config.clone())
+            .await
+            .unwrap_or_else(|e| Err(panic_text(e)));
         let state = match result {
             Ok(()) if req.paused => InstanceState::Paused,
             Ok(()) => InstanceState::Running,
@@ -99,24 +98,25 @@ impl ConnectorInstance {
                 state: format!("{state:?}"),
             });
         }
-        let cell = self.plugin.clone();
-        spawn(TaskKind::Awaited, "connector task_configs", async move {
-            cell.lock_owned()
-                .await
-                .task_configs(max_tasks)
-                .await
-                .map_err(|e| e.to_string())
-        })
-        .await
-        .unwrap_or_else(|e| Err(panic_text(e)))
-        .map(|mut configs| {
-            configs.truncate(max_tasks as usize);
-            configs
-        })
-        .map_err(|error| HostError::TaskConfigsFailed {
-            connector: self.name.clone(),
-            error,
-        })
+        let cell = self.plugin.cell.clone();
+        self.thread
+            .spawn("connector task_configs", async move {
+                cell.lock_owned()
+                    .await
+                    .task_configs(max_tasks)
+                    .await
+                    .map_err(|e| e.to_string())
+            })
+            .await
+            .unwrap_or_else(|e| Err(panic_text(e)))
+            .map(|mut configs| {
+                configs.truncate(max_tasks as usize);
+                configs
+            })
+            .map_err(|error| HostError::TaskConfigsFailed {
+                connector: self.name.clone(),
+                error,
+            })
     }
 
     pub async fn stop(
@@ -142,25 +142,28 @@ impl ConnectorInstance {
     ) -> StopRecord {
         let started = Instant::now();
         let deadline = started + timeout;
-        let (mut outcome, mut error) =
-            match tokio::time::timeout_at(deadline, self.plugin.clone().lock_owned()).await {
-                Err(_) => (
-                    StopOutcome::TimedOut,
-                    Some(timed_out_text(timeout, "start or task_configs to return")),
-                ),
-                Ok(mut g) => {
-                    let handle = spawn(TaskKind::Awaited, "connector stop", async move {
-                        let result = g
-                            .stop_with(connector_deleted)
-                            .await
-                            .map_err(|e| e.to_string());
-                        // After stop the instance is dropped (SDK guarantee).
-                        *g = Box::new(Dropped);
-                        result
-                    });
-                    await_plugin_stop(handle, deadline, timeout).await
-                }
-            };
+        let what = format!("connector {}", self.name);
+        let mut flag = connector_deleted;
+        let (mut outcome, mut error) = match self
+            .plugin
+            .spawn_stop(
+                &self.thread,
+                || self.shared.confirm_deleted(connector_deleted, &what),
+                deadline,
+            )
+            .await
+        {
+            None => (
+                StopOutcome::TimedOut,
+                Some(timed_out_text(timeout, "start or task_configs to return")),
+            ),
+            Some((confirmed, handle)) => {
+                flag = confirmed;
+                await_plugin_stop(handle, deadline, timeout).await
+            }
+        };
+        let connector_deleted = flag;
+        self.thread.shut_down();
         if connector_deleted && outcome == StopOutcome::Stopped && self.kind == PluginKind::Sink {
             let consumer = sink_consumer_name(&self.name);
             if let Err(e) = self.shared.log.delete_consumer(&consumer).await {

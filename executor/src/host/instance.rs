@@ -5,12 +5,14 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use tokio::sync::watch;
+use tokio::sync::{Mutex as AsyncMutex, OwnedMutexGuard, watch};
 use tokio::task::JoinHandle;
 use tokio::time::Instant;
+use wharf::pb::v1 as pb;
+use wharf::sdk::{ConfigMap, PluginResult};
 
 use super::{lock, panic_text};
-use wharf::pb::v1 as pb;
+use crate::runtime::PluginThread;
 use wharf::task::{TaskKind, spawn};
 
 /// State of one instance on this executor.
@@ -86,6 +88,8 @@ pub(crate) struct Lifecycle {
     pub cleanup_only: bool,
     state: Mutex<InstanceState>,
     claimed: AtomicBool,
+    /// Set when the stop overran its timeout: the instance was abandoned.
+    abandoned: AtomicBool,
     done: Arc<watch::Sender<Option<StopRecord>>>,
 }
 
@@ -96,6 +100,7 @@ impl Lifecycle {
             cleanup_only,
             state: Mutex::new(InstanceState::Starting),
             claimed: AtomicBool::new(false),
+            abandoned: AtomicBool::new(false),
             done: Arc::new(watch::channel(None).0),
         }
     }
@@ -157,14 +162,121 @@ impl Lifecycle {
         }
     }
 
+    /// True once the stop overran its timeout (the plugin call may still run).
+    pub fn abandoned(&self) -> bool {
+        self.abandoned.load(Ordering::SeqCst)
+    }
+
     /// Records the final state of a stop.
     pub fn finish(&self, outcome: StopOutcome, error: &Option<String>) {
+        if outcome == StopOutcome::TimedOut {
+            self.abandoned.store(true, Ordering::SeqCst);
+        }
         self.set_state(match outcome {
             StopOutcome::Stopped => InstanceState::Stopped,
             StopOutcome::Failed | StopOutcome::TimedOut => {
                 InstanceState::Failed(error.clone().unwrap_or_default())
             }
         });
+    }
+}
+
+/// The calls every plugin instance has, whatever its kind: start (with its kind's
+/// context) and the one stop. Lets one [`PluginCell`] serve sources, sinks and connectors.
+#[async_trait::async_trait]
+pub(crate) trait PluginCalls: Send + 'static {
+    /// `TaskContext` or `ConnectorContext`.
+    type Context: Send + 'static;
+    /// The plugin's `start`.
+    async fn start_call(&mut self, ctx: Self::Context, config: ConfigMap) -> PluginResult<()>;
+    /// The plugin's `stop_with`.
+    async fn stop_call(&mut self, connector_deleted: bool) -> PluginResult<()>;
+    /// What stays in the plugin's place after its stop (the plugin itself is dropped).
+    fn dropped() -> Self;
+}
+
+macro_rules! plugin_calls {
+    ($trait:ident, $ctx:ty) => {
+        #[async_trait::async_trait]
+        impl PluginCalls for Box<dyn wharf::sdk::$trait> {
+            type Context = $ctx;
+            async fn start_call(&mut self, ctx: $ctx, config: ConfigMap) -> PluginResult<()> {
+                self.start(ctx, config).await
+            }
+            async fn stop_call(&mut self, connector_deleted: bool) -> PluginResult<()> {
+                self.stop_with(connector_deleted).await
+            }
+            fn dropped() -> Self {
+                Box::new(Dropped)
+            }
+        }
+    };
+}
+
+plugin_calls!(SourceTask, wharf::sdk::TaskContext);
+plugin_calls!(SinkTask, wharf::sdk::TaskContext);
+plugin_calls!(Connector, wharf::sdk::ConnectorContext);
+
+/// A plugin instance behind an async mutex (whoever holds it is the one call in progress,
+/// which is how calls never overlap), locked from creation until `start` ran so that a
+/// stop arriving during start waits for it.
+pub(crate) struct PluginCell<P> {
+    pub cell: Arc<AsyncMutex<P>>,
+    start_guard: Mutex<Option<OwnedMutexGuard<P>>>,
+}
+
+impl<P: PluginCalls> PluginCell<P> {
+    pub fn new(plugin: P) -> Self {
+        let cell = Arc::new(AsyncMutex::new(plugin));
+        let guard = cell.clone().try_lock_owned().ok();
+        Self {
+            cell,
+            start_guard: Mutex::new(guard),
+        }
+    }
+
+    /// Runs the plugin's start on `thread`.
+    pub fn spawn_start(
+        &self,
+        thread: &PluginThread,
+        ctx: P::Context,
+        config: ConfigMap,
+    ) -> JoinHandle<Result<(), String>> {
+        let guard = lock(&self.start_guard).take();
+        let cell = self.cell.clone();
+        thread.spawn("plugin start", async move {
+            let mut g = match guard {
+                Some(g) => g,
+                None => cell.lock_owned().await,
+            };
+            g.start_call(ctx, config).await.map_err(|e| e.to_string())
+        })
+    }
+
+    /// Waits (until `deadline`) for the call in progress, then runs the plugin's stop on
+    /// `thread` and drops the plugin after it; `None` when the deadline passed first. The
+    /// flag is decided by `flag` once the wait is over (a destructive stop is confirmed
+    /// against the lease at the last moment) and returned with the handle.
+    pub async fn spawn_stop(
+        &self,
+        thread: &PluginThread,
+        flag: impl FnOnce() -> bool,
+        deadline: Instant,
+    ) -> Option<(bool, JoinHandle<Result<(), String>>)> {
+        let mut g = tokio::time::timeout_at(deadline, self.cell.clone().lock_owned())
+            .await
+            .ok()?;
+        let connector_deleted = flag();
+        let handle = thread.spawn("plugin stop", async move {
+            let result = g
+                .stop_call(connector_deleted)
+                .await
+                .map_err(|e| e.to_string());
+            // After stop the instance is dropped (SDK guarantee).
+            *g = P::dropped();
+            result
+        });
+        Some((connector_deleted, handle))
     }
 }
 

@@ -4,8 +4,16 @@
 //! Instance guarantees (docs/architecture.md, "Connector SDK"): `start` runs once and first; `stop`
 //! runs at most once, after `start` returned, never concurrently with `poll`/`put`/`flush`
 //! (a pending `poll` is cancelled first); a stop is bounded by its timeout, after which the
-//! instance is abandoned, reported FAILED and its output fenced. Every plugin call runs in
-//! a spawned tokio task, so that a panic fails only that instance.
+//! instance is abandoned, reported FAILED and its output fenced; it is shown abandoned (in
+//! ListAssignments and stop answers) until its plugin call returns. Every plugin call runs
+//! as a spawned task on the instance's own thread (`crate::runtime`), so that a panic
+//! fails only that instance and a blocked call holds only that thread.
+//!
+//! Stops are fenced three ways (docs/contract.md, "Executor self-fencing"): by
+//! generation, by the executor epoch and the connector incarnation they were decided
+//! under, and by the lease: a destructive stop (`connector_deleted = true`) is refused
+//! while the lease may have expired, and confirmed against the lease again just before
+//! the plugin's stop runs (else it runs with `false`).
 //!
 //! Status reports: a start reports its outcome; a work loop that fails reports FAILED; a
 //! stop asked for by the control plane reports only a failure or a timeout (the StopTask
@@ -26,9 +34,14 @@ use wharf::sdk::{ConfigMap, Plugin};
 use wharf::task::{TaskKind, spawn};
 
 use crate::log::RecordLog;
-use crate::registry_client::Registry;
+use crate::registry_client::{LeaseStanding, Registry};
 
 pub use instance::{InstanceState, StopOutcome, StopRecord, StopResult};
+pub use task::{
+    LOG_RETRY_BACKOFF_MS, OFFSET_COMMIT_INTERVAL_MS, OFFSET_COMMIT_RETRY_BACKOFF_MS,
+    SINK_BATCH_MAX_RECORDS, SINK_FETCH_WAIT_MS, SINK_FLUSH_INTERVAL_MS, SINK_FLUSH_MAX_RECORDS,
+    STOP_DRAIN_TIMEOUT_MS, TOPICS,
+};
 
 use connector::ConnectorInstance;
 use task::TaskInstance;
@@ -79,6 +92,52 @@ pub enum HostError {
         what: String,
         /// The generation.
         generation: u64,
+    },
+    /// The request was decided for another incarnation of the connector than the one
+    /// hosted (a late stop of a deleted connector reaching its successor).
+    #[error(
+        "stale incarnation {requested:?} for {what}: the hosted instance belongs to incarnation {hosted:?}"
+    )]
+    StaleIncarnation {
+        /// Which connector or task.
+        what: String,
+        /// Incarnation in the request.
+        requested: String,
+        /// Incarnation of the hosted instance.
+        hosted: String,
+    },
+    /// The executor's lease may have expired: it refuses destructive stops and starts and
+    /// is fencing itself (its instances get `stop(false)`, then it registers again).
+    #[error(
+        "refused {what}: this executor's lease may have expired ({standing}); it is fencing itself and registers again"
+    )]
+    LeaseMayHaveExpired {
+        /// What was refused.
+        what: String,
+        /// Where the executor stands (`not registered` or `lease may have expired`).
+        standing: &'static str,
+    },
+    /// No thread could be started for the plugin instance.
+    #[error("cannot run {what}: {reason}")]
+    PluginThread {
+        /// Which connector or task.
+        what: String,
+        /// The cause.
+        reason: String,
+    },
+    /// A stop names a generation newer than any this executor was assigned for the
+    /// instance, without the incarnation of the instance it hosts: a stop decided for
+    /// someone else's assignment, or made up (issue 14, defence in depth). Nothing runs.
+    #[error(
+        "{what} generation {requested} was never assigned to this executor (newest assigned: {newest}); refused, nothing ran"
+    )]
+    NeverAssigned {
+        /// Which connector or task.
+        what: String,
+        /// Generation in the request.
+        requested: u64,
+        /// Newest generation this executor was assigned for it.
+        newest: u64,
     },
     /// The executor never hosted the instance (or not that generation).
     #[error("{0} is not hosted on this executor")]
@@ -146,6 +205,21 @@ pub struct StartTask {
     pub executor_epoch: u64,
 }
 
+/// A StopTask or StopConnector request, validated.
+#[derive(Debug, Clone, Default)]
+pub struct StopRequest {
+    /// True only for a deletion.
+    pub connector_deleted: bool,
+    /// Generation of the assignment being stopped.
+    pub generation: u64,
+    /// Bound on the plugin's stop, in milliseconds; 0 means the default.
+    pub timeout_ms: u32,
+    /// Incarnation the stop was decided for; empty skips the check.
+    pub incarnation: String,
+    /// The epoch the stop was decided under; 0 skips the check.
+    pub executor_epoch: u64,
+}
+
 /// A hosted instance as ListAssignments shows it.
 #[derive(Debug, Clone)]
 pub struct Hosted<K> {
@@ -157,6 +231,19 @@ pub struct Hosted<K> {
     pub state: InstanceState,
     /// Started in cleanup-only mode.
     pub cleanup_only: bool,
+    /// Stop timed out and the plugin's call has not returned.
+    pub abandoned: bool,
+    /// Incarnation of the connector.
+    pub incarnation: String,
+}
+
+/// A stop's result and whether the instance is abandoned now.
+#[derive(Debug, Clone)]
+pub struct StopAnswer {
+    /// The stop's record, replayed or not.
+    pub result: StopResult,
+    /// True while the instance is abandoned (its plugin call has not returned).
+    pub abandoned: bool,
 }
 
 /// Every instance ever created for one key, by generation, and the newest generation seen.
@@ -182,6 +269,44 @@ pub(crate) struct Shared {
     pub registry: Arc<Registry>,
     /// Record log for source and sink tasks.
     pub log: Arc<dyn RecordLog>,
+}
+
+impl Shared {
+    /// The flag a stop runs with, decided just before the plugin's stop is called: a
+    /// destructive stop runs only while the lease certainly holds; otherwise it runs with
+    /// `false` (the deletion then re-hosts its cleanup) and a heartbeat is asked for, which
+    /// fences this executor.
+    pub fn confirm_deleted(&self, connector_deleted: bool, what: &str) -> bool {
+        if !connector_deleted {
+            return false;
+        }
+        match self.registry.lease_standing() {
+            LeaseStanding::Held => true,
+            standing @ (LeaseStanding::Unregistered | LeaseStanding::MayHaveExpired) => {
+                tracing::warn!(
+                    what,
+                    ?standing,
+                    "lease may have expired before the plugin's stop(true): stopping with connector_deleted=false instead"
+                );
+                self.registry.beat_now();
+                false
+            }
+        }
+    }
+}
+
+/// Why a request is refused under `standing`, or `None` when it may go on. Destructive
+/// stops and starts that address an epoch need a lease that certainly holds.
+fn lease_refusal(standing: LeaseStanding, what: &str) -> Option<HostError> {
+    let standing = match standing {
+        LeaseStanding::Held => return None,
+        LeaseStanding::Unregistered => "not registered",
+        LeaseStanding::MayHaveExpired => "lease may have expired",
+    };
+    Some(HostError::LeaseMayHaveExpired {
+        what: what.to_owned(),
+        standing,
+    })
 }
 
 /// The connector instances and tasks of this executor.
@@ -234,21 +359,84 @@ impl Host {
         self.shared.registry.epoch()
     }
 
+    /// Where this executor stands with its lease.
+    pub fn lease_standing(&self) -> LeaseStanding {
+        self.shared.registry.lease_standing()
+    }
+
     /// Refuses every later start; called before the shutdown's `stop_all`.
     pub fn close(&self) {
         self.closing
             .store(true, std::sync::atomic::Ordering::SeqCst);
     }
 
-    fn check_epoch(&self, requested: u64) -> Result<(), HostError> {
+    /// Refuses a start that addresses another epoch, or any epoch while the lease may
+    /// have expired.
+    fn check_epoch(&self, requested: u64, what: &str) -> Result<(), HostError> {
         if self.closing.load(std::sync::atomic::Ordering::SeqCst) {
             return Err(HostError::ShuttingDown);
         }
+        if requested == 0 {
+            return Ok(());
+        }
         let current = self.epoch();
-        if requested != 0 && requested != current {
+        if requested != current {
             return Err(HostError::EpochMismatch { requested, current });
         }
-        Ok(())
+        match lease_refusal(self.shared.registry.lease_standing(), what) {
+            Some(e) => Err(e),
+            None => Ok(()),
+        }
+    }
+
+    /// Refuses a stop decided under another epoch, or a destructive stop while the lease
+    /// may have expired (asking for a heartbeat, which fences this executor).
+    fn check_stop(&self, req: &StopRequest, what: &str) -> Result<(), HostError> {
+        let current = self.epoch();
+        if req.executor_epoch != 0 && req.executor_epoch != current {
+            return Err(HostError::EpochMismatch {
+                requested: req.executor_epoch,
+                current,
+            });
+        }
+        if !req.connector_deleted {
+            return Ok(());
+        }
+        match lease_refusal(self.shared.registry.lease_standing(), what) {
+            Some(e) => {
+                self.shared.registry.beat_now();
+                Err(e)
+            }
+            None => Ok(()),
+        }
+    }
+
+    /// Every check a stop passes before anything runs (epoch, lease, generation,
+    /// incarnation), then the instance it applies to, picked by `pick`. A refusal is
+    /// logged here, once, with what the request named: nothing ran for it.
+    fn admit_stop<I>(
+        &self,
+        req: &StopRequest,
+        what: &str,
+        pick: impl FnOnce() -> Result<Arc<I>, HostError>,
+    ) -> Result<Arc<I>, HostError> {
+        let admitted = self
+            .check_stop(req, &format!("stop(true) of {what}"))
+            .and_then(|()| pick());
+        if let Err(e) = &admitted {
+            // NOT_FOUND is an ordinary answer (the control plane re-hosts the cleanup);
+            // every other refusal is a stop decided for something this executor does not
+            // run now, worth an operator's look.
+            let not_hosted = matches!(e, HostError::NotHosted(_));
+            if not_hosted {
+                tracing::info!(what, generation = req.generation, error = %e, "stop refused");
+            } else {
+                tracing::warn!(what, generation = req.generation, incarnation = %req.incarnation,
+                    executor_epoch = req.executor_epoch, connector_deleted = req.connector_deleted,
+                    error = %e, "stop refused; nothing ran");
+            }
+        }
+        admitted
     }
 
     fn plugin_for(&self, config: &ConfigMap, field: &str) -> Result<Plugin, HostError> {
@@ -278,9 +466,9 @@ impl Host {
     /// Epoch mismatch, stale or stopped generation, unknown plugin. A plugin failure is
     /// not an error: the state says FAILED.
     pub async fn start_task(&self, req: StartTask) -> Result<InstanceState, HostError> {
-        self.check_epoch(req.executor_epoch)?;
-        let plugin = self.plugin_for(&req.connector_config, "connector_config")?;
         let what = format!("task {}", req.task);
+        self.check_epoch(req.executor_epoch, &format!("start of {what}"))?;
+        let plugin = self.plugin_for(&req.connector_config, "connector_config")?;
         let (instance, superseded) = {
             let mut tasks = lock(&self.tasks);
             let slot = tasks.entry(req.task.clone()).or_default();
@@ -306,7 +494,10 @@ impl Host {
                 .filter(|i| !i.life.stop_claimed())
                 .cloned()
                 .collect();
-            let instance = Arc::new(TaskInstance::new(&plugin, &req, self.shared.clone()));
+            let instance = Arc::new(
+                TaskInstance::new(&plugin, &req, self.shared.clone())
+                    .map_err(|reason| HostError::PluginThread { what, reason })?,
+            );
             slot.newest = req.generation;
             slot.instances.insert(req.generation, instance.clone());
             (instance, superseded)
@@ -324,29 +515,39 @@ impl Host {
             .unwrap_or_else(|e| InstanceState::Failed(panic_text(e))))
     }
 
-    /// Stops a task with `connector_deleted`, bounded by `timeout_ms` (0: the default).
+    /// Stops a task as `req` says (its timeout 0: the default).
     ///
     /// # Errors
     /// NotHosted when this executor never had the task (or that generation),
-    /// StaleGeneration when a newer generation was seen.
+    /// StaleGeneration when a newer generation was seen, EpochMismatch and
+    /// StaleIncarnation when the stop was decided for another epoch or incarnation,
+    /// LeaseMayHaveExpired for a destructive stop while the lease may have run out.
     pub async fn stop_task(
         &self,
         task: &TaskKey,
-        connector_deleted: bool,
-        generation: u64,
-        timeout_ms: u32,
-    ) -> Result<StopResult, HostError> {
+        req: &StopRequest,
+    ) -> Result<StopAnswer, HostError> {
         let what = format!("task {task}");
-        let instance = {
+        let instance = self.admit_stop(req, &what, || {
             let tasks = lock(&self.tasks);
             let slot = tasks
                 .get(task)
                 .ok_or_else(|| HostError::NotHosted(what.clone()))?;
-            pick_for_stop(slot, generation, &what, |i| i.life.stop_claimed())?
-        };
-        Ok(instance
-            .stop(connector_deleted, self.stop_timeout(timeout_ms), false)
-            .await)
+            pick_for_stop(slot, req, &what, |i: &TaskInstance| {
+                (i.life.stop_claimed(), i.incarnation.as_str())
+            })
+        })?;
+        let result = instance
+            .stop(
+                req.connector_deleted,
+                self.stop_timeout(req.timeout_ms),
+                false,
+            )
+            .await;
+        Ok(StopAnswer {
+            result,
+            abandoned: instance.abandoned(),
+        })
     }
 
     /// Starts a connector instance (or returns the state of the same generation).
@@ -354,9 +555,9 @@ impl Host {
     /// # Errors
     /// As [`Host::start_task`].
     pub async fn start_connector(&self, req: StartConnector) -> Result<InstanceState, HostError> {
-        self.check_epoch(req.executor_epoch)?;
-        let plugin = self.plugin_for(&req.config, "config")?;
         let what = format!("connector {}", req.connector);
+        self.check_epoch(req.executor_epoch, &format!("start of {what}"))?;
+        let plugin = self.plugin_for(&req.config, "config")?;
         let (instance, superseded) = {
             let mut connectors = lock(&self.connectors);
             let slot = connectors.entry(req.connector.clone()).or_default();
@@ -382,7 +583,10 @@ impl Host {
                 .filter(|i| !i.life.stop_claimed())
                 .cloned()
                 .collect();
-            let instance = Arc::new(ConnectorInstance::new(&plugin, &req, self.shared.clone()));
+            let instance = Arc::new(
+                ConnectorInstance::new(&plugin, &req, self.shared.clone())
+                    .map_err(|reason| HostError::PluginThread { what, reason })?,
+            );
             slot.newest = req.generation;
             slot.instances.insert(req.generation, instance.clone());
             (instance, superseded)
@@ -430,32 +634,41 @@ impl Host {
         instance.task_configs(max_tasks).await
     }
 
-    /// Stops a connector instance with `connector_deleted`; a sink connector stopped with
-    /// `true` also loses its log consumer.
+    /// Stops a connector instance as `req` says; a sink connector stopped with `true`
+    /// also loses its log consumer.
     ///
     /// # Errors
     /// As [`Host::stop_task`].
     pub async fn stop_connector(
         &self,
         connector: &str,
-        connector_deleted: bool,
-        generation: u64,
-        timeout_ms: u32,
-    ) -> Result<StopResult, HostError> {
+        req: &StopRequest,
+    ) -> Result<StopAnswer, HostError> {
         let what = format!("connector {connector}");
-        let instance = {
+        let instance = self.admit_stop(req, &what, || {
             let connectors = lock(&self.connectors);
             let slot = connectors
                 .get(connector)
                 .ok_or_else(|| HostError::NotHosted(what.clone()))?;
-            pick_for_stop(slot, generation, &what, |i| i.life.stop_claimed())?
-        };
-        Ok(instance
-            .stop(connector_deleted, self.stop_timeout(timeout_ms), false)
-            .await)
+            pick_for_stop(slot, req, &what, |i: &ConnectorInstance| {
+                (i.life.stop_claimed(), i.incarnation.as_str())
+            })
+        })?;
+        let result = instance
+            .stop(
+                req.connector_deleted,
+                self.stop_timeout(req.timeout_ms),
+                false,
+            )
+            .await;
+        Ok(StopAnswer {
+            result,
+            abandoned: instance.abandoned(),
+        })
     }
 
-    /// Connector instances and tasks not yet stopped.
+    /// Connector instances and tasks not yet stopped, and those abandoned whose plugin
+    /// call has not returned (`abandoned = true`).
     pub fn assignments(&self) -> (Vec<Hosted<String>>, Vec<Hosted<TaskKey>>) {
         let connectors = lock(&self.connectors)
             .iter()
@@ -464,12 +677,14 @@ impl Host {
                     .values()
                     .map(move |i| (name.clone(), i.clone()))
             })
-            .filter(|(_, i)| !i.life.stop_claimed())
+            .filter(|(_, i)| !i.life.stop_claimed() || i.abandoned())
             .map(|(key, i)| Hosted {
                 key,
                 generation: i.life.generation,
                 state: i.life.state(),
                 cleanup_only: i.life.cleanup_only,
+                abandoned: i.abandoned(),
+                incarnation: i.incarnation.clone(),
             })
             .collect();
         let tasks = lock(&self.tasks)
@@ -479,12 +694,14 @@ impl Host {
                     .values()
                     .map(move |i| (key.clone(), i.clone()))
             })
-            .filter(|(_, i)| !i.life.stop_claimed())
+            .filter(|(_, i)| !i.life.stop_claimed() || i.abandoned())
             .map(|(key, i)| Hosted {
                 key,
                 generation: i.life.generation,
                 state: i.life.state(),
                 cleanup_only: i.life.cleanup_only,
+                abandoned: i.abandoned(),
+                incarnation: i.incarnation.clone(),
             })
             .collect();
         (connectors, tasks)
@@ -512,15 +729,30 @@ impl Host {
     }
 }
 
-/// The instance a stop for `generation` applies to: that generation's instance, or, when
-/// the request is newer than anything seen, the instance still running.
-fn pick_for_stop<I>(
-    slot: &Slot<I>,
-    generation: u64,
+/// The instance a stop applies to, and whether it may run at all.
+///
+/// - A generation this executor was assigned: that generation's instance (a replay when
+///   already stopped), if the stop names its incarnation or none.
+/// - An older generation it was not assigned: stale.
+/// - A newer generation: it was never assigned here, so the stop is refused unless it
+///   names the incarnation of the instance still running. That one exception is the
+///   control plane's record running ahead of this executor (a start it recorded whose
+///   request never arrived); the record's stop must still reach the instance that runs
+///   (docs/contract.md, "Executor self-fencing"). A stop without an incarnation, or with
+///   another one, for a generation never assigned here runs nothing (issue 14: any
+///   caller could otherwise stop, or drop the resources of, a live connector with
+///   "current generation + 1000").
+///
+/// `facts` says of an instance whether its stop was claimed, and its incarnation.
+fn pick_for_stop<'a, I: 'a>(
+    slot: &'a Slot<I>,
+    req: &StopRequest,
     what: &str,
-    stop_claimed: impl Fn(&I) -> bool,
+    facts: impl Fn(&'a I) -> (bool, &'a str),
 ) -> Result<Arc<I>, HostError> {
+    let generation = req.generation;
     if let Some(i) = slot.instances.get(&generation) {
+        check_incarnation(&req.incarnation, facts(i).1, what)?;
         return Ok(i.clone());
     }
     if generation < slot.newest {
@@ -530,12 +762,31 @@ fn pick_for_stop<I>(
             newest: slot.newest,
         });
     }
-    slot.instances
-        .values()
-        .rev()
-        .find(|i| !stop_claimed(i))
-        .cloned()
-        .ok_or_else(|| HostError::NotHosted(format!("{what} generation {generation}")))
+    let running = slot.instances.values().rev().find(|i| !facts(i).0);
+    match running {
+        None => Err(HostError::NotHosted(format!(
+            "{what} generation {generation}"
+        ))),
+        Some(i) if !req.incarnation.is_empty() && req.incarnation == facts(i).1 => Ok(i.clone()),
+        Some(_) => Err(HostError::NeverAssigned {
+            what: what.to_owned(),
+            requested: generation,
+            newest: slot.newest,
+        }),
+    }
+}
+
+/// Refuses a request decided for incarnation `requested` when the instance belongs to
+/// `hosted` (either empty: not known, no check).
+fn check_incarnation(requested: &str, hosted: &str, what: &str) -> Result<(), HostError> {
+    if requested.is_empty() || hosted.is_empty() || requested == hosted {
+        return Ok(());
+    }
+    Err(HostError::StaleIncarnation {
+        what: what.to_owned(),
+        requested: requested.to_owned(),
+        hosted: hosted.to_owned(),
+    })
 }
 
 /// Text of a failed plugin call's join error (a panic message, or a cancellation).
@@ -556,16 +807,72 @@ pub(crate) fn panic_text(e: tokio::task::JoinError) -> String {
 mod tests {
     use super::*;
 
-    /// A slot whose instances are just "stop claimed" flags, by generation.
-    fn slot(instances: &[(u64, bool)]) -> Slot<bool> {
+    /// Incarnation of every instance in [`slot`].
+    const INC: &str = "inc-1";
+
+    /// A slot whose instances are just "stop claimed" flags (incarnation [`INC`]), by
+    /// generation.
+    fn slot(instances: &[(u64, bool)]) -> Slot<(bool, &'static str)> {
         Slot {
             newest: instances.iter().map(|(g, _)| *g).max().unwrap_or(0),
-            instances: instances.iter().map(|(g, c)| (*g, Arc::new(*c))).collect(),
+            instances: instances
+                .iter()
+                .map(|(g, c)| (*g, Arc::new((*c, INC))))
+                .collect(),
         }
     }
 
-    fn pick(slot: &Slot<bool>, generation: u64) -> Result<bool, HostError> {
-        pick_for_stop(slot, generation, "task t-0", |claimed| *claimed).map(|i| *i)
+    /// The "stop claimed" flag of the instance picked for a stop of `generation` naming
+    /// `incarnation`.
+    fn pick_named(
+        slot: &Slot<(bool, &'static str)>,
+        generation: u64,
+        incarnation: &str,
+    ) -> Result<bool, HostError> {
+        let req = StopRequest {
+            generation,
+            incarnation: incarnation.to_owned(),
+            ..StopRequest::default()
+        };
+        pick_for_stop(slot, &req, "task t-0", |i| (i.0, i.1)).map(|i| i.0)
+    }
+
+    fn pick(slot: &Slot<(bool, &'static str)>, generation: u64) -> Result<bool, HostError> {
+        pick_named(slot, generation, INC)
+    }
+
+    #[test]
+    fn a_stop_of_another_incarnation_is_refused() {
+        assert!(matches!(
+            check_incarnation("old", "new", "task t-0"),
+            Err(HostError::StaleIncarnation { .. })
+        ));
+    }
+
+    #[test]
+    fn a_stop_of_the_same_or_an_unknown_incarnation_goes_on() {
+        assert!(check_incarnation("i", "i", "task t-0").is_ok());
+        assert!(check_incarnation("", "i", "task t-0").is_ok());
+        assert!(check_incarnation("i", "", "task t-0").is_ok());
+    }
+
+    #[test]
+    fn only_a_lease_that_certainly_holds_lets_a_destructive_request_through() {
+        assert!(lease_refusal(LeaseStanding::Held, "x").is_none());
+        assert!(matches!(
+            lease_refusal(LeaseStanding::MayHaveExpired, "x"),
+            Some(HostError::LeaseMayHaveExpired {
+                standing: "lease may have expired",
+                ..
+            })
+        ));
+        assert!(matches!(
+            lease_refusal(LeaseStanding::Unregistered, "x"),
+            Some(HostError::LeaseMayHaveExpired {
+                standing: "not registered",
+                ..
+            })
+        ));
     }
 
     #[test]
@@ -585,7 +892,7 @@ mod tests {
     }
 
     #[test]
-    fn a_stop_for_a_newer_generation_reaches_the_instance_still_running() {
+    fn a_stop_for_a_newer_generation_with_the_running_incarnation_reaches_that_instance() {
         let s = slot(&[(3, false)]);
         assert!(!pick(&s, 4).unwrap());
         let all_stopped = slot(&[(3, true)]);
@@ -593,5 +900,37 @@ mod tests {
             pick(&all_stopped, 4),
             Err(HostError::NotHosted(_))
         ));
+    }
+
+    #[test]
+    fn a_stop_for_a_generation_never_assigned_without_the_incarnation_is_refused() {
+        let s = slot(&[(3, false)]);
+        assert!(matches!(
+            pick_named(&s, 1003, ""),
+            Err(HostError::NeverAssigned {
+                requested: 1003,
+                newest: 3,
+                ..
+            })
+        ));
+    }
+
+    #[test]
+    fn a_stop_for_a_generation_never_assigned_with_another_incarnation_is_refused() {
+        let s = slot(&[(3, false)]);
+        assert!(matches!(
+            pick_named(&s, 4, "inc-0"),
+            Err(HostError::NeverAssigned { .. })
+        ));
+    }
+
+    #[test]
+    fn a_stop_for_an_assigned_generation_of_another_incarnation_is_refused() {
+        let s = slot(&[(3, false)]);
+        assert!(matches!(
+            pick_named(&s, 3, "inc-0"),
+            Err(HostError::StaleIncarnation { .. })
+        ));
+        assert!(!pick_named(&s, 3, "").unwrap(), "no incarnation: no check");
     }
 }

@@ -1,0 +1,308 @@
+//! A hosted task: its plugin instance, its work loop (poll → append → commit for a source,
+//! fetch → put → flush → ack for a sink) and its one stop.
+//!
+//! The loops overlap their steps instead of waiting on one durable write at a time: a
+//! source polls its next batch while the last one is appended, and commits offsets in the
+//! background, coalesced (the latest per source partition wins); a sink fetches its next
+//! batch while `put` runs and flushes once per several batches. What they never reorder:
+//! an offset is committed only after the log acknowledged its record, and the log is
+//! acknowledged only after the sink's `flush` returned (at least once, docs/architecture.md "Data
+//! plane"). A graceful stop drains both (bounded by [`STOP_DRAIN_TIMEOUT_MS`]), so it
+//! causes no duplicates.
+//!
+//! The loops live apart: [`source`] and [`sink`]. Every plugin call runs on the instance's
+//! own thread (`crate::runtime::PluginThread`); the loops, which only await those calls
+//! and the record log, run on the executor's runtime.
+
+mod sink;
+mod source;
+
+use std::sync::{Arc, Mutex, OnceLock};
+use std::time::Duration;
+
+use tokio::task::JoinHandle;
+use tokio::time::Instant;
+use tokio_util::sync::CancellationToken;
+use wharf::ids::TaskKey;
+use wharf::pb::v1 as pb;
+use wharf::sdk::{Plugin, SinkTask, SourceTask, TaskContext, TaskFactory};
+
+use super::instance::{
+    InstanceState, Lifecycle, PluginCell, StopOutcome, StopRecord, StopResult, await_plugin_stop,
+    timed_out_text,
+};
+use super::{Shared, StartTask, lock, panic_text};
+use crate::runtime::PluginThread;
+use wharf::task::{TaskKind, spawn};
+
+pub use sink::{
+    SINK_BATCH_MAX_RECORDS, SINK_FETCH_WAIT_MS, SINK_FLUSH_INTERVAL_MS, SINK_FLUSH_MAX_RECORDS,
+};
+pub use source::{OFFSET_COMMIT_INTERVAL_MS, OFFSET_COMMIT_RETRY_BACKOFF_MS};
+
+/// Wait before retrying a record-log call that failed, in milliseconds.
+pub const LOG_RETRY_BACKOFF_MS: u64 = 500;
+
+/// How long a stop lets records that poll already returned reach the log and their
+/// offsets commit, in milliseconds. A graceful stop (restart, pause, reconfiguration)
+/// thereby causes no duplicates; past this bound the records are polled again by the
+/// next instance (at least once), so an unreachable log or control plane cannot hold a
+/// stop for long.
+pub const STOP_DRAIN_TIMEOUT_MS: u64 = 2_000;
+
+/// Config key listing the topics of a sink connector (comma-separated).
+pub const TOPICS: &str = "topics";
+
+/// The plugin instance of a task, by kind.
+enum TaskPlugin {
+    Source(PluginCell<Box<dyn SourceTask>>),
+    Sink(PluginCell<Box<dyn SinkTask>>),
+}
+
+/// Name of the log consumer shared by the tasks of a sink connector.
+pub fn sink_consumer_name(connector: &str) -> String {
+    format!("wharf-sink-{connector}")
+}
+
+pub(crate) struct TaskInstance {
+    key: TaskKey,
+    pub life: Lifecycle,
+    /// Incarnation of the connector this task runs for.
+    pub incarnation: String,
+    plugin: TaskPlugin,
+    /// Runs every plugin call and the work loop of this instance.
+    thread: PluginThread,
+    /// Cancelled when the stop begins: ends the work loop and any pending poll; the
+    /// plugin sees it as `TaskContext::cancel`.
+    cancel: CancellationToken,
+    /// When the stop began and whether it is for a deletion (set just before `cancel`
+    /// fires); bounds the drain.
+    stop_began: OnceLock<(Instant, bool)>,
+    work: Mutex<Option<JoinHandle<()>>>,
+    shared: Arc<Shared>,
+}
+
+impl TaskInstance {
+    /// # Errors
+    /// The plugin thread could not be started (text of the cause).
+    pub fn new(plugin: &Plugin, req: &StartTask, shared: Arc<Shared>) -> Result<Self, String> {
+        let thread = PluginThread::start(format!("task {}", req.task))?;
+        let plugin = match &plugin.task {
+            TaskFactory::Source(make) => TaskPlugin::Source(PluginCell::new(make())),
+            TaskFactory::Sink(make) => TaskPlugin::Sink(PluginCell::new(make())),
+        };
+        Ok(Self {
+            key: req.task.clone(),
+            life: Lifecycle::new(req.generation, req.cleanup_only),
+            incarnation: req.incarnation.clone(),
+            plugin,
+            thread,
+            cancel: CancellationToken::new(),
+            stop_began: OnceLock::new(),
+            work: Mutex::new(None),
+            shared,
+        })
+    }
+
+    /// True while abandoned: the stop timed out and the plugin's call has not returned.
+    pub fn abandoned(&self) -> bool {
+        self.life.abandoned() && !self.thread.exited()
+    }
+
+    fn report(&self, state: &InstanceState) {
+        let (state, error) = state.to_wire();
+        self.shared
+            .registry
+            .report_task(&self.key, self.life.generation, state, error);
+    }
+
+    /// Runs the plugin's start once and, when it succeeded and the task is neither paused
+    /// nor cleanup-only, its work loop.
+    pub async fn start(self: Arc<Self>, req: StartTask) -> InstanceState {
+        let ctx = TaskContext {
+            connector: req.task.connector.clone(),
+            task: req.task.task,
+            incarnation: req.incarnation.clone(),
+            cleanup_only: req.cleanup_only,
+            executor_id: self.shared.executor_id.clone(),
+            connector_config: req.connector_config.clone(),
+            offsets: req.offsets.clone(),
+            cancel: self.cancel.clone(),
+        };
+        let config = req.task_config.clone();
+        let handle = match &self.plugin {
+            TaskPlugin::Source(p) => p.spawn_start(&self.thread, ctx, config),
+            TaskPlugin::Sink(p) => p.spawn_start(&self.thread, ctx, config),
+        };
+        let result = handle.await.unwrap_or_else(|e| Err(panic_text(e)));
+        let state = match result {
+            Ok(()) if req.paused => InstanceState::Paused,
+            Ok(()) => InstanceState::Running,
+            Err(e) => InstanceState::Failed(e),
+        };
+        tracing::info!(connector = %self.key.connector, task = self.key.task, generation = self.life.generation,
+            cleanup_only = self.life.cleanup_only, state = ?state, "task started");
+        if !self.life.set_state_unless_stopping(state.clone()) {
+            return self.life.state();
+        }
+        self.report(&state);
+        if state == InstanceState::Running && !self.life.cleanup_only {
+            let mut work = lock(&self.work);
+            if !self.cancel.is_cancelled() {
+                let me = self.clone();
+                // The loop itself runs on the executor's runtime: it only awaits the plugin
+                // calls it spawns on the instance's thread, so it still sees the stop (and
+                // fences the output) while a plugin call blocks that thread.
+                *work = Some(match &self.plugin {
+                    TaskPlugin::Source(p) => spawn(
+                        TaskKind::Awaited,
+                        "source task loop",
+                        me.source_loop(p.cell.clone()),
+                    ),
+                    TaskPlugin::Sink(p) => spawn(
+                        TaskKind::Awaited,
+                        "sink task loop",
+                        me.sink_loop(p.cell.clone(), topics_of(&req)),
+                    ),
+                });
+            }
+        }
+        state
+    }
+
+    fn fail(&self, error: String) {
+        tracing::warn!(connector = %self.key.connector, task = self.key.task, generation = self.life.generation,
+            error = %error, "task failed");
+        let state = InstanceState::Failed(error);
+        if self.life.set_state_unless_stopping(state.clone()) {
+            self.report(&state);
+        }
+    }
+
+    /// When draining after the stop began ends: [`STOP_DRAIN_TIMEOUT_MS`] after it began.
+    fn stop_drain_deadline(&self) -> Instant {
+        let began = self
+            .stop_began
+            .get()
+            .map_or_else(Instant::now, |(began, _)| *began);
+        began + Duration::from_millis(STOP_DRAIN_TIMEOUT_MS)
+    }
+
+    /// Resolves [`STOP_DRAIN_TIMEOUT_MS`] after the stop began.
+    async fn drain_deadline(&self) {
+        self.cancel.cancelled().await;
+        tokio::time::sleep_until(self.stop_drain_deadline()).await;
+    }
+
+    /// Waits `LOG_RETRY_BACKOFF_MS` unless cancelled first; false when cancelled.
+    async fn backoff(&self) -> bool {
+        tokio::select! {
+            () = self.cancel.cancelled() => false,
+            () = tokio::time::sleep(Duration::from_millis(LOG_RETRY_BACKOFF_MS)) => true,
+        }
+    }
+
+    /// Stops the instance once (see `Lifecycle::stop_once`). `self_initiated` marks a stop
+    /// the executor decided (shutdown, fencing, a newer generation).
+    pub async fn stop(
+        self: &Arc<Self>,
+        connector_deleted: bool,
+        timeout: Duration,
+        self_initiated: bool,
+    ) -> StopResult {
+        let me = self.clone();
+        self.life
+            .stop_once(move || async move {
+                me.run_stop(connector_deleted, timeout, self_initiated)
+                    .await
+            })
+            .await
+    }
+
+    async fn run_stop(
+        &self,
+        mut connector_deleted: bool,
+        timeout: Duration,
+        self_initiated: bool,
+    ) -> StopRecord {
+        let started = Instant::now();
+        let deadline = started + timeout;
+        let _ = self.stop_began.set((started, connector_deleted));
+        self.cancel.cancel();
+        let work = lock(&self.work).take();
+        let (outcome, error) = 'stop: {
+            if let Some(h) = work
+                && tokio::time::timeout_at(deadline, h).await.is_err()
+            {
+                break 'stop (
+                    StopOutcome::TimedOut,
+                    Some(timed_out_text(timeout, "the work loop")),
+                );
+            }
+            let what = format!("task {}", self.key);
+            let flag = || self.shared.confirm_deleted(connector_deleted, &what);
+            let (stopped, waited_for) = match &self.plugin {
+                TaskPlugin::Source(p) => (
+                    p.spawn_stop(&self.thread, flag, deadline).await,
+                    "start or poll to return",
+                ),
+                TaskPlugin::Sink(p) => (
+                    p.spawn_stop(&self.thread, flag, deadline).await,
+                    "start, put or flush to return",
+                ),
+            };
+            let Some((confirmed, handle)) = stopped else {
+                break 'stop (
+                    StopOutcome::TimedOut,
+                    Some(timed_out_text(timeout, waited_for)),
+                );
+            };
+            connector_deleted = confirmed;
+            await_plugin_stop(handle, deadline, timeout).await
+        };
+        // The thread ends once the plugin's call returned (at once unless abandoned).
+        self.thread.shut_down();
+        let elapsed = started.elapsed();
+        self.life.finish(outcome, &error);
+        tracing::info!(connector = %self.key.connector, task = self.key.task, generation = self.life.generation,
+            connector_deleted, outcome = ?outcome, elapsed_ms = elapsed.as_millis() as u64, error = ?error, "task stopped");
+        match outcome {
+            StopOutcome::Stopped if self_initiated => {
+                self.shared.registry.report_task(
+                    &self.key,
+                    self.life.generation,
+                    pb::State::Unassigned,
+                    String::new(),
+                );
+            }
+            StopOutcome::Stopped => {}
+            StopOutcome::Failed | StopOutcome::TimedOut => self.report(&self.life.state()),
+        }
+        StopRecord {
+            outcome,
+            connector_deleted,
+            error,
+            generation: self.life.generation,
+            elapsed,
+        }
+    }
+}
+
+/// Topics of a sink task: `topics` from the task config, else from the connector config.
+fn topics_of(req: &StartTask) -> Result<Vec<String>, String> {
+    let raw = req
+        .task_config
+        .get(TOPICS)
+        .or_else(|| req.connector_config.get(TOPICS))
+        .ok_or_else(|| format!("missing required configuration {TOPICS:?}"))?;
+    let topics: Vec<String> = raw
+        .split(',')
+        .map(str::trim)
+        .filter(|t| !t.is_empty())
+        .map(str::to_owned)
+        .collect();
+    if topics.is_empty() {
+        return Err(format!("configuration {TOPICS:?} names no topic"));
+    }
+    Ok(topics)
+}

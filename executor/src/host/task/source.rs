@@ -1,0 +1,433 @@
+//! The source work loop of a task: poll → append → commit. Three things overlap: the next
+//! `poll` runs while the records of the previous one are appended, and an offset commit
+//! (with the plugin's `commit` after it) runs while both go on. Offsets enter a commit
+//! only after the log acknowledged their records (at least once); commits are coalesced
+//! (the latest per source partition wins).
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+use std::time::Duration;
+
+use tokio::sync::Mutex as AsyncMutex;
+use tokio::task::JoinHandle;
+use tokio::time::Instant;
+use wharf::pb::v1 as pb;
+use wharf::sdk::{SourceRecord, SourceTask};
+
+use super::{STOP_DRAIN_TIMEOUT_MS, TaskInstance};
+use crate::host::panic_text;
+use crate::log::LogRecord;
+use wharf::task::{TaskKind, spawn};
+
+/// Shortest time between the starts of two offset commits of one source task, in
+/// milliseconds (Kafka Connect's `offset.flush.interval.ms`, 60 s there). Polls and appends
+/// go on meanwhile; offsets the log acknowledged in between are coalesced (the latest per
+/// source partition wins) into the next commit, so a busy task commits at most this often
+/// and an idle one right after its records reached the log. A graceful stop commits at
+/// once; after a crash at most this much more is polled again.
+pub const OFFSET_COMMIT_INTERVAL_MS: u64 = 100;
+
+/// Wait before retrying an offset commit the control plane refused or did not answer, in
+/// milliseconds. A refusal for a fenced epoch also makes the executor heartbeat at once,
+/// which stops the task (`registry_client`).
+pub const OFFSET_COMMIT_RETRY_BACKOFF_MS: u64 = 500;
+
+/// The plugin instance of a source task (see `PluginCell`).
+pub(super) type SourceCell = Arc<AsyncMutex<Box<dyn SourceTask>>>;
+/// A spawned `poll`: its records, or `None` when the stop began before it ran.
+type PollHandle = JoinHandle<Result<Option<Vec<SourceRecord>>, String>>;
+
+/// Why a source work loop ended.
+enum SourceExit {
+    /// The stop began: commit what the log acknowledged (bounded), then end.
+    Stopped,
+    /// The task failed: commit what the log acknowledged (bounded), then report it.
+    Failed(String),
+    /// The drain bound passed during the stop: end now.
+    Abandoned,
+}
+
+/// Result of one offset commit (and the plugin's `commit` after it).
+enum CommitOutcome {
+    Committed,
+    /// The control plane refused the commit or did not answer: these offsets are retried.
+    Refused(BTreeMap<String, String>, String),
+    /// The plugin's `commit` failed or panicked.
+    PluginFailed(String),
+}
+
+/// Offset commits of a source task: at most one in flight, the rest coalesced.
+struct SourceCommits {
+    /// Source partition -> offset (both as JSON text) of records the log acknowledged and
+    /// no commit took yet.
+    pending: BTreeMap<String, String>,
+    in_flight: Option<JoinHandle<CommitOutcome>>,
+    /// Earliest start of the next commit.
+    next_at: Instant,
+}
+
+impl SourceCommits {
+    fn new() -> Self {
+        Self {
+            pending: BTreeMap::new(),
+            in_flight: None,
+            next_at: Instant::now(),
+        }
+    }
+
+    /// Takes the offset after the last record of each source partition in `records`
+    /// (which the log acknowledged).
+    fn record(&mut self, records: &[SourceRecord]) {
+        let mut seen: Vec<&serde_json::Value> = Vec::new();
+        for r in records.iter().rev() {
+            if seen.contains(&&r.source_partition) {
+                continue;
+            }
+            seen.push(&r.source_partition);
+            self.pending
+                .insert(r.source_partition.to_string(), r.source_offset.to_string());
+        }
+    }
+
+    /// Puts back the offsets of a commit that did not land, unless newer ones are pending.
+    fn restore(&mut self, offsets: BTreeMap<String, String>) {
+        for (partition, offset) in offsets {
+            self.pending.entry(partition).or_insert(offset);
+        }
+    }
+
+    /// When the next commit should start: some time when offsets are pending and no
+    /// commit is in flight, else never.
+    fn due(&self) -> Option<Instant> {
+        (self.in_flight.is_none() && !self.pending.is_empty()).then_some(self.next_at)
+    }
+}
+
+/// The output of a spawned task, or never when there is none.
+async fn join_some<T>(handle: &mut Option<JoinHandle<T>>) -> Result<T, tokio::task::JoinError> {
+    match handle {
+        Some(h) => h.await,
+        None => std::future::pending().await,
+    }
+}
+
+/// Sleeps until `at`, or forever when `None`.
+async fn sleep_until_some(at: Option<Instant>) {
+    match at {
+        Some(at) => tokio::time::sleep_until(at).await,
+        None => std::future::pending().await,
+    }
+}
+
+/// Offsets as the control plane takes them.
+fn to_wire(offsets: &BTreeMap<String, String>) -> Vec<pb::SourceOffset> {
+    offsets
+        .iter()
+        .map(|(partition, offset)| pb::SourceOffset {
+            partition: partition.clone(),
+            offset: offset.clone(),
+        })
+        .collect()
+}
+
+impl TaskInstance {
+    /// The source work loop. Three things overlap: the next `poll` runs while the records
+    /// of the previous one are appended, and an offset commit (with the plugin's `commit`
+    /// after it) runs while both go on. Offsets enter a commit only after the log
+    /// acknowledged their records (at least once); commits are coalesced.
+    pub(super) async fn source_loop(self: Arc<Self>, cell: SourceCell) {
+        let mut poll = None;
+        let mut commits = SourceCommits::new();
+        let exit = self.source_work(&cell, &mut poll, &mut commits).await;
+        if let Some(poll) = poll {
+            // Cancel the pending poll before the stop runs (a cancel-safe poll is dropped
+            // at its await point); what it returned would be polled again.
+            poll.abort();
+        }
+        match exit {
+            SourceExit::Stopped => {
+                // Drained on stop (bounded): records in the log whose offsets were not
+                // committed would be polled again by the next instance, a duplicate
+                // without a crash. Not for a deletion: it removes the offsets (and the
+                // control plane refuses commits meanwhile).
+                let deleted = self.stop_began.get().is_some_and(|(_, deleted)| *deleted);
+                if !deleted {
+                    let deadline = self.stop_drain_deadline();
+                    self.commit_remaining(&mut commits, deadline).await;
+                }
+            }
+            SourceExit::Failed(error) => {
+                let deadline = Instant::now() + Duration::from_millis(STOP_DRAIN_TIMEOUT_MS);
+                self.commit_remaining(&mut commits, deadline).await;
+                self.fail(error);
+            }
+            SourceExit::Abandoned => {}
+        }
+    }
+
+    fn spawn_poll(&self, cell: &SourceCell) -> PollHandle {
+        let (p, cancel) = (cell.clone(), self.cancel.clone());
+        self.thread.spawn("source poll", async move {
+            let mut g = p.lock_owned().await;
+            if cancel.is_cancelled() {
+                return Ok(None);
+            }
+            g.poll().await.map(Some).map_err(|e| e.to_string())
+        })
+    }
+
+    async fn source_work(
+        self: &Arc<Self>,
+        cell: &SourceCell,
+        poll: &mut Option<PollHandle>,
+        commits: &mut SourceCommits,
+    ) -> SourceExit {
+        loop {
+            if self.cancel.is_cancelled() {
+                return SourceExit::Stopped;
+            }
+            if poll.is_none() {
+                *poll = Some(self.spawn_poll(cell));
+            }
+            let due = commits.due();
+            if due.is_some_and(|at| at <= Instant::now()) {
+                let offsets = std::mem::take(&mut commits.pending);
+                commits.in_flight = Some(self.spawn_commit(cell, offsets, true));
+                commits.next_at = Instant::now() + Duration::from_millis(OFFSET_COMMIT_INTERVAL_MS);
+                continue;
+            }
+            tokio::select! {
+                biased;
+                () = self.cancel.cancelled() => return SourceExit::Stopped,
+                done = join_some(&mut commits.in_flight) => {
+                    commits.in_flight = None;
+                    match done.unwrap_or_else(|e| CommitOutcome::PluginFailed(panic_text(e))) {
+                        CommitOutcome::Committed => {}
+                        CommitOutcome::Refused(offsets, error) => {
+                            tracing::warn!(connector = %self.key.connector, task = self.key.task, error = %error,
+                                "offset commit failed; kept for the next commit");
+                            commits.restore(offsets);
+                            commits.next_at =
+                                Instant::now() + Duration::from_millis(OFFSET_COMMIT_RETRY_BACKOFF_MS);
+                        }
+                        CommitOutcome::PluginFailed(e) => {
+                            return SourceExit::Failed(format!("commit failed: {e}"));
+                        }
+                    }
+                }
+                () = sleep_until_some(due) => {}
+                polled = join_some(poll) => {
+                    *poll = None;
+                    let records = match polled {
+                        Ok(Ok(Some(records))) => records,
+                        Ok(Ok(None)) => continue,
+                        Ok(Err(e)) => return SourceExit::Failed(format!("poll failed: {e}")),
+                        Err(join) => return SourceExit::Failed(panic_text(join)),
+                    };
+                    if records.is_empty() {
+                        continue;
+                    }
+                    // Fenced: nothing polled after the stop began reaches the log.
+                    if self.cancel.is_cancelled() {
+                        return SourceExit::Stopped;
+                    }
+                    // The next poll runs while these records are appended.
+                    *poll = Some(self.spawn_poll(cell));
+                    if let Err(exit) = self.append_all(&records).await {
+                        return exit;
+                    }
+                    commits.record(&records);
+                }
+            }
+        }
+    }
+
+    /// Appends `records` to their topics, retrying failures; records polled before the
+    /// stop began are drained into the log, bounded by [`STOP_DRAIN_TIMEOUT_MS`].
+    async fn append_all(&self, records: &[SourceRecord]) -> Result<(), SourceExit> {
+        for (topic, batch) in by_topic(records) {
+            loop {
+                let appended = tokio::select! {
+                    biased;
+                    () = self.drain_deadline() => return Err(SourceExit::Abandoned),
+                    r = self.shared.log.append(&topic, batch.clone()) => r,
+                };
+                match appended {
+                    Ok(_) => break,
+                    Err(e) => {
+                        tracing::warn!(connector = %self.key.connector, task = self.key.task, topic = %topic,
+                            error = %e, "append to the record log failed; retrying");
+                        if !self.backoff().await {
+                            return Err(SourceExit::Stopped);
+                        }
+                    }
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// Commits `offsets` to the control plane and, when that landed and `plugin_commit`,
+    /// runs the plugin's `commit` (skipped once the stop began).
+    fn spawn_commit(
+        self: &Arc<Self>,
+        cell: &SourceCell,
+        offsets: BTreeMap<String, String>,
+        plugin_commit: bool,
+    ) -> JoinHandle<CommitOutcome> {
+        let (me, cell) = (self.clone(), cell.clone());
+        spawn(TaskKind::Awaited, "source offset commit", async move {
+            let wire = to_wire(&offsets);
+            if let Err(e) = me
+                .shared
+                .registry
+                .commit_offsets(&me.key, me.life.generation, wire)
+                .await
+            {
+                return CommitOutcome::Refused(offsets, e.to_string());
+            }
+            if !plugin_commit {
+                return CommitOutcome::Committed;
+            }
+            let p = cell.clone();
+            let cancel = me.cancel.clone();
+            let committed = me
+                .thread
+                .spawn("source commit", async move {
+                    let mut g = p.lock_owned().await;
+                    if cancel.is_cancelled() {
+                        return Ok(());
+                    }
+                    g.commit().await.map_err(|e| e.to_string())
+                })
+                .await
+                .unwrap_or_else(|e| Err(panic_text(e)));
+            match committed {
+                Ok(()) => CommitOutcome::Committed,
+                Err(e) => CommitOutcome::PluginFailed(e),
+            }
+        })
+    }
+
+    /// Waits for the commit in flight and commits what is still pending, both by
+    /// `deadline`; the plugin's `commit` is not called.
+    async fn commit_remaining(self: &Arc<Self>, commits: &mut SourceCommits, deadline: Instant) {
+        if let Some(in_flight) = commits.in_flight.take() {
+            match tokio::time::timeout_at(deadline, in_flight).await {
+                Err(_) => return,
+                Ok(Ok(CommitOutcome::Refused(offsets, _))) => commits.restore(offsets),
+                Ok(_) => {}
+            }
+        }
+        if commits.pending.is_empty() {
+            return;
+        }
+        let wire = to_wire(&std::mem::take(&mut commits.pending));
+        let committed = tokio::time::timeout_at(
+            deadline,
+            self.shared
+                .registry
+                .commit_offsets(&self.key, self.life.generation, wire),
+        )
+        .await;
+        match committed {
+            Ok(Ok(())) => {}
+            Ok(Err(e)) => {
+                tracing::warn!(connector = %self.key.connector, task = self.key.task, error = %e,
+                    "offset commit at the end of the task failed; its records will be polled again");
+            }
+            Err(_) => {
+                tracing::warn!(connector = %self.key.connector, task = self.key.task,
+                    "offset commit at the end of the task did not finish in time; its records will be polled again");
+            }
+        }
+    }
+}
+
+/// Records grouped by topic, in first-seen topic order, each group in poll order.
+fn by_topic(records: &[SourceRecord]) -> Vec<(String, Vec<LogRecord>)> {
+    let mut groups: Vec<(String, Vec<LogRecord>)> = Vec::new();
+    for r in records {
+        let record = LogRecord {
+            key: r.key.clone(),
+            value: r.value.clone(),
+            headers: r.headers.clone(),
+            timestamp_ms: r.timestamp_ms,
+        };
+        match groups.iter_mut().find(|(t, _)| *t == r.topic) {
+            Some((_, batch)) => batch.push(record),
+            None => groups.push((r.topic.clone(), vec![record])),
+        }
+    }
+    groups
+}
+
+#[cfg(test)]
+mod tests {
+    use serde_json::json;
+
+    use super::*;
+
+    fn record(partition: serde_json::Value, position: u64) -> SourceRecord {
+        SourceRecord {
+            topic: "t".into(),
+            key: None,
+            value: Vec::new(),
+            headers: Vec::new(),
+            timestamp_ms: None,
+            source_partition: partition,
+            source_offset: json!({ "position": position }),
+        }
+    }
+
+    #[test]
+    fn commits_keep_the_last_offset_of_each_partition() {
+        let mut commits = SourceCommits::new();
+        let (a, b) = (json!({ "file": "a" }), json!({ "file": "b" }));
+        commits.record(&[
+            record(a.clone(), 1),
+            record(b.clone(), 7),
+            record(a.clone(), 2),
+        ]);
+        commits.record(&[record(a.clone(), 3)]);
+        let expected = BTreeMap::from([
+            (a.to_string(), json!({ "position": 3 }).to_string()),
+            (b.to_string(), json!({ "position": 7 }).to_string()),
+        ]);
+        assert_eq!(commits.pending, expected);
+    }
+
+    #[test]
+    fn a_refused_commit_does_not_overwrite_newer_offsets() {
+        let mut commits = SourceCommits::new();
+        let (a, b) = (json!({ "file": "a" }), json!({ "file": "b" }));
+        commits.record(&[record(a.clone(), 5), record(b.clone(), 5)]);
+        let refused = std::mem::take(&mut commits.pending);
+        commits.record(&[record(a.clone(), 9)]);
+        commits.restore(refused);
+        assert_eq!(
+            commits.pending.get(&a.to_string()),
+            Some(&json!({ "position": 9 }).to_string())
+        );
+        assert_eq!(
+            commits.pending.get(&b.to_string()),
+            Some(&json!({ "position": 5 }).to_string())
+        );
+    }
+
+    #[test]
+    fn a_commit_is_due_only_with_pending_offsets_and_none_in_flight() {
+        let mut commits = SourceCommits::new();
+        assert_eq!(commits.due(), None);
+        commits.record(&[record(json!({ "file": "a" }), 1)]);
+        assert_eq!(commits.due(), Some(commits.next_at));
+    }
+
+    #[tokio::test]
+    async fn no_second_commit_starts_while_one_is_in_flight() {
+        let mut commits = SourceCommits::new();
+        commits.record(&[record(json!({ "file": "a" }), 1)]);
+        commits.in_flight = Some(tokio::spawn(async { CommitOutcome::Committed }));
+        assert_eq!(commits.due(), None);
+    }
+}
