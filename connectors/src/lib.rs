@@ -1,4 +1,5 @@
-//! Built-in connector plugins: `file-source` and `file-sink` for the quickstart, and the
+//! Built-in connector plugins: `file-source` and `file-sink` for the quickstart, the audit
+//! sources and `rabbitmq-sink` of the KIP's examples, and the
 //! lifecycle-recording `test-source` / `test-sink` that tests use to assert the exact
 //! sequence of calls (start, poll..., stop(true)) an instance received.
 
@@ -6,13 +7,14 @@ pub mod audit;
 pub mod audit_names;
 pub mod file;
 pub mod postgres_audit;
+pub mod rabbitmq_sink;
 pub mod sqlite_audit;
 pub mod test_plugin;
 
 use wharf::sdk::Plugin;
 
 /// The production plugins built into Wharf, as an executor advertises them by default:
-/// `file-source`, `file-sink`, `postgres-audit`, `sqlite-audit`.
+/// `file-source`, `file-sink`, `postgres-audit`, `sqlite-audit`, `rabbitmq-sink`.
 pub fn builtin_plugins() -> Vec<Plugin> {
     vec![
         file::source_plugin(),
@@ -20,6 +22,7 @@ pub fn builtin_plugins() -> Vec<Plugin> {
         // Audit sources (sqlite-audit, postgres-audit) are added here, one line each.
         postgres_audit::plugin(),
         sqlite_audit::plugin(),
+        rabbitmq_sink::plugin(),
     ]
 }
 
