@@ -237,3 +237,148 @@ async fn records_survive_a_broker_restart_and_deletion_removes_only_the_sinks_qu
     })
     .await;
 }
+
+/// A plugin reports a failure by returning an error from the call that found it (SDK
+/// module docs, "Reporting a failure"): here the user deletes rabbitmq-sink's queue
+/// behind its back, the broker returns the next records as unroutable, the sink's flush
+/// fails with that text, and the admin API shows the task FAILED with it (the REST
+/// gateway shows the same text as `trace`). Bad config is refused per field: at create
+/// for what the advertised keys say, at start (FAILED) for what only the plugin checks.
+/// Uses the shared broker on 5672.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_failure_the_sink_reports_shows_in_the_status_and_bad_config_names_its_field() {
+    let c = Cluster::start(1).await;
+    let shared = SharedRabbit;
+    let queue = format!("wharf-e2e-failure-{}", std::process::id());
+    let lines = c.dir.path().join("lines.txt");
+    append_lines(&lines, 0, 10);
+
+    // Bad config. What the control plane can check from the advertised keys (types,
+    // allowed values) is refused at create, naming the key; nothing is created.
+    let bad = wharf_harness::cluster::grpcurl(
+        &c.cp_addr,
+        "wharf.v1.ConnectorAdmin/CreateConnector",
+        &json!({ "name": "rmq-bad-type", "config": {
+            "connector.class": "rabbitmq-sink", "topics": TOPIC, "exchange.type": "round-robin",
+        }}),
+    );
+    assert_eq!(bad.code, 3, "INVALID_ARGUMENT: {}", bad.err);
+    assert!(bad.err.contains("exchange.type"), "{}", bad.err);
+    assert!(
+        c.try_status("rmq-bad-type").is_none(),
+        "nothing was created"
+    );
+    // What only the plugin can check fails its start: FAILED, the error names the key
+    // (and never echoes the password), nothing is declared, and deletion still works.
+    for (name, key, value) in [
+        ("rmq-bad-queue", "queue", "amq.mine"),
+        (
+            "rmq-bad-uri",
+            "rabbitmq.uri",
+            "amqp://bob:s3cret@127.0.0.1:5672/%2f",
+        ),
+    ] {
+        c.call(
+            "CreateConnector",
+            json!({ "name": name, "config": {
+                "connector.class": "rabbitmq-sink", "topics": TOPIC, key: value,
+            }}),
+        );
+        let s = c
+            .wait_state(name, "STATE_FAILED", "STATE_FAILED", 0, None)
+            .await;
+        let error = s["connector"]["error"].as_str().unwrap_or_default();
+        assert!(
+            error.contains(&format!("invalid config {key}")) && !error.contains("s3cret"),
+            "{name}: {s}"
+        );
+        assert!(!shared.queue_exists(&format!("wharf.owner.{name}")).await);
+        let r = c.call(
+            "DeleteConnector",
+            json!({ "name": name, "wait": true, "wait_timeout_ms": 30000 }),
+        );
+        assert_eq!(r["deleted"], true, "{name}: {r}");
+    }
+
+    c.call(
+        "CreateConnector",
+        json!({ "name": SOURCE, "config": {
+            "connector.class": "file-source", "tasks.max": "1",
+            "file": lines.display().to_string(), "topic": TOPIC,
+        }}),
+    );
+    c.call(
+        "CreateConnector",
+        json!({ "name": SINK, "config": {
+            "connector.class": "rabbitmq-sink", "tasks.max": "1",
+            "topics": TOPIC, "queue": queue,
+        }}),
+    );
+    c.wait_state(SINK, "STATE_RUNNING", "STATE_RUNNING", 1, None)
+        .await;
+    wait_until("the first lines in the queue", CATCH_UP, || async {
+        (shared.message_count(&queue).await? >= 10).then_some(())
+    })
+    .await;
+
+    shared.delete_queue(&queue).await;
+    append_lines(&lines, 10, 20);
+    let s = c
+        .wait_state(SINK, "STATE_RUNNING", "STATE_FAILED", 1, None)
+        .await;
+    let error = s["tasks"][0]["status"]["error"]
+        .as_str()
+        .unwrap_or_default();
+    assert!(
+        error.contains("unroutable") && error.contains(&queue),
+        "the status carries the sink's own error text: {s}"
+    );
+
+    let r = c.call(
+        "DeleteConnector",
+        json!({ "name": SINK, "wait": true, "wait_timeout_ms": 30000 }),
+    );
+    assert_eq!(r["deleted"], true, "{r}");
+    assert!(!shared.queue_exists("wharf.owner.rmq-sink").await);
+    c.call("DeleteConnector", json!({ "name": SOURCE, "wait": true }));
+}
+
+/// The shared broker of scripts/setup-services (127.0.0.1:5672, guest/guest).
+struct SharedRabbit;
+
+impl SharedRabbit {
+    async fn channel(&self) -> wharf_harness::lapin::Channel {
+        let conn = wharf_harness::lapin::Connection::connect(
+            "amqp://guest:guest@127.0.0.1:5672/%2f",
+            wharf_harness::lapin::ConnectionProperties::default(),
+        )
+        .await
+        .expect("RabbitMQ on 127.0.0.1:5672 (scripts/setup-services)");
+        conn.create_channel().await.unwrap()
+    }
+
+    async fn message_count(&self, queue: &str) -> Option<u32> {
+        self.channel()
+            .await
+            .queue_declare(
+                queue.into(),
+                QueueDeclareOptions::default().passive(),
+                FieldTable::default(),
+            )
+            .await
+            .ok()
+            .map(|q| q.message_count())
+    }
+
+    async fn queue_exists(&self, queue: &str) -> bool {
+        self.message_count(queue).await.is_some()
+    }
+
+    async fn delete_queue(&self, queue: &str) {
+        self.channel()
+            .await
+            .queue_delete(queue.into(), Default::default())
+            .await
+            .unwrap();
+    }
+}

@@ -198,8 +198,9 @@ fn invalid(key: &'static str, reason: impl Into<String>) -> RabbitError {
 
 /// `rabbitmq.uri`: an `amqp://` or `amqps://` URI without user or password.
 fn check_uri(value: &str) -> Result<(), String> {
-    let uri =
-        AMQPUri::from_str(value).map_err(|e| format!("value {value:?} is not an AMQP URI: {e}"))?;
+    // The value is not echoed: a mistyped URI may hold a password.
+    let uri = AMQPUri::from_str(value)
+        .map_err(|_| "is not an AMQP URI (amqp://host:port/vhost)".to_owned())?;
     let default = AMQPUserInfo::default();
     if value.contains('@') || uri.authority.userinfo != default {
         return Err(
@@ -322,15 +323,7 @@ impl Settings {
                 .map(|v| check(v).map(|()| v.to_owned()).map_err(|r| invalid(key, r)))
                 .transpose()
         };
-        let uri_text = checked(keys::URI, check_uri)?.unwrap_or_else(|| DEFAULT_URI.to_owned());
-        let mut uri = AMQPUri::from_str(&uri_text).map_err(|e| invalid(keys::URI, e))?;
-        uri.authority.userinfo = AMQPUserInfo {
-            username: get(keys::USERNAME).unwrap_or("guest").to_owned(),
-            password: config
-                .get(keys::PASSWORD)
-                .cloned()
-                .unwrap_or_else(|| "guest".to_owned()),
-        };
+        let uri = Self::broker_uri(config)?;
         match get(keys::TOPICS) {
             Some(t) => non_empty_list(t).map_err(|r| invalid(keys::TOPICS, r))?,
             None => return Err(invalid(keys::TOPICS, "missing required value")),
@@ -365,6 +358,43 @@ impl Settings {
             exchange_type,
             routing_key,
             retry_timeout: Duration::from_millis(retry_ms),
+        })
+    }
+
+    /// The broker URI with the credentials, from `rabbitmq.uri`, `rabbitmq.username`
+    /// and `rabbitmq.password`.
+    ///
+    /// # Errors
+    /// [`RabbitError::InvalidConfig`] naming `rabbitmq.uri`.
+    fn broker_uri(config: &ConfigMap) -> Result<AMQPUri, RabbitError> {
+        let get = |key: &str| config.get(key).map(|v| v.trim()).filter(|v| !v.is_empty());
+        let text = get(keys::URI).unwrap_or(DEFAULT_URI);
+        check_uri(text).map_err(|r| invalid(keys::URI, r))?;
+        let mut uri = AMQPUri::from_str(text).map_err(|e| invalid(keys::URI, e))?;
+        uri.authority.userinfo = AMQPUserInfo {
+            username: get(keys::USERNAME).unwrap_or("guest").to_owned(),
+            password: config
+                .get(keys::PASSWORD)
+                .cloned()
+                .unwrap_or_else(|| "guest".to_owned()),
+        };
+        Ok(uri)
+    }
+
+    /// What a deletion's cleanup needs when the full config does not parse (a value the
+    /// control plane could not check at create, such as `queue`): only where the broker
+    /// is. The owner record names what to delete, so the other keys do not matter.
+    ///
+    /// # Errors
+    /// [`RabbitError::InvalidConfig`] naming `rabbitmq.uri`.
+    pub fn for_cleanup(connector: &str, config: &ConfigMap) -> Result<Settings, RabbitError> {
+        Ok(Settings {
+            uri: Self::broker_uri(config)?,
+            queue: default_queue(connector),
+            exchange: None,
+            exchange_type: "direct".to_owned(),
+            routing_key: default_queue(connector),
+            retry_timeout: Duration::from_millis(DEFAULT_RETRY_TIMEOUT_MS),
         })
     }
 
@@ -814,15 +844,16 @@ pub struct RabbitConnector {
 #[async_trait]
 impl Connector for RabbitConnector {
     async fn start(&mut self, ctx: ConnectorContext, config: ConfigMap) -> PluginResult<()> {
-        let settings = Settings::parse(&ctx.connector, &config)?;
-        let claim = Claim {
+        // Kept before anything can fail: a start that fails (even on its config) is still
+        // followed by a cleanup that must find the owner record.
+        self.config = config;
+        let claim = self.claim.insert(Claim {
             connector: ctx.connector.clone(),
             incarnation: ctx.incarnation.clone(),
-        };
-        self.config = config;
-        // Kept before declaring: a start that fails halfway is still cleaned up.
-        let settings = self.settings.insert(settings);
-        let claim = self.claim.insert(claim);
+        });
+        let settings = self
+            .settings
+            .insert(Settings::parse(&ctx.connector, &self.config)?);
         if ctx.cleanup_only {
             return Ok(());
         }
@@ -867,13 +898,24 @@ impl Connector for RabbitConnector {
             // No connection is held between calls; every object stays.
             return Ok(());
         }
-        let (Some(settings), Some(claim)) = (&self.settings, &self.claim) else {
+        let Some(claim) = &self.claim else {
             return Err(RabbitError::NotStarted {
                 call: "stop_with(true)",
             }
             .into());
         };
-        let b = Broker::open(settings).await?;
+        let settings = match &self.settings {
+            Some(s) => s.clone(),
+            None => match Settings::for_cleanup(&claim.connector, &self.config) {
+                Ok(s) => s,
+                Err(e) => {
+                    // No broker address ever parsed: nothing was declared anywhere.
+                    tracing::warn!(connector = %claim.connector, error = %e, "rabbitmq-sink cleanup: no usable broker address, nothing to delete");
+                    return Ok(());
+                }
+            },
+        };
+        let b = Broker::open(&settings).await?;
         let result = async {
             match decide_cleanup(&b.marker(&claim.connector).await?, claim) {
                 CleanupPlan::Delete(record) => {
@@ -1205,6 +1247,25 @@ mod tests {
         )
         .unwrap();
         assert!(!format!("{s:?}").contains("s3cret"));
+    }
+
+    #[test]
+    fn a_cleanup_needs_only_the_broker_address() {
+        // A value only the plugin checks (queue) is wrong: the full parse fails, the
+        // cleanup still knows where to look for the owner record.
+        let c = config(&[
+            ("topics", "t"),
+            ("queue", "amq.x"),
+            ("rabbitmq.uri", "amqp://h:5673/v"),
+        ]);
+        assert!(Settings::parse("c", &c).is_err());
+        let s = Settings::for_cleanup("c", &c).unwrap();
+        assert_eq!(s.target(), "h:5673 vhost \"v\"");
+        let creds = config(&[("rabbitmq.uri", "amqp://u:p@h/")]);
+        assert!(matches!(
+            Settings::for_cleanup("c", &creds),
+            Err(RabbitError::InvalidConfig { key: keys::URI, .. })
+        ));
     }
 
     #[test]
