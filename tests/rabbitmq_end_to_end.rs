@@ -293,6 +293,8 @@ async fn a_failure_the_sink_reports_shows_in_the_status_and_bad_config_names_its
             "{name}: {s}"
         );
         assert!(!shared.queue_exists(&format!("wharf.owner.{name}")).await);
+        let got = c.call("GetConnector", json!({ "name": name }));
+        assert!(!got.to_string().contains("s3cret"), "GetConnector: {got}");
         let r = c.call(
             "DeleteConnector",
             json!({ "name": name, "wait": true, "wait_timeout_ms": 30000 }),

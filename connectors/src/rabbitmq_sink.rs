@@ -268,9 +268,11 @@ pub fn config_def() -> ConfigDef {
                 .validator(non_empty_list),
         )
         .define(
-            ConfigKey::new(keys::URI, ConfigType::String, Importance::High, "AMQP URI of the broker (amqp://host:port/vhost, vhost %2f for /), without credentials.")
+            ConfigKey::new(keys::URI, ConfigType::String, Importance::High, "AMQP URI of the broker (amqp://host:port/vhost, vhost %2f for /), without credentials (a URI with them is refused). Shown redacted, in case one was pasted in.")
                 .default_value(DEFAULT_URI)
                 .validator(check_uri)
+                // Redacted in responses and logs: a pasted URI may carry user:password@.
+                .secret()
                 .immutable(),
         )
         .define(
@@ -1240,6 +1242,7 @@ mod tests {
         ]));
         let uri = values.iter().find(|v| v.name == keys::URI).unwrap();
         assert_eq!(uri.errors.len(), 1);
+        assert_eq!(uri.value.as_deref(), Some(wharf::sdk::REDACTED));
         assert!(!uri.errors[0].contains("s3cret"), "{:?}", uri.errors);
         let s = Settings::parse(
             "c",
