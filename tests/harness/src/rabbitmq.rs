@@ -22,6 +22,9 @@ pub const BROKER_START: Duration = Duration::from_secs(45);
 /// Upper bound on a node shutting down after SIGTERM.
 pub const BROKER_STOP: Duration = Duration::from_secs(20);
 
+/// Upper bound on one client connection attempt.
+pub const CONNECT_TIMEOUT: Duration = Duration::from_secs(5);
+
 /// A RabbitMQ node of the test's own. Killed (SIGKILL to its process group) on drop.
 pub struct TestRabbit {
     dir: PathBuf,
@@ -119,9 +122,14 @@ impl TestRabbit {
     /// # Errors
     /// The client's text when the node does not answer.
     pub async fn connect(&self) -> Result<Connection, String> {
-        Connection::connect(&self.login_uri(), ConnectionProperties::default())
-            .await
-            .map_err(|e| e.to_string())
+        // Bounded: a connect made while the node boots can otherwise hang forever, and
+        // wait_until checks its deadline only between attempts.
+        let uri = self.login_uri();
+        let connect = Connection::connect(&uri, ConnectionProperties::default());
+        match tokio::time::timeout(CONNECT_TIMEOUT, connect).await {
+            Ok(r) => r.map_err(|e| e.to_string()),
+            Err(_) => Err(format!("no AMQP handshake within {CONNECT_TIMEOUT:?}")),
+        }
     }
 
     /// Waits until the node accepts a login; panics with the node's log when it exited
