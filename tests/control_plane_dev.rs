@@ -34,7 +34,13 @@ async fn dev_mode_runs_and_deletes_a_connector_in_one_process() {
     })
     .await;
     let plugins = call("ListConnectorPlugins", json!({})).body.to_string();
-    for p in ["file-source", "file-sink", "postgres-audit", "sqlite-audit"] {
+    for p in [
+        "file-source",
+        "file-sink",
+        "postgres-audit",
+        "sqlite-audit",
+        "rabbitmq-sink",
+    ] {
         assert!(plugins.contains(p), "{p} offered in dev mode");
     }
 

@@ -102,7 +102,13 @@ async fn test_plugins_are_offered_only_by_processes_that_opt_in() {
         }
     })
     .await;
-    for name in ["file-source", "file-sink", "postgres-audit", "sqlite-audit"] {
+    for name in [
+        "file-source",
+        "file-sink",
+        "postgres-audit",
+        "sqlite-audit",
+        "rabbitmq-sink",
+    ] {
         assert!(plugins.contains_key(name), "{name} offered: {plugins:?}");
     }
     assert!(

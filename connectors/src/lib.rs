@@ -1,4 +1,5 @@
-//! Built-in connector plugins: `file-source` and `file-sink` for the quickstart, and the
+//! Built-in connector plugins: `file-source` and `file-sink` for the quickstart, the audit
+//! sources and `rabbitmq-sink` of the KIP's examples, and the
 //! lifecycle-recording `test-source` / `test-sink` that tests use to assert the exact
 //! sequence of calls (start, poll..., stop(true)) an instance received.
 
@@ -6,13 +7,14 @@ pub mod audit;
 pub mod audit_names;
 pub mod file;
 pub mod postgres_audit;
+pub mod rabbitmq_sink;
 pub mod sqlite_audit;
 pub mod test_plugin;
 
 use wharf::sdk::Plugin;
 
 /// The production plugins built into Wharf, as an executor advertises them:
-/// `postgres-audit`, `sqlite-audit`, and `file-source`, `file-sink` only when the
+/// `postgres-audit`, `sqlite-audit`, `rabbitmq-sink`, and `file-source`, `file-sink` only when the
 /// executor has a file root (`--file-root`; they touch nothing outside it).
 pub fn builtin_plugins(file_root: Option<&file::FileRoot>) -> Vec<Plugin> {
     let mut plugins = Vec::new();
@@ -23,6 +25,7 @@ pub fn builtin_plugins(file_root: Option<&file::FileRoot>) -> Vec<Plugin> {
     // Audit sources (sqlite-audit, postgres-audit) are added here, one line each.
     plugins.push(postgres_audit::plugin());
     plugins.push(sqlite_audit::plugin());
+    plugins.push(rabbitmq_sink::plugin());
     plugins
 }
 

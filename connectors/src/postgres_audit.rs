@@ -838,7 +838,7 @@ impl AuditBackend for Postgres {
     }
 }
 
-/// The offsets a [`TaskContext`] expects, from `(table, last id)` pairs: keyed by the
+/// The offsets a [`TaskContext`](wharf::sdk::TaskContext) expects, from `(table, last id)` pairs: keyed by the
 /// canonical JSON text of the source partition. For tests and tools.
 pub fn offsets_for(pairs: &[(TableName, i64)]) -> BTreeMap<String, serde_json::Value> {
     pairs

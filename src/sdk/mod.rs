@@ -33,10 +33,31 @@
 //!   instance on any executor finds them again.
 //!
 //! # Reporting a failure
-//! Any call returns a [`PluginResult`]: an `Err` fails that call, and its text is shown
-//! to the operator as is (in the task's or connector's status, and in the deletion's
-//! step for a failed cleanup, which the runtime retries). It MUST NOT contain secrets.
-//! A plugin SHOULD NOT panic: a panic is treated as a failed call.
+//! A plugin reports a failure by returning it: every call returns a [`PluginResult`],
+//! and an `Err` is the one way to say "this instance has failed". The runtime then
+//! - marks the instance FAILED: the connector for an error of [`Connector::start`] or
+//!   [`Connector::task_configs`], the task for an error of `start`, `poll`, `commit`,
+//!   `put` or `flush` (its other tasks and the connector keep running);
+//! - shows the error's `Display` text verbatim as the instance's status: in
+//!   `GetConnectorStatus`, `connector.error` or `tasks[i].status.error`; in the Kafka
+//!   Connect REST gateway, the `trace` field of `GET /connectors/{name}/status` (Kafka
+//!   Connect puts a Java stack trace there; Wharf puts the message);
+//! - for a sink, acknowledges nothing since the last successful `flush` (those records
+//!   are delivered again after a restart); for a source, commits no offset of records
+//!   not yet acknowledged;
+//! - for a failed `stop_with(true)`, marks that cleanup step failed and retries it (on a
+//!   fresh cleanup-only instance) up to `cleanup.max.attempts`.
+//!
+//! The text MUST name what failed and where (`invalid config queue: ...`, `RabbitMQ
+//! returned a record as unroutable ...`), and MUST NOT contain secrets. A failure found
+//! outside a call (a background reader, a connection's error callback) SHOULD be kept
+//! by the plugin and returned from its next call (`poll` is called continuously; a sink
+//! gets its next `put` or `flush` when records arrive). A failure the plugin can ride out
+//! (a broker restart) SHOULD be retried inside the call, within a bound the operator can
+//! configure, rather than reported. A plugin SHOULD NOT panic: a panic is treated as a
+//! failed call with the panic message as the text. `rabbitmq-sink`
+//! (`wharf_connectors::rabbitmq_sink`) shows both paths: a lost connection is retried
+//! in `flush`, a deleted queue fails it.
 
 mod config_def;
 mod connector;

@@ -27,8 +27,8 @@ use std::time::Duration;
 use async_trait::async_trait;
 use tokio_util::sync::CancellationToken;
 use wharf::sdk::{
-    ConfigMap, Connector, ConnectorContext, Plugin, PluginResult, SinkTask, SourceTask,
-    TaskContext, TaskFactory,
+    ConfigMap, Connector, ConnectorContext, Plugin, PluginKind, PluginResult, SinkRecord, SinkTask,
+    SourceTask, TaskContext, TaskFactory,
 };
 
 /// Longest a single plugin call may take before the check fails, in seconds (the
@@ -68,7 +68,26 @@ pub trait Probe: Send + Sync {
         let _ = resource;
         Ok(false)
     }
+
+    /// For a sink plugin: the record values the external system holds for connector
+    /// `connector` right now (a queue's messages, a table's rows), in any order, each as
+    /// often as it is there. `Ok(None)` (the default) when the probe cannot read them;
+    /// [`Kit::sink_acknowledges_only_flushed_records`] then fails and says so.
+    ///
+    /// # Errors
+    /// As [`Probe::owned`].
+    async fn delivered(
+        &self,
+        connector: &str,
+        config: &ConfigMap,
+    ) -> Result<Option<Vec<Vec<u8>>>, String> {
+        let _ = (connector, config);
+        Ok(None)
+    }
 }
+
+/// Records each sink task gets in [`Kit::sink_acknowledges_only_flushed_records`].
+pub const RECORDS_PER_TASK: u64 = 20;
 
 /// A check that did not hold: which one, and what was seen.
 #[derive(thiserror::Error)]
@@ -608,11 +627,104 @@ impl<P: Probe> Kit<P> {
         }
     }
 
-    /// Every check, in order; stops at the first failure.
+    /// For a sink plugin: records move through `put` and `flush` the way the executor
+    /// drives them, and a sink acknowledges only what is durable. Each task gets
+    /// [`RECORDS_PER_TASK`] records in two `put` batches, then one `flush` (after which
+    /// the runtime acknowledges them and never delivers them again): right after that
+    /// `flush` returned, [`Probe::delivered`] MUST list every one of them. A sink whose
+    /// `flush` returns before the external system holds the records (a broker confirm
+    /// not awaited, a buffer not written) fails here. The topic is the first of the
+    /// config's `topics` (or `kit`).
+    ///
+    /// # Errors
+    /// [`CheckFailed`] listing the acknowledged records the probe does not see, or
+    /// saying the plugin is not a sink or the probe cannot read records.
+    pub async fn sink_acknowledges_only_flushed_records(&self) -> CheckResult {
+        const CHECK: &str = "sink_acknowledges_only_flushed_records";
+        if self.plugin.kind() != PluginKind::Sink {
+            return Err(fail(
+                CHECK,
+                format!("{} is not a sink plugin", self.plugin.name),
+            ));
+        }
+        let name = self.name("flush", "a");
+        let (mut r, _) = self.provisioned(CHECK, &name, self.tasks_max).await?;
+        let topic = r
+            .config
+            .get("topics")
+            .and_then(|t| t.split(',').map(str::trim).find(|t| !t.is_empty()))
+            .unwrap_or("kit")
+            .to_owned();
+        let mut sent = Vec::new();
+        for (i, task) in r.tasks.iter_mut().enumerate() {
+            let Task::Sink(sink) = task else { continue };
+            let records: Vec<SinkRecord> = (0..RECORDS_PER_TASK)
+                .map(|offset| SinkRecord {
+                    topic: topic.clone(),
+                    key: Some(format!("task-{i}").into_bytes()),
+                    value: format!("{name}/task-{i}/record-{offset}").into_bytes(),
+                    headers: vec![("kit".to_owned(), b"1".to_vec())],
+                    timestamp_ms: Some(1_700_000_000_000 + offset as i64),
+                    offset: offset + (i as u64) * RECORDS_PER_TASK,
+                })
+                .collect();
+            sent.extend(records.iter().map(|r| r.value.clone()));
+            let (first, second) = records.split_at(records.len() / 2);
+            for batch in [first, second] {
+                Self::call(
+                    CHECK,
+                    format!("task {name}/{i} put({} records)", batch.len()),
+                    sink.put(batch.to_vec()),
+                )
+                .await?;
+            }
+            let next = BTreeMap::from([(topic.clone(), (i as u64 + 1) * RECORDS_PER_TASK)]);
+            Self::call(CHECK, format!("task {name}/{i} flush"), sink.flush(&next)).await?;
+        }
+        if sent.is_empty() {
+            return Err(fail(
+                CHECK,
+                format!("{name} started no task: nothing was put"),
+            ));
+        }
+        let held = self
+            .probe
+            .delivered(&name, &r.config)
+            .await
+            .map_err(|e| fail(CHECK, format!("probe could not read the records: {e}")))?
+            .ok_or_else(|| {
+                fail(
+                    CHECK,
+                    "the probe does not implement Probe::delivered: it must list the record values the external system holds".to_owned(),
+                )
+            })?;
+        let held: BTreeSet<Vec<u8>> = held.into_iter().collect();
+        let missing: Vec<String> = sent
+            .iter()
+            .filter(|v| !held.contains(*v))
+            .map(|v| String::from_utf8_lossy(v).into_owned())
+            .collect();
+        if !missing.is_empty() {
+            return Err(fail(
+                CHECK,
+                format!(
+                    "flush returned, so the runtime acknowledges these {} records and never delivers them again, but the external system does not hold them: {missing:?}",
+                    missing.len()
+                ),
+            ));
+        }
+        self.delete(CHECK, &mut r).await
+    }
+
+    /// Every check, in order; stops at the first failure. For a sink plugin this
+    /// includes [`Kit::sink_acknowledges_only_flushed_records`].
     ///
     /// # Errors
     /// The first [`CheckFailed`].
     pub async fn all(&self) -> CheckResult {
+        if self.plugin.kind() == PluginKind::Sink {
+            self.sink_acknowledges_only_flushed_records().await?;
+        }
         self.plain_stops_keep_resources().await?;
         self.lower_tasks_max_keeps_resources().await?;
         self.delete_removes_everything().await?;

@@ -221,3 +221,163 @@ async fn a_plugin_that_drops_a_pre_existing_resource_fails_pre_existing_resource
     assert_eq!(err.check, "pre_existing_resources_survive");
     assert!(err.message.contains(USER_FILE), "{err}");
 }
+
+// ---- a sink: records move through put and flush ---------------------------------
+
+/// A sink writing one line per record to `dir-<connector>/records`; with `acks_early`
+/// its `flush` returns before writing (the lines would only be written at stop), which
+/// is a sink acknowledging records the external system does not hold.
+struct DirSink {
+    acks_early: bool,
+    file: Option<PathBuf>,
+    buffer: Vec<Vec<u8>>,
+}
+
+impl DirSink {
+    fn write(&mut self) -> std::io::Result<()> {
+        use std::io::Write;
+        let Some(path) = &self.file else {
+            return Ok(());
+        };
+        let mut f = std::fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(path)?;
+        for v in self.buffer.drain(..) {
+            f.write_all(&v)?;
+            f.write_all(b"\n")?;
+        }
+        f.sync_all()
+    }
+}
+
+#[async_trait]
+impl wharf::sdk::SinkTask for DirSink {
+    async fn start(&mut self, ctx: TaskContext, _config: ConfigMap) -> PluginResult<()> {
+        self.file = Some(dir_of(&ctx.connector, &ctx.connector_config).join("records"));
+        Ok(())
+    }
+
+    async fn put(&mut self, records: Vec<wharf::sdk::SinkRecord>) -> PluginResult<()> {
+        self.buffer.extend(records.into_iter().map(|r| r.value));
+        Ok(())
+    }
+
+    async fn flush(
+        &mut self,
+        _offsets: &std::collections::BTreeMap<String, u64>,
+    ) -> PluginResult<()> {
+        if !self.acks_early {
+            self.write()?;
+        }
+        Ok(())
+    }
+
+    async fn stop_with(&mut self, deleted: bool) -> PluginResult<()> {
+        if !deleted {
+            self.write()?;
+        }
+        Ok(())
+    }
+}
+
+fn sink_plugin(acks_early: bool) -> Plugin {
+    Plugin {
+        name: "dir-sink".to_owned(),
+        version: "0".to_owned(),
+        config_def: ConfigDef::new(),
+        connector: Arc::new(|| {
+            Box::new(DirConnector {
+                defect: Defect::None,
+                dir: None,
+                root: None,
+            }) as Box<dyn Connector>
+        }),
+        task: TaskFactory::Sink(Arc::new(move || {
+            Box::new(DirSink {
+                acks_early,
+                file: None,
+                buffer: Vec::new(),
+            }) as Box<dyn wharf::sdk::SinkTask>
+        })),
+    }
+}
+
+/// [`DirProbe`] that also reads the records file.
+struct DirSinkProbe(DirProbe);
+
+#[async_trait]
+impl Probe for DirSinkProbe {
+    async fn owned(&self, connector: &str, config: &ConfigMap) -> Result<BTreeSet<String>, String> {
+        self.0.owned(connector, config).await
+    }
+
+    async fn pre_existing(&self, config: &ConfigMap) -> Result<BTreeSet<String>, String> {
+        self.0.pre_existing(config).await
+    }
+
+    async fn remove(&self, resource: &str) -> Result<bool, String> {
+        self.0.remove(resource).await
+    }
+
+    async fn delivered(
+        &self,
+        connector: &str,
+        config: &ConfigMap,
+    ) -> Result<Option<Vec<Vec<u8>>>, String> {
+        let text = match std::fs::read(dir_of(connector, config).join("records")) {
+            Ok(t) => t,
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => Vec::new(),
+            Err(e) => return Err(e.to_string()),
+        };
+        Ok(Some(
+            text.split(|b| *b == b'\n')
+                .filter(|l| !l.is_empty())
+                .map(<[u8]>::to_vec)
+                .collect(),
+        ))
+    }
+}
+
+fn sink_kit(acks_early: bool) -> (tempfile::TempDir, Kit<DirSinkProbe>) {
+    let tmp = tempfile::tempdir().unwrap();
+    let root = tmp.path().to_path_buf();
+    std::fs::write(root.join(USER_FILE), b"the user's").unwrap();
+    let r = root.display().to_string();
+    let kit = Kit::new(
+        sink_plugin(acks_early),
+        move |_name| [(ROOT.to_owned(), r.clone())].into(),
+        DirSinkProbe(DirProbe { root }),
+    );
+    (tmp, kit)
+}
+
+#[tokio::test]
+async fn a_correct_sink_passes_every_check_including_put_and_flush() {
+    let (_tmp, kit) = sink_kit(false);
+    kit.all().await.unwrap();
+}
+
+#[tokio::test]
+async fn a_sink_that_acknowledges_before_writing_fails_sink_acknowledges_only_flushed_records() {
+    let (_tmp, kit) = sink_kit(true);
+    let err = kit
+        .sink_acknowledges_only_flushed_records()
+        .await
+        .unwrap_err();
+    assert_eq!(err.check, "sink_acknowledges_only_flushed_records");
+    assert!(
+        err.message.contains("flush returned") && err.message.contains("record-0"),
+        "{err}"
+    );
+}
+
+#[tokio::test]
+async fn the_put_and_flush_check_refuses_a_source_plugin() {
+    let (_tmp, kit) = kit(Defect::None);
+    let err = kit
+        .sink_acknowledges_only_flushed_records()
+        .await
+        .unwrap_err();
+    assert!(err.message.contains("not a sink"), "{err}");
+}

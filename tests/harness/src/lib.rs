@@ -15,9 +15,11 @@ pub mod fault;
 pub mod lifecycle;
 pub mod lines;
 pub mod prometheus;
+pub mod rabbitmq;
 
 // The crates the suites read stores and databases with, so that the root package needs
 // none of them as dev-dependencies.
+pub use lapin;
 pub use redb;
 pub use rusqlite;
 pub use tokio_postgres;
