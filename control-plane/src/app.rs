@@ -103,6 +103,14 @@ pub enum StartError {
         /// Cause.
         source: std::io::Error,
     },
+    /// Binding the REST gateway's listener (`--rest-listen`) failed.
+    #[error("bind --rest-listen {addr}: {source}")]
+    BindRest {
+        /// Address.
+        addr: SocketAddr,
+        /// Cause.
+        source: std::io::Error,
+    },
     /// The store failed to open.
     #[error(transparent)]
     Store(#[from] crate::store::StoreError),
@@ -126,6 +134,9 @@ impl StartError {
                     "{addr} is taken (another control plane?); stop it or pick another address with --listen or WHARF_LISTEN (port 0 picks a free one)"
                 ))
             }
+            StartError::BindRest { addr, .. } => Some(format!(
+                "{addr} cannot be bound for the REST gateway; pick another address with --rest-listen or WHARF_REST_LISTEN (port 0 picks a free one), or turn it off with --rest-listen off"
+            )),
             StartError::Bind { .. } => {
                 Some("check that --listen names an address of this host".into())
             }
@@ -392,7 +403,7 @@ impl App {
                     warn!(%addr, error = %source, "REST gateway not started (its default address is taken); pass --rest-listen IP:PORT to choose another");
                     None
                 }
-                Err(source) => return Err(StartError::Bind { addr, source }),
+                Err(source) => return Err(StartError::BindRest { addr, source }),
             },
         };
         write_addr(&dir, LISTEN_ADDR_FILE, local_addr)?;

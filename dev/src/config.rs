@@ -178,6 +178,16 @@ impl Args {
             });
         }
         let listen = layer(listen, file_listen, || app::DEFAULT_LISTEN);
+        // Dev mode has no TLS and no admin authentication: anyone who reached a
+        // non-loopback address would be an admin and could act as an executor.
+        if !listen.ip().is_loopback() {
+            return Err(ConfigError::Invalid {
+                field: "listen",
+                reason: format!(
+                    "{listen} is not a loopback address; wharf-dev serves only loopback (no TLS, no authentication). For other hosts run wharf-control-plane and wharf-executor with --tls-* (docs/security.md)"
+                ),
+            });
+        }
         let data_dir = required(
             data_dir,
             file_data_dir,
@@ -288,5 +298,21 @@ mod tests {
     fn missing_data_dir_says_how_to_set_it() {
         let err = parse(&[]).build().expect_err("missing");
         assert!(err.to_string().contains("--data-dir"), "{err}");
+    }
+
+    #[test]
+    fn a_non_loopback_listen_is_refused_naming_the_production_binaries() {
+        let err = parse(&["--data-dir", "/tmp/x", "--listen", "0.0.0.0:7000"])
+            .build()
+            .expect_err("dev mode is loopback only");
+        let text = err.to_string();
+        assert!(
+            text.contains("listen") && text.contains("wharf-control-plane"),
+            "{text}"
+        );
+        assert!(
+            !text.contains("--insecure"),
+            "no flag wharf-dev lacks: {text}"
+        );
     }
 }
