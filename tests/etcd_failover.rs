@@ -19,8 +19,12 @@ use wharf_harness::{KeepOnFailure, Proc, wait_until};
 
 /// Election lease TTL of the test replicas, in seconds (etcd's shortest is 2).
 const ELECTION_TTL_SECS: u32 = 2;
-/// Executor lease, in milliseconds.
-const EXECUTOR_LEASE_MS: u32 = 2_000;
+/// Executor lease, in milliseconds: longer than a leader failover (the election TTL and
+/// the new term), as a deployment must set it. With a shorter lease every executor
+/// fences itself during the failover (stops everything with `false`, registers again),
+/// and a stop(true) whose answer died with the old leader then runs a second time, in a
+/// cleanup-only instance: at least once still holds, exactly once does not.
+const EXECUTOR_LEASE_MS: u32 = 8_000;
 /// Executor heartbeat interval, in milliseconds.
 const HEARTBEAT_INTERVAL_MS: u32 = 200;
 /// How long each test task's stop(true) takes, in ms: the leader dies during it.
