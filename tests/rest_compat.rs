@@ -802,6 +802,24 @@ async fn bad_input_gets_connects_status_and_error_body_and_changes_nothing() {
             400,
             "includeTasks",
         ),
+        // A parameter the route does not take: refused by name, not ignored (with
+        // Kafka Connect this typo runs a plain delete).
+        (
+            "DELETE",
+            "/connectors/keep?Force=true",
+            None,
+            None,
+            400,
+            "unknown query parameter \"Force\"",
+        ),
+        (
+            "PUT",
+            "/connectors/keep/pause?force=true",
+            None,
+            None,
+            400,
+            "unknown query parameter \"force\"",
+        ),
         (
             "GET",
             "/connectors?expand=everything",

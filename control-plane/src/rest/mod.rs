@@ -163,6 +163,44 @@ pub fn rest_access(
     })
 }
 
+/// The query parameters `method` on `route` (axum's matched path) takes: Kafka Connect's
+/// own, Wharf's extensions (docs/rest.md), and `forward`, which Connect's workers send
+/// each other and Wharf accepts and ignores on every route (one control plane answers).
+/// Pure; a parameter outside this list is a 400 naming it ([`unknown_param`]), so a typo
+/// such as `?Force=true` is refused instead of running a plain delete.
+pub fn known_params(method: &axum::http::Method, route: &str) -> &'static [&'static str] {
+    use axum::http::Method;
+    match (method, route) {
+        (&Method::GET, "/connectors") => &["expand", "forward"],
+        (&Method::DELETE, "/connectors/{name}") => {
+            &["force", "keepResources", "wait", "waitTimeoutMs", "forward"]
+        }
+        (&Method::POST, "/connectors/{name}/restart") => &["includeTasks", "onlyFailed", "forward"],
+        (&Method::GET, "/connector-plugins") => &["connectorsOnly", "forward"],
+        (&Method::PUT, "/admin/loggers/{logger}") => &["scope", "forward"],
+        _ => &["forward"],
+    }
+}
+
+/// The first query parameter of `query` that `method` on `route` does not take, as the
+/// 400 that names it and the parameters the route does take.
+fn unknown_param(
+    method: &axum::http::Method,
+    route: &str,
+    query: Option<&str>,
+) -> Option<RestError> {
+    let pairs = match query_pairs(&RawQuery(query.map(str::to_owned))) {
+        Ok(p) => p,
+        Err(e) => return Some(e),
+    };
+    let known = known_params(method, route);
+    let (key, _) = pairs.iter().find(|(k, _)| !known.contains(&k.as_str()))?;
+    Some(RestError::BadRequest(format!(
+        "unknown query parameter {key:?}: {method} {route} takes {}",
+        known.join(", ")
+    )))
+}
+
 /// The deletion mode of a `DELETE /connectors/{name}` query. A query the handler will
 /// refuse (400) is authorized as the strictest mode, so a malformed query never lowers
 /// the role needed.
@@ -193,8 +231,14 @@ async fn admit(
 ) -> Response {
     use tracing::Instrument;
     let access = rest_access(req.method(), route.as_str(), delete_mode(req.uri().query()));
+    let unknown = unknown_param(req.method(), route.as_str(), req.uri().query());
     let action = match access {
-        RestAccess::Public => return next.run(req).await,
+        RestAccess::Public => {
+            return match unknown {
+                Some(e) => e.into_response(),
+                None => next.run(req).await,
+            };
+        }
         RestAccess::Action(a) => Some(a),
         RestAccess::Authenticated => None,
     };
@@ -230,7 +274,13 @@ async fn admit(
             caller,
             action,
             &connector,
-            |_principal| next.run(req),
+            // Checked once authorized, so a refused query is audited like the call.
+            |_principal| async move {
+                match unknown {
+                    Some(e) => e.into_response(),
+                    None => next.run(req).await,
+                }
+            },
             |e| RestError::Api(e).into_response(),
             |answer| match answer.extensions().get::<error::Refusal>() {
                 Some(r) => r.0.clone(),
@@ -1144,6 +1194,42 @@ mod tests {
         assert!(!flag(&q("includeTasks=false"), "includeTasks").unwrap());
         assert!(!flag(&q(""), "includeTasks").unwrap());
         assert!(flag(&q("includeTasks=yes"), "includeTasks").is_err());
+    }
+
+    #[test]
+    fn a_query_parameter_the_route_does_not_take_is_refused_by_name() {
+        use axum::http::Method;
+        let del = "/connectors/{name}";
+        assert!(unknown_param(&Method::DELETE, del, None).is_none());
+        assert!(unknown_param(&Method::DELETE, del, Some("force=true&wait=true")).is_none());
+        assert!(unknown_param(&Method::DELETE, del, Some("forward=false")).is_none());
+        let e = unknown_param(&Method::DELETE, del, Some("Force=true")).expect("refused");
+        assert!(e.to_string().contains("\"Force\""), "{e}");
+        assert!(e.to_string().contains("force, keepResources"), "{e}");
+        let pause = "/connectors/{name}/pause";
+        assert!(unknown_param(&Method::PUT, pause, Some("force=true")).is_some());
+        let list = "/connectors";
+        assert!(unknown_param(&Method::GET, list, Some("expand=status")).is_none());
+        assert!(unknown_param(&Method::GET, list, Some("expnd=status")).is_some());
+        let restart = "/connectors/{name}/restart";
+        assert!(unknown_param(&Method::POST, restart, Some("includeTasks&onlyFailed")).is_none());
+        assert!(
+            unknown_param(
+                &Method::GET,
+                "/connector-plugins",
+                Some("connectorsOnly=true")
+            )
+            .is_none()
+        );
+        assert!(
+            unknown_param(
+                &Method::PUT,
+                "/admin/loggers/{logger}",
+                Some("scope=worker")
+            )
+            .is_none()
+        );
+        assert!(unknown_param(&Method::GET, "/health", Some("verbose=1")).is_some());
     }
 
     #[test]
