@@ -14,6 +14,7 @@ pub mod etcd;
 pub mod fault;
 pub mod lifecycle;
 pub mod lines;
+pub mod nats_tls;
 pub mod postgres_tls;
 pub mod prometheus;
 pub mod rabbitmq;
