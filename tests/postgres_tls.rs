@@ -9,7 +9,9 @@
 //!   reason and the hint naming `connection.sslmode`; nothing was created;
 //! - `verify-full` to `127.0.0.1`, a name the certificate does not carry: FAILED, the
 //!   error says the certificate is not valid for that name;
-//! - `verify-full` with the CA of another cluster: FAILED, unknown issuer;
+//! - `verify-full` with the CA of another cluster: FAILED, unknown issuer; `require` with
+//!   that CA too (libpq's verify-ca); `require` without a CA, and with the right CA but a
+//!   name the certificate lacks, connect (encryption only / chain only) and clean up;
 //! - a bad `connection.sslmode` value is refused at create, naming the key.
 //!
 //! Build first: `cargo build -p wharf-control-plane -p wharf-executor`.
@@ -133,6 +135,37 @@ async fn postgres_audit_speaks_tls_to_a_server_that_requires_it_and_refuses_what
         (0, 0, 0),
         "the refused starts created nothing"
     );
+
+    // require with a root file checks the chain (libpq's verify-ca): another CA fails.
+    let error = failed_start(
+        &c,
+        "require-wrong-ca",
+        config(&pg, CERT_HOST, "require", &other_ca),
+    )
+    .await;
+    assert!(
+        error.contains("UnknownIssuer") || error.contains("unknown issuer"),
+        "{error}"
+    );
+
+    // require: encrypted, the name is not checked (with the CA: the chain is), so
+    // 127.0.0.1 works; each provisions, then its deletion drops what it made.
+    for (name, ca) in [("require-any", ""), ("require-ca", ca.as_str())] {
+        let r = c.call(
+            "CreateConnector",
+            json!({ "name": name, "config": config(&pg, "127.0.0.1", "require", ca) }),
+        );
+        assert_eq!(r.code, 0, "{name}: {}", r.err);
+        c.wait_state(name, "STATE_RUNNING", "STATE_RUNNING", 1)
+            .await;
+        assert_eq!(objects(&sql).await, (1, 1, 1), "{name} provisioned");
+        let r = c.call(
+            "DeleteConnector",
+            json!({ "name": name, "wait": true, "wait_timeout_ms": 30000 }),
+        );
+        assert_eq!(r.code, 0, "{name}: {}", r.err);
+        assert_eq!(objects(&sql).await, (0, 0, 0), "{name} cleaned up");
+    }
 
     // verify-full with the cluster's CA and the certificate's name.
     let r = c.call(
