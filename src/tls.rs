@@ -623,22 +623,48 @@ impl ClientTls {
     }
 }
 
+/// Path marking the endpoint of an `https://` URL (see [`check_url`]).
+///
+/// Wharf runs the TLS handshake in its own connector (per-connection config, so rotated
+/// certificates are used). tonic compiled with one of its TLS features (etcd-client's
+/// `tls-ring` turns one on) refuses an `https://` endpoint that has no tonic TLS config
+/// ("Connecting to HTTPS without TLS enabled"), so such an endpoint is dialled as
+/// `http://host:port` + this path, with the request origin kept `https://host:port`;
+/// the connector does TLS for exactly these URIs. tonic sends no request to that path.
+const TLS_TARGET_PATH: &str = "/.wharf-tls";
+
+fn bad_url(url: &str, e: impl std::fmt::Display) -> TlsError {
+    TlsError::BadUrl {
+        url: url.to_owned(),
+        reason: e.to_string(),
+    }
+}
+
 /// Checks `url` against the TLS setting: `http://` or `https://`, and `https://` only
 /// with TLS material.
 ///
 /// # Errors
 /// [`TlsError::BadUrl`], [`TlsError::HttpsWithoutTls`].
 pub fn check_url(url: &str, tls: &ClientTls) -> Result<Endpoint, TlsError> {
-    let endpoint = Endpoint::from_shared(url.to_owned()).map_err(|e| TlsError::BadUrl {
-        url: url.to_owned(),
-        reason: e.to_string(),
-    })?;
+    let endpoint = Endpoint::from_shared(url.to_owned()).map_err(|e| bad_url(url, e))?;
     match (endpoint.uri().scheme_str(), tls) {
         (Some("http"), _) => Ok(endpoint),
         (Some("https"), ClientTls::None) => Err(TlsError::HttpsWithoutTls {
             url: url.to_owned(),
         }),
-        (Some("https"), ClientTls::Reloading(_) | ClientTls::Fixed(_)) => Ok(endpoint),
+        (Some("https"), ClientTls::Reloading(_) | ClientTls::Fixed(_)) => {
+            let origin = endpoint.uri().clone();
+            let authority = origin
+                .authority()
+                .ok_or_else(|| bad_url(url, "no host"))?
+                .as_str()
+                .to_owned();
+            Ok(
+                Endpoint::from_shared(format!("http://{authority}{TLS_TARGET_PATH}"))
+                    .map_err(|e| bad_url(url, e))?
+                    .origin(origin),
+            )
+        }
         (other, _) => Err(TlsError::BadUrl {
             url: url.to_owned(),
             reason: format!(
@@ -676,7 +702,8 @@ impl tower::Service<Uri> for Connector {
     fn call(&mut self, uri: Uri) -> Self::Future {
         let tls = self.tls.config();
         Box::pin(async move {
-            let https = uri.scheme_str() == Some("https");
+            // check_url's form of an https:// URL (or a plain https:// one).
+            let https = uri.path() == TLS_TARGET_PATH || uri.scheme_str() == Some("https");
             let host = uri
                 .host()
                 .ok_or_else(|| io::Error::other(format!("{uri}: no host")))?
@@ -697,7 +724,7 @@ impl tower::Service<Uri> for Connector {
                 })));
             }
             let config = tls.ok_or_else(|| {
-                io::Error::other(format!("{uri} is https:// but no TLS is configured"))
+                io::Error::other(format!("https://{peer} but no TLS is configured"))
             })?;
             let name = ServerName::try_from(host.clone())
                 .map_err(|e| io::Error::other(format!("{host}: not a server name: {e}")))?;
@@ -886,5 +913,24 @@ mod tests {
         assert!(matches!(err, TlsError::HttpsWithoutTls { .. }), "{err}");
         let err = check_url("ftp://127.0.0.1:1", &ClientTls::None).expect_err("ftp");
         assert!(matches!(err, TlsError::BadUrl { .. }), "{err}");
+    }
+
+    #[test]
+    fn an_https_url_is_dialled_through_the_tls_marker_so_tonic_tls_features_do_not_refuse_it() {
+        let config = ClientConfig::builder_with_provider(provider())
+            .with_safe_default_protocol_versions()
+            .expect("versions")
+            .with_root_certificates(RootCertStore::empty())
+            .with_no_client_auth();
+        let tls = ClientTls::Fixed(Arc::new(config));
+        let e = check_url("https://10.0.0.1:7000", &tls).expect("https with TLS");
+        assert_eq!(e.uri().scheme_str(), Some("http"));
+        assert_eq!(
+            e.uri().authority().map(|a| a.as_str()),
+            Some("10.0.0.1:7000")
+        );
+        assert_eq!(e.uri().path(), TLS_TARGET_PATH);
+        let plain = check_url("http://10.0.0.1:7000", &tls).expect("http");
+        assert_ne!(plain.uri().path(), TLS_TARGET_PATH);
     }
 }

@@ -6,6 +6,7 @@
 pub mod audit;
 pub mod audit_names;
 pub mod file;
+pub mod pg_tls;
 pub mod postgres_audit;
 pub mod rabbitmq_sink;
 pub mod sqlite_audit;

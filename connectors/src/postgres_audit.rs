@@ -33,15 +33,16 @@
 //! as JSON: plugin, connector, incarnation), read and checked inside every provisioning
 //! and cleanup transaction.
 //!
-//! TLS: only `connection.sslmode=disable` is supported for now (no TLS stack is linked).
+//! TLS: `connection.sslmode` disable / require / verify-full with `connection.sslrootcert`
+//! for a private CA, as libpq's settings of those names ([`crate::pg_tls`]).
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::Duration;
 
 use async_trait::async_trait;
-use tokio_postgres::config::SslMode;
-use tokio_postgres::{Client, NoTls};
+use tokio_postgres::tls::{MakeTlsConnect, TlsConnect};
+use tokio_postgres::{Client, NoTls, Socket};
 use wharf::sdk::{
     ConfigDef, ConfigKey, ConfigMap, ConfigType, Connector, Importance, Plugin, SourceTask,
     TaskFactory,
@@ -56,6 +57,7 @@ use crate::audit_names::{
     TableName, derived_name, parse_single_table, parse_table_list, quote_ident, source_partition,
     stable_hash, validate_single_table, validate_table_list,
 };
+use crate::pg_tls::{SslMode, TlsPlan};
 
 /// Name of the plugin, used as `connector.class`.
 pub const PLUGIN_NAME: &str = "postgres-audit";
@@ -78,8 +80,10 @@ pub mod keys {
     pub const PASSWORD: &str = "connection.password";
     /// Database name.
     pub const DATABASE: &str = "connection.database";
-    /// TLS mode; only `disable`.
+    /// TLS mode: `disable`, `require` or `verify-full` (libpq's meanings).
     pub const SSLMODE: &str = "connection.sslmode";
+    /// Absolute path of a PEM file of the CA(s) the server's certificate must lead to.
+    pub const SSLROOTCERT: &str = "connection.sslrootcert";
     pub use crate::audit::keys::*;
 }
 
@@ -101,7 +105,8 @@ fn pg_detail(e: &tokio_postgres::Error) -> String {
             Some(d) => format!("{} ({}): {d}", db.message(), db.code().code()),
             None => format!("{} ({})", db.message(), db.code().code()),
         },
-        None => e.to_string(),
+        // The driver's Display leaves the cause out ("error performing TLS handshake").
+        None => wharf::tls::error_chain(e),
     }
 }
 
@@ -156,9 +161,13 @@ pub fn config_def() -> ConfigDef {
                 .validator(non_empty),
         )
         .define(
-            ConfigKey::new(keys::SSLMODE, ConfigType::String, Importance::Medium, "TLS mode; only disable is supported.")
+            ConfigKey::new(keys::SSLMODE, ConfigType::String, Importance::Medium, "TLS mode, as libpq's sslmode: disable (plaintext), require (encrypted; the certificate is checked against connection.sslrootcert only when that is set), verify-full (encrypted; the certificate must lead to connection.sslrootcert and name connection.host).")
                 .default_value("disable")
-                .one_of(&["disable"]),
+                .one_of(&SslMode::NAMES),
+        )
+        .define(
+            ConfigKey::new(keys::SSLROOTCERT, ConfigType::String, Importance::Medium, "Absolute path, on the executor's host, of a PEM file with the CA certificate(s) the server's certificate must lead to. Required with verify-full. Read at each connect (a replaced file is used without a restart).")
+                .validator(crate::pg_tls::root_path),
         )
         .define(
             ConfigKey::new(keys::TABLES, ConfigType::List, Importance::High, "Tables to watch, comma-separated, each schema.table (schema public when omitted). Names are taken literally (no case folding); write a part in double quotes when it holds a dot, a comma or a quote (\"\" for a quote). Empty: no tables, no tasks.")
@@ -191,6 +200,7 @@ struct PgAuditConfig {
     user: String,
     password: Secret,
     database: String,
+    tls: TlsPlan,
     tables: Vec<TableName>,
     names: Names,
 }
@@ -237,13 +247,23 @@ fn get<'a>(config: &'a ConfigMap, key: &'static str, default: &'a str) -> &'a st
 
 impl PgAuditConfig {
     fn parse(connector: &str, config: &ConfigMap) -> Result<Self, PgAuditError> {
-        let sslmode = get(config, keys::SSLMODE, "disable");
-        if sslmode != "disable" {
-            return Err(PgAuditError::InvalidConfig {
+        let mode = SslMode::parse(get(config, keys::SSLMODE, "disable")).map_err(|reason| {
+            PgAuditError::InvalidConfig {
                 key: keys::SSLMODE,
-                reason: format!("value {sslmode:?} is not supported (only disable)"),
-            });
-        }
+                reason,
+            }
+        })?;
+        let root = match config.get(keys::SSLROOTCERT).map(|v| v.trim()) {
+            Some(v) if !v.is_empty() => {
+                crate::pg_tls::root_path(v).map_err(|reason| PgAuditError::InvalidConfig {
+                    key: keys::SSLROOTCERT,
+                    reason,
+                })?;
+                Some(std::path::PathBuf::from(v))
+            }
+            _ => None,
+        };
+        let tls = crate::pg_tls::plan(mode, root, keys::SSLROOTCERT).map_err(tls_error)?;
         let tables = parse_table_list(get(config, keys::TABLES, ""))
             .map_err(|reason| PgAuditError::InvalidConfig {
                 key: keys::TABLES,
@@ -282,6 +302,7 @@ impl PgAuditConfig {
             user: required(config, keys::USER)?,
             password: Secret(get(config, keys::PASSWORD, "").to_owned()),
             database: required(config, keys::DATABASE)?,
+            tls,
             tables: unique,
             names,
         })
@@ -293,18 +314,50 @@ impl PgAuditConfig {
             .port(self.port)
             .user(&self.user)
             .dbname(&self.database)
-            .ssl_mode(SslMode::Disable)
             .connect_timeout(Duration::from_secs(CONNECT_TIMEOUT_SECS))
             .application_name("wharf-postgres-audit");
         if !self.password.0.is_empty() {
             pg.password(&self.password.0);
         }
-        let (client, connection) = pg.connect(NoTls).await.map_err(|e| PgAuditError::Connect {
-            target: format!(
-                "postgresql://{}@{}:{}/{}",
-                self.user, self.host, self.port, self.database
-            ),
-            detail: pg_detail(&e),
+        match crate::pg_tls::client_config(&self.tls, keys::SSLROOTCERT).map_err(tls_error)? {
+            None => {
+                pg.ssl_mode(tokio_postgres::config::SslMode::Disable);
+                self.connect_with(&pg, NoTls).await
+            }
+            Some(tls) => {
+                pg.ssl_mode(tokio_postgres::config::SslMode::Require);
+                self.connect_with(&pg, tokio_postgres_rustls::MakeRustlsConnect::new(tls))
+                    .await
+            }
+        }
+    }
+
+    async fn connect_with<T>(
+        &self,
+        pg: &tokio_postgres::Config,
+        tls: T,
+    ) -> Result<Client, PgAuditError>
+    where
+        T: MakeTlsConnect<Socket>,
+        T::Stream: Send + 'static,
+        T::TlsConnect: Send,
+        <T::TlsConnect as TlsConnect<Socket>>::Future: Send,
+    {
+        let (client, connection) = pg.connect(tls).await.map_err(|e| {
+            let mut detail = pg_detail(&e);
+            if let Some(db) = e.as_db_error()
+                && let Some(hint) =
+                    crate::pg_tls::plaintext_refused_hint(&self.tls, db.code().code(), db.message())
+            {
+                detail = format!("{detail}; {hint}");
+            }
+            PgAuditError::Connect {
+                target: format!(
+                    "postgresql://{}@{}:{}/{}",
+                    self.user, self.host, self.port, self.database
+                ),
+                detail,
+            }
         })?;
         // The connection ends when the client is dropped; an error only needs a log line.
         wharf::task::spawn(
@@ -317,6 +370,13 @@ impl PgAuditConfig {
             },
         );
         Ok(client)
+    }
+}
+
+fn tls_error(e: crate::pg_tls::TlsConfigError) -> PgAuditError {
+    PgAuditError::InvalidConfig {
+        key: e.key,
+        reason: e.reason,
     }
 }
 

@@ -145,7 +145,7 @@ impl StartError {
                 path.display()
             )),
             StartError::Store(crate::store::StoreError::Unavailable(m)) if m.starts_with("etcd") => Some(
-                "check that --etcd-endpoints names reachable etcd client URLs (see docs/state.md)".into(),
+                "check that --etcd-endpoints names reachable etcd client URLs and, for a secured etcd, that --etcd-cacert names the CA of its certificates, --etcd-cert/--etcd-key a certificate it accepts, and --etcd-user a user whose password is right (see docs/state.md, docs/security.md)".into(),
             ),
             StartError::Store(crate::store::StoreError::Corrupt { .. }) => Some(
                 "a stored record does not decode or decrypt: every replica sharing a store needs the same store.key (docs/state.md)".into(),

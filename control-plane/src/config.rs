@@ -15,6 +15,7 @@ use wharf_control_plane::model::{
     AuditRetention, DEFAULT_AUDIT_MAX_AGE_DAYS, DEFAULT_AUDIT_MAX_ENTRIES,
 };
 use wharf_control_plane::reconcile::LeaseConfig;
+use wharf_control_plane::store::{EtcdTls, EtcdUser, Password};
 
 /// Wharf control plane: stores connector configs and state, assigns connector instances
 /// and tasks to executors, runs deletions to completion (stop with connector_deleted =
@@ -35,7 +36,8 @@ pub struct Args {
     #[command(subcommand)]
     pub command: Option<Command>,
     /// TOML file with settings (keys: listen, data_dir, lease_ms, heartbeat_interval_ms,
-    /// store, etcd_endpoints, etcd_prefix, etcd_election_ttl_secs, advertise, rest_listen,
+    /// store, etcd_endpoints, etcd_prefix, etcd_election_ttl_secs, etcd_cacert, etcd_cert,
+    /// etcd_key, etcd_user, etcd_password_file, advertise, rest_listen,
     /// admin_tokens, insecure, audit_max_entries, audit_max_age_days, metrics_listen,
     /// log_format, tls_cert, tls_key, tls_ca).
     #[arg(long, env = "WHARF_CONFIG", value_name = "FILE")]
@@ -80,6 +82,28 @@ pub struct Args {
     /// is replaced after at most about this long. [default: 10]
     #[arg(long, env = "WHARF_ETCD_ELECTION_TTL_SECS", value_name = "SECS")]
     pub etcd_election_ttl_secs: Option<u32>,
+    /// With --store etcd: PEM file of the CA that signed etcd's server certificates.
+    /// Required with https:// endpoints, refused with http:// ones.
+    #[arg(long, env = "WHARF_ETCD_CACERT", value_name = "FILE")]
+    pub etcd_cacert: Option<PathBuf>,
+    /// With --store etcd: PEM client certificate for an etcd run with
+    /// --client-cert-auth (with --etcd-key).
+    #[arg(long, env = "WHARF_ETCD_CERT", value_name = "FILE")]
+    pub etcd_cert: Option<PathBuf>,
+    /// With --store etcd: PEM private key of --etcd-cert.
+    #[arg(long, env = "WHARF_ETCD_KEY", value_name = "FILE")]
+    pub etcd_key: Option<PathBuf>,
+    /// With --store etcd: etcd user to authenticate as (etcd auth enabled); its
+    /// password comes from --etcd-password-file or the WHARF_ETCD_PASSWORD variable.
+    #[arg(long, env = "WHARF_ETCD_USER", value_name = "NAME")]
+    pub etcd_user: Option<String>,
+    /// With --etcd-user: file holding the password (one line; a trailing newline is
+    /// ignored). Read once at start.
+    #[arg(long, env = "WHARF_ETCD_PASSWORD_FILE", value_name = "FILE")]
+    pub etcd_password_file: Option<PathBuf>,
+    /// The WHARF_ETCD_PASSWORD variable (no flag: a flag shows in the process list).
+    #[arg(skip = std::env::var("WHARF_ETCD_PASSWORD").ok().map(Password::new))]
+    pub etcd_password_env: Option<Password>,
     /// With --store etcd: URL other replicas forward requests to when this one leads.
     /// [default: http://<bound address>]
     #[arg(long, env = "WHARF_ADVERTISE", value_name = "URL")]
@@ -261,6 +285,16 @@ pub struct FileConfig {
     pub etcd_prefix: Option<String>,
     /// See `--etcd-election-ttl-secs`.
     pub etcd_election_ttl_secs: Option<u32>,
+    /// See `--etcd-cacert`.
+    pub etcd_cacert: Option<PathBuf>,
+    /// See `--etcd-cert`.
+    pub etcd_cert: Option<PathBuf>,
+    /// See `--etcd-key`.
+    pub etcd_key: Option<PathBuf>,
+    /// See `--etcd-user`.
+    pub etcd_user: Option<String>,
+    /// See `--etcd-password-file`.
+    pub etcd_password_file: Option<PathBuf>,
     /// See `--advertise`.
     pub advertise: Option<String>,
     /// See `--rest-listen`.
@@ -320,6 +354,12 @@ impl Args {
             etcd_endpoints,
             etcd_prefix,
             etcd_election_ttl_secs,
+            etcd_cacert,
+            etcd_cert,
+            etcd_key,
+            etcd_user,
+            etcd_password_file,
+            etcd_password_env,
             advertise,
             rest_listen,
             admin_tokens,
@@ -347,6 +387,11 @@ impl Args {
             etcd_endpoints: file_etcd_endpoints,
             etcd_prefix: file_etcd_prefix,
             etcd_election_ttl_secs: file_etcd_election_ttl_secs,
+            etcd_cacert: file_etcd_cacert,
+            etcd_cert: file_etcd_cert,
+            etcd_key: file_etcd_key,
+            etcd_user: file_etcd_user,
+            etcd_password_file: file_etcd_password_file,
             advertise: file_advertise,
             rest_listen: file_rest_listen,
             admin_tokens: file_admin_tokens,
@@ -393,12 +438,34 @@ impl Args {
                         reason: "must be at least 2 (etcd's shortest lease)".into(),
                     });
                 }
+                let tls = etcd_tls(
+                    &endpoints,
+                    etcd_cacert.or(file_etcd_cacert),
+                    etcd_cert.or(file_etcd_cert),
+                    etcd_key.or(file_etcd_key),
+                )?;
+                let password_file = etcd_password_file.or(file_etcd_password_file);
+                let password = match (&password_file, etcd_password_env) {
+                    (Some(path), None) => Some(PasswordSource::File(read_password(path)?)),
+                    (None, Some(p)) => Some(PasswordSource::Env(p)),
+                    (None, None) => None,
+                    (Some(_), Some(_)) => {
+                        return Err(ConfigError::Invalid {
+                            field: "etcd-password-file",
+                            reason:
+                                "and WHARF_ETCD_PASSWORD are both set: give the password one way"
+                                    .into(),
+                        });
+                    }
+                };
                 app::StoreOptions::Etcd {
                     etcd: wharf_control_plane::store::EtcdOptions {
                         endpoints,
                         prefix: layer(etcd_prefix, file_etcd_prefix, || {
                             wharf_control_plane::store::DEFAULT_ETCD_PREFIX.into()
                         }),
+                        tls,
+                        user: etcd_user_auth(etcd_user.or(file_etcd_user), password)?,
                     },
                     election_ttl_secs,
                     advertise: advertise.or(file_advertise),
@@ -455,6 +522,97 @@ impl Args {
             log_format: wharf::config::parsed("log-format", log_format.or(file_log_format))?
                 .unwrap_or_default(),
         })
+    }
+}
+
+/// Where the etcd password came from (the error messages name the source).
+#[derive(Debug)]
+enum PasswordSource {
+    /// `--etcd-password-file` (its contents).
+    File(Password),
+    /// `WHARF_ETCD_PASSWORD`.
+    Env(Password),
+}
+
+/// Reads `--etcd-password-file`: the first line, without its line ending.
+fn read_password(path: &std::path::Path) -> Result<Password, ConfigError> {
+    let text = std::fs::read_to_string(path).map_err(|e| ConfigError::Invalid {
+        field: "etcd-password-file",
+        reason: format!("{}: {e}", path.display()),
+    })?;
+    Ok(Password::new(
+        text.lines().next().unwrap_or_default().to_owned(),
+    ))
+}
+
+/// Decides etcd's TLS from the endpoints' schemes and the three files: `https://`
+/// endpoints need the CA; `http://` ones take no TLS file (an `https://` URL speaks TLS
+/// or the process refuses to start, and a CA for plaintext is a mistake worth naming);
+/// the client certificate and key come together.
+fn etcd_tls(
+    endpoints: &[String],
+    ca: Option<PathBuf>,
+    cert: Option<PathBuf>,
+    key: Option<PathBuf>,
+) -> Result<Option<EtcdTls>, ConfigError> {
+    let https = endpoints
+        .iter()
+        .filter(|e| e.starts_with("https://"))
+        .count();
+    let invalid = |field, reason: &str| ConfigError::Invalid {
+        field,
+        reason: reason.into(),
+    };
+    let client = match (cert, key) {
+        (Some(c), Some(k)) => Some((c, k)),
+        (None, None) => None,
+        (Some(_), None) => return Err(invalid("etcd-key", "is required with --etcd-cert")),
+        (None, Some(_)) => return Err(invalid("etcd-cert", "is required with --etcd-key")),
+    };
+    match (https, ca, client) {
+        (0, None, None) => Ok(None),
+        (0, Some(_), _) | (0, None, Some(_)) => Err(invalid(
+            "etcd-endpoints",
+            "are http:// but etcd TLS files are given: use https:// URLs",
+        )),
+        (n, _, _) if n < endpoints.len() => Err(invalid(
+            "etcd-endpoints",
+            "mix https:// and other URLs: use https:// for all or none",
+        )),
+        (_, None, _) => Err(invalid(
+            "etcd-cacert",
+            "is required with https:// etcd endpoints (the CA that signed etcd's certificates)",
+        )),
+        (_, Some(ca), client) => Ok(Some(EtcdTls { ca, client })),
+    }
+}
+
+/// Decides etcd user authentication: a user needs a password and a password a user; an
+/// empty password is refused (etcd would answer with a less clear error).
+fn etcd_user_auth(
+    user: Option<String>,
+    password: Option<PasswordSource>,
+) -> Result<Option<EtcdUser>, ConfigError> {
+    let (field, password) = match password {
+        Some(PasswordSource::File(p)) => ("etcd-password-file", Some(p)),
+        Some(PasswordSource::Env(p)) => ("WHARF_ETCD_PASSWORD", Some(p)),
+        None => ("etcd-password-file", None),
+    };
+    match (user, password) {
+        (None, None) => Ok(None),
+        (None, Some(_)) => Err(ConfigError::Invalid {
+            field: "etcd-user",
+            reason: format!("is required when {field} is given"),
+        }),
+        (Some(_), None) => Err(ConfigError::Invalid {
+            field: "etcd-user",
+            reason: "needs a password: --etcd-password-file (or WHARF_ETCD_PASSWORD_FILE, etcd_password_file) or WHARF_ETCD_PASSWORD".into(),
+        }),
+        (Some(_), Some(p)) if p.expose().is_empty() => Err(ConfigError::Invalid {
+            field,
+            reason: "holds an empty password".into(),
+        }),
+        (Some(name), Some(password)) => Ok(Some(EtcdUser { name, password })),
     }
 }
 
@@ -537,6 +695,12 @@ mod tests {
             etcd_endpoints: Vec::new(),
             etcd_prefix: None,
             etcd_election_ttl_secs: None,
+            etcd_cacert: None,
+            etcd_cert: None,
+            etcd_key: None,
+            etcd_user: None,
+            etcd_password_file: None,
+            etcd_password_env: None,
             advertise: None,
             rest_listen: None,
             admin_tokens: None,
@@ -552,6 +716,119 @@ mod tests {
         .build()
         .expect_err("missing");
         assert!(err.to_string().contains("--data-dir"), "{err}");
+    }
+
+    fn https() -> Vec<String> {
+        vec![
+            "https://10.0.0.1:2379".into(),
+            "https://10.0.0.2:2379".into(),
+        ]
+    }
+
+    #[test]
+    fn plaintext_etcd_takes_no_tls_file() {
+        let http = vec!["http://127.0.0.1:2379".to_owned()];
+        assert_eq!(etcd_tls(&http, None, None, None).expect("plain"), None);
+        let err = etcd_tls(&http, Some("/ca.pem".into()), None, None).expect_err("CA");
+        assert!(err.to_string().contains("https://"), "{err}");
+        let err = etcd_tls(&http, None, Some("/c".into()), Some("/k".into())).expect_err("cert");
+        assert!(err.to_string().contains("etcd-endpoints"), "{err}");
+    }
+
+    #[test]
+    fn https_etcd_needs_the_ca_and_takes_a_client_certificate() {
+        let err = etcd_tls(&https(), None, None, None).expect_err("no CA");
+        assert!(err.to_string().contains("etcd-cacert"), "{err}");
+        assert_eq!(
+            etcd_tls(&https(), Some("/ca.pem".into()), None, None).expect("CA"),
+            Some(EtcdTls {
+                ca: "/ca.pem".into(),
+                client: None
+            })
+        );
+        assert_eq!(
+            etcd_tls(
+                &https(),
+                Some("/ca.pem".into()),
+                Some("/c".into()),
+                Some("/k".into())
+            )
+            .expect("mutual"),
+            Some(EtcdTls {
+                ca: "/ca.pem".into(),
+                client: Some(("/c".into(), "/k".into()))
+            })
+        );
+    }
+
+    #[test]
+    fn an_etcd_client_certificate_needs_its_key_and_the_reverse() {
+        let ca = Some(PathBuf::from("/ca.pem"));
+        let err = etcd_tls(&https(), ca.clone(), Some("/c".into()), None).expect_err("no key");
+        assert!(err.to_string().contains("etcd-key"), "{err}");
+        let err = etcd_tls(&https(), ca, None, Some("/k".into())).expect_err("no cert");
+        assert!(err.to_string().contains("etcd-cert"), "{err}");
+    }
+
+    #[test]
+    fn mixed_etcd_schemes_are_refused() {
+        let mixed = vec![
+            "https://10.0.0.1:2379".to_owned(),
+            "http://10.0.0.2:2379".to_owned(),
+        ];
+        let err = etcd_tls(&mixed, Some("/ca.pem".into()), None, None).expect_err("mixed");
+        assert!(err.to_string().contains("mix"), "{err}");
+    }
+
+    #[test]
+    fn etcd_user_and_password_come_together_and_the_password_is_never_shown() {
+        assert_eq!(etcd_user_auth(None, None).expect("none"), None);
+        let err = etcd_user_auth(Some("wharf".into()), None).expect_err("no password");
+        assert!(err.to_string().contains("etcd-password-file"), "{err}");
+        let err = etcd_user_auth(None, Some(PasswordSource::Env(Password::new("pw"))))
+            .expect_err("no user");
+        assert!(err.to_string().contains("etcd-user"), "{err}");
+        let err = etcd_user_auth(
+            Some("wharf".into()),
+            Some(PasswordSource::File(Password::new(""))),
+        )
+        .expect_err("empty");
+        assert!(err.to_string().contains("empty"), "{err}");
+        let user = etcd_user_auth(
+            Some("wharf".into()),
+            Some(PasswordSource::File(Password::new("s3cret-etcd"))),
+        )
+        .expect("user")
+        .expect("some");
+        assert_eq!(user.password.expose(), "s3cret-etcd");
+        assert!(!format!("{user:?}").contains("s3cret"), "{user:?}");
+    }
+
+    #[test]
+    fn the_etcd_password_file_is_read_without_its_newline() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let file = dir.path().join("pw");
+        std::fs::write(&file, "s3cret-etcd\n").expect("write");
+        let settings = parse(&[
+            "--data-dir",
+            "/tmp/x",
+            "--store",
+            "etcd",
+            "--etcd-endpoints",
+            "http://127.0.0.1:2379",
+            "--etcd-user",
+            "wharf",
+            "--etcd-password-file",
+            file.to_str().expect("utf8"),
+        ])
+        .build()
+        .expect("builds");
+        let app::StoreOptions::Etcd { etcd, .. } = &settings.store else {
+            panic!("etcd store expected");
+        };
+        let user = etcd.user.as_ref().expect("user");
+        assert_eq!(user.password.expose(), "s3cret-etcd");
+        assert!(!format!("{settings:?}").contains("s3cret"));
     }
 
     #[test]

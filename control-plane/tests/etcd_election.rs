@@ -25,6 +25,7 @@ async fn store(etcd: &TestEtcd, dir: &std::path::Path) -> Arc<EtcdStore> {
         let opts = EtcdOptions {
             endpoints: vec![etcd.endpoint.clone()],
             prefix: "/election/".into(),
+            ..Default::default()
         };
         let sealer = Sealer::load_or_create(dir).unwrap();
         match tokio::task::spawn_blocking(move || EtcdStore::connect(&opts, sealer))

@@ -267,6 +267,7 @@ fn etcd_store(etcd: &TestEtcd, prefix: &str, dir: &std::path::Path) -> EtcdStore
         let opts = EtcdOptions {
             endpoints: vec![etcd.endpoint.clone()],
             prefix: prefix.into(),
+            ..Default::default()
         };
         match EtcdStore::connect(&opts, Sealer::load_or_create(dir).unwrap()) {
             Ok(s) => return s,

@@ -47,6 +47,8 @@ pub struct ExecutorConfig {
     pub graceful_timeout: Duration,
     /// NATS URL of the JetStream record log; `None` uses the embedded log in the data dir.
     pub nats_url: Option<String>,
+    /// TLS and credentials of the NATS connection (docs/security.md).
+    pub nats_security: crate::log::NatsSecurity,
     /// Plugins this executor runs.
     pub plugins: Vec<Plugin>,
     /// The file plugins' root (`--file-root`), canonical; `None`: no file plugins. The
@@ -76,6 +78,7 @@ impl ExecutorConfig {
             executor_id: None,
             graceful_timeout: Duration::from_millis(DEFAULT_GRACEFUL_TIMEOUT_MS),
             nats_url: None,
+            nats_security: crate::log::NatsSecurity::default(),
             plugins: wharf_connectors::builtin_plugins(None),
             file_root: None,
             tls: None,
@@ -178,6 +181,7 @@ impl ExecutorApp {
             executor_id,
             graceful_timeout,
             nats_url,
+            nats_security,
             plugins,
             file_root,
             tls,
@@ -239,7 +243,11 @@ impl ExecutorApp {
         );
 
         let log_spec = nats_url.as_deref().unwrap_or("embedded");
-        let log_config = LogConfig::from_spec(log_spec, &data_dir).map_err(AppError::RecordLog)?;
+        let mut log_config =
+            LogConfig::from_spec(log_spec, &data_dir).map_err(AppError::RecordLog)?;
+        if let LogConfig::JetStream { options, .. } = &mut log_config {
+            options.security = nats_security;
+        }
         let log = crate::log::open(&log_config)
             .await
             .map_err(AppError::RecordLog)?;

@@ -26,7 +26,8 @@ use crate::app::{DEFAULT_GRACEFUL_TIMEOUT_MS, ExecutorConfig};
 #[command(name = "wharf-executor", version)]
 pub struct Cli {
     /// TOML file with settings (keys: listen, control_plane, data_dir, advertise,
-    /// executor_id, graceful_timeout_ms, nats_url, enable_test_plugins, file_root,
+    /// executor_id, graceful_timeout_ms, nats_url, nats_cacert, nats_cert, nats_key,
+    /// nats_creds, nats_user, nats_password_file, enable_test_plugins, file_root,
     /// tls_cert, tls_key, tls_ca, insecure).
     #[arg(long, env = "WHARF_CONFIG", value_name = "FILE")]
     pub config: Option<PathBuf>,
@@ -58,6 +59,31 @@ pub struct Cli {
     /// [default: none, embedded log]
     #[arg(long, env = "WHARF_NATS_URL", value_name = "URL")]
     pub nats_url: Option<String>,
+    /// With --nats-url: PEM CA of the NATS server's certificate; the connection then
+    /// requires TLS (a tls:// URL too).
+    #[arg(long, env = "WHARF_NATS_CACERT", value_name = "FILE")]
+    pub nats_cacert: Option<PathBuf>,
+    /// With --nats-url: PEM client certificate, for a server whose tls block has
+    /// `verify: true` (with --nats-key).
+    #[arg(long, env = "WHARF_NATS_CERT", value_name = "FILE")]
+    pub nats_cert: Option<PathBuf>,
+    /// With --nats-url: PEM private key of --nats-cert.
+    #[arg(long, env = "WHARF_NATS_KEY", value_name = "FILE")]
+    pub nats_key: Option<PathBuf>,
+    /// With --nats-url: NATS credentials file (JWT and NKey seed, as `nsc` writes it).
+    /// Not with --nats-user.
+    #[arg(long, env = "WHARF_NATS_CREDS", value_name = "FILE")]
+    pub nats_creds: Option<PathBuf>,
+    /// With --nats-url: NATS user; its password comes from --nats-password-file or the
+    /// WHARF_NATS_PASSWORD variable.
+    #[arg(long, env = "WHARF_NATS_USER", value_name = "NAME")]
+    pub nats_user: Option<String>,
+    /// With --nats-user: file whose first line is the password. Read once at start.
+    #[arg(long, env = "WHARF_NATS_PASSWORD_FILE", value_name = "FILE")]
+    pub nats_password_file: Option<PathBuf>,
+    /// The WHARF_NATS_PASSWORD variable (no flag: a flag shows in the process list).
+    #[arg(skip = std::env::var("WHARF_NATS_PASSWORD").ok().map(Secret))]
+    pub nats_password_env: Option<Secret>,
     /// Also offer the fault-injecting test plugins test-source and test-sink (they fail,
     /// block and ignore cancellation on request; for tests only). `--enable-test-plugins`
     /// alone means true; `--enable-test-plugins=false` turns a file's `true` off.
@@ -117,6 +143,18 @@ pub struct FileConfig {
     pub graceful_timeout_ms: Option<u64>,
     /// See `--nats-url`.
     pub nats_url: Option<String>,
+    /// See `--nats-cacert`.
+    pub nats_cacert: Option<PathBuf>,
+    /// See `--nats-cert`.
+    pub nats_cert: Option<PathBuf>,
+    /// See `--nats-key`.
+    pub nats_key: Option<PathBuf>,
+    /// See `--nats-creds`.
+    pub nats_creds: Option<PathBuf>,
+    /// See `--nats-user`.
+    pub nats_user: Option<String>,
+    /// See `--nats-password-file`.
+    pub nats_password_file: Option<PathBuf>,
     /// See `--enable-test-plugins`.
     pub enable_test_plugins: Option<bool>,
     /// See `--file-root`.
@@ -165,6 +203,13 @@ impl Cli {
             executor_id,
             graceful_timeout_ms,
             nats_url,
+            nats_cacert,
+            nats_cert,
+            nats_key,
+            nats_creds,
+            nats_user,
+            nats_password_file,
+            nats_password_env,
             enable_test_plugins,
             file_root,
             tls_cert,
@@ -180,6 +225,12 @@ impl Cli {
             executor_id: file_executor_id,
             graceful_timeout_ms: file_graceful_timeout_ms,
             nats_url: file_nats_url,
+            nats_cacert: file_nats_cacert,
+            nats_cert: file_nats_cert,
+            nats_key: file_nats_key,
+            nats_creds: file_nats_creds,
+            nats_user: file_nats_user,
+            nats_password_file: file_nats_password_file,
             enable_test_plugins: file_enable_test_plugins,
             file_root: file_file_root,
             tls_cert: file_tls_cert,
@@ -240,6 +291,32 @@ impl Cli {
                 DEFAULT_GRACEFUL_TIMEOUT_MS
             }));
         out.nats_url = nats_url.or(file_nats_url);
+        let password = match (
+            nats_password_file.or(file_nats_password_file),
+            nats_password_env,
+        ) {
+            (Some(path), None) => Some(read_password(&path)?),
+            (None, Some(Secret(p))) => Some(p),
+            (None, None) => None,
+            (Some(_), Some(_)) => {
+                return Err(ConfigError::Invalid {
+                    field: "--nats-password-file",
+                    reason: "and WHARF_NATS_PASSWORD are both set: give the password one way"
+                        .into(),
+                });
+            }
+        };
+        out.nats_security = nats_security(
+            out.nats_url.is_some(),
+            NatsSettings {
+                ca: nats_cacert.or(file_nats_cacert),
+                cert: nats_cert.or(file_nats_cert),
+                key: nats_key.or(file_nats_key),
+                creds: nats_creds.or(file_nats_creds),
+                user: nats_user.or(file_nats_user),
+                password,
+            },
+        )?;
         out.plugins = plugins;
         out.file_root = file_root.map(|r| r.path().to_path_buf());
         out.tls = tls;
@@ -249,6 +326,100 @@ impl Cli {
         }
         Ok(out)
     }
+}
+
+/// A secret from the environment; Debug prints a placeholder.
+#[derive(Clone)]
+pub struct Secret(String);
+
+impl std::fmt::Debug for Secret {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(wharf::sdk::REDACTED)
+    }
+}
+
+/// Reads a password file: its first line.
+fn read_password(path: &std::path::Path) -> Result<String, ConfigError> {
+    let text = std::fs::read_to_string(path).map_err(|e| ConfigError::Invalid {
+        field: "--nats-password-file",
+        reason: format!("{}: {e}", path.display()),
+    })?;
+    Ok(text.lines().next().unwrap_or_default().to_owned())
+}
+
+/// The NATS link options as given (flag, env or file), before they are checked.
+#[derive(Default)]
+struct NatsSettings {
+    ca: Option<PathBuf>,
+    cert: Option<PathBuf>,
+    key: Option<PathBuf>,
+    creds: Option<PathBuf>,
+    user: Option<String>,
+    password: Option<String>,
+}
+
+/// Decides the NATS link's TLS and credentials: they need `--nats-url`; a certificate
+/// comes with its key; a creds file or a user with its password, not both.
+fn nats_security(
+    has_url: bool,
+    given: NatsSettings,
+) -> Result<crate::log::NatsSecurity, ConfigError> {
+    use crate::log::{NatsCredentials, NatsSecurity};
+    let NatsSettings {
+        ca,
+        cert,
+        key,
+        creds,
+        user,
+        password,
+    } = given;
+    let invalid = |field, reason: &str| ConfigError::Invalid {
+        field,
+        reason: reason.into(),
+    };
+    let client_cert = match (cert, key) {
+        (Some(c), Some(k)) => Some((c, k)),
+        (None, None) => None,
+        (Some(_), None) => return Err(invalid("--nats-key", "is required with --nats-cert")),
+        (None, Some(_)) => return Err(invalid("--nats-cert", "is required with --nats-key")),
+    };
+    let credentials = match (creds, user, password) {
+        (None, None, None) => None,
+        (Some(path), None, None) => Some(NatsCredentials::CredsFile(path)),
+        (None, Some(_), Some(p)) if p.is_empty() => {
+            return Err(invalid("--nats-password-file", "holds an empty password"));
+        }
+        (None, Some(user), Some(password)) => {
+            Some(NatsCredentials::UserPassword { user, password })
+        }
+        (None, Some(_), None) => {
+            return Err(invalid(
+                "--nats-user",
+                "needs a password: --nats-password-file (or WHARF_NATS_PASSWORD_FILE, nats_password_file) or WHARF_NATS_PASSWORD",
+            ));
+        }
+        (None, None, Some(_)) => {
+            return Err(invalid("--nats-user", "is required with a NATS password"));
+        }
+        (Some(_), _, _) => {
+            return Err(invalid(
+                "--nats-creds",
+                "and --nats-user are both given: use one way to authenticate",
+            ));
+        }
+    };
+    let security = NatsSecurity {
+        ca,
+        client_cert,
+        credentials,
+    };
+    if !has_url && (security.tls() || security.credentials.is_some()) {
+        return Err(invalid(
+            "--nats-url",
+            "is required with the --nats-* TLS and credential options (without it records go to the embedded log)",
+        ));
+    }
+    Ok(security)
 }
 
 #[cfg(test)]
@@ -293,6 +464,13 @@ mod tests {
             executor_id: None,
             graceful_timeout_ms: None,
             nats_url: None,
+            nats_cacert: None,
+            nats_cert: None,
+            nats_key: None,
+            nats_creds: None,
+            nats_user: None,
+            nats_password_file: None,
+            nats_password_env: None,
             enable_test_plugins: None,
             file_root: None,
             tls_cert: None,
@@ -308,6 +486,119 @@ mod tests {
             text.contains("--listen") && text.contains("WHARF_LISTEN"),
             "{text}"
         );
+    }
+
+    #[test]
+    fn nats_tls_and_credentials_need_a_nats_url() {
+        let err = nats_security(
+            false,
+            NatsSettings {
+                ca: Some("/ca.pem".into()),
+                ..NatsSettings::default()
+            },
+        )
+        .expect_err("no url");
+        assert!(err.to_string().contains("--nats-url"), "{err}");
+        let none = nats_security(false, NatsSettings::default()).expect("nothing given");
+        assert!(!none.tls() && none.credentials.is_none());
+    }
+
+    #[test]
+    fn a_nats_client_certificate_needs_its_key_and_the_reverse() {
+        let err = nats_security(
+            true,
+            NatsSettings {
+                cert: Some("/c".into()),
+                ..NatsSettings::default()
+            },
+        )
+        .expect_err("no key");
+        assert!(err.to_string().contains("--nats-key"), "{err}");
+        let err = nats_security(
+            true,
+            NatsSettings {
+                key: Some("/k".into()),
+                ..NatsSettings::default()
+            },
+        )
+        .expect_err("no cert");
+        assert!(err.to_string().contains("--nats-cert"), "{err}");
+        let ok = nats_security(
+            true,
+            NatsSettings {
+                ca: Some("/ca".into()),
+                cert: Some("/c".into()),
+                key: Some("/k".into()),
+                ..NatsSettings::default()
+            },
+        )
+        .expect("mutual TLS");
+        assert!(ok.tls() && ok.client_cert.is_some());
+    }
+
+    #[test]
+    fn nats_credentials_are_a_creds_file_or_a_user_with_a_password() {
+        let creds = nats_security(
+            true,
+            NatsSettings {
+                creds: Some("/w.creds".into()),
+                ..NatsSettings::default()
+            },
+        )
+        .expect("creds");
+        assert!(matches!(
+            creds.credentials,
+            Some(crate::log::NatsCredentials::CredsFile(_))
+        ));
+        let both = nats_security(
+            true,
+            NatsSettings {
+                creds: Some("/w.creds".into()),
+                user: Some("u".into()),
+                password: Some("p".into()),
+                ..NatsSettings::default()
+            },
+        )
+        .expect_err("both");
+        assert!(both.to_string().contains("--nats-creds"), "{both}");
+        let no_pw = nats_security(
+            true,
+            NatsSettings {
+                user: Some("u".into()),
+                ..NatsSettings::default()
+            },
+        )
+        .expect_err("no password");
+        assert!(no_pw.to_string().contains("password"), "{no_pw}");
+        let no_user = nats_security(
+            true,
+            NatsSettings {
+                password: Some("p".into()),
+                ..NatsSettings::default()
+            },
+        )
+        .expect_err("no user");
+        assert!(no_user.to_string().contains("--nats-user"), "{no_user}");
+        let empty = nats_security(
+            true,
+            NatsSettings {
+                user: Some("u".into()),
+                password: Some(String::new()),
+                ..NatsSettings::default()
+            },
+        )
+        .expect_err("empty");
+        assert!(empty.to_string().contains("empty"), "{empty}");
+        let user = nats_security(
+            true,
+            NatsSettings {
+                user: Some("u".into()),
+                password: Some("nats-s3cret".into()),
+                ..NatsSettings::default()
+            },
+        )
+        .expect("user");
+        assert!(!format!("{user:?}").contains("nats-s3cret"), "{user:?}");
     }
 
     #[test]

@@ -26,6 +26,7 @@
 
 use std::collections::BTreeMap;
 use std::future::Future;
+use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -69,13 +70,101 @@ fn unavailable(e: impl std::fmt::Display) -> StoreError {
     StoreError::Unavailable(format!("etcd: {e}"))
 }
 
-/// Where to find etcd.
-#[derive(Debug, Clone)]
+/// Where to find etcd and how to prove who we are to it.
+#[derive(Debug, Clone, Default)]
 pub struct EtcdOptions {
-    /// Endpoints, `http://host:port` (the client balances over them).
+    /// Endpoints, `http://host:port` or, with [`EtcdOptions::tls`], `https://host:port`
+    /// (the client balances over them).
     pub endpoints: Vec<String>,
     /// Key prefix; several Wharf clusters can share one etcd under different prefixes.
     pub prefix: String,
+    /// TLS to etcd (`https://` endpoints); `None` for plaintext.
+    pub tls: Option<EtcdTls>,
+    /// etcd user authentication (`etcdctl auth enable`); `None` for none.
+    pub user: Option<EtcdUser>,
+}
+
+/// TLS to etcd, as etcd's own `--cacert`, `--cert`, `--key` client flags. The files are
+/// read when the store connects; a replaced file is used after a restart.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct EtcdTls {
+    /// PEM file of the CA that signed etcd's server certificates.
+    pub ca: PathBuf,
+    /// PEM certificate and key this control plane presents (etcd's
+    /// `--client-cert-auth`), when etcd asks for one.
+    pub client: Option<(PathBuf, PathBuf)>,
+}
+
+/// An etcd user and its password.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct EtcdUser {
+    /// User name.
+    pub name: String,
+    /// Its password (never shown: Debug prints a placeholder).
+    pub password: Password,
+}
+
+/// A password that never shows in Debug output or logs; read it with
+/// [`Password::expose`] only where it is sent.
+#[derive(Clone, PartialEq, Eq)]
+pub struct Password(String);
+
+impl Password {
+    /// Wraps a password.
+    pub fn new(text: impl Into<String>) -> Password {
+        Password(text.into())
+    }
+
+    /// The password itself, for the one call that sends it.
+    pub fn expose(&self) -> &str {
+        &self.0
+    }
+}
+
+impl std::fmt::Debug for Password {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(wharf::sdk::REDACTED)
+    }
+}
+
+/// `e` with its causes: tonic's transport error hides the TLS or connect failure in its
+/// source.
+fn etcd_error(e: etcd_client::Error) -> StoreError {
+    StoreError::Unavailable(format!("etcd: {}", wharf::tls::error_chain(&e)))
+}
+
+/// The client options of `options`: timeouts, TLS (files read here) and the user.
+///
+/// # Errors
+/// [`StoreError::Unavailable`] naming the file and its flag when a TLS file cannot be read.
+fn connect_options(options: &EtcdOptions) -> Result<ConnectOptions, StoreError> {
+    let mut opts = ConnectOptions::new()
+        .with_connect_timeout(Duration::from_millis(ETCD_CONNECT_TIMEOUT_MS))
+        .with_timeout(Duration::from_millis(ETCD_CALL_TIMEOUT_MS));
+    if let Some(tls) = &options.tls {
+        let read = |path: &Path, flag: &str| {
+            std::fs::read(path).map_err(|e| {
+                StoreError::Unavailable(format!("etcd: {flag} {}: {e}", path.display()))
+            })
+        };
+        let mut config = etcd_client::TlsOptions::new().ca_certificate(
+            etcd_client::Certificate::from_pem(read(&tls.ca, "--etcd-cacert")?),
+        );
+        if let Some((cert, key)) = &tls.client {
+            config = config.identity(etcd_client::Identity::from_pem(
+                read(cert, "--etcd-cert")?,
+                read(key, "--etcd-key")?,
+            ));
+        }
+        opts = opts.with_tls(config);
+    }
+    if let Some(user) = &options.user {
+        // etcd's simple tokens expire (--auth-token-ttl): get a new one instead of failing.
+        opts = opts
+            .with_user(user.name.clone(), user.password.expose())
+            .with_auto_token_refresh(true);
+    }
+    Ok(opts)
 }
 
 /// The write fence held while this replica is the leader.
@@ -137,14 +226,13 @@ impl EtcdStore {
             .build()
             .map_err(unavailable)?;
         let endpoints = options.endpoints.clone();
+        let opts = connect_options(options)?;
         let (tx, rx) = std::sync::mpsc::sync_channel(1);
         runtime.spawn(async move {
-            let opts = ConnectOptions::new()
-                .with_connect_timeout(Duration::from_millis(ETCD_CONNECT_TIMEOUT_MS))
-                .with_timeout(Duration::from_millis(ETCD_CALL_TIMEOUT_MS));
+            // With a user, connect authenticates (a wrong password fails here).
             let _ = tx.send(Client::connect(endpoints, Some(opts)).await);
         });
-        let client = rx.recv().map_err(unavailable)?.map_err(unavailable)?;
+        let client = rx.recv().map_err(unavailable)?.map_err(etcd_error)?;
         let mut prefix = options.prefix.clone();
         if !prefix.ends_with('/') {
             prefix.push('/');
@@ -163,7 +251,7 @@ impl EtcdStore {
             i.kv()
                 .get(i.key(EPOCH_KEY), None)
                 .await
-                .map_err(unavailable)?;
+                .map_err(etcd_error)?;
             Ok(())
         })?;
         Ok(store)

@@ -11,7 +11,9 @@ mod etcd_store;
 mod redb_store;
 pub mod seal;
 
-pub use etcd_store::{DEFAULT_ETCD_PREFIX, EtcdOptions, EtcdStore, Fence, WriteFence};
+pub use etcd_store::{
+    DEFAULT_ETCD_PREFIX, EtcdOptions, EtcdStore, EtcdTls, EtcdUser, Fence, Password, WriteFence,
+};
 pub use redb_store::RedbStore;
 
 use std::future::Future;

@@ -65,6 +65,7 @@
 
 use std::collections::{HashMap, HashSet};
 use std::future::Future;
+use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -115,6 +116,95 @@ pub struct JetStreamOptions {
     pub request_timeout_ms: u64,
     /// Fetch and in-flight bounds.
     pub limits: LogLimits,
+    /// TLS and credentials of the connection (docs/security.md); never serialized.
+    #[serde(skip)]
+    pub security: NatsSecurity,
+}
+
+/// TLS and credentials of the NATS connection (`--nats-cacert`, `--nats-cert`,
+/// `--nats-key`, `--nats-creds`, `--nats-user`). Files are read at each connect.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct NatsSecurity {
+    /// PEM CA of the server's certificate; set, the client requires TLS whatever the
+    /// URL's scheme.
+    pub ca: Option<PathBuf>,
+    /// PEM client certificate and key, for a server with `verify: true`.
+    pub client_cert: Option<(PathBuf, PathBuf)>,
+    /// How the client authenticates, if at all.
+    pub credentials: Option<NatsCredentials>,
+}
+
+/// NATS authentication.
+#[derive(Clone, PartialEq, Eq)]
+pub enum NatsCredentials {
+    /// A `.creds` file (JWT and NKey seed, as `nsc` writes it).
+    CredsFile(PathBuf),
+    /// A user and its password (never shown: Debug prints a placeholder).
+    UserPassword {
+        /// User name.
+        user: String,
+        /// Its password.
+        password: String,
+    },
+}
+
+impl std::fmt::Debug for NatsCredentials {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            NatsCredentials::CredsFile(path) => f.debug_tuple("CredsFile").field(path).finish(),
+            NatsCredentials::UserPassword { user, .. } => f
+                .debug_struct("UserPassword")
+                .field("user", user)
+                .field("password", &wharf::sdk::REDACTED)
+                .finish(),
+        }
+    }
+}
+
+impl NatsSecurity {
+    /// Whether any TLS material is configured.
+    pub fn tls(&self) -> bool {
+        self.ca.is_some() || self.client_cert.is_some()
+    }
+
+    /// `options` with TLS and credentials applied.
+    ///
+    /// # Errors
+    /// [`LogError::InvalidConfig`] naming `--nats-creds` when the file cannot be read.
+    async fn apply(
+        &self,
+        mut options: async_nats::ConnectOptions,
+    ) -> Result<async_nats::ConnectOptions, LogError> {
+        if let Some(ca) = &self.ca {
+            options = options.add_root_certificates(ca.clone()).require_tls(true);
+        }
+        if let Some((cert, key)) = &self.client_cert {
+            options = options
+                .add_client_certificate(cert.clone(), key.clone())
+                .require_tls(true);
+        }
+        match &self.credentials {
+            None => Ok(options),
+            Some(NatsCredentials::UserPassword { user, password }) => {
+                Ok(options.user_and_password(user.clone(), password.clone()))
+            }
+            Some(NatsCredentials::CredsFile(path)) => {
+                options.credentials_file(path).await.map_err(|e| {
+                    LogError::InvalidConfig(format!("--nats-creds {}: {e}", path.display()))
+                })
+            }
+        }
+    }
+}
+
+/// What to add to a failed connect's message: a server that requires TLS reached
+/// without any TLS setting fails its handshake against the system roots.
+fn connect_hint(security: &NatsSecurity) -> &'static str {
+    if security.tls() {
+        ""
+    } else {
+        " (if the NATS server requires TLS, give its CA with --nats-cacert, and --nats-cert/--nats-key when it verifies clients)"
+    }
 }
 
 impl Default for JetStreamOptions {
@@ -125,6 +215,7 @@ impl Default for JetStreamOptions {
             ack_wait_ms: DEFAULT_ACK_WAIT_MS,
             request_timeout_ms: DEFAULT_REQUEST_TIMEOUT_MS,
             limits: LogLimits::default(),
+            security: NatsSecurity::default(),
         }
     }
 }
@@ -309,7 +400,10 @@ impl JetStreamLog {
         let delay_connected = connected.clone();
         let (lost_tx, lost) = tokio::sync::watch::channel(false);
         let lost_tx = Arc::new(lost_tx);
-        let client = async_nats::ConnectOptions::new()
+        let security = &self.options().security;
+        let client = security
+            .apply(async_nats::ConnectOptions::new())
+            .await?
             .name("wharf-record-log")
             .request_timeout(Some(timeout))
             .connection_timeout(timeout)
@@ -333,7 +427,13 @@ impl JetStreamLog {
             })
             .connect(self.inner.url.as_str())
             .await
-            .map_err(|err| unavailable("connect to NATS", err))?;
+            .map_err(|err| {
+                LogError::Unavailable(format!(
+                    "connect to NATS: {}{}",
+                    wharf::tls::error_chain(&err),
+                    connect_hint(security)
+                ))
+            })?;
         // Before anything was sent on it: a reconnect until here resends nothing.
         connected.store(true, Ordering::SeqCst);
         let js = jetstream::ContextBuilder::new()

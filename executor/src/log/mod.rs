@@ -22,7 +22,7 @@ use async_trait::async_trait;
 use wharf::sdk::{SinkRecord, SourceRecord};
 
 pub use embedded::EmbeddedLog;
-pub use jetstream::{JetStreamLog, JetStreamOptions};
+pub use jetstream::{JetStreamLog, JetStreamOptions, NatsCredentials, NatsSecurity};
 
 /// Default for [`LogLimits::max_fetch_records`]: records one fetch returns at most.
 pub const DEFAULT_MAX_FETCH_RECORDS: usize = 500;

@@ -62,7 +62,7 @@ pub async fn start_nats(dir: &Path) -> Nats {
 }
 
 /// `$NATS_SERVER`, else `nats-server` from PATH, else Debian's `/usr/sbin/nats-server`.
-fn nats_server_binary() -> PathBuf {
+pub fn nats_server_binary() -> PathBuf {
     if let Ok(p) = std::env::var("NATS_SERVER") {
         return PathBuf::from(p);
     }

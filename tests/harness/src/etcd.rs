@@ -1,7 +1,10 @@
 //! A test-owned etcd: the `etcd` binary on free loopback ports with a temp data dir,
 //! killed when dropped. Install it with `scripts/setup-services` (Debian `etcd-server`).
+//! [`TestEtcd::start_secure`] serves clients over TLS and asks them for a certificate
+//! (`--client-cert-auth`); [`enable_auth`] turns on etcd's user authentication.
 
 use std::net::TcpListener;
+use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
@@ -10,11 +13,23 @@ pub const ETCD_START_TIMEOUT_MS: u64 = 20_000;
 /// Pause between two health probes, in milliseconds.
 const ETCD_PROBE_INTERVAL_MS: u64 = 50;
 
+/// The files of an etcd that serves clients over TLS.
+#[derive(Debug, Clone)]
+pub struct EtcdServerTls {
+    /// Server certificate (PEM) and its key.
+    pub cert: PathBuf,
+    /// Key of `cert`.
+    pub key: PathBuf,
+    /// CA (PEM) that client certificates must chain to.
+    pub client_ca: PathBuf,
+}
+
 /// A running etcd.
 pub struct TestEtcd {
     child: Option<Child>,
-    /// Client URL, `http://127.0.0.1:PORT`.
+    /// Client URL, `http://127.0.0.1:PORT` (`https://` with TLS).
     pub endpoint: String,
+    tls: Option<EtcdServerTls>,
     peer_url: String,
     client_port: u16,
     _dir: tempfile::TempDir,
@@ -30,11 +45,23 @@ fn free_port() -> u16 {
 impl TestEtcd {
     /// Starts etcd and waits until it accepts a TCP connection on its client port.
     pub fn start() -> Self {
+        Self::start_with(None)
+    }
+
+    /// Starts etcd serving clients over TLS only, with `--client-cert-auth`: a client
+    /// needs a certificate signed by `tls.client_ca`.
+    pub fn start_secure(tls: EtcdServerTls) -> Self {
+        Self::start_with(Some(tls))
+    }
+
+    fn start_with(tls: Option<EtcdServerTls>) -> Self {
         let dir = tempfile::tempdir().expect("temp dir");
         let (client, peer) = (free_port(), free_port());
+        let scheme = if tls.is_some() { "https" } else { "http" };
         let mut etcd = Self {
             child: None,
-            endpoint: format!("http://127.0.0.1:{client}"),
+            endpoint: format!("{scheme}://127.0.0.1:{client}"),
+            tls,
             peer_url: format!("http://127.0.0.1:{peer}"),
             client_port: client,
             _dir: dir,
@@ -61,23 +88,34 @@ impl TestEtcd {
             .append(true)
             .open(dir.join("etcd.log"))
             .expect("etcd log");
-        let child =
-            Command::new(std::env::var("WHARF_TEST_ETCD").unwrap_or_else(|_| "etcd".into()))
-                .args(["--name", "wharf-test"])
-                .arg("--data-dir")
-                .arg(dir.join("data"))
-                .args(["--listen-client-urls", &self.endpoint])
-                .args(["--advertise-client-urls", &self.endpoint])
-                .args(["--listen-peer-urls", &self.peer_url])
-                .args(["--initial-advertise-peer-urls", &self.peer_url])
-                .args([
-                    "--initial-cluster",
-                    &format!("wharf-test={}", self.peer_url),
-                ])
-                .stdout(Stdio::null())
-                .stderr(log)
-                .spawn()
-                .expect("spawn etcd (install etcd-server: scripts/setup-services)");
+        let mut command =
+            Command::new(std::env::var("WHARF_TEST_ETCD").unwrap_or_else(|_| "etcd".into()));
+        if let Some(tls) = &self.tls {
+            command
+                .arg("--cert-file")
+                .arg(&tls.cert)
+                .arg("--key-file")
+                .arg(&tls.key)
+                .arg("--trusted-ca-file")
+                .arg(&tls.client_ca)
+                .arg("--client-cert-auth");
+        }
+        let child = command
+            .args(["--name", "wharf-test"])
+            .arg("--data-dir")
+            .arg(dir.join("data"))
+            .args(["--listen-client-urls", &self.endpoint])
+            .args(["--advertise-client-urls", &self.endpoint])
+            .args(["--listen-peer-urls", &self.peer_url])
+            .args(["--initial-advertise-peer-urls", &self.peer_url])
+            .args([
+                "--initial-cluster",
+                &format!("wharf-test={}", self.peer_url),
+            ])
+            .stdout(Stdio::null())
+            .stderr(log)
+            .spawn()
+            .expect("spawn etcd (install etcd-server: scripts/setup-services)");
         self.child = Some(child);
         let deadline = Instant::now() + Duration::from_millis(ETCD_START_TIMEOUT_MS);
         loop {
@@ -94,4 +132,69 @@ impl Drop for TestEtcd {
     fn drop(&mut self) {
         self.stop();
     }
+}
+
+/// Who may do what once [`enable_auth`] ran.
+#[derive(Debug, Clone)]
+pub struct EtcdAuth {
+    /// Password of `root` (etcd's superuser, required to enable auth).
+    pub root_password: String,
+    /// The user Wharf connects as.
+    pub user: String,
+    /// Its password.
+    pub password: String,
+    /// The key prefix the user's role may read and write (and nothing else).
+    pub prefix: String,
+}
+
+/// A client of a TLS etcd presenting `client` (certificate, key), trusting `ca`, as
+/// `user` (name, password) when given.
+pub async fn tls_client(
+    endpoint: &str,
+    ca: &Path,
+    client: (&Path, &Path),
+    user: Option<(&str, &str)>,
+) -> Result<etcd_client::Client, etcd_client::Error> {
+    let read = |p: &Path| std::fs::read(p).expect("read a TLS file");
+    let tls = etcd_client::TlsOptions::new()
+        .ca_certificate(etcd_client::Certificate::from_pem(read(ca)))
+        .identity(etcd_client::Identity::from_pem(
+            read(client.0),
+            read(client.1),
+        ));
+    let mut options = etcd_client::ConnectOptions::new().with_tls(tls);
+    if let Some((name, password)) = user {
+        options = options.with_user(name, password);
+    }
+    etcd_client::Client::connect([endpoint], Some(options)).await
+}
+
+/// Turns on etcd's user authentication: `root` with its role, and `auth.user` with a
+/// role that may read and write `auth.prefix` only. Waits (bounded) until etcd answers.
+pub async fn enable_auth(endpoint: &str, ca: &Path, client: (&Path, &Path), auth: &EtcdAuth) {
+    let mut c = crate::wait_until("the TLS etcd to answer", crate::WAIT_DEADLINE, || async {
+        let mut c = tls_client(endpoint, ca, client, None).await.ok()?;
+        c.get("probe", None).await.ok()?;
+        Some(c)
+    })
+    .await;
+    c.user_add("root", auth.root_password.as_str(), None)
+        .await
+        .expect("add root");
+    c.role_add("root").await.expect("add role root");
+    c.user_grant_role("root", "root").await.expect("grant root");
+    c.role_add(auth.user.as_str()).await.expect("add role");
+    c.role_grant_permission(
+        auth.user.as_str(),
+        etcd_client::Permission::read_write(auth.prefix.as_str()).with_prefix(),
+    )
+    .await
+    .expect("grant the prefix");
+    c.user_add(auth.user.as_str(), auth.password.as_str(), None)
+        .await
+        .expect("add user");
+    c.user_grant_role(auth.user.as_str(), auth.user.as_str())
+        .await
+        .expect("grant role");
+    c.auth_enable().await.expect("enable auth");
 }

@@ -14,8 +14,11 @@ pub mod etcd;
 pub mod fault;
 pub mod lifecycle;
 pub mod lines;
+pub mod nats_tls;
+pub mod postgres_tls;
 pub mod prometheus;
 pub mod rabbitmq;
+pub mod test_ca;
 
 // The crates the suites read stores and databases with, so that the root package needs
 // none of them as dev-dependencies.
