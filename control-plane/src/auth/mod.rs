@@ -126,6 +126,7 @@ impl AdminAuth {
         &self,
         store: &dyn crate::store::StateStore,
         principal: Option<&Principal>,
+        peer: Option<&PeerIdentity>,
         action: AdminAction,
         connector: &str,
         (outcome, message): (&str, &str),
@@ -135,14 +136,13 @@ impl AdminAuth {
             return;
         }
         let time_ms = crate::reconcile::now_ms();
+        let (name, role, auth_method) = audit::who(principal, peer);
         let entry = crate::model::AuditEntry {
             id: crate::model::AuditEntry::id_for(time_ms, self.next_nonce()),
             time_ms,
-            principal: principal.map_or(audit::UNAUTHENTICATED_PRINCIPAL.to_owned(), |p| {
-                p.name.clone()
-            }),
-            role: principal.map_or(String::new(), |p| p.role.as_str().to_owned()),
-            auth_method: principal.map_or("none", |p| p.method.as_str()).to_owned(),
+            principal: name,
+            role,
+            auth_method,
             rpc: action.rpc().to_owned(),
             connector: connector.to_owned(),
             deletion_mode: match action {

@@ -24,7 +24,7 @@ use tracing::{info, warn};
 
 use super::client::{CallError, StopCall};
 use super::cluster::{
-    Cluster, ExecutorView, FULL_PASS_INTERVAL_MS, HerderError, RECONCILE_INTERVAL_MS,
+    CallKind, Cluster, ExecutorView, FULL_PASS_INTERVAL_MS, HerderError, RECONCILE_INTERVAL_MS,
 };
 use super::start::start_units;
 use crate::model::{ConnectorRecord, Instance, InstanceEvent, InstanceState, TargetState};
@@ -109,6 +109,21 @@ fn herder_pass(
     let dirty = cluster.take_dirty();
     cluster.expire_leases()?;
     let view = cluster.executor_view()?;
+    // Executors not yet found at their advertised address are probed first, each in its
+    // own task; they take new work once that succeeded.
+    for e in view.all.values() {
+        if view.health.get(&e.id) == Some(&Host::Live) && cluster.probe_due(e) {
+            let (cluster, exec) = (cluster.clone(), e.clone());
+            wharf::task::spawn(
+                wharf::task::TaskKind::Detached,
+                "executor probe",
+                async move {
+                    cluster.verify(&exec, false).await;
+                    cluster.probe_done(&exec.id);
+                },
+            );
+        }
+    }
     let live_now: Vec<(String, u64)> = view
         .all
         .values()
@@ -462,6 +477,10 @@ async fn stop_false(
     if exec.epoch != inst.epoch {
         return true;
     }
+    if cluster.reach_blocked(&exec.id) {
+        // Its calls wait for their backoff: the stop's outcome stays unknown for now.
+        return false;
+    }
     let call = StopCall {
         connector: name.to_owned(),
         task,
@@ -471,7 +490,7 @@ async fn stop_false(
         incarnation: rec.incarnation.clone(),
     };
     match cluster
-        .call(exec, cluster.clients.stop_on(exec, &call))
+        .call(exec, CallKind::Stop, cluster.clients.stop_on(exec, &call))
         .await
     {
         Ok(s) => {
@@ -502,10 +521,15 @@ async fn compute_task_configs(
     let Some(exec) = rec.connector.executor.as_deref().and_then(|e| view.live(e)) else {
         return Ok(());
     };
+    if cluster.reach_blocked(&exec.id) {
+        // Asked again once its calls' backoff ends.
+        return Ok(());
+    }
     let generation = rec.connector.generation;
     let mut configs = match cluster
         .call(
             exec,
+            CallKind::TaskConfigs,
             cluster
                 .clients
                 .task_configs_on(exec, &rec.name, rec.tasks_max, generation),
