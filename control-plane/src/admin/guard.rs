@@ -112,8 +112,7 @@ impl Guard {
         let Outcome { code, message } = outcome(&answer);
         self.auth.record(
             self.cluster.store.as_ref(),
-            principal.as_ref(),
-            peer.as_ref(),
+            (principal.as_ref(), peer.as_ref()),
             action,
             connector,
             (code, &message),

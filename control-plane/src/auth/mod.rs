@@ -119,14 +119,14 @@ impl AdminAuth {
     }
 
     /// Records a mutating `action`'s outcome in the audit trail (store and log; see
-    /// [`audit::record`]); does nothing for a read. `outcome` is `OK` or the status code's
-    /// name, `message` the status message (empty when OK), `forwarded_by` the follower
-    /// that forwarded the call (or empty).
+    /// [`audit::record`]) with who called ([`audit::who`]: the principal, or the peer
+    /// certificate of a refused caller); does nothing for a read. `outcome` is `OK` or
+    /// the status code's name, `message` the status message (empty when OK),
+    /// `forwarded_by` the follower that forwarded the call (or empty).
     pub fn record(
         &self,
         store: &dyn crate::store::StateStore,
-        principal: Option<&Principal>,
-        peer: Option<&PeerIdentity>,
+        (principal, peer): (Option<&Principal>, Option<&PeerIdentity>),
         action: AdminAction,
         connector: &str,
         (outcome, message): (&str, &str),
