@@ -219,6 +219,12 @@ pub async fn start_units(
                 if cur.generation != *generation {
                     continue;
                 }
+                // A FAILED report of this generation that arrived before the start's
+                // answer is newer news (the instance failed after it started, for example a
+                // poll that panicked at once): an instance never runs again once failed.
+                if *event == InstanceEvent::Started && cur.state == InstanceState::Failed {
+                    continue;
+                }
                 // The executor's status report may have recorded this already.
                 if cur.state.on(*event) == cur.state
                     && cur.error == *error
