@@ -415,6 +415,14 @@ async fn settle(
     match decide(want, Hosted::from_recorded(inst.state), host) {
         Action::Stop { connector_deleted } => {
             debug_assert!(!connector_deleted, "the herder never stops with true");
+            if inst
+                .executor
+                .as_deref()
+                .is_some_and(|e| cluster.reach_blocked(e))
+            {
+                // Its calls wait for their backoff: looked at again on a later pass.
+                return Ok(false);
+            }
             if !stop_false(cluster, rec, task, inst, view).await {
                 return Ok(false);
             }
@@ -476,10 +484,6 @@ async fn stop_false(
     };
     if exec.epoch != inst.epoch {
         return true;
-    }
-    if cluster.reach_blocked(&exec.id) {
-        // Its calls wait for their backoff: the stop's outcome stays unknown for now.
-        return false;
     }
     let call = StopCall {
         connector: name.to_owned(),
