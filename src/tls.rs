@@ -678,14 +678,96 @@ pub fn check_url(url: &str, tls: &ClientTls) -> Result<Endpoint, TlsError> {
 /// A lazy channel to `endpoint` (made by [`check_url`], with its timeouts set): TLS for
 /// `https://`, plaintext for `http://`. Connections are made on first use and reused.
 pub fn channel(endpoint: Endpoint, tls: ClientTls) -> Channel {
-    endpoint.connect_with_connector_lazy(Connector { tls })
+    endpoint.connect_with_connector_lazy(Connector { tls, expect: None })
+}
+
+/// As [`channel`], and over `https://` the server's certificate must name `expect`
+/// (checked at every handshake, after the CA and host name checks): the control plane
+/// dials an executor by the address it registered, and a certificate holder registering
+/// another executor's address must not get that executor's calls answered in its name
+/// (`docs/security.md`, "The dialed identity"). A mismatch fails the connection with a
+/// [`ServerIdentityError`] naming both identities. Plaintext (`http://`) checks nothing.
+pub fn channel_expecting(endpoint: Endpoint, tls: ClientTls, expect: Identity) -> Channel {
+    endpoint.connect_with_connector_lazy(Connector {
+        tls,
+        expect: Some(expect),
+    })
+}
+
+/// Why the server a client dialed is not the one it meant to call.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum ServerIdentityError {
+    /// The server presented no certificate (cannot happen with TLS 1.2/1.3 servers; kept
+    /// so that every case has an answer).
+    #[error("{peer} presented no certificate; expected {expected}")]
+    NoCertificate {
+        /// `host:port` dialed.
+        peer: String,
+        /// The identity the client meant to call.
+        expected: String,
+    },
+    /// The server's certificate names no Wharf identity.
+    #[error(
+        "{peer} presented a certificate naming no Wharf identity ({reason}); expected {expected}"
+    )]
+    NoIdentity {
+        /// `host:port` dialed.
+        peer: String,
+        /// The identity the client meant to call.
+        expected: String,
+        /// Why the certificate names none.
+        reason: String,
+    },
+    /// The server is someone else.
+    #[error(
+        "{peer} presented the certificate of {presented}, not of {expected}: the address registered for {expected} belongs to another process"
+    )]
+    Mismatch {
+        /// `host:port` dialed.
+        peer: String,
+        /// The identity the client meant to call.
+        expected: String,
+        /// The identity in the server's certificate.
+        presented: String,
+    },
+}
+
+/// Decides whether the identity in a server's leaf certificate (`None`: no certificate)
+/// is the one the client meant to call.
+///
+/// # Errors
+/// [`ServerIdentityError`] naming the peer and both identities.
+pub fn check_server_identity(
+    peer: &str,
+    expected: &Identity,
+    presented: Option<Result<Identity, IdentityError>>,
+) -> Result<(), ServerIdentityError> {
+    match presented {
+        Some(Ok(got)) if &got == expected => Ok(()),
+        Some(Ok(got)) => Err(ServerIdentityError::Mismatch {
+            peer: peer.to_owned(),
+            expected: expected.to_string(),
+            presented: got.to_string(),
+        }),
+        Some(Err(e)) => Err(ServerIdentityError::NoIdentity {
+            peer: peer.to_owned(),
+            expected: expected.to_string(),
+            reason: e.to_string(),
+        }),
+        None => Err(ServerIdentityError::NoCertificate {
+            peer: peer.to_owned(),
+            expected: expected.to_string(),
+        }),
+    }
 }
 
 /// tonic connector: TCP, then TLS for `https://` (config taken per connection, so a
-/// rotated certificate is presented by the next connection).
+/// rotated certificate is presented by the next connection), then the server identity
+/// check when there is one to make.
 #[derive(Clone)]
 struct Connector {
     tls: ClientTls,
+    expect: Option<Identity>,
 }
 
 type ClientIo = TokioIo<Either<SniffPlain, tokio_rustls::client::TlsStream<TcpStream>>>;
@@ -701,6 +783,7 @@ impl tower::Service<Uri> for Connector {
 
     fn call(&mut self, uri: Uri) -> Self::Future {
         let tls = self.tls.config();
+        let expect = self.expect.clone();
         Box::pin(async move {
             // check_url's form of an https:// URL (or a plain https:// one).
             let https = uri.path() == TLS_TARGET_PATH || uri.scheme_str() == Some("https");
@@ -739,6 +822,16 @@ impl tower::Service<Uri> for Connector {
                         ),
                     )
                 })?;
+            if let Some(expected) = &expect {
+                let presented = stream
+                    .get_ref()
+                    .1
+                    .peer_certificates()
+                    .and_then(|c| c.first())
+                    .map(|leaf| Identity::from_cert_der(leaf, DEFAULT_TRUST_DOMAIN));
+                check_server_identity(&peer, expected, presented)
+                    .map_err(|e| io::Error::new(io::ErrorKind::PermissionDenied, e))?;
+            }
             Ok(TokioIo::new(Either::Right(stream)))
         })
     }
@@ -896,6 +989,44 @@ mod tests {
             BindDecision::PlaintextInsecure
         );
         assert_eq!(bind_decision(&any, false, false), BindDecision::Refuse);
+    }
+
+    #[test]
+    fn server_identity_check_covers_every_case() {
+        let exec = |id: &str| Identity::Executor(id.into());
+        let peer = "127.0.0.2:7000";
+        assert_eq!(
+            check_server_identity(peer, &exec("exec-1"), Some(Ok(exec("exec-1")))),
+            Ok(())
+        );
+        let err = check_server_identity(peer, &exec("exec-2"), Some(Ok(exec("exec-1"))))
+            .expect_err("someone else");
+        let text = err.to_string();
+        assert!(
+            matches!(err, ServerIdentityError::Mismatch { .. }),
+            "{text}"
+        );
+        assert!(
+            text.contains("spiffe://wharf/executor/exec-1")
+                && text.contains("spiffe://wharf/executor/exec-2")
+                && text.contains(peer),
+            "{text}"
+        );
+        let err = check_server_identity(peer, &exec("exec-2"), Some(Ok(Identity::ControlPlane)))
+            .expect_err("a control plane is no executor");
+        assert!(matches!(err, ServerIdentityError::Mismatch { .. }), "{err}");
+        let err = check_server_identity(peer, &exec("exec-2"), Some(Err(IdentityError::NoUri)))
+            .expect_err("no identity");
+        assert!(
+            matches!(err, ServerIdentityError::NoIdentity { .. }),
+            "{err}"
+        );
+        assert!(err.to_string().contains("exec-2"), "{err}");
+        let err = check_server_identity(peer, &exec("exec-2"), None).expect_err("no certificate");
+        assert!(
+            matches!(err, ServerIdentityError::NoCertificate { .. }),
+            "{err}"
+        );
     }
 
     #[test]

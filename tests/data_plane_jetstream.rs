@@ -93,6 +93,7 @@ async fn cluster(dir: KeepOnFailure, nats_url: &str) -> TestCluster {
         cp,
         addr,
         executors,
+        tls: None,
     };
     c.wait_alive(3).await;
     c

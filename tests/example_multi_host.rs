@@ -3,7 +3,9 @@
 //! free port) and the PostgreSQL at 127.0.0.1:5432 (scripts/setup-services; the script
 //! creates and drops its own database); `postgres-audit` -> `file-sink` across executors;
 //! the executor hosting task 0 is killed during the delete and the script checks that the
-//! cleanup finished on another executor and left nothing in the catalog.
+//! cleanup finished on another executor and left nothing in the catalog. Every process
+//! runs with mutual TLS (certificates from `wharf-control-plane certs`), admin calls carry
+//! a bearer token or the admin client certificate, and a call with neither is refused.
 //!
 //! Build first: `cargo build -p wharf-control-plane -p wharf-executor`.
 
@@ -61,6 +63,11 @@ fn multi_host_example_passes_its_own_checks() {
             assert!(
                 text.contains("task 0's cleanup finished on"),
                 "the script did not show where task 0's cleanup finished:\n{text}"
+            );
+            assert!(
+                text.contains("without a token or client certificate: Unauthenticated")
+                    && text.contains("every executor is reached over mutual TLS"),
+                "the script did not show the cluster running with mutual TLS:\n{text}"
             );
         }
         Some(s) => panic!("examples/multi-host/run.sh failed ({s}):\n{text}"),

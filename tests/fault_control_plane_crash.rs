@@ -13,8 +13,8 @@
 use serde_json::json;
 use wharf_harness::cluster::{CONVERGE, TestCluster};
 use wharf_harness::fault::{
-    CRASH_AT_ENV, admin_forgot, create_running, exactly_one_completed_true, gone, start_cluster,
-    store_keys_of, units, wait_exit,
+    CRASH_AT_ENV, admin_forgot, create_running, exactly_one_completed_true, gone,
+    start_mtls_cluster, store_keys_of, units, wait_exit,
 };
 use wharf_harness::lifecycle::Lifecycle;
 use wharf_harness::wait_until;
@@ -29,7 +29,7 @@ fn trues_so_far(c: &TestCluster, name: &str) -> usize {
 }
 
 async fn crash_during_deletion_and_resume(point: &str, trues_before_restart: &[usize]) {
-    let mut c = start_cluster(2, &[(CRASH_AT_ENV, point)]).await;
+    let mut c = start_mtls_cluster(2, &[(CRASH_AT_ENV, point)]).await;
     let name = "crashy";
     let mut cfg = c.source_config(name, 2);
     cfg["test.records.per.poll"] = json!("5");

@@ -12,8 +12,8 @@
 use serde_json::json;
 use wharf_harness::cluster::CONVERGE;
 use wharf_harness::fault::{
-    admin_forgot, completed_trues, create_running, exactly_one_completed_true, gone, start_cluster,
-    units, wait_executor,
+    admin_forgot, completed_trues, create_running, exactly_one_completed_true, gone,
+    start_mtls_cluster, units, wait_executor,
 };
 use wharf_harness::lifecycle::Lifecycle;
 use wharf_harness::wait_until;
@@ -21,7 +21,7 @@ use wharf_harness::wait_until;
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn paused_stopped_and_failed_connectors_deleted_with_no_executor_alive_are_cleaned_up_when_one_registers()
  {
-    let mut c = start_cluster(1, &[]).await;
+    let mut c = start_mtls_cluster(1, &[]).await;
 
     create_running(&c, "parked-paused", c.source_config("parked-paused", 2), 2).await;
     assert_eq!(

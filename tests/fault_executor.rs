@@ -10,8 +10,8 @@
 use serde_json::{Value, json};
 use wharf_harness::cluster::{CONVERGE, TEST_LEASE_MS, TestCluster};
 use wharf_harness::fault::{
-    admin_forgot, completed_trues, create_running, done_steps_in_log, gone, now_ms, start_cluster,
-    units, wait_executor,
+    admin_forgot, completed_trues, create_running, done_steps_in_log, gone, now_ms,
+    start_mtls_cluster, units, wait_executor,
 };
 use wharf_harness::lifecycle::Lifecycle;
 use wharf_harness::wait_until;
@@ -56,7 +56,7 @@ async fn wait_stop_true_begun(c: &TestCluster, name: &str, executor: &str) -> i6
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn executor_killed_just_after_the_delete_gets_its_cleanup_rehosted_and_comes_back_clean() {
-    let mut c = start_cluster(2, &[]).await;
+    let mut c = start_mtls_cluster(2, &[]).await;
     let name = "killed-after";
     let mut cfg = c.source_config(name, 2);
     // The stop(true) is still running when the executor dies.
@@ -136,7 +136,7 @@ async fn executor_killed_just_after_the_delete_gets_its_cleanup_rehosted_and_com
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn executor_frozen_during_stop_task_times_out_is_rehosted_and_fenced_once_resumed() {
-    let c = start_cluster(2, &[]).await;
+    let c = start_mtls_cluster(2, &[]).await;
     let name = "frozen";
     let mut cfg = c.source_config(name, 2);
     cfg["test.stop.delay.ms"] = json!("1000");

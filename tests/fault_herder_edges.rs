@@ -12,7 +12,9 @@ use serde_json::{Value, json};
 use wharf_harness::cluster::{
     CONVERGE, TEST_HEARTBEAT_INTERVAL_MS, TEST_LEASE_MS, TestCluster, grpcurl,
 };
-use wharf_harness::fault::{create_running, gone, now_ms, start_cluster, wait_executor};
+use wharf_harness::fault::{
+    create_running, gone, now_ms, start_cluster, start_mtls_cluster, wait_executor,
+};
 use wharf_harness::lifecycle::Lifecycle;
 use wharf_harness::{Proc, bin, wait_until};
 
@@ -93,7 +95,7 @@ fn hosted_of(c: &TestCluster, executor: &str, name: &str) -> Vec<Value> {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn deleting_a_connector_whose_tasks_failed_stops_each_failed_instance_itself_with_true() {
-    let c = start_cluster(1, &[]).await;
+    let c = start_mtls_cluster(1, &[]).await;
     let name = "failed-tasks";
     let mut cfg = c.source_config(name, 2);
     cfg["test.poll.panic"] = json!("true");
@@ -133,7 +135,7 @@ async fn deleting_a_connector_whose_tasks_failed_stops_each_failed_instance_itse
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn deleting_a_connector_whose_start_failed_stops_that_instance_with_true() {
-    let c = start_cluster(1, &[]).await;
+    let c = start_mtls_cluster(1, &[]).await;
     let name = "failed-start";
     let mut cfg = c.source_config(name, 1);
     cfg["test.start.fail"] = json!("true");
@@ -160,7 +162,7 @@ async fn deleting_a_connector_whose_start_failed_stops_that_instance_with_true()
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn stopping_a_connector_with_failed_tasks_leaves_no_instance_on_any_executor() {
-    let c = start_cluster(2, &[]).await;
+    let c = start_mtls_cluster(2, &[]).await;
     let name = "stop-failed";
     let mut cfg = c.source_config(name, 2);
     cfg["test.poll.panic"] = json!("true");
@@ -214,7 +216,7 @@ fn starts_in_log(log: &str, name: &str, not_on: &str) -> Vec<(String, i64)> {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_frozen_executor_stalls_no_other_connector_and_fails_over_within_lease_plus_two_seconds()
 {
-    let c = start_cluster(3, &[]).await;
+    let c = start_mtls_cluster(3, &[]).await;
     // `held` stops slowly, so that its pause leaves a stop call in flight to exec-2.
     let held = "held";
     let mut cfg = c.source_config(held, 3);
@@ -328,6 +330,8 @@ async fn a_frozen_executor_stalls_no_other_connector_and_fails_over_within_lease
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_executor_with_an_unreachable_address_gets_starts_with_backoff_and_is_shown_unreachable()
 {
+    // Plaintext: the executor's advertised address is what is wrong here, not its
+    // certificate (tests/executor_identity.rs covers a borrowed address under mTLS).
     let c = start_cluster(0, &[]).await;
     let d = c.dir.path().join("exec-wrong");
     // Listens on 127.0.0.2 but advertises a port nobody listens on.
@@ -389,7 +393,7 @@ async fn an_executor_with_an_unreachable_address_gets_starts_with_backoff_and_is
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_task_its_executor_no_longer_hosts_is_corrected_from_the_heartbeat_and_started_again() {
-    let c = start_cluster(1, &[]).await;
+    let c = start_mtls_cluster(1, &[]).await;
     let name = "lost-instance";
     let s = create_running(&c, name, c.source_config(name, 1), 1).await;
     let generation: u64 = s["tasks"][0]["status"]["generation"]
@@ -442,7 +446,7 @@ async fn a_task_its_executor_no_longer_hosts_is_corrected_from_the_heartbeat_and
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_cleanly_stopped_executor_is_forgotten_after_five_leases_lost() {
-    let mut c = start_cluster(2, &[]).await;
+    let mut c = start_mtls_cluster(2, &[]).await;
     let _ = c.executors[1].terminate(Duration::from_secs(20)).await;
     wait_executor(&c, "exec-2", "EXECUTOR_STATE_LOST").await;
     let lost_at = Instant::now();
@@ -467,7 +471,7 @@ async fn a_cleanly_stopped_executor_is_forgotten_after_five_leases_lost() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_failed_cleanup_step_says_whether_it_still_retries_or_gave_up() {
-    let c = start_cluster(1, &[]).await;
+    let c = start_mtls_cluster(1, &[]).await;
     let name = "says-which";
     let mut cfg = c.source_config(name, 1);
     cfg["test.stop.fail.times"] = json!("100");

@@ -15,7 +15,9 @@ use serde_json::{Value, json};
 use wharf_harness::cluster::{
     ALREADY_EXISTS, CONVERGE, Call, FAILED_PRECONDITION, NOT_FOUND, TestCluster, grpcurl,
 };
-use wharf_harness::fault::{admin_forgot, completed_trues, create_running, gone, start_cluster};
+use wharf_harness::fault::{
+    admin_forgot, completed_trues, create_running, gone, start_mtls_cluster,
+};
 use wharf_harness::lifecycle::Lifecycle;
 use wharf_harness::wait_until;
 
@@ -192,7 +194,7 @@ fn never_saw_true(c: &TestCluster, name: &str) {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn delete_racing_with_create_of_the_same_name() {
-    let c = start_cluster(2, &[]).await;
+    let c = start_mtls_cluster(2, &[]).await;
     // The connector exists: the create loses, whatever the order.
     let name = "race-create-existing";
     create_running(&c, name, c.source_config(name, 2), 2).await;
@@ -238,7 +240,7 @@ async fn delete_racing_with_create_of_the_same_name() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn delete_racing_with_restart_and_config_update() {
-    let c = start_cluster(2, &[]).await;
+    let c = start_mtls_cluster(2, &[]).await;
     for round in 0..2 {
         let name = format!("race-restart-{round}");
         create_running(&c, &name, c.source_config(&name, 2), 2).await;
@@ -288,7 +290,7 @@ async fn delete_racing_with_restart_and_config_update() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn two_deletes_at_once_record_one_deletion_and_clean_up_once() {
-    let c = start_cluster(2, &[]).await;
+    let c = start_mtls_cluster(2, &[]).await;
     for round in 0..3 {
         let name = format!("race-delete-{round}");
         create_running(&c, &name, c.source_config(&name, 2), 2).await;

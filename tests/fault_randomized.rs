@@ -20,7 +20,7 @@ use std::time::Duration;
 
 use serde_json::json;
 use wharf_harness::cluster::{FAILED_PRECONDITION, NOT_FOUND};
-use wharf_harness::fault::{completed_trues, gone, now_ms, start_cluster, store_names};
+use wharf_harness::fault::{completed_trues, gone, now_ms, start_mtls_cluster, store_names};
 use wharf_harness::lifecycle::Lifecycle;
 use wharf_harness::wait_until;
 
@@ -72,7 +72,7 @@ async fn randomized_creates_deletes_restarts_and_crashes_keep_the_cleanup_invari
         .unwrap_or(DEFAULT_STEPS);
     eprintln!("randomized seed: WHARF_RANDOMIZED_SEED={seed} (steps {steps})");
     let mut rng = Rng(seed);
-    let mut c = start_cluster(EXECUTORS, &[]).await;
+    let mut c = start_mtls_cluster(EXECUTORS, &[]).await;
     let mut alive = [true; EXECUTORS];
     let mut incs: Vec<Incarnation> = Vec::new();
     // Name -> index into incs of its live incarnation.

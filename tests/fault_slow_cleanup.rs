@@ -16,13 +16,13 @@
 
 use serde_json::{Value, json};
 use wharf_harness::cluster::{CONVERGE, FAILED_PRECONDITION, grpcurl_stream};
-use wharf_harness::fault::{admin_forgot, create_running, gone, start_cluster};
+use wharf_harness::fault::{admin_forgot, create_running, gone, start_mtls_cluster};
 use wharf_harness::lifecycle::Lifecycle;
 use wharf_harness::wait_until;
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn slow_cleanup_times_out_is_retried_to_the_limit_stays_visible_and_can_be_forced() {
-    let c = start_cluster(1, &[]).await;
+    let c = start_mtls_cluster(1, &[]).await;
     let name = "sluggish";
     let mut cfg = c.source_config(name, 1);
     cfg["test.stop.delay.ms"] = json!("3000");
@@ -144,7 +144,7 @@ async fn slow_cleanup_times_out_is_retried_to_the_limit_stays_visible_and_can_be
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_name_freed_by_force_is_taken_again_only_after_the_skipped_stop_ended() {
-    let c = start_cluster(1, &[]).await;
+    let c = start_mtls_cluster(1, &[]).await;
     let name = "forced";
     let mut cfg = c.source_config(name, 1);
     cfg["test.stop.delay.ms"] = json!("4000");

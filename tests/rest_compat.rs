@@ -125,6 +125,7 @@ async fn start(executors: usize) -> (TestCluster, Rest) {
         cp,
         addr,
         executors: Vec::new(),
+        tls: None,
     };
     for i in 0..executors {
         c.add_executor(i).await;

@@ -484,6 +484,22 @@ async fn tls_and_plaintext_meeting_fail_with_a_message_naming_the_peer() {
     let code = exit_code(&mut e3).await;
     assert_ne!(code, Some(0), "{}", e3.log());
     assert!(e3.log().contains("no TLS is configured"), "{}", e3.log());
+    // The reverse: TLS configured and an http:// URL: refuses to start too.
+    let mut e4 = spawn_executor(
+        root.path(),
+        "e4",
+        "127.0.0.5",
+        &format!("http://{tls_addr}"),
+        certs.flags("executor-exec-a"),
+    );
+    let code = exit_code(&mut e4).await;
+    assert_ne!(code, Some(0), "{}", e4.log());
+    assert!(
+        e4.log().contains("is an http:// URL but TLS is configured")
+            && e4.log().contains("--control-plane"),
+        "{}",
+        e4.log()
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -10,7 +10,6 @@ use std::path::Path;
 use std::time::{Duration, Instant};
 
 use anyhow::{Context, bail};
-use tonic::transport::Channel;
 use tonic_health::pb::HealthCheckRequest;
 use tonic_health::pb::health_client::HealthClient;
 use wharf::ids::ConnectorName;
@@ -110,8 +109,15 @@ fn all_running(status: &wharf::pb::v1::ConnectorStatus, tasks: usize) -> bool {
             .all(|t| t.status.as_ref().is_some_and(|s| s.state == running))
 }
 
-/// Runs benchmark 1 with `runs` measured deletions.
-pub async fn run(bin_dir: &Path, root: &Path, runs: usize) -> anyhow::Result<DeletionResult> {
+/// Runs benchmark 1 with `runs` measured deletions; `mtls`: every process and the
+/// benchmark's own clients speak mutual TLS (the floor's admin round trip and StopTask
+/// fan-out too, over connections made once and reused).
+pub async fn run(
+    bin_dir: &Path,
+    root: &Path,
+    runs: usize,
+    mtls: bool,
+) -> anyhow::Result<DeletionResult> {
     let cluster = Cluster::start(
         bin_dir,
         &root.join("cluster"),
@@ -120,6 +126,7 @@ pub async fn run(bin_dir: &Path, root: &Path, runs: usize) -> anyhow::Result<Del
             lease_ms: 10_000,
             heartbeat_ms: 1_000,
             nats_url: None,
+            mtls,
         },
     )
     .await?;
@@ -128,10 +135,9 @@ pub async fn run(bin_dir: &Path, root: &Path, runs: usize) -> anyhow::Result<Del
     let mut health = HealthClient::new(cluster.cp_channel.clone());
     let mut execs = Vec::new();
     for (_, addr) in &cluster.executors {
-        let ch = Channel::from_shared(format!("http://{addr}"))?
-            .connect()
-            .await?;
-        execs.push(ExecutorClient::new(ch));
+        // Only the control plane's certificate may call an executor.
+        let tls = cluster.pki.as_ref().map(|p| (p, "control-plane"));
+        execs.push(ExecutorClient::new(crate::procs::connect(addr, tls).await?));
     }
     let store_dir = root.join("floor-store");
     std::fs::create_dir_all(&store_dir)?;

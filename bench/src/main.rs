@@ -125,7 +125,8 @@ async fn main() -> anyhow::Result<()> {
     };
     if args.wants("deletion") {
         eprintln!("[bench] 1/4 deletion latency ({DELETION_RUNS} runs)");
-        let del = deletion::run(&args.bin_dir, &root.join("deletion"), DELETION_RUNS).await?;
+        let del =
+            deletion::run(&args.bin_dir, &root.join("deletion"), DELETION_RUNS, false).await?;
         eprintln!(
             "[bench] deletion p50 {:.2} ms p99 {:.2} ms floor {:.2} ms ratio {:.2}x",
             del.p50(),
@@ -134,6 +135,22 @@ async fn main() -> anyhow::Result<()> {
             del.ratio()
         );
         r.deletion = Some(del);
+        eprintln!("[bench] 1/4 deletion latency with mTLS ({DELETION_RUNS} runs)");
+        let del = deletion::run(
+            &args.bin_dir,
+            &root.join("deletion-mtls"),
+            DELETION_RUNS,
+            true,
+        )
+        .await?;
+        eprintln!(
+            "[bench] deletion with mTLS p50 {:.2} ms p99 {:.2} ms floor {:.2} ms ratio {:.2}x",
+            del.p50(),
+            del.p99(),
+            median(&del.floors),
+            del.ratio()
+        );
+        r.deletion_mtls = Some(del);
     }
     if args.wants("dataplane") {
         eprintln!("[bench] 4/4 data plane (embedded, JetStream), {DATAPLANE_RUNS} runs each");
@@ -162,6 +179,8 @@ async fn main() -> anyhow::Result<()> {
 #[derive(Default)]
 struct Results {
     deletion: Option<deletion::DeletionResult>,
+    /// The same benchmark with mutual TLS everywhere (issue 14).
+    deletion_mtls: Option<deletion::DeletionResult>,
     embedded: Option<dataplane::BackendResult>,
     jetstream: Option<dataplane::BackendResult>,
     target: Vec<scale::ScalePoint>,
@@ -187,6 +206,7 @@ async fn run_embedded(
             lease_ms: 10_000,
             heartbeat_ms: 1_000,
             nats_url: None,
+            mtls: false,
         },
     )
     .await?;
@@ -216,6 +236,7 @@ async fn run_jetstream(
         lease_ms: 10_000,
         heartbeat_ms: 1_000,
         nats_url: Some(nats.url.clone()),
+        mtls: false,
     };
     for r in 0..DATAPLANE_RUNS {
         out.raw
@@ -443,6 +464,20 @@ async fn curve_step(
     }
 }
 
+/// The mTLS deletion figure beside the plaintext one: the mTLS run's p50 over its own
+/// floor (measured over mTLS), and how much mTLS adds to the plaintext p50 (target: at
+/// most 10 %, issue 14).
+fn mtls_line(plain: &deletion::DeletionResult, tls: &deletion::DeletionResult) -> String {
+    let added = (tls.p50() / plain.p50() - 1.0) * 100.0;
+    format!(
+        "deletion latency with mTLS, p50 / floor: {:.2}x (p50 {:.2} ms, plaintext {:.2} ms: {added:+.1} %, target at most +10 %: {})",
+        tls.ratio(),
+        tls.p50(),
+        plain.p50(),
+        met(added <= 10.0)
+    )
+}
+
 fn render(r: &Results) -> String {
     let target = &r.target[..];
     let curve = &r.curve[..];
@@ -473,6 +508,9 @@ fn render(r: &Results) -> String {
                 "deletion latency, p50 / floor: not measured in this run\n"
             );
         }
+    }
+    if let (Some(plain), Some(tls)) = (&r.deletion, &r.deletion_mtls) {
+        let _ = writeln!(s, "{}\n", mtls_line(plain, tls));
     }
 
     let _ = writeln!(s, "## Machine\n");

@@ -133,6 +133,94 @@ pub struct ClusterOptions {
     pub heartbeat_ms: u32,
     /// JetStream URL for the executors' record log; embedded when None.
     pub nats_url: Option<String>,
+    /// Mutual TLS between every process (certificates made under the cluster's root with
+    /// `wharf::certs`, as `wharf-control-plane certs` does; docs/security.md).
+    pub mtls: bool,
+}
+
+/// Where the certificates of an mTLS cluster are.
+#[derive(Debug, Clone)]
+pub struct Pki {
+    /// Directory of `ca.pem` and the leaves.
+    pub dir: PathBuf,
+}
+
+impl Pki {
+    fn make(dir: &Path, executors: usize) -> anyhow::Result<Self> {
+        use wharf::identity::{AdminRole, Identity};
+        wharf::certs::init_ca(dir)?;
+        wharf::certs::issue(dir, &Identity::ControlPlane, &[])?;
+        wharf::certs::issue(
+            dir,
+            &Identity::Admin {
+                role: AdminRole::Admin,
+                name: "bench".into(),
+            },
+            &[],
+        )?;
+        for i in 0..executors {
+            Self::issue_executor(dir, i)?;
+        }
+        Ok(Self {
+            dir: dir.to_owned(),
+        })
+    }
+
+    fn issue_executor(dir: &Path, i: usize) -> anyhow::Result<()> {
+        let id = wharf::identity::Identity::Executor(format!("exec-{}", i + 1));
+        if !dir
+            .join(format!("{}.pem", wharf::certs::leaf_name(&id)))
+            .exists()
+        {
+            wharf::certs::issue(dir, &id, &[format!("127.0.0.{}", i + 2)])?;
+        }
+        Ok(())
+    }
+
+    /// `--tls-cert/--tls-key/--tls-ca` presenting `leaf`.
+    fn flags(&self, leaf: &str) -> Vec<String> {
+        vec![
+            "--tls-cert".into(),
+            self.dir.join(format!("{leaf}.pem")).display().to_string(),
+            "--tls-key".into(),
+            self.dir.join(format!("{leaf}.key")).display().to_string(),
+            "--tls-ca".into(),
+            self.dir.join(wharf::certs::CA_CERT).display().to_string(),
+        ]
+    }
+
+    /// A client presenting `leaf` (`admin-bench`, `control-plane`), trusting the CA.
+    pub fn client(&self, leaf: &str) -> anyhow::Result<wharf::tls::ClientTls> {
+        let (cert, key) = (
+            self.dir.join(format!("{leaf}.pem")),
+            self.dir.join(format!("{leaf}.key")),
+        );
+        Ok(wharf::tls::ClientTls::Fixed(wharf::tls::client_config(
+            &self.dir.join(wharf::certs::CA_CERT),
+            Some((&cert, &key)),
+        )?))
+    }
+}
+
+/// A connected channel to `addr` (`IP:PORT`): `http://`, or `https://` presenting
+/// `leaf` of `pki`. Connections are made once and reused by every call.
+pub async fn connect(addr: &str, tls: Option<(&Pki, &str)>) -> anyhow::Result<Channel> {
+    let Some((pki, leaf)) = tls else {
+        return Ok(Channel::from_shared(format!("http://{addr}"))?
+            .connect()
+            .await?);
+    };
+    let client = pki.client(leaf)?;
+    let endpoint = wharf::tls::check_url(&format!("https://{addr}"), &client)?;
+    let ch = wharf::tls::channel(endpoint, client);
+    // Lazy: make the connection (and its one handshake) now, not in the first timed call.
+    tonic_health::pb::health_client::HealthClient::new(ch.clone())
+        .check(tonic_health::pb::HealthCheckRequest {
+            service: String::new(),
+        })
+        .await
+        .map_err(|s| anyhow::anyhow!("TLS connection to {addr}: {s}"))?;
+    Ok(ch)
 }
 
 /// One control plane and its executors.
@@ -147,31 +235,35 @@ pub struct Cluster {
     pub admin: ConnectorAdminClient<Channel>,
     /// Channel to the control plane.
     pub cp_channel: Channel,
+    /// Certificates, with mutual TLS.
+    pub pki: Option<Pki>,
 }
 
 impl Cluster {
     /// Starts the processes under `root` and waits until every executor is ALIVE.
     pub async fn start(bin_dir: &Path, root: &Path, opts: &ClusterOptions) -> anyhow::Result<Self> {
         let cp_dir = root.join("cp");
-        let mut cp = Proc::spawn(
-            &bin_dir.join("wharf-control-plane"),
-            &[
-                "--listen".into(),
-                "127.0.0.1:0".into(),
-                "--data-dir".into(),
-                cp_dir.display().to_string(),
-                "--lease-ms".into(),
-                opts.lease_ms.to_string(),
-                "--heartbeat-interval-ms".into(),
-                opts.heartbeat_ms.to_string(),
-            ],
-            &cp_dir,
-        )?;
+        let pki = if opts.mtls {
+            Some(Pki::make(&root.join("pki"), opts.executors)?)
+        } else {
+            None
+        };
+        let mut cp_args: Vec<String> = vec![
+            "--listen".into(),
+            "127.0.0.1:0".into(),
+            "--data-dir".into(),
+            cp_dir.display().to_string(),
+            "--lease-ms".into(),
+            opts.lease_ms.to_string(),
+            "--heartbeat-interval-ms".into(),
+            opts.heartbeat_ms.to_string(),
+        ];
+        cp_args.extend(pki.iter().flat_map(|p| p.flags("control-plane")));
+        let mut cp = Proc::spawn(&bin_dir.join("wharf-control-plane"), &cp_args, &cp_dir)?;
         let cp_addr = cp.listen_addr().await?;
-        let cp_channel = Channel::from_shared(format!("http://{cp_addr}"))?
-            .connect()
-            .await?;
+        let cp_channel = connect(&cp_addr, pki.as_ref().map(|p| (p, "admin-bench"))).await?;
         let mut c = Self {
+            pki,
             cp,
             cp_addr,
             executors: Vec::new(),
@@ -199,11 +291,12 @@ impl Cluster {
         opts: &ClusterOptions,
     ) -> anyhow::Result<Proc> {
         let d = root.join(format!("exec-{}", i + 1));
+        let scheme = if self.pki.is_some() { "https" } else { "http" };
         let mut args = vec![
             "--listen".into(),
             format!("127.0.0.{}:0", i + 2),
             "--control-plane".into(),
-            format!("http://{}", self.cp_addr),
+            format!("{scheme}://{}", self.cp_addr),
             "--data-dir".into(),
             d.display().to_string(),
             "--executor-id".into(),
@@ -217,6 +310,10 @@ impl Cluster {
         if let Some(url) = &opts.nats_url {
             args.push("--nats-url".into());
             args.push(url.clone());
+        }
+        if let Some(pki) = &self.pki {
+            Pki::issue_executor(&pki.dir, i)?;
+            args.extend(pki.flags(&format!("executor-exec-{}", i + 1)));
         }
         Proc::spawn(&bin_dir.join("wharf-executor"), &args, &d)
     }

@@ -151,7 +151,11 @@ impl Executor for FakeExecutor {
         &self,
         _r: Request<pb::ListAssignmentsRequest>,
     ) -> Result<Response<pb::ListAssignmentsResponse>, Status> {
-        Ok(Response::new(pb::ListAssignmentsResponse::default()))
+        // The control plane probes a new executor's address: it must answer as itself.
+        Ok(Response::new(pb::ListAssignmentsResponse {
+            executor_id: "fake-1".into(),
+            ..Default::default()
+        }))
     }
 }
 

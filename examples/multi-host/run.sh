@@ -4,6 +4,9 @@
 # record log, a `postgres-audit` connector feeding a `file-sink` across them; then an
 # executor is killed (kill -9) as its connector is deleted, and the cleanup (drop the
 # triggers, the trigger function and the audit table) finishes on another executor.
+# Every connection is mutual TLS with certificates made by `wharf-control-plane certs`;
+# admin calls carry an operator's bearer token (or the admin client certificate), as
+# docs/security.md documents.
 #
 # Checks its own results and exits non-zero (printing why and where the logs are) if
 # anything is off. Needs: the binaries (built with cargo when missing), nats-server,
@@ -62,12 +65,16 @@ wait_for() {
   printf 'ok\n'
 }
 
-admin() { # admin METHOD [JSON]: as the example's operator (bearer token, docs/security.md)
+admin() { # admin METHOD [JSON]: as the example's operator (bearer token over TLS, docs/security.md)
   if [[ $# -ge 2 ]]; then
-    "$grpcurl" -plaintext -max-time 10 -H "authorization: Bearer $token" -d "$2" "$cp" "wharf.v1.ConnectorAdmin/$1"
+    "$grpcurl" -cacert "$pki/ca.pem" -max-time 10 -H "authorization: Bearer $token" -d "$2" "$cp" "wharf.v1.ConnectorAdmin/$1"
   else
-    "$grpcurl" -plaintext -max-time 10 -H "authorization: Bearer $token" "$cp" "wharf.v1.ConnectorAdmin/$1"
+    "$grpcurl" -cacert "$pki/ca.pem" -max-time 10 -H "authorization: Bearer $token" "$cp" "wharf.v1.ConnectorAdmin/$1"
   fi
+}
+admin_cert() { # admin_cert METHOD: as the admin client certificate (-cacert/-cert/-key)
+  "$grpcurl" -cacert "$pki/ca.pem" -cert "$pki/admin-example-admin.pem" -key "$pki/admin-example-admin.key" \
+    -max-time 10 "$cp" "wharf.v1.ConnectorAdmin/$1"
 }
 sql() { psql -h "$pg_host" -p "$pg_port" -U "$pg_user" -d "$db" -qAtc "$1"; }
 
@@ -97,21 +104,38 @@ wait_for "nats-server to listen" ports_file
 nats_url="$(jq -r '.nats[0]' "$(ports_path)")"
 say "    NATS JetStream at $nats_url"
 
+# Certificates for every process and an admin client (docs/security.md, "Creating
+# certificates"): server certificates name the loopback address each process listens on.
+pki="$work/pki"
+certs() { "$bin/wharf-control-plane" certs "$@" --dir "$pki" >/dev/null || fail "wharf-control-plane certs $* failed"; }
+certs init
+certs control-plane
+for i in 1 2 3; do certs executor --id "exec-$i" --host "127.0.0.$((i + 1))"; done
+certs admin --name example-admin --role admin
+tls() { printf -- '--tls-cert %s --tls-key %s --tls-ca %s' "$pki/$1.pem" "$pki/$1.key" "$pki/ca.pem"; }
+say "    certificates (CA, control plane, exec-1..3, admin client) in $pki"
 # An operator's bearer token: the file keeps only its hash (docs/security.md, "Tokens").
 token="$("$bin/wharf-control-plane" token --name example-operator --role operator 2>&1 >"$work/admin-tokens.toml" | tail -n 1)"
 [[ "$token" == wharf_* ]] || fail "could not mint an admin token: $token"
 RUST_LOG="${RUST_LOG:-info}" "$bin/wharf-control-plane" --listen 127.0.0.1:0 --data-dir "$work/cp" \
-  --lease-ms "$lease_ms" --heartbeat-interval-ms "$heartbeat_ms" --admin-tokens "$work/admin-tokens.toml" >"$work/cp.log" 2>&1 &
+  --lease-ms "$lease_ms" --heartbeat-interval-ms "$heartbeat_ms" --admin-tokens "$work/admin-tokens.toml" \
+  $(tls control-plane) >"$work/cp.log" 2>&1 &
 pids+=($!)
 wait_for "the control plane to bind" test -s "$work/cp/listen.addr"
 cp="$(cat "$work/cp/listen.addr")"
-say "    control plane (admin API and executor registry) at $cp"
+say "    control plane (admin API and executor registry) at https://$cp"
+# Without credentials the admin API answers UNAUTHENTICATED (and the TLS listener refuses
+# plaintext outright).
+refused="$("$grpcurl" -cacert "$pki/ca.pem" -max-time 10 "$cp" wharf.v1.ConnectorAdmin/ListConnectors 2>&1)" \
+  && fail "ListConnectors without credentials was answered: $refused"
+grep -q Unauthenticated <<<"$refused" || fail "ListConnectors without credentials: expected Unauthenticated, got: $refused"
+say "    a call without a token or client certificate: Unauthenticated"
 
 declare -A exec_pid
 for i in 1 2 3; do
-  RUST_LOG="${RUST_LOG:-info}" "$bin/wharf-executor" --listen "127.0.0.$((i + 1)):0" --control-plane "http://$cp" \
+  RUST_LOG="${RUST_LOG:-info}" "$bin/wharf-executor" --listen "127.0.0.$((i + 1)):0" --control-plane "https://$cp" \
     --data-dir "$work/exec-$i" --executor-id "exec-$i" --nats-url "$nats_url" --graceful-timeout-ms 5000 \
-    --file-root "$work" \
+    --file-root "$work" $(tls "executor-exec-$i") \
     >"$work/exec-$i.log" 2>&1 &
   pids+=($!)
   exec_pid["exec-$i"]=$!
@@ -119,7 +143,10 @@ done
 alive_count() { admin ListExecutors | jq '[.executors[]? | select(.state == "EXECUTOR_STATE_ALIVE")] | length'; }
 three_alive() { [[ "$(alive_count)" == 3 ]]; }
 wait_for "three executors to register" three_alive
-admin ListExecutors | jq -r '.executors[] | "    \(.id) at \(.address): \(.state)"'
+admin_cert ListExecutors | jq -r '.executors[] | "    \(.id) at \(.address): \(.state)"'
+https_count="$(admin ListExecutors | jq '[.executors[]? | select(.address | startswith("https://"))] | length')"
+[[ "$https_count" == 3 ]] || fail "expected 3 executors at https:// addresses, found $https_count"
+say "    (listed with the admin client certificate; every executor is reached over mutual TLS)"
 
 step "[3/8] creating tables customers and orders, and the connectors"
 sql "CREATE TABLE customers (id serial PRIMARY KEY, name text NOT NULL);
@@ -158,7 +185,7 @@ step "[5/8] killing (kill -9) the executor that runs pg-audit task 0, and deleti
 victim="$(admin GetConnectorStatus '{"name":"pg-audit"}' | jq -r '.status.tasks[] | select((.task // 0) == 0) | .status.executorId')"
 [[ -n "$victim" && -n "${exec_pid[$victim]:-}" ]] || fail "could not tell which executor runs pg-audit task 0 (got '$victim')"
 # Every status change of pg-audit until its deletion ends (the stream closes after DELETED).
-"$grpcurl" -plaintext -H "authorization: Bearer $token" -d '{"name":"pg-audit"}' "$cp" wharf.v1.ConnectorAdmin/WatchConnector >"$work/watch.json" 2>&1 &
+"$grpcurl" -cacert "$pki/ca.pem" -H "authorization: Bearer $token" -d '{"name":"pg-audit"}' "$cp" wharf.v1.ConnectorAdmin/WatchConnector >"$work/watch.json" 2>&1 &
 watch_pid=$!
 pids+=("$watch_pid")
 watching() { grep -q CONNECTOR_EVENT_TYPE_SNAPSHOT "$work/watch.json"; }

@@ -277,6 +277,12 @@ impl Cli {
                     ),
                 });
             }
+            if let Some(reason) = plaintext_url_with_tls(url, tls.is_some()) {
+                return Err(ConfigError::Invalid {
+                    field: "--control-plane",
+                    reason,
+                });
+            }
         }
         let data_dir = required(
             data_dir,
@@ -422,9 +428,33 @@ fn nats_security(
     Ok(security)
 }
 
+/// Why a control-plane URL does not fit the TLS setting: an `http://` URL with TLS
+/// configured would send the executor's registration (and receive task configs with
+/// secrets) in plaintext; refused at start like its reverse, an `https://` URL without
+/// TLS ([`wharf::tls::TlsError::HttpsWithoutTls`]). `None`: it fits.
+fn plaintext_url_with_tls(url: &str, tls: bool) -> Option<String> {
+    (tls && url.starts_with("http://")).then(|| {
+        format!(
+            "{url} is an http:// URL but TLS is configured (--tls-cert, --tls-key, --tls-ca): the control plane must be reached over https://"
+        )
+    })
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_plaintext_control_plane_url_with_tls_is_refused() {
+        let reason =
+            plaintext_url_with_tls("http://10.0.0.1:7000", true).expect("http:// with TLS");
+        assert!(
+            reason.contains("http://10.0.0.1:7000") && reason.contains("https://"),
+            "{reason}"
+        );
+        assert_eq!(plaintext_url_with_tls("https://10.0.0.1:7000", true), None);
+        assert_eq!(plaintext_url_with_tls("http://127.0.0.1:7000", false), None);
+    }
 
     #[test]
     fn flags_win_over_the_file_and_the_file_over_defaults() {

@@ -83,7 +83,8 @@ impl Guard {
     /// Runs `call` for `caller` if its role may make `action` on `connector` (empty when
     /// none); otherwise answers `refuse(error)` without running anything. A mutating
     /// action's outcome (read from the answer with `outcome`) is recorded in the audit
-    /// trail with the principal, or `-` when the caller did not authenticate.
+    /// trail with the principal, the identity of a refused client certificate, or `-`
+    /// when the caller presented no credentials.
     pub async fn guarded<T, Fut>(
         &self,
         caller: Caller,
@@ -111,7 +112,7 @@ impl Guard {
         let Outcome { code, message } = outcome(&answer);
         self.auth.record(
             self.cluster.store.as_ref(),
-            principal.as_ref(),
+            (principal.as_ref(), peer.as_ref()),
             action,
             connector,
             (code, &message),

@@ -14,6 +14,45 @@ pub const AUDIT_TARGET: &str = "wharf::audit";
 /// The entry's `principal` when the caller did not authenticate.
 pub const UNAUTHENTICATED_PRINCIPAL: &str = "-";
 
+/// Who an audit entry names, as (principal, role, auth method): the authenticated
+/// principal; for a refused caller that presented a verified client certificate without
+/// an admin role (an executor's, say), that certificate's identity with method
+/// `certificate` and no role; [`UNAUTHENTICATED_PRINCIPAL`] and method `none` for a caller
+/// without credentials.
+pub fn who(
+    principal: Option<&super::Principal>,
+    peer: Option<&super::authn::PeerIdentity>,
+) -> (String, String, String) {
+    use super::authn::PeerIdentity;
+    match (principal, peer) {
+        (Some(p), _) => (
+            p.name.clone(),
+            p.role.as_str().to_owned(),
+            p.method.as_str().to_owned(),
+        ),
+        (None, Some(PeerIdentity::Other(id))) => (id.clone(), String::new(), "certificate".into()),
+        (None, Some(PeerIdentity::ControlPlane)) => (
+            wharf::identity::Identity::ControlPlane.to_string(),
+            String::new(),
+            "certificate".into(),
+        ),
+        (None, Some(PeerIdentity::AdminClient { role, name })) => {
+            // Refused before its certificate counted (an invalid bearer token was sent
+            // alongside): the certificate still says who it is.
+            (
+                format!("{role}/{name}"),
+                String::new(),
+                "certificate".into(),
+            )
+        }
+        (None, None) => (
+            UNAUTHENTICATED_PRINCIPAL.to_owned(),
+            String::new(),
+            "none".into(),
+        ),
+    }
+}
+
 /// Writes `entry` to `store` (pruning per `retention`) and logs it. A store failure is
 /// logged at ERROR and does not change the call's answer: the call has already happened
 /// (or been refused) by the time it is recorded; the log event is still emitted.
@@ -58,5 +97,61 @@ pub fn code_name(code: tonic::Code) -> &'static str {
         tonic::Code::Unavailable => "UNAVAILABLE",
         tonic::Code::DataLoss => "DATA_LOSS",
         tonic::Code::Unauthenticated => "UNAUTHENTICATED",
+    }
+}
+
+#[cfg(test)]
+mod who_tests {
+    use super::super::authn::{AuthMethod, PeerIdentity};
+    use super::super::{Principal, Role};
+    use super::*;
+
+    #[test]
+    fn an_authenticated_principal_is_named_with_its_role_and_method() {
+        let p = Principal {
+            name: "alice".into(),
+            role: Role::Operator,
+            method: AuthMethod::Token,
+        };
+        assert_eq!(
+            who(Some(&p), None),
+            ("alice".into(), "operator".into(), "token".into())
+        );
+    }
+
+    #[test]
+    fn a_refused_executor_certificate_is_named_by_its_identity() {
+        let peer = PeerIdentity::Other("spiffe://wharf/executor/exec-1".into());
+        assert_eq!(
+            who(None, Some(&peer)),
+            (
+                "spiffe://wharf/executor/exec-1".into(),
+                String::new(),
+                "certificate".into()
+            )
+        );
+    }
+
+    #[test]
+    fn a_refused_control_plane_certificate_is_named_by_its_identity() {
+        let (name, _, method) = who(None, Some(&PeerIdentity::ControlPlane));
+        assert_eq!(
+            (name.as_str(), method.as_str()),
+            ("spiffe://wharf/control-plane", "certificate")
+        );
+    }
+
+    #[test]
+    fn a_refused_admin_certificate_is_named_by_role_and_name() {
+        let peer = PeerIdentity::AdminClient {
+            role: Role::Viewer,
+            name: "bob".into(),
+        };
+        assert_eq!(who(None, Some(&peer)).0, "viewer/bob");
+    }
+
+    #[test]
+    fn a_caller_without_credentials_is_a_dash() {
+        assert_eq!(who(None, None), ("-".into(), String::new(), "none".into()));
     }
 }

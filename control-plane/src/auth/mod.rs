@@ -119,13 +119,14 @@ impl AdminAuth {
     }
 
     /// Records a mutating `action`'s outcome in the audit trail (store and log; see
-    /// [`audit::record`]); does nothing for a read. `outcome` is `OK` or the status code's
-    /// name, `message` the status message (empty when OK), `forwarded_by` the follower
-    /// that forwarded the call (or empty).
+    /// [`audit::record`]) with who called ([`audit::who`]: the principal, or the peer
+    /// certificate of a refused caller); does nothing for a read. `outcome` is `OK` or
+    /// the status code's name, `message` the status message (empty when OK),
+    /// `forwarded_by` the follower that forwarded the call (or empty).
     pub fn record(
         &self,
         store: &dyn crate::store::StateStore,
-        principal: Option<&Principal>,
+        (principal, peer): (Option<&Principal>, Option<&PeerIdentity>),
         action: AdminAction,
         connector: &str,
         (outcome, message): (&str, &str),
@@ -135,14 +136,13 @@ impl AdminAuth {
             return;
         }
         let time_ms = crate::reconcile::now_ms();
+        let (name, role, auth_method) = audit::who(principal, peer);
         let entry = crate::model::AuditEntry {
             id: crate::model::AuditEntry::id_for(time_ms, self.next_nonce()),
             time_ms,
-            principal: principal.map_or(audit::UNAUTHENTICATED_PRINCIPAL.to_owned(), |p| {
-                p.name.clone()
-            }),
-            role: principal.map_or(String::new(), |p| p.role.as_str().to_owned()),
-            auth_method: principal.map_or("none", |p| p.method.as_str()).to_owned(),
+            principal: name,
+            role,
+            auth_method,
             rpc: action.rpc().to_owned(),
             connector: connector.to_owned(),
             deletion_mode: match action {

@@ -130,8 +130,13 @@ impl ExecutorRegistry for RegistryService {
             .store
             .register_executor(&req.executor_id, &req.advertised_address, plugins)
             .map_err(ApiError::from)?;
+        // Before the lease, so that the executor is not listed ALIVE before the control
+        // plane knows whether its address is its own (docs/security.md, "The dialed
+        // identity"). A failed probe does not refuse the registration: the executor is
+        // listed, unreachable with the reason, and probed again with backoff.
+        let verified = self.cluster.verify(&rec, true).await;
         self.cluster.grant_lease(&rec.id, rec.epoch);
-        info!(executor = %rec.id, epoch = rec.epoch, address = %rec.address,
+        info!(executor = %rec.id, epoch = rec.epoch, address = %rec.address, verified,
             plugins = ?rec.plugins.iter().map(|p| &p.name).collect::<Vec<_>>(), "executor registered");
         Ok(Response::new(pb::RegisterExecutorResponse {
             epoch: rec.epoch,

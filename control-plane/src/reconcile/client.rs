@@ -1,4 +1,4 @@
-//! Calls to executors' `Executor` service, with a channel cache per address and a typed
+//! Calls to executors' `Executor` service, with a channel cache per executor and a typed
 //! error that separates "not reachable" (retry) from "refused" (act on the code).
 //!
 //! The herder and the finalizer call it with domain types ([`ConnectorStart`],
@@ -22,6 +22,9 @@ pub const CONNECT_TIMEOUT_MS: u64 = 2_000;
 pub const START_CALL_TIMEOUT_MS: u64 = 15_000;
 /// Time allowed on top of a stop's own timeout for the round trip, in milliseconds.
 pub const STOP_CALL_SLACK_MS: u64 = 5_000;
+/// Upper bound on the identity probe of a newly registered executor, in milliseconds
+/// (the registration waits for it).
+pub const PROBE_TIMEOUT_MS: u64 = 2_000;
 
 /// Why a call to an executor did not return a response.
 #[derive(Debug, thiserror::Error)]
@@ -56,10 +59,13 @@ impl CallError {
     }
 }
 
-/// Channel cache: one lazily connected channel per executor address.
+/// Channel cache: one lazily connected channel per executor (id and address). Over
+/// `https://` each channel requires the server's certificate to name the executor id it
+/// was made for ([`wharf::tls::channel_expecting`]): a process that registered someone
+/// else's address gets no call answered in its name.
 #[derive(Default)]
 pub struct ExecutorClients {
-    channels: Mutex<HashMap<String, Channel>>,
+    channels: Mutex<HashMap<(String, String), Channel>>,
     /// TLS for `https://` executor addresses (set once at start).
     tls: std::sync::OnceLock<wharf::tls::ClientTls>,
 }
@@ -71,7 +77,9 @@ fn classify(address: &str, status: tonic::Status) -> CallError {
         | tonic::Code::Cancelled
         | tonic::Code::Unknown => CallError::Unreachable {
             address: address.to_owned(),
-            message: status.message().to_owned(),
+            // The cause (a refused connection, a server identity mismatch) is in the
+            // status's sources, not in its message.
+            message: wharf::tls::error_chain(&status),
         },
         code => CallError::Refused {
             address: address.to_owned(),
@@ -87,12 +95,14 @@ impl ExecutorClients {
         let _ = self.tls.set(tls);
     }
 
-    fn client(&self, address: &str) -> Result<ExecutorClient<Channel>, CallError> {
+    fn client(&self, exec: &ExecutorRecord) -> Result<ExecutorClient<Channel>, CallError> {
+        let address = exec.address.as_str();
+        let key = (exec.id.clone(), exec.address.clone());
         let mut map = self
             .channels
             .lock()
             .unwrap_or_else(std::sync::PoisonError::into_inner);
-        if let Some(ch) = map.get(address) {
+        if let Some(ch) = map.get(&key) {
             return Ok(ExecutorClient::new(ch.clone()));
         }
         let tls = self.tls.get().cloned().unwrap_or_default();
@@ -102,8 +112,12 @@ impl ExecutorClients {
                 message: format!("bad address: {e}"),
             })?
             .connect_timeout(Duration::from_millis(CONNECT_TIMEOUT_MS));
-        let ch = wharf::tls::channel(endpoint, tls);
-        map.insert(address.to_owned(), ch.clone());
+        let ch = wharf::tls::channel_expecting(
+            endpoint,
+            tls,
+            wharf::identity::Identity::Executor(exec.id.clone()),
+        );
+        map.insert(key, ch.clone());
         Ok(ExecutorClient::new(ch))
     }
 
@@ -116,68 +130,68 @@ impl ExecutorClients {
     /// StartConnector.
     async fn start_connector(
         &self,
-        address: &str,
+        exec: &ExecutorRecord,
         req: pb::StartConnectorRequest,
     ) -> Result<pb::StartConnectorResponse, CallError> {
-        self.client(address)?
+        self.client(exec)?
             .start_connector(Self::request(req, START_CALL_TIMEOUT_MS))
             .await
             .map(tonic::Response::into_inner)
-            .map_err(|s| classify(address, s))
+            .map_err(|s| classify(&exec.address, s))
     }
 
     /// StopConnector, bounded by the request's timeout plus slack.
     async fn stop_connector(
         &self,
-        address: &str,
+        exec: &ExecutorRecord,
         req: pb::ExecutorStopConnectorRequest,
     ) -> Result<pb::ExecutorStopConnectorResponse, CallError> {
         let t = u64::from(req.timeout_ms).max(START_CALL_TIMEOUT_MS) + STOP_CALL_SLACK_MS;
-        self.client(address)?
+        self.client(exec)?
             .stop_connector(Self::request(req, t))
             .await
             .map(tonic::Response::into_inner)
-            .map_err(|s| classify(address, s))
+            .map_err(|s| classify(&exec.address, s))
     }
 
     /// ComputeTaskConfigs.
     async fn compute_task_configs(
         &self,
-        address: &str,
+        exec: &ExecutorRecord,
         req: pb::ComputeTaskConfigsRequest,
     ) -> Result<pb::ComputeTaskConfigsResponse, CallError> {
-        self.client(address)?
+        self.client(exec)?
             .compute_task_configs(Self::request(req, START_CALL_TIMEOUT_MS))
             .await
             .map(tonic::Response::into_inner)
-            .map_err(|s| classify(address, s))
+            .map_err(|s| classify(&exec.address, s))
     }
 
     /// StartTask.
     async fn start_task(
         &self,
-        address: &str,
+        exec: &ExecutorRecord,
         req: pb::StartTaskRequest,
     ) -> Result<pb::StartTaskResponse, CallError> {
-        self.client(address)?
+        self.client(exec)?
             .start_task(Self::request(req, START_CALL_TIMEOUT_MS))
             .await
             .map(tonic::Response::into_inner)
-            .map_err(|s| classify(address, s))
+            .map_err(|s| classify(&exec.address, s))
     }
 
     /// StopTask, bounded by the request's timeout plus slack.
     async fn stop_task(
         &self,
-        address: &str,
+        exec: &ExecutorRecord,
         req: pb::StopTaskRequest,
     ) -> Result<pb::StopTaskResponse, CallError> {
         let t = u64::from(req.timeout_ms).max(START_CALL_TIMEOUT_MS) + STOP_CALL_SLACK_MS;
-        self.client(address)?
+        self.client(exec)?
             .stop_task(Self::request(req, t))
             .await
             .map(tonic::Response::into_inner)
-            .map_err(|s| classify(address, s))
+            .map_err(|s| classify(&exec.address, s))
     }
 }
 
@@ -317,7 +331,7 @@ impl ExecutorClients {
         s: &ConnectorStart,
     ) -> Result<Started, CallError> {
         self.start_connector(
-            &exec.address,
+            exec,
             pb::StartConnectorRequest {
                 connector: s.connector.clone(),
                 config: wire_config(&s.config),
@@ -342,7 +356,7 @@ impl ExecutorClients {
         s: &TaskStart,
     ) -> Result<Started, CallError> {
         self.start_task(
-            &exec.address,
+            exec,
             pb::StartTaskRequest {
                 task: Some(pb::TaskId {
                     connector: s.connector.clone(),
@@ -378,7 +392,7 @@ impl ExecutorClients {
         match s.task {
             Some(task) => self
                 .stop_task(
-                    &exec.address,
+                    exec,
                     pb::StopTaskRequest {
                         task: Some(pb::TaskId {
                             connector: s.connector.clone(),
@@ -395,7 +409,7 @@ impl ExecutorClients {
                 .map(|r| stopped(r.outcome, r.connector_deleted, r.error, r.abandoned)),
             None => self
                 .stop_connector(
-                    &exec.address,
+                    exec,
                     pb::ExecutorStopConnectorRequest {
                         connector: s.connector.clone(),
                         connector_deleted: s.connector_deleted,
@@ -408,6 +422,37 @@ impl ExecutorClients {
                 .await
                 .map(|r| stopped(r.outcome, r.connector_deleted, r.error, r.abandoned)),
         }
+    }
+
+    /// Asks the process at `exec`'s address who it is (ListAssignments): over TLS the
+    /// channel already refused a certificate that is not `exec`'s; in any case the answer
+    /// must name `exec.id` (without TLS, another executor registered under this address
+    /// answers with its own id). See docs/security.md, "The dialed identity".
+    ///
+    /// # Errors
+    /// [`CallError`]; a process answering as another executor is refused with
+    /// PERMISSION_DENIED naming both ids.
+    pub async fn probe_on(&self, exec: &ExecutorRecord) -> Result<(), CallError> {
+        let r = self
+            .client(exec)?
+            .list_assignments(Self::request(
+                pb::ListAssignmentsRequest::default(),
+                PROBE_TIMEOUT_MS,
+            ))
+            .await
+            .map(tonic::Response::into_inner)
+            .map_err(|s| classify(&exec.address, s))?;
+        if r.executor_id == exec.id {
+            return Ok(());
+        }
+        Err(CallError::Refused {
+            address: exec.address.clone(),
+            code: tonic::Code::PermissionDenied,
+            message: format!(
+                "the process at {} answers as executor {:?}, not {:?}: the address registered for {:?} belongs to another executor",
+                exec.address, r.executor_id, exec.id, exec.id
+            ),
+        })
     }
 
     /// Asks the connector instance at `generation` on `exec` for at most `max_tasks`
@@ -423,7 +468,7 @@ impl ExecutorClients {
         generation: u64,
     ) -> Result<Vec<ConfigMap>, CallError> {
         self.compute_task_configs(
-            &exec.address,
+            exec,
             pb::ComputeTaskConfigsRequest {
                 connector: connector.to_owned(),
                 max_tasks,

@@ -90,6 +90,11 @@ pub struct Cluster {
     pub(super) task_starts: tokio::sync::Semaphore,
     /// Executors the control plane could not reach, by id (see [`Cluster::reach_failed`]).
     reach: Mutex<HashMap<String, Reach>>,
+    /// Executor epochs whose advertised address was found to answer as that executor
+    /// ([`Cluster::verify`]), by id; only those take new work.
+    verified: Mutex<HashMap<String, u64>>,
+    /// Executors whose identity probe runs.
+    probing: Mutex<HashSet<String>>,
     /// Per executor: instances recorded RUNNING there that its last heartbeat did not
     /// list ([`crate::plan::hosted`]).
     hosted_missing: Mutex<HashMap<String, std::collections::BTreeSet<InstanceKey>>>,
@@ -126,6 +131,59 @@ pub fn reach_backoff(failures: u32, random: f64) -> Duration {
         .min(REACH_BACKOFF_MAX_MS);
     let half = full / 2;
     Duration::from_millis(half + (half as f64 * random.clamp(0.0, 1.0)) as u64)
+}
+
+/// Which executor call a result comes from: a refusal means different things for each.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum CallKind {
+    /// StartConnector or StartTask.
+    Start,
+    /// StopConnector or StopTask.
+    Stop,
+    /// ComputeTaskConfigs.
+    TaskConfigs,
+    /// The identity probe of an executor not yet verified ([`Cluster::verify`]).
+    Probe,
+}
+
+/// What a call's result says about the executor, for its backoff.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ReachVerdict {
+    /// It answered as an executor doing its work does: the backoff ends.
+    Answered,
+    /// The call failed in a way that the same call made again at once would too: the
+    /// next calls to this executor wait ([`reach_backoff`]), and after
+    /// [`UNREACHABLE_AFTER_FAILURES`] in a row it is shown unreachable.
+    Failed,
+}
+
+/// Decides whether a call's outcome (`None`: a response) counts against its executor.
+///
+/// Failed: no answer (unreachable, a timeout, a server whose certificate is someone
+/// else's); a start or task-config call refused with FAILED_PRECONDITION or NOT_FOUND (the
+/// executor is at another epoch, fenced, or not hosting the instance: the start was not
+/// taken, and retrying it every pass is the hot loop of issue 15 point 6); any call
+/// refused with UNAUTHENTICATED or PERMISSION_DENIED (the executor does not accept this
+/// control plane); a probe refused for any reason (it did not show the executor is
+/// there). Answered: a response, a stop's FAILED_PRECONDITION or NOT_FOUND (no
+/// instance of that generation is there, which is what the stop wanted), and any other
+/// refusal (the plugin's or the request's problem, recorded on the instance, not the
+/// executor's).
+pub fn reach_verdict(kind: CallKind, error: Option<&CallError>) -> ReachVerdict {
+    use tonic::Code;
+    let Some(error) = error else {
+        return ReachVerdict::Answered;
+    };
+    match (kind, error.code()) {
+        (_, None) | (CallKind::Probe, Some(_)) => ReachVerdict::Failed,
+        (_, Some(Code::Unauthenticated | Code::PermissionDenied)) => ReachVerdict::Failed,
+        (
+            CallKind::Start | CallKind::TaskConfigs,
+            Some(Code::FailedPrecondition | Code::NotFound),
+        ) => ReachVerdict::Failed,
+        (CallKind::Stop, Some(Code::FailedPrecondition | Code::NotFound)) => ReachVerdict::Answered,
+        (_, Some(_)) => ReachVerdict::Answered,
+    }
 }
 
 /// A snapshot of every registered executor and how it is doing, taken once per pass so
@@ -238,6 +296,8 @@ impl Cluster {
             }),
             task_starts: tokio::sync::Semaphore::new(MAX_TASK_STARTS_IN_FLIGHT),
             reach: Mutex::new(HashMap::new()),
+            verified: Mutex::new(HashMap::new()),
+            probing: Mutex::new(HashSet::new()),
             hosted_missing: Mutex::new(HashMap::new()),
             lost_since: Mutex::new(HashMap::new()),
         }))
@@ -341,7 +401,9 @@ impl Cluster {
             .unwrap_or_else(std::sync::PoisonError::into_inner)
     }
 
-    /// Starts a lease for a newly registered epoch.
+    /// Starts a lease for a newly registered epoch. Its backoff is not reset here: a
+    /// registration resets it in [`Cluster::verify`], before the probe that may record
+    /// a failure again.
     pub fn grant_lease(&self, id: &str, epoch: u64) {
         self.leases().insert(
             id.to_owned(),
@@ -352,7 +414,6 @@ impl Cluster {
                 last_seen: Instant::now(),
             },
         );
-        self.reach_ok(id);
         self.wake();
     }
 
@@ -557,9 +618,13 @@ impl Cluster {
             }
         }
         let placeable = all
-            .keys()
-            .filter(|id| health.get(*id) == Some(&Host::Live) && !self.unreachable(id))
-            .cloned()
+            .values()
+            .filter(|e| {
+                health.get(&e.id) == Some(&Host::Live)
+                    && !self.unreachable(&e.id)
+                    && self.is_verified(&e.id, e.epoch)
+            })
+            .map(|e| e.id.clone())
             .collect();
         Ok(ExecutorView {
             all,
@@ -588,6 +653,81 @@ impl Cluster {
         if r.failures == UNREACHABLE_AFTER_FAILURES {
             warn!(executor = %id, error = %error, "executor unreachable at its advertised address; retrying with backoff");
         }
+    }
+
+    /// True once `id` at `epoch` was found at its advertised address ([`Cluster::verify`]).
+    pub fn is_verified(&self, id: &str, epoch: u64) -> bool {
+        self.verified
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .get(id)
+            == Some(&epoch)
+    }
+
+    /// Checks that the process at `exec`'s advertised address is `exec` (over TLS its
+    /// certificate names `exec.id`; its ListAssignments answer names `exec.id`), bounded by
+    /// [`super::client::PROBE_TIMEOUT_MS`]. Until this succeeds for an epoch, no new work is
+    /// placed on it: a process holding one executor's certificate that registers another's
+    /// address gets nothing, and takes nothing away from the executor really there (no
+    /// rebalance toward it). A failure counts in its backoff and, repeated, shows it
+    /// unreachable with the reason; the herder probes again after the backoff
+    /// ([`Cluster::probe_due`]). `fresh`: a new registration, whose backoff starts over.
+    pub async fn verify(&self, exec: &ExecutorRecord, fresh: bool) -> bool {
+        if fresh {
+            self.reach_ok(&exec.id);
+        }
+        let result = match tokio::time::timeout(
+            Duration::from_millis(super::client::PROBE_TIMEOUT_MS),
+            self.clients.probe_on(exec),
+        )
+        .await
+        {
+            Ok(r) => r,
+            Err(_) => Err(CallError::Unreachable {
+                address: exec.address.clone(),
+                message: format!(
+                    "no answer to the identity probe within {} ms",
+                    super::client::PROBE_TIMEOUT_MS
+                ),
+            }),
+        };
+        self.note_reach(exec, CallKind::Probe, result.as_ref().err());
+        match result {
+            Ok(()) => {
+                self.verified
+                    .lock()
+                    .unwrap_or_else(std::sync::PoisonError::into_inner)
+                    .insert(exec.id.clone(), exec.epoch);
+                self.wake();
+                true
+            }
+            Err(e) => {
+                warn!(executor = %exec.id, epoch = exec.epoch, address = %exec.address, error = %e,
+                    "executor probe failed: no work goes to it until its address answers as it");
+                false
+            }
+        }
+    }
+
+    /// True when `exec` (live) still needs its identity probe, none runs, and its backoff
+    /// allows one; marks it probing (the caller runs [`Cluster::verify`] and then
+    /// [`Cluster::probe_done`]).
+    pub fn probe_due(&self, exec: &ExecutorRecord) -> bool {
+        if self.is_verified(&exec.id, exec.epoch) || self.reach_blocked(&exec.id) {
+            return false;
+        }
+        self.probing
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .insert(exec.id.clone())
+    }
+
+    /// Ends a probe begun by [`Cluster::probe_due`].
+    pub fn probe_done(&self, id: &str) {
+        self.probing
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .remove(id);
     }
 
     /// Records an answer from `id`: its backoff ends.
@@ -642,6 +782,7 @@ impl Cluster {
     pub async fn call<T>(
         &self,
         exec: &ExecutorRecord,
+        kind: CallKind,
         call: impl std::future::Future<Output = Result<T, CallError>>,
     ) -> Result<T, CallError> {
         let result = tokio::select! {
@@ -651,11 +792,17 @@ impl Cluster {
                 message: "lease expired while the call was pending; call abandoned".into(),
             }),
         };
-        match &result {
-            Err(e @ CallError::Unreachable { .. }) => self.reach_failed(&exec.id, &e.to_string()),
-            Ok(_) | Err(CallError::Refused { .. }) => self.reach_ok(&exec.id),
-        }
+        self.note_reach(exec, kind, result.as_ref().err());
         result
+    }
+
+    /// Records what a call's outcome says about `exec` ([`reach_verdict`]): a failure
+    /// starts or lengthens its backoff, an answer ends it.
+    pub fn note_reach(&self, exec: &ExecutorRecord, kind: CallKind, error: Option<&CallError>) {
+        match (reach_verdict(kind, error), error) {
+            (ReachVerdict::Failed, Some(e)) => self.reach_failed(&exec.id, &e.to_string()),
+            (ReachVerdict::Failed, None) | (ReachVerdict::Answered, _) => self.reach_ok(&exec.id),
+        }
     }
 
     /// Corrects the status from a heartbeat that lists everything `executor` (at `epoch`)
@@ -713,5 +860,138 @@ impl Cluster {
             }
         }
         Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use tonic::Code;
+
+    fn refused(code: Code) -> CallError {
+        CallError::Refused {
+            address: "https://127.0.0.2:7001".into(),
+            code,
+            message: "no".into(),
+        }
+    }
+
+    fn unreachable() -> CallError {
+        CallError::Unreachable {
+            address: "https://127.0.0.2:7001".into(),
+            message: "presented the certificate of spiffe://wharf/executor/exec-1".into(),
+        }
+    }
+
+    const KINDS: [CallKind; 4] = [
+        CallKind::Start,
+        CallKind::Stop,
+        CallKind::TaskConfigs,
+        CallKind::Probe,
+    ];
+
+    #[test]
+    fn a_probe_refused_for_any_reason_fails() {
+        for code in [
+            Code::PermissionDenied,
+            Code::NotFound,
+            Code::FailedPrecondition,
+            Code::InvalidArgument,
+            Code::Internal,
+        ] {
+            assert_eq!(
+                reach_verdict(CallKind::Probe, Some(&refused(code))),
+                ReachVerdict::Failed,
+                "{code:?}"
+            );
+        }
+    }
+
+    #[test]
+    fn a_response_is_an_answer_for_every_kind() {
+        for kind in KINDS {
+            assert_eq!(
+                reach_verdict(kind, None),
+                ReachVerdict::Answered,
+                "{kind:?}"
+            );
+        }
+    }
+
+    #[test]
+    fn no_answer_fails_for_every_kind() {
+        for kind in KINDS {
+            assert_eq!(
+                reach_verdict(kind, Some(&unreachable())),
+                ReachVerdict::Failed,
+                "{kind:?}"
+            );
+        }
+    }
+
+    #[test]
+    fn an_executor_that_does_not_accept_the_control_plane_fails_every_kind() {
+        for kind in KINDS {
+            for code in [Code::Unauthenticated, Code::PermissionDenied] {
+                assert_eq!(
+                    reach_verdict(kind, Some(&refused(code))),
+                    ReachVerdict::Failed,
+                    "{kind:?} {code:?}"
+                );
+            }
+        }
+    }
+
+    #[test]
+    fn a_start_or_task_config_call_not_taken_fails() {
+        for kind in [CallKind::Start, CallKind::TaskConfigs] {
+            for code in [Code::FailedPrecondition, Code::NotFound] {
+                assert_eq!(
+                    reach_verdict(kind, Some(&refused(code))),
+                    ReachVerdict::Failed,
+                    "{kind:?} {code:?}"
+                );
+            }
+        }
+    }
+
+    #[test]
+    fn a_stop_finding_nothing_of_its_generation_is_an_answer() {
+        for code in [Code::FailedPrecondition, Code::NotFound] {
+            assert_eq!(
+                reach_verdict(CallKind::Stop, Some(&refused(code))),
+                ReachVerdict::Answered,
+                "{code:?}"
+            );
+        }
+    }
+
+    #[test]
+    fn other_refusals_are_answers() {
+        for kind in [CallKind::Start, CallKind::Stop, CallKind::TaskConfigs] {
+            for code in [Code::InvalidArgument, Code::Internal, Code::AlreadyExists] {
+                assert_eq!(
+                    reach_verdict(kind, Some(&refused(code))),
+                    ReachVerdict::Answered,
+                    "{kind:?} {code:?}"
+                );
+            }
+        }
+    }
+
+    #[test]
+    fn the_backoff_doubles_with_jitter_up_to_its_cap() {
+        let ms = |failures, random| reach_backoff(failures, random).as_millis() as u64;
+        // Half fixed, half random.
+        assert_eq!(ms(1, 0.0), REACH_BACKOFF_BASE_MS / 2);
+        assert_eq!(ms(1, 1.0), REACH_BACKOFF_BASE_MS);
+        assert_eq!(ms(2, 1.0), REACH_BACKOFF_BASE_MS * 2);
+        assert_eq!(ms(3, 1.0), REACH_BACKOFF_BASE_MS * 4);
+        // Capped, however many failures.
+        assert_eq!(ms(40, 1.0), REACH_BACKOFF_MAX_MS);
+        assert_eq!(ms(u32::MAX, 0.0), REACH_BACKOFF_MAX_MS / 2);
+        // Random values outside [0, 1] are clamped.
+        assert_eq!(ms(1, 7.0), REACH_BACKOFF_BASE_MS);
+        assert_eq!(ms(1, -3.0), REACH_BACKOFF_BASE_MS / 2);
     }
 }

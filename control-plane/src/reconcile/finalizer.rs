@@ -66,7 +66,7 @@ use tokio_util::sync::CancellationToken;
 use tracing::{debug, error, info, warn};
 
 use super::client::{CallError, ConnectorStart, StopCall, StopOutcome, TaskStart};
-use super::cluster::{Cluster, ExecutorView, HerderError, RECONCILE_INTERVAL_MS, now_ms};
+use super::cluster::{CallKind, Cluster, ExecutorView, HerderError, RECONCILE_INTERVAL_MS, now_ms};
 use crate::model::{CleanupState, DeletionRecord, ExecutorRecord, Instance};
 use crate::plan::unit::{Action, Host, Hosted, Want, decide};
 
@@ -89,6 +89,13 @@ fn backoff_ms(attempts: u32) -> i64 {
 /// attempts' doubling backoff, capped at [`CLEANUP_WAIT_BACKOFF_MAX_MS`].
 fn wait_backoff_ms(waits: u32) -> i64 {
     backoff_ms(waits.saturating_sub(1)).min(CLEANUP_WAIT_BACKOFF_MAX_MS)
+}
+
+/// `delay_ms` with "equal jitter": half fixed, half scaled by `random` in [0, 1], so that
+/// the steps of many deletions waiting for one executor do not retry in step.
+fn jittered_ms(delay_ms: i64, random: f64) -> i64 {
+    let half = delay_ms / 2;
+    half + (half as f64 * random.clamp(0.0, 1.0)) as i64
 }
 
 /// Runs the finalizer until `cancel` fires.
@@ -564,6 +571,7 @@ async fn start_then_stop(
             message: "lease expired while the cleanup-only start was pending; call abandoned".into(),
         }),
     };
+    cluster.note_reach(exec, CallKind::Start, started.as_ref().err());
     match started {
         // Unreachable, or between epochs: try again without counting.
         Err(
@@ -676,7 +684,7 @@ fn record_outcome(d: &mut DeletionRecord, idx: usize, attempt: Attempt) {
             let changed = s.waits == 0 || s.last_error != error;
             s.waits = s.waits.saturating_add(1);
             s.last_error = error;
-            let delay_ms = wait_backoff_ms(s.waits);
+            let delay_ms = jittered_ms(wait_backoff_ms(s.waits), rand::random::<f64>());
             s.next_attempt_ms = now_ms() + delay_ms;
             if changed {
                 info!(connector = %d.name, task = ?s.task, generation = s.generation, executor = %s.executor,
@@ -774,6 +782,7 @@ async fn stop(
             message: "lease expired while the stop was pending; call abandoned".into(),
         }),
     };
+    cluster.note_reach(exec, CallKind::Stop, result.as_ref().err());
     // An unanswered stop becomes a wait, logged by the caller once per change.
     if matches!(&result, Err(e) if e.code().is_none()) {
         debug!(connector = %d.name, task = ?task, generation, executor = %exec.id, connector_deleted = flag,
@@ -954,4 +963,25 @@ pub fn forced_skips(d: &DeletionRecord) -> (Vec<u32>, bool) {
         }
     }
     (tasks, connector)
+}
+
+#[cfg(test)]
+mod backoff_tests {
+    use super::*;
+
+    #[test]
+    fn waits_back_off_doubling_up_to_their_cap() {
+        assert_eq!(wait_backoff_ms(1), CLEANUP_BACKOFF_BASE_MS);
+        assert_eq!(wait_backoff_ms(2), CLEANUP_BACKOFF_BASE_MS * 2);
+        assert_eq!(wait_backoff_ms(60), CLEANUP_WAIT_BACKOFF_MAX_MS);
+    }
+
+    #[test]
+    fn jitter_keeps_half_and_scales_the_other_half() {
+        assert_eq!(jittered_ms(2_000, 0.0), 1_000);
+        assert_eq!(jittered_ms(2_000, 1.0), 2_000);
+        assert_eq!(jittered_ms(2_000, 0.5), 1_500);
+        assert_eq!(jittered_ms(2_000, 9.0), 2_000);
+        assert_eq!(jittered_ms(0, 1.0), 0);
+    }
 }

@@ -24,7 +24,7 @@ use tracing::{info, warn};
 
 use super::client::{CallError, StopCall};
 use super::cluster::{
-    Cluster, ExecutorView, FULL_PASS_INTERVAL_MS, HerderError, RECONCILE_INTERVAL_MS,
+    CallKind, Cluster, ExecutorView, FULL_PASS_INTERVAL_MS, HerderError, RECONCILE_INTERVAL_MS,
 };
 use super::start::start_units;
 use crate::model::{ConnectorRecord, Instance, InstanceEvent, InstanceState, TargetState};
@@ -109,6 +109,21 @@ fn herder_pass(
     let dirty = cluster.take_dirty();
     cluster.expire_leases()?;
     let view = cluster.executor_view()?;
+    // Executors not yet found at their advertised address are probed first, each in its
+    // own task; they take new work once that succeeded.
+    for e in view.all.values() {
+        if view.health.get(&e.id) == Some(&Host::Live) && cluster.probe_due(e) {
+            let (cluster, exec) = (cluster.clone(), e.clone());
+            wharf::task::spawn(
+                wharf::task::TaskKind::Detached,
+                "executor probe",
+                async move {
+                    cluster.verify(&exec, false).await;
+                    cluster.probe_done(&exec.id);
+                },
+            );
+        }
+    }
     let live_now: Vec<(String, u64)> = view
         .all
         .values()
@@ -400,6 +415,14 @@ async fn settle(
     match decide(want, Hosted::from_recorded(inst.state), host) {
         Action::Stop { connector_deleted } => {
             debug_assert!(!connector_deleted, "the herder never stops with true");
+            if inst
+                .executor
+                .as_deref()
+                .is_some_and(|e| cluster.reach_blocked(e))
+            {
+                // Its calls wait for their backoff: looked at again on a later pass.
+                return Ok(false);
+            }
             if !stop_false(cluster, rec, task, inst, view).await {
                 return Ok(false);
             }
@@ -471,7 +494,7 @@ async fn stop_false(
         incarnation: rec.incarnation.clone(),
     };
     match cluster
-        .call(exec, cluster.clients.stop_on(exec, &call))
+        .call(exec, CallKind::Stop, cluster.clients.stop_on(exec, &call))
         .await
     {
         Ok(s) => {
@@ -502,10 +525,15 @@ async fn compute_task_configs(
     let Some(exec) = rec.connector.executor.as_deref().and_then(|e| view.live(e)) else {
         return Ok(());
     };
+    if cluster.reach_blocked(&exec.id) {
+        // Asked again once its calls' backoff ends.
+        return Ok(());
+    }
     let generation = rec.connector.generation;
     let mut configs = match cluster
         .call(
             exec,
+            CallKind::TaskConfigs,
             cluster
                 .clients
                 .task_configs_on(exec, &rec.name, rec.tasks_max, generation),

@@ -6,7 +6,7 @@
 use tracing::{info, warn};
 
 use super::client::{CallError, ConnectorStart, Started, TaskStart};
-use super::cluster::{Cluster, ExecutorView, HerderError};
+use super::cluster::{CallKind, Cluster, ExecutorView, HerderError};
 use crate::model::{ExecutorRecord, InstanceEvent, InstanceState, TargetState};
 
 /// A start recorded as intent and to be sent.
@@ -141,7 +141,11 @@ pub async fn start_units(
                         incarnation: incarnation.clone(),
                     };
                     cluster
-                        .call(&s.exec, cluster.clients.start_connector_on(&s.exec, &start))
+                        .call(
+                            &s.exec,
+                            CallKind::Start,
+                            cluster.clients.start_connector_on(&s.exec, &start),
+                        )
                         .await
                 }
                 Some(t) => {
@@ -159,7 +163,11 @@ pub async fn start_units(
                     // Never closed; without a permit the start goes out anyway.
                     let _permit = cluster.task_starts.acquire().await.ok();
                     cluster
-                        .call(&s.exec, cluster.clients.start_task_on(&s.exec, &start))
+                        .call(
+                            &s.exec,
+                            CallKind::Start,
+                            cluster.clients.start_task_on(&s.exec, &start),
+                        )
                         .await
                 }
             };
@@ -209,6 +217,12 @@ pub async fn start_units(
                     None => &mut r.connector,
                 };
                 if cur.generation != *generation {
+                    continue;
+                }
+                // A FAILED report of this generation that arrived before the start's
+                // answer is newer news (the instance failed after it started, for example a
+                // poll that panicked at once): an instance never runs again once failed.
+                if *event == InstanceEvent::Started && cur.state == InstanceState::Failed {
                     continue;
                 }
                 // The executor's status report may have recorded this already.

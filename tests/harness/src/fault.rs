@@ -19,9 +19,21 @@ pub use wharf_control_plane::reconcile::fault::CRASH_AT_ENV;
 /// Starts a control plane (with `cp_env` added to its environment, first start only: a
 /// `restart_control_plane` runs it without) and `n` executors, and waits until all are ALIVE.
 pub async fn start_cluster(n: usize, cp_env: &[(&str, &str)]) -> TestCluster {
+    start_cluster_secured(n, cp_env, false).await
+}
+
+/// As [`start_cluster`], with mutual TLS between every process and grpcurl presenting an
+/// admin client certificate (see [`TestCluster::start_mtls`]): the fault suites run so,
+/// as a production cluster does.
+pub async fn start_mtls_cluster(n: usize, cp_env: &[(&str, &str)]) -> TestCluster {
+    start_cluster_secured(n, cp_env, true).await
+}
+
+async fn start_cluster_secured(n: usize, cp_env: &[(&str, &str)], mtls: bool) -> TestCluster {
     let dir = KeepOnFailure::new();
     let cp_dir = dir.path().join("cp");
     std::fs::create_dir_all(&cp_dir).expect("cp dir");
+    let tls = mtls.then(|| crate::cluster::ClusterCerts::make(&dir.path().join("certs")));
     let port = std::net::TcpListener::bind("127.0.0.1:0")
         .and_then(|l| l.local_addr())
         .expect("free port")
@@ -36,7 +48,10 @@ pub async fn start_cluster(n: usize, cp_env: &[(&str, &str)]) -> TestCluster {
         TEST_LEASE_MS.to_string(),
         "--heartbeat-interval-ms".into(),
         TEST_HEARTBEAT_INTERVAL_MS.to_string(),
-    ];
+    ]
+    .into_iter()
+    .chain(tls.iter().flat_map(|t| t.flags("control-plane")))
+    .collect();
     let log = std::fs::OpenOptions::new()
         .create(true)
         .append(true)
@@ -61,11 +76,15 @@ pub async fn start_cluster(n: usize, cp_env: &[(&str, &str)]) -> TestCluster {
         args,
     };
     let addr = cp.listen_addr().await;
+    if let Some(t) = &tls {
+        t.register(&addr, &format!("admin-{}", crate::cluster::TEST_ADMIN_NAME));
+    }
     let mut c = TestCluster {
         dir,
         cp,
         addr,
         executors: Vec::new(),
+        tls,
     };
     for i in 0..n {
         c.add_executor(i).await;
