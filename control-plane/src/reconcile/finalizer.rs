@@ -339,6 +339,9 @@ enum Plan {
         generation: u64,
         /// False for a cleanup-only instance already recorded RUNNING (nothing to mark).
         mark_running: bool,
+        /// The epoch to send when not the executor's current one (see
+        /// [`ask_record_first`]).
+        epoch: Option<u64>,
     },
     /// No call: the outcome is known.
     Outcome(Attempt),
@@ -363,6 +366,7 @@ fn plan_step(d: &DeletionRecord, idx: usize, view: &ExecutorView) -> Plan {
                             exec: exec.clone(),
                             generation: step.generation,
                             mark_running: false,
+                            epoch: None,
                         };
                     }
                 }
@@ -396,12 +400,34 @@ fn plan_step(d: &DeletionRecord, idx: usize, view: &ExecutorView) -> Plan {
                 exec: exec.clone(),
                 generation: host.generation,
                 mark_running: true,
+                epoch: None,
             },
             None => Plan::Outcome(Attempt::Wait {
                 error: "host executor not live".into(),
             }),
         },
-        Action::CleanupOnly => Plan::Outcome(Attempt::Rehost),
+        Action::CleanupOnly => {
+            let now = host
+                .executor
+                .as_deref()
+                .and_then(|id| Some((view.all.get(id)?.epoch, *view.health.get(id)?)));
+            match host.executor.as_deref().and_then(|e| view.live(e)) {
+                Some(exec)
+                    if ask_record_first(Hosted::from_recorded(host.state), host.epoch, now) =>
+                {
+                    // Addressed to the recorded epoch: only a stop this executor already
+                    // claimed is answered (from its record); anything else is refused and
+                    // the cleanup re-hosted.
+                    Plan::Stop {
+                        exec: exec.clone(),
+                        generation: host.generation,
+                        mark_running: true,
+                        epoch: Some(host.epoch),
+                    }
+                }
+                Some(_) | None => Plan::Outcome(Attempt::Rehost),
+            }
+        }
         Action::Done => Plan::Outcome(Attempt::Done {
             executor: String::new(),
         }),
@@ -412,6 +438,35 @@ fn plan_step(d: &DeletionRecord, idx: usize, view: &ExecutorView) -> Plan {
         Action::Keep | Action::Start | Action::Record => Plan::Outcome(Attempt::Wait {
             error: "no cleanup decision".into(),
         }),
+    }
+}
+
+/// Whether a deleted unit that [`decide`] would re-host is first asked for at its
+/// recorded host (docs/contract.md, "A completed stop is replayed"): when that executor
+/// registered again since the instance was recorded (same id, a newer epoch, for
+/// instance after fencing itself during a control-plane failover) and is live now, it
+/// may hold the record of the stop(true) already run there, whose answer was lost. The
+/// stop then goes to it at the recorded epoch and generation: the executor answers from
+/// the record, or refuses (nothing claimed there, or the record is gone) and the cleanup
+/// is re-hosted, so a cleanup runs twice only where its record is gone (at least once).
+///
+/// `hosted` is the recorded instance, `recorded_epoch` the epoch it was recorded under,
+/// `now` the executor's current epoch and health (`None`: not registered).
+fn ask_record_first(hosted: Hosted, recorded_epoch: u64, now: Option<(u64, Host)>) -> bool {
+    match hosted {
+        // Nothing was started there, or its stop overran: no completed stop to replay.
+        Hosted::Absent | Hosted::Abandoned => false,
+        Hosted::Starting | Hosted::Running | Hosted::Failed | Hosted::Stopping => match now {
+            None => false,
+            Some((epoch, health)) => {
+                let registered_again = epoch > recorded_epoch;
+                match health {
+                    Host::Live => registered_again,
+                    // A silent host would hold the call; a lost one cannot answer.
+                    Host::Unresponsive | Host::Lost => false,
+                }
+            }
+        },
     }
 }
 
@@ -433,7 +488,8 @@ async fn run_round(
                 exec,
                 generation,
                 mark_running,
-            } => stops.push((idx, exec, generation, mark_running)),
+                epoch,
+            } => stops.push((idx, exec, generation, mark_running, epoch)),
             Plan::Outcome(a) => outcomes.push((idx, a)),
         }
     }
@@ -442,13 +498,15 @@ async fn run_round(
         // The stops read a snapshot: the record itself may be rewritten meanwhile.
         let snapshot = d.clone();
         let record = &snapshot;
-        let fan_out = stops.iter().map(|(idx, exec, generation, _)| async move {
-            let task = record.steps[*idx].task;
-            let started = std::time::Instant::now();
-            let attempt = stop(cluster, record, task, exec, *generation, flag).await;
-            crate::observe::cleanup_step_duration(attempt.outcome_label(), started.elapsed());
-            (*idx, attempt)
-        });
+        let fan_out = stops
+            .iter()
+            .map(|(idx, exec, generation, _, epoch)| async move {
+                let task = record.steps[*idx].task;
+                let started = std::time::Instant::now();
+                let attempt = stop(cluster, record, task, exec, *generation, flag, *epoch).await;
+                crate::observe::cleanup_step_duration(attempt.outcome_label(), started.elapsed());
+                (*idx, attempt)
+            });
         let mut fan_out = std::pin::pin!(tasks_first_done(fan_out, record));
         let slow = tokio::time::sleep(Duration::from_millis(RUNNING_MARK_AFTER_MS));
         let results = tokio::select! {
@@ -456,7 +514,7 @@ async fn run_round(
             () = slow => {
                 // Still running: make the steps visible as RUNNING where they were sent.
                 let mut marked = d.clone();
-                for (idx, exec, _, mark) in &stops {
+                for (idx, exec, _, mark, _) in &stops {
                     if *mark {
                         marked.steps[*idx].state = CleanupState::Running;
                         marked.steps[*idx].executor = exec.id.clone();
@@ -580,7 +638,7 @@ async fn start_then_stop(
             error: e.to_string(),
             abandoned: false,
         },
-        Ok(()) => match stop(cluster, d, task, exec, generation, true).await {
+        Ok(()) => match stop(cluster, d, task, exec, generation, true, None).await {
             Attempt::Rehost => Attempt::Failed {
                 executor: exec.id.clone(),
                 error: "cleanup-only instance was not found at stop".into(),
@@ -740,7 +798,8 @@ async fn start_cleanup_only(
     }
 }
 
-/// Sends the stop with `flag` and classifies the answer.
+/// Sends the stop with `flag` (under `epoch` when not `exec`'s current one) and
+/// classifies the answer.
 async fn stop(
     cluster: &Cluster,
     d: &DeletionRecord,
@@ -748,6 +807,7 @@ async fn stop(
     exec: &ExecutorRecord,
     generation: u64,
     flag: bool,
+    epoch: Option<u64>,
 ) -> Attempt {
     let timeout_ms = d.sealed.cleanup_timeout_ms;
     let request = StopCall {
@@ -757,6 +817,7 @@ async fn stop(
         connector_deleted: flag,
         timeout_ms,
         incarnation: d.sealed.incarnation.clone(),
+        executor_epoch: epoch,
     };
     let call = async {
         cluster
@@ -954,4 +1015,77 @@ pub fn forced_skips(d: &DeletionRecord) -> (Vec<u32>, bool) {
         }
     }
     (tasks, connector)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const RECORDED: u64 = 4;
+
+    #[test]
+    fn a_host_that_registered_again_is_asked_for_the_record_of_the_stop() {
+        for hosted in [
+            Hosted::Starting,
+            Hosted::Running,
+            Hosted::Failed,
+            Hosted::Stopping,
+        ] {
+            assert!(ask_record_first(
+                hosted,
+                RECORDED,
+                Some((RECORDED + 1, Host::Live))
+            ));
+        }
+    }
+
+    #[test]
+    fn a_unit_never_started_is_re_hosted_without_asking() {
+        assert!(!ask_record_first(
+            Hosted::Absent,
+            RECORDED,
+            Some((RECORDED + 1, Host::Live))
+        ));
+    }
+
+    #[test]
+    fn an_abandoned_instance_is_re_hosted_without_asking() {
+        assert!(!ask_record_first(
+            Hosted::Abandoned,
+            RECORDED,
+            Some((RECORDED + 1, Host::Live))
+        ));
+    }
+
+    #[test]
+    fn a_host_that_is_not_registered_is_not_asked() {
+        assert!(!ask_record_first(Hosted::Running, RECORDED, None));
+    }
+
+    #[test]
+    fn a_host_whose_lease_ran_out_at_the_recorded_epoch_is_not_asked() {
+        assert!(!ask_record_first(
+            Hosted::Running,
+            RECORDED,
+            Some((RECORDED, Host::Lost))
+        ));
+    }
+
+    #[test]
+    fn a_host_registered_again_but_silent_is_not_asked() {
+        assert!(!ask_record_first(
+            Hosted::Running,
+            RECORDED,
+            Some((RECORDED + 1, Host::Unresponsive))
+        ));
+    }
+
+    #[test]
+    fn a_host_registered_again_and_lost_again_is_not_asked() {
+        assert!(!ask_record_first(
+            Hosted::Running,
+            RECORDED,
+            Some((RECORDED + 1, Host::Lost))
+        ));
+    }
 }

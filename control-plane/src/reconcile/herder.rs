@@ -469,6 +469,7 @@ async fn stop_false(
         connector_deleted: false,
         timeout_ms: 0,
         incarnation: rec.incarnation.clone(),
+        executor_epoch: None,
     };
     match cluster
         .call(exec, cluster.clients.stop_on(exec, &call))
