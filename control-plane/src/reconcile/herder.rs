@@ -286,7 +286,15 @@ async fn reconcile_connector(
             if stop_first {
                 stop_false(cluster, &rec, None, conn, view).await;
             }
-            start_units(cluster, name, &[(None, to)], view).await?;
+            let mut units = vec![(None, to.clone())];
+            if to.is_none() {
+                // Nowhere to run the connector instance, so nowhere to run its tasks
+                // (same plugin): a task still recorded on a lost host is recorded
+                // unassigned now, not once the connector instance runs again (the
+                // status must not say RUNNING for a task no executor hosts).
+                units.extend(tasks_with_nowhere_to_run(cluster, &rec, view));
+            }
+            start_units(cluster, name, &units, view).await?;
             return Ok(Pass::Done); // the next pass computes task configs from the new instance
         }
     }
@@ -341,6 +349,27 @@ async fn reconcile_connector(
     // Every task to start was stopped above (if something ran); now they start together.
     start_units(cluster, name, &starts, view).await?;
     Ok(if again { Pass::Again } else { Pass::Done })
+}
+
+/// Tasks of `rec` that the table would start again (their host is lost, or they have
+/// none) and that no executor can take: each paired with no executor, for
+/// [`start_units`] to record unassigned.
+fn tasks_with_nowhere_to_run(
+    cluster: &Cluster,
+    rec: &ConnectorRecord,
+    view: &ExecutorView,
+) -> Vec<(Option<usize>, Option<String>)> {
+    rec.tasks
+        .iter()
+        .enumerate()
+        .filter(|(_, t)| {
+            matches!(
+                start_or_keep(cluster, t, view, None, false),
+                Next::Start { stop_first: false }
+            )
+        })
+        .map(|(i, _)| (Some(i), None))
+        .collect()
 }
 
 /// What to do with a unit that should run.
