@@ -189,6 +189,46 @@ async fn stopping_a_connector_with_failed_tasks_leaves_no_instance_on_any_execut
     }
 }
 
+/// Issue 15 point 2 as the issue says it: StopConnector used to leave a connector
+/// instance whose start failed on its executor (ListAssignments showed it while the
+/// status said STOPPED). STOPPED means none remains: it gets its own stop(false).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn stopping_a_connector_whose_start_failed_leaves_no_instance_on_its_executor() {
+    let c = start_cluster(1, &[]).await;
+    let name = "stop-failed-start";
+    let mut cfg = c.source_config(name, 1);
+    cfg["test.start.fail"] = json!("true");
+    let r = c.call("CreateConnector", json!({ "name": name, "config": cfg }));
+    assert_eq!(r.code, 0, "{}", r.err);
+    wait_until("connector FAILED", CONVERGE, || async {
+        (c.status(name)?["connector"]["state"] == "STATE_FAILED").then_some(())
+    })
+    .await;
+    assert!(
+        !hosted_of(&c, "exec-1", name).is_empty(),
+        "the failed instance is still hosted before the stop"
+    );
+
+    assert_eq!(c.call("StopConnector", json!({ "name": name })).code, 0);
+    wait_until("connector STOPPED", CONVERGE, || async {
+        (c.status(name)?["connector"]["state"] == "STATE_STOPPED").then_some(())
+    })
+    .await;
+    wait_until("no instance of it on the executor", CONVERGE, || async {
+        hosted_of(&c, "exec-1", name).is_empty().then_some(())
+    })
+    .await;
+    let lc = Lifecycle::read(&c.lifecycle_path(name));
+    let failed = normal_instances(&lc, name, None);
+    assert_eq!(failed.len(), 1, "one instance: {:?}", lc.calls(name, None));
+    assert_eq!(
+        stops_of(&lc, &failed[0]),
+        vec![(false, true)],
+        "the failed connector instance was stopped once with false: {:?}",
+        lc.calls(name, None)
+    );
+}
+
 /// Wall-clock ms since midnight UTC now (the clock of the processes' log lines).
 fn now_of_day_ms() -> i64 {
     now_ms().rem_euclid(86_400_000)

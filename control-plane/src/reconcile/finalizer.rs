@@ -50,8 +50,11 @@
 //! - Unreachable-but-leased executors are retried without counting attempts, so a
 //!   deletion waits at most about one lease for a host that went silent.
 //! - A stop(true) that the executor completed but whose answer was lost is sent again;
-//!   the executor replays the recorded outcome, but a re-hosted attempt after the host's
-//!   lease expired may run the plugin's cleanup a second time (at least once).
+//!   the executor replays the recorded outcome, also after it fenced itself and
+//!   registered again (it is asked at the recorded epoch, [`ask_record_first`]). Only
+//!   where that record is gone (the executor process restarted) or the host cannot be
+//!   asked (silent, or lost) does a re-hosted attempt run the plugin's cleanup a second
+//!   time (at least once).
 //! - `force` skips what is left even if a stop is in flight; that stop may still finish.
 //!   Until it has ended the name cannot be taken again ([`Cluster::cleanup_in_flight`]).
 //! - A stop sent to a frozen executor holds up that deletion (not others) until that
@@ -843,37 +846,46 @@ async fn stop(
         info!(connector = %d.name, task = ?task, generation, executor = %exec.id, connector_deleted = flag,
             result = ?result.as_ref().map(|r| r.0), "cleanup stop sent");
     }
+    classify_stop(result, flag, &exec.id, timeout_ms)
+}
+
+/// Which attempt a stop's answer is (asked with `flag`, sent to `executor`, bounded by
+/// `timeout_ms`). One exhaustive decision over the answer:
+/// - stopped with the flag asked: done;
+/// - stopped, failed or timed out with the other flag: a stop with that flag already ran
+///   on this instance (a pause or a restart beat the deletion, or the executor fenced
+///   itself and answers from its record): it is gone and its cleanup has not run, so the
+///   cleanup is re-hosted;
+/// - failed or timed out with the flag asked: a failed attempt (counted, backed off);
+/// - refused NOT_FOUND or FAILED_PRECONDITION: the instance is not there (any more), or
+///   the stop was decided under a stale epoch or generation: re-hosted;
+/// - refused with another code: a failed attempt;
+/// - no answer: wait, uncounted.
+fn classify_stop(
+    result: Result<(StopOutcome, bool, String, bool), CallError>,
+    flag: bool,
+    executor: &str,
+    timeout_ms: u32,
+) -> Attempt {
     match result {
-        Ok((StopOutcome::Stopped, deleted, _, _)) => {
-            if deleted == flag {
-                Attempt::Done {
-                    executor: exec.id.clone(),
-                }
-            } else {
-                // A stop with the other flag already ran on this instance (a pause or
-                // a restart beat us): it is gone, its cleanup has not run.
-                Attempt::Rehost
-            }
-        }
-        Ok((outcome, deleted, error, abandoned)) => {
-            if deleted != flag {
-                return Attempt::Rehost;
-            }
-            let what = if outcome == StopOutcome::TimedOut {
-                format!("stop timed out after {timeout_ms} ms: {error}")
-            } else {
-                error
-            };
-            Attempt::Failed {
-                executor: exec.id.clone(),
-                error: what,
-                abandoned,
-            }
-        }
+        Ok((_, deleted, _, _)) if deleted != flag => Attempt::Rehost,
+        Ok((StopOutcome::Stopped, _, _, _)) => Attempt::Done {
+            executor: executor.to_owned(),
+        },
+        Ok((StopOutcome::Failed, _, error, abandoned)) => Attempt::Failed {
+            executor: executor.to_owned(),
+            error,
+            abandoned,
+        },
+        Ok((StopOutcome::TimedOut, _, error, abandoned)) => Attempt::Failed {
+            executor: executor.to_owned(),
+            error: format!("stop timed out after {timeout_ms} ms: {error}"),
+            abandoned,
+        },
         Err(e) => match e.code() {
             Some(tonic::Code::NotFound | tonic::Code::FailedPrecondition) => Attempt::Rehost,
             Some(_) => Attempt::Failed {
-                executor: exec.id.clone(),
+                executor: executor.to_owned(),
                 error: e.to_string(),
                 abandoned: false,
             },
@@ -1022,6 +1034,99 @@ mod tests {
     use super::*;
 
     const RECORDED: u64 = 4;
+
+    /// The attempt an answer `(outcome, flag it ran with, error, abandoned)` to a
+    /// stop(true) is.
+    fn answered(outcome: StopOutcome, deleted: bool, abandoned: bool) -> Attempt {
+        classify_stop(
+            Ok((outcome, deleted, "boom".into(), abandoned)),
+            true,
+            "e1",
+            500,
+        )
+    }
+
+    fn refused(code: tonic::Code) -> Attempt {
+        let e = CallError::Refused {
+            address: "a".into(),
+            code,
+            message: "no".into(),
+        };
+        classify_stop(Err(e), true, "e1", 500)
+    }
+
+    #[test]
+    fn a_stop_that_ran_with_the_flag_asked_is_done() {
+        assert!(matches!(
+            answered(StopOutcome::Stopped, true, false),
+            Attempt::Done { executor } if executor == "e1"
+        ));
+    }
+
+    #[test]
+    fn a_stop_that_ran_with_the_other_flag_is_re_hosted() {
+        // A pause, a restart or the executor's own fencing stopped it first: replayed.
+        for outcome in [
+            StopOutcome::Stopped,
+            StopOutcome::Failed,
+            StopOutcome::TimedOut,
+        ] {
+            assert!(matches!(answered(outcome, false, false), Attempt::Rehost));
+        }
+    }
+
+    #[test]
+    fn a_stop_that_failed_with_the_flag_asked_is_a_failed_attempt() {
+        assert!(matches!(
+            answered(StopOutcome::Failed, true, false),
+            Attempt::Failed { error, abandoned: false, .. } if error == "boom"
+        ));
+    }
+
+    #[test]
+    fn a_stop_that_timed_out_is_a_failed_attempt_that_says_so_and_whether_abandoned() {
+        assert!(matches!(
+            answered(StopOutcome::TimedOut, true, true),
+            Attempt::Failed { error, abandoned: true, .. }
+                if error == "stop timed out after 500 ms: boom"
+        ));
+    }
+
+    #[test]
+    fn a_stop_refused_as_not_hosted_is_re_hosted() {
+        assert!(matches!(refused(tonic::Code::NotFound), Attempt::Rehost));
+    }
+
+    #[test]
+    fn a_stop_refused_as_stale_is_re_hosted() {
+        assert!(matches!(
+            refused(tonic::Code::FailedPrecondition),
+            Attempt::Rehost
+        ));
+    }
+
+    #[test]
+    fn a_stop_refused_otherwise_is_a_failed_attempt() {
+        assert!(matches!(
+            refused(tonic::Code::InvalidArgument),
+            Attempt::Failed {
+                abandoned: false,
+                ..
+            }
+        ));
+    }
+
+    #[test]
+    fn a_stop_without_an_answer_waits_uncounted() {
+        let e = CallError::Unreachable {
+            address: "a".into(),
+            message: "deadline".into(),
+        };
+        assert!(matches!(
+            classify_stop(Err(e), true, "e1", 500),
+            Attempt::Wait { .. }
+        ));
+    }
 
     #[test]
     fn a_host_that_registered_again_is_asked_for_the_record_of_the_stop() {

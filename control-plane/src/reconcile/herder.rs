@@ -585,3 +585,74 @@ async fn compute_task_configs(
         .await?;
     Ok(())
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Every (recorded state, host) cell of [`hosted_for_herder`], each once.
+    #[test]
+    fn every_cell_of_how_the_herder_reads_a_record() {
+        use Hosted::{Absent, Failed, Running, Starting};
+        use InstanceState as S;
+        let cells = [
+            // A start whose answer was lost, on a live host: a new start fences it.
+            (S::Restarting, Host::Live, Absent),
+            // On a host that is not live it may still run there: wait, or start elsewhere.
+            (S::Restarting, Host::Unresponsive, Starting),
+            (S::Restarting, Host::Lost, Starting),
+            (S::Unassigned, Host::Live, Absent),
+            (S::Unassigned, Host::Unresponsive, Absent),
+            (S::Unassigned, Host::Lost, Absent),
+            (S::Paused, Host::Live, Absent),
+            (S::Paused, Host::Unresponsive, Absent),
+            (S::Paused, Host::Lost, Absent),
+            (S::Stopped, Host::Live, Absent),
+            (S::Stopped, Host::Unresponsive, Absent),
+            (S::Stopped, Host::Lost, Absent),
+            (S::Running, Host::Live, Running),
+            (S::Running, Host::Unresponsive, Running),
+            (S::Running, Host::Lost, Running),
+            // A failed instance stays on its executor until stopped.
+            (S::Failed, Host::Live, Failed),
+            (S::Failed, Host::Unresponsive, Failed),
+            (S::Failed, Host::Lost, Failed),
+        ];
+        for (state, host, want) in cells {
+            assert_eq!(
+                hosted_for_herder(state, host),
+                want,
+                "({state:?}, {host:?})"
+            );
+        }
+        let states = [
+            S::Unassigned,
+            S::Restarting,
+            S::Running,
+            S::Paused,
+            S::Stopped,
+            S::Failed,
+        ];
+        for s in states {
+            for h in [Host::Live, Host::Unresponsive, Host::Lost] {
+                let n = cells.iter().filter(|c| c.0 == s && c.1 == h).count();
+                assert_eq!(n, 1, "cell ({s:?}, {h:?}) listed {n} times");
+            }
+        }
+    }
+
+    #[test]
+    fn only_running_failed_or_starting_instances_may_still_be_held() {
+        use InstanceState as S;
+        for (s, held) in [
+            (S::Unassigned, false),
+            (S::Restarting, true),
+            (S::Running, true),
+            (S::Paused, false),
+            (S::Stopped, false),
+            (S::Failed, true),
+        ] {
+            assert_eq!(may_hold_instance(s), held, "{s:?}");
+        }
+    }
+}
