@@ -36,6 +36,8 @@ const SHORT_EXECUTOR_LEASE_MS: u32 = 2_000;
 const HEARTBEAT_INTERVAL_MS: u32 = 200;
 /// How long each test task's stop(true) takes, in ms: the leader dies during it.
 const STOP_DELAY_MS: &str = "1500";
+/// gRPC status code UNAVAILABLE, as `Call::code` reports it.
+const UNAVAILABLE: i32 = 14;
 /// Bound on the leader election after a start or a kill.
 const ELECTION_DEADLINE: Duration = Duration::from_secs(20);
 
@@ -186,11 +188,21 @@ async fn takes_over_a_pending_deletion(lease_ms: u32) {
         "tasks.max": "1",
         "lifecycle.path": dir.path().join("lifecycle-other.jsonl").display().to_string(),
     });
-    let r = admin(
-        &b_addr,
-        "CreateConnector",
-        json!({ "name": "via-follower", "config": other }),
-    );
+    // The follower learns the leader from etcd a moment after it started: until then it
+    // answers UNAVAILABLE ("no leader is elected yet; retry"), as a client must expect.
+    let r = wait_until(
+        "the follower to forward a create",
+        ELECTION_DEADLINE,
+        || {
+            let r = admin(
+                &b_addr,
+                "CreateConnector",
+                json!({ "name": "via-follower", "config": other }),
+            );
+            async move { (r.code != UNAVAILABLE).then_some(r) }
+        },
+    )
+    .await;
     assert_eq!(r.code, 0, "{}", r.err);
     let r = admin(&a_addr, "GetConnector", json!({ "name": "via-follower" }));
     assert_eq!(
