@@ -830,10 +830,11 @@ async fn stop(
             .map(|s| (s.outcome, s.connector_deleted, s.error, s.abandoned))
     };
     // A frozen or partitioned host would hold this deletion until the call's deadline
-    // (tens of seconds); once its lease is gone it is fenced, so stop waiting for it.
+    // (tens of seconds); once its lease is gone it is fenced, so stop waiting for it. An
+    // executor that registered again meanwhile (it fenced itself) still answers: wait.
     let result = tokio::select! {
         r = call => r,
-        () = cluster.lease_lost(exec) => Err(CallError::Unreachable {
+        () = cluster.lease_lost_at_every_epoch(&exec.id) => Err(CallError::Unreachable {
             address: exec.address.clone(),
             message: "lease expired while the stop was pending; call abandoned".into(),
         }),
