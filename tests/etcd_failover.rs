@@ -4,6 +4,11 @@
 //! the lifecycle file shows exactly one stop(true) per task and for the connector.
 //! The executor is given both replicas' URLs, the leader's first: it must move to the
 //! survivor on its own for the new leader to see it alive and finish the cleanup.
+//! Run twice: with an executor lease longer than the failover, and with one shorter than
+//! it, where every executor fences itself during the failover (stops everything with
+//! `false`, registers again) and the retried stop(true) is answered from the executor's
+//! record of the completed stop instead of running the cleanup again
+//! (docs/contract.md, "Executor self-fencing").
 //!
 //! Needs the `etcd` binary (Debian `etcd-server`, see scripts/setup-services) and
 //! grpcurl. Build first: `cargo build -p wharf-control-plane -p wharf-executor`, then
@@ -19,20 +24,24 @@ use wharf_harness::{KeepOnFailure, Proc, wait_until};
 
 /// Election lease TTL of the test replicas, in seconds (etcd's shortest is 2).
 const ELECTION_TTL_SECS: u32 = 2;
-/// Executor lease, in milliseconds: longer than a leader failover (the election TTL and
-/// the new term), as a deployment must set it. With a shorter lease every executor
-/// fences itself during the failover (stops everything with `false`, registers again),
-/// and a stop(true) whose answer died with the old leader then runs a second time, in a
-/// cleanup-only instance: at least once still holds, exactly once does not.
-const EXECUTOR_LEASE_MS: u32 = 8_000;
+/// Executor lease, in milliseconds, longer than a leader failover (the election TTL and
+/// the new term): the executors keep their epoch through it.
+const LONG_EXECUTOR_LEASE_MS: u32 = 8_000;
+/// Executor lease, in milliseconds, shorter than a leader failover: every executor fences
+/// itself during it and registers again. A stop(true) whose answer died with the old
+/// leader must then be answered from the executor's record (before this was so, it ran a
+/// second time in a cleanup-only instance).
+const SHORT_EXECUTOR_LEASE_MS: u32 = 2_000;
 /// Executor heartbeat interval, in milliseconds.
 const HEARTBEAT_INTERVAL_MS: u32 = 200;
 /// How long each test task's stop(true) takes, in ms: the leader dies during it.
 const STOP_DELAY_MS: &str = "1500";
+/// gRPC status code UNAVAILABLE, as `Call::code` reports it.
+const UNAVAILABLE: i32 = 14;
 /// Bound on the leader election after a start or a kill.
 const ELECTION_DEADLINE: Duration = Duration::from_secs(20);
 
-fn replica(dir: &Path, name: &str, etcd: &str, key: &[u8]) -> Proc {
+fn replica(dir: &Path, name: &str, etcd: &str, key: &[u8], lease_ms: u32) -> Proc {
     let d = dir.join(name);
     std::fs::create_dir_all(&d).unwrap();
     // Every replica seals with the same key (docs/state.md).
@@ -45,7 +54,7 @@ fn replica(dir: &Path, name: &str, etcd: &str, key: &[u8]) -> Proc {
             "--data-dir".into(),
             d.display().to_string(),
             "--lease-ms".into(),
-            EXECUTOR_LEASE_MS.to_string(),
+            lease_ms.to_string(),
             "--heartbeat-interval-ms".into(),
             HEARTBEAT_INTERVAL_MS.to_string(),
             "--store".into(),
@@ -80,14 +89,24 @@ async fn wait_leader(p: &Proc) {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_surviving_replica_takes_over_and_completes_a_pending_deletion() {
+    takes_over_a_pending_deletion(LONG_EXECUTOR_LEASE_MS).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn with_an_executor_lease_shorter_than_the_failover_each_stop_true_still_runs_once() {
+    takes_over_a_pending_deletion(SHORT_EXECUTOR_LEASE_MS).await;
+}
+
+/// The scenario of this file with executor leases of `lease_ms`.
+async fn takes_over_a_pending_deletion(lease_ms: u32) {
     let etcd = wharf_harness::etcd::TestEtcd::start();
     let dir = KeepOnFailure::new();
     let key: [u8; 32] = rand::random();
 
-    let mut a = replica(dir.path(), "cp-a", &etcd.endpoint, &key);
+    let mut a = replica(dir.path(), "cp-a", &etcd.endpoint, &key, lease_ms);
     let a_addr = a.listen_addr().await;
     wait_leader(&a).await;
-    let mut b = replica(dir.path(), "cp-b", &etcd.endpoint, &key);
+    let mut b = replica(dir.path(), "cp-b", &etcd.endpoint, &key, lease_ms);
     let b_addr = b.listen_addr().await;
 
     // exec-1 knows both replicas and talks to the first (the leader) until it stops
@@ -169,11 +188,21 @@ async fn the_surviving_replica_takes_over_and_completes_a_pending_deletion() {
         "tasks.max": "1",
         "lifecycle.path": dir.path().join("lifecycle-other.jsonl").display().to_string(),
     });
-    let r = admin(
-        &b_addr,
-        "CreateConnector",
-        json!({ "name": "via-follower", "config": other }),
-    );
+    // The follower learns the leader from etcd a moment after it started: until then it
+    // answers UNAVAILABLE ("no leader is elected yet; retry"), as a client must expect.
+    let r = wait_until(
+        "the follower to forward a create",
+        ELECTION_DEADLINE,
+        || {
+            let r = admin(
+                &b_addr,
+                "CreateConnector",
+                json!({ "name": "via-follower", "config": other }),
+            );
+            async move { (r.code != UNAVAILABLE).then_some(r) }
+        },
+    )
+    .await;
     assert_eq!(r.code, 0, "{}", r.err);
     let r = admin(&a_addr, "GetConnector", json!({ "name": "via-follower" }));
     assert_eq!(
@@ -215,6 +244,15 @@ async fn the_surviving_replica_takes_over_and_completes_a_pending_deletion() {
         "the executor moved to the surviving replica: {}",
         exec.log()
     );
+    if lease_ms < LONG_EXECUTOR_LEASE_MS {
+        // The case this variant is for: the executor gave up its epoch during the
+        // failover, so the retried stop named an epoch it no longer holds.
+        assert!(
+            exec.log().contains("fencing myself"),
+            "exec-1 fenced itself during the failover: {}",
+            exec.log()
+        );
+    }
 
     let lc = Lifecycle::read(&lifecycle);
     for unit in [Some(0), Some(1), None] {

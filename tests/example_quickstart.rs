@@ -135,3 +135,80 @@ async fn dev_example_runs_the_main_job_and_prints_what_to_try() {
         "the second start says it uses the existing database:\n{text}"
     );
 }
+
+/// Issue 15, "smaller ones": stopped (Ctrl-C) while a deletion of the example connector
+/// was still running, the quickstart used to say the connector "already exists, leaving
+/// it", and a moment later it was gone. Now it says that a deletion is in progress,
+/// waits for it, and creates the connector anew. The pending deletion is made as in
+/// quickstart section 8: the control plane alone on the same data dir deletes
+/// `shop-audit` while no executor runs.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_deletion_left_pending_by_the_last_run_is_said_so_waited_for_and_created_anew() {
+    let dir = KeepOnFailure::new();
+    let data = dir.path().join("wharf");
+    let deadline = Duration::from_secs(CONVERGE_SECS);
+    let mut dev = start(&data);
+    let addr = dev.listen_addr().await;
+    wait_until("shop-audit and its 2 tasks to run", deadline, || {
+        let addr = addr.clone();
+        async move { running_tasks(&addr, "shop-audit").await.filter(|n| *n == 2) }
+    })
+    .await;
+    assert_eq!(dev.terminate(deadline).await, Some(0));
+
+    let mut cp = Proc::spawn(
+        wharf_harness::bin("wharf-control-plane"),
+        vec![
+            "--listen".into(),
+            "127.0.0.1:0".into(),
+            "--data-dir".into(),
+            data.display().to_string(),
+        ],
+        &data,
+    );
+    let cp_addr = cp.listen_addr().await;
+    let mut client = ConnectorAdminClient::connect(format!("http://{cp_addr}"))
+        .await
+        .expect("admin client");
+    let deleting = client
+        .delete_connector(wharf::pb::v1::DeleteConnectorRequest {
+            name: "shop-audit".into(),
+            ..Default::default()
+        })
+        .await
+        .expect("delete shop-audit")
+        .into_inner();
+    assert!(
+        deleting.status.is_some_and(|s| s.deletion.is_some()),
+        "DELETING"
+    );
+    assert_eq!(cp.terminate(deadline).await, Some(0));
+
+    let log = data.join("process.log");
+    let before = std::fs::read_to_string(&log).unwrap_or_default().len();
+    let mut again = start(&data);
+    let addr = again.listen_addr().await;
+    let text = wait_until("shop-audit created anew", deadline, || {
+        let text = std::fs::read_to_string(&log).unwrap_or_default();
+        let new = text.get(before..).unwrap_or_default().to_owned();
+        async move { new.contains("created connector shop-audit").then_some(new) }
+    })
+    .await;
+    assert!(
+        text.contains("connector shop-audit is being deleted"),
+        "the deletion in progress is said:\n{text}"
+    );
+    assert!(
+        !text.contains("connector shop-audit already exists"),
+        "not \"already exists, leaving it\":\n{text}"
+    );
+    wait_until(
+        "the new shop-audit and its 2 tasks to run",
+        deadline,
+        || {
+            let addr = addr.clone();
+            async move { running_tasks(&addr, "shop-audit").await.filter(|n| *n == 2) }
+        },
+    )
+    .await;
+}

@@ -1122,6 +1122,95 @@ async fn a_fenced_heartbeat_stops_everything_with_false_and_registers_again() {
     assert!(listed.tasks.is_empty() && listed.connectors.is_empty());
 }
 
+/// A stop the control plane retries after this executor fenced itself and registered
+/// again (a control-plane failover with a lease shorter than it) names the old epoch: it
+/// is answered from the record of the stop that ran, before any epoch or lease check, and
+/// runs nothing. The one stop(true) that completed stays the only one; the instance that
+/// fencing stopped with `false` answers that, so the control plane re-hosts its cleanup.
+#[tokio::test]
+async fn a_stop_retried_after_the_executor_registered_again_is_answered_from_its_record() {
+    let s = Setup::new().await;
+    let mut ex = s.executor("a").await;
+    let config = s.config(&[]);
+    let old_epoch = s.recorded.epoch.load(Ordering::SeqCst);
+    let stop_req = |task: Option<u32>| pb::StopTaskRequest {
+        task: task_id("replayed", task.unwrap_or(0)),
+        connector_deleted: true,
+        generation: 1,
+        incarnation: "inc-replayed".into(),
+        executor_epoch: old_epoch,
+        ..Default::default()
+    };
+    start_connector(&mut ex, "replayed", 1, &config, false).await;
+    start_task(&mut ex, "replayed", 0, 1, &config, false)
+        .await
+        .unwrap();
+    wait_polled(&s, "replayed", 0, 0).await;
+    let first = ex
+        .client
+        .stop_task(stop_req(Some(0)))
+        .await
+        .unwrap()
+        .into_inner();
+    assert_eq!(first.outcome, pb::StopOutcome::Stopped as i32, "{first:?}");
+    assert!(first.connector_deleted && !first.replayed, "{first:?}");
+
+    // The control plane fences the executor: it stops the connector instance with false
+    // and registers again under a new epoch.
+    s.recorded.fenced_up_to.store(old_epoch, Ordering::SeqCst);
+    let client = ex.client.clone();
+    wait_until("the executor to hold a new epoch", WAIT_DEADLINE, || {
+        let mut client = client.clone();
+        async move {
+            let l = client
+                .list_assignments(pb::ListAssignmentsRequest {})
+                .await
+                .ok()?
+                .into_inner();
+            (l.epoch > old_epoch).then_some(())
+        }
+    })
+    .await;
+
+    let again = ex
+        .client
+        .stop_task(stop_req(Some(0)))
+        .await
+        .unwrap()
+        .into_inner();
+    assert_eq!(again.outcome, pb::StopOutcome::Stopped as i32, "{again:?}");
+    assert!(again.connector_deleted && again.replayed, "{again:?}");
+    let connector = ex
+        .client
+        .stop_connector(pb::ExecutorStopConnectorRequest {
+            connector: "replayed".into(),
+            connector_deleted: true,
+            generation: 1,
+            incarnation: "inc-replayed".into(),
+            executor_epoch: old_epoch,
+            ..Default::default()
+        })
+        .await
+        .unwrap()
+        .into_inner();
+    assert!(
+        connector.replayed && !connector.connector_deleted,
+        "fencing stopped it with false, and the answer says so: {connector:?}"
+    );
+
+    // Another incarnation's stop never gets this record, and is refused (old epoch).
+    let mut foreign = stop_req(Some(0));
+    foreign.incarnation = "inc-other".into();
+    let refused = ex.client.stop_task(foreign).await.unwrap_err();
+    assert_eq!(refused.code(), Code::FailedPrecondition, "{refused:?}");
+
+    let l = s.lifecycle();
+    stopped_once(&l, "replayed", 0, &ex.id, true);
+    let c = l.stops("replayed", None);
+    assert_eq!(c.len(), 1, "{c:?}");
+    assert!(!c[0].connector_deleted, "{c:?}");
+}
+
 #[tokio::test]
 async fn source_offsets_are_committed_and_a_restarted_task_resumes_after_them() {
     let s = Setup::new().await;

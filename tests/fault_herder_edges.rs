@@ -191,6 +191,46 @@ async fn stopping_a_connector_with_failed_tasks_leaves_no_instance_on_any_execut
     }
 }
 
+/// Issue 15 point 2 as the issue says it: StopConnector used to leave a connector
+/// instance whose start failed on its executor (ListAssignments showed it while the
+/// status said STOPPED). STOPPED means none remains: it gets its own stop(false).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn stopping_a_connector_whose_start_failed_leaves_no_instance_on_its_executor() {
+    let c = start_cluster(1, &[]).await;
+    let name = "stop-failed-start";
+    let mut cfg = c.source_config(name, 1);
+    cfg["test.start.fail"] = json!("true");
+    let r = c.call("CreateConnector", json!({ "name": name, "config": cfg }));
+    assert_eq!(r.code, 0, "{}", r.err);
+    wait_until("connector FAILED", CONVERGE, || async {
+        (c.status(name)?["connector"]["state"] == "STATE_FAILED").then_some(())
+    })
+    .await;
+    assert!(
+        !hosted_of(&c, "exec-1", name).is_empty(),
+        "the failed instance is still hosted before the stop"
+    );
+
+    assert_eq!(c.call("StopConnector", json!({ "name": name })).code, 0);
+    wait_until("connector STOPPED", CONVERGE, || async {
+        (c.status(name)?["connector"]["state"] == "STATE_STOPPED").then_some(())
+    })
+    .await;
+    wait_until("no instance of it on the executor", CONVERGE, || async {
+        hosted_of(&c, "exec-1", name).is_empty().then_some(())
+    })
+    .await;
+    let lc = Lifecycle::read(&c.lifecycle_path(name));
+    let failed = normal_instances(&lc, name, None);
+    assert_eq!(failed.len(), 1, "one instance: {:?}", lc.calls(name, None));
+    assert_eq!(
+        stops_of(&lc, &failed[0]),
+        vec![(false, true)],
+        "the failed connector instance was stopped once with false: {:?}",
+        lc.calls(name, None)
+    );
+}
+
 /// Wall-clock ms since midnight UTC now (the clock of the processes' log lines).
 fn now_of_day_ms() -> i64 {
     now_ms().rem_euclid(86_400_000)
@@ -442,6 +482,98 @@ async fn a_task_its_executor_no_longer_hosts_is_corrected_from_the_heartbeat_and
         corrected - stopped
     );
     let _ = stopped_at;
+}
+
+/// Longest time from an executor registering again to the status no longer claiming
+/// RUNNING for what its old epoch hosted, in ms: one heartbeat interval, plus slack for
+/// the polling itself (each grpcurl run costs about 1 s on a loaded machine).
+const REREGISTERED_CORRECTION_WITHIN_MS: u64 = TEST_HEARTBEAT_INTERVAL_MS as u64 + 4_000;
+
+/// Quickstart section 8, seen by a newcomer: the executor comes back under the same id
+/// without the connector's plugin (the standalone executor started without
+/// `--file-root` has no file plugins). Its old epoch's instances are gone, and no
+/// executor can run the connector: the connector instance was recorded unassigned, but
+/// its tasks stayed RUNNING on an executor hosting nothing (20+ s, in fact until the
+/// connector instance ran again). Now every unit is corrected within a heartbeat
+/// interval of the registration, and starts again once an executor with the plugin comes.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn tasks_of_an_executor_that_came_back_without_their_plugin_are_not_shown_running() {
+    let mut c = start_cluster(1, &[]).await;
+    let name = "came-back";
+    let s = create_running(&c, name, c.source_config(name, 2), 2).await;
+    let old_generations: Vec<u64> = (0..2).map(|i| task_generation(&s, i)).collect();
+    let old_epoch = wait_executor(&c, "exec-1", "EXECUTOR_STATE_ALIVE").await["epoch"]
+        .as_str()
+        .and_then(|e| e.parse::<u64>().ok())
+        .expect("epoch");
+
+    // Gone without a word (no status report), and back at once under the same id, with
+    // the same flags but no test plugins.
+    let old = &mut c.executors[0];
+    old.kill9();
+    let mut args = old.args.clone();
+    args.push("--enable-test-plugins=false".into());
+    let mut back = Proc::spawn(old.program.clone(), args, &old.data_dir.clone());
+    back.listen_addr().await;
+    c.executors[0] = back;
+    wait_until(
+        "exec-1 registered again without test-source",
+        CONVERGE,
+        || async {
+            let r = c.call("ListExecutors", json!({}));
+            let e = r.body["executors"]
+                .as_array()?
+                .iter()
+                .find(|e| e["id"] == "exec-1")?
+                .clone();
+            let epoch: u64 = e["epoch"].as_str()?.parse().ok()?;
+            let plugins = e["plugins"].as_array()?;
+            (epoch > old_epoch && !plugins.iter().any(|p| p == "test-source")).then_some(())
+        },
+    )
+    .await;
+    let registered = Instant::now();
+
+    let s = wait_until(
+        "no unit of the connector shown RUNNING",
+        Duration::from_millis(REREGISTERED_CORRECTION_WITHIN_MS),
+        || async {
+            let s = c.status(name)?;
+            let units = std::iter::once(&s["connector"])
+                .chain(s["tasks"].as_array()?.iter().map(|t| &t["status"]));
+            let mut all = units.map(|u| u["state"] == "STATE_UNASSIGNED");
+            all.all(|u| u).then_some(s)
+        },
+    )
+    .await;
+    assert!(
+        TestCluster::hosts(&s).iter().all(String::is_empty),
+        "no task recorded on an executor: {s}"
+    );
+    eprintln!(
+        "corrected {:?} after the registration",
+        registered.elapsed()
+    );
+
+    // An executor with the plugin: every unit runs again there, with new generations.
+    c.add_executor(1).await;
+    let s = c
+        .wait_state(name, "STATE_RUNNING", "STATE_RUNNING", 2)
+        .await;
+    assert_eq!(TestCluster::hosts(&s), vec!["exec-2".to_owned(); 2], "{s}");
+    assert_eq!(s["connector"]["executorId"], "exec-2", "{s}");
+    for (i, old) in old_generations.iter().enumerate() {
+        assert!(task_generation(&s, i) > *old, "task {i} started anew: {s}");
+    }
+}
+
+/// The generation of task `i` in a status.
+fn task_generation(s: &Value, i: usize) -> u64 {
+    let g = &s["tasks"][i]["status"]["generation"];
+    g.as_str()
+        .and_then(|g| g.parse().ok())
+        .or(g.as_u64())
+        .unwrap_or_else(|| panic!("generation of task {i}: {s}"))
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -258,8 +258,12 @@ pub struct StopCall {
     /// How long the plugin's stop may take, in ms (0: the executor's default).
     pub timeout_ms: u32,
     /// Incarnation the stop was decided for (the executor refuses another one's stop;
-    /// empty skips the check). The executor epoch sent is the addressed record's.
+    /// empty skips the check).
     pub incarnation: String,
+    /// The executor epoch the stop was decided under, when not the addressed record's
+    /// current one: a stop retried after the executor registered again, which only a
+    /// stop it already claimed answers (from its record); `None` sends the current one.
+    pub executor_epoch: Option<u64>,
 }
 
 /// How the plugin's stop ended.
@@ -402,7 +406,7 @@ impl ExecutorClients {
                         generation: s.generation,
                         timeout_ms: s.timeout_ms,
                         incarnation: s.incarnation.clone(),
-                        executor_epoch: exec.epoch,
+                        executor_epoch: s.executor_epoch.unwrap_or(exec.epoch),
                     },
                 )
                 .await
@@ -416,7 +420,7 @@ impl ExecutorClients {
                         generation: s.generation,
                         timeout_ms: s.timeout_ms,
                         incarnation: s.incarnation.clone(),
-                        executor_epoch: exec.epoch,
+                        executor_epoch: s.executor_epoch.unwrap_or(exec.epoch),
                     },
                 )
                 .await

@@ -773,6 +773,22 @@ impl Cluster {
         }
     }
 
+    /// Returns once executor `id` holds no lease at any epoch (its lease ran out and it did
+    /// not register again). A stop sent under an older epoch of an executor that
+    /// registered again since is still answered (from the record of the stop it already
+    /// ran, or refused), so waiting for that answer is safe, and abandoning it would
+    /// re-host a cleanup that already ran (docs/contract.md, "Executor self-fencing").
+    pub async fn lease_lost_at_every_epoch(&self, id: &str) {
+        let held = || {
+            self.leases()
+                .get(id)
+                .is_some_and(|l| l.expires > Instant::now())
+        };
+        while held() {
+            tokio::time::sleep(Duration::from_millis(LEASE_CHECK_INTERVAL_MS)).await;
+        }
+    }
+
     /// Runs `call` to `exec`, abandoned (as unreachable) once `exec` loses its lease, so
     /// that no call to a frozen executor holds anything up longer than its lease; records
     /// whether it reached the executor ([`Cluster::reach_failed`], [`Cluster::reach_ok`]).

@@ -50,8 +50,11 @@
 //! - Unreachable-but-leased executors are retried without counting attempts, so a
 //!   deletion waits at most about one lease for a host that went silent.
 //! - A stop(true) that the executor completed but whose answer was lost is sent again;
-//!   the executor replays the recorded outcome, but a re-hosted attempt after the host's
-//!   lease expired may run the plugin's cleanup a second time (at least once).
+//!   the executor replays the recorded outcome, also after it fenced itself and
+//!   registered again (it is asked at the recorded epoch, [`ask_record_first`]). Only
+//!   where that record is gone (the executor process restarted) or the host cannot be
+//!   asked (silent, or lost) does a re-hosted attempt run the plugin's cleanup a second
+//!   time (at least once).
 //! - `force` skips what is left even if a stop is in flight; that stop may still finish.
 //!   Until it has ended the name cannot be taken again ([`Cluster::cleanup_in_flight`]).
 //! - A stop sent to a frozen executor holds up that deletion (not others) until that
@@ -346,6 +349,9 @@ enum Plan {
         generation: u64,
         /// False for a cleanup-only instance already recorded RUNNING (nothing to mark).
         mark_running: bool,
+        /// The epoch to send when not the executor's current one (see
+        /// [`ask_record_first`]).
+        epoch: Option<u64>,
     },
     /// No call: the outcome is known.
     Outcome(Attempt),
@@ -370,6 +376,7 @@ fn plan_step(d: &DeletionRecord, idx: usize, view: &ExecutorView) -> Plan {
                             exec: exec.clone(),
                             generation: step.generation,
                             mark_running: false,
+                            epoch: None,
                         };
                     }
                 }
@@ -403,12 +410,34 @@ fn plan_step(d: &DeletionRecord, idx: usize, view: &ExecutorView) -> Plan {
                 exec: exec.clone(),
                 generation: host.generation,
                 mark_running: true,
+                epoch: None,
             },
             None => Plan::Outcome(Attempt::Wait {
                 error: "host executor not live".into(),
             }),
         },
-        Action::CleanupOnly => Plan::Outcome(Attempt::Rehost),
+        Action::CleanupOnly => {
+            let now = host
+                .executor
+                .as_deref()
+                .and_then(|id| Some((view.all.get(id)?.epoch, *view.health.get(id)?)));
+            match host.executor.as_deref().and_then(|e| view.live(e)) {
+                Some(exec)
+                    if ask_record_first(Hosted::from_recorded(host.state), host.epoch, now) =>
+                {
+                    // Addressed to the recorded epoch: only a stop this executor already
+                    // claimed is answered (from its record); anything else is refused and
+                    // the cleanup re-hosted.
+                    Plan::Stop {
+                        exec: exec.clone(),
+                        generation: host.generation,
+                        mark_running: true,
+                        epoch: Some(host.epoch),
+                    }
+                }
+                Some(_) | None => Plan::Outcome(Attempt::Rehost),
+            }
+        }
         Action::Done => Plan::Outcome(Attempt::Done {
             executor: String::new(),
         }),
@@ -419,6 +448,35 @@ fn plan_step(d: &DeletionRecord, idx: usize, view: &ExecutorView) -> Plan {
         Action::Keep | Action::Start | Action::Record => Plan::Outcome(Attempt::Wait {
             error: "no cleanup decision".into(),
         }),
+    }
+}
+
+/// Whether a deleted unit that [`decide`] would re-host is first asked for at its
+/// recorded host (docs/contract.md, "A completed stop is replayed"): when that executor
+/// registered again since the instance was recorded (same id, a newer epoch, for
+/// instance after fencing itself during a control-plane failover) and is live now, it
+/// may hold the record of the stop(true) already run there, whose answer was lost. The
+/// stop then goes to it at the recorded epoch and generation: the executor answers from
+/// the record, or refuses (nothing claimed there, or the record is gone) and the cleanup
+/// is re-hosted, so a cleanup runs twice only where its record is gone (at least once).
+///
+/// `hosted` is the recorded instance, `recorded_epoch` the epoch it was recorded under,
+/// `now` the executor's current epoch and health (`None`: not registered).
+fn ask_record_first(hosted: Hosted, recorded_epoch: u64, now: Option<(u64, Host)>) -> bool {
+    match hosted {
+        // Nothing was started there, or its stop overran: no completed stop to replay.
+        Hosted::Absent | Hosted::Abandoned => false,
+        Hosted::Starting | Hosted::Running | Hosted::Failed | Hosted::Stopping => match now {
+            None => false,
+            Some((epoch, health)) => {
+                let registered_again = epoch > recorded_epoch;
+                match health {
+                    Host::Live => registered_again,
+                    // A silent host would hold the call; a lost one cannot answer.
+                    Host::Unresponsive | Host::Lost => false,
+                }
+            }
+        },
     }
 }
 
@@ -440,7 +498,8 @@ async fn run_round(
                 exec,
                 generation,
                 mark_running,
-            } => stops.push((idx, exec, generation, mark_running)),
+                epoch,
+            } => stops.push((idx, exec, generation, mark_running, epoch)),
             Plan::Outcome(a) => outcomes.push((idx, a)),
         }
     }
@@ -449,13 +508,15 @@ async fn run_round(
         // The stops read a snapshot: the record itself may be rewritten meanwhile.
         let snapshot = d.clone();
         let record = &snapshot;
-        let fan_out = stops.iter().map(|(idx, exec, generation, _)| async move {
-            let task = record.steps[*idx].task;
-            let started = std::time::Instant::now();
-            let attempt = stop(cluster, record, task, exec, *generation, flag).await;
-            crate::observe::cleanup_step_duration(attempt.outcome_label(), started.elapsed());
-            (*idx, attempt)
-        });
+        let fan_out = stops
+            .iter()
+            .map(|(idx, exec, generation, _, epoch)| async move {
+                let task = record.steps[*idx].task;
+                let started = std::time::Instant::now();
+                let attempt = stop(cluster, record, task, exec, *generation, flag, *epoch).await;
+                crate::observe::cleanup_step_duration(attempt.outcome_label(), started.elapsed());
+                (*idx, attempt)
+            });
         let mut fan_out = std::pin::pin!(tasks_first_done(fan_out, record));
         let slow = tokio::time::sleep(Duration::from_millis(RUNNING_MARK_AFTER_MS));
         let results = tokio::select! {
@@ -463,7 +524,7 @@ async fn run_round(
             () = slow => {
                 // Still running: make the steps visible as RUNNING where they were sent.
                 let mut marked = d.clone();
-                for (idx, exec, _, mark) in &stops {
+                for (idx, exec, _, mark, _) in &stops {
                     if *mark {
                         marked.steps[*idx].state = CleanupState::Running;
                         marked.steps[*idx].executor = exec.id.clone();
@@ -588,7 +649,7 @@ async fn start_then_stop(
             error: e.to_string(),
             abandoned: false,
         },
-        Ok(()) => match stop(cluster, d, task, exec, generation, true).await {
+        Ok(()) => match stop(cluster, d, task, exec, generation, true, None).await {
             Attempt::Rehost => Attempt::Failed {
                 executor: exec.id.clone(),
                 error: "cleanup-only instance was not found at stop".into(),
@@ -748,7 +809,8 @@ async fn start_cleanup_only(
     }
 }
 
-/// Sends the stop with `flag` and classifies the answer.
+/// Sends the stop with `flag` (under `epoch` when not `exec`'s current one) and
+/// classifies the answer.
 async fn stop(
     cluster: &Cluster,
     d: &DeletionRecord,
@@ -756,6 +818,7 @@ async fn stop(
     exec: &ExecutorRecord,
     generation: u64,
     flag: bool,
+    epoch: Option<u64>,
 ) -> Attempt {
     let timeout_ms = d.sealed.cleanup_timeout_ms;
     let request = StopCall {
@@ -765,6 +828,7 @@ async fn stop(
         connector_deleted: flag,
         timeout_ms,
         incarnation: d.sealed.incarnation.clone(),
+        executor_epoch: epoch,
     };
     let call = async {
         cluster
@@ -774,10 +838,11 @@ async fn stop(
             .map(|s| (s.outcome, s.connector_deleted, s.error, s.abandoned))
     };
     // A frozen or partitioned host would hold this deletion until the call's deadline
-    // (tens of seconds); once its lease is gone it is fenced, so stop waiting for it.
+    // (tens of seconds); once its lease is gone it is fenced, so stop waiting for it. An
+    // executor that registered again meanwhile (it fenced itself) still answers: wait.
     let result = tokio::select! {
         r = call => r,
-        () = cluster.lease_lost(exec) => Err(CallError::Unreachable {
+        () = cluster.lease_lost_at_every_epoch(&exec.id) => Err(CallError::Unreachable {
             address: exec.address.clone(),
             message: "lease expired while the stop was pending; call abandoned".into(),
         }),
@@ -791,37 +856,46 @@ async fn stop(
         info!(connector = %d.name, task = ?task, generation, executor = %exec.id, connector_deleted = flag,
             result = ?result.as_ref().map(|r| r.0), "cleanup stop sent");
     }
+    classify_stop(result, flag, &exec.id, timeout_ms)
+}
+
+/// Which attempt a stop's answer is (asked with `flag`, sent to `executor`, bounded by
+/// `timeout_ms`). One exhaustive decision over the answer:
+/// - stopped with the flag asked: done;
+/// - stopped, failed or timed out with the other flag: a stop with that flag already ran
+///   on this instance (a pause or a restart beat the deletion, or the executor fenced
+///   itself and answers from its record): it is gone and its cleanup has not run, so the
+///   cleanup is re-hosted;
+/// - failed or timed out with the flag asked: a failed attempt (counted, backed off);
+/// - refused NOT_FOUND or FAILED_PRECONDITION: the instance is not there (any more), or
+///   the stop was decided under a stale epoch or generation: re-hosted;
+/// - refused with another code: a failed attempt;
+/// - no answer: wait, uncounted.
+fn classify_stop(
+    result: Result<(StopOutcome, bool, String, bool), CallError>,
+    flag: bool,
+    executor: &str,
+    timeout_ms: u32,
+) -> Attempt {
     match result {
-        Ok((StopOutcome::Stopped, deleted, _, _)) => {
-            if deleted == flag {
-                Attempt::Done {
-                    executor: exec.id.clone(),
-                }
-            } else {
-                // A stop with the other flag already ran on this instance (a pause or
-                // a restart beat us): it is gone, its cleanup has not run.
-                Attempt::Rehost
-            }
-        }
-        Ok((outcome, deleted, error, abandoned)) => {
-            if deleted != flag {
-                return Attempt::Rehost;
-            }
-            let what = if outcome == StopOutcome::TimedOut {
-                format!("stop timed out after {timeout_ms} ms: {error}")
-            } else {
-                error
-            };
-            Attempt::Failed {
-                executor: exec.id.clone(),
-                error: what,
-                abandoned,
-            }
-        }
+        Ok((_, deleted, _, _)) if deleted != flag => Attempt::Rehost,
+        Ok((StopOutcome::Stopped, _, _, _)) => Attempt::Done {
+            executor: executor.to_owned(),
+        },
+        Ok((StopOutcome::Failed, _, error, abandoned)) => Attempt::Failed {
+            executor: executor.to_owned(),
+            error,
+            abandoned,
+        },
+        Ok((StopOutcome::TimedOut, _, error, abandoned)) => Attempt::Failed {
+            executor: executor.to_owned(),
+            error: format!("stop timed out after {timeout_ms} ms: {error}"),
+            abandoned,
+        },
         Err(e) => match e.code() {
             Some(tonic::Code::NotFound | tonic::Code::FailedPrecondition) => Attempt::Rehost,
             Some(_) => Attempt::Failed {
-                executor: exec.id.clone(),
+                executor: executor.to_owned(),
                 error: e.to_string(),
                 abandoned: false,
             },
@@ -983,5 +1057,171 @@ mod backoff_tests {
         assert_eq!(jittered_ms(2_000, 0.5), 1_500);
         assert_eq!(jittered_ms(2_000, 9.0), 2_000);
         assert_eq!(jittered_ms(0, 1.0), 0);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const RECORDED: u64 = 4;
+
+    /// The attempt an answer `(outcome, flag it ran with, error, abandoned)` to a
+    /// stop(true) is.
+    fn answered(outcome: StopOutcome, deleted: bool, abandoned: bool) -> Attempt {
+        classify_stop(
+            Ok((outcome, deleted, "boom".into(), abandoned)),
+            true,
+            "e1",
+            500,
+        )
+    }
+
+    fn refused(code: tonic::Code) -> Attempt {
+        let e = CallError::Refused {
+            address: "a".into(),
+            code,
+            message: "no".into(),
+        };
+        classify_stop(Err(e), true, "e1", 500)
+    }
+
+    #[test]
+    fn a_stop_that_ran_with_the_flag_asked_is_done() {
+        assert!(matches!(
+            answered(StopOutcome::Stopped, true, false),
+            Attempt::Done { executor } if executor == "e1"
+        ));
+    }
+
+    #[test]
+    fn a_stop_that_ran_with_the_other_flag_is_re_hosted() {
+        // A pause, a restart or the executor's own fencing stopped it first: replayed.
+        for outcome in [
+            StopOutcome::Stopped,
+            StopOutcome::Failed,
+            StopOutcome::TimedOut,
+        ] {
+            assert!(matches!(answered(outcome, false, false), Attempt::Rehost));
+        }
+    }
+
+    #[test]
+    fn a_stop_that_failed_with_the_flag_asked_is_a_failed_attempt() {
+        assert!(matches!(
+            answered(StopOutcome::Failed, true, false),
+            Attempt::Failed { error, abandoned: false, .. } if error == "boom"
+        ));
+    }
+
+    #[test]
+    fn a_stop_that_timed_out_is_a_failed_attempt_that_says_so_and_whether_abandoned() {
+        assert!(matches!(
+            answered(StopOutcome::TimedOut, true, true),
+            Attempt::Failed { error, abandoned: true, .. }
+                if error == "stop timed out after 500 ms: boom"
+        ));
+    }
+
+    #[test]
+    fn a_stop_refused_as_not_hosted_is_re_hosted() {
+        assert!(matches!(refused(tonic::Code::NotFound), Attempt::Rehost));
+    }
+
+    #[test]
+    fn a_stop_refused_as_stale_is_re_hosted() {
+        assert!(matches!(
+            refused(tonic::Code::FailedPrecondition),
+            Attempt::Rehost
+        ));
+    }
+
+    #[test]
+    fn a_stop_refused_otherwise_is_a_failed_attempt() {
+        assert!(matches!(
+            refused(tonic::Code::InvalidArgument),
+            Attempt::Failed {
+                abandoned: false,
+                ..
+            }
+        ));
+    }
+
+    #[test]
+    fn a_stop_without_an_answer_waits_uncounted() {
+        let e = CallError::Unreachable {
+            address: "a".into(),
+            message: "deadline".into(),
+        };
+        assert!(matches!(
+            classify_stop(Err(e), true, "e1", 500),
+            Attempt::Wait { .. }
+        ));
+    }
+
+    #[test]
+    fn a_host_that_registered_again_is_asked_for_the_record_of_the_stop() {
+        for hosted in [
+            Hosted::Starting,
+            Hosted::Running,
+            Hosted::Failed,
+            Hosted::Stopping,
+        ] {
+            assert!(ask_record_first(
+                hosted,
+                RECORDED,
+                Some((RECORDED + 1, Host::Live))
+            ));
+        }
+    }
+
+    #[test]
+    fn a_unit_never_started_is_re_hosted_without_asking() {
+        assert!(!ask_record_first(
+            Hosted::Absent,
+            RECORDED,
+            Some((RECORDED + 1, Host::Live))
+        ));
+    }
+
+    #[test]
+    fn an_abandoned_instance_is_re_hosted_without_asking() {
+        assert!(!ask_record_first(
+            Hosted::Abandoned,
+            RECORDED,
+            Some((RECORDED + 1, Host::Live))
+        ));
+    }
+
+    #[test]
+    fn a_host_that_is_not_registered_is_not_asked() {
+        assert!(!ask_record_first(Hosted::Running, RECORDED, None));
+    }
+
+    #[test]
+    fn a_host_whose_lease_ran_out_at_the_recorded_epoch_is_not_asked() {
+        assert!(!ask_record_first(
+            Hosted::Running,
+            RECORDED,
+            Some((RECORDED, Host::Lost))
+        ));
+    }
+
+    #[test]
+    fn a_host_registered_again_but_silent_is_not_asked() {
+        assert!(!ask_record_first(
+            Hosted::Running,
+            RECORDED,
+            Some((RECORDED + 1, Host::Unresponsive))
+        ));
+    }
+
+    #[test]
+    fn a_host_registered_again_and_lost_again_is_not_asked() {
+        assert!(!ask_record_first(
+            Hosted::Running,
+            RECORDED,
+            Some((RECORDED + 1, Host::Lost))
+        ));
     }
 }

@@ -301,7 +301,15 @@ async fn reconcile_connector(
             if stop_first {
                 stop_false(cluster, &rec, None, conn, view).await;
             }
-            start_units(cluster, name, &[(None, to)], view).await?;
+            let mut units = vec![(None, to.clone())];
+            if to.is_none() {
+                // Nowhere to run the connector instance, so nowhere to run its tasks
+                // (same plugin): a task still recorded on a lost host is recorded
+                // unassigned now, not once the connector instance runs again (the
+                // status must not say RUNNING for a task no executor hosts).
+                units.extend(tasks_with_nowhere_to_run(cluster, &rec, view));
+            }
+            start_units(cluster, name, &units, view).await?;
             return Ok(Pass::Done); // the next pass computes task configs from the new instance
         }
     }
@@ -356,6 +364,27 @@ async fn reconcile_connector(
     // Every task to start was stopped above (if something ran); now they start together.
     start_units(cluster, name, &starts, view).await?;
     Ok(if again { Pass::Again } else { Pass::Done })
+}
+
+/// Tasks of `rec` that the table would start again (their host is lost, or they have
+/// none) and that no executor can take: each paired with no executor, for
+/// [`start_units`] to record unassigned.
+fn tasks_with_nowhere_to_run(
+    cluster: &Cluster,
+    rec: &ConnectorRecord,
+    view: &ExecutorView,
+) -> Vec<(Option<usize>, Option<String>)> {
+    rec.tasks
+        .iter()
+        .enumerate()
+        .filter(|(_, t)| {
+            matches!(
+                start_or_keep(cluster, t, view, None, false),
+                Next::Start { stop_first: false }
+            )
+        })
+        .map(|(i, _)| (Some(i), None))
+        .collect()
 }
 
 /// What to do with a unit that should run.
@@ -492,6 +521,7 @@ async fn stop_false(
         connector_deleted: false,
         timeout_ms: 0,
         incarnation: rec.incarnation.clone(),
+        executor_epoch: None,
     };
     match cluster
         .call(exec, CallKind::Stop, cluster.clients.stop_on(exec, &call))
@@ -582,4 +612,75 @@ async fn compute_task_configs(
         })
         .await?;
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Every (recorded state, host) cell of [`hosted_for_herder`], each once.
+    #[test]
+    fn every_cell_of_how_the_herder_reads_a_record() {
+        use Hosted::{Absent, Failed, Running, Starting};
+        use InstanceState as S;
+        let cells = [
+            // A start whose answer was lost, on a live host: a new start fences it.
+            (S::Restarting, Host::Live, Absent),
+            // On a host that is not live it may still run there: wait, or start elsewhere.
+            (S::Restarting, Host::Unresponsive, Starting),
+            (S::Restarting, Host::Lost, Starting),
+            (S::Unassigned, Host::Live, Absent),
+            (S::Unassigned, Host::Unresponsive, Absent),
+            (S::Unassigned, Host::Lost, Absent),
+            (S::Paused, Host::Live, Absent),
+            (S::Paused, Host::Unresponsive, Absent),
+            (S::Paused, Host::Lost, Absent),
+            (S::Stopped, Host::Live, Absent),
+            (S::Stopped, Host::Unresponsive, Absent),
+            (S::Stopped, Host::Lost, Absent),
+            (S::Running, Host::Live, Running),
+            (S::Running, Host::Unresponsive, Running),
+            (S::Running, Host::Lost, Running),
+            // A failed instance stays on its executor until stopped.
+            (S::Failed, Host::Live, Failed),
+            (S::Failed, Host::Unresponsive, Failed),
+            (S::Failed, Host::Lost, Failed),
+        ];
+        for (state, host, want) in cells {
+            assert_eq!(
+                hosted_for_herder(state, host),
+                want,
+                "({state:?}, {host:?})"
+            );
+        }
+        let states = [
+            S::Unassigned,
+            S::Restarting,
+            S::Running,
+            S::Paused,
+            S::Stopped,
+            S::Failed,
+        ];
+        for s in states {
+            for h in [Host::Live, Host::Unresponsive, Host::Lost] {
+                let n = cells.iter().filter(|c| c.0 == s && c.1 == h).count();
+                assert_eq!(n, 1, "cell ({s:?}, {h:?}) listed {n} times");
+            }
+        }
+    }
+
+    #[test]
+    fn only_running_failed_or_starting_instances_may_still_be_held() {
+        use InstanceState as S;
+        for (s, held) in [
+            (S::Unassigned, false),
+            (S::Restarting, true),
+            (S::Running, true),
+            (S::Paused, false),
+            (S::Stopped, false),
+            (S::Failed, true),
+        ] {
+            assert_eq!(may_hold_instance(s), held, "{s:?}");
+        }
+    }
 }

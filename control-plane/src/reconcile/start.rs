@@ -245,3 +245,54 @@ pub async fn start_units(
         .await?;
     Ok(())
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn refused(code: tonic::Code) -> Result<Started, CallError> {
+        Err(CallError::Refused {
+            address: "a".into(),
+            code,
+            message: "no".into(),
+        })
+    }
+
+    #[test]
+    fn a_start_answered_running_is_recorded_started() {
+        assert_eq!(
+            outcome(Ok(Started::Running)),
+            Some((InstanceEvent::Started, String::new()))
+        );
+    }
+
+    #[test]
+    fn a_start_answered_failed_is_recorded_failed_with_the_plugin_error() {
+        assert_eq!(
+            outcome(Ok(Started::Failed("boom".into()))),
+            Some((InstanceEvent::Failed, "boom".into()))
+        );
+    }
+
+    #[test]
+    fn a_start_without_an_answer_stays_restarting() {
+        let e = CallError::Unreachable {
+            address: "a".into(),
+            message: "deadline".into(),
+        };
+        assert_eq!(outcome(Err(e)), None);
+    }
+
+    #[test]
+    fn a_start_refused_between_epochs_or_generations_stays_restarting() {
+        assert_eq!(outcome(refused(tonic::Code::FailedPrecondition)), None);
+        assert_eq!(outcome(refused(tonic::Code::NotFound)), None);
+    }
+
+    #[test]
+    fn a_start_refused_otherwise_is_recorded_failed_with_the_refusal() {
+        let (event, error) = outcome(refused(tonic::Code::InvalidArgument)).unwrap();
+        assert_eq!(event, InstanceEvent::Failed);
+        assert!(error.contains("InvalidArgument"), "{error}");
+    }
+}

@@ -411,18 +411,51 @@ impl Host {
         }
     }
 
-    /// Every check a stop passes before anything runs (epoch, lease, generation,
-    /// incarnation), then the instance it applies to, picked by `pick`. A refusal is
-    /// logged here, once, with what the request named: nothing ran for it.
-    fn admit_stop<I>(
+    /// Admits a stop of the instance keyed `key` in `slots`. A stop whose generation's
+    /// instance already had its stop claimed (completed, or still running) is answered
+    /// from that stop's record first, before any epoch, lease or generation check: a
+    /// retried stop (a lost answer, a control-plane failover, this executor fenced and
+    /// registered again since) learns what happened and runs nothing (see
+    /// [`stop_admission`]). Every other stop passes every check (epoch, lease,
+    /// generation, incarnation), then gets the instance [`pick_for_stop`] chooses. A
+    /// refusal is logged here, once, with what the request named: nothing ran for it.
+    fn admit_stop<K, I>(
         &self,
         req: &StopRequest,
         what: &str,
-        pick: impl FnOnce() -> Result<Arc<I>, HostError>,
-    ) -> Result<Arc<I>, HostError> {
+        slots: &Mutex<HashMap<K, Slot<I>>>,
+        key: &K,
+    ) -> Result<Arc<I>, HostError>
+    where
+        K: std::hash::Hash + Eq,
+        I: StopFacts,
+    {
+        let replay = {
+            let map = lock(slots);
+            map.get(key)
+                .and_then(|slot| slot.instances.get(&req.generation))
+                .filter(|i| stop_admission(req, Some(&***i)) == StopAdmission::Replay)
+                .cloned()
+        };
+        if let Some(instance) = replay {
+            tracing::info!(
+                what,
+                generation = req.generation,
+                executor_epoch = req.executor_epoch,
+                connector_deleted = req.connector_deleted,
+                "stop of this generation already claimed: answered from its record, nothing runs again"
+            );
+            return Ok(instance);
+        }
         let admitted = self
             .check_stop(req, &format!("stop(true) of {what}"))
-            .and_then(|()| pick());
+            .and_then(|()| {
+                let map = lock(slots);
+                let slot = map
+                    .get(key)
+                    .ok_or_else(|| HostError::NotHosted(what.to_owned()))?;
+                pick_for_stop(slot, req, what, |i: &I| (i.stop_claimed(), i.incarnation()))
+            });
         if let Err(e) = &admitted {
             // NOT_FOUND is an ordinary answer (the control plane re-hosts the cleanup);
             // every other refusal is a stop decided for something this executor does not
@@ -528,15 +561,7 @@ impl Host {
         req: &StopRequest,
     ) -> Result<StopAnswer, HostError> {
         let what = format!("task {task}");
-        let instance = self.admit_stop(req, &what, || {
-            let tasks = lock(&self.tasks);
-            let slot = tasks
-                .get(task)
-                .ok_or_else(|| HostError::NotHosted(what.clone()))?;
-            pick_for_stop(slot, req, &what, |i: &TaskInstance| {
-                (i.life.stop_claimed(), i.incarnation.as_str())
-            })
-        })?;
+        let instance = self.admit_stop(req, &what, &self.tasks, task)?;
         let result = instance
             .stop(
                 req.connector_deleted,
@@ -645,15 +670,7 @@ impl Host {
         req: &StopRequest,
     ) -> Result<StopAnswer, HostError> {
         let what = format!("connector {connector}");
-        let instance = self.admit_stop(req, &what, || {
-            let connectors = lock(&self.connectors);
-            let slot = connectors
-                .get(connector)
-                .ok_or_else(|| HostError::NotHosted(what.clone()))?;
-            pick_for_stop(slot, req, &what, |i: &ConnectorInstance| {
-                (i.life.stop_claimed(), i.incarnation.as_str())
-            })
-        })?;
+        let instance = self.admit_stop(req, &what, &self.connectors, &connector.to_owned())?;
         let result = instance
             .stop(
                 req.connector_deleted,
@@ -729,6 +746,62 @@ impl Host {
     }
 }
 
+/// What a stop's admission needs to know of an instance: whether its stop was claimed
+/// (it ran, or runs now) and the incarnation it belongs to.
+trait StopFacts {
+    fn stop_claimed(&self) -> bool;
+    fn incarnation(&self) -> &str;
+}
+
+impl StopFacts for TaskInstance {
+    fn stop_claimed(&self) -> bool {
+        self.life.stop_claimed()
+    }
+    fn incarnation(&self) -> &str {
+        &self.incarnation
+    }
+}
+
+impl StopFacts for ConnectorInstance {
+    fn stop_claimed(&self) -> bool {
+        self.life.stop_claimed()
+    }
+    fn incarnation(&self) -> &str {
+        &self.incarnation
+    }
+}
+
+/// How a stop is admitted.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum StopAdmission {
+    /// The instance's stop was already claimed: answer from its record (waiting for it
+    /// if it still runs), before any staleness check; nothing runs again.
+    Replay,
+    /// Nothing to replay: every staleness check applies, then [`pick_for_stop`].
+    Check,
+}
+
+/// The replay rule (docs/contract.md, "Executor self-fencing"): a stop of a generation
+/// whose instance here already had its stop claimed is answered from that stop's record,
+/// whatever epoch it names and wherever the lease stands, because answering what
+/// happened runs nothing, while refusing it would make the control plane run the cleanup
+/// a second time in a cleanup-only instance (a retried stop after a control-plane
+/// failover, or after this executor fenced itself and registered again). A stop of
+/// another incarnation never gets another connector's record. `at_generation` is the
+/// instance of the stop's generation, if this executor has one.
+fn stop_admission(req: &StopRequest, at_generation: Option<&dyn StopFacts>) -> StopAdmission {
+    match at_generation {
+        None => StopAdmission::Check,
+        Some(i) => match (
+            i.stop_claimed(),
+            incarnation_matches(&req.incarnation, i.incarnation()),
+        ) {
+            (true, true) => StopAdmission::Replay,
+            (true, false) | (false, true | false) => StopAdmission::Check,
+        },
+    }
+}
+
 /// The instance a stop applies to, and whether it may run at all.
 ///
 /// - A generation this executor was assigned: that generation's instance (a replay when
@@ -779,7 +852,7 @@ fn pick_for_stop<'a, I: 'a>(
 /// Refuses a request decided for incarnation `requested` when the instance belongs to
 /// `hosted` (either empty: not known, no check).
 fn check_incarnation(requested: &str, hosted: &str, what: &str) -> Result<(), HostError> {
-    if requested.is_empty() || hosted.is_empty() || requested == hosted {
+    if incarnation_matches(requested, hosted) {
         return Ok(());
     }
     Err(HostError::StaleIncarnation {
@@ -787,6 +860,12 @@ fn check_incarnation(requested: &str, hosted: &str, what: &str) -> Result<(), Ho
         requested: requested.to_owned(),
         hosted: hosted.to_owned(),
     })
+}
+
+/// True when a request for incarnation `requested` may address an instance of `hosted`
+/// (either empty: not known, no check).
+fn incarnation_matches(requested: &str, hosted: &str) -> bool {
+    requested.is_empty() || hosted.is_empty() || requested == hosted
 }
 
 /// Text of a failed plugin call's join error (a panic message, or a cancellation).
@@ -839,6 +918,56 @@ mod tests {
 
     fn pick(slot: &Slot<(bool, &'static str)>, generation: u64) -> Result<bool, HostError> {
         pick_named(slot, generation, INC)
+    }
+
+    impl StopFacts for (bool, &'static str) {
+        fn stop_claimed(&self) -> bool {
+            self.0
+        }
+        fn incarnation(&self) -> &str {
+            self.1
+        }
+    }
+
+    fn admission(claimed_here: Option<bool>, incarnation: &str) -> StopAdmission {
+        let req = StopRequest {
+            generation: 3,
+            incarnation: incarnation.to_owned(),
+            // Stale on purpose: a replay is decided before any epoch check.
+            executor_epoch: 1,
+            connector_deleted: true,
+            ..StopRequest::default()
+        };
+        let instance = claimed_here.map(|c| (c, INC));
+        stop_admission(&req, instance.as_ref().map(|i| i as &dyn StopFacts))
+    }
+
+    #[test]
+    fn a_stop_whose_generation_was_already_stopped_here_is_answered_from_the_record() {
+        assert_eq!(admission(Some(true), INC), StopAdmission::Replay);
+    }
+
+    #[test]
+    fn a_replay_without_an_incarnation_is_answered_from_the_record() {
+        assert_eq!(admission(Some(true), ""), StopAdmission::Replay);
+    }
+
+    #[test]
+    fn a_stop_of_another_incarnation_never_gets_the_record() {
+        assert_eq!(admission(Some(true), "inc-0"), StopAdmission::Check);
+    }
+
+    #[test]
+    fn a_first_stop_of_a_running_instance_passes_every_check() {
+        assert_eq!(admission(Some(false), INC), StopAdmission::Check);
+    }
+
+    #[test]
+    fn a_stop_of_a_generation_this_executor_has_no_instance_of_passes_every_check() {
+        // The record is gone (this process never had it, or restarted): refused or
+        // NOT_FOUND by the checks, and the control plane runs the cleanup again (at least
+        // once).
+        assert_eq!(admission(None, INC), StopAdmission::Check);
     }
 
     #[test]
