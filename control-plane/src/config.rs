@@ -417,9 +417,10 @@ impl Args {
             file_data_dir,
             ("--data-dir", "WHARF_DATA_DIR", "data_dir"),
         )?;
-        let rest_listen = optional_addr("rest-listen", rest_listen.or(file_rest_listen))?;
+        let rest_listen =
+            wharf::config::optional_addr("rest-listen", rest_listen.or(file_rest_listen))?;
         let metrics_listen =
-            optional_addr("metrics-listen", metrics_listen.or(file_metrics_listen))?;
+            wharf::config::optional_addr("metrics-listen", metrics_listen.or(file_metrics_listen))?;
         Ok(Settings {
             config: Config {
                 rest_listen,
@@ -455,20 +456,6 @@ impl Args {
             log_format: wharf::config::parsed("log-format", log_format.or(file_log_format))?
                 .unwrap_or_default(),
         })
-    }
-}
-
-/// An `IP:PORT|off` option: `None` when unset or `off`.
-fn optional_addr(
-    field: &'static str,
-    value: Option<String>,
-) -> Result<Option<SocketAddr>, ConfigError> {
-    match value.as_deref() {
-        None | Some("off") => Ok(None),
-        Some(addr) => addr.parse().map(Some).map_err(|e| ConfigError::Invalid {
-            field,
-            reason: format!("{addr:?} is not IP:PORT or off: {e}"),
-        }),
     }
 }
 

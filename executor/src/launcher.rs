@@ -168,7 +168,6 @@ impl ExecutorBuilder {
         self,
         args: impl IntoIterator<Item = impl Into<OsString> + Clone>,
     ) -> ExitCode {
-        wharf::telemetry::init();
         let matches = match self.command().try_get_matches_from(args) {
             Ok(m) => m,
             // --help and --version print and exit 0; a bad flag prints and exits 2.
@@ -190,6 +189,8 @@ impl ExecutorBuilder {
                 return ExitCode::from(EXIT_BAD_CONFIG);
             }
         };
+        // After the settings (they name the format); their errors go to stderr as text.
+        let _ = wharf::telemetry::init_with(config.log_format);
         run_config(self.name, config)
     }
 }

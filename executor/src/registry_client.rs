@@ -135,6 +135,8 @@ pub struct Registry {
     service: std::sync::OnceLock<tokio::runtime::Handle>,
     /// What the executor hosts, for the heartbeat; set by the app ([`Registry::report_hosted`]).
     hosted: std::sync::OnceLock<HostedSource>,
+    /// Set by the first registration: tells "starting" from "fenced" in health.
+    registered_once: std::sync::atomic::AtomicBool,
 }
 
 /// Lists what the executor hosts, on the wire (connector instances, tasks).
@@ -214,6 +216,7 @@ impl Registry {
             beat_now: Notify::new(),
             service: std::sync::OnceLock::new(),
             hosted: std::sync::OnceLock::new(),
+            registered_once: std::sync::atomic::AtomicBool::new(false),
         })
     }
 
@@ -233,6 +236,11 @@ impl Registry {
         lease_standing(self.epoch(), *lock(&self.lease_until), Instant::now())
     }
 
+    /// True once this client registered at least once (it may have been fenced since).
+    pub fn registered_once(&self) -> bool {
+        self.registered_once.load(Ordering::SeqCst)
+    }
+
     /// The fences this client publishes; `None` after the first call (one consumer).
     pub fn take_fences(&self) -> Option<mpsc::UnboundedReceiver<Fence>> {
         lock(&self.fences_rx).take()
@@ -248,6 +256,7 @@ impl Registry {
         // Lease first: the epoch becomes visible only with a lease that belongs to it.
         *lock(&self.lease_until) = until;
         self.epoch.store(epoch, Ordering::SeqCst);
+        self.registered_once.store(true, Ordering::SeqCst);
     }
 
     /// Gives up `epoch`: clears it, publishes a [`Fence`] and waits until the instances
@@ -255,6 +264,7 @@ impl Registry {
     async fn fence(&self, epoch: u64, reason: String, cancel: &CancellationToken) {
         tracing::warn!(executor = %self.executor_id, epoch, reason = %reason,
             "fencing myself: stopping every instance with connector_deleted=false, then registering again");
+        crate::observe::fenced();
         self.epoch.store(0, Ordering::SeqCst);
         *lock(&self.lease_until) = None;
         let (done, stopped) = oneshot::channel();

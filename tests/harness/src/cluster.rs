@@ -102,6 +102,12 @@ impl TestCluster {
 
     /// Starts executor `exec-{i+1}` on 127.0.0.{i+2}.
     pub async fn add_executor(&mut self, i: usize) {
+        self.add_executor_with(i, Vec::new()).await;
+    }
+
+    /// As [`TestCluster::add_executor`], with `args` appended to the executor's flags
+    /// (e.g. `--metrics-listen 127.0.0.2:PORT`).
+    pub async fn add_executor_with(&mut self, i: usize, args: Vec<String>) {
         let d = self.dir.path().join(format!("exec-{}", i + 1));
         let mut p = Proc::spawn(
             crate::bin("wharf-executor"),
@@ -116,7 +122,10 @@ impl TestCluster {
                 format!("exec-{}", i + 1),
                 "--graceful-timeout-ms".into(),
                 "3000".into(),
-            ],
+            ]
+            .into_iter()
+            .chain(args)
+            .collect(),
             &d,
         );
         p.listen_addr().await;
