@@ -37,7 +37,7 @@ pub struct Args {
     /// TOML file with settings (keys: listen, data_dir, lease_ms, heartbeat_interval_ms,
     /// store, etcd_endpoints, etcd_prefix, etcd_election_ttl_secs, advertise, rest_listen,
     /// admin_tokens, insecure, audit_max_entries, audit_max_age_days, metrics_listen,
-    /// log_format, tls_cert, tls_key, tls_ca).
+    /// log_format, otlp_endpoint, tls_cert, tls_key, tls_ca).
     #[arg(long, env = "WHARF_CONFIG", value_name = "FILE")]
     pub config: Option<PathBuf>,
     /// Address to listen on, IP:PORT (port 0 picks a free port; the bound address is
@@ -126,6 +126,12 @@ pub struct Args {
     /// [default: text]
     #[arg(long, env = "WHARF_LOG_FORMAT", value_name = "text|json")]
     pub log_format: Option<String>,
+    /// OTLP/gRPC endpoint to export traces to, for example http://127.0.0.1:4317 (an
+    /// OpenTelemetry Collector): every admin call and deletion round is a span, carried
+    /// to executors in `traceparent` (docs/observability.md). [default: none, nothing is
+    /// exported]
+    #[arg(long, env = "WHARF_OTLP_ENDPOINT", value_name = "URL")]
+    pub otlp_endpoint: Option<String>,
 
     // ---- transport security (docs/security.md) ----
     /// PEM certificate of this control plane (identity spiffe://wharf/control-plane; make
@@ -277,6 +283,8 @@ pub struct FileConfig {
     pub metrics_listen: Option<String>,
     /// See `--log-format`.
     pub log_format: Option<String>,
+    /// See `--otlp-endpoint`.
+    pub otlp_endpoint: Option<String>,
     /// See `--tls-cert`.
     pub tls_cert: Option<PathBuf>,
     /// See `--tls-key`.
@@ -296,6 +304,8 @@ pub struct Settings {
     pub metrics_listen: Option<SocketAddr>,
     /// How log events are written.
     pub log_format: wharf::telemetry::LogFormat,
+    /// Where spans are exported (OTLP/gRPC), `None` for nowhere.
+    pub otlp_endpoint: Option<String>,
 }
 
 /// Why the settings could not be assembled (shared by every binary).
@@ -328,6 +338,7 @@ impl Args {
             audit_max_age_days,
             metrics_listen,
             log_format,
+            otlp_endpoint,
             tls_cert,
             tls_key,
             tls_ca,
@@ -355,6 +366,7 @@ impl Args {
             audit_max_age_days: file_audit_max_age_days,
             metrics_listen: file_metrics_listen,
             log_format: file_log_format,
+            otlp_endpoint: file_otlp_endpoint,
             tls_cert: file_tls_cert,
             tls_key: file_tls_key,
             tls_ca: file_tls_ca,
@@ -455,6 +467,7 @@ impl Args {
             metrics_listen,
             log_format: wharf::config::parsed("log-format", log_format.or(file_log_format))?
                 .unwrap_or_default(),
+            otlp_endpoint: otlp_endpoint.or(file_otlp_endpoint),
         })
     }
 }
@@ -532,6 +545,7 @@ mod tests {
             audit_max_age_days: None,
             metrics_listen: None,
             log_format: None,
+            otlp_endpoint: None,
             tls_cert: None,
             tls_key: None,
             tls_ca: None,

@@ -64,6 +64,9 @@ pub struct ExecutorConfig {
     /// How the `wharf-executor` binary writes its logs; read by the launcher before the
     /// executor starts (an in-process executor logs through its host's subscriber).
     pub log_format: wharf::telemetry::LogFormat,
+    /// OTLP/gRPC endpoint the `wharf-executor` binary exports spans to; read by the
+    /// launcher, like `log_format`.
+    pub otlp_endpoint: Option<String>,
 }
 
 impl ExecutorConfig {
@@ -88,6 +91,7 @@ impl ExecutorConfig {
             insecure: false,
             metrics_listen: None,
             log_format: wharf::telemetry::LogFormat::Text,
+            otlp_endpoint: None,
         }
     }
 
@@ -204,6 +208,7 @@ impl ExecutorApp {
             insecure,
             metrics_listen,
             log_format: _,
+            otlp_endpoint: _,
         } = config;
         match wharf::tls::bind_decision(&listen, tls.is_some(), insecure) {
             wharf::tls::BindDecision::Tls | wharf::tls::BindDecision::PlaintextLoopback => {}
@@ -293,8 +298,10 @@ impl ExecutorApp {
             graceful_timeout,
         ));
 
-        let router =
-            tonic::transport::Server::builder().add_service(ExecutorServer::with_interceptor(
+        let router = tonic::transport::Server::builder()
+            // One span per call, a child of the control plane's when it sent `traceparent`.
+            .trace_fn(wharf::trace::rpc_span)
+            .add_service(ExecutorServer::with_interceptor(
                 ExecutorService::new(host.clone()),
                 crate::peer_auth::only_control_plane,
             ));

@@ -27,7 +27,7 @@ use crate::app::{DEFAULT_GRACEFUL_TIMEOUT_MS, ExecutorConfig};
 pub struct Cli {
     /// TOML file with settings (keys: listen, control_plane, data_dir, advertise,
     /// executor_id, graceful_timeout_ms, nats_url, enable_test_plugins, file_root,
-    /// metrics_listen, log_format, tls_cert, tls_key, tls_ca, insecure).
+    /// metrics_listen, log_format, otlp_endpoint, tls_cert, tls_key, tls_ca, insecure).
     #[arg(long, env = "WHARF_CONFIG", value_name = "FILE")]
     pub config: Option<PathBuf>,
     /// Address to serve the Executor gRPC service on, IP:PORT (port 0 picks one; the
@@ -89,6 +89,11 @@ pub struct Cli {
     /// [default: text]
     #[arg(long, env = "WHARF_LOG_FORMAT", value_name = "text|json")]
     pub log_format: Option<String>,
+    /// OTLP/gRPC endpoint to export traces to, for example http://127.0.0.1:4317: each
+    /// call from the control plane and each plugin stop is a span in the caller's trace
+    /// (docs/observability.md). [default: none, nothing is exported]
+    #[arg(long, env = "WHARF_OTLP_ENDPOINT", value_name = "URL")]
+    pub otlp_endpoint: Option<String>,
     // ---- transport security (docs/security.md) ----
     /// PEM certificate of this executor (identity spiffe://wharf/executor/<id>; make one
     /// with `wharf-control-plane certs executor --id ID`). With --tls-key and --tls-ca:
@@ -135,6 +140,8 @@ pub struct FileConfig {
     pub metrics_listen: Option<String>,
     /// See `--log-format`.
     pub log_format: Option<String>,
+    /// See `--otlp-endpoint`.
+    pub otlp_endpoint: Option<String>,
     /// See `--tls-cert`.
     pub tls_cert: Option<PathBuf>,
     /// See `--tls-key`.
@@ -183,6 +190,7 @@ impl Cli {
             file_root,
             metrics_listen,
             log_format,
+            otlp_endpoint,
             tls_cert,
             tls_key,
             tls_ca,
@@ -200,6 +208,7 @@ impl Cli {
             file_root: file_file_root,
             metrics_listen: file_metrics_listen,
             log_format: file_log_format,
+            otlp_endpoint: file_otlp_endpoint,
             tls_cert: file_tls_cert,
             tls_key: file_tls_key,
             tls_ca: file_tls_ca,
@@ -268,6 +277,7 @@ impl Cli {
         )?;
         out.log_format = wharf::config::parsed("--log-format", log_format.or(file_log_format))?
             .unwrap_or_default();
+        out.otlp_endpoint = otlp_endpoint.or(file_otlp_endpoint);
         if layer(enable_test_plugins, file_enable_test_plugins, || false) {
             out.enable_test_plugins();
         }
@@ -321,6 +331,7 @@ mod tests {
             file_root: None,
             metrics_listen: None,
             log_format: None,
+            otlp_endpoint: None,
             tls_cert: None,
             tls_key: None,
             tls_ca: None,

@@ -140,7 +140,8 @@ impl Lifecycle {
         if !replayed {
             self.set_state(InstanceState::Stopping);
             let tx = self.done.clone();
-            let fut = body();
+            // In the caller's span (a StopTask call's): the plugin's stop span is its child.
+            let fut = tracing::Instrument::in_current_span(body());
             spawn(TaskKind::Awaited, "stop instance", async move {
                 let record = fut.await;
                 tx.send_replace(Some(record));
@@ -268,15 +269,23 @@ impl<P: PluginCalls> PluginCell<P> {
             .await
             .ok()?;
         let connector_deleted = flag();
-        let handle = thread.spawn("plugin stop", async move {
-            let result = g
-                .stop_call(connector_deleted)
-                .await
-                .map_err(|e| e.to_string());
-            // After stop the instance is dropped (SDK guarantee).
-            *g = P::dropped();
-            result
-        });
+        // The plugin's own stop, as a span under the request that stopped it.
+        let span = tracing::info_span!("plugin stop", connector_deleted);
+        let handle = thread.spawn(
+            "plugin stop",
+            tracing::Instrument::instrument(
+                async move {
+                    let result = g
+                        .stop_call(connector_deleted)
+                        .await
+                        .map_err(|e| e.to_string());
+                    // After stop the instance is dropped (SDK guarantee).
+                    *g = P::dropped();
+                    result
+                },
+                span,
+            ),
+        );
         Some((connector_deleted, handle))
     }
 }

@@ -14,6 +14,7 @@ pub mod etcd;
 pub mod fault;
 pub mod lifecycle;
 pub mod lines;
+pub mod otlp;
 pub mod prometheus;
 pub mod rabbitmq;
 
