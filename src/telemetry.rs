@@ -143,8 +143,8 @@ pub fn init_with(format: LogFormat) -> FilterReload {
     }
 }
 
-/// As [`init_with`], and with `otlp` every span at the filter's level (INFO by default) is
-/// also exported over OTLP/gRPC (docs/observability.md, "Traces"); without it nothing is
+/// As [`init_with`], and with `otlp` every span at INFO or above (whatever the log filter
+/// says) is also exported over OTLP/gRPC (docs/observability.md, "Traces"); without it nothing is
 /// exported and no trace context exists. Call inside the tokio runtime (the exporter
 /// runs on it).
 ///
@@ -153,32 +153,42 @@ pub fn init_with(format: LogFormat) -> FilterReload {
 /// is installed then.
 pub fn init_traced(format: LogFormat, otlp: Option<&Otlp>) -> Result<Telemetry, OtlpError> {
     let provider = otlp.map(otlp_provider).transpose()?;
+    // Spans are exported at INFO whatever RUST_LOG says: the log filter is the log
+    // layer's own, so that quiet logs (RUST_LOG=warn) still leave whole traces.
     let otel = provider.as_ref().map(|p| {
         use opentelemetry::trace::TracerProvider as _;
-        tracing_opentelemetry::layer().with_tracer(p.tracer("wharf"))
+        use tracing_subscriber::Layer as _;
+        tracing_opentelemetry::layer()
+            .with_tracer(p.tracer("wharf"))
+            .with_filter(tracing_subscriber::filter::LevelFilter::INFO)
     });
     let filter = tracing_subscriber::EnvFilter::builder()
         .with_default_directive(tracing::Level::INFO.into())
         .from_env_lossy();
     let (filter, handle) = tracing_subscriber::reload::Layer::new(filter);
-    let registry = tracing_subscriber::registry().with(filter).with(otel);
-    let installed = match format {
-        LogFormat::Text => registry
-            .with(
-                tracing_subscriber::fmt::layer()
-                    .with_writer(std::io::stderr)
-                    .with_ansi(std::io::stderr().is_terminal()),
-            )
-            .try_init(),
-        LogFormat::Json => registry
-            .with(
-                tracing_subscriber::fmt::layer()
-                    .json()
-                    .with_current_span(true)
-                    .with_span_list(true)
-                    .with_writer(std::io::stderr),
-            )
-            .try_init(),
+    let registry = tracing_subscriber::registry().with(otel);
+    let installed = {
+        use tracing_subscriber::Layer as _;
+        match format {
+            LogFormat::Text => registry
+                .with(
+                    tracing_subscriber::fmt::layer()
+                        .with_writer(std::io::stderr)
+                        .with_ansi(std::io::stderr().is_terminal())
+                        .with_filter(filter),
+                )
+                .try_init(),
+            LogFormat::Json => registry
+                .with(
+                    tracing_subscriber::fmt::layer()
+                        .json()
+                        .with_current_span(true)
+                        .with_span_list(true)
+                        .with_writer(std::io::stderr)
+                        .with_filter(filter),
+                )
+                .try_init(),
+        }
     };
     let _ = installed;
     Ok(Telemetry {

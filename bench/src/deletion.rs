@@ -110,8 +110,20 @@ fn all_running(status: &wharf::pb::v1::ConnectorStatus, tasks: usize) -> bool {
             .all(|t| t.status.as_ref().is_some_and(|s| s.state == running))
 }
 
-/// Runs benchmark 1 with `runs` measured deletions.
-pub async fn run(bin_dir: &Path, root: &Path, runs: usize) -> anyhow::Result<DeletionResult> {
+/// Runs benchmark 1 with `runs` measured deletions; with `observed`, every process has
+/// its metrics listener scraped once a second and exports its spans to an OTLP receiver
+/// (issue 16's "on" run).
+pub async fn run(
+    bin_dir: &Path,
+    root: &Path,
+    runs: usize,
+    observed: bool,
+) -> anyhow::Result<DeletionResult> {
+    let load = if observed {
+        Some(crate::observe::Load::start().await?)
+    } else {
+        None
+    };
     let cluster = Cluster::start(
         bin_dir,
         &root.join("cluster"),
@@ -120,9 +132,13 @@ pub async fn run(bin_dir: &Path, root: &Path, runs: usize) -> anyhow::Result<Del
             lease_ms: 10_000,
             heartbeat_ms: 1_000,
             nats_url: None,
+            otlp_endpoint: load.as_ref().map(|l| l.endpoint.clone()),
         },
     )
     .await?;
+    if let Some(l) = &load {
+        l.scrape(cluster.metrics.clone());
+    }
     let lifecycle = root.join("lifecycle.jsonl");
     let mut admin = cluster.admin.clone();
     let mut health = HealthClient::new(cluster.cp_channel.clone());

@@ -8,6 +8,7 @@
 
 mod dataplane;
 mod deletion;
+mod observe;
 mod procs;
 mod scale;
 mod stats;
@@ -125,7 +126,8 @@ async fn main() -> anyhow::Result<()> {
     };
     if args.wants("deletion") {
         eprintln!("[bench] 1/4 deletion latency ({DELETION_RUNS} runs)");
-        let del = deletion::run(&args.bin_dir, &root.join("deletion"), DELETION_RUNS).await?;
+        let del =
+            deletion::run(&args.bin_dir, &root.join("deletion"), DELETION_RUNS, false).await?;
         eprintln!(
             "[bench] deletion p50 {:.2} ms p99 {:.2} ms floor {:.2} ms ratio {:.2}x",
             del.p50(),
@@ -133,7 +135,24 @@ async fn main() -> anyhow::Result<()> {
             median(&del.floors),
             del.ratio()
         );
+        eprintln!(
+            "[bench] 1b/4 deletion latency with metrics scraped and traces exported ({DELETION_RUNS} runs)"
+        );
+        let on = deletion::run(
+            &args.bin_dir,
+            &root.join("deletion-observed"),
+            DELETION_RUNS,
+            true,
+        )
+        .await?;
+        eprintln!(
+            "[bench] observed deletion p50 {:.2} ms p99 {:.2} ms ({:+.1}% p50 against off)",
+            on.p50(),
+            on.p99(),
+            (on.p50() / del.p50() - 1.0) * 100.0
+        );
         r.deletion = Some(del);
+        r.deletion_observed = Some(on);
     }
     if args.wants("dataplane") {
         eprintln!("[bench] 4/4 data plane (embedded, JetStream), {DATAPLANE_RUNS} runs each");
@@ -162,6 +181,8 @@ async fn main() -> anyhow::Result<()> {
 #[derive(Default)]
 struct Results {
     deletion: Option<deletion::DeletionResult>,
+    /// The same deletion benchmark with metrics and trace export on.
+    deletion_observed: Option<deletion::DeletionResult>,
     embedded: Option<dataplane::BackendResult>,
     jetstream: Option<dataplane::BackendResult>,
     target: Vec<scale::ScalePoint>,
@@ -187,6 +208,7 @@ async fn run_embedded(
             lease_ms: 10_000,
             heartbeat_ms: 1_000,
             nats_url: None,
+            otlp_endpoint: None,
         },
     )
     .await?;
@@ -216,6 +238,7 @@ async fn run_jetstream(
         lease_ms: 10_000,
         heartbeat_ms: 1_000,
         nats_url: Some(nats.url.clone()),
+        otlp_endpoint: None,
     };
     for r in 0..DATAPLANE_RUNS {
         out.raw

@@ -133,6 +133,9 @@ pub struct ClusterOptions {
     pub heartbeat_ms: u32,
     /// JetStream URL for the executors' record log; embedded when None.
     pub nats_url: Option<String>,
+    /// Metrics listeners on every process and span export to this OTLP endpoint (the
+    /// "on" runs); neither when None.
+    pub otlp_endpoint: Option<String>,
 }
 
 /// One control plane and its executors.
@@ -147,26 +150,47 @@ pub struct Cluster {
     pub admin: ConnectorAdminClient<Channel>,
     /// Channel to the control plane.
     pub cp_channel: Channel,
+    /// Metrics listeners (`IP:PORT`) of every process, when observability is on.
+    pub metrics: Vec<String>,
+}
+
+/// The flags that turn metrics and span export on, with the metrics address on `ip`.
+fn observe_args(ip: &str, otlp: Option<&String>) -> anyhow::Result<(Vec<String>, Option<String>)> {
+    let Some(endpoint) = otlp else {
+        return Ok((Vec::new(), None));
+    };
+    let port = std::net::TcpListener::bind(format!("{ip}:0"))?
+        .local_addr()?
+        .port();
+    let addr = format!("{ip}:{port}");
+    Ok((
+        vec![
+            "--metrics-listen".into(),
+            addr.clone(),
+            "--otlp-endpoint".into(),
+            endpoint.clone(),
+        ],
+        Some(addr),
+    ))
 }
 
 impl Cluster {
     /// Starts the processes under `root` and waits until every executor is ALIVE.
     pub async fn start(bin_dir: &Path, root: &Path, opts: &ClusterOptions) -> anyhow::Result<Self> {
         let cp_dir = root.join("cp");
-        let mut cp = Proc::spawn(
-            &bin_dir.join("wharf-control-plane"),
-            &[
-                "--listen".into(),
-                "127.0.0.1:0".into(),
-                "--data-dir".into(),
-                cp_dir.display().to_string(),
-                "--lease-ms".into(),
-                opts.lease_ms.to_string(),
-                "--heartbeat-interval-ms".into(),
-                opts.heartbeat_ms.to_string(),
-            ],
-            &cp_dir,
-        )?;
+        let (extra, cp_metrics) = observe_args("127.0.0.1", opts.otlp_endpoint.as_ref())?;
+        let mut cp_args = vec![
+            "--listen".into(),
+            "127.0.0.1:0".into(),
+            "--data-dir".into(),
+            cp_dir.display().to_string(),
+            "--lease-ms".into(),
+            opts.lease_ms.to_string(),
+            "--heartbeat-interval-ms".into(),
+            opts.heartbeat_ms.to_string(),
+        ];
+        cp_args.extend(extra);
+        let mut cp = Proc::spawn(&bin_dir.join("wharf-control-plane"), &cp_args, &cp_dir)?;
         let cp_addr = cp.listen_addr().await?;
         let cp_channel = Channel::from_shared(format!("http://{cp_addr}"))?
             .connect()
@@ -178,6 +202,7 @@ impl Cluster {
             admin: ConnectorAdminClient::new(cp_channel.clone())
                 .max_decoding_message_size(usize::MAX),
             cp_channel,
+            metrics: cp_metrics.into_iter().collect(),
         };
         let mut started = Vec::new();
         for i in 0..opts.executors {
@@ -192,7 +217,7 @@ impl Cluster {
     }
 
     fn spawn_executor(
-        &self,
+        &mut self,
         bin_dir: &Path,
         root: &Path,
         i: usize,
@@ -218,6 +243,10 @@ impl Cluster {
             args.push("--nats-url".into());
             args.push(url.clone());
         }
+        let (extra, metrics) =
+            observe_args(&format!("127.0.0.{}", i + 2), opts.otlp_endpoint.as_ref())?;
+        args.extend(extra);
+        self.metrics.extend(metrics);
         Proc::spawn(&bin_dir.join("wharf-executor"), &args, &d)
     }
 

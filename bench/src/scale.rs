@@ -113,6 +113,7 @@ pub async fn run(
             lease_ms: LEASE_MS,
             heartbeat_ms: HEARTBEAT_MS,
             nats_url: None,
+            otlp_endpoint: None,
         },
     )
     .await?;
