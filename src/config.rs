@@ -77,6 +77,24 @@ where
         .transpose()
 }
 
+/// Parses the winning layer of an optional listener address: `IP:PORT`, or `off` (or
+/// nothing) for none.
+///
+/// # Errors
+/// [`SettingsError::Invalid`] naming `field`.
+pub fn optional_addr(
+    field: &'static str,
+    value: Option<String>,
+) -> Result<Option<std::net::SocketAddr>, SettingsError> {
+    match value.as_deref() {
+        None | Some("off") => Ok(None),
+        Some(addr) => addr.parse().map(Some).map_err(|e| SettingsError::Invalid {
+            field,
+            reason: format!("{addr:?} is not IP:PORT or off: {e}"),
+        }),
+    }
+}
+
 /// Reads the TOML file at `path`; no path gives `T::default()` (every key unset).
 ///
 /// # Errors

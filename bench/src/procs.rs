@@ -133,6 +133,9 @@ pub struct ClusterOptions {
     pub heartbeat_ms: u32,
     /// JetStream URL for the executors' record log; embedded when None.
     pub nats_url: Option<String>,
+    /// Metrics listeners on every process and span export to this OTLP endpoint (the
+    /// "on" runs); neither when None.
+    pub otlp_endpoint: Option<String>,
     /// Mutual TLS between every process (certificates made under the cluster's root with
     /// `wharf::certs`, as `wharf-control-plane certs` does; docs/security.md).
     pub mtls: bool,
@@ -237,6 +240,28 @@ pub struct Cluster {
     pub cp_channel: Channel,
     /// Certificates, with mutual TLS.
     pub pki: Option<Pki>,
+    /// Metrics listeners (`IP:PORT`) of every process, when observability is on.
+    pub metrics: Vec<String>,
+}
+
+/// The flags that turn metrics and span export on, with the metrics address on `ip`.
+fn observe_args(ip: &str, otlp: Option<&String>) -> anyhow::Result<(Vec<String>, Option<String>)> {
+    let Some(endpoint) = otlp else {
+        return Ok((Vec::new(), None));
+    };
+    let port = std::net::TcpListener::bind(format!("{ip}:0"))?
+        .local_addr()?
+        .port();
+    let addr = format!("{ip}:{port}");
+    Ok((
+        vec![
+            "--metrics-listen".into(),
+            addr.clone(),
+            "--otlp-endpoint".into(),
+            endpoint.clone(),
+        ],
+        Some(addr),
+    ))
 }
 
 impl Cluster {
@@ -248,6 +273,7 @@ impl Cluster {
         } else {
             None
         };
+        let (extra, cp_metrics) = observe_args("127.0.0.1", opts.otlp_endpoint.as_ref())?;
         let mut cp_args: Vec<String> = vec![
             "--listen".into(),
             "127.0.0.1:0".into(),
@@ -259,6 +285,7 @@ impl Cluster {
             opts.heartbeat_ms.to_string(),
         ];
         cp_args.extend(pki.iter().flat_map(|p| p.flags("control-plane")));
+        cp_args.extend(extra);
         let mut cp = Proc::spawn(&bin_dir.join("wharf-control-plane"), &cp_args, &cp_dir)?;
         let cp_addr = cp.listen_addr().await?;
         let cp_channel = connect(&cp_addr, pki.as_ref().map(|p| (p, "admin-bench"))).await?;
@@ -270,6 +297,7 @@ impl Cluster {
             admin: ConnectorAdminClient::new(cp_channel.clone())
                 .max_decoding_message_size(usize::MAX),
             cp_channel,
+            metrics: cp_metrics.into_iter().collect(),
         };
         let mut started = Vec::new();
         for i in 0..opts.executors {
@@ -284,7 +312,7 @@ impl Cluster {
     }
 
     fn spawn_executor(
-        &self,
+        &mut self,
         bin_dir: &Path,
         root: &Path,
         i: usize,
@@ -315,6 +343,10 @@ impl Cluster {
             Pki::issue_executor(&pki.dir, i)?;
             args.extend(pki.flags(&format!("executor-exec-{}", i + 1)));
         }
+        let (extra, metrics) =
+            observe_args(&format!("127.0.0.{}", i + 2), opts.otlp_endpoint.as_ref())?;
+        args.extend(extra);
+        self.metrics.extend(metrics);
         Proc::spawn(&bin_dir.join("wharf-executor"), &args, &d)
     }
 

@@ -114,6 +114,7 @@ pub async fn run(
             heartbeat_ms: HEARTBEAT_MS,
             nats_url: None,
             mtls: false,
+            otlp_endpoint: None,
         },
     )
     .await?;

@@ -508,7 +508,7 @@ impl App {
         .with_tls(client_tls);
         let router = tonic::transport::Server::builder()
             // One span per RPC, named by its method, so that handler events carry it.
-            .trace_fn(|req| tracing::info_span!("rpc", method = %req.uri().path()))
+            .trace_fn(wharf::trace::rpc_span)
             .add_service(admin)
             .add_service(registry);
         let (router, reporter) = wharf::server::add_common_services(

@@ -39,7 +39,7 @@ pub struct Args {
     /// store, etcd_endpoints, etcd_prefix, etcd_election_ttl_secs, etcd_cacert, etcd_cert,
     /// etcd_key, etcd_user, etcd_password_file, advertise, rest_listen,
     /// admin_tokens, insecure, audit_max_entries, audit_max_age_days, metrics_listen,
-    /// log_format, tls_cert, tls_key, tls_ca).
+    /// log_format, otlp_endpoint, tls_cert, tls_key, tls_ca).
     #[arg(long, env = "WHARF_CONFIG", value_name = "FILE")]
     pub config: Option<PathBuf>,
     /// Address to listen on, IP:PORT (port 0 picks a free port; the bound address is
@@ -150,6 +150,12 @@ pub struct Args {
     /// [default: text]
     #[arg(long, env = "WHARF_LOG_FORMAT", value_name = "text|json")]
     pub log_format: Option<String>,
+    /// OTLP/gRPC endpoint to export traces to, for example http://127.0.0.1:4317 (an
+    /// OpenTelemetry Collector): every admin call and deletion round is a span, carried
+    /// to executors in `traceparent` (docs/observability.md). [default: none, nothing is
+    /// exported]
+    #[arg(long, env = "WHARF_OTLP_ENDPOINT", value_name = "URL")]
+    pub otlp_endpoint: Option<String>,
 
     // ---- transport security (docs/security.md) ----
     /// PEM certificate of this control plane (identity spiffe://wharf/control-plane; make
@@ -311,6 +317,8 @@ pub struct FileConfig {
     pub metrics_listen: Option<String>,
     /// See `--log-format`.
     pub log_format: Option<String>,
+    /// See `--otlp-endpoint`.
+    pub otlp_endpoint: Option<String>,
     /// See `--tls-cert`.
     pub tls_cert: Option<PathBuf>,
     /// See `--tls-key`.
@@ -330,6 +338,8 @@ pub struct Settings {
     pub metrics_listen: Option<SocketAddr>,
     /// How log events are written.
     pub log_format: wharf::telemetry::LogFormat,
+    /// Where spans are exported (OTLP/gRPC), `None` for nowhere.
+    pub otlp_endpoint: Option<String>,
 }
 
 /// Why the settings could not be assembled (shared by every binary).
@@ -368,6 +378,7 @@ impl Args {
             audit_max_age_days,
             metrics_listen,
             log_format,
+            otlp_endpoint,
             tls_cert,
             tls_key,
             tls_ca,
@@ -400,6 +411,7 @@ impl Args {
             audit_max_age_days: file_audit_max_age_days,
             metrics_listen: file_metrics_listen,
             log_format: file_log_format,
+            otlp_endpoint: file_otlp_endpoint,
             tls_cert: file_tls_cert,
             tls_key: file_tls_key,
             tls_ca: file_tls_ca,
@@ -484,9 +496,10 @@ impl Args {
             file_data_dir,
             ("--data-dir", "WHARF_DATA_DIR", "data_dir"),
         )?;
-        let rest_listen = optional_addr("rest-listen", rest_listen.or(file_rest_listen))?;
+        let rest_listen =
+            wharf::config::optional_addr("rest-listen", rest_listen.or(file_rest_listen))?;
         let metrics_listen =
-            optional_addr("metrics-listen", metrics_listen.or(file_metrics_listen))?;
+            wharf::config::optional_addr("metrics-listen", metrics_listen.or(file_metrics_listen))?;
         Ok(Settings {
             config: Config {
                 rest_listen,
@@ -521,6 +534,7 @@ impl Args {
             metrics_listen,
             log_format: wharf::config::parsed("log-format", log_format.or(file_log_format))?
                 .unwrap_or_default(),
+            otlp_endpoint: otlp_endpoint.or(file_otlp_endpoint),
         })
     }
 }
@@ -616,20 +630,6 @@ fn etcd_user_auth(
     }
 }
 
-/// An `IP:PORT|off` option: `None` when unset or `off`.
-fn optional_addr(
-    field: &'static str,
-    value: Option<String>,
-) -> Result<Option<SocketAddr>, ConfigError> {
-    match value.as_deref() {
-        None | Some("off") => Ok(None),
-        Some(addr) => addr.parse().map(Some).map_err(|e| ConfigError::Invalid {
-            field,
-            reason: format!("{addr:?} is not IP:PORT or off: {e}"),
-        }),
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -709,6 +709,7 @@ mod tests {
             audit_max_age_days: None,
             metrics_listen: None,
             log_format: None,
+            otlp_endpoint: None,
             tls_cert: None,
             tls_key: None,
             tls_ca: None,

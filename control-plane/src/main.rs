@@ -30,6 +30,7 @@ async fn main() -> ExitCode {
         store,
         metrics_listen,
         log_format,
+        otlp_endpoint,
     } = match args.build() {
         Ok(s) => s,
         Err(e) => {
@@ -38,7 +39,19 @@ async fn main() -> ExitCode {
         }
     };
     // After the settings (they name the format); their errors go to stderr as text.
-    let log_control = wharf::telemetry::init_with(log_format);
+    let otlp = otlp_endpoint.map(|endpoint| wharf::telemetry::Otlp {
+        endpoint,
+        service: "wharf-control-plane",
+        instance: config.listen.to_string(),
+    });
+    let telemetry = match wharf::telemetry::init_traced(log_format, otlp.as_ref()) {
+        Ok(t) => t,
+        Err(e) => {
+            eprintln!("wharf-control-plane: {e}\n(see --help and docs/configuration.md)");
+            return ExitCode::from(2);
+        }
+    };
+    let (log_control, telemetry) = telemetry.split();
     let result = match App::build_with_store(config, store).await {
         Ok(mut app) => {
             app.set_log_control("INFO", log_control);
@@ -52,6 +65,7 @@ async fn main() -> ExitCode {
         }
         Err(e) => Err(e),
     };
+    telemetry.shutdown().await;
     match result {
         Ok(()) => {
             tracing::info!("control plane stopped");

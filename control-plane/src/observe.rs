@@ -158,6 +158,25 @@ impl ControlPlaneProbe {
 }
 
 impl Probe for ControlPlaneProbe {
+    fn register_events(&self) {
+        for outcome in [
+            "done",
+            "skipped",
+            "rehost",
+            "failed",
+            "exhausted",
+            "given_up",
+        ] {
+            metrics::counter!(CLEANUP_ATTEMPTS, "outcome" => outcome).increment(0);
+        }
+        for mode in ["cleanup", "keep_resources", "forced"] {
+            metrics::counter!(DELETIONS_FINISHED, "mode" => mode).increment(0);
+        }
+        metrics::counter!(CLEANUP_REHOSTED).increment(0);
+        metrics::counter!(CLEANUP_LEAKS).increment(0);
+        metrics::counter!(LEASE_EXPIRIES).increment(0);
+    }
+
     fn health(&self) -> Health {
         self.health
             .lock()

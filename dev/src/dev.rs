@@ -107,25 +107,15 @@ pub async fn run(
     app.set_log_control("INFO", log_control);
     let addr = app.local_addr();
     let app_rest = app.rest_addr();
+    let mut metrics = None;
     if let Some(want) = metrics_listen {
         match wharf::observability::bind(want).await {
             Ok((listener, bound)) => {
                 example::say(&format!(
                     "wharf: metrics (Prometheus) on http://{bound}/metrics, health on http://{bound}/health"
                 ));
-                let probes = vec![app.probe()];
-                wharf::task::spawn(
-                    wharf::task::TaskKind::Detached,
-                    "metrics listener",
-                    async move {
-                        if let Err(e) =
-                            wharf::observability::serve(listener, probes, std::future::pending())
-                                .await
-                        {
-                            tracing::error!(addr = %bound, error = %e, "metrics listener failed");
-                        }
-                    },
-                );
+                // Served once the executor runs too: one page for both.
+                metrics = Some((listener, bound, app.probe()));
             }
             Err(e) if metrics_optional => {
                 tracing::warn!(addr = %want, error = %e, "metrics listener not started (its default address is taken); pass --metrics-listen IP:PORT to choose another");
@@ -166,6 +156,20 @@ pub async fn run(
     }
     let executor = ExecutorApp::start(exec_config).await?;
     info!(executor = DEV_EXECUTOR_ID, addr = %executor.local_addr(), "dev executor started in process");
+    if let Some((listener, bound, cp_probe)) = metrics {
+        let probes = vec![cp_probe, executor.probe()];
+        wharf::task::spawn(
+            wharf::task::TaskKind::Detached,
+            "metrics listener",
+            async move {
+                if let Err(e) =
+                    wharf::observability::serve(listener, probes, std::future::pending()).await
+                {
+                    tracing::error!(addr = %bound, error = %e, "metrics listener failed");
+                }
+            },
+        );
+    }
 
     // The example is set up under the signal too: Ctrl-C while it waits stops at once.
     let shutdown = async move {

@@ -60,6 +60,15 @@ pub struct ExecutorConfig {
     pub tls: Option<wharf::tls::TlsFiles>,
     /// Allow a plaintext listener on a non-loopback address (warned at start).
     pub insecure: bool,
+    /// Address of the metrics listener (`/metrics`, `/health`, `/ready`; port 0 picks
+    /// one, see [`RunningExecutor::metrics_addr`]); `None` for none.
+    pub metrics_listen: Option<SocketAddr>,
+    /// How the `wharf-executor` binary writes its logs; read by the launcher before the
+    /// executor starts (an in-process executor logs through its host's subscriber).
+    pub log_format: wharf::telemetry::LogFormat,
+    /// OTLP/gRPC endpoint the `wharf-executor` binary exports spans to; read by the
+    /// launcher, like `log_format`.
+    pub otlp_endpoint: Option<String>,
 }
 
 impl ExecutorConfig {
@@ -83,6 +92,9 @@ impl ExecutorConfig {
             file_root: None,
             tls: None,
             insecure: false,
+            metrics_listen: None,
+            log_format: wharf::telemetry::LogFormat::Text,
+            otlp_endpoint: None,
         }
     }
 
@@ -129,6 +141,15 @@ pub enum AppError {
     /// The TLS files did not load, or do not fit this executor.
     #[error("TLS: {0}")]
     Tls(String),
+    /// The metrics listener's address could not be bound.
+    #[error("cannot listen on {addr} (--metrics-listen)")]
+    MetricsBind {
+        /// The address.
+        addr: SocketAddr,
+        /// The I/O error.
+        #[source]
+        source: std::io::Error,
+    },
     /// A non-loopback plaintext listener without `--insecure`.
     #[error(
         "{0} is not a loopback address and no TLS is configured; set --tls-cert/--tls-key/--tls-ca (docs/security.md) or pass --insecure"
@@ -146,6 +167,9 @@ impl AppError {
                 ))
             }
             AppError::Bind { .. } => Some("check that --listen names an address of this host".into()),
+            AppError::MetricsBind { addr, .. } => Some(format!(
+                "pick another --metrics-listen than {addr} (port 0 picks a free one), or turn it off with --metrics-listen off"
+            )),
             AppError::DataDir { path, .. } => Some(format!(
                 "check that {} is writable and not used by another executor, or choose another --data-dir",
                 path.display()
@@ -186,6 +210,9 @@ impl ExecutorApp {
             file_root,
             tls,
             insecure,
+            metrics_listen,
+            log_format: _,
+            otlp_endpoint: _,
         } = config;
         match wharf::tls::bind_decision(&listen, tls.is_some(), insecure) {
             wharf::tls::BindDecision::Tls | wharf::tls::BindDecision::PlaintextLoopback => {}
@@ -236,6 +263,14 @@ impl ExecutorApp {
             addr: listen,
             source,
         })?;
+        let metrics = match metrics_listen {
+            None => None,
+            Some(addr) => Some(
+                wharf::observability::bind(addr)
+                    .await
+                    .map_err(|source| AppError::MetricsBind { addr, source })?,
+            ),
+        };
         let scheme = if tls.is_some() { "https" } else { "http" };
         let advertised = advertise.map_or_else(
             || default_advertise(local_addr, scheme),
@@ -271,8 +306,10 @@ impl ExecutorApp {
             graceful_timeout,
         ));
 
-        let router =
-            tonic::transport::Server::builder().add_service(ExecutorServer::with_interceptor(
+        let router = tonic::transport::Server::builder()
+            // One span per call, a child of the control plane's when it sent `traceparent`.
+            .trace_fn(wharf::trace::rpc_span)
+            .add_service(ExecutorServer::with_interceptor(
                 ExecutorService::new(host.clone()),
                 crate::peer_auth::only_control_plane,
             ));
@@ -281,12 +318,49 @@ impl ExecutorApp {
             &[wharf::pb::v1::executor_server::SERVICE_NAME],
         )
         .map_err(|e| AppError::Reflection(e.to_string()))?;
-        health
-            .set_serving::<ExecutorServer<ExecutorService>>()
-            .await;
-
         write_listen_addr(&data_dir, local_addr)?;
         let cancel = CancellationToken::new();
+        let probe = Arc::new(crate::observe::ExecutorProbe::new(
+            host.clone(),
+            registry.clone(),
+        ));
+        // grpc.health.v1 follows the registration: NOT_SERVING until registered, and
+        // while fenced (docs/observability.md, "Health").
+        let health_loop = spawn(
+            TaskKind::Service,
+            "health",
+            crate::observe::watch_health(
+                registry.clone(),
+                move |serving| {
+                    let health = health.clone();
+                    let status = if serving {
+                        tonic_health::ServingStatus::Serving
+                    } else {
+                        tonic_health::ServingStatus::NotServing
+                    };
+                    async move {
+                        // "" is the server as a whole (grpc.health.v1's convention).
+                        for service in ["", wharf::pb::v1::executor_server::SERVICE_NAME] {
+                            health.set_service_status(service, status).await;
+                        }
+                    }
+                },
+                cancel.child_token(),
+            ),
+        );
+        let metrics_addr = metrics.as_ref().map(|(_, bound)| *bound);
+        let metrics_loop = metrics.map(|(listener, bound)| {
+            tracing::info!(addr = %bound, "metrics listener bound (/metrics, /health, /ready)");
+            let probes: Vec<Arc<dyn wharf::observability::Probe>> = vec![probe.clone()];
+            let stop = cancel.child_token();
+            spawn(TaskKind::Service, "metrics listener", async move {
+                if let Err(e) =
+                    wharf::observability::serve(listener, probes, stop.cancelled_owned()).await
+                {
+                    tracing::error!(addr = %bound, error = %e, "metrics listener failed");
+                }
+            })
+        });
         let server_cancel = cancel.child_token();
         let server_tls = tls.clone();
         let mut loops_extra = Vec::new();
@@ -316,12 +390,16 @@ impl ExecutorApp {
         }
         loops.extend(registry.run(cancel.child_token()));
         loops.extend(loops_extra);
+        loops.push(health_loop);
+        loops.extend(metrics_loop);
         tracing::info!(executor = %executor_id, listen = %local_addr, advertised = %advertised, control_plane = %control_plane,
             record_log = log_spec,
             file_root = %file_root.as_deref().map_or_else(|| "none (no file plugins)".into(), |p| p.display().to_string()),
             "executor serving");
         Ok(RunningExecutor {
             local_addr,
+            metrics_addr,
+            probe,
             executor_id,
             host,
             registry,
@@ -336,6 +414,8 @@ impl ExecutorApp {
 /// A started executor.
 pub struct RunningExecutor {
     local_addr: SocketAddr,
+    metrics_addr: Option<SocketAddr>,
+    probe: Arc<crate::observe::ExecutorProbe>,
     executor_id: String,
     host: Arc<Host>,
     registry: Arc<Registry>,
@@ -354,6 +434,17 @@ impl RunningExecutor {
     /// This executor's id.
     pub fn executor_id(&self) -> &str {
         &self.executor_id
+    }
+
+    /// The address the metrics listener bound, when `metrics_listen` was set.
+    pub fn metrics_addr(&self) -> Option<SocketAddr> {
+        self.metrics_addr
+    }
+
+    /// What this executor shows on a metrics listener (record counts, instances, health
+    /// from its registration); dev mode serves it beside the control plane's.
+    pub fn probe(&self) -> Arc<dyn wharf::observability::Probe> {
+        self.probe.clone()
     }
 
     /// Graceful shutdown: stops every instance with `connector_deleted = false` within the

@@ -28,7 +28,7 @@ pub struct Cli {
     /// TOML file with settings (keys: listen, control_plane, data_dir, advertise,
     /// executor_id, graceful_timeout_ms, nats_url, nats_cacert, nats_cert, nats_key,
     /// nats_creds, nats_user, nats_password_file, enable_test_plugins, file_root,
-    /// tls_cert, tls_key, tls_ca, insecure).
+    /// metrics_listen, log_format, otlp_endpoint, tls_cert, tls_key, tls_ca, insecure).
     #[arg(long, env = "WHARF_CONFIG", value_name = "FILE")]
     pub config: Option<PathBuf>,
     /// Address to serve the Executor gRPC service on, IP:PORT (port 0 picks one; the
@@ -105,6 +105,21 @@ pub struct Cli {
     /// not offered]
     #[arg(long, env = "WHARF_FILE_ROOT", value_name = "DIR")]
     pub file_root: Option<PathBuf>,
+    /// Address of the metrics listener (plain HTTP: Prometheus text at /metrics, KIP-1017
+    /// health at /health, /ready; names, states and counts only, see
+    /// docs/observability.md), IP:PORT, or `off`. [default: off]
+    #[arg(long, env = "WHARF_METRICS_LISTEN", value_name = "IP:PORT|off")]
+    pub metrics_listen: Option<String>,
+    /// How log events are written to stderr: `text` (one readable line each) or `json`
+    /// (one JSON object per line with the span fields; docs/observability.md).
+    /// [default: text]
+    #[arg(long, env = "WHARF_LOG_FORMAT", value_name = "text|json")]
+    pub log_format: Option<String>,
+    /// OTLP/gRPC endpoint to export traces to, for example http://127.0.0.1:4317: each
+    /// call from the control plane and each plugin stop is a span in the caller's trace
+    /// (docs/observability.md). [default: none, nothing is exported]
+    #[arg(long, env = "WHARF_OTLP_ENDPOINT", value_name = "URL")]
+    pub otlp_endpoint: Option<String>,
     // ---- transport security (docs/security.md) ----
     /// PEM certificate of this executor (identity spiffe://wharf/executor/<id>; make one
     /// with `wharf-control-plane certs executor --id ID`). With --tls-key and --tls-ca:
@@ -159,6 +174,12 @@ pub struct FileConfig {
     pub enable_test_plugins: Option<bool>,
     /// See `--file-root`.
     pub file_root: Option<PathBuf>,
+    /// See `--metrics-listen`.
+    pub metrics_listen: Option<String>,
+    /// See `--log-format`.
+    pub log_format: Option<String>,
+    /// See `--otlp-endpoint`.
+    pub otlp_endpoint: Option<String>,
     /// See `--tls-cert`.
     pub tls_cert: Option<PathBuf>,
     /// See `--tls-key`.
@@ -212,6 +233,9 @@ impl Cli {
             nats_password_env,
             enable_test_plugins,
             file_root,
+            metrics_listen,
+            log_format,
+            otlp_endpoint,
             tls_cert,
             tls_key,
             tls_ca,
@@ -233,6 +257,9 @@ impl Cli {
             nats_password_file: file_nats_password_file,
             enable_test_plugins: file_enable_test_plugins,
             file_root: file_file_root,
+            metrics_listen: file_metrics_listen,
+            log_format: file_log_format,
+            otlp_endpoint: file_otlp_endpoint,
             tls_cert: file_tls_cert,
             tls_key: file_tls_key,
             tls_ca: file_tls_ca,
@@ -327,6 +354,13 @@ impl Cli {
         out.file_root = file_root.map(|r| r.path().to_path_buf());
         out.tls = tls;
         out.insecure = insecure;
+        out.metrics_listen = wharf::config::optional_addr(
+            "--metrics-listen",
+            metrics_listen.or(file_metrics_listen),
+        )?;
+        out.log_format = wharf::config::parsed("--log-format", log_format.or(file_log_format))?
+            .unwrap_or_default();
+        out.otlp_endpoint = otlp_endpoint.or(file_otlp_endpoint);
         if layer(enable_test_plugins, file_enable_test_plugins, || false) {
             out.enable_test_plugins();
         }
@@ -503,6 +537,9 @@ mod tests {
             nats_password_env: None,
             enable_test_plugins: None,
             file_root: None,
+            metrics_listen: None,
+            log_format: None,
+            otlp_endpoint: None,
             tls_cert: None,
             tls_key: None,
             tls_ca: None,
@@ -729,6 +766,71 @@ mod tests {
                 .iter()
                 .any(|n| n.starts_with("test-")),
             "the flag must win over the file"
+        );
+    }
+
+    #[test]
+    fn the_metrics_listener_is_off_by_default_and_flag_env_file_set_it() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let file = dir.path().join("ex.toml");
+        std::fs::write(
+            &file,
+            "listen = \"127.0.0.2:7070\"\ncontrol_plane = \"http://127.0.0.1:7000\"\ndata_dir = \"/tmp/e\"\nmetrics_listen = \"127.0.0.2:9464\"\nlog_format = \"json\"\n",
+        )
+        .expect("write");
+        let base = [
+            "wharf-executor",
+            "--listen",
+            "127.0.0.2:7070",
+            "--control-plane",
+            "http://127.0.0.1:7000",
+            "--data-dir",
+            "/tmp/e",
+        ];
+        let plain = Cli::try_parse_from(base)
+            .expect("parses")
+            .build()
+            .expect("builds");
+        assert_eq!(plain.metrics_listen, None);
+        assert_eq!(plain.log_format, wharf::telemetry::LogFormat::Text);
+        let path = file.to_str().expect("utf8");
+        let from_file = Cli::try_parse_from(["wharf-executor", "--config", path])
+            .expect("parses")
+            .build()
+            .expect("builds");
+        assert_eq!(
+            from_file.metrics_listen.map(|a| a.to_string()).as_deref(),
+            Some("127.0.0.2:9464")
+        );
+        assert_eq!(from_file.log_format, wharf::telemetry::LogFormat::Json);
+        let off = Cli::try_parse_from([
+            "wharf-executor",
+            "--config",
+            path,
+            "--metrics-listen",
+            "off",
+        ])
+        .expect("parses")
+        .build()
+        .expect("builds");
+        assert_eq!(off.metrics_listen, None, "the flag wins over the file");
+        let Err(err) =
+            Cli::try_parse_from(base.iter().copied().chain(["--metrics-listen", "9464"]))
+                .expect("parses")
+                .build()
+        else {
+            panic!("a port without an address is refused");
+        };
+        assert!(err.to_string().contains("--metrics-listen"), "{err}");
+        let Err(err) = Cli::try_parse_from(base.iter().copied().chain(["--log-format", "xml"]))
+            .expect("parses")
+            .build()
+        else {
+            panic!("an unknown log format is refused");
+        };
+        assert!(
+            err.to_string().contains("--log-format") && err.to_string().contains("xml"),
+            "{err}"
         );
     }
 

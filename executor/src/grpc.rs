@@ -27,6 +27,7 @@ impl ExecutorService {
 
 impl From<HostError> for Status {
     fn from(e: HostError) -> Self {
+        crate::observe::refused(&e);
         let msg = e.to_string();
         match e {
             HostError::InvalidArgument { .. } => Status::invalid_argument(msg),

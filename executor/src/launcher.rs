@@ -168,7 +168,6 @@ impl ExecutorBuilder {
         self,
         args: impl IntoIterator<Item = impl Into<OsString> + Clone>,
     ) -> ExitCode {
-        wharf::telemetry::init();
         let matches = match self.command().try_get_matches_from(args) {
             Ok(m) => m,
             // --help and --version print and exit 0; a bad flag prints and exits 2.
@@ -207,7 +206,35 @@ fn run_config(name: &str, config: ExecutorConfig) -> ExitCode {
             return ExitCode::FAILURE;
         }
     };
-    let result = runtime.block_on(run(config));
+    // After the settings (they name the format and the endpoint); inside the runtime,
+    // which the span exporter runs on. Their errors go to stderr as text.
+    let otlp = config
+        .otlp_endpoint
+        .clone()
+        .map(|endpoint| wharf::telemetry::Otlp {
+            endpoint,
+            service: "wharf-executor",
+            instance: config
+                .executor_id
+                .clone()
+                .unwrap_or_else(|| config.listen.to_string()),
+        });
+    let telemetry = {
+        let _entered = runtime.enter();
+        wharf::telemetry::init_traced(config.log_format, otlp.as_ref())
+    };
+    let export = match telemetry {
+        Ok(t) => t.split().1,
+        Err(e) => {
+            eprintln!("{name}: {e}\n(see --help and docs/configuration.md)");
+            return ExitCode::from(EXIT_BAD_CONFIG);
+        }
+    };
+    let result = runtime.block_on(async move {
+        let result = run(config).await;
+        export.shutdown().await;
+        result
+    });
     // An abandoned plugin may still hold a worker thread: do not wait for it to exit.
     runtime.shutdown_timeout(Duration::from_millis(RUNTIME_SHUTDOWN_TIMEOUT_MS));
     match result {

@@ -11,6 +11,7 @@ pub mod grpc;
 pub mod host;
 pub mod launcher;
 pub mod log;
+pub mod observe;
 pub mod peer_auth;
 pub mod registry_client;
 pub(crate) mod runtime;

@@ -124,8 +124,10 @@ pub struct Registry {
     lease_until: Mutex<Option<Instant>>,
     fences: mpsc::UnboundedSender<Fence>,
     fences_rx: Mutex<Option<mpsc::UnboundedReceiver<Fence>>>,
-    reports: mpsc::UnboundedSender<Report>,
-    reports_rx: AsyncMutex<Option<mpsc::UnboundedReceiver<Report>>>,
+    /// Reports with the trace context they were made in (a stop's: the report continues
+    /// the trace of the call that stopped the instance).
+    reports: mpsc::UnboundedSender<(Report, wharf::trace::TraceContext)>,
+    reports_rx: AsyncMutex<Option<mpsc::UnboundedReceiver<(Report, wharf::trace::TraceContext)>>>,
     /// Reports queued and not yet sent or dropped.
     unsent: AtomicUsize,
     /// Asks the heartbeat loop to beat now.
@@ -135,6 +137,8 @@ pub struct Registry {
     service: std::sync::OnceLock<tokio::runtime::Handle>,
     /// What the executor hosts, for the heartbeat; set by the app ([`Registry::report_hosted`]).
     hosted: std::sync::OnceLock<HostedSource>,
+    /// Set by the first registration: tells "starting" from "fenced" in health.
+    registered_once: std::sync::atomic::AtomicBool,
 }
 
 /// Lists what the executor hosts, on the wire (connector instances, tasks).
@@ -214,6 +218,7 @@ impl Registry {
             beat_now: Notify::new(),
             service: std::sync::OnceLock::new(),
             hosted: std::sync::OnceLock::new(),
+            registered_once: std::sync::atomic::AtomicBool::new(false),
         })
     }
 
@@ -233,6 +238,11 @@ impl Registry {
         lease_standing(self.epoch(), *lock(&self.lease_until), Instant::now())
     }
 
+    /// True once this client registered at least once (it may have been fenced since).
+    pub fn registered_once(&self) -> bool {
+        self.registered_once.load(Ordering::SeqCst)
+    }
+
     /// The fences this client publishes; `None` after the first call (one consumer).
     pub fn take_fences(&self) -> Option<mpsc::UnboundedReceiver<Fence>> {
         lock(&self.fences_rx).take()
@@ -248,6 +258,7 @@ impl Registry {
         // Lease first: the epoch becomes visible only with a lease that belongs to it.
         *lock(&self.lease_until) = until;
         self.epoch.store(epoch, Ordering::SeqCst);
+        self.registered_once.store(true, Ordering::SeqCst);
     }
 
     /// Gives up `epoch`: clears it, publishes a [`Fence`] and waits until the instances
@@ -255,6 +266,7 @@ impl Registry {
     async fn fence(&self, epoch: u64, reason: String, cancel: &CancellationToken) {
         tracing::warn!(executor = %self.executor_id, epoch, reason = %reason,
             "fencing myself: stopping every instance with connector_deleted=false, then registering again");
+        crate::observe::fenced();
         self.epoch.store(0, Ordering::SeqCst);
         *lock(&self.lease_until) = None;
         let (done, stopped) = oneshot::channel();
@@ -305,7 +317,11 @@ impl Registry {
 
     fn queue(&self, report: Report) {
         self.unsent.fetch_add(1, Ordering::SeqCst);
-        if self.reports.send(report).is_err() {
+        if self
+            .reports
+            .send((report, wharf::trace::TraceContext::current()))
+            .is_err()
+        {
             self.unsent.fetch_sub(1, Ordering::SeqCst);
         }
     }
@@ -538,7 +554,7 @@ impl Registry {
             return;
         };
         let backoff = Duration::from_millis(REGISTRY_RETRY_BACKOFF_MS);
-        let mut pending: Vec<Report> = Vec::new();
+        let mut pending: Vec<(Report, wharf::trace::TraceContext)> = Vec::new();
         loop {
             if pending.is_empty() {
                 tokio::select! {
@@ -564,15 +580,27 @@ impl Registry {
                 epoch,
                 ..Default::default()
             };
-            for r in &pending {
+            for (r, _) in &pending {
                 match r {
                     Report::Task(t) => req.tasks.push(t.clone()),
                     Report::Connector(c) => req.connectors.push(c.clone()),
                 }
             }
             let n = pending.len();
+            // In the trace of the first report that has one (a stop's), so that the
+            // control plane's ReportStatus span joins it.
+            let span = tracing::info_span!(
+                "report status",
+                reports = n,
+                trace_id = tracing::field::Empty
+            );
+            if let Some((_, cx)) = pending.iter().find(|(_, cx)| cx.is_valid()) {
+                cx.adopt(&span);
+            }
+            let mut request = tonic::Request::new(req);
+            span.in_scope(|| wharf::trace::inject(request.metadata_mut()));
             let (used, mut client) = self.client();
-            let result = client.report_status(req).await;
+            let result = tracing::Instrument::instrument(client.report_status(request), span).await;
             if let Err(status) = &result {
                 self.note_failure(used, status);
             }

@@ -582,6 +582,7 @@ impl Admin {
         for _ in 0..DELETE_RECORD_ATTEMPTS {
             let rec = self.existing(name)?;
             if rec.deleting {
+                cluster.remember_deletion_trace(name);
                 // Deleting again: run failed steps once more now, unless forcing, which
                 // skips them (a retry started first would run one more cleanup).
                 if !opts.force {
@@ -593,6 +594,8 @@ impl Admin {
             let offsets = cluster.store.offsets(name)?;
             let d = DeletionRecord::seal(&rec, offsets, !opts.keep_resources, now_ms());
             if cluster.store.start_deletion(&rec, &d)? {
+                // Before the finalizer is woken: its first round continues this trace.
+                cluster.remember_deletion_trace(name);
                 info!(connector = %name, generation_next = rec.next_generation,
                     cleanup = !opts.keep_resources, "deletion recorded");
                 cluster.changed(name);

@@ -124,6 +124,8 @@ impl ExecutorClients {
     fn request<T>(msg: T, timeout_ms: u64) -> tonic::Request<T> {
         let mut r = tonic::Request::new(msg);
         r.set_timeout(Duration::from_millis(timeout_ms));
+        // The executor's span of this call joins the caller's trace (a no-op without export).
+        wharf::trace::inject(r.metadata_mut());
         r
     }
 

@@ -109,6 +109,10 @@ pub struct Cluster {
     /// that name must not start before that stop ended (it would remove what the new one
     /// provisioned under the same names).
     cleanups_in_flight: Mutex<HashSet<String>>,
+    /// Trace context of each deletion's `DeleteConnector` call, so that the finalizer's
+    /// rounds continue its trace (docs/observability.md, "Traces"); in memory only (a
+    /// restarted control plane starts new traces), forgotten when the deletion finishes.
+    deletion_traces: Mutex<HashMap<String, wharf::trace::TraceContext>>,
 }
 
 /// Calls to one executor that did not reach it, for backoff and reporting.
@@ -289,6 +293,7 @@ impl Cluster {
             finalizer_wake: Notify::new(),
             finished: Mutex::new(HashMap::new()),
             cleanups_in_flight: Mutex::new(HashSet::new()),
+            deletion_traces: Mutex::new(HashMap::new()),
             changes,
             dirty: Mutex::new(Dirty {
                 names: HashSet::new(),
@@ -347,6 +352,33 @@ impl Cluster {
         let keep = Duration::from_millis(FINISHED_DELETION_KEEP_MS);
         finished.retain(|_, (at, _)| at.elapsed() < keep);
         finished.insert(d.name.clone(), (Instant::now(), d.clone()));
+        self.deletion_traces
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .remove(&d.name);
+    }
+
+    /// Keeps the current span's trace context for `name`'s deletion (the first one wins:
+    /// deleting again continues the same trace); nothing without trace export.
+    pub fn remember_deletion_trace(&self, name: &str) {
+        let cx = wharf::trace::TraceContext::current();
+        if cx.is_valid() {
+            self.deletion_traces
+                .lock()
+                .unwrap_or_else(std::sync::PoisonError::into_inner)
+                .entry(name.to_owned())
+                .or_insert(cx);
+        }
+    }
+
+    /// The trace context of `name`'s deletion (empty when none was kept).
+    pub fn deletion_trace(&self, name: &str) -> wharf::trace::TraceContext {
+        self.deletion_traces
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .get(name)
+            .cloned()
+            .unwrap_or_default()
     }
 
     /// The final record of `name`'s deletion if it finished within the last minute: every

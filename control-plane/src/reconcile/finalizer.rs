@@ -134,21 +134,31 @@ pub async fn run_finalizer(cluster: Arc<Cluster>, cancel: CancellationToken) {
                     let name = d.name.clone();
                     cluster.set_cleanup_in_flight(&name, true);
                     // Not awaited: a later pass sees it finished; aborted at shutdown.
+                    // One span per round, in the trace of the DeleteConnector call.
+                    let span = tracing::info_span!(
+                        "deletion round",
+                        connector = %name,
+                        trace_id = tracing::field::Empty,
+                    );
+                    cluster.deletion_trace(&name).adopt(&span);
                     let handle = wharf::task::spawn(
                         wharf::task::TaskKind::Detached,
                         "deletion step",
-                        async move {
-                            let result = advance(&c, &name).await;
-                            c.set_cleanup_in_flight(&name, false);
-                            match result {
-                                // It wrote while this pass skipped it: look again now.
-                                Ok(true) => c.finalizer_wake.notify_one(),
-                                Ok(false) => {}
-                                Err(e) => {
-                                    warn!(connector = %name, error = %e, "deletion step failed; retrying");
+                        tracing::Instrument::instrument(
+                            async move {
+                                let result = advance(&c, &name).await;
+                                c.set_cleanup_in_flight(&name, false);
+                                match result {
+                                    // It wrote while this pass skipped it: look again now.
+                                    Ok(true) => c.finalizer_wake.notify_one(),
+                                    Ok(false) => {}
+                                    Err(e) => {
+                                        warn!(connector = %name, error = %e, "deletion step failed; retrying");
+                                    }
                                 }
-                            }
-                        },
+                            },
+                            span,
+                        ),
                     );
                     running.insert(d.name, handle);
                 }
@@ -508,15 +518,30 @@ async fn run_round(
         // The stops read a snapshot: the record itself may be rewritten meanwhile.
         let snapshot = d.clone();
         let record = &snapshot;
-        let fan_out = stops
-            .iter()
-            .map(|(idx, exec, generation, _, epoch)| async move {
-                let task = record.steps[*idx].task;
-                let started = std::time::Instant::now();
-                let attempt = stop(cluster, record, task, exec, *generation, flag, *epoch).await;
-                crate::observe::cleanup_step_duration(attempt.outcome_label(), started.elapsed());
-                (*idx, attempt)
-            });
+        let fan_out = stops.iter().map(|(idx, exec, generation, _, epoch)| {
+            let task = record.steps[*idx].task;
+            // The executor's StopTask/StopConnector span is this one's child (traceparent).
+            let span = tracing::info_span!(
+                "cleanup step",
+                connector = %record.name,
+                task = %task.map_or_else(|| "connector".to_owned(), |t| t.to_string()),
+                executor = %exec.id,
+                generation = *generation,
+            );
+            tracing::Instrument::instrument(
+                async move {
+                    let started = std::time::Instant::now();
+                    let attempt =
+                        stop(cluster, record, task, exec, *generation, flag, *epoch).await;
+                    crate::observe::cleanup_step_duration(
+                        attempt.outcome_label(),
+                        started.elapsed(),
+                    );
+                    (*idx, attempt)
+                },
+                span,
+            )
+        });
         let mut fan_out = std::pin::pin!(tasks_first_done(fan_out, record));
         let slow = tokio::time::sleep(Duration::from_millis(RUNNING_MARK_AFTER_MS));
         let results = tokio::select! {

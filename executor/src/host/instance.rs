@@ -140,7 +140,8 @@ impl Lifecycle {
         if !replayed {
             self.set_state(InstanceState::Stopping);
             let tx = self.done.clone();
-            let fut = body();
+            // In the caller's span (a StopTask call's): the plugin's stop span is its child.
+            let fut = tracing::Instrument::in_current_span(body());
             spawn(TaskKind::Awaited, "stop instance", async move {
                 let record = fut.await;
                 tx.send_replace(Some(record));
@@ -171,6 +172,7 @@ impl Lifecycle {
     pub fn finish(&self, outcome: StopOutcome, error: &Option<String>) {
         if outcome == StopOutcome::TimedOut {
             self.abandoned.store(true, Ordering::SeqCst);
+            crate::observe::abandoned();
         }
         self.set_state(match outcome {
             StopOutcome::Stopped => InstanceState::Stopped,
@@ -267,15 +269,23 @@ impl<P: PluginCalls> PluginCell<P> {
             .await
             .ok()?;
         let connector_deleted = flag();
-        let handle = thread.spawn("plugin stop", async move {
-            let result = g
-                .stop_call(connector_deleted)
-                .await
-                .map_err(|e| e.to_string());
-            // After stop the instance is dropped (SDK guarantee).
-            *g = P::dropped();
-            result
-        });
+        // The plugin's own stop, as a span under the request that stopped it.
+        let span = tracing::info_span!("plugin stop", connector_deleted);
+        let handle = thread.spawn(
+            "plugin stop",
+            tracing::Instrument::instrument(
+                async move {
+                    let result = g
+                        .stop_call(connector_deleted)
+                        .await
+                        .map_err(|e| e.to_string());
+                    // After stop the instance is dropped (SDK guarantee).
+                    *g = P::dropped();
+                    result
+                },
+                span,
+            ),
+        );
         Some((connector_deleted, handle))
     }
 }

@@ -724,6 +724,30 @@ impl Host {
         (connectors, tasks)
     }
 
+    /// Record counts of the tasks [`Host::assignments`] lists (abandoned ones left out:
+    /// their work loop ended), one entry per task summed over its generations, with
+    /// whether it is a source.
+    pub fn task_stats(&self) -> Vec<(TaskKey, bool, crate::observe::RecordStats)> {
+        let mut out: Vec<(TaskKey, bool, crate::observe::RecordStats)> = Vec::new();
+        let tasks = lock(&self.tasks);
+        let mut keys: Vec<&TaskKey> = tasks.keys().collect();
+        keys.sort_by(|a, b| (&a.connector, a.task).cmp(&(&b.connector, b.task)));
+        for key in keys {
+            let live: Vec<_> = tasks[key]
+                .instances
+                .values()
+                .filter(|i| !i.life.stop_claimed())
+                .collect();
+            let Some(first) = live.first() else { continue };
+            let sum = crate::observe::RecordStats::default();
+            for i in &live {
+                i.stats.add_into(&sum);
+            }
+            out.push((key.clone(), first.is_source(), sum));
+        }
+        out
+    }
+
     /// Stops every instance with `connector_deleted = false` (shutdown, fencing): tasks
     /// first, then connector instances, in parallel, all within `timeout`.
     pub async fn stop_all(&self, timeout: Duration) {

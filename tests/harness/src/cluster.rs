@@ -277,6 +277,12 @@ impl TestCluster {
 
     /// Starts executor `exec-{i+1}` on 127.0.0.{i+2}.
     pub async fn add_executor(&mut self, i: usize) {
+        self.add_executor_with(i, Vec::new()).await;
+    }
+
+    /// As [`TestCluster::add_executor`], with `extra` appended to the executor's flags
+    /// (e.g. `--metrics-listen 127.0.0.2:PORT`).
+    pub async fn add_executor_with(&mut self, i: usize, extra: Vec<String>) {
         let id = format!("exec-{}", i + 1);
         let host = format!("127.0.0.{}", i + 2);
         let d = self.dir.path().join(&id);
@@ -293,6 +299,7 @@ impl TestCluster {
             "3000".into(),
         ];
         args.extend(self.executor_tls_flags(&id, &host));
+        args.extend(extra);
         let mut p = Proc::spawn(crate::bin("wharf-executor"), args, &d);
         let addr = p.listen_addr().await;
         self.register_executor_addr(&addr);

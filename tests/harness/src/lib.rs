@@ -15,6 +15,7 @@ pub mod fault;
 pub mod lifecycle;
 pub mod lines;
 pub mod nats_tls;
+pub mod otlp;
 pub mod postgres_tls;
 pub mod prometheus;
 pub mod rabbitmq;

@@ -80,6 +80,8 @@ pub(crate) struct TaskInstance {
     stop_began: OnceLock<(Instant, bool)>,
     work: Mutex<Option<JoinHandle<()>>>,
     shared: Arc<Shared>,
+    /// Record counts of the work loop, for the metrics listener.
+    pub stats: crate::observe::RecordStats,
 }
 
 impl TaskInstance {
@@ -101,7 +103,16 @@ impl TaskInstance {
             stop_began: OnceLock::new(),
             work: Mutex::new(None),
             shared,
+            stats: crate::observe::RecordStats::default(),
         })
+    }
+
+    /// True for a source task, false for a sink task.
+    pub fn is_source(&self) -> bool {
+        match self.plugin {
+            TaskPlugin::Source(_) => true,
+            TaskPlugin::Sink(_) => false,
+        }
     }
 
     /// True while abandoned: the stop timed out and the plugin's call has not returned.

@@ -141,15 +141,24 @@ impl TaskInstance {
                 records.push(d.record);
             }
             let (p, cancel) = (cell.clone(), self.cancel.clone());
+            let (count, bytes) = (
+                records.len(),
+                records
+                    .iter()
+                    .map(|r| crate::observe::record_bytes(r.key.as_ref(), &r.value))
+                    .sum::<usize>(),
+            );
             // put is not cancelled: the stop waits for it (bounded).
             let put = self.thread.spawn("sink put", async move {
                 let mut g = p.lock_owned().await;
                 if cancel.is_cancelled() {
                     return Ok(false);
                 }
+                let started = std::time::Instant::now();
                 g.put(records)
                     .await
                     .map_err(|e| format!("put failed: {e}"))?;
+                crate::observe::took(crate::observe::SINK_PUT_SECONDS, started);
                 Ok(true)
             });
             let prefetch = async {
@@ -160,7 +169,10 @@ impl TaskInstance {
             };
             let (written, prefetched) = tokio::join!(put, prefetch);
             match written.unwrap_or_else(|e| Err(panic_text(e))) {
-                Ok(true) => unflushed.add(tokens, offsets),
+                Ok(true) => {
+                    self.stats.add_records(count, bytes);
+                    unflushed.add(tokens, offsets);
+                }
                 // The stop began before put: these records go to the next instance.
                 Ok(false) => {}
                 Err(e) => return self.fail(e),
@@ -216,9 +228,13 @@ impl TaskInstance {
         self.thread
             .spawn("sink flush", async move {
                 let mut g = p.lock_owned().await;
-                g.flush(&offsets)
+                let started = std::time::Instant::now();
+                let flushed = g
+                    .flush(&offsets)
                     .await
-                    .map_err(|e| format!("flush failed: {e}"))
+                    .map_err(|e| format!("flush failed: {e}"));
+                crate::observe::took(crate::observe::SINK_FLUSH_SECONDS, started);
+                flushed
             })
             .await
             .unwrap_or_else(|e| Err(panic_text(e)))?;
@@ -229,8 +245,11 @@ impl TaskInstance {
             () = self.drain_deadline() => return Ok(()),
             r = consumer.ack(&tokens) => r,
         };
-        if let Err(e) = acked {
-            tracing::warn!(consumer = %name, error = %e, "ack failed; records may be delivered again");
+        match acked {
+            Ok(()) => self.stats.add_committed(tokens.len() as u64),
+            Err(e) => {
+                tracing::warn!(consumer = %name, error = %e, "ack failed; records may be delivered again");
+            }
         }
         Ok(())
     }

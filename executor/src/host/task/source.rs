@@ -61,7 +61,11 @@ struct SourceCommits {
     /// Source partition -> offset (both as JSON text) of records the log acknowledged and
     /// no commit took yet.
     pending: BTreeMap<String, String>,
+    /// Records whose offsets are in `pending` (for the commit count).
+    pending_records: u64,
     in_flight: Option<JoinHandle<CommitOutcome>>,
+    /// Records whose offsets the commit in flight carries.
+    in_flight_records: u64,
     /// Earliest start of the next commit.
     next_at: Instant,
 }
@@ -70,7 +74,9 @@ impl SourceCommits {
     fn new() -> Self {
         Self {
             pending: BTreeMap::new(),
+            pending_records: 0,
             in_flight: None,
+            in_flight_records: 0,
             next_at: Instant::now(),
         }
     }
@@ -78,6 +84,7 @@ impl SourceCommits {
     /// Takes the offset after the last record of each source partition in `records`
     /// (which the log acknowledged).
     fn record(&mut self, records: &[SourceRecord]) {
+        self.pending_records += records.len() as u64;
         let mut seen: Vec<&serde_json::Value> = Vec::new();
         for r in records.iter().rev() {
             if seen.contains(&&r.source_partition) {
@@ -91,6 +98,7 @@ impl SourceCommits {
 
     /// Puts back the offsets of a commit that did not land, unless newer ones are pending.
     fn restore(&mut self, offsets: BTreeMap<String, String>) {
+        self.pending_records += std::mem::take(&mut self.in_flight_records);
         for (partition, offset) in offsets {
             self.pending.entry(partition).or_insert(offset);
         }
@@ -192,6 +200,7 @@ impl TaskInstance {
             let due = commits.due();
             if due.is_some_and(|at| at <= Instant::now()) {
                 let offsets = std::mem::take(&mut commits.pending);
+                commits.in_flight_records = std::mem::take(&mut commits.pending_records);
                 commits.in_flight = Some(self.spawn_commit(cell, offsets, true));
                 commits.next_at = Instant::now() + Duration::from_millis(OFFSET_COMMIT_INTERVAL_MS);
                 continue;
@@ -202,7 +211,9 @@ impl TaskInstance {
                 done = join_some(&mut commits.in_flight) => {
                     commits.in_flight = None;
                     match done.unwrap_or_else(|e| CommitOutcome::PluginFailed(panic_text(e))) {
-                        CommitOutcome::Committed => {}
+                        CommitOutcome::Committed => {
+                            self.stats.add_committed(std::mem::take(&mut commits.in_flight_records));
+                        }
                         CommitOutcome::Refused(offsets, error) => {
                             tracing::warn!(connector = %self.key.connector, task = self.key.task, error = %error,
                                 "offset commit failed; kept for the next commit");
@@ -211,6 +222,8 @@ impl TaskInstance {
                                 Instant::now() + Duration::from_millis(OFFSET_COMMIT_RETRY_BACKOFF_MS);
                         }
                         CommitOutcome::PluginFailed(e) => {
+                            // The offsets landed; the plugin's own commit failed.
+                            self.stats.add_committed(std::mem::take(&mut commits.in_flight_records));
                             return SourceExit::Failed(format!("commit failed: {e}"));
                         }
                     }
@@ -227,6 +240,10 @@ impl TaskInstance {
                     if records.is_empty() {
                         continue;
                     }
+                    self.stats.add_records(
+                        records.len(),
+                        records.iter().map(|r| crate::observe::record_bytes(r.key.as_ref(), &r.value)).sum(),
+                    );
                     // Fenced: nothing polled after the stop began reaches the log.
                     if self.cancel.is_cancelled() {
                         return SourceExit::Stopped;
@@ -236,6 +253,7 @@ impl TaskInstance {
                     if let Err(exit) = self.append_all(&records).await {
                         return exit;
                     }
+                    self.stats.add_written(records.len());
                     commits.record(&records);
                 }
             }
@@ -278,12 +296,14 @@ impl TaskInstance {
         let (me, cell) = (self.clone(), cell.clone());
         spawn(TaskKind::Awaited, "source offset commit", async move {
             let wire = to_wire(&offsets);
-            if let Err(e) = me
+            let started = std::time::Instant::now();
+            let landed = me
                 .shared
                 .registry
                 .commit_offsets(&me.key, me.life.generation, wire)
-                .await
-            {
+                .await;
+            crate::observe::took(crate::observe::SOURCE_COMMIT_SECONDS, started);
+            if let Err(e) = landed {
                 return CommitOutcome::Refused(offsets, e.to_string());
             }
             if !plugin_commit {
@@ -316,13 +336,18 @@ impl TaskInstance {
             match tokio::time::timeout_at(deadline, in_flight).await {
                 Err(_) => return,
                 Ok(Ok(CommitOutcome::Refused(offsets, _))) => commits.restore(offsets),
-                Ok(_) => {}
+                Ok(Ok(CommitOutcome::Committed | CommitOutcome::PluginFailed(_))) => {
+                    self.stats
+                        .add_committed(std::mem::take(&mut commits.in_flight_records));
+                }
+                Ok(Err(_)) => {}
             }
         }
         if commits.pending.is_empty() {
             return;
         }
         let wire = to_wire(&std::mem::take(&mut commits.pending));
+        let records = std::mem::take(&mut commits.pending_records);
         let committed = tokio::time::timeout_at(
             deadline,
             self.shared
@@ -331,7 +356,7 @@ impl TaskInstance {
         )
         .await;
         match committed {
-            Ok(Ok(())) => {}
+            Ok(Ok(())) => self.stats.add_committed(records),
             Ok(Err(e)) => {
                 tracing::warn!(connector = %self.key.connector, task = self.key.task, error = %e,
                     "offset commit at the end of the task failed; its records will be polled again");

@@ -1,0 +1,92 @@
+//! The observability load of the "on" runs: an OTLP/gRPC trace receiver that accepts and
+//! drops every export (what a collector costs the sender is the export itself), and a
+//! scraper that fetches every metrics page once per [`SCRAPE_INTERVAL_MS`], as Prometheus
+//! would.
+
+use std::time::Duration;
+
+use opentelemetry_proto::tonic::collector::trace::v1::trace_service_server::{
+    TraceService, TraceServiceServer,
+};
+use opentelemetry_proto::tonic::collector::trace::v1::{
+    ExportTraceServiceRequest, ExportTraceServiceResponse,
+};
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio_util::sync::CancellationToken;
+
+/// How often each metrics page is fetched, in milliseconds (a common scrape interval is
+/// 15 s; once a second is a heavier load than a deployment's).
+pub const SCRAPE_INTERVAL_MS: u64 = 1_000;
+
+struct Discard;
+
+#[tonic::async_trait]
+impl TraceService for Discard {
+    async fn export(
+        &self,
+        _request: tonic::Request<ExportTraceServiceRequest>,
+    ) -> Result<tonic::Response<ExportTraceServiceResponse>, tonic::Status> {
+        Ok(tonic::Response::new(ExportTraceServiceResponse {
+            partial_success: None,
+        }))
+    }
+}
+
+/// A running receiver and scraper; both stop when dropped.
+pub struct Load {
+    /// The receiver's endpoint, `http://127.0.0.1:PORT`.
+    pub endpoint: String,
+    stop: CancellationToken,
+}
+
+impl Load {
+    /// Starts the trace receiver.
+    pub async fn start() -> anyhow::Result<Self> {
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
+        let endpoint = format!("http://{}", listener.local_addr()?);
+        let stop = CancellationToken::new();
+        let until = stop.clone().cancelled_owned();
+        tokio::spawn(async move {
+            let incoming = tokio_stream::wrappers::TcpListenerStream::new(listener);
+            let _ = tonic::transport::Server::builder()
+                .add_service(TraceServiceServer::new(Discard))
+                .serve_with_incoming_shutdown(incoming, until)
+                .await;
+        });
+        Ok(Self { endpoint, stop })
+    }
+
+    /// Scrapes `GET /metrics` of every `IP:PORT` in `targets` until dropped.
+    pub fn scrape(&self, targets: Vec<String>) {
+        let stop = self.stop.clone();
+        tokio::spawn(async move {
+            loop {
+                for t in &targets {
+                    let _ = scrape_once(t).await;
+                }
+                tokio::select! {
+                    () = stop.cancelled() => return,
+                    () = tokio::time::sleep(Duration::from_millis(SCRAPE_INTERVAL_MS)) => {}
+                }
+            }
+        });
+    }
+}
+
+impl Drop for Load {
+    fn drop(&mut self) {
+        self.stop.cancel();
+    }
+}
+
+/// One HTTP/1.1 GET of `/metrics`, the page read to its end.
+async fn scrape_once(target: &str) -> std::io::Result<usize> {
+    let mut s = tokio::net::TcpStream::connect(target).await?;
+    s.write_all(
+        format!("GET /metrics HTTP/1.1\r\nHost: {target}\r\nConnection: close\r\n\r\n").as_bytes(),
+    )
+    .await?;
+    let mut page = Vec::new();
+    s.read_to_end(&mut page).await?;
+    Ok(page.len())
+}

@@ -1,0 +1,325 @@
+//! An operator watches executors through Prometheus too (docs/observability.md): a real
+//! Prometheus scrapes a real `wharf-executor`'s metrics listener. Its record counters
+//! match the records a file-sink wrote, and a connector's series are gone once it is
+//! deleted; its health (`grpc.health.v1` and `/health`) says NOT_SERVING once it fenced
+//! itself (its control plane frozen with SIGSTOP, so that its lease ran out) and SERVING
+//! again after it registered. Every metric the Grafana dashboard
+//! (`docs/grafana/wharf-dashboard.json`) queries is on a live page.
+
+use std::io::Write as _;
+use std::path::Path;
+
+use serde_json::{Value, json};
+use wharf_harness::cluster::{CONVERGE, TestCluster, grpcurl};
+use wharf_harness::prometheus::TestPrometheus;
+use wharf_harness::wait_until;
+
+/// Lines the file-source reads.
+const LINES: usize = 200;
+
+fn free_addr(ip: &str) -> String {
+    let port = std::net::TcpListener::bind(format!("{ip}:0"))
+        .and_then(|l| l.local_addr())
+        .expect("free port")
+        .port();
+    format!("{ip}:{port}")
+}
+
+/// `curl -s -w '%{http_code}' http://ADDR/PATH`: (status, body).
+fn curl(addr: &str, path: &str) -> (u16, String) {
+    let out = std::process::Command::new("curl")
+        .args([
+            "-s",
+            "-m",
+            "5",
+            "-w",
+            "\n%{http_code}",
+            &format!("http://{addr}{path}"),
+        ])
+        .output()
+        .expect("run curl");
+    let text = String::from_utf8_lossy(&out.stdout).into_owned();
+    let (body, code) = text.rsplit_once('\n').unwrap_or(("", "0"));
+    (code.trim().parse().unwrap_or(0), body.to_owned())
+}
+
+/// Waits until Prometheus' answer to `promql` is the single value `want`.
+async fn wait_value(prom: &TestPrometheus, promql: &str, want: f64) {
+    wait_until(
+        &format!("Prometheus: {promql} == {want}"),
+        CONVERGE,
+        || async { (prom.value(promql) == Some(want)).then_some(()) },
+    )
+    .await;
+}
+
+fn grpc_health(addr: &str) -> String {
+    let r = grpcurl(addr, "grpc.health.v1.Health/Check", &json!({}));
+    r.body["status"].as_str().unwrap_or("").to_owned()
+}
+
+fn lines_of(path: &Path) -> usize {
+    std::fs::read_to_string(path)
+        .map(|t| t.lines().count())
+        .unwrap_or(0)
+}
+
+/// A cluster whose one executor serves its metrics listener at the returned address.
+async fn cluster_with_executor_metrics(extra: &[&str]) -> (TestCluster, String) {
+    let mut c = TestCluster::start(0).await;
+    let metrics = free_addr("127.0.0.2");
+    let mut args = vec!["--metrics-listen".to_owned(), metrics.clone()];
+    args.extend(extra.iter().map(|a| (*a).to_owned()));
+    c.add_executor_with(0, args).await;
+    c.wait_alive(1).await;
+    (c, metrics)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn executor_record_counters_match_the_records_the_sink_wrote() {
+    let (c, metrics) = cluster_with_executor_metrics(&["--log-format", "json"]).await;
+    let prom = TestPrometheus::start(std::slice::from_ref(&metrics));
+    wait_until("the executor healthy once registered", CONVERGE, || async {
+        (curl(&metrics, "/health").0 == 200).then_some(())
+    })
+    .await;
+
+    let input = c.dir.path().join("in.jsonl");
+    let output = c.dir.path().join("out.jsonl");
+    let mut f = std::fs::File::create(&input).expect("input");
+    for n in 0..LINES {
+        writeln!(f, "{}", json!({ "n": n })).expect("write input");
+    }
+    f.sync_all().expect("sync");
+    let value_bytes = std::fs::metadata(&input).expect("input").len() as usize - LINES;
+    for (name, cfg) in [
+        (
+            "src",
+            json!({ "connector.class": "file-source", "file": input.display().to_string(), "topic": "t" }),
+        ),
+        (
+            "dst",
+            json!({ "connector.class": "file-sink", "file": output.display().to_string(), "topics": "t" }),
+        ),
+    ] {
+        let r = c.call("CreateConnector", json!({ "name": name, "config": cfg }));
+        assert_eq!(r.code, 0, "create {name}: {}", r.err);
+    }
+    wait_until("the sink wrote every line", CONVERGE, || async {
+        (lines_of(&output) == LINES).then_some(())
+    })
+    .await;
+
+    // What the sink wrote, counted on both sides of the record log.
+    let n = LINES as f64;
+    wait_value(
+        &prom,
+        r#"wharf_source_record_poll_total{connector="src",task="0"}"#,
+        n,
+    )
+    .await;
+    wait_value(
+        &prom,
+        r#"wharf_source_record_write_total{connector="src"}"#,
+        n,
+    )
+    .await;
+    wait_value(
+        &prom,
+        r#"wharf_source_record_commit_total{connector="src"}"#,
+        n,
+    )
+    .await;
+    wait_value(
+        &prom,
+        r#"wharf_sink_record_put_total{connector="dst",task="0"}"#,
+        n,
+    )
+    .await;
+    wait_value(
+        &prom,
+        r#"wharf_sink_record_commit_total{connector="dst"}"#,
+        n,
+    )
+    .await;
+    let bytes = value_bytes as f64;
+    wait_value(
+        &prom,
+        r#"wharf_source_record_bytes_total{connector="src"}"#,
+        bytes,
+    )
+    .await;
+    wait_value(
+        &prom,
+        r#"wharf_sink_record_bytes_total{connector="dst"}"#,
+        bytes,
+    )
+    .await;
+    wait_value(
+        &prom,
+        r#"wharf_executor_instance_count{kind="task",state="running"}"#,
+        2.0,
+    )
+    .await;
+    wait_value(&prom, "wharf_executor_registered", 1.0).await;
+    assert!(
+        prom.value("sum(wharf_sink_put_duration_seconds_count)")
+            .is_some_and(|v| v >= 1.0),
+        "put latency is recorded"
+    );
+
+    // Deleted: the source's series leave the page (and then Prometheus' answer).
+    let r = c.call("DeleteConnector", json!({ "name": "src" }));
+    assert_eq!(r.code, 0, "{}", r.err);
+    wait_until("src's series gone from /metrics", CONVERGE, || async {
+        let (code, page) = curl(&metrics, "/metrics");
+        (code == 200 && !page.contains(r#"connector="src""#) && page.contains(r#"connector="dst""#))
+            .then_some(())
+    })
+    .await;
+    wait_until("src's series gone from Prometheus", CONVERGE, || async {
+        prom.query(r#"wharf_source_record_poll_total{connector="src"}"#)
+            .is_empty()
+            .then_some(())
+    })
+    .await;
+
+    // --log-format json: every line of the executor's log is one JSON object.
+    let log = c.executors[0].log();
+    assert!(log.contains("executor serving"), "{log}");
+    for l in log.lines().filter(|l| !l.trim().is_empty()) {
+        serde_json::from_str::<Value>(l).unwrap_or_else(|e| panic!("not JSON ({e}): {l}"));
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn executor_health_is_not_serving_while_fenced_and_serving_after_it_registered_again() {
+    let (mut c, metrics) = cluster_with_executor_metrics(&[]).await;
+    let addr = c.executors[0].listen_addr().await;
+    wait_until("SERVING once registered", CONVERGE, || async {
+        (grpc_health(&addr) == "SERVING").then_some(())
+    })
+    .await;
+    assert_eq!(curl(&metrics, "/ready").0, 200);
+
+    // Frozen control plane: heartbeats go unanswered, the lease runs out, the executor
+    // fences itself.
+    c.cp.signal("STOP");
+    wait_until("NOT_SERVING once fenced", CONVERGE, || async {
+        (grpc_health(&addr) == "NOT_SERVING").then_some(())
+    })
+    .await;
+    let (code, body) = curl(&metrics, "/health");
+    assert_eq!(code, 503, "{body}");
+    let health: Value = serde_json::from_str(&body).expect("JSON");
+    assert_eq!(health["status"], "unhealthy", "{health}");
+    assert_eq!(curl(&metrics, "/ready").0, 503);
+    let (_, page) = curl(&metrics, "/metrics");
+    assert!(page.contains("wharf_executor_registered 0"), "{page}");
+    assert!(page.contains("wharf_executor_fences_total 1"), "{page}");
+
+    c.cp.signal("CONT");
+    wait_until("SERVING again after re-registering", CONVERGE, || async {
+        (grpc_health(&addr) == "SERVING").then_some(())
+    })
+    .await;
+    let (code, body) = curl(&metrics, "/health");
+    assert_eq!(code, 200, "{body}");
+    assert!(
+        c.executors[0]
+            .log()
+            .contains("registered with the control plane"),
+        "the executor registered again"
+    );
+}
+
+/// Metric names in the PromQL expressions of `docs/grafana/wharf-dashboard.json`.
+fn dashboard_metric_names() -> std::collections::BTreeSet<String> {
+    let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("docs/grafana/wharf-dashboard.json");
+    let dashboard: Value =
+        serde_json::from_str(&std::fs::read_to_string(&path).expect("the dashboard file"))
+            .expect("the dashboard is JSON");
+    let mut names = std::collections::BTreeSet::new();
+    for panel in dashboard["panels"].as_array().expect("panels") {
+        for target in panel["targets"].as_array().into_iter().flatten() {
+            let expr = target["expr"].as_str().expect("expr");
+            let mut rest = expr;
+            while let Some(at) = rest.find("wharf_") {
+                let tail = &rest[at..];
+                let end = tail
+                    .find(|c: char| !(c.is_ascii_alphanumeric() || c == '_'))
+                    .unwrap_or(tail.len());
+                names.insert(tail[..end].to_owned());
+                rest = &tail[end..];
+            }
+        }
+    }
+    names
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn every_metric_the_dashboard_queries_is_on_a_live_metrics_page() {
+    let cp_metrics = free_addr("127.0.0.1");
+    let mut c =
+        TestCluster::start_with(0, vec!["--metrics-listen".into(), cp_metrics.clone()]).await;
+    let metrics = free_addr("127.0.0.2");
+    c.add_executor_with(0, vec!["--metrics-listen".into(), metrics.clone()])
+        .await;
+    c.wait_alive(1).await;
+
+    // Records through a source and a sink, and one deletion with its cleanup.
+    let input = c.dir.path().join("in.jsonl");
+    let output = c.dir.path().join("out.jsonl");
+    std::fs::write(&input, "{\"n\":1}\n{\"n\":2}\n").expect("input");
+    for (name, cfg) in [
+        (
+            "src",
+            json!({ "connector.class": "file-source", "file": input.display().to_string(), "topic": "t" }),
+        ),
+        (
+            "dst",
+            json!({ "connector.class": "file-sink", "file": output.display().to_string(), "topics": "t" }),
+        ),
+        ("gone", c.source_config("gone", 1)),
+    ] {
+        let r = c.call("CreateConnector", json!({ "name": name, "config": cfg }));
+        assert_eq!(r.code, 0, "create {name}: {}", r.err);
+    }
+    wait_until("the sink wrote both lines", CONVERGE, || async {
+        (lines_of(&output) == 2).then_some(())
+    })
+    .await;
+    c.wait_state("gone", "STATE_RUNNING", "STATE_RUNNING", 1)
+        .await;
+    assert_eq!(c.call("DeleteConnector", json!({ "name": "gone" })).code, 0);
+
+    let names = dashboard_metric_names();
+    assert!(names.len() > 20, "the dashboard queries {names:?}");
+    // The last events of that run: the cleanup stop, the sink's flush, an offset commit.
+    wait_until("the run's last events on the pages", CONVERGE, || async {
+        let cp = curl(&cp_metrics, "/metrics").1;
+        let ex = curl(&metrics, "/metrics").1;
+        (cp.contains("wharf_cleanup_step_duration_seconds_bucket")
+            && ex.contains("wharf_sink_flush_duration_seconds_bucket")
+            && ex.contains("wharf_source_offset_commit_duration_seconds_bucket"))
+        .then_some(())
+    })
+    .await;
+    let page = format!(
+        "{}\n{}",
+        curl(&cp_metrics, "/metrics").1,
+        curl(&metrics, "/metrics").1
+    );
+    let on_page = |name: &str| {
+        page.lines().any(|l| {
+            l.strip_prefix(name)
+                .is_some_and(|rest| rest.starts_with([' ', '{']))
+                || l.starts_with(&format!("# TYPE {name} "))
+        })
+    };
+    let missing: Vec<&String> = names.iter().filter(|n| !on_page(n)).collect();
+    assert!(
+        missing.is_empty(),
+        "the dashboard queries metrics no page shows: {missing:?}\n{page}"
+    );
+}
