@@ -396,6 +396,61 @@ async fn strangers_and_other_executors_are_refused_and_nothing_is_cleaned_up() {
     let log = cp.log();
     assert!(log.contains("registry call refused: identity"), "{log}");
 
+    // exec-b as itself (its own certificate, registered, holding an epoch) commits
+    // offsets for exec-a's task at the current generation: refused, offsets unchanged.
+    let offsets_before = admin
+        .get_offsets(pb::GetOffsetsRequest {
+            name: "pg-audit".into(),
+        })
+        .await
+        .expect("offsets")
+        .into_inner()
+        .offsets;
+    let b = rogue
+        .register_executor(pb::RegisterExecutorRequest {
+            executor_id: "exec-b".into(),
+            advertised_address: "https://127.0.0.3:1".into(),
+            plugins: Vec::new(),
+            ..Default::default()
+        })
+        .await
+        .expect("exec-b registers as itself")
+        .into_inner();
+    for (what, offset) in [
+        ("a valid offset", r#"{"lsn":"0/FFFFFFFF"}"#),
+        ("an offset that is not JSON", r#"{"pos":1010""#),
+    ] {
+        let err = rogue
+            .commit_offsets(pb::CommitOffsetsRequest {
+                executor_id: "exec-b".into(),
+                epoch: b.epoch,
+                task: Some(pb::TaskId {
+                    connector: "pg-audit".into(),
+                    task: 0,
+                }),
+                generation: task_generation,
+                offsets: vec![pb::SourceOffset {
+                    partition: r#"{"table":"public.t1"}"#.into(),
+                    offset: offset.into(),
+                }],
+            })
+            .await
+            .expect_err(what);
+        assert_eq!(err.code(), tonic::Code::PermissionDenied, "{what}: {err}");
+    }
+    let offsets_after = admin
+        .get_offsets(pb::GetOffsetsRequest {
+            name: "pg-audit".into(),
+        })
+        .await
+        .expect("offsets")
+        .into_inner()
+        .offsets;
+    assert_eq!(
+        offsets_after, offsets_before,
+        "another executor's commit moved offsets"
+    );
+
     // Nothing changed: the audit objects are in pg_catalog, the connector RUNNING on
     // exec-a, whose epoch, address and plugins are what they were.
     assert_eq!(provisioned(&db).await, provisioned_before);

@@ -71,6 +71,48 @@ impl RegistryService {
     }
 }
 
+/// Whether an offset commit for one task is taken, for [`RegistryService::commit_offsets`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum CommitAdmission {
+    /// The caller hosts the task's current generation.
+    Admit,
+    /// No task with that index.
+    NoSuchTask,
+    /// An older generation than the current one (a zombie after a move: KIP-618's fencing
+    /// of a task's previous generation).
+    Stale {
+        /// The current generation.
+        current: u64,
+    },
+    /// The current or a never-assigned generation from an executor that does not host
+    /// it: another executor's task (docs/security.md).
+    NotAssigned,
+}
+
+/// Decides an offset commit from `executor` at `generation` for the task whose record
+/// is `task`. Pure.
+pub fn commit_admission(
+    task: Option<&crate::model::Instance>,
+    executor: &str,
+    generation: u64,
+) -> CommitAdmission {
+    let Some(t) = task else {
+        return CommitAdmission::NoSuchTask;
+    };
+    if generation < t.generation {
+        return CommitAdmission::Stale {
+            current: t.generation,
+        };
+    }
+    match (
+        generation == t.generation,
+        t.executor.as_deref() == Some(executor),
+    ) {
+        (true, true) => CommitAdmission::Admit,
+        (false, _) | (_, false) => CommitAdmission::NotAssigned,
+    }
+}
+
 /// One reported state, for [`RegistryService::report_status`].
 struct Reported {
     /// Task index; `None` for the connector instance.
@@ -267,20 +309,50 @@ impl ExecutorRegistry for RegistryService {
             .connector(&task.connector)
             .map_err(ApiError::from)?
             .ok_or_else(|| ApiError::ConnectorNotFound(task.connector.clone()))?;
-        let current = rec
-            .tasks
-            .get(task.task as usize)
-            .map_or(0, |t| t.generation);
         if rec.deleting {
             return Err(ApiError::StillDeleting(task.connector).into());
         }
-        if req.generation < current {
-            return Err(ApiError::StaleGeneration {
-                what: format!("task {}-{}", task.connector, task.task),
-                got: req.generation,
-                current,
+        let what = format!("task {}-{}", task.connector, task.task);
+        match commit_admission(
+            rec.tasks.get(task.task as usize),
+            &req.executor_id,
+            req.generation,
+        ) {
+            CommitAdmission::Admit => {}
+            CommitAdmission::NoSuchTask => {
+                return Err(ApiError::InvalidArgument {
+                    field: "task.task".into(),
+                    reason: format!("{what} does not exist"),
+                }
+                .into());
             }
-            .into());
+            CommitAdmission::Stale { current } => {
+                return Err(ApiError::StaleGeneration {
+                    what,
+                    got: req.generation,
+                    current,
+                }
+                .into());
+            }
+            CommitAdmission::NotAssigned => {
+                warn!(executor = %req.executor_id, task = %what, generation = req.generation,
+                    "offset commit refused: not this executor's assignment");
+                return Err(Status::permission_denied(format!(
+                    "{what} generation {} is not assigned to executor {}",
+                    req.generation, req.executor_id
+                )));
+            }
+        }
+        for (i, o) in req.offsets.iter().enumerate() {
+            for (field, text) in [("partition", &o.partition), ("offset", &o.offset)] {
+                if let Err(e) = serde_json::from_str::<serde_json::Value>(text) {
+                    return Err(ApiError::InvalidArgument {
+                        field: format!("offsets[{i}].{field}"),
+                        reason: format!("not JSON: {e}"),
+                    }
+                    .into());
+                }
+            }
         }
         let pairs: Vec<(String, String)> = req
             .offsets
@@ -303,7 +375,12 @@ impl ExecutorRegistry for RegistryService {
         self.check_epoch(&req.executor_id, req.epoch)?;
         self.cluster
             .modify_connector(&req.connector, |r| {
-                if r.deleting || r.connector.generation != req.generation {
+                // Only the host of the current connector instance asks (a stranger's
+                // request, or a stale instance's, changes nothing).
+                if r.deleting
+                    || r.connector.generation != req.generation
+                    || r.connector.executor.as_deref() != Some(req.executor_id.as_str())
+                {
                     return None;
                 }
                 r.task_configs_stale = true;
@@ -311,5 +388,78 @@ impl ExecutorRegistry for RegistryService {
             })
             .map_err(ApiError::from)?;
         Ok(Response::new(pb::RequestTaskReconfigurationResponse {}))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::model::Instance;
+
+    fn hosted(executor: &str, generation: u64) -> Instance {
+        Instance {
+            executor: Some(executor.to_owned()),
+            generation,
+            ..Instance::unassigned()
+        }
+    }
+
+    #[test]
+    fn the_host_of_the_current_generation_commits() {
+        let t = hosted("exec-1", 10);
+        assert_eq!(
+            commit_admission(Some(&t), "exec-1", 10),
+            CommitAdmission::Admit
+        );
+    }
+
+    #[test]
+    fn a_task_that_does_not_exist_is_refused() {
+        assert_eq!(
+            commit_admission(None, "exec-1", 1),
+            CommitAdmission::NoSuchTask
+        );
+    }
+
+    #[test]
+    fn an_older_generation_is_stale_whoever_sends_it() {
+        let t = hosted("exec-1", 10);
+        for executor in ["exec-1", "exec-2"] {
+            assert_eq!(
+                commit_admission(Some(&t), executor, 9),
+                CommitAdmission::Stale { current: 10 }
+            );
+        }
+    }
+
+    #[test]
+    fn another_executor_cannot_commit_the_current_generation() {
+        let t = hosted("exec-1", 10);
+        assert_eq!(
+            commit_admission(Some(&t), "exec-2", 10),
+            CommitAdmission::NotAssigned
+        );
+    }
+
+    #[test]
+    fn a_generation_never_assigned_is_refused_even_from_the_host() {
+        let t = hosted("exec-1", 10);
+        assert_eq!(
+            commit_admission(Some(&t), "exec-1", 11),
+            CommitAdmission::NotAssigned
+        );
+        assert_eq!(
+            commit_admission(Some(&t), "exec-2", 1000),
+            CommitAdmission::NotAssigned
+        );
+    }
+
+    #[test]
+    fn an_unassigned_task_takes_no_commit() {
+        let t = Instance::unassigned();
+        assert_eq!(
+            commit_admission(Some(&t), "exec-1", 0),
+            CommitAdmission::NotAssigned
+        );
     }
 }
