@@ -40,6 +40,10 @@ pub enum CertsError {
     /// rcgen refused (bad name, unreadable CA...).
     #[error("{0}")]
     Rcgen(String),
+    /// The identity cannot be named in a certificate (or a file name): an executor id or
+    /// admin name that is empty, `.`/`..`, or holds `/`, whitespace or control characters.
+    #[error("{0}")]
+    BadIdentity(String),
     /// `init` would overwrite an existing CA.
     #[error("{0} exists; remove it to make a new CA (every certificate must then be re-issued)")]
     CaExists(PathBuf),
@@ -138,6 +142,7 @@ pub fn leaf_name(identity: &Identity) -> String {
 /// # Errors
 /// The CA cannot be read; I/O and rcgen errors.
 pub fn issue(dir: &Path, identity: &Identity, hosts: &[String]) -> Result<Issued, CertsError> {
+    check_nameable(identity)?;
     let name = leaf_name(identity);
     issue_to(
         dir,
@@ -146,6 +151,25 @@ pub fn issue(dir: &Path, identity: &Identity, hosts: &[String]) -> Result<Issued
         &dir.join(format!("{name}.pem")),
         &dir.join(format!("{name}.key")),
     )
+}
+
+/// Refuses an identity whose URI would not parse back (what a peer would refuse at its
+/// handshake) or whose file name could leave the directory (`..`).
+fn check_nameable(identity: &Identity) -> Result<(), CertsError> {
+    let name = match identity {
+        Identity::ControlPlane => return Ok(()),
+        Identity::Executor(id) => ("executor id", id),
+        Identity::Admin { name, .. } => ("admin name", name),
+    };
+    let uri = identity.to_uri(crate::identity::DEFAULT_TRUST_DOMAIN);
+    let parsed = Identity::parse_uri(&uri, crate::identity::DEFAULT_TRUST_DOMAIN);
+    if parsed.is_err() || name.1 == "." || name.1 == ".." {
+        return Err(CertsError::BadIdentity(format!(
+            "{} {:?}: not usable in a certificate (empty, '.', '..', or holding '/', whitespace or control characters)",
+            name.0, name.1
+        )));
+    }
+    Ok(())
 }
 
 /// As [`issue`], to the given paths.
@@ -221,6 +245,30 @@ fn days(n: i64) -> std::time::Duration {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_name_that_could_leave_the_directory_or_not_parse_back_is_refused() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        init_ca(dir.path()).expect("ca");
+        for name in ["../../tmp/evil", "..", ".", "", "a b"] {
+            let admin = Identity::Admin {
+                role: crate::identity::AdminRole::Admin,
+                name: name.into(),
+            };
+            let err = issue(dir.path(), &admin, &[]).expect_err(name);
+            assert!(matches!(err, CertsError::BadIdentity(_)), "{name}: {err}");
+            let exec = Identity::Executor(name.into());
+            assert!(matches!(
+                issue(dir.path(), &exec, &[]),
+                Err(CertsError::BadIdentity(_))
+            ));
+        }
+        assert_eq!(
+            std::fs::read_dir(dir.path()).expect("dir").count(),
+            2,
+            "only the CA"
+        );
+    }
 
     #[test]
     fn issued_certificates_carry_their_identity_and_load() {

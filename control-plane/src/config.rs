@@ -426,7 +426,51 @@ impl Args {
             reason: e.to_string(),
         })?;
         let store = match store.or(file_store).as_deref() {
-            None | Some("redb") => app::StoreOptions::Redb,
+            None | Some("redb") => {
+                // An etcd option without `--store etcd` would be silently unused: the
+                // operator meant etcd, and the control plane would keep its state alone.
+                let etcd_given = [
+                    (
+                        "--etcd-endpoints",
+                        !etcd_endpoints.is_empty() || file_etcd_endpoints.is_some(),
+                    ),
+                    (
+                        "--etcd-prefix",
+                        etcd_prefix.is_some() || file_etcd_prefix.is_some(),
+                    ),
+                    (
+                        "--etcd-election-ttl-secs",
+                        etcd_election_ttl_secs.is_some() || file_etcd_election_ttl_secs.is_some(),
+                    ),
+                    (
+                        "--etcd-cacert",
+                        etcd_cacert.is_some() || file_etcd_cacert.is_some(),
+                    ),
+                    (
+                        "--etcd-cert",
+                        etcd_cert.is_some() || file_etcd_cert.is_some(),
+                    ),
+                    ("--etcd-key", etcd_key.is_some() || file_etcd_key.is_some()),
+                    (
+                        "--etcd-user",
+                        etcd_user.is_some() || file_etcd_user.is_some(),
+                    ),
+                    (
+                        "--etcd-password-file",
+                        etcd_password_file.is_some() || file_etcd_password_file.is_some(),
+                    ),
+                    ("WHARF_ETCD_PASSWORD", etcd_password_env.is_some()),
+                ];
+                if let Some((option, _)) = etcd_given.iter().find(|(_, given)| *given) {
+                    return Err(ConfigError::Invalid {
+                        field: "store",
+                        reason: format!(
+                            "is redb, but {option} is given: add --store etcd (or drop the etcd options)"
+                        ),
+                    });
+                }
+                app::StoreOptions::Redb
+            }
             Some("etcd") => {
                 let endpoints = if etcd_endpoints.is_empty() {
                     file_etcd_endpoints.unwrap_or_default()
@@ -724,6 +768,37 @@ mod tests {
             "https://10.0.0.1:2379".into(),
             "https://10.0.0.2:2379".into(),
         ]
+    }
+
+    #[test]
+    fn an_etcd_option_without_the_etcd_store_is_refused_naming_it() {
+        let err = parse(&[
+            "--data-dir",
+            "/tmp/x",
+            "--etcd-endpoints",
+            "https://127.0.0.1:2379",
+            "--etcd-cacert",
+            "/ca.pem",
+        ])
+        .build()
+        .expect_err("etcd options on redb");
+        let text = err.to_string();
+        assert!(
+            text.contains("--etcd-endpoints") && text.contains("--store etcd"),
+            "{text}"
+        );
+        let err = parse(&[
+            "--data-dir",
+            "/tmp/x",
+            "--store",
+            "redb",
+            "--etcd-user",
+            "w",
+        ])
+        .build()
+        .expect_err("etcd user on redb");
+        assert!(err.to_string().contains("--etcd-user"), "{err}");
+        assert!(parse(&["--data-dir", "/tmp/x"]).build().is_ok());
     }
 
     #[test]

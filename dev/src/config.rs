@@ -180,14 +180,7 @@ impl Args {
         let listen = layer(listen, file_listen, || app::DEFAULT_LISTEN);
         // Dev mode has no TLS and no admin authentication: anyone who reached a
         // non-loopback address would be an admin and could act as an executor.
-        if !listen.ip().is_loopback() {
-            return Err(ConfigError::Invalid {
-                field: "listen",
-                reason: format!(
-                    "{listen} is not a loopback address; wharf-dev serves only loopback (no TLS, no authentication). For other hosts run wharf-control-plane and wharf-executor with --tls-* (docs/security.md)"
-                ),
-            });
-        }
+        loopback_only("listen", listen)?;
         let data_dir = required(
             data_dir,
             file_data_dir,
@@ -201,6 +194,14 @@ impl Args {
         let metrics_optional = metrics_given.is_none();
         let metrics_listen =
             listen_or_default("metrics-listen", metrics_given, DEV_METRICS_LISTEN)?;
+        for (field, addr) in [
+            ("rest-listen", rest_listen),
+            ("metrics-listen", metrics_listen),
+        ] {
+            if let Some(addr) = addr {
+                loopback_only(field, addr)?;
+            }
+        }
         Ok(Settings {
             config: Config {
                 rest_listen,
@@ -229,6 +230,20 @@ impl Args {
                 .unwrap_or_default(),
         })
     }
+}
+
+/// Refuses a non-loopback address for `field`: every wharf-dev listener is plaintext
+/// and unauthenticated (docs/security.md).
+fn loopback_only(field: &'static str, addr: SocketAddr) -> Result<(), ConfigError> {
+    if addr.ip().is_loopback() {
+        return Ok(());
+    }
+    Err(ConfigError::Invalid {
+        field,
+        reason: format!(
+            "{addr} is not a loopback address; wharf-dev serves only loopback (no TLS, no authentication). For other hosts run wharf-control-plane and wharf-executor with --tls-* (docs/security.md)"
+        ),
+    })
 }
 
 /// An `IP:PORT|off` option with a default: `None` for `off`.
@@ -298,6 +313,25 @@ mod tests {
     fn missing_data_dir_says_how_to_set_it() {
         let err = parse(&[]).build().expect_err("missing");
         assert!(err.to_string().contains("--data-dir"), "{err}");
+    }
+
+    #[test]
+    fn every_listener_of_dev_mode_is_loopback_only() {
+        for flag in ["--rest-listen", "--metrics-listen"] {
+            let err = parse(&["--data-dir", "/tmp/x", flag, "0.0.0.0:9420"])
+                .build()
+                .expect_err(flag);
+            let text = err.to_string();
+            assert!(
+                text.contains(&flag[2..]) && !text.contains("--insecure"),
+                "{text}"
+            );
+            assert!(
+                parse(&["--data-dir", "/tmp/x", flag, "127.0.0.1:9420"])
+                    .build()
+                    .is_ok()
+            );
+        }
     }
 
     #[test]
