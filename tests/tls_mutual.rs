@@ -181,6 +181,19 @@ async fn executor_info(
         .find(|e| e.id == id)
 }
 
+/// The committed offsets of `name`, as GetOffsets returns them.
+async fn committed_offsets(
+    admin: &mut ConnectorAdminClient<Channel>,
+    name: &str,
+) -> Vec<pb::SourceOffset> {
+    admin
+        .get_offsets(pb::GetOffsetsRequest { name: name.into() })
+        .await
+        .expect("offsets")
+        .into_inner()
+        .offsets
+}
+
 async fn running_status(
     admin: &mut ConnectorAdminClient<Channel>,
     name: &str,
@@ -398,14 +411,7 @@ async fn strangers_and_other_executors_are_refused_and_nothing_is_cleaned_up() {
 
     // exec-b as itself (its own certificate, registered, holding an epoch) commits
     // offsets for exec-a's task at the current generation: refused, offsets unchanged.
-    let offsets_before = admin
-        .get_offsets(pb::GetOffsetsRequest {
-            name: "pg-audit".into(),
-        })
-        .await
-        .expect("offsets")
-        .into_inner()
-        .offsets;
+    let offsets_before = committed_offsets(&mut admin, "pg-audit").await;
     let b = rogue
         .register_executor(pb::RegisterExecutorRequest {
             executor_id: "exec-b".into(),
@@ -438,14 +444,7 @@ async fn strangers_and_other_executors_are_refused_and_nothing_is_cleaned_up() {
             .expect_err(what);
         assert_eq!(err.code(), tonic::Code::PermissionDenied, "{what}: {err}");
     }
-    let offsets_after = admin
-        .get_offsets(pb::GetOffsetsRequest {
-            name: "pg-audit".into(),
-        })
-        .await
-        .expect("offsets")
-        .into_inner()
-        .offsets;
+    let offsets_after = committed_offsets(&mut admin, "pg-audit").await;
     assert_eq!(
         offsets_after, offsets_before,
         "another executor's commit moved offsets"
