@@ -49,6 +49,10 @@ pub fn config_key_def(key: &ConfigKey) -> pb::ConfigKeyDef {
         required: key.required,
         allowed_values: key.allowed_values.clone(),
         immutable: key.immutable,
+        required_when: key.required_when.as_ref().map(|r| pb::RequiredWhen {
+            key: r.key.clone(),
+            values: r.values.clone(),
+        }),
     }
 }
 
@@ -78,6 +82,24 @@ pub fn config_def(keys: &[pb::ConfigKeyDef]) -> ConfigDef {
         key.required = k.required;
         key.allowed_values = k.allowed_values.clone();
         key.immutable = k.immutable;
+        key.required_when = k.required_when.as_ref().map(|r| crate::sdk::RequiredWhen {
+            key: r.key.clone(),
+            values: r.values.clone(),
+        });
         def.define(key)
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::sdk::{ConfigKey, ConfigType, Importance};
+
+    #[test]
+    fn a_cross_key_requirement_travels_to_the_control_plane() {
+        let key = ConfigKey::new("root", ConfigType::String, Importance::Low, "r")
+            .required_when("mode", &["verify-full"]);
+        let back = config_def(&[config_key_def(&key)]);
+        assert_eq!(back.keys[0].required_when, key.required_when);
+    }
 }

@@ -12,7 +12,8 @@
 //! - `verify-full` with the CA of another cluster: FAILED, unknown issuer; `require` with
 //!   that CA too (libpq's verify-ca); `require` without a CA, and with the right CA but a
 //!   name the certificate lacks, connect (encryption only / chain only) and clean up;
-//! - a bad `connection.sslmode` value is refused at create, naming the key.
+//! - a bad `connection.sslmode` value is refused at create, naming the key, and so is
+//!   `verify-full` without `connection.sslrootcert` (ValidateConnectorConfig says why).
 //!
 //! Build first: `cargo build -p wharf-control-plane -p wharf-executor`.
 
@@ -95,6 +96,43 @@ async fn postgres_audit_speaks_tls_to_a_server_that_requires_it_and_refuses_what
         c.call("GetConnectorStatus", json!({ "name": "bad-mode" }))
             .code,
         NOT_FOUND
+    );
+
+    // verify-full without a CA file is refused at create, naming the file's key: it used to
+    // pass, fail at start and leave a deletion that could not clean up (no parsed config)
+    // stuck until forced.
+    let r = c.call(
+        "CreateConnector",
+        json!({ "name": "no-root", "config": config(&pg, CERT_HOST, "verify-full", "") }),
+    );
+    assert_eq!(r.code, INVALID_ARGUMENT, "{}", r.err);
+    assert!(
+        r.err.contains("config[connection.sslrootcert]") && r.err.contains("verify-full"),
+        "{}",
+        r.err
+    );
+    assert_eq!(
+        c.call("GetConnectorStatus", json!({ "name": "no-root" }))
+            .code,
+        NOT_FOUND
+    );
+    let mut no_root = config(&pg, CERT_HOST, "verify-full", "");
+    no_root
+        .as_object_mut()
+        .expect("object")
+        .remove("connection.sslrootcert");
+    let r = c.call("ValidateConnectorConfig", json!({ "config": no_root }));
+    assert_eq!(r.code, 0, "{}", r.err);
+    let root = r.body["configs"]
+        .as_array()
+        .and_then(|a| a.iter().find(|v| v["name"] == "connection.sslrootcert"))
+        .cloned()
+        .unwrap_or_default();
+    assert!(
+        root["errors"][0]
+            .as_str()
+            .is_some_and(|e| e.contains("required when connection.sslmode")),
+        "{root}"
     );
 
     // Plaintext: the server's pg_hba.conf has hostssl lines only.

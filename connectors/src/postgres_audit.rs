@@ -167,6 +167,7 @@ pub fn config_def() -> ConfigDef {
         )
         .define(
             ConfigKey::new(keys::SSLROOTCERT, ConfigType::String, Importance::Medium, "Absolute path, on the executor's host, of a PEM file with the CA certificate(s) the server's certificate must lead to. Required with verify-full. Read at each connect (a replaced file is used without a restart).")
+                .required_when(keys::SSLMODE, &["verify-full"])
                 .validator(crate::pg_tls::root_path),
         )
         .define(

@@ -65,6 +65,22 @@ pub struct ConfigKey {
     /// existing connector, because the deletion's cleanup would then look in the new
     /// place and orphan what was provisioned in the old one. Delete and create instead.
     pub immutable: bool,
+    /// Must be set (to a value that is not blank) whenever another key has one of some
+    /// values; travels to the control plane, which checks it at create and update.
+    pub required_when: Option<RequiredWhen>,
+}
+
+/// A key's requirement on another key's value: the key must be set when `key`'s value
+/// (given, or its default) is one of `values`. postgres-audit: `connection.sslrootcert`
+/// when `connection.sslmode` is `verify-full`. A cross-key check the control plane can
+/// run without the plugin's code, as Kafka Connect runs `Connector#validate` before it
+/// stores a config.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RequiredWhen {
+    /// The key whose value decides.
+    pub key: String,
+    /// The values of `key` that make this key required.
+    pub values: Vec<String>,
 }
 
 impl ConfigKey {
@@ -81,6 +97,7 @@ impl ConfigKey {
             allowed_values: Vec::new(),
             validator: None,
             immutable: false,
+            required_when: None,
         }
     }
 
@@ -112,6 +129,15 @@ impl ConfigKey {
     /// change on an existing connector is refused (see the `immutable` field).
     pub fn immutable(mut self) -> Self {
         self.immutable = true;
+        self
+    }
+
+    /// Makes the key required whenever `key` has one of `values` (see [`RequiredWhen`]).
+    pub fn required_when(mut self, key: &str, values: &[&str]) -> Self {
+        self.required_when = Some(RequiredWhen {
+            key: key.to_owned(),
+            values: values.iter().map(|v| (*v).to_owned()).collect(),
+        });
         self
     }
 
@@ -234,6 +260,15 @@ impl ConfigDef {
             .map(|key| {
                 let given = config.get(&key.name);
                 let mut errors = Vec::new();
+                if let Some(why) = self.required_by(key, config)
+                    && given.is_none_or(|v| v.trim().is_empty())
+                {
+                    errors.push(format!(
+                        "missing configuration {:?}, required when {} is {why:?}",
+                        key.name,
+                        key.required_when.as_ref().map_or("", |r| r.key.as_str())
+                    ));
+                }
                 let value = match given.or(key.default.as_ref()) {
                     Some(v) => {
                         if given.is_some() {
@@ -259,6 +294,19 @@ impl ConfigDef {
                 }
             })
             .collect()
+    }
+
+    /// The value of the other key that makes `key` required in `config` (given, or that
+    /// key's default), when it does.
+    fn required_by<'a>(&'a self, key: &ConfigKey, config: &'a ConfigMap) -> Option<&'a str> {
+        let rule = key.required_when.as_ref()?;
+        let value = config
+            .get(&rule.key)
+            .or_else(|| self.key(&rule.key).and_then(|k| k.default.as_ref()))?;
+        rule.values
+            .iter()
+            .any(|v| v == value.trim())
+            .then_some(value.as_str())
     }
 
     /// True when any value in `config` would be reported with an error.
@@ -419,6 +467,71 @@ mod tests {
         assert_eq!(errors("connector.class").len(), 1);
         assert!(errors("tasks.max")[0].contains("positive integer"));
         assert!(errors("cleanup.timeout.ms").is_empty());
+    }
+
+    fn tls_def() -> ConfigDef {
+        ConfigDef::new()
+            .define(
+                ConfigKey::new("mode", ConfigType::String, Importance::Low, "m")
+                    .default_value("disable"),
+            )
+            .define(
+                ConfigKey::new("root", ConfigType::String, Importance::Low, "r")
+                    .required_when("mode", &["verify-full"]),
+            )
+    }
+
+    fn root_errors(pairs: &[(&str, &str)]) -> Vec<String> {
+        let values = tls_def().validate(&config(pairs));
+        values
+            .into_iter()
+            .find(|v| v.name == "root")
+            .unwrap()
+            .errors
+    }
+
+    #[test]
+    fn required_when_the_other_key_has_a_listed_value_and_this_one_is_missing() {
+        let errors = root_errors(&[("mode", "verify-full")]);
+        assert_eq!(errors.len(), 1, "{errors:?}");
+        assert!(
+            errors[0].contains("\"root\"") && errors[0].contains("mode is \"verify-full\""),
+            "{errors:?}"
+        );
+    }
+
+    #[test]
+    fn required_when_counts_a_blank_value_as_missing() {
+        assert_eq!(
+            root_errors(&[("mode", "verify-full"), ("root", "  ")]).len(),
+            1
+        );
+    }
+
+    #[test]
+    fn required_when_is_met_by_a_value() {
+        assert!(root_errors(&[("mode", "verify-full"), ("root", "/ca.pem")]).is_empty());
+    }
+
+    #[test]
+    fn required_when_does_not_apply_for_other_values_or_the_default() {
+        assert!(root_errors(&[("mode", "require")]).is_empty());
+        assert!(root_errors(&[]).is_empty());
+    }
+
+    #[test]
+    fn required_when_applies_when_the_deciding_value_is_the_default() {
+        let def = ConfigDef::new()
+            .define(
+                ConfigKey::new("mode", ConfigType::String, Importance::Low, "m")
+                    .default_value("verify-full"),
+            )
+            .define(
+                ConfigKey::new("root", ConfigType::String, Importance::Low, "r")
+                    .required_when("mode", &["verify-full"]),
+            );
+        let values = def.validate(&config(&[]));
+        assert_eq!(values[1].errors.len(), 1, "{values:?}");
     }
 
     #[test]

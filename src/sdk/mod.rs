@@ -70,7 +70,7 @@ mod source;
 pub use config_def::{
     CLEANUP_MAX_ATTEMPTS, CLEANUP_POLICY, CLEANUP_TIMEOUT_MS, CONNECTOR_CLASS, ConfigDef,
     ConfigKey, ConfigType, ConfigValue, DEFAULT_CLEANUP_MAX_ATTEMPTS, DEFAULT_CLEANUP_TIMEOUT_MS,
-    Importance, REDACTED, TASKS_MAX, runtime_config_def,
+    Importance, REDACTED, RequiredWhen, TASKS_MAX, runtime_config_def,
 };
 pub use connector::Connector;
 pub use context::{ConnectorContext, TaskContext};
