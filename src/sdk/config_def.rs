@@ -403,6 +403,24 @@ fn positive_int(value: &str) -> Result<(), String> {
     }
 }
 
+/// Bounds of [`CLEANUP_TIMEOUT_MS`], in milliseconds: below 100 ms no real cleanup (a
+/// connection, a `DROP`) can finish, so every attempt would fail by construction; above
+/// 24 h a stuck stop would hide for a day. Every value in range fits the `u32` the
+/// runtime reads it into (a larger one used to be stored and then read as the default).
+pub const CLEANUP_TIMEOUT_MS_RANGE: std::ops::RangeInclusive<i64> = 100..=86_400_000;
+
+/// Only called once the type check passed, so `value` is a well-formed integer.
+fn cleanup_timeout(value: &str) -> Result<(), String> {
+    match value.parse::<i64>() {
+        Ok(n) if CLEANUP_TIMEOUT_MS_RANGE.contains(&n) => Ok(()),
+        _ => Err(format!(
+            "value {value:?} is out of range: allowed {} to {} milliseconds",
+            CLEANUP_TIMEOUT_MS_RANGE.start(),
+            CLEANUP_TIMEOUT_MS_RANGE.end()
+        )),
+    }
+}
+
 /// Config key naming the plugin that runs a connector (Kafka Connect's `connector.class`).
 pub const CONNECTOR_CLASS: &str = "connector.class";
 /// Config key bounding the number of a connector's tasks.
@@ -432,9 +450,9 @@ pub fn runtime_config_def() -> ConfigDef {
                 .validator(positive_int),
         )
         .define(
-            ConfigKey::new(CLEANUP_TIMEOUT_MS, ConfigType::Long, Importance::Medium, "How long one stop(connector_deleted = true) may take, in milliseconds, before the attempt counts as failed.")
+            ConfigKey::new(CLEANUP_TIMEOUT_MS, ConfigType::Long, Importance::Medium, "How long one stop(connector_deleted = true) may take, in milliseconds, before the attempt counts as failed; from 100 to 86400000 (24 h).")
                 .default_value(&DEFAULT_CLEANUP_TIMEOUT_MS.to_string())
-                .validator(positive_int),
+                .validator(cleanup_timeout),
         )
         .define(
             ConfigKey::new(CLEANUP_MAX_ATTEMPTS, ConfigType::Int, Importance::Medium, "Attempts per cleanup step before it is reported as failed (and, with cleanup.policy=give-up, left out with a leak report).")
@@ -532,6 +550,33 @@ mod tests {
             );
         let values = def.validate(&config(&[]));
         assert_eq!(values[1].errors.len(), 1, "{values:?}");
+    }
+
+    fn cleanup_timeout_errors(value: &str) -> Vec<String> {
+        let values = runtime_config_def().validate(&config(&[(CLEANUP_TIMEOUT_MS, value)]));
+        values
+            .into_iter()
+            .find(|v| v.name == CLEANUP_TIMEOUT_MS)
+            .unwrap()
+            .errors
+    }
+
+    #[test]
+    fn a_cleanup_timeout_below_100_ms_or_above_a_day_is_refused_naming_the_range() {
+        for v in ["1", "99", "86400001", "99999999999"] {
+            let e = cleanup_timeout_errors(v);
+            assert!(
+                e.len() == 1 && e[0].contains("100 to 86400000"),
+                "{v}: {e:?}"
+            );
+        }
+    }
+
+    #[test]
+    fn a_cleanup_timeout_within_the_range_is_accepted() {
+        for v in ["100", "30000", "86400000"] {
+            assert!(cleanup_timeout_errors(v).is_empty(), "{v}");
+        }
     }
 
     #[test]

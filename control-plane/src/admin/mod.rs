@@ -23,6 +23,7 @@ use wharf::pb::v1 as pb;
 use wharf::sdk::REDACTED;
 
 pub use self::error::ApiError;
+use crate::auth::{AdminAction, AuthError, Principal};
 use crate::grpc::convert::{
     self, KnownPlugin, MAX_OFFSET_JSON_BYTES, MAX_OFFSETS_PER_REQUEST, RawConnector,
 };
@@ -199,11 +200,13 @@ impl Admin {
         name: &str,
         config: &HashMap<String, String>,
         target: TargetState,
+        caller: &Principal,
     ) -> ApiResult<pb::ConnectorInfo> {
         let cluster = &self.cluster;
         convert::parse_name(name)?;
         let config = self.with_kept_secrets(None, config)?;
         let spec = self.checked_spec(name, &config)?;
+        check_cleanup_policy(caller, AdminAction::CreateConnector, false, &config)?;
         let rec = ConnectorRecord::new(&spec, target);
         if cluster.cleanup_in_flight(name) {
             // A forced deletion of this name still has a skipped cleanup stop in flight.
@@ -223,15 +226,21 @@ impl Admin {
     /// flag says which.
     ///
     /// # Errors
-    /// As [`Admin::create`]; FAILED_PRECONDITION for an immutable key's change.
+    /// As [`Admin::create`]; FAILED_PRECONDITION for an immutable key's change, and while
+    /// the connector is being deleted (checked first: no other complaint about the config
+    /// matters then).
     pub fn put_config(
         &self,
         name: &str,
         config: &HashMap<String, String>,
+        caller: &Principal,
     ) -> ApiResult<(pb::ConnectorInfo, bool)> {
         let cluster = &self.cluster;
         convert::parse_name(name)?;
-        let stored = cluster.store.connector(name)?.filter(|r| !r.deleting);
+        let stored = cluster.store.connector(name)?;
+        if stored.as_ref().is_some_and(|r| r.deleting) {
+            return Err(ApiError::StillDeleting(name.to_owned()));
+        }
         // A new plugin is refused before the config is validated against it: that is the
         // more fundamental problem, and the new plugin's errors would only distract.
         if config.contains_key(crate::model::CONNECTOR_CLASS)
@@ -254,6 +263,14 @@ impl Admin {
         }
         let config = self.with_kept_secrets(stored.as_ref(), config)?;
         let spec = self.checked_spec(name, &config)?;
+        check_cleanup_policy(
+            caller,
+            AdminAction::PutConnectorConfig,
+            stored
+                .as_ref()
+                .is_some_and(ConnectorRecord::cleanup_gives_up),
+            &config,
+        )?;
         for _ in 0..2 {
             match cluster.store.connector(name)? {
                 None => {
@@ -324,6 +341,7 @@ impl Admin {
         &self,
         name: &str,
         patch: &BTreeMap<String, Option<String>>,
+        caller: &Principal,
     ) -> ApiResult<pb::ConnectorInfo> {
         let rec = self.existing(name)?;
         if rec.deleting {
@@ -336,7 +354,7 @@ impl Admin {
                 None => config.remove(k),
             };
         }
-        Ok(self.put_config(name, &config)?.0)
+        Ok(self.put_config(name, &config, caller)?.0)
     }
 
     /// GetConnector / `GET /connectors/{name}`.
@@ -991,6 +1009,30 @@ fn unknown_plugin(plugin: &str) -> String {
         ),
         _ => format!("unknown plugin {plugin:?}: no registered executor offers it"),
     }
+}
+
+/// Refuses a config that turns `cleanup.policy` to `give-up` unless `caller` may
+/// (`crate::auth::cleanup_policy_role`: the role of `force`); the refusal is
+/// PERMISSION_DENIED naming the key, and audited by the guard like any refused call.
+fn check_cleanup_policy(
+    caller: &Principal,
+    rpc: AdminAction,
+    stored_gives_up: bool,
+    config: &HashMap<String, String>,
+) -> ApiResult<()> {
+    let gives_up = config
+        .get(wharf::sdk::CLEANUP_POLICY)
+        .is_some_and(|v| v == "give-up");
+    let needed = crate::auth::cleanup_policy_role(stored_gives_up, gives_up);
+    if caller.role >= needed {
+        return Ok(());
+    }
+    Err(ApiError::Auth(AuthError::Forbidden {
+        principal: caller.to_string(),
+        rpc: rpc.rpc(),
+        detail: " setting config[cleanup.policy] to give-up (a deletion could then skip its cleanup, as force does)".into(),
+        needed,
+    }))
 }
 
 #[cfg(test)]

@@ -17,7 +17,7 @@ pub use authn::{
     AuthError, AuthMethod, Credentials, FORWARDED_PRINCIPAL_HEADER, PeerIdentity, Principal,
     authenticate, forwarded_principal_value, peer_identity,
 };
-pub use roles::{AdminAction, Decision, DeleteMode, Role, authorize};
+pub use roles::{AdminAction, Decision, DeleteMode, Role, authorize, cleanup_policy_role};
 
 use crate::model::AuditRetention;
 

@@ -236,6 +236,19 @@ impl AdminAction {
     }
 }
 
+/// The least role that may store a config whose `cleanup.policy` is `give-up`
+/// (`gives_up`) over one where it was (`stored_gives_up`; a create has none). Turning
+/// `give-up` on lets a later deletion with cleanup finish with its cleanup skipped after
+/// `cleanup.max.attempts`, which is what `force` does: so it needs the role `force` needs,
+/// or an operator could skip a cleanup by a config change and a plain delete. Keeping
+/// or turning off a policy an admin set stays an operator's call.
+pub fn cleanup_policy_role(stored_gives_up: bool, gives_up: bool) -> Role {
+    match (stored_gives_up, gives_up) {
+        (false, true) => Role::Admin,
+        (false, false) | (true, true) | (true, false) => Role::Operator,
+    }
+}
+
 /// The answer of [`authorize`].
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Decision {
@@ -397,6 +410,26 @@ mod tests {
                 assert_eq!(action.required_role(), Role::Viewer, "{action:?}");
             }
         }
+    }
+
+    #[test]
+    fn turning_cleanup_give_up_on_needs_an_admin() {
+        assert_eq!(cleanup_policy_role(false, true), Role::Admin);
+    }
+
+    #[test]
+    fn keeping_cleanup_give_up_is_an_operators_call() {
+        assert_eq!(cleanup_policy_role(true, true), Role::Operator);
+    }
+
+    #[test]
+    fn turning_cleanup_give_up_off_is_an_operators_call() {
+        assert_eq!(cleanup_policy_role(true, false), Role::Operator);
+    }
+
+    #[test]
+    fn a_config_without_give_up_is_an_operators_call() {
+        assert_eq!(cleanup_policy_role(false, false), Role::Operator);
     }
 
     #[test]

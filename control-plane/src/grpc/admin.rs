@@ -12,6 +12,7 @@ use wharf::pb::v1::connector_admin_server::ConnectorAdmin;
 use super::convert;
 use super::error::ApiError;
 use crate::admin::{Admin, DeleteOptions, RestartScope};
+use crate::auth::Principal;
 use crate::model::TargetState;
 use crate::reconcile::{Cluster, now_ms};
 
@@ -46,15 +47,30 @@ fn initial_target(state: i32) -> Result<TargetState, ApiError> {
     }
 }
 
+/// Who asked, as the guard admitted them (`grpc::guard` puts the principal in the
+/// request's extensions). Without one (a call that did not pass the guard) the caller is
+/// taken as a viewer, so that a missing guard never widens what a call may do.
+fn caller<T>(request: &Request<T>) -> Principal {
+    request
+        .extensions()
+        .get::<Principal>()
+        .cloned()
+        .unwrap_or_else(|| Principal {
+            role: crate::auth::Role::Viewer,
+            ..Principal::anonymous()
+        })
+}
+
 #[tonic::async_trait]
 impl ConnectorAdmin for AdminService {
     async fn create_connector(
         &self,
         request: Request<pb::CreateConnectorRequest>,
     ) -> Result<Response<pb::CreateConnectorResponse>, Status> {
+        let caller = caller(&request);
         let req = request.into_inner();
         let target = initial_target(req.initial_state)?;
-        let info = self.admin.create(&req.name, &req.config, target)?;
+        let info = self.admin.create(&req.name, &req.config, target, &caller)?;
         Ok(Response::new(pb::CreateConnectorResponse {
             connector: Some(info),
         }))
@@ -64,8 +80,9 @@ impl ConnectorAdmin for AdminService {
         &self,
         request: Request<pb::PutConnectorConfigRequest>,
     ) -> Result<Response<pb::PutConnectorConfigResponse>, Status> {
+        let caller = caller(&request);
         let req = request.into_inner();
-        let (info, created) = self.admin.put_config(&req.name, &req.config)?;
+        let (info, created) = self.admin.put_config(&req.name, &req.config, &caller)?;
         Ok(Response::new(pb::PutConnectorConfigResponse {
             connector: Some(info),
             created,

@@ -36,7 +36,7 @@ impl GuardedAdmin {
     /// Runs `call` through the guard, with the caller read from the request.
     async fn guarded<T, R, Fut>(
         &self,
-        request: Request<T>,
+        mut request: Request<T>,
         action: AdminAction,
         connector: &str,
         call: impl FnOnce(Request<T>) -> Fut,
@@ -60,7 +60,12 @@ impl GuardedAdmin {
                 caller,
                 action,
                 connector,
-                |_principal| call(request),
+                // The handler may need who asked (a config that turns cleanup.policy
+                // to give-up needs an admin: `crate::auth::cleanup_policy_role`).
+                |principal| {
+                    request.extensions_mut().insert(principal);
+                    call(request)
+                },
                 |e| Err(Status::from(e)),
                 |answer| match answer {
                     Ok(_) => Outcome::ok(),

@@ -27,7 +27,7 @@ use self::error::RestError;
 use self::loggers::Loggers;
 use crate::admin::guard::{Caller, Guard, Outcome};
 use crate::admin::{Admin, DeleteOptions, RestartScope};
-use crate::auth::{AdminAction, DeleteMode};
+use crate::auth::{AdminAction, DeleteMode, Principal};
 use crate::model::TargetState;
 
 /// Largest request body the gateway reads, in bytes (a config is at most 256 KiB, see
@@ -226,10 +226,14 @@ async fn admit(
     State(g): State<Gateway>,
     route: axum::extract::MatchedPath,
     params: Result<axum::extract::RawPathParams, axum::extract::rejection::RawPathParamsRejection>,
-    req: axum::extract::Request,
+    mut req: axum::extract::Request,
     next: axum::middleware::Next,
 ) -> Response {
     use tracing::Instrument;
+    // REST never forwards a call to another replica (docs/rest.md), so a forwarded
+    // principal header here is a forgery, whoever sends it.
+    req.headers_mut()
+        .remove(crate::auth::FORWARDED_PRINCIPAL_HEADER);
     let access = rest_access(req.method(), route.as_str(), delete_mode(req.uri().query()));
     let unknown = unknown_param(req.method(), route.as_str(), req.uri().query());
     let action = match access {
@@ -275,10 +279,14 @@ async fn admit(
             action,
             &connector,
             // Checked once authorized, so a refused query is audited like the call.
-            |_principal| async move {
+            |principal| async move {
                 match unknown {
                     Some(e) => e.into_response(),
-                    None => next.run(req).await,
+                    None => {
+                        // Who asked, for the handlers that decide by it (`Caller`).
+                        req.extensions_mut().insert(principal);
+                        next.run(req).await
+                    }
                 }
             },
             |e| RestError::Api(e).into_response(),
@@ -572,7 +580,12 @@ async fn list(State(g): State<Gateway>, q: RawQuery) -> RestResult {
 }
 
 /// `POST /connectors` `{"name", "config", "initial_state"?}`: 201 with the connector.
-async fn create(State(g): State<Gateway>, headers: HeaderMap, body: Body) -> RestResult {
+async fn create(
+    State(g): State<Gateway>,
+    axum::Extension(caller): axum::Extension<Principal>,
+    headers: HeaderMap,
+    body: Body,
+) -> RestResult {
     let v = json_body(&headers, body).await?;
     let name = match v.get("name") {
         Some(Value::String(s)) => s.clone(),
@@ -610,7 +623,7 @@ async fn create(State(g): State<Gateway>, headers: HeaderMap, body: Body) -> Res
             ));
         }
     };
-    let info = g.admin.create(&name, &config, target)?;
+    let info = g.admin.create(&name, &config, target, &caller)?;
     created(&info)
 }
 
@@ -657,13 +670,14 @@ async fn config(
 async fn put_config(
     State(g): State<Gateway>,
     p: Result<Path<String>, axum::extract::rejection::PathRejection>,
+    axum::Extension(caller): axum::Extension<Principal>,
     headers: HeaderMap,
     body: Body,
 ) -> RestResult {
     let name = path_part(p)?;
     let v = json_body(&headers, body).await?;
     let config = full_config(&v, &name)?;
-    let (info, was_created) = g.admin.put_config(&name, &config)?;
+    let (info, was_created) = g.admin.put_config(&name, &config, &caller)?;
     if was_created {
         created(&info)
     } else {
@@ -675,6 +689,7 @@ async fn put_config(
 async fn patch_config(
     State(g): State<Gateway>,
     p: Result<Path<String>, axum::extract::rejection::PathRejection>,
+    axum::Extension(caller): axum::Extension<Principal>,
     headers: HeaderMap,
     body: Body,
 ) -> RestResult {
@@ -688,7 +703,9 @@ async fn patch_config(
             "connector name in the config ({given:?}) does not match the connector name {name:?}"
         )));
     }
-    ok(json::connector_info(&g.admin.patch_config(&name, &patch)?))
+    ok(json::connector_info(
+        &g.admin.patch_config(&name, &patch, &caller)?,
+    ))
 }
 
 async fn status(
