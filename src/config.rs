@@ -1,6 +1,9 @@
 //! Settings layering shared by the binaries: flag > `WHARF_*` environment variable (both
-//! merged by clap) > the `--config` TOML file > the default. Each binary declares its own
-//! flags and file keys; this module reads the file and picks the winning layer.
+//! merged by clap) > the `--config` TOML file > the default. The option groups shared by
+//! the binaries are declared once in [`flags`]; each binary declares only its own flags
+//! and file keys beside them. This module reads the file and picks the winning layer.
+
+pub mod flags;
 
 use std::path::{Path, PathBuf};
 
@@ -86,8 +89,21 @@ pub fn optional_addr(
     field: &'static str,
     value: Option<String>,
 ) -> Result<Option<std::net::SocketAddr>, SettingsError> {
+    optional_addr_or(field, value, None)
+}
+
+/// As [`optional_addr`] with `default` when no layer set it (`off` still turns it off).
+///
+/// # Errors
+/// [`SettingsError::Invalid`] naming `field`.
+pub fn optional_addr_or(
+    field: &'static str,
+    value: Option<String>,
+    default: Option<std::net::SocketAddr>,
+) -> Result<Option<std::net::SocketAddr>, SettingsError> {
     match value.as_deref() {
-        None | Some("off") => Ok(None),
+        None => Ok(default),
+        Some("off") => Ok(None),
         Some(addr) => addr.parse().map(Some).map_err(|e| SettingsError::Invalid {
             field,
             reason: format!("{addr:?} is not IP:PORT or off: {e}"),

@@ -228,6 +228,49 @@ async fn ready(State(p): State<Arc<Probes>>) -> Response {
     }
 }
 
+/// Runs `check` every `interval` and sets `grpc.health.v1` of the server as a whole
+/// (`""`) and of each of `services` to SERVING when it says [`Health::Healthy`] and
+/// NOT_SERVING otherwise, at once and then whenever that flips (each flip is logged,
+/// naming `what` serves). Returns when `cancel` fires. The one health loop of the
+/// control plane (its store) and the executor (its registration); docs/observability.md.
+pub async fn watch_health<C, Fut>(
+    what: &'static str,
+    interval: std::time::Duration,
+    mut check: C,
+    reporter: tonic_health::server::HealthReporter,
+    services: &'static [&'static str],
+    cancel: tokio_util::sync::CancellationToken,
+) where
+    C: FnMut() -> Fut + Send,
+    Fut: std::future::Future<Output = Health> + Send,
+{
+    let mut serving: Option<bool> = None;
+    loop {
+        let health = check().await;
+        let now_serving = health == Health::Healthy;
+        if serving != Some(now_serving) {
+            match &health {
+                Health::Healthy => tracing::info!("{what}: serving"),
+                Health::Starting(reason) => tracing::info!(%reason, "not serving"),
+                Health::Unhealthy(reason) => tracing::warn!(%reason, "not serving"),
+            }
+            let status = if now_serving {
+                tonic_health::ServingStatus::Serving
+            } else {
+                tonic_health::ServingStatus::NotServing
+            };
+            for service in std::iter::once(&"").chain(services) {
+                reporter.set_service_status(*service, status).await;
+            }
+            serving = Some(now_serving);
+        }
+        tokio::select! {
+            () = cancel.cancelled() => return,
+            () = tokio::time::sleep(interval) => {}
+        }
+    }
+}
+
 /// Binds `addr` for the metrics listener (port 0 picks one).
 ///
 /// # Errors
@@ -256,6 +299,46 @@ pub async fn serve(
     axum::serve(listener, router(probes))
         .with_graceful_shutdown(shutdown)
         .await
+}
+
+/// Serves the bound metrics listener `(listener, bound)` (from [`bind`]) over `probes`
+/// in a task of `kind` until `shutdown` resolves. A failure is logged, not returned: the
+/// page changes nothing, and the process goes on without it.
+pub fn spawn_serve(
+    kind: crate::task::TaskKind,
+    (listener, bound): (TcpListener, SocketAddr),
+    probes: Vec<Arc<dyn Probe>>,
+    shutdown: impl std::future::Future<Output = ()> + Send + 'static,
+) -> tokio::task::JoinHandle<()> {
+    tracing::info!(addr = %bound, "metrics listener bound (/metrics, /health, /ready)");
+    crate::task::spawn(kind, "metrics listener", async move {
+        if let Err(e) = serve(listener, probes, shutdown).await {
+            tracing::error!(addr = %bound, error = %e, "metrics listener failed");
+        }
+    })
+}
+
+/// Binds `addr` when one is given (`--metrics-listen`) and serves it over `probes` until
+/// the process exits (it changes nothing, so it needs no orderly shutdown). Returns the
+/// bound address.
+///
+/// # Errors
+/// The bind error, naming `--metrics-listen` and the address.
+pub async fn start(
+    addr: Option<SocketAddr>,
+    probes: Vec<Arc<dyn Probe>>,
+) -> Result<Option<SocketAddr>, String> {
+    let Some(addr) = addr else { return Ok(None) };
+    let (listener, bound) = bind(addr)
+        .await
+        .map_err(|e| format!("bind --metrics-listen {addr}: {e}"))?;
+    spawn_serve(
+        crate::task::TaskKind::Detached,
+        (listener, bound),
+        probes,
+        std::future::pending(),
+    );
+    Ok(Some(bound))
 }
 
 #[cfg(test)]

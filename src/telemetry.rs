@@ -49,6 +49,22 @@ pub struct Otlp {
     pub instance: String,
 }
 
+impl Otlp {
+    /// The export settings of `service` when `endpoint` is given (`--otlp-endpoint`);
+    /// `instance` is asked only then.
+    pub fn when_given(
+        endpoint: Option<&str>,
+        service: &'static str,
+        instance: impl FnOnce() -> String,
+    ) -> Option<Otlp> {
+        endpoint.map(|endpoint| Otlp {
+            endpoint: endpoint.to_owned(),
+            service,
+            instance: instance(),
+        })
+    }
+}
+
 /// The installed logging and tracing: the filter's reload handle, and the span export.
 pub struct Telemetry {
     /// Changes the log filter at run time.

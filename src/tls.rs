@@ -623,15 +623,51 @@ impl ClientTls {
     }
 }
 
-/// Path marking the endpoint of an `https://` URL (see [`check_url`]).
+/// Where a client connects, as [`check_url`] checked it: the endpoint tonic dials and
+/// whether the connection speaks TLS (the URL was `https://`).
 ///
 /// Wharf runs the TLS handshake in its own connector (per-connection config, so rotated
 /// certificates are used). tonic compiled with one of its TLS features (etcd-client's
 /// `tls-ring` turns one on) refuses an `https://` endpoint that has no tonic TLS config
-/// ("Connecting to HTTPS without TLS enabled"), so such an endpoint is dialled as
-/// `http://host:port` + this path, with the request origin kept `https://host:port`;
-/// the connector does TLS for exactly these URIs. tonic sends no request to that path.
-const TLS_TARGET_PATH: &str = "/.wharf-tls";
+/// ("Connecting to HTTPS without TLS enabled"), so the endpoint of an `https://` URL is
+/// `http://host:port` with the request origin kept `https://host:port`, and the
+/// connector does TLS because this target says so, not because of anything in the URI.
+#[derive(Debug, Clone)]
+pub struct Target {
+    endpoint: Endpoint,
+    https: bool,
+}
+
+impl Target {
+    /// The endpoint tonic dials (`http://host:port` for an `https://` URL; its origin is
+    /// the URL's).
+    pub fn endpoint(&self) -> &Endpoint {
+        &self.endpoint
+    }
+
+    /// Whether the connection speaks TLS: the URL was `https://`.
+    pub fn is_https(&self) -> bool {
+        self.https
+    }
+
+    /// As [`Endpoint::connect_timeout`].
+    #[must_use]
+    pub fn connect_timeout(self, timeout: std::time::Duration) -> Self {
+        Self {
+            endpoint: self.endpoint.connect_timeout(timeout),
+            ..self
+        }
+    }
+
+    /// As [`Endpoint::timeout`]: the bound on each request.
+    #[must_use]
+    pub fn timeout(self, timeout: std::time::Duration) -> Self {
+        Self {
+            endpoint: self.endpoint.timeout(timeout),
+            ..self
+        }
+    }
+}
 
 fn bad_url(url: &str, e: impl std::fmt::Display) -> TlsError {
     TlsError::BadUrl {
@@ -641,14 +677,17 @@ fn bad_url(url: &str, e: impl std::fmt::Display) -> TlsError {
 }
 
 /// Checks `url` against the TLS setting: `http://` or `https://`, and `https://` only
-/// with TLS material.
+/// with TLS material. The [`Target`] carries which it is to [`channel`].
 ///
 /// # Errors
 /// [`TlsError::BadUrl`], [`TlsError::HttpsWithoutTls`].
-pub fn check_url(url: &str, tls: &ClientTls) -> Result<Endpoint, TlsError> {
+pub fn check_url(url: &str, tls: &ClientTls) -> Result<Target, TlsError> {
     let endpoint = Endpoint::from_shared(url.to_owned()).map_err(|e| bad_url(url, e))?;
     match (endpoint.uri().scheme_str(), tls) {
-        (Some("http"), _) => Ok(endpoint),
+        (Some("http"), _) => Ok(Target {
+            endpoint,
+            https: false,
+        }),
         (Some("https"), ClientTls::None) => Err(TlsError::HttpsWithoutTls {
             url: url.to_owned(),
         }),
@@ -659,11 +698,12 @@ pub fn check_url(url: &str, tls: &ClientTls) -> Result<Endpoint, TlsError> {
                 .ok_or_else(|| bad_url(url, "no host"))?
                 .as_str()
                 .to_owned();
-            Ok(
-                Endpoint::from_shared(format!("http://{authority}{TLS_TARGET_PATH}"))
+            Ok(Target {
+                endpoint: Endpoint::from_shared(format!("http://{authority}"))
                     .map_err(|e| bad_url(url, e))?
                     .origin(origin),
-            )
+                https: true,
+            })
         }
         (other, _) => Err(TlsError::BadUrl {
             url: url.to_owned(),
@@ -675,10 +715,14 @@ pub fn check_url(url: &str, tls: &ClientTls) -> Result<Endpoint, TlsError> {
     }
 }
 
-/// A lazy channel to `endpoint` (made by [`check_url`], with its timeouts set): TLS for
+/// A lazy channel to `target` (made by [`check_url`], with its timeouts set): TLS for
 /// `https://`, plaintext for `http://`. Connections are made on first use and reused.
-pub fn channel(endpoint: Endpoint, tls: ClientTls) -> Channel {
-    endpoint.connect_with_connector_lazy(Connector { tls, expect: None })
+pub fn channel(target: Target, tls: ClientTls) -> Channel {
+    target.endpoint.connect_with_connector_lazy(Connector {
+        tls,
+        https: target.https,
+        expect: None,
+    })
 }
 
 /// As [`channel`], and over `https://` the server's certificate must name `expect`
@@ -687,9 +731,10 @@ pub fn channel(endpoint: Endpoint, tls: ClientTls) -> Channel {
 /// another executor's address must not get that executor's calls answered in its name
 /// (`docs/security.md`, "The dialed identity"). A mismatch fails the connection with a
 /// [`ServerIdentityError`] naming both identities. Plaintext (`http://`) checks nothing.
-pub fn channel_expecting(endpoint: Endpoint, tls: ClientTls, expect: Identity) -> Channel {
-    endpoint.connect_with_connector_lazy(Connector {
+pub fn channel_expecting(target: Target, tls: ClientTls, expect: Identity) -> Channel {
+    target.endpoint.connect_with_connector_lazy(Connector {
         tls,
+        https: target.https,
         expect: Some(expect),
     })
 }
@@ -761,12 +806,14 @@ pub fn check_server_identity(
     }
 }
 
-/// tonic connector: TCP, then TLS for `https://` (config taken per connection, so a
-/// rotated certificate is presented by the next connection), then the server identity
-/// check when there is one to make.
+/// tonic connector: TCP, then TLS when the [`Target`] was `https://` (config taken per
+/// connection, so a rotated certificate is presented by the next connection), then the
+/// server identity check when there is one to make.
 #[derive(Clone)]
 struct Connector {
     tls: ClientTls,
+    /// From [`Target::is_https`]: the caller asked for TLS.
+    https: bool,
     expect: Option<Identity>,
 }
 
@@ -784,9 +831,8 @@ impl tower::Service<Uri> for Connector {
     fn call(&mut self, uri: Uri) -> Self::Future {
         let tls = self.tls.config();
         let expect = self.expect.clone();
+        let https = self.https;
         Box::pin(async move {
-            // check_url's form of an https:// URL (or a plain https:// one).
-            let https = uri.path() == TLS_TARGET_PATH || uri.scheme_str() == Some("https");
             let host = uri
                 .host()
                 .ok_or_else(|| io::Error::other(format!("{uri}: no host")))?
@@ -1047,21 +1093,24 @@ mod tests {
     }
 
     #[test]
-    fn an_https_url_is_dialled_through_the_tls_marker_so_tonic_tls_features_do_not_refuse_it() {
+    fn an_https_url_is_dialled_as_http_with_its_origin_and_the_target_says_tls() {
         let config = ClientConfig::builder_with_provider(provider())
             .with_safe_default_protocol_versions()
             .expect("versions")
             .with_root_certificates(RootCertStore::empty())
             .with_no_client_auth();
         let tls = ClientTls::Fixed(Arc::new(config));
-        let e = check_url("https://10.0.0.1:7000", &tls).expect("https with TLS");
+        let t = check_url("https://10.0.0.1:7000", &tls).expect("https with TLS");
+        assert!(t.is_https());
+        let e = t.endpoint();
         assert_eq!(e.uri().scheme_str(), Some("http"));
         assert_eq!(
             e.uri().authority().map(|a| a.as_str()),
             Some("10.0.0.1:7000")
         );
-        assert_eq!(e.uri().path(), TLS_TARGET_PATH);
+        assert_eq!(e.uri().path(), "/", "no marker path");
         let plain = check_url("http://10.0.0.1:7000", &tls).expect("http");
-        assert_ne!(plain.uri().path(), TLS_TARGET_PATH);
+        assert!(!plain.is_https());
+        assert_eq!(plain.endpoint().uri().path(), "/");
     }
 }

@@ -520,33 +520,24 @@ impl App {
         )
         .map_err(|e| StartError::Reflection(e.to_string()))?;
         // grpc.health.v1 follows the store: NOT_SERVING while it does not answer.
-        let health = spawn(
-            TaskKind::Service,
-            "health",
-            crate::observe::watch_health(
-                self.cluster.clone(),
-                self.probe.health_cell(),
-                move |serving| {
-                    let reporter = reporter.clone();
-                    let status = if serving {
-                        tonic_health::ServingStatus::Serving
-                    } else {
-                        tonic_health::ServingStatus::NotServing
-                    };
-                    async move {
-                        // "" is the server as a whole (grpc.health.v1's convention).
-                        for service in [
-                            "",
-                            wharf::pb::v1::connector_admin_server::SERVICE_NAME,
-                            wharf::pb::v1::executor_registry_server::SERVICE_NAME,
-                        ] {
-                            reporter.set_service_status(service, status).await;
-                        }
-                    }
+        let health = spawn(TaskKind::Service, "health", {
+            let cluster = self.cluster.clone();
+            let cell = self.probe.health_cell();
+            wharf::observability::watch_health(
+                "the store answers",
+                std::time::Duration::from_millis(crate::observe::HEALTH_INTERVAL_MS),
+                move || {
+                    let (cluster, cell) = (cluster.clone(), cell.clone());
+                    async move { crate::observe::check_store(&cluster, &cell).await }
                 },
+                reporter,
+                &[
+                    wharf::pb::v1::connector_admin_server::SERVICE_NAME,
+                    wharf::pb::v1::executor_registry_server::SERVICE_NAME,
+                ],
                 cancel.child_token(),
-            ),
-        );
+            )
+        });
 
         // The REST gateway: the same admin core, its own listener, the same shutdown.
         let rest = self.rest.map(|(listener, addr)| {

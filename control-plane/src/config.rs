@@ -2,19 +2,21 @@
 //! variables and an optional TOML file (`--config FILE`). Precedence: flag > environment >
 //! file > default. Every option is documented in `docs/configuration.md`.
 
-use std::net::SocketAddr;
 use std::path::PathBuf;
 
 use clap::Parser;
 use clap::builder::BoolishValueParser;
 use serde::Deserialize;
-use wharf::config::{layer, read_file, required};
+use wharf::config::flags::{
+    ConfigFileArgs, ObservabilityArgs, ObservabilityFile, TlsArgs, TlsFile,
+};
+use wharf::config::layer;
 use wharf_control_plane::app::{self, Config};
 use wharf_control_plane::auth::AuthSettings;
+use wharf_control_plane::flags::{ServerArgs, ServerFile};
 use wharf_control_plane::model::{
     AuditRetention, DEFAULT_AUDIT_MAX_AGE_DAYS, DEFAULT_AUDIT_MAX_ENTRIES,
 };
-use wharf_control_plane::reconcile::LeaseConfig;
 use wharf_control_plane::store::{EtcdTls, EtcdUser, Password};
 
 /// Wharf control plane: stores connector configs and state, assigns connector instances
@@ -35,29 +37,12 @@ pub struct Args {
     /// A subcommand instead of running the control plane.
     #[command(subcommand)]
     pub command: Option<Command>,
-    /// TOML file with settings (keys: listen, data_dir, lease_ms, heartbeat_interval_ms,
-    /// store, etcd_endpoints, etcd_prefix, etcd_election_ttl_secs, etcd_cacert, etcd_cert,
-    /// etcd_key, etcd_user, etcd_password_file, advertise, rest_listen,
-    /// admin_tokens, insecure, audit_max_entries, audit_max_age_days, metrics_listen,
-    /// log_format, otlp_endpoint, tls_cert, tls_key, tls_ca).
-    #[arg(long, env = "WHARF_CONFIG", value_name = "FILE")]
-    pub config: Option<PathBuf>,
-    /// Address to listen on, IP:PORT (port 0 picks a free port; the bound address is
-    /// written to <data-dir>/listen.addr). [default: 127.0.0.1:7000]
-    #[arg(long, env = "WHARF_LISTEN", value_name = "IP:PORT")]
-    pub listen: Option<SocketAddr>,
-    /// Directory for the embedded store (state.redb), its encryption key (store.key)
-    /// and listen.addr. Created if missing. Required (flag, env or file).
-    #[arg(long, env = "WHARF_DATA_DIR", value_name = "DIR")]
-    pub data_dir: Option<PathBuf>,
-    /// Executor lease in milliseconds: an executor without a heartbeat for this long is
-    /// marked lost and its work moves. [default: 10000]
-    #[arg(long, env = "WHARF_LEASE_MS", value_name = "MS")]
-    pub lease_ms: Option<u32>,
-    /// Heartbeat interval handed to executors, in milliseconds (shorter than the lease).
-    /// [default: 2000]
-    #[arg(long, env = "WHARF_HEARTBEAT_INTERVAL_MS", value_name = "MS")]
-    pub heartbeat_interval_ms: Option<u32>,
+    /// `--config`.
+    #[command(flatten)]
+    pub config: ConfigFileArgs,
+    /// `--listen`, `--data-dir`, `--lease-ms`, `--heartbeat-interval-ms`, `--rest-listen`.
+    #[command(flatten)]
+    pub server: ServerArgs,
     /// Dev mode moved to the `wharf-dev` binary; this hidden flag only says so.
     #[arg(long, hide = true)]
     pub dev: bool,
@@ -133,43 +118,12 @@ pub struct Args {
     /// Audit trail entries older than this many days are removed. [default: 90]
     #[arg(long, env = "WHARF_AUDIT_MAX_AGE_DAYS", value_name = "DAYS")]
     pub audit_max_age_days: Option<u32>,
-    /// Address of the Kafka Connect REST gateway (HTTP/1.1: Kafka Connect's routes, JSON
-    /// and status codes over the same admin logic as gRPC; see docs/rest.md), IP:PORT;
-    /// port 0 picks one and writes it to <data-dir>/rest.addr. `off` for none.
-    /// [default: off; `wharf-dev` turns it on at 127.0.0.1:8083]
-    #[arg(long, env = "WHARF_REST_LISTEN", value_name = "IP:PORT|off")]
-    pub rest_listen: Option<String>,
-    /// Address of the metrics listener (plain HTTP: Prometheus text at /metrics, KIP-1017
-    /// health at /health, /ready; names, states and counts only, see
-    /// docs/observability.md), IP:PORT, or `off`. [default: off; `wharf-dev` turns it on
-    /// at 127.0.0.1:9464]
-    #[arg(long, env = "WHARF_METRICS_LISTEN", value_name = "IP:PORT|off")]
-    pub metrics_listen: Option<String>,
-    /// How log events are written to stderr: `text` (one readable line each) or `json`
-    /// (one JSON object per line with the span fields; docs/observability.md).
-    /// [default: text]
-    #[arg(long, env = "WHARF_LOG_FORMAT", value_name = "text|json")]
-    pub log_format: Option<String>,
-    /// OTLP/gRPC endpoint to export traces to, for example http://127.0.0.1:4317 (an
-    /// OpenTelemetry Collector): every admin call and deletion round is a span, carried
-    /// to executors in `traceparent` (docs/observability.md). [default: none, nothing is
-    /// exported]
-    #[arg(long, env = "WHARF_OTLP_ENDPOINT", value_name = "URL")]
-    pub otlp_endpoint: Option<String>,
-
-    // ---- transport security (docs/security.md) ----
-    /// PEM certificate of this control plane (identity spiffe://wharf/control-plane; make
-    /// one with `wharf-control-plane certs`). With --tls-key and --tls-ca: every listener
-    /// and client speaks TLS, executors must present their certificates. Reloaded when
-    /// the file changes.
-    #[arg(long, env = "WHARF_TLS_CERT", value_name = "FILE")]
-    pub tls_cert: Option<PathBuf>,
-    /// PEM private key of --tls-cert.
-    #[arg(long, env = "WHARF_TLS_KEY", value_name = "FILE")]
-    pub tls_key: Option<PathBuf>,
-    /// PEM cluster CA: executors' and admin clients' certificates must chain to it.
-    #[arg(long, env = "WHARF_TLS_CA", value_name = "FILE")]
-    pub tls_ca: Option<PathBuf>,
+    /// `--metrics-listen`, `--log-format`, `--otlp-endpoint`.
+    #[command(flatten)]
+    pub observability: ObservabilityArgs,
+    /// `--tls-cert`, `--tls-key`, `--tls-ca` (docs/security.md).
+    #[command(flatten)]
+    pub tls: TlsArgs,
 }
 
 /// Subcommands of `wharf-control-plane`.
@@ -240,6 +194,20 @@ pub enum CertsCommand {
     },
 }
 
+/// Runs a subcommand instead of the control plane.
+pub fn run_command(command: Command) -> std::process::ExitCode {
+    match command {
+        Command::Token { name, role } => wharf_control_plane::launch::mint(&name, role),
+        Command::Certs { what } => match run_certs(what) {
+            Ok(()) => std::process::ExitCode::SUCCESS,
+            Err(e) => {
+                eprintln!("wharf-control-plane certs: {e}");
+                std::process::ExitCode::FAILURE
+            }
+        },
+    }
+}
+
 /// Runs a `certs` subcommand; prints the files written.
 ///
 /// # Errors
@@ -275,14 +243,9 @@ pub fn run_certs(what: CertsCommand) -> Result<(), String> {
 #[derive(Debug, Default, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct FileConfig {
-    /// See `--listen`.
-    pub listen: Option<SocketAddr>,
-    /// See `--data-dir`.
-    pub data_dir: Option<PathBuf>,
-    /// See `--lease-ms`.
-    pub lease_ms: Option<u32>,
-    /// See `--heartbeat-interval-ms`.
-    pub heartbeat_interval_ms: Option<u32>,
+    /// `listen`, `data_dir`, `lease_ms`, `heartbeat_interval_ms`, `rest_listen`.
+    #[serde(flatten)]
+    pub server: ServerFile,
     /// See `--store`.
     pub store: Option<String>,
     /// See `--etcd-endpoints`.
@@ -303,8 +266,6 @@ pub struct FileConfig {
     pub etcd_password_file: Option<PathBuf>,
     /// See `--advertise`.
     pub advertise: Option<String>,
-    /// See `--rest-listen`.
-    pub rest_listen: Option<String>,
     /// See `--admin-tokens`.
     pub admin_tokens: Option<PathBuf>,
     /// See `--insecure`.
@@ -313,34 +274,16 @@ pub struct FileConfig {
     pub audit_max_entries: Option<u64>,
     /// See `--audit-max-age-days`.
     pub audit_max_age_days: Option<u32>,
-    /// See `--metrics-listen`.
-    pub metrics_listen: Option<String>,
-    /// See `--log-format`.
-    pub log_format: Option<String>,
-    /// See `--otlp-endpoint`.
-    pub otlp_endpoint: Option<String>,
-    /// See `--tls-cert`.
-    pub tls_cert: Option<PathBuf>,
-    /// See `--tls-key`.
-    pub tls_key: Option<PathBuf>,
-    /// See `--tls-ca`.
-    pub tls_ca: Option<PathBuf>,
+    /// `metrics_listen`, `log_format`, `otlp_endpoint`.
+    #[serde(flatten)]
+    pub observability: ObservabilityFile,
+    /// `tls_cert`, `tls_key`, `tls_ca`.
+    #[serde(flatten)]
+    pub tls: TlsFile,
 }
 
 /// What the binary runs.
-#[derive(Debug)]
-pub struct Settings {
-    /// The control plane's settings.
-    pub config: Config,
-    /// The state store backend.
-    pub store: app::StoreOptions,
-    /// Where the metrics listener binds, `None` for none.
-    pub metrics_listen: Option<SocketAddr>,
-    /// How log events are written.
-    pub log_format: wharf::telemetry::LogFormat,
-    /// Where spans are exported (OTLP/gRPC), `None` for nowhere.
-    pub otlp_endpoint: Option<String>,
-}
+pub use wharf_control_plane::launch::Settings;
 
 /// Why the settings could not be assembled (shared by every binary).
 pub type ConfigError = wharf::config::SettingsError;
@@ -355,10 +298,7 @@ impl Args {
         let Args {
             command: _,
             config,
-            listen,
-            data_dir,
-            lease_ms,
-            heartbeat_interval_ms,
+            server,
             dev,
             store,
             etcd_endpoints,
@@ -371,17 +311,12 @@ impl Args {
             etcd_password_file,
             etcd_password_env,
             advertise,
-            rest_listen,
             admin_tokens,
             insecure,
             audit_max_entries,
             audit_max_age_days,
-            metrics_listen,
-            log_format,
-            otlp_endpoint,
-            tls_cert,
-            tls_key,
-            tls_ca,
+            observability,
+            tls,
         } = self;
         if dev {
             return Err(ConfigError::Invalid {
@@ -390,10 +325,7 @@ impl Args {
             });
         }
         let FileConfig {
-            listen: file_listen,
-            data_dir: file_data_dir,
-            lease_ms: file_lease_ms,
-            heartbeat_interval_ms: file_heartbeat_interval_ms,
+            server: file_server,
             store: file_store,
             etcd_endpoints: file_etcd_endpoints,
             etcd_prefix: file_etcd_prefix,
@@ -404,27 +336,14 @@ impl Args {
             etcd_user: file_etcd_user,
             etcd_password_file: file_etcd_password_file,
             advertise: file_advertise,
-            rest_listen: file_rest_listen,
             admin_tokens: file_admin_tokens,
             insecure: file_insecure,
             audit_max_entries: file_audit_max_entries,
             audit_max_age_days: file_audit_max_age_days,
-            metrics_listen: file_metrics_listen,
-            log_format: file_log_format,
-            otlp_endpoint: file_otlp_endpoint,
-            tls_cert: file_tls_cert,
-            tls_key: file_tls_key,
-            tls_ca: file_tls_ca,
-        } = read_file(config.as_deref())?;
-        let tls = wharf::tls::TlsFiles::from_parts(
-            tls_cert.or(file_tls_cert),
-            tls_key.or(file_tls_key),
-            tls_ca.or(file_tls_ca),
-        )
-        .map_err(|e| ConfigError::Invalid {
-            field: "tls",
-            reason: e.to_string(),
-        })?;
+            observability: file_observability,
+            tls: file_tls,
+        } = config.read()?;
+        let tls = tls.layer(file_tls)?;
         let store = match store.or(file_store).as_deref() {
             None | Some("redb") => {
                 // An etcd option without `--store etcd` would be silently unused: the
@@ -534,30 +453,14 @@ impl Args {
                 });
             }
         };
-        let listen = layer(listen, file_listen, || app::DEFAULT_LISTEN);
-        let data_dir = required(
-            data_dir,
-            file_data_dir,
-            ("--data-dir", "WHARF_DATA_DIR", "data_dir"),
-        )?;
-        let rest_listen =
-            wharf::config::optional_addr("rest-listen", rest_listen.or(file_rest_listen))?;
-        let metrics_listen =
-            wharf::config::optional_addr("metrics-listen", metrics_listen.or(file_metrics_listen))?;
+        let server = server.layer(file_server, None)?;
         Ok(Settings {
             config: Config {
-                rest_listen,
+                rest_listen: server.rest_listen,
                 rest_optional: false,
-                listen,
-                data_dir,
-                lease: LeaseConfig {
-                    lease_ms: layer(lease_ms, file_lease_ms, || app::DEFAULT_LEASE_MS),
-                    heartbeat_interval_ms: layer(
-                        heartbeat_interval_ms,
-                        file_heartbeat_interval_ms,
-                        || app::DEFAULT_HEARTBEAT_INTERVAL_MS,
-                    ),
-                },
+                listen: server.listen,
+                data_dir: server.data_dir,
+                lease: server.lease,
                 auth: AuthSettings {
                     admin_tokens: admin_tokens.or(file_admin_tokens),
                     // Set by the TLS settings once client certificates are verified.
@@ -575,10 +478,7 @@ impl Args {
                 tls,
             },
             store,
-            metrics_listen,
-            log_format: wharf::config::parsed("log-format", log_format.or(file_log_format))?
-                .unwrap_or_default(),
-            otlp_endpoint: otlp_endpoint.or(file_otlp_endpoint),
+            observability: observability.layer(file_observability, None)?,
         })
     }
 }
@@ -729,11 +629,8 @@ mod tests {
     fn missing_data_dir_says_how_to_set_it() {
         let err = Args {
             command: None,
-            config: None,
-            listen: None,
-            data_dir: None,
-            lease_ms: None,
-            heartbeat_interval_ms: None,
+            config: Default::default(),
+            server: Default::default(),
             dev: false,
             store: None,
             etcd_endpoints: Vec::new(),
@@ -746,17 +643,12 @@ mod tests {
             etcd_password_file: None,
             etcd_password_env: None,
             advertise: None,
-            rest_listen: None,
             admin_tokens: None,
             insecure: None,
             audit_max_entries: None,
             audit_max_age_days: None,
-            metrics_listen: None,
-            log_format: None,
-            otlp_endpoint: None,
-            tls_cert: None,
-            tls_key: None,
-            tls_ca: None,
+            observability: Default::default(),
+            tls: Default::default(),
         }
         .build()
         .expect_err("missing");
@@ -940,11 +832,14 @@ mod tests {
     #[test]
     fn the_metrics_listener_is_off_by_default_and_the_flag_wins() {
         let plain = parse(&["--data-dir", "/tmp/x"]).build().expect("builds");
-        assert_eq!(plain.metrics_listen, None);
+        assert_eq!(plain.observability.metrics_listen, None);
         let given = parse(&["--data-dir", "/tmp/x", "--metrics-listen", "127.0.0.1:0"])
             .build()
             .expect("builds");
-        assert_eq!(given.metrics_listen.map(|a| a.port()), Some(0));
+        assert_eq!(
+            given.observability.metrics_listen.map(|a| a.port()),
+            Some(0)
+        );
         let err = parse(&["--data-dir", "/tmp/x", "--metrics-listen", "9464"])
             .build()
             .expect_err("not IP:PORT");

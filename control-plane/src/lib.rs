@@ -7,7 +7,9 @@
 pub mod admin;
 pub mod app;
 pub mod auth;
+pub mod flags;
 pub mod grpc;
+pub mod launch;
 pub mod model;
 pub mod observe;
 pub mod plan;

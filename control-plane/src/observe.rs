@@ -6,7 +6,6 @@
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::{Duration, Instant};
 
-use tokio_util::sync::CancellationToken;
 use wharf::observability::{Exposition, Health, Probe};
 
 use crate::model::{CleanupState, InstanceState};
@@ -311,48 +310,21 @@ pub fn health_of(check: Result<Result<(), String>, ()>) -> Health {
     }
 }
 
-/// Asks the store every [`HEALTH_INTERVAL_MS`] whether it answers, writes the result into
-/// `cell`, and calls `on_change(serving)` whenever serving/not serving flips (the caller
-/// sets `grpc.health.v1` with it). Returns when `cancel` fires.
-pub async fn watch_health<F, Fut>(
-    cluster: Arc<Cluster>,
-    cell: Arc<Mutex<Health>>,
-    on_change: F,
-    cancel: CancellationToken,
-) where
-    F: Fn(bool) -> Fut + Send,
-    Fut: std::future::Future<Output = ()> + Send,
-{
-    let mut serving: Option<bool> = None;
-    loop {
-        let store = cluster.store.clone();
-        // The store is synchronous (an etcd read blocks on its own runtime).
-        let read = tokio::task::spawn_blocking(move || store.executors().map(|_| ()));
-        let check = match tokio::time::timeout(Duration::from_millis(HEALTH_TIMEOUT_MS), read).await
-        {
-            Ok(Ok(r)) => Ok(r.map_err(|e| e.to_string())),
-            Ok(Err(join)) => Ok(Err(join.to_string())),
-            Err(_) => Err(()),
-        };
-        let health = health_of(check);
-        let now_serving = health == Health::Healthy;
-        if serving != Some(now_serving) {
-            match &health {
-                Health::Healthy if serving.is_some() => {
-                    tracing::info!("the store answers again: serving");
-                }
-                Health::Healthy => {}
-                h => tracing::warn!(reason = %h.message(), "not serving"),
-            }
-            on_change(now_serving).await;
-            serving = Some(now_serving);
-        }
-        *cell.lock().unwrap_or_else(PoisonError::into_inner) = health;
-        tokio::select! {
-            () = cancel.cancelled() => return,
-            () = tokio::time::sleep(Duration::from_millis(HEALTH_INTERVAL_MS)) => {}
-        }
-    }
+/// Asks the store once whether it answers (within [`HEALTH_TIMEOUT_MS`]) and writes the
+/// result into `cell`, for [`wharf::observability::watch_health`] to run every
+/// [`HEALTH_INTERVAL_MS`].
+pub async fn check_store(cluster: &Cluster, cell: &Mutex<Health>) -> Health {
+    let store = cluster.store.clone();
+    // The store is synchronous (an etcd read blocks on its own runtime).
+    let read = tokio::task::spawn_blocking(move || store.executors().map(|_| ()));
+    let check = match tokio::time::timeout(Duration::from_millis(HEALTH_TIMEOUT_MS), read).await {
+        Ok(Ok(r)) => Ok(r.map_err(|e| e.to_string())),
+        Ok(Err(join)) => Ok(Err(join.to_string())),
+        Err(_) => Err(()),
+    };
+    let health = health_of(check);
+    *cell.lock().unwrap_or_else(PoisonError::into_inner) = health.clone();
+    health
 }
 
 #[cfg(test)]

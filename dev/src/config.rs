@@ -4,14 +4,14 @@
 //! environment > file > default (`wharf::config`). Documented in docs/configuration.md.
 
 use std::net::SocketAddr;
-use std::path::PathBuf;
 
 use clap::Parser;
 use clap::builder::BoolishValueParser;
 use serde::Deserialize;
-use wharf::config::{layer, required};
-use wharf_control_plane::app::{self, Config};
-use wharf_control_plane::reconcile::LeaseConfig;
+use wharf::config::flags::{ConfigFileArgs, Observability, ObservabilityArgs, ObservabilityFile};
+use wharf::config::layer;
+use wharf_control_plane::app::Config;
+use wharf_control_plane::flags::{ServerArgs, ServerFile};
 
 /// Wharf in dev mode: a control plane and an executor with the built-in plugins
 /// (file-source, file-sink, postgres-audit, sqlite-audit) in one process, on the embedded
@@ -24,25 +24,13 @@ use wharf_control_plane::reconcile::LeaseConfig;
 #[derive(Parser, Debug)]
 #[command(name = "wharf-dev", version)]
 pub struct Args {
-    /// TOML file with settings (keys: listen, data_dir, lease_ms, heartbeat_interval_ms,
-    /// example, enable_test_plugins, rest_listen, metrics_listen, log_format).
-    #[arg(long, env = "WHARF_CONFIG", value_name = "FILE")]
-    pub config: Option<PathBuf>,
-    /// Address of the admin API, IP:PORT (port 0 picks a free port; the bound address is
-    /// written to <data-dir>/listen.addr). [default: 127.0.0.1:7000]
-    #[arg(long, env = "WHARF_LISTEN", value_name = "IP:PORT")]
-    pub listen: Option<SocketAddr>,
-    /// Directory for the control plane's store and the executor's data (in
-    /// <data-dir>/dev-executor). Created if missing. Required (flag, env or file).
-    #[arg(long, env = "WHARF_DATA_DIR", value_name = "DIR")]
-    pub data_dir: Option<PathBuf>,
-    /// Executor lease in milliseconds. [default: 10000]
-    #[arg(long, env = "WHARF_LEASE_MS", value_name = "MS")]
-    pub lease_ms: Option<u32>,
-    /// Heartbeat interval handed to the executor, in milliseconds (shorter than the
-    /// lease). [default: 2000]
-    #[arg(long, env = "WHARF_HEARTBEAT_INTERVAL_MS", value_name = "MS")]
-    pub heartbeat_interval_ms: Option<u32>,
+    /// `--config`.
+    #[command(flatten)]
+    pub config: ConfigFileArgs,
+    /// `--listen`, `--data-dir`, `--lease-ms`, `--heartbeat-interval-ms`, `--rest-listen`
+    /// (every listener loopback only).
+    #[command(flatten)]
+    pub server: ServerArgs,
     /// Accepted and ignored: `wharf-control-plane --dev` became this binary.
     #[arg(long, hide = true)]
     pub dev: bool,
@@ -65,21 +53,9 @@ pub struct Args {
         value_parser = BoolishValueParser::new()
     )]
     pub enable_test_plugins: Option<bool>,
-    /// Address of the Kafka Connect REST gateway (docs/rest.md), IP:PORT, or `off`.
-    /// When not given and 127.0.0.1:8083 is taken, dev mode runs without it (and says so).
-    /// [default: 127.0.0.1:8083]
-    #[arg(long, env = "WHARF_REST_LISTEN", value_name = "IP:PORT|off")]
-    pub rest_listen: Option<String>,
-    /// Address of the metrics listener (Prometheus text at /metrics, /health, /ready;
-    /// docs/observability.md), IP:PORT, or `off`. When not given and 127.0.0.1:9464 is
-    /// taken, dev mode runs without it (and says so). [default: 127.0.0.1:9464]
-    #[arg(long, env = "WHARF_METRICS_LISTEN", value_name = "IP:PORT|off")]
-    pub metrics_listen: Option<String>,
-    /// How log events are written to stderr: `text` (one readable line each) or `json`
-    /// (one JSON object per line with the span fields; docs/observability.md).
-    /// [default: text]
-    #[arg(long, env = "WHARF_LOG_FORMAT", value_name = "text|json")]
-    pub log_format: Option<String>,
+    /// `--metrics-listen`, `--log-format`, `--otlp-endpoint`.
+    #[command(flatten)]
+    pub observability: ObservabilityArgs,
 }
 
 /// REST gateway address of `wharf-dev` when `--rest-listen` is not given (Kafka
@@ -96,14 +72,9 @@ pub const DEV_METRICS_LISTEN: SocketAddr =
 #[derive(Debug, Default, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct FileConfig {
-    /// See `--listen`.
-    pub listen: Option<SocketAddr>,
-    /// See `--data-dir`.
-    pub data_dir: Option<PathBuf>,
-    /// See `--lease-ms`.
-    pub lease_ms: Option<u32>,
-    /// See `--heartbeat-interval-ms`.
-    pub heartbeat_interval_ms: Option<u32>,
+    /// `listen`, `data_dir`, `lease_ms`, `heartbeat_interval_ms`, `rest_listen`.
+    #[serde(flatten)]
+    pub server: ServerFile,
     /// Accepted as `--dev` (a `wharf-control-plane --dev` file works unchanged); `false`
     /// is refused, since this binary is dev mode.
     pub dev: Option<bool>,
@@ -111,12 +82,9 @@ pub struct FileConfig {
     pub example: Option<bool>,
     /// See `--enable-test-plugins`.
     pub enable_test_plugins: Option<bool>,
-    /// See `--rest-listen`.
-    pub rest_listen: Option<String>,
-    /// See `--metrics-listen`.
-    pub metrics_listen: Option<String>,
-    /// See `--log-format`.
-    pub log_format: Option<String>,
+    /// `metrics_listen`, `log_format`, `otlp_endpoint`.
+    #[serde(flatten)]
+    pub observability: ObservabilityFile,
 }
 
 /// What the binary runs.
@@ -128,12 +96,9 @@ pub struct Settings {
     pub example: bool,
     /// The in-process executor also offers `test-source` / `test-sink`.
     pub enable_test_plugins: bool,
-    /// Where the metrics listener binds, `None` for none.
-    pub metrics_listen: Option<SocketAddr>,
-    /// How log events are written.
-    pub log_format: wharf::telemetry::LogFormat,
-    /// The metrics address is the default: a failed bind is logged, not fatal.
-    pub metrics_optional: bool,
+    /// Metrics listener (`metrics_defaulted`: a failed bind is logged, not fatal), log
+    /// format and span export.
+    pub observability: Observability,
 }
 
 /// Why the settings could not be assembled (shared by every binary).
@@ -148,55 +113,33 @@ impl Args {
     pub fn build(self) -> Result<Settings, ConfigError> {
         let Args {
             config,
-            listen,
-            data_dir,
-            lease_ms,
-            heartbeat_interval_ms,
+            server,
             dev: _,
             example,
             enable_test_plugins,
-            rest_listen,
-            metrics_listen,
-            log_format,
+            observability,
         } = self;
         let FileConfig {
-            listen: file_listen,
-            data_dir: file_data_dir,
-            lease_ms: file_lease_ms,
-            heartbeat_interval_ms: file_heartbeat_interval_ms,
+            server: file_server,
             dev: file_dev,
             example: file_example,
             enable_test_plugins: file_enable_test_plugins,
-            rest_listen: file_rest_listen,
-            metrics_listen: file_metrics_listen,
-            log_format: file_log_format,
-        } = wharf::config::read_file(config.as_deref())?;
+            observability: file_observability,
+        } = config.read()?;
         if file_dev == Some(false) {
             return Err(ConfigError::Invalid {
                 field: "dev",
                 reason: "wharf-dev always runs dev mode; drop `dev = false` from the file (run wharf-control-plane and wharf-executor for production)".into(),
             });
         }
-        let listen = layer(listen, file_listen, || app::DEFAULT_LISTEN);
+        let server = server.layer(file_server, Some(DEV_REST_LISTEN))?;
+        let observability = observability.layer(file_observability, Some(DEV_METRICS_LISTEN))?;
         // Dev mode has no TLS and no admin authentication: anyone who reached a
         // non-loopback address would be an admin and could act as an executor.
-        loopback_only("listen", listen)?;
-        let data_dir = required(
-            data_dir,
-            file_data_dir,
-            ("--data-dir", "WHARF_DATA_DIR", "data_dir"),
-        )?;
-        let rest_given = rest_listen.or(file_rest_listen);
-        // Only the default address may be taken (parallel dev runs); an asked-for one must bind.
-        let rest_optional = rest_given.is_none();
-        let rest_listen = listen_or_default("rest-listen", rest_given, DEV_REST_LISTEN)?;
-        let metrics_given = metrics_listen.or(file_metrics_listen);
-        let metrics_optional = metrics_given.is_none();
-        let metrics_listen =
-            listen_or_default("metrics-listen", metrics_given, DEV_METRICS_LISTEN)?;
         for (field, addr) in [
-            ("rest-listen", rest_listen),
-            ("metrics-listen", metrics_listen),
+            ("listen", Some(server.listen)),
+            ("rest-listen", server.rest_listen),
+            ("metrics-listen", observability.metrics_listen),
         ] {
             if let Some(addr) = addr {
                 loopback_only(field, addr)?;
@@ -204,30 +147,22 @@ impl Args {
         }
         Ok(Settings {
             config: Config {
-                rest_listen,
-                rest_optional,
+                rest_listen: server.rest_listen,
+                // Only the default address may be taken (parallel dev runs); an
+                // asked-for one must bind.
+                rest_optional: server.rest_defaulted,
                 // Dev mode is loopback-only and open: every caller is `anonymous`, admin.
                 auth: Default::default(),
-                listen,
-                data_dir,
-                lease: LeaseConfig {
-                    lease_ms: layer(lease_ms, file_lease_ms, || app::DEFAULT_LEASE_MS),
-                    heartbeat_interval_ms: layer(
-                        heartbeat_interval_ms,
-                        file_heartbeat_interval_ms,
-                        || app::DEFAULT_HEARTBEAT_INTERVAL_MS,
-                    ),
-                },
+                listen: server.listen,
+                data_dir: server.data_dir,
+                lease: server.lease,
                 // Dev mode is loopback, no certificates (docs/security.md): a
                 // non-loopback --listen is refused like a plaintext control plane's.
                 tls: None,
             },
             example: example || file_example.unwrap_or(false),
             enable_test_plugins: layer(enable_test_plugins, file_enable_test_plugins, || false),
-            metrics_listen,
-            metrics_optional,
-            log_format: wharf::config::parsed("log-format", log_format.or(file_log_format))?
-                .unwrap_or_default(),
+            observability,
         })
     }
 }
@@ -246,25 +181,10 @@ fn loopback_only(field: &'static str, addr: SocketAddr) -> Result<(), ConfigErro
     })
 }
 
-/// An `IP:PORT|off` option with a default: `None` for `off`.
-fn listen_or_default(
-    field: &'static str,
-    given: Option<String>,
-    default: SocketAddr,
-) -> Result<Option<SocketAddr>, ConfigError> {
-    match given.as_deref() {
-        Some("off") => Ok(None),
-        Some(addr) => addr.parse().map(Some).map_err(|e| ConfigError::Invalid {
-            field,
-            reason: format!("{addr:?} is not IP:PORT or off: {e}"),
-        }),
-        None => Ok(Some(default)),
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
+    use wharf_control_plane::app;
 
     fn parse(args: &[&str]) -> Args {
         Args::try_parse_from(std::iter::once("wharf-dev").chain(args.iter().copied()))

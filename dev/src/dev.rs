@@ -61,6 +61,49 @@ impl DevError {
     }
 }
 
+/// Exit code of bad settings (as clap's usage errors).
+const EXIT_BAD_SETTINGS: u8 = 2;
+
+/// Prints why the settings are unusable; exit code 2.
+pub fn bad_settings(e: &dyn std::fmt::Display) -> std::process::ExitCode {
+    eprintln!("wharf-dev: {e}\n(see --help and docs/configuration.md)");
+    std::process::ExitCode::from(EXIT_BAD_SETTINGS)
+}
+
+/// Sets up logging and the span export (`--otlp-endpoint`, service `wharf-dev`), runs dev
+/// mode until `shutdown` resolves and flushes the export. Exit code: 0 after a clean
+/// stop, 2 when the export cannot be set up, 1 for a failure (printed with a hint).
+pub async fn run_to_exit(
+    settings: Settings,
+    shutdown: impl Future<Output = ()> + Send + 'static,
+) -> std::process::ExitCode {
+    let otlp = wharf::telemetry::Otlp::when_given(
+        settings.observability.otlp_endpoint.as_deref(),
+        "wharf-dev",
+        || settings.config.listen.to_string(),
+    );
+    let (log_control, export) =
+        match wharf::telemetry::init_traced(settings.observability.log_format, otlp.as_ref()) {
+            Ok(t) => t.split(),
+            Err(e) => return bad_settings(&e),
+        };
+    let result = run(settings, log_control, shutdown).await;
+    export.shutdown().await;
+    match result {
+        Ok(()) => {
+            tracing::info!("control plane stopped");
+            std::process::ExitCode::SUCCESS
+        }
+        Err(e) => {
+            eprintln!("wharf-dev: {e}");
+            if let Some(hint) = e.hint() {
+                eprintln!("hint: {hint}");
+            }
+            std::process::ExitCode::FAILURE
+        }
+    }
+}
+
 /// Runs dev mode until `shutdown` resolves.
 ///
 /// # Errors
@@ -74,9 +117,7 @@ pub async fn run(
         config,
         example,
         enable_test_plugins,
-        metrics_listen,
-        metrics_optional,
-        log_format: _,
+        observability,
     } = settings;
     let data_dir = config.data_dir.clone();
     let paths = if example {
@@ -108,16 +149,16 @@ pub async fn run(
     let addr = app.local_addr();
     let app_rest = app.rest_addr();
     let mut metrics = None;
-    if let Some(want) = metrics_listen {
+    if let Some(want) = observability.metrics_listen {
         match wharf::observability::bind(want).await {
             Ok((listener, bound)) => {
                 example::say(&format!(
                     "wharf: metrics (Prometheus) on http://{bound}/metrics, health on http://{bound}/health"
                 ));
                 // Served once the executor runs too: one page for both.
-                metrics = Some((listener, bound, app.probe()));
+                metrics = Some(((listener, bound), app.probe()));
             }
-            Err(e) if metrics_optional => {
+            Err(e) if observability.metrics_defaulted => {
                 tracing::warn!(addr = %want, error = %e, "metrics listener not started (its default address is taken); pass --metrics-listen IP:PORT to choose another");
             }
             Err(e) => {
@@ -156,18 +197,12 @@ pub async fn run(
     }
     let executor = ExecutorApp::start(exec_config).await?;
     info!(executor = DEV_EXECUTOR_ID, addr = %executor.local_addr(), "dev executor started in process");
-    if let Some((listener, bound, cp_probe)) = metrics {
-        let probes = vec![cp_probe, executor.probe()];
-        wharf::task::spawn(
+    if let Some((bound, cp_probe)) = metrics {
+        wharf::observability::spawn_serve(
             wharf::task::TaskKind::Detached,
-            "metrics listener",
-            async move {
-                if let Err(e) =
-                    wharf::observability::serve(listener, probes, std::future::pending()).await
-                {
-                    tracing::error!(addr = %bound, error = %e, "metrics listener failed");
-                }
-            },
+            bound,
+            vec![cp_probe, executor.probe()],
+            std::future::pending(),
         );
     }
 

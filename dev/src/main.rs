@@ -15,23 +15,7 @@ use clap::Parser;
 async fn main() -> ExitCode {
     let settings = match config::Args::parse().build() {
         Ok(s) => s,
-        Err(e) => {
-            eprintln!("wharf-dev: {e}\n(see --help and docs/configuration.md)");
-            return ExitCode::from(2);
-        }
+        Err(e) => return dev::bad_settings(&e),
     };
-    let log_control = wharf::telemetry::init_with(settings.log_format);
-    match dev::run(settings, log_control, wharf::server::shutdown_signal()).await {
-        Ok(()) => {
-            tracing::info!("control plane stopped");
-            ExitCode::SUCCESS
-        }
-        Err(e) => {
-            eprintln!("wharf-dev: {e}");
-            if let Some(hint) = e.hint() {
-                eprintln!("hint: {hint}");
-            }
-            ExitCode::FAILURE
-        }
-    }
+    dev::run_to_exit(settings, wharf::server::shutdown_signal()).await
 }

@@ -326,40 +326,25 @@ impl ExecutorApp {
         ));
         // grpc.health.v1 follows the registration: NOT_SERVING until registered, and
         // while fenced (docs/observability.md, "Health").
-        let health_loop = spawn(
-            TaskKind::Service,
-            "health",
-            crate::observe::watch_health(
-                registry.clone(),
-                move |serving| {
-                    let health = health.clone();
-                    let status = if serving {
-                        tonic_health::ServingStatus::Serving
-                    } else {
-                        tonic_health::ServingStatus::NotServing
-                    };
-                    async move {
-                        // "" is the server as a whole (grpc.health.v1's convention).
-                        for service in ["", wharf::pb::v1::executor_server::SERVICE_NAME] {
-                            health.set_service_status(service, status).await;
-                        }
-                    }
-                },
+        let health_loop = spawn(TaskKind::Service, "health", {
+            let registry = registry.clone();
+            wharf::observability::watch_health(
+                "registered",
+                std::time::Duration::from_millis(crate::observe::HEALTH_INTERVAL_MS),
+                move || std::future::ready(crate::observe::registry_health(&registry)),
+                health,
+                &[wharf::pb::v1::executor_server::SERVICE_NAME],
                 cancel.child_token(),
-            ),
-        );
+            )
+        });
         let metrics_addr = metrics.as_ref().map(|(_, bound)| *bound);
-        let metrics_loop = metrics.map(|(listener, bound)| {
-            tracing::info!(addr = %bound, "metrics listener bound (/metrics, /health, /ready)");
-            let probes: Vec<Arc<dyn wharf::observability::Probe>> = vec![probe.clone()];
-            let stop = cancel.child_token();
-            spawn(TaskKind::Service, "metrics listener", async move {
-                if let Err(e) =
-                    wharf::observability::serve(listener, probes, stop.cancelled_owned()).await
-                {
-                    tracing::error!(addr = %bound, error = %e, "metrics listener failed");
-                }
-            })
+        let metrics_loop = metrics.map(|bound| {
+            wharf::observability::spawn_serve(
+                TaskKind::Service,
+                bound,
+                vec![probe.clone()],
+                cancel.child_token().cancelled_owned(),
+            )
         });
         let server_cancel = cancel.child_token();
         let server_tls = tls.clone();

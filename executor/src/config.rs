@@ -8,7 +8,10 @@ use std::time::Duration;
 
 use clap::Parser;
 use serde::Deserialize;
-use wharf::config::{layer, read_file, required};
+use wharf::config::flags::{
+    ConfigFileArgs, ObservabilityArgs, ObservabilityFile, TlsArgs, TlsFile,
+};
+use wharf::config::{layer, required};
 
 use crate::app::{DEFAULT_GRACEFUL_TIMEOUT_MS, ExecutorConfig};
 
@@ -25,12 +28,9 @@ use crate::app::{DEFAULT_GRACEFUL_TIMEOUT_MS, ExecutorConfig};
 #[derive(Debug, Parser)]
 #[command(name = "wharf-executor", version)]
 pub struct Cli {
-    /// TOML file with settings (keys: listen, control_plane, data_dir, advertise,
-    /// executor_id, graceful_timeout_ms, nats_url, nats_cacert, nats_cert, nats_key,
-    /// nats_creds, nats_user, nats_password_file, enable_test_plugins, file_root,
-    /// metrics_listen, log_format, otlp_endpoint, tls_cert, tls_key, tls_ca, insecure).
-    #[arg(long, env = "WHARF_CONFIG", value_name = "FILE")]
-    pub config: Option<PathBuf>,
+    /// `--config`.
+    #[command(flatten)]
+    pub config: ConfigFileArgs,
     /// Address to serve the Executor gRPC service on, IP:PORT (port 0 picks one; the
     /// bound address is written to <data-dir>/listen.addr). Required (flag, env or file).
     #[arg(long, env = "WHARF_LISTEN", value_name = "IP:PORT")]
@@ -47,7 +47,8 @@ pub struct Cli {
     /// URL the control plane uses to reach this executor. [default: http://<bound address>]
     #[arg(long, env = "WHARF_ADVERTISE", value_name = "URL")]
     pub advertise: Option<String>,
-    /// Executor id. [default: generated once and kept in <data-dir>/executor.id]
+    /// Executor id. [default: with --tls-cert the certificate's; otherwise generated once
+    /// and kept in <data-dir>/executor.id]
     #[arg(long, env = "WHARF_EXECUTOR_ID", value_name = "ID")]
     pub executor_id: Option<String>,
     /// How long the stops at shutdown may take in all, in milliseconds; also the stop
@@ -105,35 +106,14 @@ pub struct Cli {
     /// not offered]
     #[arg(long, env = "WHARF_FILE_ROOT", value_name = "DIR")]
     pub file_root: Option<PathBuf>,
-    /// Address of the metrics listener (plain HTTP: Prometheus text at /metrics, KIP-1017
-    /// health at /health, /ready; names, states and counts only, see
-    /// docs/observability.md), IP:PORT, or `off`. [default: off]
-    #[arg(long, env = "WHARF_METRICS_LISTEN", value_name = "IP:PORT|off")]
-    pub metrics_listen: Option<String>,
-    /// How log events are written to stderr: `text` (one readable line each) or `json`
-    /// (one JSON object per line with the span fields; docs/observability.md).
-    /// [default: text]
-    #[arg(long, env = "WHARF_LOG_FORMAT", value_name = "text|json")]
-    pub log_format: Option<String>,
-    /// OTLP/gRPC endpoint to export traces to, for example http://127.0.0.1:4317: each
-    /// call from the control plane and each plugin stop is a span in the caller's trace
-    /// (docs/observability.md). [default: none, nothing is exported]
-    #[arg(long, env = "WHARF_OTLP_ENDPOINT", value_name = "URL")]
-    pub otlp_endpoint: Option<String>,
-    // ---- transport security (docs/security.md) ----
-    /// PEM certificate of this executor (identity spiffe://wharf/executor/<id>; make one
-    /// with `wharf-control-plane certs executor --id ID`). With --tls-key and --tls-ca:
-    /// the Executor service speaks TLS and accepts only the control plane's certificate,
-    /// and the control plane is reached over https://. The executor id defaults to the
-    /// certificate's. Reloaded when the file changes.
-    #[arg(long, env = "WHARF_TLS_CERT", value_name = "FILE")]
-    pub tls_cert: Option<PathBuf>,
-    /// PEM private key of --tls-cert.
-    #[arg(long, env = "WHARF_TLS_KEY", value_name = "FILE")]
-    pub tls_key: Option<PathBuf>,
-    /// PEM cluster CA: the control plane's certificate must chain to it.
-    #[arg(long, env = "WHARF_TLS_CA", value_name = "FILE")]
-    pub tls_ca: Option<PathBuf>,
+    /// `--metrics-listen`, `--log-format`, `--otlp-endpoint`.
+    #[command(flatten)]
+    pub observability: ObservabilityArgs,
+    /// `--tls-cert`, `--tls-key`, `--tls-ca` (docs/security.md). With them the Executor
+    /// service accepts only the control plane's certificate, the control plane is reached
+    /// over https://, and the executor id defaults to the certificate's.
+    #[command(flatten)]
+    pub tls: TlsArgs,
     /// Allow a plaintext listener on a non-loopback address (anyone who reaches it can
     /// then stop this executor's work). Warned at start. [default: false]
     #[arg(long, env = "WHARF_INSECURE", value_parser = clap::builder::BoolishValueParser::new())]
@@ -174,18 +154,12 @@ pub struct FileConfig {
     pub enable_test_plugins: Option<bool>,
     /// See `--file-root`.
     pub file_root: Option<PathBuf>,
-    /// See `--metrics-listen`.
-    pub metrics_listen: Option<String>,
-    /// See `--log-format`.
-    pub log_format: Option<String>,
-    /// See `--otlp-endpoint`.
-    pub otlp_endpoint: Option<String>,
-    /// See `--tls-cert`.
-    pub tls_cert: Option<PathBuf>,
-    /// See `--tls-key`.
-    pub tls_key: Option<PathBuf>,
-    /// See `--tls-ca`.
-    pub tls_ca: Option<PathBuf>,
+    /// `metrics_listen`, `log_format`, `otlp_endpoint`.
+    #[serde(flatten)]
+    pub observability: ObservabilityFile,
+    /// `tls_cert`, `tls_key`, `tls_ca`.
+    #[serde(flatten)]
+    pub tls: TlsFile,
     /// See `--insecure`.
     pub insecure: Option<bool>,
 }
@@ -233,12 +207,8 @@ impl Cli {
             nats_password_env,
             enable_test_plugins,
             file_root,
-            metrics_listen,
-            log_format,
-            otlp_endpoint,
-            tls_cert,
-            tls_key,
-            tls_ca,
+            observability,
+            tls,
             insecure,
         } = self;
         let FileConfig {
@@ -257,23 +227,11 @@ impl Cli {
             nats_password_file: file_nats_password_file,
             enable_test_plugins: file_enable_test_plugins,
             file_root: file_file_root,
-            metrics_listen: file_metrics_listen,
-            log_format: file_log_format,
-            otlp_endpoint: file_otlp_endpoint,
-            tls_cert: file_tls_cert,
-            tls_key: file_tls_key,
-            tls_ca: file_tls_ca,
+            observability: file_observability,
+            tls: file_tls,
             insecure: file_insecure,
-        } = read_file(config.as_deref())?;
-        let tls = wharf::tls::TlsFiles::from_parts(
-            tls_cert.or(file_tls_cert),
-            tls_key.or(file_tls_key),
-            tls_ca.or(file_tls_ca),
-        )
-        .map_err(|e| ConfigError::Invalid {
-            field: "--tls-cert/--tls-key/--tls-ca",
-            reason: e.to_string(),
-        })?;
+        } = config.read()?;
+        let tls = tls.layer(file_tls)?;
         let insecure = insecure || file_insecure.unwrap_or(false);
         let file_root = file_root
             .or(file_file_root)
@@ -354,13 +312,10 @@ impl Cli {
         out.file_root = file_root.map(|r| r.path().to_path_buf());
         out.tls = tls;
         out.insecure = insecure;
-        out.metrics_listen = wharf::config::optional_addr(
-            "--metrics-listen",
-            metrics_listen.or(file_metrics_listen),
-        )?;
-        out.log_format = wharf::config::parsed("--log-format", log_format.or(file_log_format))?
-            .unwrap_or_default();
-        out.otlp_endpoint = otlp_endpoint.or(file_otlp_endpoint);
+        let observability = observability.layer(file_observability, None)?;
+        out.metrics_listen = observability.metrics_listen;
+        out.log_format = observability.log_format;
+        out.otlp_endpoint = observability.otlp_endpoint;
         if layer(enable_test_plugins, file_enable_test_plugins, || false) {
             out.enable_test_plugins();
         }
@@ -520,7 +475,7 @@ mod tests {
     #[test]
     fn a_missing_required_setting_names_flag_env_and_key() {
         let err = Cli {
-            config: None,
+            config: Default::default(),
             listen: None,
             control_plane: None,
             data_dir: None,
@@ -537,12 +492,8 @@ mod tests {
             nats_password_env: None,
             enable_test_plugins: None,
             file_root: None,
-            metrics_listen: None,
-            log_format: None,
-            otlp_endpoint: None,
-            tls_cert: None,
-            tls_key: None,
-            tls_ca: None,
+            observability: Default::default(),
+            tls: Default::default(),
             insecure: false,
         }
         .build()

@@ -208,17 +208,16 @@ fn run_config(name: &str, config: ExecutorConfig) -> ExitCode {
     };
     // After the settings (they name the format and the endpoint); inside the runtime,
     // which the span exporter runs on. Their errors go to stderr as text.
-    let otlp = config
-        .otlp_endpoint
-        .clone()
-        .map(|endpoint| wharf::telemetry::Otlp {
-            endpoint,
-            service: "wharf-executor",
-            instance: config
+    let otlp = wharf::telemetry::Otlp::when_given(
+        config.otlp_endpoint.as_deref(),
+        "wharf-executor",
+        || {
+            config
                 .executor_id
                 .clone()
-                .unwrap_or_else(|| config.listen.to_string()),
-        });
+                .unwrap_or_else(|| config.listen.to_string())
+        },
+    );
     let telemetry = {
         let _entered = runtime.enter();
         wharf::telemetry::init_traced(config.log_format, otlp.as_ref())

@@ -7,9 +7,8 @@
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::time::{Duration, Instant};
+use std::time::Instant;
 
-use tokio_util::sync::CancellationToken;
 use wharf::observability::{Exposition, Health, Probe};
 
 use crate::host::{Host, HostError, InstanceState};
@@ -319,31 +318,10 @@ impl Probe for ExecutorProbe {
     }
 }
 
-/// Looks at the registration every [`HEALTH_INTERVAL_MS`] and calls `on_change(serving)`
-/// whenever serving/not serving flips (the caller sets `grpc.health.v1` with it), first
-/// at once. Returns when `cancel` fires.
-pub async fn watch_health<F, Fut>(registry: Arc<Registry>, on_change: F, cancel: CancellationToken)
-where
-    F: Fn(bool) -> Fut + Send,
-    Fut: std::future::Future<Output = ()> + Send,
-{
-    let mut serving: Option<bool> = None;
-    loop {
-        let health = executor_health(registry.lease_standing(), registry.registered_once());
-        let now_serving = health == Health::Healthy;
-        if serving != Some(now_serving) {
-            match &health {
-                Health::Healthy => tracing::info!("registered: serving"),
-                h => tracing::info!(reason = %h.message(), "not serving"),
-            }
-            on_change(now_serving).await;
-            serving = Some(now_serving);
-        }
-        tokio::select! {
-            () = cancel.cancelled() => return,
-            () = tokio::time::sleep(Duration::from_millis(HEALTH_INTERVAL_MS)) => {}
-        }
-    }
+/// The executor's health now, from its registration: what
+/// [`wharf::observability::watch_health`] checks every [`HEALTH_INTERVAL_MS`].
+pub fn registry_health(registry: &Registry) -> Health {
+    executor_health(registry.lease_standing(), registry.registered_once())
 }
 
 #[cfg(test)]

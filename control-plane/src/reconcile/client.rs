@@ -148,7 +148,7 @@ impl ExecutorClients {
         exec: &ExecutorRecord,
         req: pb::ExecutorStopConnectorRequest,
     ) -> Result<pb::ExecutorStopConnectorResponse, CallError> {
-        let t = u64::from(req.timeout_ms).max(START_CALL_TIMEOUT_MS) + STOP_CALL_SLACK_MS;
+        let t = stop_call_timeout_ms(req.timeout_ms);
         self.client(exec)?
             .stop_connector(Self::request(req, t))
             .await
@@ -188,13 +188,19 @@ impl ExecutorClients {
         exec: &ExecutorRecord,
         req: pb::StopTaskRequest,
     ) -> Result<pb::StopTaskResponse, CallError> {
-        let t = u64::from(req.timeout_ms).max(START_CALL_TIMEOUT_MS) + STOP_CALL_SLACK_MS;
+        let t = stop_call_timeout_ms(req.timeout_ms);
         self.client(exec)?
             .stop_task(Self::request(req, t))
             .await
             .map(tonic::Response::into_inner)
             .map_err(|s| classify(&exec.address, s))
     }
+}
+
+/// The deadline of a stop call: the stop's own timeout (at least a start call's) plus
+/// slack for the answer to travel.
+fn stop_call_timeout_ms(stop_timeout_ms: u32) -> u64 {
+    u64::from(stop_timeout_ms).max(START_CALL_TIMEOUT_MS) + STOP_CALL_SLACK_MS
 }
 
 /// A connector instance to start.

@@ -175,8 +175,8 @@ impl ConnectorInstance {
         self.life.finish(outcome, &error);
         tracing::info!(connector = %self.name, generation = self.life.generation, connector_deleted,
             outcome = ?outcome, elapsed_ms = elapsed.as_millis() as u64, error = ?error, "connector stopped");
-        match outcome {
-            StopOutcome::Stopped if self_initiated => {
+        match super::instance::after_stop(outcome, self_initiated) {
+            super::instance::AfterStop::ReportUnassigned => {
                 self.shared.registry.report_connector(
                     &self.name,
                     self.life.generation,
@@ -184,8 +184,8 @@ impl ConnectorInstance {
                     String::new(),
                 );
             }
-            StopOutcome::Stopped => {}
-            StopOutcome::Failed | StopOutcome::TimedOut => self.report(&self.life.state()),
+            super::instance::AfterStop::Nothing => {}
+            super::instance::AfterStop::ReportState => self.report(&self.life.state()),
         }
         StopRecord {
             outcome,

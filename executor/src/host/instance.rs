@@ -56,6 +56,27 @@ pub enum StopOutcome {
     TimedOut,
 }
 
+/// What an instance tells the control plane once its stop ended.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum AfterStop {
+    /// It stopped on its own initiative (not on a control-plane request): report it
+    /// UNASSIGNED so that the control plane places it again.
+    ReportUnassigned,
+    /// Stopped as asked: the stop's answer says so, nothing more to report.
+    Nothing,
+    /// The stop failed or timed out: report the instance's state (FAILED).
+    ReportState,
+}
+
+/// The decision behind [`AfterStop`], the same for connector instances and tasks.
+pub fn after_stop(outcome: StopOutcome, self_initiated: bool) -> AfterStop {
+    match outcome {
+        StopOutcome::Stopped if self_initiated => AfterStop::ReportUnassigned,
+        StopOutcome::Stopped => AfterStop::Nothing,
+        StopOutcome::Failed | StopOutcome::TimedOut => AfterStop::ReportState,
+    }
+}
+
 /// What happened when an instance was stopped; kept so that a repeated stop reports it.
 #[derive(Debug, Clone)]
 pub struct StopRecord {
@@ -368,5 +389,32 @@ impl wharf::sdk::Connector for Dropped {
         _max_tasks: u32,
     ) -> wharf::sdk::PluginResult<Vec<wharf::sdk::ConfigMap>> {
         Err(DROPPED.into())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_self_initiated_clean_stop_is_reported_unassigned() {
+        assert_eq!(
+            after_stop(StopOutcome::Stopped, true),
+            AfterStop::ReportUnassigned
+        );
+    }
+
+    #[test]
+    fn a_requested_clean_stop_reports_nothing_more() {
+        assert_eq!(after_stop(StopOutcome::Stopped, false), AfterStop::Nothing);
+    }
+
+    #[test]
+    fn a_failed_or_timed_out_stop_reports_the_state_either_way() {
+        for outcome in [StopOutcome::Failed, StopOutcome::TimedOut] {
+            for self_initiated in [true, false] {
+                assert_eq!(after_stop(outcome, self_initiated), AfterStop::ReportState);
+            }
+        }
     }
 }

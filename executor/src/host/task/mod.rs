@@ -277,8 +277,8 @@ impl TaskInstance {
         self.life.finish(outcome, &error);
         tracing::info!(connector = %self.key.connector, task = self.key.task, generation = self.life.generation,
             connector_deleted, outcome = ?outcome, elapsed_ms = elapsed.as_millis() as u64, error = ?error, "task stopped");
-        match outcome {
-            StopOutcome::Stopped if self_initiated => {
+        match super::instance::after_stop(outcome, self_initiated) {
+            super::instance::AfterStop::ReportUnassigned => {
                 self.shared.registry.report_task(
                     &self.key,
                     self.life.generation,
@@ -286,8 +286,8 @@ impl TaskInstance {
                     String::new(),
                 );
             }
-            StopOutcome::Stopped => {}
-            StopOutcome::Failed | StopOutcome::TimedOut => self.report(&self.life.state()),
+            super::instance::AfterStop::Nothing => {}
+            super::instance::AfterStop::ReportState => self.report(&self.life.state()),
         }
         StopRecord {
             outcome,

@@ -1,0 +1,95 @@
+//! What `wharf-control-plane` does once its settings are assembled: the logging and span
+//! export, the [`App`], its metrics listener, the run until a shutdown signal, and the
+//! exit code; and the `token` subcommand. The binary's `main` only parses and dispatches.
+
+use std::process::ExitCode;
+
+use wharf::config::flags::Observability;
+
+use crate::app::{App, Config, StoreOptions};
+use crate::auth::{Role, token};
+
+/// The binary's name, as its messages start.
+const NAME: &str = "wharf-control-plane";
+
+/// Exit code of bad settings (as clap's usage errors).
+pub const EXIT_BAD_SETTINGS: u8 = 2;
+
+/// Everything `wharf-control-plane` runs with.
+#[derive(Debug)]
+pub struct Settings {
+    /// The control plane's settings.
+    pub config: Config,
+    /// The state store backend.
+    pub store: StoreOptions,
+    /// Metrics listener, log format and span export.
+    pub observability: Observability,
+}
+
+/// Runs the control plane with `settings` until SIGTERM or Ctrl-C. Exit code: 0 after a
+/// clean stop, 2 when the span export cannot be set up, 1 for any other failure (printed
+/// on stderr with a hint when there is one).
+pub async fn run(settings: Settings) -> ExitCode {
+    let Settings {
+        config,
+        store,
+        observability,
+    } = settings;
+    // After the settings (they name the format); their errors go to stderr as text.
+    let otlp =
+        wharf::telemetry::Otlp::when_given(observability.otlp_endpoint.as_deref(), NAME, || {
+            config.listen.to_string()
+        });
+    let telemetry = match wharf::telemetry::init_traced(observability.log_format, otlp.as_ref()) {
+        Ok(t) => t,
+        Err(e) => {
+            eprintln!("{NAME}: {e}\n(see --help and docs/configuration.md)");
+            return ExitCode::from(EXIT_BAD_SETTINGS);
+        }
+    };
+    let (log_control, export) = telemetry.split();
+    let result = match App::build_with_store(config, store).await {
+        Ok(mut app) => {
+            app.set_log_control("INFO", log_control);
+            match wharf::observability::start(observability.metrics_listen, vec![app.probe()]).await
+            {
+                Ok(_) => app.run(wharf::server::shutdown_signal()).await,
+                Err(e) => {
+                    eprintln!("{NAME}: {e}");
+                    return ExitCode::FAILURE;
+                }
+            }
+        }
+        Err(e) => Err(e),
+    };
+    export.shutdown().await;
+    match result {
+        Ok(()) => {
+            tracing::info!("control plane stopped");
+            ExitCode::SUCCESS
+        }
+        Err(e) => {
+            eprintln!("{NAME}: {e}");
+            if let Some(hint) = e.hint() {
+                eprintln!("hint: {hint}");
+            }
+            ExitCode::FAILURE
+        }
+    }
+}
+
+/// `token --name NAME --role ROLE`: prints the token file line (name, role, SHA-256 of
+/// the token) on stdout and the token itself on stderr, shown only now. Exit code 2 for
+/// a name the token file cannot hold.
+pub fn mint(name: &str, role: Role) -> ExitCode {
+    if !token::valid_name(name) {
+        eprintln!("{NAME} token: invalid --name {name:?}: use 1 to 128 of A-Z a-z 0-9 . _ @ -");
+        return ExitCode::from(EXIT_BAD_SETTINGS);
+    }
+    let t = token::mint_token();
+    println!("{}", token::file_line(name, role, &t));
+    eprintln!(
+        "token for {name} (role {role}), shown only now; the line on stdout holds only its hash:\n{t}"
+    );
+    ExitCode::SUCCESS
+}
