@@ -1,6 +1,6 @@
 //! Admin authentication, roles and the audit trail, end to end: a real control plane
-//! with an `--admin-tokens` file, a real executor, real grpcurl with
-//! `-H 'authorization: Bearer …'` (as operators call it), tokens minted by the real
+//! with an `--admin-tokens` file, a real executor, the typed admin client sending
+//! `authorization: Bearer …` (what operators send), tokens minted by the real
 //! `wharf-control-plane token` subcommand.
 //!
 //! Build first: `cargo build -p wharf-control-plane -p wharf-executor`, then
@@ -10,108 +10,14 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 
 use serde_json::{Value, json};
-use wharf_harness::cluster::{
-    CONVERGE, Call, GRPCURL_STATUS_BASE, TEST_HEARTBEAT_INTERVAL_MS, TEST_LEASE_MS,
+use wharf_harness::auth::{
+    audit_summary as summary, call_with_token as call, connector_names,
+    control_plane_with_tokens as control_plane, mint, row,
 };
+use wharf_harness::client::Dial;
+use wharf_harness::cluster::{CONVERGE, PERMISSION_DENIED, UNAUTHENTICATED, wait_alive_at};
 use wharf_harness::lifecycle::Lifecycle;
 use wharf_harness::{KeepOnFailure, Proc, WAIT_DEADLINE, wait_until};
-
-/// gRPC PERMISSION_DENIED.
-const PERMISSION_DENIED: i32 = 7;
-/// gRPC UNAUTHENTICATED.
-const UNAUTHENTICATED: i32 = 16;
-
-/// A token and its file line, from `wharf-control-plane token`.
-struct Minted {
-    token: String,
-    line: String,
-}
-
-/// Runs `wharf-control-plane token --name NAME --role ROLE`: the line on stdout, the
-/// token as the last line of stderr.
-fn mint(name: &str, role: &str) -> Minted {
-    let out = Command::new(wharf_harness::bin("wharf-control-plane"))
-        .args(["token", "--name", name, "--role", role])
-        .output()
-        .expect("run the token subcommand");
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    let line = String::from_utf8(out.stdout)
-        .expect("utf8")
-        .trim()
-        .to_owned();
-    let err = String::from_utf8(out.stderr).expect("utf8");
-    let token = err.lines().last().expect("token line").trim().to_owned();
-    assert!(token.starts_with("wharf_"), "{err}");
-    assert!(
-        !line.contains(&token),
-        "the file line must not hold the token: {line}"
-    );
-    Minted { token, line }
-}
-
-/// grpcurl `method` on `addr`, with `authorization: Bearer <token>` when given.
-fn call(addr: &str, token: Option<&str>, method: &str, body: &Value) -> Call {
-    let mut args = vec![
-        "-plaintext".to_owned(),
-        "-emit-defaults".to_owned(),
-        "-max-time".to_owned(),
-        "60".to_owned(),
-    ];
-    if let Some(t) = token {
-        args.push("-H".into());
-        args.push(format!("authorization: Bearer {t}"));
-    }
-    args.extend([
-        "-d".into(),
-        body.to_string(),
-        addr.to_owned(),
-        format!("wharf.v1.ConnectorAdmin/{method}"),
-    ]);
-    let program = std::env::var("GRPCURL").unwrap_or_else(|_| "grpcurl".to_owned());
-    let out = Command::new(program)
-        .args(&args)
-        .output()
-        .expect("grpcurl on PATH");
-    let code = match out.status.code() {
-        Some(0) => 0,
-        Some(c) if c > GRPCURL_STATUS_BASE => c - GRPCURL_STATUS_BASE,
-        other => panic!(
-            "grpcurl failed to run ({other:?}): {}",
-            String::from_utf8_lossy(&out.stderr)
-        ),
-    };
-    Call {
-        code,
-        body: if code == 0 {
-            serde_json::from_slice(&out.stdout).unwrap_or(Value::Null)
-        } else {
-            Value::Null
-        },
-        err: String::from_utf8_lossy(&out.stderr).into_owned(),
-    }
-}
-
-fn control_plane(dir: &Path, tokens: &Path, extra: &[&str]) -> Proc {
-    let d = dir.join("cp");
-    let mut args: Vec<String> = vec![
-        "--listen".into(),
-        "127.0.0.1:0".into(),
-        "--data-dir".into(),
-        d.display().to_string(),
-        "--lease-ms".into(),
-        TEST_LEASE_MS.to_string(),
-        "--heartbeat-interval-ms".into(),
-        TEST_HEARTBEAT_INTERVAL_MS.to_string(),
-        "--admin-tokens".into(),
-        tokens.display().to_string(),
-    ];
-    args.extend(extra.iter().map(|s| (*s).to_owned()));
-    Proc::spawn(wharf_harness::bin("wharf-control-plane"), args, &d)
-}
 
 fn executor(dir: &Path, id: &str, ip: &str, control_planes: &str) -> Proc {
     let d = dir.join(id);
@@ -132,37 +38,12 @@ fn executor(dir: &Path, id: &str, ip: &str, control_planes: &str) -> Proc {
 }
 
 async fn wait_alive(addr: &str, token: &str, n: usize) {
-    wait_until(&format!("{n} executors alive"), CONVERGE, || async {
-        let r = call(addr, Some(token), "ListExecutors", &json!({}));
-        let alive = r.body["executors"]
-            .as_array()
-            .map(|a| {
-                a.iter()
-                    .filter(|e| e["state"] == "EXECUTOR_STATE_ALIVE")
-                    .count()
-            })
-            .unwrap_or(0);
-        (alive == n).then_some(())
-    })
-    .await;
-}
-
-fn listed(addr: &str, token: &str) -> Vec<String> {
-    let r = call(addr, Some(token), "ListConnectors", &json!({}));
-    assert_eq!(r.code, 0, "{}", r.err);
-    r.body["connectors"]
-        .as_array()
-        .map(|a| {
-            a.iter()
-                .map(|c| c["name"].as_str().unwrap_or("").to_owned())
-                .collect()
-        })
-        .unwrap_or_default()
+    wait_alive_at(addr, &Dial::bearer(token), n).await;
 }
 
 /// Asserts that `name` is listed, RUNNING with `tasks` RUNNING tasks and not deleting.
 fn assert_untouched(addr: &str, token: &str, name: &str, tasks: usize) {
-    assert_eq!(listed(addr, token), vec![name.to_owned()]);
+    assert_eq!(connector_names(addr, token), vec![name.to_owned()]);
     let r = call(
         addr,
         Some(token),
@@ -190,21 +71,6 @@ fn audit(addr: &str, token: &str, connector: &str) -> Vec<Value> {
     );
     assert_eq!(r.code, 0, "{}", r.err);
     r.body["entries"].as_array().cloned().unwrap_or_default()
-}
-
-/// (principal, rpc, deletion_mode, outcome) of each entry.
-fn summary(entries: &[Value]) -> Vec<(String, String, String, String)> {
-    entries
-        .iter()
-        .map(|e| {
-            let s = |k: &str| e[k].as_str().unwrap_or("").to_owned();
-            (s("principal"), s("rpc"), s("deletionMode"), s("outcome"))
-        })
-        .collect()
-}
-
-fn row(p: &str, rpc: &str, mode: &str, outcome: &str) -> (String, String, String, String) {
-    (p.into(), rpc.into(), mode.into(), outcome.into())
 }
 
 fn source_config(lifecycle: &Path, tasks: u32) -> Value {
@@ -268,7 +134,7 @@ async fn each_role_may_delete_only_as_the_rules_allow_and_the_audit_trail_names_
         "a viewer may not create: {}",
         r.err
     );
-    assert!(listed(&addr, &viewer.token).is_empty());
+    assert!(connector_names(&addr, &viewer.token).is_empty());
     let r = call(
         &addr,
         Some(&operator.token),
@@ -351,7 +217,7 @@ async fn each_role_may_delete_only_as_the_rules_allow_and_the_audit_trail_names_
     );
     assert_eq!(r.code, 0, "{}", r.err);
     assert_eq!(r.body["deleted"], true, "{}", r.body);
-    assert!(listed(&addr, &viewer.token).is_empty());
+    assert!(connector_names(&addr, &viewer.token).is_empty());
 
     // One entry per mutating call, accepted or refused, with who and how; reads are not
     // recorded.

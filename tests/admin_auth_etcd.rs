@@ -5,110 +5,24 @@
 //! refused, and the audit trail (read on either replica) names the original caller and
 //! the follower that forwarded the call.
 //!
-//! Needs the `etcd` binary (Debian `etcd-server`, scripts/setup-services) and grpcurl.
+//! Needs the `etcd` binary (Debian `etcd-server`, scripts/setup-services).
 //! Build first: `cargo build -p wharf-control-plane -p wharf-executor`, then
 //! `cargo test --test admin_auth_etcd`.
 
 use std::path::Path;
-use std::process::Command;
 use std::time::Duration;
 
 use serde_json::{Value, json};
-use wharf_harness::cluster::{
-    CONVERGE, Call, GRPCURL_STATUS_BASE, TEST_HEARTBEAT_INTERVAL_MS, TEST_LEASE_MS,
-};
+use wharf_harness::auth::{call_with_token as call, mint_roles};
+use wharf_harness::cluster::{CONVERGE, PERMISSION_DENIED, TEST_LEASE_MS, UNAUTHENTICATED};
+use wharf_harness::etcd::control_plane_replica;
 use wharf_harness::{KeepOnFailure, Proc, wait_until};
-
-/// gRPC PERMISSION_DENIED.
-const PERMISSION_DENIED: i32 = 7;
-/// gRPC UNAUTHENTICATED.
-const UNAUTHENTICATED: i32 = 16;
-/// Election lease TTL of the test replicas, in seconds (etcd's shortest is 2).
-const ELECTION_TTL_SECS: u32 = 2;
 /// Bound on the leader election after a start.
 const ELECTION_DEADLINE: Duration = Duration::from_secs(20);
 
-/// (token, file line) from `wharf-control-plane token`.
-fn mint(name: &str, role: &str) -> (String, String) {
-    let out = Command::new(wharf_harness::bin("wharf-control-plane"))
-        .args(["token", "--name", name, "--role", role])
-        .output()
-        .expect("run the token subcommand");
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    let line = String::from_utf8(out.stdout)
-        .expect("utf8")
-        .trim()
-        .to_owned();
-    let err = String::from_utf8(out.stderr).expect("utf8");
-    (err.lines().last().expect("token").trim().to_owned(), line)
-}
-
-/// grpcurl with `authorization: Bearer <token>` when given.
-fn call(addr: &str, token: Option<&str>, method: &str, body: &Value) -> Call {
-    let mut cmd = Command::new(std::env::var("GRPCURL").unwrap_or_else(|_| "grpcurl".into()));
-    cmd.args(["-plaintext", "-emit-defaults", "-max-time", "60"]);
-    if let Some(t) = token {
-        cmd.arg("-H").arg(format!("authorization: Bearer {t}"));
-    }
-    let out = cmd
-        .arg("-d")
-        .arg(body.to_string())
-        .arg(addr)
-        .arg(format!("wharf.v1.ConnectorAdmin/{method}"))
-        .output()
-        .expect("grpcurl on PATH");
-    let code = match out.status.code() {
-        Some(0) => 0,
-        Some(c) if c > GRPCURL_STATUS_BASE => c - GRPCURL_STATUS_BASE,
-        other => panic!(
-            "grpcurl failed to run ({other:?}): {}",
-            String::from_utf8_lossy(&out.stderr)
-        ),
-    };
-    Call {
-        code,
-        body: if code == 0 {
-            serde_json::from_slice(&out.stdout).unwrap_or(Value::Null)
-        } else {
-            Value::Null
-        },
-        err: String::from_utf8_lossy(&out.stderr).into_owned(),
-    }
-}
-
 fn replica(dir: &Path, name: &str, etcd: &str, key: &[u8], tokens: &Path) -> Proc {
-    let d = dir.join(name);
-    std::fs::create_dir_all(&d).unwrap();
-    // Every replica seals with the same key (docs/state.md).
-    std::fs::write(d.join("store.key"), key).unwrap();
-    Proc::spawn(
-        wharf_harness::bin("wharf-control-plane"),
-        vec![
-            "--listen".into(),
-            "127.0.0.1:0".into(),
-            "--data-dir".into(),
-            d.display().to_string(),
-            "--lease-ms".into(),
-            TEST_LEASE_MS.to_string(),
-            "--heartbeat-interval-ms".into(),
-            TEST_HEARTBEAT_INTERVAL_MS.to_string(),
-            "--store".into(),
-            "etcd".into(),
-            "--etcd-endpoints".into(),
-            etcd.into(),
-            "--etcd-prefix".into(),
-            "/authz/".into(),
-            "--etcd-election-ttl-secs".into(),
-            ELECTION_TTL_SECS.to_string(),
-            "--admin-tokens".into(),
-            tokens.display().to_string(),
-        ],
-        &d,
-    )
+    let tokens = vec!["--admin-tokens".to_owned(), tokens.display().to_string()];
+    control_plane_replica(dir, name, etcd, "/authz/", key, TEST_LEASE_MS, &tokens)
 }
 
 fn entries(addr: &str, token: &str, connector: &str) -> Vec<Value> {
@@ -127,9 +41,9 @@ async fn a_call_to_the_follower_is_authorized_by_the_same_rules_and_audited_unde
     let etcd = wharf_harness::etcd::TestEtcd::start();
     let dir = KeepOnFailure::new();
     let key: [u8; 32] = rand::random();
-    let (viewer, viewer_line) = mint("vera", "viewer");
-    let (operator, operator_line) = mint("otto", "operator");
-    let (admin, admin_line) = mint("ada", "admin");
+    let minted = mint_roles();
+    let [viewer, operator, admin] = minted.clone().map(|m| m.token);
+    let [viewer_line, operator_line, admin_line] = minted.map(|m| m.line);
     let tokens = dir.path().join("tokens.toml");
     std::fs::write(
         &tokens,

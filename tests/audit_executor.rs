@@ -16,7 +16,8 @@ use tonic::{Request, Response, Status};
 use wharf::pb::v1 as pb;
 use wharf::pb::v1::executor_client::ExecutorClient;
 use wharf::pb::v1::executor_registry_server::{ExecutorRegistry, ExecutorRegistryServer};
-use wharf_harness::tokio_postgres::{Client, NoTls};
+use wharf_harness::audit::{PgDb, pg};
+use wharf_harness::tokio_postgres::Client;
 use wharf_harness::{KeepOnFailure, Proc, WAIT_DEADLINE, wait_until};
 
 /// Heartbeat interval the stand-in registry asks for, in milliseconds.
@@ -334,45 +335,6 @@ async fn wait_committed(
 
 // ---------------------------------------------------------------------------------------
 // PostgreSQL.
-
-async fn pg(db: &str) -> Client {
-    let (client, conn) = wharf_harness::tokio_postgres::Config::new()
-        .host("127.0.0.1")
-        .port(5432)
-        .user("postgres")
-        .dbname(db)
-        .connect(NoTls)
-        .await
-        .expect("connect to the test PostgreSQL");
-    tokio::spawn(async move {
-        let _ = conn.await;
-    });
-    client
-}
-
-/// The test's database, dropped with FORCE when the guard goes.
-struct PgDb {
-    name: String,
-}
-
-impl Drop for PgDb {
-    fn drop(&mut self) {
-        let name = self.name.clone();
-        let _ = std::thread::spawn(move || {
-            let rt = tokio::runtime::Builder::new_current_thread()
-                .enable_all()
-                .build()
-                .expect("runtime");
-            rt.block_on(async {
-                let _ = pg("postgres")
-                    .await
-                    .batch_execute(&format!("DROP DATABASE IF EXISTS {name} WITH (FORCE)"))
-                    .await;
-            });
-        })
-        .join();
-    }
-}
 
 /// `(audit tables, functions, triggers)` any audit connector made in the database.
 async fn pg_catalog(client: &Client) -> (i64, i64, i64) {

@@ -10,7 +10,7 @@
 use proptest::prelude::*;
 use proptest::test_runner::{Config as ProptestConfig, TestRunner};
 use serde_json::json;
-use wharf_harness::cluster::{INVALID_ARGUMENT, NOT_FOUND, TestCluster, bytes_of, grpcurl_stream};
+use wharf_harness::cluster::{INVALID_ARGUMENT, NOT_FOUND, TestCluster, bytes_of};
 
 const PASSWORD: &str = "s3cr3t-pa55";
 /// Text of the naming rule every refusal must carry.
@@ -144,11 +144,7 @@ async fn a_password_never_comes_back_out() {
         r.body["connector"]["config"]["connection.password"],
         "[hidden]"
     );
-    let watch = grpcurl_stream(
-        &c.addr,
-        "wharf.v1.ConnectorAdmin/WatchConnector",
-        &json!({ "name": name }),
-    );
+    let watch = c.watch(name);
     c.wait_state(name, "STATE_RUNNING", "STATE_RUNNING", 1)
         .await;
     for (method, body) in [
@@ -168,8 +164,10 @@ async fn a_password_never_comes_back_out() {
     let del = c.call("DeleteConnector", json!({ "name": name, "wait": true }));
     assert_eq!(del.body["deleted"], true, "{} {}", del.body, del.err);
     outputs.push(del.body.to_string());
-    let watched = watch.wait_with_output().expect("watch output");
-    let watched = String::from_utf8_lossy(&watched.stdout).to_string();
+    let watched = match watch.wait() {
+        Ok(events) => serde_json::Value::Array(events).to_string(),
+        Err(failed) => panic!("watch ended with an error: {}", failed.err),
+    };
     assert!(
         watched.contains("CONNECTOR_EVENT_TYPE_DELETED"),
         "watch ended with DELETED: {watched}"

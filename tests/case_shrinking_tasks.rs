@@ -1,7 +1,8 @@
 //! Case 05 (../shared/cases/05-shrinking-tasks.md): lowering tasks.max stops the surplus
 //! tasks with stop(false) and forgets them; zero task configs leave the connector RUNNING
 //! with no task; raising tasks.max again starts the new tasks. At no moment do more tasks
-//! run than tasks.max allows. Real control plane, two real executors, real grpcurl.
+//! run than tasks.max allows. Real control plane, two real executors, the typed admin
+//! client.
 //!
 //! Build first: `cargo build -p wharf-control-plane -p wharf-executor`.
 
@@ -70,8 +71,10 @@ async fn lowering_the_task_count_stops_the_surplus_tasks_and_forgets_them() {
         json!({ "name": name, "config": c.source_config(name, 1) }),
     );
     assert_eq!(r.code, 0, "{}", r.err);
+    // Task 0 restarts with the new config: wait for its new generation, not the old
+    // instance still reported RUNNING before the change reached it.
     let s = c
-        .wait_state(name, "STATE_RUNNING", "STATE_RUNNING", 1)
+        .wait_state_newer(name, "STATE_RUNNING", "STATE_RUNNING", 1, &s)
         .await;
     assert_eq!(
         s["tasks"].as_array().map(Vec::len),

@@ -14,175 +14,37 @@
 //! Build first: `cargo build -p wharf-control-plane -p wharf-executor`.
 
 use std::collections::BTreeSet;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::time::Duration;
 
 use serde_json::{Value, json};
-use wharf_harness::cluster::{CONVERGE, grpcurl};
-use wharf_harness::{KeepOnFailure, Proc, wait_until};
-
-/// Lease the control plane grants, in milliseconds (short: a stopped executor's tasks
-/// move quickly).
-const LEASE_MS: u32 = 2_000;
-/// Heartbeat interval the control plane asks for, in milliseconds.
-const HEARTBEAT_INTERVAL_MS: u32 = 200;
-/// How long an executor may take to stop at SIGTERM, in milliseconds.
-const GRACEFUL_TIMEOUT_MS: u64 = 5_000;
+use wharf_harness::audit::{Cluster, GRACEFUL_TIMEOUT_MS};
+use wharf_harness::cluster::CONVERGE;
+use wharf_harness::wait_until;
 
 const SOURCE: &str = "audit07";
 const SINK: &str = "audit07-sink";
 const TOPIC: &str = "orders-audit";
 
 // ---------------------------------------------------------------------------------------
-// Processes.
+// Processes: the harness's NATS-backed cluster (wharf_harness::audit), two executors.
 
-/// Starts a nats-server with JetStream on a free port under `dir`; returns it and its URL.
-async fn start_nats(dir: &Path) -> (Proc, String) {
-    let data = dir.join("nats");
-    let proc = Proc::spawn(
-        PathBuf::from("nats-server"),
-        vec![
-            "-a".into(),
-            "127.0.0.1".into(),
-            "-p".into(),
-            "-1".into(),
-            "-js".into(),
-            "-sd".into(),
-            data.join("js").display().to_string(),
-            "--ports_file_dir".into(),
-            data.display().to_string(),
-        ],
-        &data,
-    );
-    let url = wait_until("nats-server to write its ports file", CONVERGE, || {
-        let url = std::fs::read_dir(&data).ok().and_then(|entries| {
-            let ports = entries
-                .flatten()
-                .find(|e| e.file_name().to_string_lossy().ends_with(".ports"))?;
-            let v: Value =
-                serde_json::from_str(&std::fs::read_to_string(ports.path()).ok()?).ok()?;
-            v["nats"][0].as_str().map(str::to_owned)
-        });
-        async move { url }
-    })
-    .await;
-    (proc, url)
-}
-
-struct Cluster {
-    dir: KeepOnFailure,
-    _nats: Proc,
-    _cp: Proc,
-    cp_addr: String,
-    executors: Vec<Proc>,
-}
-
-impl Cluster {
-    async fn start() -> Self {
-        let dir = KeepOnFailure::new();
-        let (nats, nats_url) = start_nats(dir.path()).await;
-        let cp_dir = dir.path().join("cp");
-        let mut cp = Proc::spawn(
-            wharf_harness::bin("wharf-control-plane"),
-            vec![
-                "--listen".into(),
-                "127.0.0.1:0".into(),
-                "--data-dir".into(),
-                cp_dir.display().to_string(),
-                "--lease-ms".into(),
-                LEASE_MS.to_string(),
-                "--heartbeat-interval-ms".into(),
-                HEARTBEAT_INTERVAL_MS.to_string(),
-            ],
-            &cp_dir,
-        );
-        let cp_addr = cp.listen_addr().await;
-        let mut executors = Vec::new();
-        for i in 0..2 {
-            let d = dir.path().join(format!("exec-{}", i + 1));
-            let mut p = Proc::spawn(
-                wharf_harness::bin("wharf-executor"),
-                vec![
-                    "--listen".into(),
-                    format!("127.0.0.{}:0", i + 2),
-                    "--control-plane".into(),
-                    format!("http://{cp_addr}"),
-                    "--data-dir".into(),
-                    d.display().to_string(),
-                    "--executor-id".into(),
-                    format!("exec-{}", i + 1),
-                    "--graceful-timeout-ms".into(),
-                    GRACEFUL_TIMEOUT_MS.to_string(),
-                    "--nats-url".into(),
-                    nats_url.clone(),
-                ],
-                &d,
-            );
-            p.listen_addr().await;
-            executors.push(p);
-        }
-        let c = Self {
-            dir,
-            _nats: nats,
-            _cp: cp,
-            cp_addr,
-            executors,
-        };
-        c.wait_alive(2).await;
-        c
-    }
-
-    fn call(&self, method: &str, body: Value) -> Value {
-        let r = grpcurl(
-            &self.cp_addr,
-            &format!("wharf.v1.ConnectorAdmin/{method}"),
-            &body,
-        );
-        assert_eq!(r.code, 0, "{method} {body}: {}", r.err);
-        r.body
-    }
-
-    async fn wait_alive(&self, n: usize) {
-        wait_until(&format!("{n} executors alive"), CONVERGE, || async {
-            let r = grpcurl(
-                &self.cp_addr,
-                "wharf.v1.ConnectorAdmin/ListExecutors",
-                &json!({}),
-            );
-            let alive = r.body["executors"]
-                .as_array()
-                .map(|a| {
-                    a.iter()
-                        .filter(|e| e["state"] == "EXECUTOR_STATE_ALIVE")
-                        .count()
-                })
-                .unwrap_or(0);
-            (r.code == 0 && alive == n).then_some(())
-        })
-        .await;
-    }
-
-    /// Waits until `name` and its one task are RUNNING, the task on an executor accepted
-    /// by `host_ok`; returns the task's executor id.
-    async fn wait_running(&self, name: &str, host_ok: impl Fn(&str) -> bool) -> String {
-        wait_until(&format!("{name} running"), CONVERGE, || {
-            let r = grpcurl(
-                &self.cp_addr,
-                "wharf.v1.ConnectorAdmin/GetConnectorStatus",
-                &json!({ "name": name }),
-            );
-            let s = &r.body["status"];
+/// Waits until `name` and its one task are RUNNING, the task on an executor accepted by
+/// `host_ok`; returns the task's executor id.
+async fn wait_running(c: &Cluster, name: &str, host_ok: impl Fn(&str) -> bool) -> String {
+    wait_until(&format!("{name} running"), CONVERGE, || {
+        let found = c.try_status(name).and_then(|s| {
             let task = &s["tasks"][0]["status"];
             let host = task["executorId"].as_str().unwrap_or_default().to_owned();
-            let ok = r.code == 0
-                && s["connector"]["state"] == "STATE_RUNNING"
+            (s["connector"]["state"] == "STATE_RUNNING"
                 && s["tasks"].as_array().is_some_and(|t| t.len() == 1)
                 && task["state"] == "STATE_RUNNING"
-                && host_ok(&host);
-            async move { ok.then_some(host) }
-        })
-        .await
-    }
+                && host_ok(&host))
+            .then_some(host)
+        });
+        async move { found }
+    })
+    .await
 }
 
 // ---------------------------------------------------------------------------------------
@@ -269,7 +131,7 @@ fn strip_ansi(text: &str) -> String {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn shutdown_is_not_delete_sigterm_stops_the_audit_task_with_false_and_it_resumes_elsewhere() {
-    let mut c = Cluster::start().await;
+    let mut c = Cluster::start(2).await;
     let db_path = c.dir.path().join("shop.db");
     let sink_path = c.dir.path().join("orders-audit.jsonl");
     let db = open_db(&db_path);
@@ -296,8 +158,8 @@ async fn shutdown_is_not_delete_sigterm_stops_the_audit_task_with_false_and_it_r
             "topics": TOPIC,
         }}),
     );
-    let host = c.wait_running(SOURCE, |h| !h.is_empty()).await;
-    c.wait_running(SINK, |h| !h.is_empty()).await;
+    let host = wait_running(&c, SOURCE, |h| !h.is_empty()).await;
+    wait_running(&c, SINK, |h| !h.is_empty()).await;
     let objects = provisioned(&db);
     let audit_table = objects
         .iter()
@@ -361,7 +223,7 @@ async fn shutdown_is_not_delete_sigterm_stops_the_audit_task_with_false_and_it_r
 
     // Rows written while the task moves are not skipped.
     insert_orders(&db, 6, 10);
-    let other = c.wait_running(SOURCE, |h| !h.is_empty() && h != host).await;
+    let other = wait_running(&c, SOURCE, |h| !h.is_empty() && h != host).await;
     assert_ne!(other, host);
     wait_sunk(&sink_path, 10).await;
 
@@ -371,7 +233,7 @@ async fn shutdown_is_not_delete_sigterm_stops_the_audit_task_with_false_and_it_r
     c.wait_alive(2).await;
     insert_orders(&db, 11, 12);
     wait_sunk(&sink_path, 12).await;
-    c.wait_running(SOURCE, |h| !h.is_empty()).await;
+    wait_running(&c, SOURCE, |h| !h.is_empty()).await;
     assert_eq!(
         provisioned(&db),
         objects,

@@ -1,7 +1,8 @@
 //! Handed case 04: a task blocked inside poll still stops, promptly, with the right flag.
 //!
-//! A real control plane and two real executors (127.0.0.2, 127.0.0.3), driven with real
-//! grpcurl (timed status calls through a gRPC client, see below); the `test-source` plugin's poll waits ten minutes for data that never comes.
+//! A real control plane and two real executors (127.0.0.2, 127.0.0.3), driven through the
+//! harness's typed admin client; the `test-source` plugin's poll waits ten minutes for
+//! data that never comes.
 //! The outcome is read from its lifecycle file: the delete reaches every blocked task as
 //! `stop(true)`, a restart and a pause as `stop(false)`, each within the executors'
 //! graceful timeout; a plugin that ignores cancellation is abandoned at the cleanup
@@ -14,16 +15,14 @@ use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use serde_json::{Value, json};
 use wharf::pb::v1 as pb;
-use wharf::pb::v1::connector_admin_client::ConnectorAdminClient;
 use wharf_harness::cluster::{CONVERGE, NOT_FOUND, TestCluster};
 use wharf_harness::lifecycle::Lifecycle;
 use wharf_harness::wait_until;
 
 /// The executors' graceful timeout in `TestCluster`, in milliseconds: the bound on a stop
 /// reaching a task blocked in poll, counted from when the admin call that causes it
-/// returned. Not from before the call: one grpcurl run (a pyenv shim, Python, then the Go
-/// binary) takes about 1 s on a loaded 2-core machine, which is the client's cost, not the
-/// stop's, and made this bound flaky.
+/// returned. Not from before the call: the client's cost is not the stop's (a client
+/// process start, about 1 s on a loaded 2-core machine, once made this bound flaky).
 const GRACEFUL_TIMEOUT_MS: i64 = 3_000;
 /// How long the blocked poll waits, in milliseconds (ten minutes).
 const POLL_BLOCK_MS: &str = "600000";
@@ -32,7 +31,7 @@ const ADMIN_CALL_BOUND: Duration = Duration::from_secs(2);
 /// `cleanup.timeout.ms` of the connector whose plugin ignores cancellation: how long its
 /// deletion waits out the stuck stop. Two admin call bounds, so that the deletion is
 /// certainly still pending when the first status call after DeleteConnector arrives (with
-/// 1 s it was sometimes gone before that call, each grpcurl run costing about 1 s).
+/// 1 s it was sometimes gone before that call when each call cost about 1 s).
 const STUCK_CLEANUP_TIMEOUT_MS: u128 = 2 * ADMIN_CALL_BOUND.as_millis();
 
 fn now_ms() -> i64 {
@@ -206,11 +205,9 @@ async fn stop_while_poll_blocks_a_plugin_ignoring_cancellation_is_abandoned_and_
         .await;
     wait_blocked_in_poll(&c, name, 1, 0).await;
 
-    // Timed calls go through a gRPC client held open: a grpcurl run costs about 1 s of
-    // process start on a loaded machine, which would hide how long the control plane took.
-    let mut admin = ConnectorAdminClient::connect(format!("http://{}", c.addr))
-        .await
-        .expect("admin client");
+    // Timed calls go through one client held open, so that the bound measures the control
+    // plane, not a new connection.
+    let mut admin = c.admin();
     let status = |name: &str| pb::GetConnectorStatusRequest {
         name: name.to_owned(),
     };

@@ -1,7 +1,7 @@
-//! Every kind of bad input, through real grpcurl against a real control plane with a real
-//! executor: INVALID_ARGUMENT (or the documented code) naming the field, and the store
-//! unchanged (same answers, same offsets) but for the audit trail, which records each
-//! refused mutating call with its code.
+//! Every kind of bad input, through the typed admin client against a real control plane
+//! with a real executor: INVALID_ARGUMENT (or the documented code) naming the field,
+//! and the store unchanged (same answers, same offsets) but for the audit trail, which
+//! records each refused mutating call with its code.
 //!
 //! Build first: `cargo build -p wharf-control-plane -p wharf-executor`.
 

@@ -3,7 +3,7 @@
 //! failing cleanup step and what the operator can do, and the deletion stays recorded
 //! (DELETING). A deletion that waits for an executor retries with backoff and logs its
 //! waiting state once per change instead of twice per pass. Real control plane, real
-//! executors, real grpcurl.
+//! executors, the typed admin client.
 //!
 //! Build first: `cargo build -p wharf-control-plane -p wharf-executor`.
 
@@ -28,7 +28,7 @@ async fn a_waiting_delete_that_does_not_finish_fails_with_deadline_exceeded() {
     c.wait_state(name, "STATE_RUNNING", "STATE_RUNNING", 1)
         .await;
 
-    // What `grpcurl ... DeleteConnector && echo deleted` sees: a non-zero exit.
+    // What a script running `DeleteConnector && echo deleted` sees: a failed call, not OK.
     let r = c.call(
         "DeleteConnector",
         json!({ "name": name, "wait": true, "wait_timeout_ms": SHORT_WAIT_MS }),

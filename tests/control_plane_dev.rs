@@ -7,7 +7,7 @@
 use std::time::Duration;
 
 use serde_json::json;
-use wharf_harness::cluster::{CONVERGE, grpcurl};
+use wharf_harness::cluster::{CONVERGE, call_at};
 use wharf_harness::lifecycle::Lifecycle;
 use wharf_harness::{KeepOnFailure, Proc, wait_until};
 
@@ -27,7 +27,7 @@ async fn dev_mode_runs_and_deletes_a_connector_in_one_process() {
     );
     let addr = cp.listen_addr().await;
     let call =
-        |m: &str, b: serde_json::Value| grpcurl(&addr, &format!("wharf.v1.ConnectorAdmin/{m}"), &b);
+        |m: &str, b: serde_json::Value| call_at(&addr, &format!("wharf.v1.ConnectorAdmin/{m}"), &b);
     wait_until("the in-process executor to register", CONVERGE, || async {
         let r = call("ListExecutors", json!({}));
         (r.body["executors"][0]["state"] == "EXECUTOR_STATE_ALIVE").then_some(())

@@ -3,7 +3,7 @@
 //! (sqlite-audit's `database.path`) with FAILED_PRECONDITION naming `config[<key>]`, the
 //! stored config stays as it was, and the later delete removes the audit table and
 //! triggers from the database the connector provisioned. Real control plane, real
-//! executor, real grpcurl, a real SQLite file.
+//! executor, the typed admin client, a real SQLite file.
 //!
 //! Build first: `cargo build -p wharf-control-plane -p wharf-executor`.
 

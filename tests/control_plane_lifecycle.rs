@@ -1,5 +1,5 @@
-//! End to end: a real control plane and three real executors on 127.0.0.2-4, driven with
-//! real grpcurl; outcomes read from the test plugin's lifecycle file.
+//! End to end: a real control plane and three real executors on 127.0.0.2-4, driven through
+//! the typed admin client; outcomes read from the test plugin's lifecycle file.
 //!
 //! Build first: `cargo build -p wharf-control-plane -p wharf-executor`.
 
@@ -46,7 +46,14 @@ async fn a_connector_lives_through_pause_resume_stop_restart_reconfigure_and_del
     // Pause: tasks stop with false, stay assigned as PAUSED.
     assert_eq!(c.call("PauseConnector", json!({ "name": name })).code, 0);
     c.wait_state(name, "STATE_PAUSED", "STATE_PAUSED", 3).await;
-    let lc = Lifecycle::read(&c.lifecycle_path(name));
+    // The status can say PAUSED before a task's stop returned: wait for the plugin's record.
+    let lc = wait_until("every task's stop recorded", CONVERGE, || async {
+        let lc = Lifecycle::read(&c.lifecycle_path(name));
+        (0..3)
+            .all(|t| !lc.stops_for(name, t).is_empty())
+            .then_some(lc)
+    })
+    .await;
     for t in 0..3 {
         let stops = lc.stops_for(name, t);
         assert!(
@@ -99,15 +106,18 @@ async fn a_connector_lives_through_pause_resume_stop_restart_reconfigure_and_del
         json!({ "name": name, "config": c.source_config(name, 5) }),
     );
     assert_eq!(r.code, 0, "{}", r.err);
-    c.wait_state(name, "STATE_RUNNING", "STATE_RUNNING", 5)
+    let five = c
+        .wait_state(name, "STATE_RUNNING", "STATE_RUNNING", 5)
         .await;
     let r = c.call(
         "PutConnectorConfig",
         json!({ "name": name, "config": c.source_config(name, 2) }),
     );
     assert_eq!(r.code, 0, "{}", r.err);
+    // The kept tasks restart with the new config: wait for their new generations, not
+    // the old instances still reported before the change reached them.
     let s = c
-        .wait_state(name, "STATE_RUNNING", "STATE_RUNNING", 2)
+        .wait_state_newer(name, "STATE_RUNNING", "STATE_RUNNING", 2, &five)
         .await;
     let final_hosts = TestCluster::hosts(&s);
     let lc = Lifecycle::read(&c.lifecycle_path(name));

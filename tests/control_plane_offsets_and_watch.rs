@@ -1,13 +1,11 @@
-//! KIP-875 offsets over grpcurl (get while running; alter and reset only when STOPPED; a
-//! resumed task continues from the altered offset) and WatchConnector streaming a
-//! snapshot, state changes and the final DELETED event.
+//! KIP-875 offsets through the typed admin client (get while running; alter and reset
+//! only when STOPPED; a resumed task continues from the altered offset) and
+//! WatchConnector streaming a snapshot, state changes and the final DELETED event.
 //!
 //! Build first: `cargo build -p wharf-control-plane -p wharf-executor`.
 
 use serde_json::json;
-use wharf_harness::cluster::{
-    CONVERGE, FAILED_PRECONDITION, NOT_FOUND, TestCluster, grpcurl_stream,
-};
+use wharf_harness::cluster::{CONVERGE, FAILED_PRECONDITION, NOT_FOUND, TestCluster};
 use wharf_harness::wait_until;
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -98,27 +96,17 @@ async fn watch_streams_a_snapshot_the_changes_and_the_deletion() {
         .code,
         0
     );
-    let watch = grpcurl_stream(
-        &c.addr,
-        "wharf.v1.ConnectorAdmin/WatchConnector",
-        &json!({ "name": name }),
-    );
+    let watch = c.watch(name);
     c.wait_state(name, "STATE_RUNNING", "STATE_RUNNING", 1)
         .await;
     assert_eq!(c.call("PauseConnector", json!({ "name": name })).code, 0);
     c.wait_state(name, "STATE_PAUSED", "STATE_PAUSED", 1).await;
     let r = c.call("DeleteConnector", json!({ "name": name, "wait": true }));
     assert_eq!(r.body["deleted"], true, "{}", r.err);
-    let out = watch.wait_with_output().expect("grpcurl");
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    let events: Vec<serde_json::Value> = serde_json::Deserializer::from_slice(&out.stdout)
-        .into_iter::<serde_json::Value>()
-        .collect::<Result<_, _>>()
-        .expect("JSON events");
+    let events = match watch.wait() {
+        Ok(events) => events,
+        Err(failed) => panic!("the watch ended with an error: {}", failed.err),
+    };
     let types: Vec<&str> = events.iter().filter_map(|e| e["type"].as_str()).collect();
     assert_eq!(
         types.first(),

@@ -10,20 +10,19 @@
 //! record of the completed stop instead of running the cleanup again
 //! (docs/contract.md, "Executor self-fencing").
 //!
-//! Needs the `etcd` binary (Debian `etcd-server`, see scripts/setup-services) and
-//! grpcurl. Build first: `cargo build -p wharf-control-plane -p wharf-executor`, then
+//! Needs the `etcd` binary (Debian `etcd-server`, see scripts/setup-services). Build
+//! first: `cargo build -p wharf-control-plane -p wharf-executor`, then
 //! `cargo test -p wharf --test etcd_failover`.
 
 use std::path::Path;
 use std::time::Duration;
 
 use serde_json::{Value, json};
-use wharf_harness::cluster::{CONVERGE, NOT_FOUND, grpcurl};
+use wharf_harness::cluster::{CONVERGE, NOT_FOUND, call_at};
+use wharf_harness::etcd::control_plane_replica;
 use wharf_harness::lifecycle::Lifecycle;
 use wharf_harness::{KeepOnFailure, Proc, wait_until};
 
-/// Election lease TTL of the test replicas, in seconds (etcd's shortest is 2).
-const ELECTION_TTL_SECS: u32 = 2;
 /// Executor lease, in milliseconds, longer than a leader failover (the election TTL and
 /// the new term): the executors keep their epoch through it.
 const LONG_EXECUTOR_LEASE_MS: u32 = 8_000;
@@ -32,8 +31,6 @@ const LONG_EXECUTOR_LEASE_MS: u32 = 8_000;
 /// leader must then be answered from the executor's record (before this was so, it ran a
 /// second time in a cleanup-only instance).
 const SHORT_EXECUTOR_LEASE_MS: u32 = 2_000;
-/// Executor heartbeat interval, in milliseconds.
-const HEARTBEAT_INTERVAL_MS: u32 = 200;
 /// How long each test task's stop(true) takes, in ms: the leader dies during it.
 const STOP_DELAY_MS: &str = "1500";
 /// gRPC status code UNAVAILABLE, as `Call::code` reports it.
@@ -42,36 +39,11 @@ const UNAVAILABLE: i32 = 14;
 const ELECTION_DEADLINE: Duration = Duration::from_secs(20);
 
 fn replica(dir: &Path, name: &str, etcd: &str, key: &[u8], lease_ms: u32) -> Proc {
-    let d = dir.join(name);
-    std::fs::create_dir_all(&d).unwrap();
-    // Every replica seals with the same key (docs/state.md).
-    std::fs::write(d.join("store.key"), key).unwrap();
-    Proc::spawn(
-        wharf_harness::bin("wharf-control-plane"),
-        vec![
-            "--listen".into(),
-            "127.0.0.1:0".into(),
-            "--data-dir".into(),
-            d.display().to_string(),
-            "--lease-ms".into(),
-            lease_ms.to_string(),
-            "--heartbeat-interval-ms".into(),
-            HEARTBEAT_INTERVAL_MS.to_string(),
-            "--store".into(),
-            "etcd".into(),
-            "--etcd-endpoints".into(),
-            etcd.into(),
-            "--etcd-prefix".into(),
-            "/failover/".into(),
-            "--etcd-election-ttl-secs".into(),
-            ELECTION_TTL_SECS.to_string(),
-        ],
-        &d,
-    )
+    control_plane_replica(dir, name, etcd, "/failover/", key, lease_ms, &[])
 }
 
 fn admin(addr: &str, method: &str, body: Value) -> wharf_harness::cluster::Call {
-    grpcurl(addr, &format!("wharf.v1.ConnectorAdmin/{method}"), &body)
+    call_at(addr, &format!("wharf.v1.ConnectorAdmin/{method}"), &body)
 }
 
 async fn wait_leader(p: &Proc) {

@@ -10,7 +10,7 @@
 //!   control plane exits non-zero at start with a message naming etcd and the cause, and
 //!   never echoes the password.
 //!
-//! Needs the `etcd` binary (Debian `etcd-server`, scripts/setup-services) and grpcurl.
+//! Needs the `etcd` binary (Debian `etcd-server`, scripts/setup-services).
 //! Build first: `cargo build -p wharf-control-plane -p wharf-executor`.
 
 use std::path::Path;

@@ -73,6 +73,7 @@ async fn dev_example_runs_the_main_job_and_prints_what_to_try() {
         async move { text.contains("docs/quickstart.md").then_some(text) }
     })
     .await;
+    // The grpcurl line an operator is told to type (the walkthrough's text, checked as such).
     assert!(
         printed.contains(&format!("listening on {addr}"))
             && printed.contains(&format!(

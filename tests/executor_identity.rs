@@ -14,7 +14,8 @@
 use std::time::{Duration, Instant};
 
 use serde_json::{Value, json};
-use wharf_harness::cluster::{CONVERGE, TestCluster};
+use wharf_harness::client::{ClientCert, Dial, rpc};
+use wharf_harness::cluster::{CONVERGE, PERMISSION_DENIED, TestCluster};
 use wharf_harness::fault::create_running;
 use wharf_harness::{Proc, bin, wait_until};
 
@@ -79,7 +80,7 @@ fn placements(status: &Value) -> Vec<(String, String, String)> {
 
 /// What the executor serving at `addr` hosts: (connector, task or -1) pairs.
 fn hosted(addr: &str) -> Vec<(String, i64)> {
-    let r = wharf_harness::cluster::grpcurl(addr, "wharf.v1.Executor/ListAssignments", &json!({}));
+    let r = wharf_harness::cluster::call_at(addr, "wharf.v1.Executor/ListAssignments", &json!({}));
     assert_eq!(r.code, 0, "ListAssignments on {addr}: {}", r.err);
     let mut out: Vec<(String, i64)> = r.body["connectors"]
         .as_array()
@@ -247,19 +248,17 @@ async fn a_refused_executor_certificate_is_named_in_the_audit_trail() {
     let c = TestCluster::start_mtls(1).await;
     let certs = c.tls.as_ref().expect("mTLS cluster");
     let (cert, key) = certs.leaf("executor-exec-1");
-    let out = std::process::Command::new("grpcurl")
-        .args(["-cacert", &certs.ca().display().to_string()])
-        .args(["-cert", &cert.display().to_string()])
-        .args(["-key", &key.display().to_string()])
-        .args([
-            "-d",
-            r#"{"name":"by-executor","config":{"connector.class":"test-source"}}"#,
-        ])
-        .args([c.addr.as_str(), "wharf.v1.ConnectorAdmin/CreateConnector"])
-        .output()
-        .expect("grpcurl");
-    let err = String::from_utf8_lossy(&out.stderr);
-    assert!(err.contains("PermissionDenied"), "{err}");
+    let as_executor = Dial::plaintext().with_tls(ClientCert {
+        ca: certs.ca(),
+        identity: Some((cert, key)),
+    });
+    let r = rpc(
+        &c.addr,
+        &as_executor,
+        "wharf.v1.ConnectorAdmin/CreateConnector",
+        &json!({ "name": "by-executor", "config": { "connector.class": "test-source" } }),
+    );
+    assert_eq!(r.code, PERMISSION_DENIED, "{}", r.err);
     assert_eq!(c.status("by-executor"), None, "nothing was created");
     let r = c.call("ListAuditEntries", json!({ "connector": "by-executor" }));
     assert_eq!(r.code, 0, "{}", r.err);

@@ -10,7 +10,7 @@ use std::time::{Duration, Instant};
 
 use serde_json::{Value, json};
 use wharf_harness::cluster::{
-    CONVERGE, TEST_HEARTBEAT_INTERVAL_MS, TEST_LEASE_MS, TestCluster, grpcurl,
+    CONVERGE, TEST_HEARTBEAT_INTERVAL_MS, TEST_LEASE_MS, TestCluster, call_at,
 };
 use wharf_harness::fault::{
     create_running, gone, now_ms, start_cluster, start_mtls_cluster, wait_executor,
@@ -73,7 +73,7 @@ fn executor_addr(c: &TestCluster, id: &str) -> String {
 
 /// What an executor's ListAssignments says it hosts of `name`.
 fn hosted_of(c: &TestCluster, executor: &str, name: &str) -> Vec<Value> {
-    let r = grpcurl(
+    let r = call_at(
         &executor_addr(c, executor),
         "wharf.v1.Executor/ListAssignments",
         &json!({}),
@@ -288,6 +288,21 @@ async fn a_frozen_executor_stalls_no_other_connector_and_fails_over_within_lease
     .await;
     c.executors[1].signal("STOP");
     let frozen_at = now_of_day_ms();
+    // The create comes once the control plane has seen exec-2 silent for three heartbeat
+    // intervals (the case this test is about; a create within them may still be placed
+    // on exec-2 and wait for its lease).
+    wait_until("exec-2 silent for three heartbeats", CONVERGE, || async {
+        let r = c.call("ListExecutors", json!({}));
+        let last: i64 = r.body["executors"]
+            .as_array()?
+            .iter()
+            .find(|e| e["id"] == "exec-2")?["lastHeartbeatMs"]
+            .as_str()?
+            .parse()
+            .ok()?;
+        (now_ms() - last >= i64::from(TEST_HEARTBEAT_INTERVAL_MS) * 3).then_some(())
+    })
+    .await;
 
     // A new connector created meanwhile starts at once, on the other executors.
     let fresh = "fresh";
@@ -442,7 +457,7 @@ async fn a_task_its_executor_no_longer_hosts_is_corrected_from_the_heartbeat_and
         .or(s["tasks"][0]["status"]["generation"].as_u64())
         .expect("generation");
     // The executor loses the instance without the control plane hearing of it.
-    let r = grpcurl(
+    let r = call_at(
         &executor_addr(&c, "exec-1"),
         "wharf.v1.Executor/StopTask",
         &json!({ "task": { "connector": name, "task": 0 }, "generation": generation.to_string() }),
@@ -486,7 +501,7 @@ async fn a_task_its_executor_no_longer_hosts_is_corrected_from_the_heartbeat_and
 
 /// Longest time from an executor registering again to the status no longer claiming
 /// RUNNING for what its old epoch hosted, in ms: one heartbeat interval, plus slack for
-/// the polling itself (each grpcurl run costs about 1 s on a loaded machine).
+/// the polling itself (sized when each poll was a client process start of about 1 s).
 const REREGISTERED_CORRECTION_WITHIN_MS: u64 = TEST_HEARTBEAT_INTERVAL_MS as u64 + 4_000;
 
 /// Quickstart section 8, seen by a newcomer: the executor comes back under the same id

@@ -1,5 +1,5 @@
 //! A delete racing with another admin call on the same connector, both sent at the same
-//! moment from two threads (real grpcurl, real processes): create of the same name, a
+//! moment from two threads (typed admin client, real processes): create of the same name, a
 //! restart, a config update, and a second delete. One call wins clearly, the state is
 //! consistent, and cleanup is exactly as the contract says: a deleted connector's every
 //! unit that ever ran got exactly one completed stop(true), every instance that started
@@ -13,7 +13,7 @@ use std::sync::{Arc, Barrier};
 
 use serde_json::{Value, json};
 use wharf_harness::cluster::{
-    ALREADY_EXISTS, CONVERGE, Call, FAILED_PRECONDITION, NOT_FOUND, TestCluster, grpcurl,
+    ALREADY_EXISTS, CONVERGE, Call, FAILED_PRECONDITION, NOT_FOUND, TestCluster, call_at,
 };
 use wharf_harness::fault::{
     admin_forgot, completed_trues, create_running, gone, start_mtls_cluster,
@@ -29,7 +29,7 @@ fn at_once(c: &TestCluster, a: (&str, Value), b: (&str, Value)) -> (Call, Call) 
         let method = format!("wharf.v1.ConnectorAdmin/{method}");
         std::thread::spawn(move || {
             barrier.wait();
-            grpcurl(&addr, &method, &body)
+            call_at(&addr, &method, &body)
         })
     };
     let (ta, tb) = (spawn(a), spawn(b));

@@ -15,7 +15,7 @@
 //! Build first: `cargo build -p wharf-control-plane -p wharf-executor`.
 
 use serde_json::{Value, json};
-use wharf_harness::cluster::{CONVERGE, FAILED_PRECONDITION, grpcurl_stream};
+use wharf_harness::cluster::{CONVERGE, FAILED_PRECONDITION};
 use wharf_harness::fault::{admin_forgot, create_running, gone, start_mtls_cluster};
 use wharf_harness::lifecycle::Lifecycle;
 use wharf_harness::wait_until;
@@ -29,11 +29,7 @@ async fn slow_cleanup_times_out_is_retried_to_the_limit_stays_visible_and_can_be
     cfg["cleanup.timeout.ms"] = json!("300");
     cfg["cleanup.max.attempts"] = json!("2");
     create_running(&c, name, cfg, 1).await;
-    let watch = grpcurl_stream(
-        &c.addr,
-        "wharf.v1.ConnectorAdmin/WatchConnector",
-        &json!({ "name": name }),
-    );
+    let watch = c.watch(name);
 
     let r = c.call("DeleteConnector", json!({ "name": name }));
     assert_eq!(r.code, 0, "{}", r.err);
@@ -91,12 +87,11 @@ async fn slow_cleanup_times_out_is_retried_to_the_limit_stays_visible_and_can_be
     assert_eq!(trues, 3, "{:?}", lc.calls(name, Some(0)));
 
     // WatchConnector showed DELETING with the step's attempts and error, then the end.
-    let out = watch.wait_with_output().expect("watch");
-    let text = String::from_utf8_lossy(&out.stdout);
-    let events: Vec<Value> = serde_json::Deserializer::from_str(&text)
-        .into_iter::<Value>()
-        .filter_map(Result::ok)
-        .collect();
+    let events = match watch.wait() {
+        Ok(events) => events,
+        Err(failed) => panic!("the watch ended with an error: {}", failed.err),
+    };
+    let text = Value::Array(events.clone()).to_string();
     assert!(
         events.iter().any(|e| {
             let st = &e["status"]["deletion"]["steps"][0];

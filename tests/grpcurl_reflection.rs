@@ -4,6 +4,8 @@
 //! standard health check must answer SERVING (an executor's once it registered).
 //!
 //! grpcurl is taken from `$GRPCURL` (scripts/test sets it) or from `PATH`.
+//! It stays grpcurl here (the other suites use the typed clients): what grpcurl shows
+//! an operator is the point.
 
 use std::time::Duration;
 

@@ -10,53 +10,12 @@ use std::io::Write as _;
 use std::path::Path;
 
 use serde_json::{Value, json};
-use wharf_harness::cluster::{CONVERGE, TestCluster, grpcurl};
-use wharf_harness::prometheus::TestPrometheus;
+use wharf_harness::cluster::{CONVERGE, TestCluster};
+use wharf_harness::prometheus::{TestPrometheus, free_addr, grpc_health, http_get, wait_value};
 use wharf_harness::wait_until;
 
 /// Lines the file-source reads.
 const LINES: usize = 200;
-
-fn free_addr(ip: &str) -> String {
-    let port = std::net::TcpListener::bind(format!("{ip}:0"))
-        .and_then(|l| l.local_addr())
-        .expect("free port")
-        .port();
-    format!("{ip}:{port}")
-}
-
-/// `curl -s -w '%{http_code}' http://ADDR/PATH`: (status, body).
-fn curl(addr: &str, path: &str) -> (u16, String) {
-    let out = std::process::Command::new("curl")
-        .args([
-            "-s",
-            "-m",
-            "5",
-            "-w",
-            "\n%{http_code}",
-            &format!("http://{addr}{path}"),
-        ])
-        .output()
-        .expect("run curl");
-    let text = String::from_utf8_lossy(&out.stdout).into_owned();
-    let (body, code) = text.rsplit_once('\n').unwrap_or(("", "0"));
-    (code.trim().parse().unwrap_or(0), body.to_owned())
-}
-
-/// Waits until Prometheus' answer to `promql` is the single value `want`.
-async fn wait_value(prom: &TestPrometheus, promql: &str, want: f64) {
-    wait_until(
-        &format!("Prometheus: {promql} == {want}"),
-        CONVERGE,
-        || async { (prom.value(promql) == Some(want)).then_some(()) },
-    )
-    .await;
-}
-
-fn grpc_health(addr: &str) -> String {
-    let r = grpcurl(addr, "grpc.health.v1.Health/Check", &json!({}));
-    r.body["status"].as_str().unwrap_or("").to_owned()
-}
 
 fn lines_of(path: &Path) -> usize {
     std::fs::read_to_string(path)
@@ -80,7 +39,7 @@ async fn executor_record_counters_match_the_records_the_sink_wrote() {
     let (c, metrics) = cluster_with_executor_metrics(&["--log-format", "json"]).await;
     let prom = TestPrometheus::start(std::slice::from_ref(&metrics));
     wait_until("the executor healthy once registered", CONVERGE, || async {
-        (curl(&metrics, "/health").0 == 200).then_some(())
+        (http_get(&metrics, "/health").0 == 200).then_some(())
     })
     .await;
 
@@ -172,7 +131,7 @@ async fn executor_record_counters_match_the_records_the_sink_wrote() {
     let r = c.call("DeleteConnector", json!({ "name": "src" }));
     assert_eq!(r.code, 0, "{}", r.err);
     wait_until("src's series gone from /metrics", CONVERGE, || async {
-        let (code, page) = curl(&metrics, "/metrics");
+        let (code, page) = http_get(&metrics, "/metrics");
         (code == 200 && !page.contains(r#"connector="src""#) && page.contains(r#"connector="dst""#))
             .then_some(())
     })
@@ -200,7 +159,7 @@ async fn executor_health_is_not_serving_while_fenced_and_serving_after_it_regist
         (grpc_health(&addr) == "SERVING").then_some(())
     })
     .await;
-    assert_eq!(curl(&metrics, "/ready").0, 200);
+    assert_eq!(http_get(&metrics, "/ready").0, 200);
 
     // Frozen control plane: heartbeats go unanswered, the lease runs out, the executor
     // fences itself.
@@ -209,12 +168,12 @@ async fn executor_health_is_not_serving_while_fenced_and_serving_after_it_regist
         (grpc_health(&addr) == "NOT_SERVING").then_some(())
     })
     .await;
-    let (code, body) = curl(&metrics, "/health");
+    let (code, body) = http_get(&metrics, "/health");
     assert_eq!(code, 503, "{body}");
     let health: Value = serde_json::from_str(&body).expect("JSON");
     assert_eq!(health["status"], "unhealthy", "{health}");
-    assert_eq!(curl(&metrics, "/ready").0, 503);
-    let (_, page) = curl(&metrics, "/metrics");
+    assert_eq!(http_get(&metrics, "/ready").0, 503);
+    let (_, page) = http_get(&metrics, "/metrics");
     assert!(page.contains("wharf_executor_registered 0"), "{page}");
     assert!(page.contains("wharf_executor_fences_total 1"), "{page}");
 
@@ -223,7 +182,7 @@ async fn executor_health_is_not_serving_while_fenced_and_serving_after_it_regist
         (grpc_health(&addr) == "SERVING").then_some(())
     })
     .await;
-    let (code, body) = curl(&metrics, "/health");
+    let (code, body) = http_get(&metrics, "/health");
     assert_eq!(code, 200, "{body}");
     assert!(
         c.executors[0]
@@ -297,8 +256,8 @@ async fn every_metric_the_dashboard_queries_is_on_a_live_metrics_page() {
     assert!(names.len() > 20, "the dashboard queries {names:?}");
     // The last events of that run: the cleanup stop, the sink's flush, an offset commit.
     wait_until("the run's last events on the pages", CONVERGE, || async {
-        let cp = curl(&cp_metrics, "/metrics").1;
-        let ex = curl(&metrics, "/metrics").1;
+        let cp = http_get(&cp_metrics, "/metrics").1;
+        let ex = http_get(&metrics, "/metrics").1;
         (cp.contains("wharf_cleanup_step_duration_seconds_bucket")
             && ex.contains("wharf_sink_flush_duration_seconds_bucket")
             && ex.contains("wharf_source_offset_commit_duration_seconds_bucket"))
@@ -307,8 +266,8 @@ async fn every_metric_the_dashboard_queries_is_on_a_live_metrics_page() {
     .await;
     let page = format!(
         "{}\n{}",
-        curl(&cp_metrics, "/metrics").1,
-        curl(&metrics, "/metrics").1
+        http_get(&cp_metrics, "/metrics").1,
+        http_get(&metrics, "/metrics").1
     );
     let on_page = |name: &str| {
         page.lines().any(|l| {

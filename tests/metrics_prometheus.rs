@@ -5,28 +5,10 @@
 //! are counted. Health follows the store: NOT_SERVING while etcd is stopped.
 
 use serde_json::{Value, json};
-use wharf_harness::cluster::{CONVERGE, NOT_FOUND, TestCluster, grpcurl};
+use wharf_harness::cluster::{CONVERGE, NOT_FOUND, TestCluster};
 use wharf_harness::etcd::TestEtcd;
-use wharf_harness::prometheus::TestPrometheus;
+use wharf_harness::prometheus::{TestPrometheus, free_addr, grpc_health, http_get, wait_value};
 use wharf_harness::wait_until;
-
-fn free_addr() -> String {
-    let port = std::net::TcpListener::bind("127.0.0.1:0")
-        .and_then(|l| l.local_addr())
-        .expect("free port")
-        .port();
-    format!("127.0.0.1:{port}")
-}
-
-/// Waits until Prometheus' answer to `promql` is the single value `want`.
-async fn wait_value(prom: &TestPrometheus, promql: &str, want: f64) {
-    wait_until(
-        &format!("Prometheus: {promql} == {want}"),
-        CONVERGE,
-        || async { (prom.value(promql) == Some(want)).then_some(()) },
-    )
-    .await;
-}
 
 /// Waits until `promql` has no sample any more (the series left the scrape).
 async fn wait_no_series(prom: &TestPrometheus, promql: &str) {
@@ -50,29 +32,13 @@ fn create(c: &TestCluster, name: &str, cfg: Value) {
     assert_eq!(r.code, 0, "create {name}: {}", r.err);
 }
 
-/// `curl -s -w '%{http_code}' http://ADDR/PATH`: (status, body).
-fn curl(addr: &str, path: &str) -> (u16, String) {
-    let out = std::process::Command::new("curl")
-        .args([
-            "-s",
-            "-w",
-            "\n%{http_code}",
-            &format!("http://{addr}{path}"),
-        ])
-        .output()
-        .expect("run curl");
-    let text = String::from_utf8_lossy(&out.stdout).into_owned();
-    let (body, code) = text.rsplit_once('\n').unwrap_or(("", "0"));
-    (code.trim().parse().unwrap_or(0), body.to_owned())
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn prometheus_follows_tasks_deletions_forced_deletions_and_leaks() {
-    let metrics = free_addr();
+    let metrics = free_addr("127.0.0.1");
     let c = TestCluster::start_with(1, vec!["--metrics-listen".into(), metrics.clone()]).await;
     let prom = TestPrometheus::start(std::slice::from_ref(&metrics));
 
-    let (code, body) = curl(&metrics, "/health");
+    let (code, body) = http_get(&metrics, "/health");
     assert_eq!(code, 200, "{body}");
     assert_eq!(
         serde_json::from_str::<Value>(&body).expect("JSON")["status"],
@@ -194,15 +160,10 @@ async fn prometheus_follows_tasks_deletions_forced_deletions_and_leaks() {
     );
 }
 
-fn grpc_health(addr: &str) -> String {
-    let r = grpcurl(addr, "grpc.health.v1.Health/Check", &json!({}));
-    r.body["status"].as_str().unwrap_or("").to_owned()
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn health_is_not_serving_while_etcd_is_stopped() {
     let mut etcd = TestEtcd::start();
-    let metrics = free_addr();
+    let metrics = free_addr("127.0.0.1");
     let c = TestCluster::start_with(
         1,
         vec![
@@ -221,25 +182,25 @@ async fn health_is_not_serving_while_etcd_is_stopped() {
         (grpc_health(&c.addr) == "SERVING").then_some(())
     })
     .await;
-    assert_eq!(curl(&metrics, "/ready").0, 200);
+    assert_eq!(http_get(&metrics, "/ready").0, 200);
 
     etcd.stop();
     wait_until("NOT_SERVING with etcd stopped", CONVERGE, || async {
         (grpc_health(&c.addr) == "NOT_SERVING").then_some(())
     })
     .await;
-    let (code, body) = curl(&metrics, "/health");
+    let (code, body) = http_get(&metrics, "/health");
     assert_eq!(code, 503, "{body}");
     let body: Value = serde_json::from_str(&body).expect("JSON");
     assert_eq!(body["status"], "unhealthy", "{body}");
-    assert_eq!(curl(&metrics, "/ready").0, 503);
+    assert_eq!(http_get(&metrics, "/ready").0, 503);
 
     etcd.start_again();
     wait_until("SERVING again with etcd back", CONVERGE, || async {
         (grpc_health(&c.addr) == "SERVING").then_some(())
     })
     .await;
-    assert_eq!(curl(&metrics, "/health").0, 200);
+    assert_eq!(http_get(&metrics, "/health").0, 200);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -255,7 +255,7 @@ async fn a_failure_the_sink_reports_shows_in_the_status_and_bad_config_names_its
 
     // Bad config. What the control plane can check from the advertised keys (types,
     // allowed values) is refused at create, naming the key; nothing is created.
-    let bad = wharf_harness::cluster::grpcurl(
+    let bad = wharf_harness::cluster::call_at(
         &c.cp_addr,
         "wharf.v1.ConnectorAdmin/CreateConnector",
         &json!({ "name": "rmq-bad-type", "config": {

@@ -1,7 +1,7 @@
 //! The Kafka Connect REST gateway behind the same admin guard as gRPC, end to end: a real
 //! control plane with an `--admin-tokens` file and `--rest-listen`, a real executor, real
-//! curl with `Authorization: Bearer …` (as an operator calls Kafka Connect), real grpcurl
-//! for the gRPC side, tokens minted by `wharf-control-plane token`.
+//! curl with `Authorization: Bearer …` (as an operator calls Kafka Connect), the typed admin
+//! client for the gRPC side, tokens minted by `wharf-control-plane token`.
 //!
 //! Build first: `cargo build -p wharf-control-plane -p wharf-executor`, then
 //! `cargo test --test rest_auth`.
@@ -10,61 +10,16 @@ use std::path::Path;
 use std::process::Command;
 
 use serde_json::{Value, json};
-use wharf_harness::cluster::{
-    CONVERGE, Call, GRPCURL_STATUS_BASE, TEST_HEARTBEAT_INTERVAL_MS, TEST_LEASE_MS,
+use wharf_harness::auth::{
+    AuditRow, audit_summary, call_with_token, connector_names, control_plane_with_tokens,
+    mint_roles, row,
 };
+use wharf_harness::cluster::{CONVERGE, Call, PERMISSION_DENIED};
 use wharf_harness::{KeepOnFailure, Proc, wait_until};
 
-/// gRPC PERMISSION_DENIED.
-const PERMISSION_DENIED: i32 = 7;
-
-/// (token, file line) from `wharf-control-plane token`.
-fn mint(name: &str, role: &str) -> (String, String) {
-    let out = Command::new(wharf_harness::bin("wharf-control-plane"))
-        .args(["token", "--name", name, "--role", role])
-        .output()
-        .expect("run the token subcommand");
-    assert!(out.status.success(), "{out:?}");
-    let line = String::from_utf8(out.stdout)
-        .expect("utf8")
-        .trim()
-        .to_owned();
-    let err = String::from_utf8(out.stderr).expect("utf8");
-    let token = err.lines().last().expect("token line").trim().to_owned();
-    (token, line)
-}
-
-/// grpcurl `method` on `addr` with `authorization: Bearer <token>`.
+/// `method` on `addr` with `authorization: Bearer <token>` through the typed client.
 fn grpc(addr: &str, token: &str, method: &str, body: &Value) -> Call {
-    let program = std::env::var("GRPCURL").unwrap_or_else(|_| "grpcurl".to_owned());
-    let out = Command::new(program)
-        .args([
-            "-plaintext",
-            "-emit-defaults",
-            "-max-time",
-            "60",
-            "-H",
-            &format!("authorization: Bearer {token}"),
-            "-d",
-            &body.to_string(),
-            addr,
-            &format!("wharf.v1.ConnectorAdmin/{method}"),
-        ])
-        .output()
-        .expect("grpcurl on PATH");
-    let code = match out.status.code() {
-        Some(0) => 0,
-        Some(c) if c > GRPCURL_STATUS_BASE => c - GRPCURL_STATUS_BASE,
-        other => panic!(
-            "grpcurl failed to run ({other:?}): {}",
-            String::from_utf8_lossy(&out.stderr)
-        ),
-    };
-    Call {
-        code,
-        body: serde_json::from_slice(&out.stdout).unwrap_or(Value::Null),
-        err: String::from_utf8_lossy(&out.stderr).into_owned(),
-    }
+    call_with_token(addr, Some(token), method, body)
 }
 
 /// curl `method` `http://<rest><path>` with `Authorization: Bearer <token>` when given:
@@ -125,19 +80,6 @@ fn assert_connect_error(answer: &(u16, Value), code: u16) {
     );
 }
 
-fn names(addr: &str, token: &str) -> Vec<String> {
-    let r = grpc(addr, token, "ListConnectors", &json!({}));
-    assert_eq!(r.code, 0, "{}", r.err);
-    r.body["connectors"]
-        .as_array()
-        .map(|a| {
-            a.iter()
-                .map(|c| c["name"].as_str().unwrap_or("").to_owned())
-                .collect()
-        })
-        .unwrap_or_default()
-}
-
 /// The connector's state and whether a deletion is recorded, from GetConnectorStatus.
 fn state(addr: &str, token: &str, name: &str) -> (String, bool) {
     let r = grpc(addr, token, "GetConnectorStatus", &json!({ "name": name }));
@@ -157,7 +99,7 @@ async fn wait_running(addr: &str, token: &str, name: &str) {
 }
 
 /// (principal, rpc, deletion_mode, outcome) of every audit entry, oldest first.
-fn audit(addr: &str, token: &str) -> Vec<(String, String, String, String)> {
+fn audit(addr: &str, token: &str) -> Vec<AuditRow> {
     let r = grpc(
         addr,
         token,
@@ -165,51 +107,25 @@ fn audit(addr: &str, token: &str) -> Vec<(String, String, String, String)> {
         &json!({ "page_size": 1000 }),
     );
     assert_eq!(r.code, 0, "{}", r.err);
-    r.body["entries"]
-        .as_array()
-        .cloned()
-        .unwrap_or_default()
-        .iter()
-        .map(|e| {
-            let s = |k: &str| e[k].as_str().unwrap_or("").to_owned();
-            (s("principal"), s("rpc"), s("deletionMode"), s("outcome"))
-        })
-        .collect()
-}
-
-fn row(p: &str, rpc: &str, mode: &str, outcome: &str) -> (String, String, String, String) {
-    (p.into(), rpc.into(), mode.into(), outcome.into())
+    audit_summary(
+        r.body["entries"]
+            .as_array()
+            .map(Vec::as_slice)
+            .unwrap_or_default(),
+    )
 }
 
 fn control_plane(dir: &Path, tokens: &Path) -> (Proc, std::path::PathBuf) {
-    let cp_dir = dir.join("cp");
-    let cp = Proc::spawn(
-        wharf_harness::bin("wharf-control-plane"),
-        vec![
-            "--listen".into(),
-            "127.0.0.1:0".into(),
-            "--rest-listen".into(),
-            "127.0.0.1:0".into(),
-            "--data-dir".into(),
-            cp_dir.display().to_string(),
-            "--lease-ms".into(),
-            TEST_LEASE_MS.to_string(),
-            "--heartbeat-interval-ms".into(),
-            TEST_HEARTBEAT_INTERVAL_MS.to_string(),
-            "--admin-tokens".into(),
-            tokens.display().to_string(),
-        ],
-        &cp_dir,
-    );
-    (cp, cp_dir)
+    let cp = control_plane_with_tokens(dir, tokens, &["--rest-listen", "127.0.0.1:0"]);
+    (cp, dir.join("cp"))
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn rest_callers_are_authenticated_authorized_and_audited_like_grpc_ones() {
     let dir = KeepOnFailure::new();
-    let (vera, vera_line) = mint("vera", "viewer");
-    let (otto, otto_line) = mint("otto", "operator");
-    let (ada, ada_line) = mint("ada", "admin");
+    let minted = mint_roles();
+    let [vera, otto, ada] = minted.clone().map(|m| m.token);
+    let [vera_line, otto_line, ada_line] = minted.map(|m| m.line);
     let tokens = dir.path().join("tokens.toml");
     std::fs::write(&tokens, format!("{vera_line}\n{otto_line}\n{ada_line}\n")).unwrap();
     let (mut cp, cp_dir) = control_plane(dir.path(), &tokens);
@@ -329,7 +245,7 @@ async fn rest_callers_are_authenticated_authorized_and_audited_like_grpc_ones() 
         "keep_resources",
         "PERMISSION_DENIED",
     ));
-    assert_eq!(names(&addr, &vera), vec![name.to_owned()]);
+    assert_eq!(connector_names(&addr, &vera), vec![name.to_owned()]);
     assert_eq!(
         state(&addr, &vera, name),
         ("STATE_RUNNING".to_owned(), false)
@@ -477,7 +393,7 @@ async fn rest_callers_are_authenticated_authorized_and_audited_like_grpc_ones() 
     assert_eq!(code, 204, "{body}");
     expected.push(row("otto", "DeleteConnector", "cleanup", "OK"));
     wait_until("the deleted connector gone", CONVERGE, || async {
-        names(&addr, &vera).is_empty().then_some(())
+        connector_names(&addr, &vera).is_empty().then_some(())
     })
     .await;
     assert_connect_error(&curl(&rest, Some(&vera), "GET", &path, None), 404);

@@ -6,15 +6,18 @@
 //! plane's certificate, and a plaintext non-loopback `--rest-listen` refuses to start.
 //!
 //! Build first: `cargo build -p wharf-control-plane -p wharf-executor`. grpcurl comes
-//! from `$GRPCURL` (scripts/test sets it) or `PATH`.
+//! from `$GRPCURL` (scripts/test sets it) or `PATH`. It stays grpcurl here (the other
+//! suites use the typed clients): the page's grpcurl lines, as typed, are the point.
 
 use std::path::Path;
 use std::process::Output;
 use std::time::Duration;
 
 use serde_json::Value;
-use wharf_harness::cluster::GRPCURL_STATUS_BASE;
 use wharf_harness::{KeepOnFailure, Proc, WAIT_DEADLINE, wait_until};
+
+/// grpcurl exits with 64 + the gRPC status code of a failed call.
+const GRPCURL_STATUS_BASE: i32 = 64;
 
 /// The page whose lines this test runs.
 const SECURITY_MD: &str = include_str!("../docs/security.md");

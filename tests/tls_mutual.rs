@@ -17,7 +17,7 @@ use wharf::pb::v1::connector_admin_client::ConnectorAdminClient;
 use wharf::pb::v1::executor_client::ExecutorClient;
 use wharf::pb::v1::executor_registry_client::ExecutorRegistryClient;
 use wharf::tls::ClientTls;
-use wharf_harness::tokio_postgres::{self, NoTls};
+use wharf_harness::audit::pg;
 use wharf_harness::{KeepOnFailure, Proc, WAIT_DEADLINE, wait_until};
 
 static DB_COUNTER: AtomicU32 = AtomicU32::new(0);
@@ -131,21 +131,6 @@ fn spawn_executor(root: &Path, name: &str, ip: &str, cp_url: &str, extra: Vec<St
     ];
     args.extend(extra);
     Proc::spawn(wharf_harness::bin("wharf-executor"), args, &dir)
-}
-
-async fn pg(db: &str) -> tokio_postgres::Client {
-    let (client, conn) = tokio_postgres::Config::new()
-        .host("127.0.0.1")
-        .port(5432)
-        .user("postgres")
-        .dbname(db)
-        .connect(NoTls)
-        .await
-        .expect("connect to the test PostgreSQL");
-    tokio::spawn(async move {
-        let _ = conn.await;
-    });
-    client
 }
 
 /// Triggers and tables a postgres-audit connector provisioned, as pg_catalog says.

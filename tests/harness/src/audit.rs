@@ -1,6 +1,6 @@
 //! Shared by the audit end-to-end tests (`tests/audit_*.rs`, case 01): a real control
 //! plane and real executors sharing a test-owned NATS JetStream record log, driven with
-//! real grpcurl, plus PostgreSQL helpers.
+//! the typed admin client, plus PostgreSQL helpers.
 //!
 //! Build the binaries first: `cargo build -p wharf-control-plane -p wharf-executor`.
 
@@ -10,14 +10,9 @@ use std::path::{Path, PathBuf};
 use serde_json::{Value, json};
 use tokio_postgres::{Client, NoTls};
 
-use crate::cluster::{CONVERGE, grpcurl};
+use crate::cluster::{CONVERGE, call_at, dial_for, wait_alive_at};
 use crate::{KeepOnFailure, Proc, wait_until};
 
-/// Lease the control plane grants, in milliseconds (short: a stopped executor's tasks
-/// move quickly).
-pub const LEASE_MS: u32 = 2_000;
-/// Heartbeat interval the control plane asks for, in milliseconds.
-pub const HEARTBEAT_INTERVAL_MS: u32 = 200;
 /// How long an executor may take to stop at SIGTERM, in milliseconds.
 pub const GRACEFUL_TIMEOUT_MS: u64 = 5_000;
 
@@ -105,16 +100,7 @@ impl Cluster {
         let port = free_port();
         let mut cp = Proc::spawn(
             crate::bin("wharf-control-plane"),
-            vec![
-                "--listen".into(),
-                format!("127.0.0.1:{port}"),
-                "--data-dir".into(),
-                cp_dir.display().to_string(),
-                "--lease-ms".into(),
-                LEASE_MS.to_string(),
-                "--heartbeat-interval-ms".into(),
-                HEARTBEAT_INTERVAL_MS.to_string(),
-            ],
+            crate::cluster::control_plane_args(port, &cp_dir),
             &cp_dir,
         );
         let cp_addr = cp.listen_addr().await;
@@ -155,7 +141,7 @@ impl Cluster {
 
     /// Calls `wharf.v1.ConnectorAdmin/<method>`; panics unless it answers OK.
     pub fn call(&self, method: &str, body: Value) -> Value {
-        let r = grpcurl(
+        let r = call_at(
             &self.cp_addr,
             &format!("wharf.v1.ConnectorAdmin/{method}"),
             &body,
@@ -166,7 +152,7 @@ impl Cluster {
 
     /// GetConnectorStatus body, or None when it fails (not found, unreachable).
     pub fn try_status(&self, name: &str) -> Option<Value> {
-        let r = grpcurl(
+        let r = call_at(
             &self.cp_addr,
             "wharf.v1.ConnectorAdmin/GetConnectorStatus",
             &json!({ "name": name }),
@@ -176,23 +162,7 @@ impl Cluster {
 
     /// Waits until exactly `n` executors are ALIVE.
     pub async fn wait_alive(&self, n: usize) {
-        wait_until(&format!("{n} executors alive"), CONVERGE, || async {
-            let r = grpcurl(
-                &self.cp_addr,
-                "wharf.v1.ConnectorAdmin/ListExecutors",
-                &json!({}),
-            );
-            let alive = r.body["executors"]
-                .as_array()
-                .map(|a| {
-                    a.iter()
-                        .filter(|e| e["state"] == "EXECUTOR_STATE_ALIVE")
-                        .count()
-                })
-                .unwrap_or(0);
-            (r.code == 0 && alive == n).then_some(())
-        })
-        .await;
+        wait_alive_at(&self.cp_addr, &dial_for(&self.cp_addr), n).await;
     }
 
     /// Waits until the connector and exactly `tasks` tasks are in `state`, every task
@@ -211,13 +181,7 @@ impl Cluster {
             CONVERGE,
             || async {
                 let s = self.try_status(name)?;
-                let ts = s["tasks"].as_array().cloned().unwrap_or_default();
-                let gens = generations(&s);
-                let newer = old.iter().all(|(t, g)| gens.get(t).is_none_or(|n| n > g));
-                (s["connector"]["state"] == connector_state
-                    && ts.len() == tasks
-                    && ts.iter().all(|t| t["status"]["state"] == task_state)
-                    && newer)
+                crate::cluster::state_reached(&s, connector_state, task_state, tasks, &old)
                     .then_some(s)
             },
         )

@@ -1,14 +1,15 @@
 //! Shared by the control-plane end-to-end tests: a real `wharf-control-plane` and real
-//! `wharf-executor` processes on 127.0.0.2-4, driven with real `grpcurl`.
+//! `wharf-executor` processes on 127.0.0.2-4, driven through the typed tonic clients of
+//! [`crate::client`].
 //!
 //! Build the binaries first: `cargo build -p wharf-control-plane -p wharf-executor`.
 
 use std::path::{Path, PathBuf};
-use std::process::Command;
 use std::time::Duration;
 
 use serde_json::{Value, json};
 
+pub use crate::client::{Call, ClientCert, Dial, Watch};
 use crate::{KeepOnFailure, Proc, wait_until};
 
 /// Lease the test control plane grants, in milliseconds (short, so lost executors are
@@ -19,16 +20,40 @@ pub const TEST_HEARTBEAT_INTERVAL_MS: u32 = 200;
 /// Upper bound on a wait for the cluster to converge.
 pub const CONVERGE: Duration = Duration::from_secs(40);
 
-/// grpcurl's exit code is 64 + the gRPC status code.
-pub const GRPCURL_STATUS_BASE: i32 = 64;
 /// gRPC status codes used by the tests.
 pub const INVALID_ARGUMENT: i32 = 3;
 /// NOT_FOUND.
 pub const NOT_FOUND: i32 = 5;
 /// ALREADY_EXISTS.
 pub const ALREADY_EXISTS: i32 = 6;
+/// PERMISSION_DENIED.
+pub const PERMISSION_DENIED: i32 = 7;
 /// FAILED_PRECONDITION.
 pub const FAILED_PRECONDITION: i32 = 9;
+/// UNAUTHENTICATED.
+pub const UNAUTHENTICATED: i32 = 16;
+
+/// The flags of a test control plane on 127.0.0.1:`port` (a fixed port, so that a
+/// restarted one is found again by its executors) with data dir `cp_dir`,
+/// [`TEST_LEASE_MS`] and [`TEST_HEARTBEAT_INTERVAL_MS`].
+pub fn control_plane_args(port: u16, cp_dir: &Path) -> Vec<String> {
+    control_plane_flags(&format!("127.0.0.1:{port}"), cp_dir, TEST_LEASE_MS)
+}
+
+/// `--listen listen --data-dir data_dir --lease-ms lease_ms` and the test heartbeat
+/// interval ([`TEST_HEARTBEAT_INTERVAL_MS`]): what every test control plane starts with.
+pub fn control_plane_flags(listen: &str, data_dir: &Path, lease_ms: u32) -> Vec<String> {
+    vec![
+        "--listen".into(),
+        listen.into(),
+        "--data-dir".into(),
+        data_dir.display().to_string(),
+        "--lease-ms".into(),
+        lease_ms.to_string(),
+        "--heartbeat-interval-ms".into(),
+        TEST_HEARTBEAT_INTERVAL_MS.to_string(),
+    ]
+}
 
 /// A control plane and its executors.
 pub struct TestCluster {
@@ -45,7 +70,7 @@ pub struct TestCluster {
 }
 
 /// Name of the admin client certificate of an mTLS test cluster (role admin): what
-/// [`TestCluster::call`] and [`grpcurl`] present to the control plane.
+/// [`TestCluster::call`] presents to the control plane.
 pub const TEST_ADMIN_NAME: &str = "suite";
 
 /// The certificates of a test cluster with mutual TLS, made in the test by
@@ -113,74 +138,38 @@ impl ClusterCerts {
         ]
     }
 
-    /// Makes [`grpcurl`] and [`grpcurl_stream`] reach `addr` over TLS presenting `leaf`.
+    /// Makes [`call_at`] and [`watch_at`] reach `addr` over TLS presenting `leaf`.
     pub fn register(&self, addr: &str, leaf: &str) {
         let (cert, key) = self.leaf(leaf);
-        grpcurl_tls().insert(
+        registered().insert(
             addr.to_owned(),
-            GrpcurlTls {
+            Dial::plaintext().with_tls(ClientCert {
                 ca: self.ca(),
-                cert,
-                key,
-            },
+                identity: Some((cert, key)),
+            }),
         );
     }
 }
 
-/// TLS material grpcurl presents to one address.
-#[derive(Debug, Clone)]
-struct GrpcurlTls {
-    ca: PathBuf,
-    cert: PathBuf,
-    key: PathBuf,
-}
-
-/// Addresses of TLS servers started by this test process, with what grpcurl presents to
-/// each: the control plane gets the admin client certificate, an executor the control
-/// plane's (only the control plane may call an executor). Kept per address so that the
-/// suites call [`grpcurl`] alike for plaintext and mTLS clusters.
-fn grpcurl_tls() -> std::sync::MutexGuard<'static, std::collections::HashMap<String, GrpcurlTls>> {
-    static MAP: std::sync::OnceLock<
-        std::sync::Mutex<std::collections::HashMap<String, GrpcurlTls>>,
-    > = std::sync::OnceLock::new();
+/// Addresses of TLS servers started by this test process, with how a client reaches
+/// each: the control plane with the admin client certificate, an executor with the
+/// control plane's (only the control plane may call an executor). Kept per address so
+/// that the suites call [`call_at`] alike for plaintext and mTLS clusters.
+fn registered() -> std::sync::MutexGuard<'static, std::collections::HashMap<String, Dial>> {
+    static MAP: std::sync::OnceLock<std::sync::Mutex<std::collections::HashMap<String, Dial>>> =
+        std::sync::OnceLock::new();
     MAP.get_or_init(Default::default)
         .lock()
         .unwrap_or_else(std::sync::PoisonError::into_inner)
 }
 
-/// grpcurl's transport flags and target for `addr` (`IP:PORT`, or an `http(s)://` URL as
-/// ListExecutors shows it): `-cacert/-cert/-key` for a registered TLS server (see
-/// [`ClusterCerts::register`]), `-plaintext` otherwise.
-fn grpcurl_target(addr: &str) -> (Vec<String>, String) {
+/// How a client reaches `addr` (`IP:PORT`, or an `http(s)://` URL as ListExecutors shows
+/// it): the TLS registered for it by [`ClusterCerts::register`], plaintext otherwise.
+pub fn dial_for(addr: &str) -> Dial {
     let bare = addr
         .trim_start_matches("https://")
-        .trim_start_matches("http://")
-        .to_owned();
-    match grpcurl_tls().get(&bare) {
-        Some(t) => (
-            vec![
-                "-cacert".into(),
-                t.ca.display().to_string(),
-                "-cert".into(),
-                t.cert.display().to_string(),
-                "-key".into(),
-                t.key.display().to_string(),
-            ],
-            bare,
-        ),
-        None => (vec!["-plaintext".into()], bare),
-    }
-}
-
-/// Result of one grpcurl call.
-#[derive(Debug)]
-pub struct Call {
-    /// gRPC status code (0 = OK).
-    pub code: i32,
-    /// Parsed response (Null on error).
-    pub body: Value,
-    /// stderr (the error message on failure).
-    pub err: String,
+        .trim_start_matches("http://");
+    registered().get(bare).cloned().unwrap_or_default()
 }
 
 impl TestCluster {
@@ -196,7 +185,7 @@ impl TestCluster {
     }
 
     /// As [`TestCluster::start`], with mutual TLS: certificates made in the test, the
-    /// control plane and executors on `https://`, grpcurl presenting the admin client
+    /// control plane and executors on `https://`, the clients presenting the admin client
     /// certificate ([`TEST_ADMIN_NAME`]).
     pub async fn start_mtls(n: usize) -> Self {
         Self::start_secured(n, Vec::new(), true).await
@@ -204,6 +193,18 @@ impl TestCluster {
 
     /// As [`TestCluster::start_with`]; `mtls`: as [`TestCluster::start_mtls`].
     pub async fn start_secured(n: usize, cp_args: Vec<String>, mtls: bool) -> Self {
+        Self::start_secured_with_env(n, cp_args, mtls, &[]).await
+    }
+
+    /// As [`TestCluster::start_secured`], with `cp_env` added to the control plane's
+    /// environment on its first start only (a [`TestCluster::restart_control_plane`]
+    /// runs it without: how the fault suites arm a crash point once).
+    pub async fn start_secured_with_env(
+        n: usize,
+        cp_args: Vec<String>,
+        mtls: bool,
+        cp_env: &[(&str, &str)],
+    ) -> Self {
         let dir = KeepOnFailure::new();
         let cp_dir = dir.path().join("cp");
         let tls = mtls.then(|| ClusterCerts::make(&dir.path().join("certs")));
@@ -213,26 +214,15 @@ impl TestCluster {
             .chain(cp_args)
             .collect();
         // A fixed port, so that a restarted control plane is found again by executors.
-        let port = std::net::TcpListener::bind("127.0.0.1:0")
-            .and_then(|l| l.local_addr())
-            .expect("free port")
-            .port();
-        let mut cp = Proc::spawn(
+        let port = crate::audit::free_port();
+        let mut cp = Proc::spawn_with_env(
             crate::bin("wharf-control-plane"),
-            vec![
-                "--listen".into(),
-                format!("127.0.0.1:{port}"),
-                "--data-dir".into(),
-                cp_dir.display().to_string(),
-                "--lease-ms".into(),
-                TEST_LEASE_MS.to_string(),
-                "--heartbeat-interval-ms".into(),
-                TEST_HEARTBEAT_INTERVAL_MS.to_string(),
-            ]
-            .into_iter()
-            .chain(cp_args)
-            .collect(),
+            control_plane_args(port, &cp_dir)
+                .into_iter()
+                .chain(cp_args)
+                .collect(),
             &cp_dir,
+            cp_env,
         );
         let addr = cp.listen_addr().await;
         if let Some(t) = &tls {
@@ -267,7 +257,7 @@ impl TestCluster {
             .unwrap_or_default()
     }
 
-    /// Makes [`grpcurl`] reach the executor serving at `addr` (IP:PORT) as the control
+    /// Makes [`call_at`] reach the executor serving at `addr` (IP:PORT) as the control
     /// plane does (with mutual TLS only the control plane's certificate may call it).
     pub fn register_executor_addr(&self, addr: &str) {
         if let Some(t) = &self.tls {
@@ -318,28 +308,32 @@ impl TestCluster {
 
     /// Waits until `n` executors are ALIVE.
     pub async fn wait_alive(&self, n: usize) {
-        wait_until(&format!("{n} executors alive"), CONVERGE, || async {
-            let r = self.call("ListExecutors", json!({}));
-            let alive = r.body["executors"]
-                .as_array()
-                .map(|a| {
-                    a.iter()
-                        .filter(|e| e["state"] == "EXECUTOR_STATE_ALIVE")
-                        .count()
-                })
-                .unwrap_or(0);
-            (alive == n).then_some(())
-        })
-        .await;
+        wait_alive_at(&self.addr, &self.dial(), n).await;
     }
 
-    /// Calls `wharf.v1.ConnectorAdmin/<method>` with grpcurl.
+    /// Calls `wharf.v1.ConnectorAdmin/<method>` with the typed client ([`call_at`]).
     pub fn call(&self, method: &str, body: Value) -> Call {
-        grpcurl(
+        call_at(
             &self.addr,
             &format!("wharf.v1.ConnectorAdmin/{method}"),
             &body,
         )
+    }
+
+    /// How a client reaches the control plane (the admin certificate with mutual TLS).
+    pub fn dial(&self) -> Dial {
+        dial_for(&self.addr)
+    }
+
+    /// A typed admin client of the control plane, as [`TestCluster::call`] reaches it
+    /// (made on the caller's runtime).
+    pub fn admin(&self) -> crate::client::Admin {
+        crate::client::admin(&self.addr, &self.dial())
+    }
+
+    /// Starts `WatchConnector` for connector `name` (see [`crate::client::watch`]).
+    pub fn watch(&self, name: &str) -> Watch {
+        watch_at(&self.addr, &json!({ "name": name }))
     }
 
     /// The lifecycle file path for connector `name`.
@@ -371,16 +365,28 @@ impl TestCluster {
         task_state: &str,
         tasks: usize,
     ) -> Value {
+        self.wait_state_newer(name, connector_state, task_state, tasks, &Value::Null)
+            .await
+    }
+
+    /// As [`TestCluster::wait_state`], and every task that `older` (an earlier status
+    /// body) shows has a newer generation: a change that restarts the tasks was applied,
+    /// not only the old instances still reported.
+    pub async fn wait_state_newer(
+        &self,
+        name: &str,
+        connector_state: &str,
+        task_state: &str,
+        tasks: usize,
+        older: &Value,
+    ) -> Value {
+        let old = crate::audit::generations(older);
         wait_until(
             &format!("{name}: connector {connector_state}, {tasks} tasks {task_state}"),
             CONVERGE,
             || async {
                 let s = self.status(name)?;
-                let ts = s["tasks"].as_array().cloned().unwrap_or_default();
-                (s["connector"]["state"] == connector_state
-                    && ts.len() == tasks
-                    && ts.iter().all(|t| t["status"]["state"] == task_state))
-                .then_some(s)
+                state_reached(&s, connector_state, task_state, tasks, &old).then_some(s)
             },
         )
         .await
@@ -409,73 +415,59 @@ impl TestCluster {
     }
 }
 
-/// Runs grpcurl against `addr` with `body` on stdin.
-/// With mutual TLS (an address registered by [`ClusterCerts::register`]) grpcurl presents
-/// the registered certificate, as docs/security.md documents.
-pub fn grpcurl(addr: &str, method: &str, body: &Value) -> Call {
-    let (transport, target) = grpcurl_target(addr);
-    let mut child = Command::new("grpcurl")
-        .args(transport)
-        .args(["-emit-defaults", "-max-time", "60", "-d", "@"])
-        .args([target.as_str(), method])
-        .stdin(std::process::Stdio::piped())
-        .stdout(std::process::Stdio::piped())
-        .stderr(std::process::Stdio::piped())
-        .spawn()
-        .expect("grpcurl on PATH");
-    {
-        use std::io::Write;
-        let mut stdin = child.stdin.take().expect("stdin");
-        stdin
-            .write_all(body.to_string().as_bytes())
-            .expect("write body");
-    }
-    let out = child.wait_with_output().expect("grpcurl");
-    let code = match out.status.code() {
-        Some(0) => 0,
-        Some(c) if c > GRPCURL_STATUS_BASE => c - GRPCURL_STATUS_BASE,
-        other => panic!(
-            "grpcurl failed to run ({other:?}): {}",
-            String::from_utf8_lossy(&out.stderr)
-        ),
-    };
-    let stdout = String::from_utf8_lossy(&out.stdout).to_string();
-    let body = if code == 0 {
-        // Streaming calls print several JSON objects; keep them all as an array.
-        let mut values = Vec::new();
-        for v in serde_json::Deserializer::from_str(&stdout).into_iter::<Value>() {
-            values.push(v.expect("grpcurl JSON output"));
-        }
-        if values.len() == 1 {
-            values.pop().unwrap_or(Value::Null)
-        } else {
-            Value::Array(values)
-        }
-    } else {
-        Value::Null
-    };
-    Call {
-        code,
-        body,
-        err: String::from_utf8_lossy(&out.stderr).to_string(),
-    }
+/// Calls `method` (`package.Service/Method`) on `addr` with the typed client and the
+/// TLS registered for `addr` ([`dial_for`]); see [`crate::client::rpc`].
+pub fn call_at(addr: &str, method: &str, body: &Value) -> Call {
+    crate::client::rpc(addr, &dial_for(addr), method, body)
+}
+
+/// Whether status body `s` shows the connector in `connector_state` with exactly `tasks`
+/// tasks, all in `task_state`, each task in `old` (task to generation) at a newer
+/// generation.
+pub fn state_reached(
+    s: &Value,
+    connector_state: &str,
+    task_state: &str,
+    tasks: usize,
+    old: &std::collections::BTreeMap<u64, u64>,
+) -> bool {
+    let ts = s["tasks"].as_array().cloned().unwrap_or_default();
+    let gens = crate::audit::generations(s);
+    s["connector"]["state"] == connector_state
+        && ts.len() == tasks
+        && ts.iter().all(|t| t["status"]["state"] == task_state)
+        && old.iter().all(|(t, g)| gens.get(t).is_none_or(|n| n > g))
+}
+
+/// Waits (at most [`CONVERGE`]) until ListExecutors on the control plane at `addr`,
+/// reached by `dial`, answers with exactly `n` executors ALIVE.
+pub async fn wait_alive_at(addr: &str, dial: &Dial, n: usize) {
+    wait_until(&format!("{n} executors alive"), CONVERGE, || async {
+        let r = crate::client::rpc(
+            addr,
+            dial,
+            "wharf.v1.ConnectorAdmin/ListExecutors",
+            &json!({}),
+        );
+        let alive = r.body["executors"]
+            .as_array()
+            .map(|a| {
+                a.iter()
+                    .filter(|e| e["state"] == "EXECUTOR_STATE_ALIVE")
+                    .count()
+            })
+            .unwrap_or(0);
+        (r.code == 0 && alive == n).then_some(())
+    })
+    .await;
+}
+
+/// Starts `WatchConnector` with `body` on `addr` (see [`crate::client::watch`]).
+pub fn watch_at(addr: &str, body: &Value) -> Watch {
+    crate::client::watch(addr, &dial_for(addr), body)
 }
 
 /// Reads a whole file as bytes (empty when missing).
 pub fn bytes_of(path: &Path) -> Vec<u8> {
     std::fs::read(path).unwrap_or_default()
-}
-
-/// Starts `grpcurl` for a server-streaming call in the background; collect its output
-/// with `wait_with_output` (it ends when the stream ends).
-pub fn grpcurl_stream(addr: &str, method: &str, body: &Value) -> std::process::Child {
-    let (transport, target) = grpcurl_target(addr);
-    Command::new("grpcurl")
-        .args(transport)
-        .args(["-emit-defaults", "-max-time", "60", "-d", &body.to_string()])
-        .args([target.as_str(), method])
-        .stdout(std::process::Stdio::piped())
-        .stderr(std::process::Stdio::piped())
-        .spawn()
-        .expect("grpcurl on PATH")
 }

@@ -198,3 +198,37 @@ pub async fn enable_auth(endpoint: &str, ca: &Path, client: (&Path, &Path), auth
         .expect("grant role");
     c.auth_enable().await.expect("enable auth");
 }
+
+/// Election lease TTL of test control-plane replicas, in seconds (etcd's shortest is 2).
+pub const TEST_ELECTION_TTL_SECS: u32 = 2;
+
+/// Starts control-plane replica `name` (data dir `<dir>/<name>`, 127.0.0.1 port 0) on the
+/// etcd at `endpoints` under `prefix`, sealing with `key` as every replica of one store
+/// must (docs/state.md), with executor lease `lease_ms`, the test heartbeat interval and
+/// [`TEST_ELECTION_TTL_SECS`]; `extra` appended to its flags.
+pub fn control_plane_replica(
+    dir: &Path,
+    name: &str,
+    endpoints: &str,
+    prefix: &str,
+    key: &[u8],
+    lease_ms: u32,
+    extra: &[String],
+) -> crate::Proc {
+    let d = dir.join(name);
+    std::fs::create_dir_all(&d).expect("replica dir");
+    std::fs::write(d.join("store.key"), key).expect("store key");
+    let mut args = crate::cluster::control_plane_flags("127.0.0.1:0", &d, lease_ms);
+    args.extend([
+        "--store".into(),
+        "etcd".into(),
+        "--etcd-endpoints".into(),
+        endpoints.into(),
+        "--etcd-prefix".into(),
+        prefix.into(),
+        "--etcd-election-ttl-secs".into(),
+        TEST_ELECTION_TTL_SECS.to_string(),
+    ]);
+    args.extend(extra.iter().cloned());
+    crate::Proc::spawn(crate::bin("wharf-control-plane"), args, &d)
+}

@@ -3,14 +3,13 @@
 //! control plane's store file once the process is gone.
 
 use std::path::Path;
-use std::process::{Command, Stdio};
 
 use redb::{ReadableDatabase, ReadableTable, TableDefinition};
 use serde_json::{Value, json};
 
-use crate::cluster::{CONVERGE, NOT_FOUND, TEST_HEARTBEAT_INTERVAL_MS, TEST_LEASE_MS, TestCluster};
+use crate::cluster::{CONVERGE, NOT_FOUND, TestCluster};
 use crate::lifecycle::{Lifecycle, Stop};
-use crate::{KeepOnFailure, Proc, wait_until};
+use crate::{Proc, wait_until};
 
 /// Env var the control plane reads for its test-only crash point (compiled in by the
 /// `fault-injection` feature this crate enables).
@@ -22,7 +21,7 @@ pub async fn start_cluster(n: usize, cp_env: &[(&str, &str)]) -> TestCluster {
     start_cluster_secured(n, cp_env, false).await
 }
 
-/// As [`start_cluster`], with mutual TLS between every process and grpcurl presenting an
+/// As [`start_cluster`], with mutual TLS between every process and the clients presenting an
 /// admin client certificate (see [`TestCluster::start_mtls`]): the fault suites run so,
 /// as a production cluster does.
 pub async fn start_mtls_cluster(n: usize, cp_env: &[(&str, &str)]) -> TestCluster {
@@ -30,67 +29,7 @@ pub async fn start_mtls_cluster(n: usize, cp_env: &[(&str, &str)]) -> TestCluste
 }
 
 async fn start_cluster_secured(n: usize, cp_env: &[(&str, &str)], mtls: bool) -> TestCluster {
-    let dir = KeepOnFailure::new();
-    let cp_dir = dir.path().join("cp");
-    std::fs::create_dir_all(&cp_dir).expect("cp dir");
-    let tls = mtls.then(|| crate::cluster::ClusterCerts::make(&dir.path().join("certs")));
-    let port = std::net::TcpListener::bind("127.0.0.1:0")
-        .and_then(|l| l.local_addr())
-        .expect("free port")
-        .port();
-    let program = crate::bin("wharf-control-plane");
-    let args: Vec<String> = vec![
-        "--listen".into(),
-        format!("127.0.0.1:{port}"),
-        "--data-dir".into(),
-        cp_dir.display().to_string(),
-        "--lease-ms".into(),
-        TEST_LEASE_MS.to_string(),
-        "--heartbeat-interval-ms".into(),
-        TEST_HEARTBEAT_INTERVAL_MS.to_string(),
-    ]
-    .into_iter()
-    .chain(tls.iter().flat_map(|t| t.flags("control-plane")))
-    .collect();
-    let log = std::fs::OpenOptions::new()
-        .create(true)
-        .append(true)
-        .open(cp_dir.join("process.log"))
-        .expect("log file");
-    let child = Command::new(&program)
-        .args(&args)
-        .envs(cp_env.iter().copied())
-        .env(
-            "RUST_LOG",
-            std::env::var("RUST_LOG").unwrap_or_else(|_| "info".into()),
-        )
-        .stdin(Stdio::null())
-        .stdout(log.try_clone().expect("log"))
-        .stderr(log)
-        .spawn()
-        .expect("spawn control plane");
-    let mut cp = Proc {
-        child: Some(child),
-        data_dir: cp_dir,
-        program,
-        args,
-    };
-    let addr = cp.listen_addr().await;
-    if let Some(t) = &tls {
-        t.register(&addr, &format!("admin-{}", crate::cluster::TEST_ADMIN_NAME));
-    }
-    let mut c = TestCluster {
-        dir,
-        cp,
-        addr,
-        executors: Vec::new(),
-        tls,
-    };
-    for i in 0..n {
-        c.add_executor(i).await;
-    }
-    c.wait_alive(n).await;
-    c
+    TestCluster::start_secured_with_env(n, Vec::new(), mtls, cp_env).await
 }
 
 /// Creates `name` with `config` and waits until it and `tasks` tasks run; returns status.

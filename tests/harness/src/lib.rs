@@ -1,7 +1,8 @@
-//! `wharf-harness`, the test harness of the suites in `tests/*.rs`: real Wharf processes
-//! on loopback addresses, each with a temp data dir, plus `wait_until` for
-//! condition-based waiting. Logs are kept on failure (the temp dir
-//! is persisted and its path printed when a test panics).
+//! `wharf-harness`, the test harness of the suites in `tests/*.rs`: real Wharf
+//! processes on loopback addresses, each with a temp data dir, plus `wait_until` for
+//! condition-based waiting, and typed tonic clients of the Wharf services (`client`).
+//! Logs are kept on failure (the temp dir is persisted and its path printed when a test
+//! panics).
 //!
 //! Conventions the binaries follow so that tests can pass port 0:
 //! - each binary writes the address it bound, as `IP:PORT`, to `<data-dir>/listen.addr`
@@ -9,6 +10,8 @@
 //! - stdout and stderr of each process go to `<data-dir>/process.log`.
 
 pub mod audit;
+pub mod auth;
+pub mod client;
 pub mod cluster;
 pub mod etcd;
 pub mod fault;
@@ -109,6 +112,17 @@ pub struct Proc {
 impl Proc {
     /// Starts `program args...`, logging into `<data_dir>/process.log`.
     pub fn spawn(program: PathBuf, args: Vec<String>, data_dir: &Path) -> Self {
+        Self::spawn_with_env(program, args, data_dir, &[])
+    }
+
+    /// As [`Proc::spawn`], with `env` added to the environment of this start only
+    /// ([`Proc::restart`] runs without it).
+    pub fn spawn_with_env(
+        program: PathBuf,
+        args: Vec<String>,
+        data_dir: &Path,
+        env: &[(&str, &str)],
+    ) -> Self {
         std::fs::create_dir_all(data_dir).expect("data dir");
         let _ = std::fs::remove_file(data_dir.join("listen.addr"));
         let log = std::fs::OpenOptions::new()
@@ -127,6 +141,7 @@ impl Proc {
                 "RUST_LOG",
                 std::env::var("RUST_LOG").unwrap_or_else(|_| "info".into()),
             )
+            .envs(env.iter().copied())
             .stdin(Stdio::null())
             .stdout(log.try_clone().expect("log"))
             .stderr(log)

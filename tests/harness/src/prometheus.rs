@@ -142,3 +142,49 @@ impl Drop for TestPrometheus {
         let _ = self.child.wait();
     }
 }
+
+/// A free `IP:PORT` on `ip` for a `--metrics-listen` (bound, read, released).
+pub fn free_addr(ip: &str) -> String {
+    let port = std::net::TcpListener::bind(format!("{ip}:0"))
+        .and_then(|l| l.local_addr())
+        .expect("free port")
+        .port();
+    format!("{ip}:{port}")
+}
+
+/// `curl -s -m 10 -w '%{http_code}' http://ADDR/PATH`: (HTTP status, body); status 0 when
+/// nothing answered.
+pub fn http_get(addr: &str, path: &str) -> (u16, String) {
+    let out = Command::new("curl")
+        .args([
+            "-s",
+            "-m",
+            "10",
+            "-w",
+            "\n%{http_code}",
+            &format!("http://{addr}{path}"),
+        ])
+        .output()
+        .expect("run curl");
+    let text = String::from_utf8_lossy(&out.stdout).into_owned();
+    let (body, code) = text.rsplit_once('\n').unwrap_or(("", "0"));
+    (code.trim().parse().unwrap_or(0), body.to_owned())
+}
+
+/// What `grpc.health.v1.Health/Check` (the overall service) on `addr` answers:
+/// `SERVING`, `NOT_SERVING`, ..., or empty when the call failed.
+pub fn grpc_health(addr: &str) -> String {
+    let r = crate::cluster::call_at(addr, "grpc.health.v1.Health/Check", &serde_json::json!({}));
+    r.body["status"].as_str().unwrap_or("").to_owned()
+}
+
+/// Waits (at most [`crate::cluster::CONVERGE`]) until Prometheus' answer to `promql` is
+/// the single value `want`.
+pub async fn wait_value(prom: &TestPrometheus, promql: &str, want: f64) {
+    crate::wait_until(
+        &format!("Prometheus: {promql} == {want}"),
+        crate::cluster::CONVERGE,
+        || async { (prom.value(promql) == Some(want)).then_some(()) },
+    )
+    .await;
+}
