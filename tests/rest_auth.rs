@@ -115,46 +115,76 @@ fn audit(addr: &str, token: &str) -> Vec<AuditRow> {
     )
 }
 
-fn control_plane(dir: &Path, tokens: &Path) -> (Proc, std::path::PathBuf) {
-    let cp = control_plane_with_tokens(dir, tokens, &["--rest-listen", "127.0.0.1:0"]);
-    (cp, dir.join("cp"))
+/// A control plane with the three roles' tokens (`vera` viewer, `otto` operator, `ada`
+/// admin) and the REST gateway, and one executor whose plugins it offers.
+struct Secured {
+    cp: Proc,
+    ex: Proc,
+    addr: String,
+    rest: String,
+    vera: String,
+    otto: String,
+    ada: String,
+}
+
+impl Secured {
+    async fn start(dir: &Path) -> Self {
+        let minted = mint_roles();
+        let [vera, otto, ada] = minted.clone().map(|m| m.token);
+        let [vera_line, otto_line, ada_line] = minted.map(|m| m.line);
+        let tokens = dir.join("tokens.toml");
+        std::fs::write(&tokens, format!("{vera_line}\n{otto_line}\n{ada_line}\n")).unwrap();
+        let mut cp = control_plane_with_tokens(dir, &tokens, &["--rest-listen", "127.0.0.1:0"]);
+        let addr = cp.listen_addr().await;
+        let rest = std::fs::read_to_string(dir.join("cp").join("rest.addr"))
+            .expect("rest.addr written before listen.addr")
+            .trim()
+            .to_owned();
+        let ex_dir = dir.join("exec-1");
+        let mut ex = Proc::spawn(
+            wharf_harness::bin("wharf-executor"),
+            vec![
+                "--listen".into(),
+                "127.0.0.1:0".into(),
+                "--control-plane".into(),
+                format!("http://{addr}"),
+                "--data-dir".into(),
+                ex_dir.display().to_string(),
+                "--executor-id".into(),
+                "exec-1".into(),
+            ],
+            &ex_dir,
+        );
+        ex.listen_addr().await;
+        wait_until("the executor's plugins offered", CONVERGE, || async {
+            let (code, body) = curl(&rest, Some(&vera), "GET", "/connector-plugins", None);
+            (code == 200 && body.as_array().is_some_and(|a| !a.is_empty())).then_some(())
+        })
+        .await;
+        Self {
+            cp,
+            ex,
+            addr,
+            rest,
+            vera,
+            otto,
+            ada,
+        }
+    }
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn rest_callers_are_authenticated_authorized_and_audited_like_grpc_ones() {
     let dir = KeepOnFailure::new();
-    let minted = mint_roles();
-    let [vera, otto, ada] = minted.clone().map(|m| m.token);
-    let [vera_line, otto_line, ada_line] = minted.map(|m| m.line);
-    let tokens = dir.path().join("tokens.toml");
-    std::fs::write(&tokens, format!("{vera_line}\n{otto_line}\n{ada_line}\n")).unwrap();
-    let (mut cp, cp_dir) = control_plane(dir.path(), &tokens);
-    let addr = cp.listen_addr().await;
-    let rest = std::fs::read_to_string(cp_dir.join("rest.addr"))
-        .expect("rest.addr written before listen.addr")
-        .trim()
-        .to_owned();
-    let ex_dir = dir.path().join("exec-1");
-    let mut ex = Proc::spawn(
-        wharf_harness::bin("wharf-executor"),
-        vec![
-            "--listen".into(),
-            "127.0.0.1:0".into(),
-            "--control-plane".into(),
-            format!("http://{addr}"),
-            "--data-dir".into(),
-            ex_dir.display().to_string(),
-            "--executor-id".into(),
-            "exec-1".into(),
-        ],
-        &ex_dir,
-    );
-    ex.listen_addr().await;
-    wait_until("the executor's plugins offered", CONVERGE, || async {
-        let (code, body) = curl(&rest, Some(&vera), "GET", "/connector-plugins", None);
-        (code == 200 && body.as_array().is_some_and(|a| !a.is_empty())).then_some(())
-    })
-    .await;
+    let Secured {
+        mut cp,
+        mut ex,
+        addr,
+        rest,
+        vera,
+        otto,
+        ada,
+    } = Secured::start(dir.path()).await;
     let mut expected = Vec::new();
 
     // No credentials and a bad token: 401 in Connect's shape, reads included.
@@ -404,4 +434,141 @@ async fn rest_callers_are_authenticated_authorized_and_audited_like_grpc_ones() 
 
     ex.terminate(CONVERGE).await;
     cp.terminate(CONVERGE).await;
+}
+
+/// `cleanup.policy = give-up` lets a plain delete skip its cleanup, as `force` does: an
+/// operator may not turn it on (over REST or gRPC, at create or update), an admin may,
+/// and an operator may then keep it (GET config, PUT it back); `cleanup.timeout.ms` cannot
+/// be made so short that every attempt fails. Found by a newcomer run: an operator's
+/// PATCH with give-up and a 1 ms timeout, then a DELETE, left a PostgreSQL trigger behind.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_operator_cannot_turn_a_deletions_cleanup_off_by_config() {
+    let dir = KeepOnFailure::new();
+    let s = Secured::start(dir.path()).await;
+    let (addr, rest) = (s.addr.as_str(), s.rest.as_str());
+    let (otto, ada) = (s.otto.as_str(), s.ada.as_str());
+    let name = "kept-clean";
+    let config = json!({
+        "connector.class": "test-source",
+        "tasks.max": "1",
+        "lifecycle.path": dir.path().join("lifecycle.jsonl").display().to_string(),
+    });
+    let (code, body) = curl(
+        rest,
+        Some(otto),
+        "POST",
+        "/connectors",
+        Some(&json!({ "name": name, "config": config })),
+    );
+    assert_eq!(code, 201, "{body}");
+    let policy = |who: &str| {
+        let (code, body) = curl(
+            rest,
+            Some(who),
+            "GET",
+            &format!("/connectors/{name}/config"),
+            None,
+        );
+        assert_eq!(code, 200, "{body}");
+        body["cleanup.policy"].as_str().map(str::to_owned)
+    };
+
+    // The operator's PATCH (with the newcomer's 1 ms timeout dropped: refused on its own).
+    let give_up = json!({ "cleanup.policy": "give-up", "cleanup.max.attempts": "1" });
+    let answer = curl(
+        rest,
+        Some(otto),
+        "PATCH",
+        &format!("/connectors/{name}/config"),
+        Some(&give_up),
+    );
+    assert_connect_error(&answer, 403);
+    let message = answer.1["message"].as_str().unwrap_or_default();
+    assert!(
+        message.contains("config[cleanup.policy]") && message.contains("needs role admin"),
+        "{message}"
+    );
+    assert_eq!(policy(otto), None, "the refused PATCH changed nothing");
+    // The same over gRPC, and at create.
+    let mut full = config.clone();
+    full["cleanup.policy"] = json!("give-up");
+    let r = call_with_token(
+        addr,
+        Some(otto),
+        "PutConnectorConfig",
+        &json!({ "name": name, "config": full }),
+    );
+    assert_eq!(r.code, PERMISSION_DENIED, "{}", r.err);
+    assert!(r.err.contains("config[cleanup.policy]"), "{}", r.err);
+    let answer = curl(
+        rest,
+        Some(otto),
+        "POST",
+        "/connectors",
+        Some(&json!({ "name": "leaky", "config": full })),
+    );
+    assert_connect_error(&answer, 403);
+    assert_eq!(
+        curl(rest, Some(otto), "GET", "/connectors/leaky", None).0,
+        404
+    );
+    assert_eq!(policy(otto), None);
+
+    // A timeout no cleanup can meet is bad input, naming the key.
+    let answer = curl(
+        rest,
+        Some(ada),
+        "PATCH",
+        &format!("/connectors/{name}/config"),
+        Some(&json!({ "cleanup.timeout.ms": "1" })),
+    );
+    assert_connect_error(&answer, 400);
+    assert!(
+        answer.1["message"]
+            .as_str()
+            .is_some_and(|m| m.contains("cleanup.timeout.ms")),
+        "{answer:?}"
+    );
+
+    // An admin may; then the operator's GET -> PUT round trip keeps it.
+    let (code, body) = curl(
+        rest,
+        Some(ada),
+        "PATCH",
+        &format!("/connectors/{name}/config"),
+        Some(&give_up),
+    );
+    assert_eq!(code, 200, "{body}");
+    assert_eq!(policy(otto).as_deref(), Some("give-up"));
+    let (_, stored) = curl(
+        rest,
+        Some(otto),
+        "GET",
+        &format!("/connectors/{name}/config"),
+        None,
+    );
+    let (code, body) = curl(
+        rest,
+        Some(otto),
+        "PUT",
+        &format!("/connectors/{name}/config"),
+        Some(&stored),
+    );
+    assert_eq!(code, 200, "{body}");
+
+    // Every refusal is in the audit trail under the operator's name.
+    let refused = audit(addr, ada)
+        .into_iter()
+        .filter(|(p, _, _, o)| p == "otto" && o == "PERMISSION_DENIED")
+        .map(|(_, rpc, _, _)| rpc)
+        .collect::<Vec<_>>();
+    assert_eq!(
+        refused,
+        [
+            "PutConnectorConfig",
+            "PutConnectorConfig",
+            "CreateConnector"
+        ],
+        "the operator's three refused calls"
+    );
 }
