@@ -379,3 +379,39 @@ async fn postgres_audit_pre_existing_resources_survive() {
         .await
         .unwrap();
 }
+
+#[tokio::test]
+async fn sqlite_audit_late_cleanup_leaves_a_re_created_connector() {
+    sqlite_kit()
+        .1
+        .late_cleanup_leaves_a_re_created_connector()
+        .await
+        .unwrap();
+}
+
+#[tokio::test]
+async fn sqlite_audit_start_refuses_what_another_incarnation_kept() {
+    sqlite_kit()
+        .1
+        .start_refuses_what_another_incarnation_kept()
+        .await
+        .unwrap();
+}
+
+#[tokio::test]
+async fn postgres_audit_late_cleanup_leaves_a_re_created_connector() {
+    pg_kit()
+        .await
+        .late_cleanup_leaves_a_re_created_connector()
+        .await
+        .unwrap();
+}
+
+#[tokio::test]
+async fn postgres_audit_start_refuses_what_another_incarnation_kept() {
+    pg_kit()
+        .await
+        .start_refuses_what_another_incarnation_kept()
+        .await
+        .unwrap();
+}

@@ -318,6 +318,26 @@ async fn rabbitmq_sink_acknowledges_only_flushed_records() {
         .unwrap();
 }
 
+#[tokio::test]
+async fn rabbitmq_sink_late_cleanup_leaves_a_re_created_connector() {
+    kit()
+        .await
+        .1
+        .late_cleanup_leaves_a_re_created_connector()
+        .await
+        .unwrap();
+}
+
+#[tokio::test]
+async fn rabbitmq_sink_start_refuses_what_another_incarnation_kept() {
+    kit()
+        .await
+        .1
+        .start_refuses_what_another_incarnation_kept()
+        .await
+        .unwrap();
+}
+
 /// A queue owned by another incarnation of the same connector (kept by a deletion with
 /// keep_resources) is refused at start and left by a stale cleanup.
 #[tokio::test]

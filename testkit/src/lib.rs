@@ -17,7 +17,10 @@
 //! ```
 //!
 //! Every check uses fresh connector names (`<prefix>-<check>-a`, `-b`), and leaves
-//! nothing behind when the plugin is right.
+//! nothing behind when the plugin is right. Connectors run as [`FIRST_INCARNATION`];
+//! the two checks on ownership ([`Kit::late_cleanup_leaves_a_re_created_connector`],
+//! [`Kit::start_refuses_what_another_incarnation_kept`]) also create one again under the
+//! same name as [`SECOND_INCARNATION`].
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::future::Future;
@@ -34,6 +37,13 @@ use wharf::sdk::{
 /// Longest a single plugin call may take before the check fails, in seconds (the
 /// runtime's default `cleanup.timeout.ms` is 30 s).
 pub const CALL_TIMEOUT_SECS: u64 = 30;
+
+/// Incarnation id of the first connector of a name in every check.
+pub const FIRST_INCARNATION: &str = "incarnation-1";
+
+/// Incarnation id of the connector created again under the same name after the first
+/// one was deleted (a new incarnation, docs/lifecycle.md "Deletion").
+pub const SECOND_INCARNATION: &str = "incarnation-2";
 
 /// Executor id the kit's contexts carry.
 pub const KIT_EXECUTOR_ID: &str = "wharf-testkit";
@@ -120,8 +130,9 @@ pub struct Kit<P> {
     probe: P,
     tasks_max: u32,
     prefix: String,
-    /// The task configs each connector name last produced, as a deletion record keeps.
-    last_task_configs: std::sync::Mutex<BTreeMap<String, Vec<ConfigMap>>>,
+    /// The task configs each connector incarnation (name, incarnation) last produced, as
+    /// its deletion record keeps them.
+    last_task_configs: std::sync::Mutex<BTreeMap<(String, String), Vec<ConfigMap>>>,
 }
 
 enum Task {
@@ -208,18 +219,31 @@ impl<P: Probe> Kit<P> {
         what: String,
         fut: impl Future<Output = PluginResult<T>>,
     ) -> Result<T, CheckFailed> {
-        match tokio::time::timeout(Duration::from_secs(CALL_TIMEOUT_SECS), fut).await {
-            Ok(Ok(v)) => Ok(v),
-            Ok(Err(e)) => Err(fail(check, format!("{what} failed: {e}"))),
-            Err(_) => Err(fail(
-                check,
-                format!("{what} did not return within {CALL_TIMEOUT_SECS} s"),
-            )),
+        match Self::call_raw(check, &what, fut).await? {
+            Ok(v) => Ok(v),
+            Err(e) => Err(fail(check, format!("{what} failed: {e}"))),
         }
     }
 
-    /// Starts the connector instance and `tasks` of its tasks (`None`: all it asks
-    /// for), as incarnation `incarnation`.
+    /// Runs one plugin call under [`CALL_TIMEOUT_SECS`]: `Err` when it overran, else the
+    /// plugin's own answer.
+    async fn call_raw<T>(
+        check: &'static str,
+        what: &str,
+        fut: impl Future<Output = PluginResult<T>>,
+    ) -> Result<PluginResult<T>, CheckFailed> {
+        tokio::time::timeout(Duration::from_secs(CALL_TIMEOUT_SECS), fut)
+            .await
+            .map_err(|_| {
+                fail(
+                    check,
+                    format!("{what} did not return within {CALL_TIMEOUT_SECS} s"),
+                )
+            })
+    }
+
+    /// Starts the connector instance and its tasks as incarnation `incarnation` (all
+    /// the tasks it asks for; a cleanup-only host gets the last task configs).
     async fn start(
         &self,
         check: &'static str,
@@ -228,48 +252,77 @@ impl<P: Probe> Kit<P> {
         tasks_max: u32,
         cleanup_only: bool,
     ) -> Result<Running, CheckFailed> {
-        let config = self.config(name, tasks_max);
-        let mut connector = (self.plugin.connector)();
+        let mut r = self.instance(name, tasks_max);
+        match self
+            .start_into(check, &mut r, incarnation, tasks_max, cleanup_only)
+            .await?
+        {
+            None => Ok(r),
+            Some(refused) => Err(fail(check, refused)),
+        }
+    }
+
+    /// A connector instance of `name` not started yet, with no tasks.
+    fn instance(&self, name: &str, tasks_max: u32) -> Running {
+        Running {
+            name: name.to_owned(),
+            config: self.config(name, tasks_max),
+            connector: (self.plugin.connector)(),
+            tasks: Vec::new(),
+        }
+    }
+
+    /// Starts `r`'s connector instance, then one task per task config, each pushed
+    /// onto `r.tasks` before its start (an instance whose start failed exists and is
+    /// stopped too, docs/contract.md rule 13). `Ok(Some(text))`: a plugin call
+    /// returned an error (`text` names the call and the error) and nothing after it
+    /// ran; `Err`: a call overran its timeout or the kit itself failed.
+    async fn start_into(
+        &self,
+        check: &'static str,
+        r: &mut Running,
+        incarnation: &str,
+        tasks_max: u32,
+        cleanup_only: bool,
+    ) -> Result<Option<String>, CheckFailed> {
+        let name = r.name.clone();
+        let config = r.config.clone();
         let ctx = ConnectorContext::new(
-            name,
+            &name,
             incarnation,
             cleanup_only,
             KIT_EXECUTOR_ID,
             Arc::new(|| {}),
         );
-        Self::call(
-            check,
-            format!("connector {name} start (cleanup_only={cleanup_only})"),
-            connector.start(ctx, config.clone()),
-        )
-        .await?;
+        let what = format!("connector {name} start ({incarnation}, cleanup_only={cleanup_only})");
+        if let Err(e) = Self::call_raw(check, &what, r.connector.start(ctx, config.clone())).await?
+        {
+            return Ok(Some(format!("{what} failed: {e}")));
+        }
         let task_configs = if cleanup_only {
             // A cleanup-only host gets the task configs the deletion record kept: the
-            // last ones this connector produced (none when it never started).
+            // last ones this incarnation produced (none when it never started).
             self.last_task_configs
                 .lock()
                 .map_err(|_| fail(check, "task config memo poisoned".to_owned()))?
-                .get(name)
+                .get(&(name.clone(), incarnation.to_owned()))
                 .cloned()
                 .unwrap_or_default()
         } else {
-            let t = Self::call(
-                check,
-                format!("connector {name} task_configs({tasks_max})"),
-                connector.task_configs(tasks_max),
-            )
-            .await?;
+            let what = format!("connector {name} task_configs({tasks_max})");
+            let t = match Self::call_raw(check, &what, r.connector.task_configs(tasks_max)).await? {
+                Ok(t) => t,
+                Err(e) => return Ok(Some(format!("{what} failed: {e}"))),
+            };
             self.last_task_configs
                 .lock()
                 .map_err(|_| fail(check, "task config memo poisoned".to_owned()))?
-                .insert(name.to_owned(), t.clone());
+                .insert((name.clone(), incarnation.to_owned()), t.clone());
             t
         };
-        let mut tasks = Vec::new();
         for (i, tc) in task_configs.into_iter().enumerate() {
-            let mut task = self.new_task();
             let ctx = TaskContext {
-                connector: name.to_owned(),
+                connector: name.clone(),
                 task: i as u32,
                 incarnation: incarnation.to_owned(),
                 cleanup_only,
@@ -278,15 +331,15 @@ impl<P: Probe> Kit<P> {
                 offsets: BTreeMap::new(),
                 cancel: CancellationToken::new(),
             };
-            Self::call(check, format!("task {name}/{i} start"), task.start(ctx, tc)).await?;
-            tasks.push(task);
+            let mut task = self.new_task();
+            let what = format!("task {name}/{i} start ({incarnation})");
+            let started = Self::call_raw(check, &what, task.start(ctx, tc)).await?;
+            r.tasks.push(task);
+            if let Err(e) = started {
+                return Ok(Some(format!("{what} failed: {e}")));
+            }
         }
-        Ok(Running {
-            name: name.to_owned(),
-            config,
-            connector,
-            tasks,
-        })
+        Ok(None)
     }
 
     /// Stops every task, then the connector instance, with `deleted`.
@@ -345,7 +398,7 @@ impl<P: Probe> Kit<P> {
         tasks_max: u32,
     ) -> Result<(Running, BTreeSet<String>), CheckFailed> {
         let r = self
-            .start(check, name, "incarnation-1", tasks_max, false)
+            .start(check, name, FIRST_INCARNATION, tasks_max, false)
             .await?;
         let owned = self.owned(check, &r).await?;
         if owned.is_empty() {
@@ -364,8 +417,7 @@ impl<P: Probe> Kit<P> {
         r: &Running,
         before: &BTreeSet<String>,
     ) -> CheckResult {
-        let now = self.owned(check, r).await?;
-        let gone: Vec<&String> = before.difference(&now).collect();
+        let gone = self.gone(check, r, before).await?;
         if gone.is_empty() {
             Ok(())
         } else {
@@ -376,6 +428,17 @@ impl<P: Probe> Kit<P> {
                 ),
             ))
         }
+    }
+
+    /// What of `before` the probe no longer lists for `r`.
+    async fn gone(
+        &self,
+        check: &'static str,
+        r: &Running,
+        before: &BTreeSet<String>,
+    ) -> Result<Vec<String>, CheckFailed> {
+        let now = self.owned(check, r).await?;
+        Ok(before.difference(&now).cloned().collect())
     }
 
     async fn expect_empty(&self, check: &'static str, after: &str, r: &Running) -> CheckResult {
@@ -420,7 +483,7 @@ impl<P: Probe> Kit<P> {
         .await?;
         for step in ["a restart", "a reconfiguration", "a pause or STOPPED"] {
             let mut again = self
-                .start(CHECK, &name, "incarnation-1", self.tasks_max, false)
+                .start(CHECK, &name, FIRST_INCARNATION, self.tasks_max, false)
                 .await?;
             self.expect_kept(CHECK, &format!("the start after {step}"), &again, &before)
                 .await?;
@@ -429,7 +492,7 @@ impl<P: Probe> Kit<P> {
                 .await?;
         }
         let mut cleanup = self
-            .start(CHECK, &name, "incarnation-1", self.tasks_max, false)
+            .start(CHECK, &name, FIRST_INCARNATION, self.tasks_max, false)
             .await?;
         self.delete(CHECK, &mut cleanup).await
     }
@@ -446,7 +509,7 @@ impl<P: Probe> Kit<P> {
         Self::stop(CHECK, &mut r, false).await?;
         let fewer = self.tasks_max.saturating_sub(1).max(1);
         let mut smaller = self
-            .start(CHECK, &name, "incarnation-1", fewer, false)
+            .start(CHECK, &name, FIRST_INCARNATION, fewer, false)
             .await?;
         self.expect_kept(
             CHECK,
@@ -464,7 +527,7 @@ impl<P: Probe> Kit<P> {
         )
         .await?;
         let mut cleanup = self
-            .start(CHECK, &name, "incarnation-1", self.tasks_max, false)
+            .start(CHECK, &name, FIRST_INCARNATION, self.tasks_max, false)
             .await?;
         self.delete(CHECK, &mut cleanup).await
     }
@@ -500,7 +563,7 @@ impl<P: Probe> Kit<P> {
         })?;
         self.expect_empty(CHECK, "a second stop(true)", &r).await?;
         let mut fresh = self
-            .start(CHECK, &name, "incarnation-1", self.tasks_max, true)
+            .start(CHECK, &name, FIRST_INCARNATION, self.tasks_max, true)
             .await?;
         Self::stop(CHECK, &mut fresh, true).await.map_err(|e| {
             fail(
@@ -525,7 +588,7 @@ impl<P: Probe> Kit<P> {
         let name = self.name("never", "a");
         let pre = self.pre_existing(CHECK, &name).await?;
         let mut r = self
-            .start(CHECK, &name, "incarnation-1", self.tasks_max, true)
+            .start(CHECK, &name, FIRST_INCARNATION, self.tasks_max, true)
             .await?;
         if let Ok(owned) = self.owned(CHECK, &r).await
             && !owned.is_empty()
@@ -561,7 +624,7 @@ impl<P: Probe> Kit<P> {
                 .map_err(|e| fail(CHECK, format!("probe could not remove {first}: {e}")))?;
         }
         let mut cleanup = self
-            .start(CHECK, &name, "incarnation-1", self.tasks_max, true)
+            .start(CHECK, &name, FIRST_INCARNATION, self.tasks_max, true)
             .await?;
         Self::stop(CHECK, &mut cleanup, true).await?;
         self.expect_empty(
@@ -601,7 +664,7 @@ impl<P: Probe> Kit<P> {
         Self::stop(CHECK, &mut r, false).await?;
         self.expect_pre_existing(CHECK, &name, &pre).await?;
         let mut again = self
-            .start(CHECK, &name, "incarnation-1", self.tasks_max, false)
+            .start(CHECK, &name, FIRST_INCARNATION, self.tasks_max, false)
             .await?;
         self.delete(CHECK, &mut again).await?;
         self.expect_pre_existing(CHECK, &name, &pre).await
@@ -625,6 +688,237 @@ impl<P: Probe> Kit<P> {
                 ),
             ))
         }
+    }
+
+    /// A late `stop(true)` of a deleted incarnation leaves what a re-created connector of
+    /// the same name made (docs/connector-guide.md section 3, step 3). Incarnation 1 of
+    /// the connector starts and provisions; its deletion's `stop(true)` overruns its
+    /// timeout, so those instances are abandoned and the cleanup runs on fresh
+    /// cleanup-only instances (docs/contract.md, "Abandoned instances stay visible"),
+    /// which remove everything. The connector is created again (incarnation 2) and
+    /// provisions; then the abandoned instances of incarnation 1 get their
+    /// `stop(true)` after all, tasks then connector, and so do fresh cleanup-only ones
+    /// (a retried cleanup): each must succeed and leave every resource of incarnation
+    /// 2. Incarnation 2 then restarts over its own resources and its own deletion
+    /// removes them.
+    ///
+    /// # Errors
+    /// [`CheckFailed`] naming the late stop that removed incarnation 2's resources (or
+    /// failed), or the step of incarnation 2 that no longer worked.
+    pub async fn late_cleanup_leaves_a_re_created_connector(&self) -> CheckResult {
+        const CHECK: &str = "late_cleanup_leaves_a_re_created_connector";
+        let name = self.name("late", "a");
+        let pre = self.pre_existing(CHECK, &name).await?;
+        let (mut abandoned, _) = self.provisioned(CHECK, &name, self.tasks_max).await?;
+        let mut cleanup = self
+            .start(CHECK, &name, FIRST_INCARNATION, self.tasks_max, true)
+            .await?;
+        self.delete(CHECK, &mut cleanup).await?;
+        let mut second = self
+            .start(CHECK, &name, SECOND_INCARNATION, self.tasks_max, false)
+            .await
+            .map_err(|e| {
+                fail(
+                    CHECK,
+                    format!(
+                        "{name} created again ({SECOND_INCARNATION}) after {FIRST_INCARNATION}'s cleanup removed everything: {}",
+                        e.message
+                    ),
+                )
+            })?;
+        let made = self.owned(CHECK, &second).await?;
+        let made_by = format!(
+            "which {SECOND_INCARNATION} of {name} (the connector created again under the same name) made"
+        );
+        if made.is_empty() {
+            return Err(fail(
+                CHECK,
+                format!(
+                    "after the start of {SECOND_INCARNATION} the probe lists nothing that {name} owns: check the probe"
+                ),
+            ));
+        }
+        for (i, t) in abandoned.tasks.iter_mut().enumerate() {
+            Self::call(
+                CHECK,
+                format!("the late stop(true) of {FIRST_INCARNATION}'s task {name}/{i}"),
+                t.stop_with(true),
+            )
+            .await?;
+            self.expect_other_incarnation_kept(
+                CHECK,
+                &format!("the late stop(true) of {FIRST_INCARNATION}'s task {name}/{i}"),
+                &second,
+                &made,
+                &made_by,
+            )
+            .await?;
+        }
+        Self::call(
+            CHECK,
+            format!("the late stop(true) of {FIRST_INCARNATION}'s connector instance {name}"),
+            abandoned.connector.stop_with(true),
+        )
+        .await?;
+        self.expect_other_incarnation_kept(
+            CHECK,
+            &format!("the late stop(true) of {FIRST_INCARNATION}'s connector instance {name}"),
+            &second,
+            &made,
+            &made_by,
+        )
+        .await?;
+        let mut retried = self
+            .start(CHECK, &name, FIRST_INCARNATION, self.tasks_max, true)
+            .await?;
+        Self::stop(CHECK, &mut retried, true).await?;
+        self.expect_other_incarnation_kept(
+            CHECK,
+            &format!("a retried cleanup of {FIRST_INCARNATION} (stop(true) on fresh cleanup-only instances)"),
+            &second,
+            &made, &made_by)
+        .await?;
+        Self::stop(CHECK, &mut second, false).await?;
+        let mut restarted = self
+            .start(CHECK, &name, SECOND_INCARNATION, self.tasks_max, false)
+            .await
+            .map_err(|e| {
+                fail(
+                    CHECK,
+                    format!(
+                        "{SECOND_INCARNATION} no longer restarts after {FIRST_INCARNATION}'s late cleanup: {}",
+                        e.message
+                    ),
+                )
+            })?;
+        self.expect_other_incarnation_kept(
+            CHECK,
+            &format!("{FIRST_INCARNATION}'s late cleanup and a restart of {SECOND_INCARNATION}"),
+            &restarted,
+            &made,
+            &made_by,
+        )
+        .await?;
+        self.delete(CHECK, &mut restarted).await?;
+        self.expect_pre_existing(CHECK, &name, &pre).await
+    }
+
+    /// A start refuses resources another incarnation owns (docs/connector-guide.md
+    /// section 3, step 3; docs/lifecycle.md: `audit.adopt=never`, the default, refuses).
+    /// Incarnation 1 provisions and is deleted with `keep_resources` (`stop(false)` on
+    /// everything: what it made stays, still naming it as owner); the connector is
+    /// created again (incarnation 2) with the same config. Its start (the connector
+    /// instance's or a task's) must fail, remove nothing, and the deletion of the
+    /// refused connector (`stop(true)` on the instances that exist, then on fresh
+    /// cleanup-only instances) must succeed and leave what incarnation 1 kept. The kit
+    /// then removes the kept resources with a cleanup of incarnation 1.
+    ///
+    /// A plugin that takes kept resources over only when its config says so (like the
+    /// audit sources' `audit.adopt`) passes with its default config.
+    ///
+    /// # Errors
+    /// [`CheckFailed`] when incarnation 2 started over the kept resources, or a step
+    /// removed some of them.
+    pub async fn start_refuses_what_another_incarnation_kept(&self) -> CheckResult {
+        const CHECK: &str = "start_refuses_what_another_incarnation_kept";
+        let name = self.name("kept", "a");
+        let pre = self.pre_existing(CHECK, &name).await?;
+        let (mut first, kept) = self.provisioned(CHECK, &name, self.tasks_max).await?;
+        Self::stop(CHECK, &mut first, false).await?;
+        self.expect_kept(
+            CHECK,
+            "a deletion with keep_resources (stop(false))",
+            &first,
+            &kept,
+        )
+        .await?;
+        let made_by = format!(
+            "which {FIRST_INCARNATION} of {name} made and kept (deleted with keep_resources)"
+        );
+        let mut second = self.instance(&name, self.tasks_max);
+        let refused = self
+            .start_into(
+                CHECK,
+                &mut second,
+                SECOND_INCARNATION,
+                self.tasks_max,
+                false,
+            )
+            .await?;
+        let Some(refusal) = refused else {
+            return Err(fail(
+                CHECK,
+                format!(
+                    "{name} created again ({SECOND_INCARNATION}) started over {kept:?}, which {FIRST_INCARNATION} made and kept (deleted with keep_resources): a start must refuse resources another incarnation owns, or a later cleanup of either incarnation removes what the other uses (docs/connector-guide.md section 3, step 3)"
+                ),
+            ));
+        };
+        self.expect_other_incarnation_kept(
+            CHECK,
+            &format!("the refused start of {SECOND_INCARNATION} ({refusal})"),
+            &first,
+            &kept,
+            &made_by,
+        )
+        .await?;
+        Self::stop(CHECK, &mut second, true).await.map_err(|e| {
+            fail(
+                CHECK,
+                format!(
+                    "deleting the refused {SECOND_INCARNATION} (stop(true) on the instances whose start failed): {}",
+                    e.message
+                ),
+            )
+        })?;
+        self.expect_other_incarnation_kept(
+            CHECK,
+            &format!("the stop(true) of the refused {SECOND_INCARNATION}"),
+            &first,
+            &kept,
+            &made_by,
+        )
+        .await?;
+        let mut rehosted = self
+            .start(CHECK, &name, SECOND_INCARNATION, self.tasks_max, true)
+            .await?;
+        Self::stop(CHECK, &mut rehosted, true).await?;
+        self.expect_other_incarnation_kept(
+            CHECK,
+            &format!(
+                "the cleanup of the refused {SECOND_INCARNATION} on fresh cleanup-only instances"
+            ),
+            &first,
+            &kept,
+            &made_by,
+        )
+        .await?;
+        let mut tidy = self
+            .start(CHECK, &name, FIRST_INCARNATION, self.tasks_max, true)
+            .await?;
+        self.delete(CHECK, &mut tidy).await?;
+        self.expect_pre_existing(CHECK, &name, &pre).await
+    }
+
+    /// Fails when something of `before` is gone after `after`; `made_by` says whose it
+    /// is ("which incarnation-2 of c made").
+    async fn expect_other_incarnation_kept(
+        &self,
+        check: &'static str,
+        after: &str,
+        r: &Running,
+        before: &BTreeSet<String>,
+        made_by: &str,
+    ) -> CheckResult {
+        let gone = self.gone(check, r, before).await?;
+        if gone.is_empty() {
+            return Ok(());
+        }
+        Err(fail(
+            check,
+            format!(
+                "{after} removed {gone:?}, {made_by}: neither a start nor a cleanup may remove what another incarnation owns, so check the owner first (docs/connector-guide.md section 3, step 3)"
+            ),
+        ))
     }
 
     /// For a sink plugin: records move through `put` and `flush` the way the executor
@@ -732,7 +1026,9 @@ impl<P: Probe> Kit<P> {
         self.cleanup_without_start_succeeds().await?;
         self.cleanup_after_half_start_succeeds().await?;
         self.deleting_one_connector_leaves_another().await?;
-        self.pre_existing_resources_survive().await
+        self.pre_existing_resources_survive().await?;
+        self.late_cleanup_leaves_a_re_created_connector().await?;
+        self.start_refuses_what_another_incarnation_kept().await
     }
 }
 

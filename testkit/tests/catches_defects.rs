@@ -1,6 +1,6 @@
 //! The kit's checks catch the defects they are about: a correct directory-provisioning
-//! plugin passes every check, and three deliberately wrong ones each fail the check
-//! for their defect (real files in a temp dir are the external system).
+//! plugin passes every check, and deliberately wrong ones each fail the check for their
+//! defect (real files in a temp dir are the external system).
 
 use std::collections::BTreeSet;
 use std::path::{Path, PathBuf};
@@ -23,21 +23,39 @@ enum Defect {
     SecondDeleteErrors,
     /// Its deletion also removes the user's file next to its directory.
     DropsPreExisting,
+    /// Ignores incarnations: its start takes over a directory another incarnation owns
+    /// and its cleanups (connector and tasks) remove whatever is there.
+    IgnoresIncarnation,
+    /// Only its tasks' cleanup ignores incarnations: a task's stop(true) removes its
+    /// file whoever owns the directory.
+    TaskIgnoresIncarnation,
 }
 
 /// Config key: the root directory.
 const ROOT: &str = "root";
 /// The user's own file under the root, which the plugin reads but must never remove.
 const USER_FILE: &str = "user-data.txt";
+/// The file in a connector's directory naming the incarnation that made it.
+const OWNER_FILE: &str = "owner";
 
 fn dir_of(name: &str, config: &ConfigMap) -> PathBuf {
     Path::new(&config[ROOT]).join(format!("dir-{name}"))
+}
+
+/// The incarnation `dir`'s owner file names; `None` when there is none.
+fn owner_of(dir: &Path) -> std::io::Result<Option<String>> {
+    match std::fs::read_to_string(dir.join(OWNER_FILE)) {
+        Ok(owner) => Ok(Some(owner)),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(None),
+        Err(e) => Err(e),
+    }
 }
 
 struct DirConnector {
     defect: Defect,
     dir: Option<PathBuf>,
     root: Option<PathBuf>,
+    incarnation: String,
 }
 
 #[async_trait]
@@ -46,8 +64,16 @@ impl Connector for DirConnector {
         let dir = dir_of(&ctx.connector, &config);
         self.root = Some(PathBuf::from(&config[ROOT]));
         self.dir = Some(dir.clone());
+        self.incarnation = ctx.incarnation.clone();
         if !ctx.cleanup_only {
+            if let Some(owner) = owner_of(&dir)?
+                && owner != ctx.incarnation
+                && self.defect != Defect::IgnoresIncarnation
+            {
+                return Err(format!("{} is owned by {owner}", dir.display()).into());
+            }
             std::fs::create_dir_all(&dir)?;
+            std::fs::write(dir.join(OWNER_FILE), &ctx.incarnation)?;
             std::fs::write(dir.join("shared"), b"")?;
         }
         Ok(())
@@ -62,14 +88,18 @@ impl Connector for DirConnector {
         if !deleted && self.defect != Defect::DropsOnPlainStop {
             return Ok(());
         }
-        match std::fs::remove_dir_all(&dir) {
-            Ok(()) => {}
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
-                if self.defect == Defect::SecondDeleteErrors {
-                    return Err(format!("{} is gone", dir.display()).into());
-                }
+        match owner_of(&dir)? {
+            Some(owner)
+                if owner == self.incarnation || self.defect == Defect::IgnoresIncarnation =>
+            {
+                std::fs::remove_dir_all(&dir)?;
             }
-            Err(e) => return Err(e.into()),
+            // Another incarnation's directory: leave it.
+            Some(_) => {}
+            None if !dir.exists() && self.defect == Defect::SecondDeleteErrors => {
+                return Err(format!("{} is gone", dir.display()).into());
+            }
+            None => {}
         }
         if deleted && self.defect == Defect::DropsPreExisting {
             let root = self.root.clone().ok_or("not started")?;
@@ -81,7 +111,9 @@ impl Connector for DirConnector {
 
 /// Tasks provision a per-task file in the connector's directory.
 struct DirTask {
+    defect: Defect,
     file: Option<PathBuf>,
+    incarnation: String,
 }
 
 #[async_trait]
@@ -92,6 +124,7 @@ impl SourceTask for DirTask {
             std::fs::write(&file, b"")?;
         }
         self.file = Some(file);
+        self.incarnation = ctx.incarnation.clone();
         Ok(())
     }
 
@@ -102,6 +135,15 @@ impl SourceTask for DirTask {
     async fn stop_with(&mut self, deleted: bool) -> PluginResult<()> {
         if deleted {
             let file = self.file.clone().ok_or("not started")?;
+            let ignores = matches!(
+                self.defect,
+                Defect::IgnoresIncarnation | Defect::TaskIgnoresIncarnation
+            );
+            let dir = file.parent().ok_or("no directory")?;
+            if !ignores && owner_of(dir)?.is_some_and(|o| o != self.incarnation) {
+                // The directory is another incarnation's: so is the file.
+                return Ok(());
+            }
             match std::fs::remove_file(&file) {
                 Ok(()) => {}
                 Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
@@ -122,10 +164,15 @@ fn plugin(defect: Defect) -> Plugin {
                 defect,
                 dir: None,
                 root: None,
+                incarnation: String::new(),
             }) as Box<dyn Connector>
         }),
-        task: TaskFactory::Source(Arc::new(|| {
-            Box::new(DirTask { file: None }) as Box<dyn SourceTask>
+        task: TaskFactory::Source(Arc::new(move || {
+            Box::new(DirTask {
+                defect,
+                file: None,
+                incarnation: String::new(),
+            }) as Box<dyn SourceTask>
         })),
     }
 }
@@ -222,6 +269,50 @@ async fn a_plugin_that_drops_a_pre_existing_resource_fails_pre_existing_resource
     assert!(err.message.contains(USER_FILE), "{err}");
 }
 
+#[tokio::test]
+async fn a_plugin_that_ignores_incarnations_fails_both_incarnation_checks() {
+    let (_tmp, kit) = kit(Defect::IgnoresIncarnation);
+    let err = kit
+        .late_cleanup_leaves_a_re_created_connector()
+        .await
+        .unwrap_err();
+    assert_eq!(err.check, "late_cleanup_leaves_a_re_created_connector");
+    assert!(
+        err.message.contains("late stop(true) of incarnation-1")
+            && err.message.contains("which incarnation-2")
+            && err.message.contains("step 3"),
+        "{err}"
+    );
+    let err = kit
+        .start_refuses_what_another_incarnation_kept()
+        .await
+        .unwrap_err();
+    assert_eq!(err.check, "start_refuses_what_another_incarnation_kept");
+    assert!(
+        err.message.contains("started over") && err.message.contains("step 3"),
+        "{err}"
+    );
+}
+
+#[tokio::test]
+async fn a_task_cleanup_that_ignores_incarnations_fails_late_cleanup_leaves_a_re_created_connector()
+{
+    let (_tmp, kit) = kit(Defect::TaskIgnoresIncarnation);
+    let err = kit
+        .late_cleanup_leaves_a_re_created_connector()
+        .await
+        .unwrap_err();
+    assert_eq!(err.check, "late_cleanup_leaves_a_re_created_connector");
+    assert!(
+        err.message.contains("incarnation-1's task") && err.message.contains("task-0"),
+        "{err}"
+    );
+    // Its start refuses, which is all the other check asks.
+    kit.start_refuses_what_another_incarnation_kept()
+        .await
+        .unwrap();
+}
+
 // ---- a sink: records move through put and flush ---------------------------------
 
 /// A sink writing one line per record to `dir-<connector>/records`; with `acks_early`
@@ -291,6 +382,7 @@ fn sink_plugin(acks_early: bool) -> Plugin {
                 defect: Defect::None,
                 dir: None,
                 root: None,
+                incarnation: String::new(),
             }) as Box<dyn Connector>
         }),
         task: TaskFactory::Sink(Arc::new(move || {

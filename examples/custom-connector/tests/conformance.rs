@@ -118,3 +118,21 @@ async fn deleting_one_connector_leaves_another() {
 async fn pre_existing_resources_survive() {
     kit().1.pre_existing_resources_survive().await.unwrap();
 }
+
+#[tokio::test]
+async fn late_cleanup_leaves_a_re_created_connector() {
+    kit()
+        .1
+        .late_cleanup_leaves_a_re_created_connector()
+        .await
+        .unwrap();
+}
+
+#[tokio::test]
+async fn start_refuses_what_another_incarnation_kept() {
+    kit()
+        .1
+        .start_refuses_what_another_incarnation_kept()
+        .await
+        .unwrap();
+}
