@@ -244,7 +244,7 @@ impl Traced {
 /// trace is whole whatever `RUST_LOG` says; events only at WARN and above (they become
 /// span events carrying the problem). INFO events stay in the logs: as span events
 /// they were formatted and exported on every call with export on while `RUST_LOG=warn`
-/// never built them, most of the measured cost of export (bench/NOTES.md).
+/// never built them (bench/NOTES.md).
 fn exported(what: Traced, level: tracing::Level) -> bool {
     use tracing::Level;
     match (what, level) {
