@@ -123,6 +123,7 @@ fn otlp_provider(otlp: &Otlp) -> Result<opentelemetry_sdk::trace::SdkTracerProvi
         .with_endpoint(otlp.endpoint.clone())
         .build()
         .map_err(|e| err(e.to_string()))?;
+    let exporter = WarnOnFailure::new(exporter, otlp.endpoint.clone());
     let processor =
         opentelemetry_sdk::trace::span_processor_with_async_runtime::BatchSpanProcessor::builder(
             exporter,
@@ -140,6 +141,134 @@ fn otlp_provider(otlp: &Otlp) -> Result<opentelemetry_sdk::trace::SdkTracerProvi
         .with_span_processor(processor)
         .with_resource(resource)
         .build())
+}
+
+/// How often at most a failing span export is logged: an unreachable collector fails
+/// every batch (every few seconds), and one line a minute says so without flooding.
+pub const EXPORT_WARN_INTERVAL: std::time::Duration = std::time::Duration::from_secs(60);
+
+/// Whether a failed export is logged now: the first failure is, later ones once
+/// [`EXPORT_WARN_INTERVAL`] has passed since the last line (`last`).
+fn warn_now(last: Option<std::time::Instant>, now: std::time::Instant) -> bool {
+    match last {
+        None => true,
+        Some(t) => now.saturating_duration_since(t) >= EXPORT_WARN_INTERVAL,
+    }
+}
+
+/// Failures logged and silenced since, for [`WarnOnFailure`].
+#[derive(Debug, Default)]
+struct FailureLog {
+    /// When the last warning was written.
+    last: Option<std::time::Instant>,
+    /// Failed batches since then, not logged.
+    silenced: u64,
+}
+
+/// A span exporter that logs a warning naming the endpoint when an export fails, at most
+/// once per [`EXPORT_WARN_INTERVAL`] (the SDK itself reports nothing without its
+/// `internal-logs` feature, so an unreachable `--otlp-endpoint` was silent).
+#[derive(Debug)]
+struct WarnOnFailure<E> {
+    inner: E,
+    endpoint: String,
+    log: std::sync::Mutex<FailureLog>,
+}
+
+impl<E> WarnOnFailure<E> {
+    fn new(inner: E, endpoint: String) -> Self {
+        Self {
+            inner,
+            endpoint,
+            log: std::sync::Mutex::default(),
+        }
+    }
+
+    /// Logs `error` for a batch of `spans` unless a line was written recently.
+    fn failed(&self, spans: usize, error: &opentelemetry_sdk::error::OTelSdkError) {
+        let now = std::time::Instant::now();
+        let mut log = self
+            .log
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        if warn_now(log.last, now) {
+            tracing::warn!(
+                endpoint = %self.endpoint,
+                spans,
+                failed_batches_not_logged = log.silenced,
+                error = %error,
+                "span export to --otlp-endpoint failed; spans dropped (next such line in {} s at the earliest)",
+                EXPORT_WARN_INTERVAL.as_secs()
+            );
+            log.last = Some(now);
+            log.silenced = 0;
+        } else {
+            log.silenced += 1;
+        }
+    }
+}
+
+impl<E: opentelemetry_sdk::trace::SpanExporter> opentelemetry_sdk::trace::SpanExporter
+    for WarnOnFailure<E>
+{
+    async fn export(
+        &self,
+        batch: Vec<opentelemetry_sdk::trace::SpanData>,
+    ) -> opentelemetry_sdk::error::OTelSdkResult {
+        let spans = batch.len();
+        let result = self.inner.export(batch).await;
+        if let Err(e) = &result {
+            self.failed(spans, e);
+        }
+        result
+    }
+
+    fn shutdown_with_timeout(
+        &self,
+        timeout: std::time::Duration,
+    ) -> opentelemetry_sdk::error::OTelSdkResult {
+        self.inner.shutdown_with_timeout(timeout)
+    }
+
+    fn force_flush(&self) -> opentelemetry_sdk::error::OTelSdkResult {
+        self.inner.force_flush()
+    }
+
+    fn set_resource(&mut self, resource: &opentelemetry_sdk::Resource) {
+        self.inner.set_resource(resource);
+    }
+}
+
+/// What the OTLP layer is asked about: a span or an event (a log line inside a span).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Traced {
+    Span,
+    Event,
+}
+
+impl Traced {
+    fn of(meta: &tracing::Metadata<'_>) -> Self {
+        if meta.is_event() {
+            Traced::Event
+        } else {
+            Traced::Span
+        }
+    }
+}
+
+/// Whether the OTLP layer sees a span or event of `level`: spans at INFO and above, so a
+/// trace is whole whatever `RUST_LOG` says; events only at WARN and above (they become
+/// span events carrying the problem). INFO events stay in the logs: as span events
+/// they were formatted and exported on every call with export on while `RUST_LOG=warn`
+/// never built them (bench/NOTES.md).
+fn exported(what: Traced, level: tracing::Level) -> bool {
+    use tracing::Level;
+    match (what, level) {
+        (Traced::Span, Level::ERROR | Level::WARN | Level::INFO) => true,
+        (Traced::Span, Level::DEBUG | Level::TRACE) => false,
+        (Traced::Event, Level::ERROR | Level::WARN) => true,
+        (Traced::Event, Level::INFO | Level::DEBUG | Level::TRACE) => false,
+    }
 }
 
 /// Installs the global `tracing` subscriber as text. Call once, first thing in `main`; a
@@ -174,9 +303,16 @@ pub fn init_traced(format: LogFormat, otlp: Option<&Otlp>) -> Result<Telemetry, 
     let otel = provider.as_ref().map(|p| {
         use opentelemetry::trace::TracerProvider as _;
         use tracing_subscriber::Layer as _;
+        // No thread attributes and no busy/idle timing: both cost work on every poll of
+        // every traced future and say little about a deletion (bench/NOTES.md).
         tracing_opentelemetry::layer()
             .with_tracer(p.tracer("wharf"))
-            .with_filter(tracing_subscriber::filter::LevelFilter::INFO)
+            .with_threads(false)
+            .with_tracked_inactivity(false)
+            .with_filter(
+                tracing_subscriber::filter::filter_fn(|m| exported(Traced::of(m), *m.level()))
+                    .with_max_level_hint(tracing::Level::INFO),
+            )
     });
     let filter = tracing_subscriber::EnvFilter::builder()
         .with_default_directive(tracing::Level::INFO.into())
@@ -220,6 +356,59 @@ pub fn init_traced(format: LogFormat, otlp: Option<&Otlp>) -> Result<Telemetry, 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn spans_at_info_and_above_are_exported() {
+        for l in [
+            tracing::Level::ERROR,
+            tracing::Level::WARN,
+            tracing::Level::INFO,
+        ] {
+            assert!(exported(Traced::Span, l), "{l}");
+        }
+    }
+
+    #[test]
+    fn debug_and_trace_spans_are_not_exported() {
+        for l in [tracing::Level::DEBUG, tracing::Level::TRACE] {
+            assert!(!exported(Traced::Span, l), "{l}");
+        }
+    }
+
+    #[test]
+    fn warning_and_error_events_are_exported() {
+        for l in [tracing::Level::ERROR, tracing::Level::WARN] {
+            assert!(exported(Traced::Event, l), "{l}");
+        }
+    }
+
+    #[test]
+    fn info_and_lower_events_are_not_exported() {
+        for l in [
+            tracing::Level::INFO,
+            tracing::Level::DEBUG,
+            tracing::Level::TRACE,
+        ] {
+            assert!(!exported(Traced::Event, l), "{l}");
+        }
+    }
+
+    #[test]
+    fn the_first_export_failure_is_logged() {
+        assert!(warn_now(None, std::time::Instant::now()));
+    }
+
+    #[test]
+    fn a_failure_soon_after_a_logged_one_is_not_logged() {
+        let t = std::time::Instant::now();
+        assert!(!warn_now(Some(t), t + EXPORT_WARN_INTERVAL / 2));
+    }
+
+    #[test]
+    fn a_failure_an_interval_after_a_logged_one_is_logged() {
+        let t = std::time::Instant::now();
+        assert!(warn_now(Some(t), t + EXPORT_WARN_INTERVAL));
+    }
 
     #[test]
     fn log_formats_parse_and_others_are_refused_by_name() {

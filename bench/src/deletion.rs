@@ -61,6 +61,13 @@ pub struct DeletionResult {
     /// The audit trail's commit per run (one more store commit of every mutating admin
     /// call, issue 14), on the same store; not part of the floor.
     pub audit: Vec<f64>,
+    /// CPU time (user + system) of the cluster's processes over the measured deletions,
+    /// background work included, divided by the deletions (ms); 0 when not measured.
+    pub cpu_per_deletion: f64,
+    /// Spans the OTLP receiver got over the measured deletions, divided by them (what
+    /// the processes export, background calls included; the SDK exports in batches, so
+    /// the last few seconds' spans may fall outside); 0 without export.
+    pub spans_per_deletion: f64,
 }
 
 impl DeletionResult {
@@ -109,68 +116,124 @@ fn all_running(status: &wharf::pb::v1::ConnectorStatus, tasks: usize) -> bool {
             .all(|t| t.status.as_ref().is_some_and(|s| s.state == running))
 }
 
-/// Runs benchmark 1 with `runs` measured deletions. `mtls`: every process and the
-/// benchmark's own clients speak mutual TLS (the floor's admin round trip and StopTask
-/// fan-out too, over connections made once and reused). `observed`: every process has
-/// its metrics listener scraped once a second and exports its spans to an OTLP receiver
-/// (issue 16's "on" run).
-pub async fn run(
-    bin_dir: &Path,
-    root: &Path,
-    runs: usize,
-    mtls: bool,
-    observed: bool,
-) -> anyhow::Result<DeletionResult> {
-    let load = if observed {
-        Some(crate::observe::Load::start().await?)
-    } else {
-        None
-    };
-    let cluster = Cluster::start(
-        bin_dir,
-        &root.join("cluster"),
-        &ClusterOptions {
-            executors: EXECUTORS,
-            lease_ms: 10_000,
-            heartbeat_ms: 1_000,
-            nats_url: None,
-            mtls,
-            otlp_endpoint: load.as_ref().map(|l| l.endpoint.clone()),
-        },
-    )
-    .await?;
-    if let Some(l) = &load {
-        l.scrape(cluster.metrics.clone());
-    }
-    let lifecycle = root.join("lifecycle.jsonl");
-    let mut admin = cluster.admin.clone();
-    let mut health = HealthClient::new(cluster.cp_channel.clone());
-    let mut execs = Vec::new();
-    for (_, addr) in &cluster.executors {
-        // Only the control plane's certificate may call an executor.
-        let tls = cluster.pki.as_ref().map(|p| (p, "control-plane"));
-        execs.push(ExecutorClient::new(crate::procs::connect(addr, tls).await?));
-    }
-    let store_dir = root.join("floor-store");
-    std::fs::create_dir_all(&store_dir)?;
-    let store = RedbStore::open(
-        &store_dir.join("state.redb"),
-        Sealer::load_or_create(&store_dir)?,
-    )?;
+/// One iteration's measurements, milliseconds.
+#[derive(Debug, Clone, Copy)]
+struct Sample {
+    delete: f64,
+    store: f64,
+    admin: f64,
+    fanout: f64,
+    audit: f64,
+}
 
-    let mut out = DeletionResult::default();
-    for i in 0..(WARMUP_RUNS + runs) {
+impl DeletionResult {
+    fn push(&mut self, s: Sample) {
+        self.latencies.push(s.delete);
+        self.store.push(s.store);
+        self.admin_rtt.push(s.admin);
+        self.fanout.push(s.fanout);
+        self.audit.push(s.audit);
+        self.floors.push(s.store + s.admin + s.fanout);
+        self.runs += 1;
+    }
+}
+
+/// A running cluster of benchmark 1 with its clients and its floor store, measuring one
+/// deletion at a time ([`Bench::once`]).
+struct Bench {
+    /// The observability load (receiver and scraper) of an "on" cluster; stops on drop.
+    load: Option<crate::observe::Load>,
+    cluster: Cluster,
+    admin: wharf::pb::v1::connector_admin_client::ConnectorAdminClient<tonic::transport::Channel>,
+    health: HealthClient<tonic::transport::Channel>,
+    execs: Vec<ExecutorClient<tonic::transport::Channel>>,
+    store: RedbStore,
+    lifecycle: std::path::PathBuf,
+    /// Iterations so far (names the next connector).
+    next: usize,
+}
+
+impl Bench {
+    /// Starts a cluster under `root`. `mtls`: every process and the benchmark's own
+    /// clients speak mutual TLS (the floor's admin round trip and StopTask fan-out too,
+    /// over connections made once and reused). `observed`: every process has its metrics
+    /// listener scraped once a second and exports its spans to an OTLP receiver (issue
+    /// 16's "on" cluster).
+    async fn start(
+        bin_dir: &Path,
+        root: &Path,
+        mtls: bool,
+        observed: bool,
+    ) -> anyhow::Result<Self> {
+        let load = if observed {
+            Some(crate::observe::Load::start().await?)
+        } else {
+            None
+        };
+        let cluster = Cluster::start(
+            bin_dir,
+            &root.join("cluster"),
+            &ClusterOptions {
+                executors: EXECUTORS,
+                lease_ms: 10_000,
+                heartbeat_ms: 1_000,
+                nats_url: None,
+                mtls,
+                otlp_endpoint: load.as_ref().map(|l| l.endpoint.clone()),
+            },
+        )
+        .await?;
+        if let Some(l) = &load {
+            l.scrape(cluster.metrics.clone());
+        }
+        let mut execs = Vec::new();
+        for (_, addr) in &cluster.executors {
+            // Only the control plane's certificate may call an executor.
+            let tls = cluster.pki.as_ref().map(|p| (p, "control-plane"));
+            execs.push(ExecutorClient::new(crate::procs::connect(addr, tls).await?));
+        }
+        let store_dir = root.join("floor-store");
+        std::fs::create_dir_all(&store_dir)?;
+        let store = RedbStore::open(
+            &store_dir.join("state.redb"),
+            Sealer::load_or_create(&store_dir)?,
+        )?;
+        Ok(Self {
+            load,
+            admin: cluster.admin.clone(),
+            health: HealthClient::new(cluster.cp_channel.clone()),
+            cluster,
+            execs,
+            store,
+            lifecycle: root.join("lifecycle.jsonl"),
+            next: 0,
+        })
+    }
+
+    /// Spans the receiver of an "on" cluster got so far (0 without one).
+    fn spans(&self) -> u64 {
+        self.load
+            .as_ref()
+            .map_or(0, |l| l.spans.load(std::sync::atomic::Ordering::Relaxed))
+    }
+
+    /// Creates a connector, waits until it runs, measures the floor, then deletes it
+    /// (DeleteConnector(wait)), timed.
+    async fn once(&mut self) -> anyhow::Result<Sample> {
+        let i = self.next;
+        self.next += 1;
         let name = format!("del-{i}");
-        admin
+        self.admin
             .create_connector(CreateConnectorRequest {
                 name: name.clone(),
-                config: idle_source_config(&lifecycle, TASKS),
+                config: idle_source_config(&self.lifecycle, TASKS),
                 initial_state: 0,
             })
             .await?;
         let start = Instant::now();
         loop {
-            let st = admin
+            let st = self
+                .admin
                 .get_connector_status(GetConnectorStatusRequest { name: name.clone() })
                 .await?
                 .into_inner()
@@ -186,18 +249,18 @@ pub async fn run(
         }
 
         // Floor, in this run: store commits, admin round trip, StopTask fan-out.
-        let store_ms = store_commits(&store, i, &lifecycle)?;
-        let audit_ms = audit_commit(&store, i)?;
+        let store = store_commits(&self.store, i, &self.lifecycle)?;
+        let audit = audit_commit(&self.store, i)?;
         let t = Instant::now();
-        health
+        self.health
             .check(HealthCheckRequest {
                 service: String::new(),
             })
             .await?;
-        let admin_ms = ms(t.elapsed());
+        let admin = ms(t.elapsed());
         let t = Instant::now();
         let calls = (0..TASKS).map(|task| {
-            let mut c = execs[task as usize % execs.len()].clone();
+            let mut c = self.execs[task as usize % self.execs.len()].clone();
             async move {
                 c.stop_task(StopTaskRequest {
                     task: Some(TaskId {
@@ -220,10 +283,11 @@ pub async fn run(
                 bail!("StopTask probe: {s}");
             }
         }
-        let fanout_ms = ms(t.elapsed());
+        let fanout = ms(t.elapsed());
 
         let t = Instant::now();
-        let resp = admin
+        let resp = self
+            .admin
             .delete_connector(DeleteConnectorRequest {
                 name: name.clone(),
                 force: false,
@@ -233,21 +297,72 @@ pub async fn run(
             })
             .await?
             .into_inner();
-        let delete_ms = ms(t.elapsed());
+        let delete = ms(t.elapsed());
         if !resp.deleted {
             bail!("{name}: deletion did not finish: {:?}", resp.status);
         }
-        if i >= WARMUP_RUNS {
-            out.latencies.push(delete_ms);
-            out.store.push(store_ms);
-            out.admin_rtt.push(admin_ms);
-            out.fanout.push(fanout_ms);
-            out.audit.push(audit_ms);
-            out.floors.push(store_ms + admin_ms + fanout_ms);
+        Ok(Sample {
+            delete,
+            store,
+            admin,
+            fanout,
+            audit,
+        })
+    }
+}
+
+/// Runs benchmark 1 on one cluster (see [`Bench::start`] for `mtls`) with `runs` measured
+/// deletions after [`WARMUP_RUNS`].
+pub async fn run(
+    bin_dir: &Path,
+    root: &Path,
+    runs: usize,
+    mtls: bool,
+) -> anyhow::Result<DeletionResult> {
+    let mut b = Bench::start(bin_dir, root, mtls, false).await?;
+    for _ in 0..WARMUP_RUNS {
+        b.once().await?;
+    }
+    let mut out = DeletionResult::default();
+    for _ in 0..runs {
+        out.push(b.once().await?);
+    }
+    Ok(out)
+}
+
+/// Benchmark 1 with observability off and on (issue 16), fairly: both clusters run side
+/// by side for the whole measurement and their deletions interleave, one on each in turn,
+/// the first of each pair alternating (off-on, on-off, ...), so that load drift on the
+/// shared machine falls on both alike. The "on" cluster's background work (scrapes,
+/// export) runs during the "off" deletions too: what differs is the observability on the
+/// path of the measured calls. `runs` measured deletions each, after [`WARMUP_RUNS`] each.
+pub async fn run_paired(
+    bin_dir: &Path,
+    root: &Path,
+    runs: usize,
+) -> anyhow::Result<(DeletionResult, DeletionResult)> {
+    let mut off = Bench::start(bin_dir, &root.join("off"), false, false).await?;
+    let mut on = Bench::start(bin_dir, &root.join("on"), false, true).await?;
+    for _ in 0..WARMUP_RUNS {
+        off.once().await?;
+        on.once().await?;
+    }
+    let (mut r_off, mut r_on) = (DeletionResult::default(), DeletionResult::default());
+    let cpu = (off.cluster.cpu_ms(), on.cluster.cpu_ms());
+    let spans = on.spans();
+    for i in 0..runs {
+        if i % 2 == 0 {
+            r_off.push(off.once().await?);
+            r_on.push(on.once().await?);
+        } else {
+            r_on.push(on.once().await?);
+            r_off.push(off.once().await?);
         }
     }
-    out.runs = runs;
-    Ok(out)
+    r_off.cpu_per_deletion = (off.cluster.cpu_ms() - cpu.0) / runs as f64;
+    r_on.cpu_per_deletion = (on.cluster.cpu_ms() - cpu.1) / runs as f64;
+    r_on.spans_per_deletion = (on.spans() - spans) as f64 / runs as f64;
+    Ok((r_off, r_on))
 }
 
 /// Times the two commits of a deletion (record it sealed, then remove it all) on the

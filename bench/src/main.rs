@@ -21,8 +21,10 @@ use anyhow::Context;
 
 use crate::stats::{median, quantile};
 
-/// Measured deletions in benchmark 1.
+/// Measured deletions in benchmark 1's mTLS run.
 const DELETION_RUNS: usize = 30;
+/// Measured deletions on each of the off and on clusters of benchmark 1 (interleaved).
+const OBSERVED_DELETION_RUNS: usize = 100;
 /// Runs per data-plane backend.
 const DATAPLANE_RUNS: usize = 3;
 /// Runs of the 1,000 x 10 scale step (the rebalance is one more run).
@@ -125,13 +127,13 @@ async fn main() -> anyhow::Result<()> {
         ..Results::default()
     };
     if args.wants("deletion") {
-        eprintln!("[bench] 1/4 deletion latency ({DELETION_RUNS} runs)");
-        let del = deletion::run(
+        eprintln!(
+            "[bench] 1/4 deletion latency, observability off and on side by side, interleaved ({OBSERVED_DELETION_RUNS} runs each)"
+        );
+        let (del, on) = deletion::run_paired(
             &args.bin_dir,
             &root.join("deletion"),
-            DELETION_RUNS,
-            false,
-            false,
+            OBSERVED_DELETION_RUNS,
         )
         .await?;
         eprintln!(
@@ -142,21 +144,15 @@ async fn main() -> anyhow::Result<()> {
             del.ratio()
         );
         eprintln!(
-            "[bench] 1b/4 deletion latency with metrics scraped and traces exported ({DELETION_RUNS} runs)"
-        );
-        let on = deletion::run(
-            &args.bin_dir,
-            &root.join("deletion-observed"),
-            DELETION_RUNS,
-            false,
-            true,
-        )
-        .await?;
-        eprintln!(
-            "[bench] observed deletion p50 {:.2} ms p99 {:.2} ms ({:+.1}% p50 against off)",
+            "[bench] observed deletion p50 {:.2} ms p99 {:.2} ms (p50 on/off {:.3}, p99 on/off {:.3})",
             on.p50(),
             on.p99(),
-            (on.p50() / del.p50() - 1.0) * 100.0
+            on.p50() / del.p50(),
+            on.p99() / del.p99()
+        );
+        eprintln!(
+            "[bench] CPU per deletion (cluster processes, background included): off {:.2} ms, on {:.2} ms; spans exported per deletion {:.1}",
+            del.cpu_per_deletion, on.cpu_per_deletion, on.spans_per_deletion
         );
         r.deletion = Some(del);
         eprintln!("[bench] 1c/4 deletion latency with mTLS ({DELETION_RUNS} runs)");
@@ -165,7 +161,6 @@ async fn main() -> anyhow::Result<()> {
             &root.join("deletion-mtls"),
             DELETION_RUNS,
             true,
-            false,
         )
         .await?;
         eprintln!(
@@ -212,6 +207,9 @@ struct Results {
     embedded: Option<dataplane::BackendResult>,
     jetstream: Option<dataplane::BackendResult>,
     target: Vec<scale::ScalePoint>,
+    /// The target step's runs with metrics scraped and spans exported (issue 16), each
+    /// right after the off run of the same index.
+    target_observed: Vec<scale::ScalePoint>,
     curve: Vec<scale::ScalePoint>,
     rebalance: Option<scale::ScalePoint>,
     curve_notes: Vec<String>,
@@ -305,30 +303,23 @@ async fn run_scale(
     r: &mut Results,
 ) -> anyhow::Result<()> {
     if args.scale_once {
-        eprintln!("[bench] scale {SCALE_TARGET} x 10 (1 run, --scale-once)");
-        let left = remaining(started).max(10.0);
-        let p = scale::run(
-            &args.bin_dir,
-            &root.join(format!("scale-{SCALE_TARGET}-once")),
-            SCALE_TARGET,
-            0,
-            Duration::from_secs_f64(left / 2.0),
-            Duration::from_secs_f64(left / 2.0),
-        )
-        .await;
-        match p {
-            Ok(p) => {
-                eprintln!("[bench] {p:?}");
-                r.target.push(p);
-            }
-            Err(e) => {
-                r.curve_notes
-                    .push(format!("the {SCALE_TARGET} x 10 run did not finish: {e}"));
-                eprintln!(
-                    "[bench] {}",
-                    r.curve_notes.last().map_or("", String::as_str)
-                );
-            }
+        eprintln!(
+            "[bench] scale {SCALE_TARGET} x 10 (1 run off, 1 run with observability on, --scale-once)"
+        );
+        for observed in [false, true] {
+            let left = remaining(started).max(20.0);
+            let half = Duration::from_secs_f64(left / 4.0);
+            let p = scale::run(
+                &args.bin_dir,
+                &root.join(format!("scale-{SCALE_TARGET}-once-{}", on_off(observed))),
+                SCALE_TARGET,
+                0,
+                half,
+                half,
+                observed,
+            )
+            .await;
+            record_target(r, observed, p, 0);
         }
         return Ok(());
     }
@@ -367,6 +358,7 @@ async fn run_scale(
                 REBALANCE_KILLS,
                 deadline(left / 2.0),
                 Duration::from_secs_f64(REBALANCE_DELETE_DEADLINE_S),
+                false,
             )
             .await
             {
@@ -388,13 +380,15 @@ async fn run_scale(
             .curve_notes
             .push("the rebalance run did not fit the time budget".into()),
     }
-    eprintln!("[bench] 2+3/4 scale {SCALE_TARGET} x 10 ({SCALE_RUNS} runs)");
+    eprintln!(
+        "[bench] 2+3/4 scale {SCALE_TARGET} x 10 ({SCALE_RUNS} runs off, {SCALE_RUNS} with observability on, alternating)"
+    );
     for i in 0..SCALE_RUNS {
         let left = remaining(started);
         let last = r
             .target
             .last()
-            .map_or(0.0, |p| p.create_s + p.delete_s + SETUP_S);
+            .map_or(0.0, |p| 2.0 * (p.create_s + p.delete_s + SETUP_S));
         if i > 0 && last > left {
             eprintln!("[bench] budget: stopping the {SCALE_TARGET} x 10 runs after {i}");
             r.curve_notes.push(format!(
@@ -402,37 +396,67 @@ async fn run_scale(
             ));
             break;
         }
-        match scale::run(
-            &args.bin_dir,
-            &root.join(format!("scale-{SCALE_TARGET}-{i}")),
-            SCALE_TARGET,
-            0,
-            deadline(left / 3.0),
-            deadline(left / 3.0),
-        )
-        .await
-        {
-            Ok(p) => {
-                eprintln!("[bench] {p:?}");
-                r.target.push(p);
-            }
-            Err(e) => {
-                r.curve_notes.push(format!(
-                    "run {} of {SCALE_TARGET} x 10 did not finish: {e}",
-                    i + 1
-                ));
-                eprintln!(
-                    "[bench] {}",
-                    r.curve_notes.last().map_or("", String::as_str)
-                );
-                break;
-            }
+        // Off, then on, in each round: both medians see the same load drift.
+        let mut failed = false;
+        for observed in [false, true] {
+            let p = scale::run(
+                &args.bin_dir,
+                &root.join(format!("scale-{SCALE_TARGET}-{i}-{}", on_off(observed))),
+                SCALE_TARGET,
+                0,
+                deadline(left / 6.0),
+                deadline(left / 6.0),
+                observed,
+            )
+            .await;
+            failed |= !record_target(r, observed, p, i);
+        }
+        if failed {
+            break;
         }
     }
     for n in SCALE_CURVE.into_iter().filter(|n| *n > SCALE_TARGET) {
         curve_step(args, root, started, remaining, r, n).await;
     }
     Ok(())
+}
+
+/// "off" or "on".
+fn on_off(observed: bool) -> &'static str {
+    if observed { "on" } else { "off" }
+}
+
+/// Keeps run `i` of the target step (observability `observed`) in `r`, or notes why it
+/// did not finish; false then.
+fn record_target(
+    r: &mut Results,
+    observed: bool,
+    p: anyhow::Result<scale::ScalePoint>,
+    i: usize,
+) -> bool {
+    match p {
+        Ok(p) => {
+            eprintln!("[bench] observability {}: {p:?}", on_off(observed));
+            if observed {
+                r.target_observed.push(p);
+            } else {
+                r.target.push(p);
+            }
+            true
+        }
+        Err(e) => {
+            r.curve_notes.push(format!(
+                "run {} of {SCALE_TARGET} x 10 with observability {} did not finish: {e}",
+                i + 1,
+                on_off(observed)
+            ));
+            eprintln!(
+                "[bench] {}",
+                r.curve_notes.last().map_or("", String::as_str)
+            );
+            false
+        }
+    }
 }
 
 /// One run of `n` x 10 for the curve, unless the prediction says it would not fit.
@@ -476,6 +500,7 @@ async fn curve_step(
         0,
         deadline(left * 0.45),
         deadline(left * 0.45),
+        false,
     )
     .await
     {
@@ -506,6 +531,60 @@ fn mtls_line(plain: &deletion::DeletionResult, tls: &deletion::DeletionResult) -
         plain.p50(),
         met(added <= 10.0)
     )
+}
+
+/// The observability-on deletion figure beside the off one (issue 16: at most 5% slower).
+fn observed_line(off: &deletion::DeletionResult, on: &deletion::DeletionResult) -> String {
+    let p50 = on.p50() / off.p50();
+    format!(
+        "Observability on vs off (issue 16), two clusters side by side in the same run, their deletions interleaved (off-on, on-off, ...): the on cluster has every process's `--metrics-listen` scraped once a second and `--otlp-endpoint` exporting every span to an OTLP receiver that drops them. {} deletions each. Off: p50 {:.2} ms, p99 {:.2} ms. On: p50 {:.2} ms, p99 {:.2} ms. On / off: p50 {p50:.3}, p99 {:.3}. Target: p50 at most 5% slower. Result: {}. CPU time (user + system) of each cluster's processes over the measured deletions, background included, per deletion: off {:.2} ms, on {:.2} ms; spans the receiver got per deletion (background calls included): {:.1}.",
+        on.runs,
+        off.p50(),
+        off.p99(),
+        on.p50(),
+        on.p99(),
+        on.p99() / off.p99(),
+        met(p50 <= 1.05),
+        off.cpu_per_deletion,
+        on.cpu_per_deletion,
+        on.spans_per_deletion
+    )
+}
+
+/// The target scale step with observability on beside off (issue 16), medians of the
+/// runs of each, alternating off and on in the same run of the benchmark.
+fn scale_observed_table(off: &[scale::ScalePoint], on: &[scale::ScalePoint]) -> String {
+    let med = |v: &[scale::ScalePoint], f: fn(&scale::ScalePoint) -> f64| {
+        median(&v.iter().map(f).collect::<Vec<_>>())
+    };
+    let mut t = format!(
+        "With observability on (issue 16): {} runs with every process's `--metrics-listen` scraped once a second and `--otlp-endpoint` exporting every span to an OTLP receiver that drops them, each right after an off run, medians of each (target: at most 5% slower):\n\n| figure | off | on | on / off |\n| --- | ---: | ---: | ---: |\n",
+        on.len()
+    );
+    let rows: [(&str, fn(&scale::ScalePoint) -> f64, &str); 3] = [
+        ("create all until all RUNNING", |p| p.create_s, "s"),
+        ("delete all until cleaned up", |p| p.delete_s, "s"),
+        ("control-plane RSS, all running", |p| p.cp_rss_mib, "MiB"),
+    ];
+    for (name, f, unit) in rows {
+        let (a, b) = (med(off, f), med(on, f));
+        let _ = writeln!(
+            t,
+            "| {name} | {a:.2} {unit} | {b:.2} {unit} | {:.3} |",
+            b / a
+        );
+    }
+    let slower = med(on, |p| p.create_s + p.delete_s) / med(off, |p| p.create_s + p.delete_s);
+    let _ = write!(
+        t,
+        "\nCreate + delete, on / off: {slower:.3}, {}. Runs on: {}",
+        met(slower <= 1.05),
+        on.iter()
+            .map(|p| format!("create {:.2} s / delete {:.2} s", p.create_s, p.delete_s))
+            .collect::<Vec<_>>()
+            .join("; ")
+    );
+    t
 }
 
 fn render(r: &Results) -> String {
@@ -590,7 +669,7 @@ fn render(r: &Results) -> String {
     if let Some(del) = &r.deletion {
         let _ = writeln!(
             s,
-            "One `test-source` connector with 8 idle tasks (a poll blocks; cleanup writes one lifecycle line) on 4 executors; `DeleteConnector(wait=true)` until the name is free. {} measured deletions after 3 warm-up ones, each on a fresh connector.\n",
+            "One `test-source` connector with 8 idle tasks (a poll blocks; cleanup writes one lifecycle line) on 4 executors; `DeleteConnector(wait=true)` until the name is free. {} measured deletions after 3 warm-up ones, each on a fresh connector, interleaved one by one with those of a second cluster with observability on that runs beside it (below).\n",
             del.runs
         );
         let _ = writeln!(
@@ -641,15 +720,7 @@ fn render(r: &Results) -> String {
             met(ratio <= 2.0)
         );
         if let Some(on) = &r.deletion_observed {
-            let slower = (on.p50() / del.p50() - 1.0) * 100.0;
-            let _ = writeln!(
-                s,
-                "With observability on (issue 16), in the same run on a fresh cluster: every process's `--metrics-listen` scraped once a second and `--otlp-endpoint` exporting every span to an OTLP receiver: DeleteConnector(wait) p50 {:.2} ms, p99 {:.2} ms ({} runs), {slower:+.1}% at p50 against off. Target: at most 5% slower. Result: {}.\n",
-                on.p50(),
-                on.p99(),
-                on.runs,
-                met(slower <= 5.0)
-            );
+            let _ = writeln!(s, "{}\n", observed_line(del, on));
         }
     } else {
         let _ = writeln!(s, "Not run.\n");
@@ -723,6 +794,9 @@ fn render(r: &Results) -> String {
                 .collect::<Vec<_>>()
                 .join("; ")
         );
+        if !r.target_observed.is_empty() {
+            let _ = writeln!(s, "{}\n", scale_observed_table(target, &r.target_observed));
+        }
     } else {
         let _ = writeln!(
             s,

@@ -1,8 +1,10 @@
-//! The observability load of the "on" runs: an OTLP/gRPC trace receiver that accepts and
+//! The observability load of the "on" runs: an OTLP/gRPC trace receiver that counts and
 //! drops every export (what a collector costs the sender is the export itself), and a
 //! scraper that fetches every metrics page once per [`SCRAPE_INTERVAL_MS`], as Prometheus
 //! would.
 
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
 use opentelemetry_proto::tonic::collector::trace::v1::trace_service_server::{
@@ -18,14 +20,23 @@ use tokio_util::sync::CancellationToken;
 /// 15 s; once a second is a heavier load than a deployment's).
 pub const SCRAPE_INTERVAL_MS: u64 = 1_000;
 
-struct Discard;
+/// Counts the spans it receives, then drops them.
+struct Discard(Arc<AtomicU64>);
 
 #[tonic::async_trait]
 impl TraceService for Discard {
     async fn export(
         &self,
-        _request: tonic::Request<ExportTraceServiceRequest>,
+        request: tonic::Request<ExportTraceServiceRequest>,
     ) -> Result<tonic::Response<ExportTraceServiceResponse>, tonic::Status> {
+        let spans: usize = request
+            .get_ref()
+            .resource_spans
+            .iter()
+            .flat_map(|r| &r.scope_spans)
+            .map(|s| s.spans.len())
+            .sum();
+        self.0.fetch_add(spans as u64, Ordering::Relaxed);
         Ok(tonic::Response::new(ExportTraceServiceResponse {
             partial_success: None,
         }))
@@ -36,6 +47,8 @@ impl TraceService for Discard {
 pub struct Load {
     /// The receiver's endpoint, `http://127.0.0.1:PORT`.
     pub endpoint: String,
+    /// Spans received so far.
+    pub spans: Arc<AtomicU64>,
     stop: CancellationToken,
 }
 
@@ -46,14 +59,20 @@ impl Load {
         let endpoint = format!("http://{}", listener.local_addr()?);
         let stop = CancellationToken::new();
         let until = stop.clone().cancelled_owned();
+        let spans = Arc::new(AtomicU64::new(0));
+        let receiver = Discard(spans.clone());
         tokio::spawn(async move {
             let incoming = tokio_stream::wrappers::TcpListenerStream::new(listener);
             let _ = tonic::transport::Server::builder()
-                .add_service(TraceServiceServer::new(Discard))
+                .add_service(TraceServiceServer::new(receiver))
                 .serve_with_incoming_shutdown(incoming, until)
                 .await;
         });
-        Ok(Self { endpoint, stop })
+        Ok(Self {
+            endpoint,
+            spans,
+            stop,
+        })
     }
 
     /// Scrapes `GET /metrics` of every `IP:PORT` in `targets` until dropped.

@@ -95,7 +95,9 @@ fn running_count(s: &Snapshot, avoid: Option<&str>) -> usize {
 }
 
 /// Runs one step with `n` connectors; after all run, kills `kills` executors one after
-/// the other and measures each rebalance.
+/// the other and measures each rebalance. `observed`: every process has its metrics
+/// listener scraped once a second and exports its spans to an OTLP receiver (issue 16's
+/// "on" run; [`crate::observe`]).
 /// Gives up (error) when a phase takes longer than `phase_deadline`.
 pub async fn run(
     bin_dir: &Path,
@@ -104,7 +106,13 @@ pub async fn run(
     kills: usize,
     phase_deadline: Duration,
     delete_deadline: Duration,
+    observed: bool,
 ) -> anyhow::Result<ScalePoint> {
+    let load = if observed {
+        Some(crate::observe::Load::start().await?)
+    } else {
+        None
+    };
     let cluster = Cluster::start(
         bin_dir,
         &root.join("cluster"),
@@ -114,10 +122,13 @@ pub async fn run(
             heartbeat_ms: HEARTBEAT_MS,
             nats_url: None,
             mtls: false,
-            otlp_endpoint: None,
+            otlp_endpoint: load.as_ref().map(|l| l.endpoint.clone()),
         },
     )
     .await?;
+    if let Some(l) = &load {
+        l.scrape(cluster.metrics.clone());
+    }
     let lifecycle = root.join("lifecycle.jsonl");
     tokio::time::sleep(Duration::from_millis(RSS_SETTLE_MS)).await;
     let cp_idle = cluster.cp.rss_kib();
