@@ -561,7 +561,8 @@ fn scale_observed_table(off: &[scale::ScalePoint], on: &[scale::ScalePoint]) -> 
         "With observability on (issue 16): {} runs with every process's `--metrics-listen` scraped once a second and `--otlp-endpoint` exporting every span to an OTLP receiver that drops them, each right after an off run, medians of each (target: at most 5% slower):\n\n| figure | off | on | on / off |\n| --- | ---: | ---: | ---: |\n",
         on.len()
     );
-    let rows: [(&str, fn(&scale::ScalePoint) -> f64, &str); 3] = [
+    type Figure = fn(&scale::ScalePoint) -> f64;
+    let rows: [(&str, Figure, &str); 3] = [
         ("create all until all RUNNING", |p| p.create_s, "s"),
         ("delete all until cleaned up", |p| p.delete_s, "s"),
         ("control-plane RSS, all running", |p| p.cp_rss_mib, "MiB"),
