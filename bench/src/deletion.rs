@@ -165,11 +165,7 @@ impl Bench {
         mtls: bool,
         observed: bool,
     ) -> anyhow::Result<Self> {
-        let load = if observed {
-            Some(crate::observe::Load::start().await?)
-        } else {
-            None
-        };
+        let load = crate::observe::Load::start_if(observed).await?;
         let cluster = Cluster::start(
             bin_dir,
             &root.join("cluster"),

@@ -53,6 +53,15 @@ pub struct Load {
 }
 
 impl Load {
+    /// The load of an "on" cluster when `observed`, none for an "off" one.
+    pub async fn start_if(observed: bool) -> anyhow::Result<Option<Self>> {
+        Ok(if observed {
+            Some(Self::start().await?)
+        } else {
+            None
+        })
+    }
+
     /// Starts the trace receiver.
     pub async fn start() -> anyhow::Result<Self> {
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await?;

@@ -108,11 +108,7 @@ pub async fn run(
     delete_deadline: Duration,
     observed: bool,
 ) -> anyhow::Result<ScalePoint> {
-    let load = if observed {
-        Some(crate::observe::Load::start().await?)
-    } else {
-        None
-    };
+    let load = crate::observe::Load::start_if(observed).await?;
     let cluster = Cluster::start(
         bin_dir,
         &root.join("cluster"),
