@@ -1,4 +1,4 @@
-//! Case 02 (../shared/cases/02-delete-from-stopped.md): deleting a connector that has no
+//! Operator scenario 02: deleting a connector that has no
 //! running instance still cleans up: cleanup-only instances are started and stopped with
 //! connector_deleted = true; the status shows DELETING until then. First with the test
 //! plugin (STOPPED, PAUSED, FAILED), then with `postgres-audit` (STOPPED, PAUSED) against

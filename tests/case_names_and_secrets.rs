@@ -1,4 +1,4 @@
-//! Case 06 (../shared/cases/06-names-and-secrets.md): a name is either refused with
+//! Operator scenario 06: a name is either refused with
 //! INVALID_ARGUMENT stating the rule, or accepted and then found by GetConnector,
 //! GetConnectorStatus and DeleteConnector (also as a property over generated names); a
 //! `postgres-audit` password never comes back out of any admin response, any process log,

@@ -1,4 +1,4 @@
-//! Case 03 (../shared/cases/03-recreate-same-name-starts-fresh.md): a connector created
+//! Operator scenario 03: a connector created
 //! again under a deleted connector's name starts from scratch: no offsets before its first
 //! commit, it reads its file from the first line again (the topic then holds 2,000
 //! records), and no task config, status entry or generation of the old one shows up.

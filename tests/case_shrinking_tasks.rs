@@ -1,4 +1,4 @@
-//! Case 05 (../shared/cases/05-shrinking-tasks.md): lowering tasks.max stops the surplus
+//! Operator scenario 05: lowering tasks.max stops the surplus
 //! tasks with stop(false) and forgets them; zero task configs leave the connector RUNNING
 //! with no task; raising tasks.max again starts the new tasks. At no moment do more tasks
 //! run than tasks.max allows. Real control plane, two real executors, the typed admin
