@@ -123,7 +123,7 @@ impl ObservabilityArgs {
 #[derive(clap::Args, Debug, Clone, Default)]
 pub struct TlsArgs {
     /// PEM certificate of this process: spiffe://wharf/control-plane for a control plane,
-    /// spiffe://wharf/executor/<id> for an executor (make them with `wharf-control-plane
+    /// spiffe://wharf/executor/ID for an executor with id ID (make them with `wharf-control-plane
     /// certs`). With --tls-key and --tls-ca every listener and client of the process
     /// speaks mutual TLS and peers must present certificates of the cluster CA
     /// (docs/security.md). Reloaded when the file changes.
