@@ -1020,9 +1020,8 @@ fn check_cleanup_policy(
     stored_gives_up: bool,
     config: &HashMap<String, String>,
 ) -> ApiResult<()> {
-    let gives_up = config
-        .get(wharf::sdk::CLEANUP_POLICY)
-        .is_some_and(|v| v == "give-up");
+    let gives_up =
+        crate::model::policy_gives_up(config.get(wharf::sdk::CLEANUP_POLICY).map(String::as_str));
     let needed = crate::auth::cleanup_policy_role(stored_gives_up, gives_up);
     if caller.role >= needed {
         return Ok(());

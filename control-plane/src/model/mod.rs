@@ -233,8 +233,14 @@ impl ConnectorRecord {
 
     /// True when `cleanup.policy` is `give-up`.
     pub fn cleanup_gives_up(&self) -> bool {
-        self.config.get(CLEANUP_POLICY).map(String::as_str) == Some("give-up")
+        policy_gives_up(self.config.get(CLEANUP_POLICY).map(String::as_str))
     }
+}
+
+/// True when a `cleanup.policy` value (`None`: unset, the default `keep-trying`) is
+/// `give-up`.
+pub fn policy_gives_up(policy: Option<&str>) -> bool {
+    policy == Some("give-up")
 }
 
 /// Strict like the SDK's check of the key (digits only, no spaces, no '+'); a value
