@@ -81,7 +81,7 @@ async fn a_destructive_stop_queued_at_a_frozen_executor_does_not_run_after_the_n
         .await
         .expect("executor answers before the freeze");
 
-    c.executors[idx].signal("STOP");
+    c.executors[idx].freeze().await;
     let queued = tokio::spawn(async move {
         client
             .stop_task(pb::StopTaskRequest {
@@ -128,7 +128,7 @@ async fn a_destructive_stop_queued_at_a_frozen_executor_does_not_run_after_the_n
     })
     .await;
 
-    c.executors[idx].signal("CONT");
+    c.executors[idx].thaw();
     let answer = tokio::time::timeout(QUEUED_ANSWER, queued)
         .await
         .expect("the queued stop is answered after SIGCONT")

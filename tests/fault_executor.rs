@@ -160,7 +160,7 @@ async fn executor_frozen_during_stop_task_times_out_is_rehosted_and_fenced_once_
 
     assert_eq!(c.call("DeleteConnector", json!({ "name": name })).code, 0);
     wait_stop_true_begun(&c, name, "exec-2").await;
-    c.executors[1].signal("STOP");
+    c.executors[1].freeze().await;
 
     // The call to the frozen process times out; its lease runs out; the cleanup moves.
     wait_executor(&c, "exec-2", "EXECUTOR_STATE_LOST").await;
@@ -177,7 +177,7 @@ async fn executor_frozen_during_stop_task_times_out_is_rehosted_and_fenced_once_
     assert_eq!(seen["connectorDeleted"], true, "{seen}");
     gone(&c, name).await;
 
-    c.executors[1].signal("CONT");
+    c.executors[1].thaw();
     let alive = wait_executor(&c, "exec-2", "EXECUTOR_STATE_ALIVE").await;
     assert_ne!(
         alive["epoch"], epoch_before,

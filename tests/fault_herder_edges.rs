@@ -286,7 +286,7 @@ async fn a_frozen_executor_stalls_no_other_connector_and_fails_over_within_lease
             .then_some(())
     })
     .await;
-    c.executors[1].signal("STOP");
+    c.executors[1].freeze().await;
     let frozen_at = now_of_day_ms();
     // The create comes once the control plane has seen exec-2 silent for three heartbeat
     // intervals (the case this test is about; a create within them may still be placed
@@ -379,7 +379,7 @@ async fn a_frozen_executor_stalls_no_other_connector_and_fails_over_within_lease
         assert!(t0.elapsed() < CONVERGE, "{held} never settled PAUSED: {s}");
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
-    c.executors[1].signal("CONT");
+    c.executors[1].thaw();
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

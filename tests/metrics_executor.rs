@@ -163,7 +163,7 @@ async fn executor_health_is_not_serving_while_fenced_and_serving_after_it_regist
 
     // Frozen control plane: heartbeats go unanswered, the lease runs out, the executor
     // fences itself.
-    c.cp.signal("STOP");
+    c.cp.freeze().await;
     wait_until("NOT_SERVING once fenced", CONVERGE, || async {
         (grpc_health(&addr) == "NOT_SERVING").then_some(())
     })
@@ -177,7 +177,7 @@ async fn executor_health_is_not_serving_while_fenced_and_serving_after_it_regist
     assert!(page.contains("wharf_executor_registered 0"), "{page}");
     assert!(page.contains("wharf_executor_fences_total 1"), "{page}");
 
-    c.cp.signal("CONT");
+    c.cp.thaw();
     wait_until("SERVING again after re-registering", CONVERGE, || async {
         (grpc_health(&addr) == "SERVING").then_some(())
     })

@@ -198,6 +198,24 @@ impl Proc {
         assert!(status.success(), "kill -{signal} failed");
     }
 
+    /// Freezes the process with SIGSTOP and waits until every thread of it is stopped.
+    /// kill(1) returns once the signal is queued: a request sent before the threads
+    /// stopped would still be served, which a test of a frozen host must rule out.
+    pub async fn freeze(&self) {
+        self.signal("STOP");
+        let pid = self.pid();
+        wait_until("every thread of the process stopped", WAIT_DEADLINE, || {
+            let stopped = all_threads_stopped(pid);
+            async move { stopped.then_some(()) }
+        })
+        .await;
+    }
+
+    /// Resumes a process frozen by [`Proc::freeze`] (SIGCONT).
+    pub fn thaw(&self) {
+        self.signal("CONT");
+    }
+
     /// SIGKILL and reap.
     pub fn kill9(&mut self) {
         if let Some(mut c) = self.child.take() {
@@ -275,4 +293,24 @@ impl Drop for KeepOnFailure {
             eprintln!("test failed; logs kept in {}", dir.keep().display());
         }
     }
+}
+
+/// True when `/proc/PID/task` lists at least one thread and every one is in state `T`
+/// (stopped by a signal).
+fn all_threads_stopped(pid: i32) -> bool {
+    let Ok(dir) = std::fs::read_dir(format!("/proc/{pid}/task")) else {
+        return false;
+    };
+    let states: Vec<Option<char>> = dir
+        .flatten()
+        .map(|t| thread_state(&t.path().join("stat")))
+        .collect();
+    !states.is_empty() && states.iter().all(|s| *s == Some('T'))
+}
+
+/// The state letter of a `/proc/.../stat` line: the field after the command name, which
+/// is in parentheses and may itself hold spaces and parentheses.
+fn thread_state(stat: &Path) -> Option<char> {
+    let line = std::fs::read_to_string(stat).ok()?;
+    line.rsplit_once(") ")?.1.chars().next()
 }
