@@ -56,6 +56,12 @@ impl TraceContext {
         self.0.span().span_context().is_valid()
     }
 
+    /// True when it names a trace its sender sampled (the `01` flag of `traceparent`).
+    pub fn is_sampled(&self) -> bool {
+        let sc = self.0.span().span_context().clone();
+        sc.is_valid() && sc.is_sampled()
+    }
+
     /// Makes `span` a child of this context (nothing when it is empty), and records its
     /// trace id in the span's `trace_id` field when it has one.
     pub fn adopt(&self, span: &tracing::Span) {
@@ -93,20 +99,105 @@ pub fn record_trace_id(span: &tracing::Span) {
     }
 }
 
+/// What an incoming call does, which decides whether its span is exported (see
+/// [`exported`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum CallKind {
+    /// It changes something (a connector, offsets, an instance on an executor, a
+    /// registration): its span is worth a trace.
+    Change,
+    /// It only reads, or is a periodic call (heartbeat, status report, offset commit),
+    /// health or reflection: made by pollers and loops many times a second.
+    Read,
+}
+
+impl CallKind {
+    /// The kind of the call at gRPC path `method` (`/wharf.v1.Service/Method`). Every
+    /// path outside `wharf.v1` (`grpc.health.v1`, reflection, an unknown path) reads.
+    pub fn of_method(method: &str) -> Self {
+        Self::of_wharf_method(method).unwrap_or(CallKind::Read)
+    }
+
+    /// The kind of a `wharf.v1` method; `None` for any other path.
+    fn of_wharf_method(method: &str) -> Option<Self> {
+        let (service, name) = method.strip_prefix("/wharf.v1.")?.split_once('/')?;
+        let kind = match (service, name) {
+            (
+                "ConnectorAdmin",
+                "CreateConnector" | "PutConnectorConfig" | "PauseConnector" | "ResumeConnector"
+                | "StopConnector" | "RestartConnector" | "RestartTask" | "DeleteConnector"
+                | "RetryCleanup" | "AlterOffsets" | "ResetOffsets",
+            )
+            | (
+                "Executor",
+                "StartConnector" | "StopConnector" | "ComputeTaskConfigs" | "StartTask"
+                | "StopTask",
+            )
+            | ("ExecutorRegistry", "RegisterExecutor" | "RequestTaskReconfiguration") => {
+                CallKind::Change
+            }
+            (
+                "ConnectorAdmin",
+                "GetConnector" | "ListConnectors" | "GetConnectorStatus"
+                | "ValidateConnectorConfig" | "ListConnectorPlugins" | "GetOffsets"
+                | "ListExecutors" | "WatchConnector" | "ListAuditEntries",
+            )
+            | ("Executor", "ListAssignments")
+            // Periodic: every heartbeat interval, every status change, every offset
+            // flush of every source task. A traced caller still keeps its trace.
+            | ("ExecutorRegistry", "Heartbeat" | "ReportStatus" | "CommitOffsets") => {
+                CallKind::Read
+            }
+            _ => return None,
+        };
+        Some(kind)
+    }
+}
+
+/// Whether the span of a call of `kind` is exported: a call that changes something
+/// always, any other only when its caller sent a sampled `traceparent`
+/// (`sampled_parent`), so that whoever traces a read keeps their trace. The others (a
+/// status poller, heartbeats, health checks) get a DEBUG span: in debug logs, never
+/// exported, no OTLP work (docs/observability.md, "Traces").
+pub fn exported(kind: CallKind, sampled_parent: bool) -> bool {
+    match (kind, sampled_parent) {
+        (CallKind::Change, _) | (CallKind::Read, true) => true,
+        (CallKind::Read, false) => false,
+    }
+}
+
+/// The trace context a caller sent as `traceparent` in HTTP (or HTTP/2, gRPC) request
+/// headers; empty when there is none or it does not parse.
+pub fn parent_from_headers(headers: &http::HeaderMap) -> TraceContext {
+    TraceContext(TraceContextPropagator::new().extract(&HeaderExtractor(headers)))
+}
+
 /// The span of one incoming gRPC call, for tonic's `Server::trace_fn`: `rpc` with its
 /// `method` (also its OpenTelemetry name), a child of the caller's span when the request
-/// carries a `traceparent`, its trace id recorded.
+/// carries a `traceparent`, its trace id recorded. INFO (exported) or DEBUG as
+/// [`exported`] decides.
 pub fn rpc_span(req: &http::Request<()>) -> tracing::Span {
     let method = req.uri().path();
-    let span = tracing::info_span!(
-        "rpc",
-        method = %method,
-        otel.name = %method,
-        otel.kind = "server",
-        trace_id = tracing::field::Empty,
-    );
-    let parent = TraceContextPropagator::new().extract(&HeaderExtractor(req.headers()));
-    TraceContext(parent).adopt(&span);
+    let parent = parent_from_headers(req.headers());
+    // Two call sites: a span's level is fixed where it is made.
+    let span = if exported(CallKind::of_method(method), parent.is_sampled()) {
+        tracing::info_span!(
+            "rpc",
+            method = %method,
+            otel.name = %method,
+            otel.kind = "server",
+            trace_id = tracing::field::Empty,
+        )
+    } else {
+        tracing::debug_span!(
+            "rpc",
+            method = %method,
+            otel.name = %method,
+            otel.kind = "server",
+            trace_id = tracing::field::Empty,
+        )
+    };
+    parent.adopt(&span);
     span
 }
 
@@ -154,5 +245,97 @@ mod tests {
             md.get("traceparent").and_then(|v| v.to_str().ok()),
             Some("00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01")
         );
+    }
+    #[test]
+    fn a_change_is_exported_without_a_parent() {
+        assert!(exported(CallKind::Change, false));
+    }
+
+    #[test]
+    fn a_change_is_exported_with_a_parent() {
+        assert!(exported(CallKind::Change, true));
+    }
+
+    #[test]
+    fn a_read_without_a_parent_is_not_exported() {
+        assert!(!exported(CallKind::Read, false));
+    }
+
+    #[test]
+    fn a_read_with_a_sampled_parent_is_exported() {
+        assert!(exported(CallKind::Read, true));
+    }
+
+    #[test]
+    fn deletion_calls_change_and_polling_calls_read() {
+        for m in [
+            "/wharf.v1.ConnectorAdmin/DeleteConnector",
+            "/wharf.v1.ConnectorAdmin/CreateConnector",
+            "/wharf.v1.ConnectorAdmin/AlterOffsets",
+            "/wharf.v1.Executor/StopTask",
+            "/wharf.v1.Executor/StopConnector",
+            "/wharf.v1.ExecutorRegistry/RegisterExecutor",
+        ] {
+            assert_eq!(CallKind::of_method(m), CallKind::Change, "{m}");
+        }
+        for m in [
+            "/wharf.v1.ConnectorAdmin/GetConnectorStatus",
+            "/wharf.v1.ConnectorAdmin/ListConnectors",
+            "/wharf.v1.ConnectorAdmin/WatchConnector",
+            "/wharf.v1.Executor/ListAssignments",
+            "/wharf.v1.ExecutorRegistry/Heartbeat",
+            "/wharf.v1.ExecutorRegistry/ReportStatus",
+            "/grpc.health.v1.Health/Check",
+            "/grpc.health.v1.Health/Watch",
+            "/grpc.reflection.v1alpha.ServerReflection/ServerReflectionInfo",
+            "/grpc.reflection.v1.ServerReflection/ServerReflectionInfo",
+            "/wharf.v1.Nope/Nope",
+            "",
+        ] {
+            assert_eq!(CallKind::of_method(m), CallKind::Read, "{m}");
+        }
+    }
+
+    #[test]
+    fn every_wharf_method_in_the_protos_has_a_kind() {
+        use prost::Message;
+        let set = prost_types::FileDescriptorSet::decode(crate::pb::FILE_DESCRIPTOR_SET)
+            .expect("descriptor set");
+        let mut seen = 0;
+        for file in &set.file {
+            for service in &file.service {
+                for m in &service.method {
+                    let path = format!("/{}.{}/{}", file.package(), service.name(), m.name());
+                    assert!(
+                        CallKind::of_wharf_method(&path).is_some(),
+                        "{path} is neither a change nor a read: classify it in CallKind"
+                    );
+                    seen += 1;
+                }
+            }
+        }
+        assert_eq!(seen, 31, "every wharf.v1 method was checked");
+    }
+
+    #[test]
+    fn an_unsampled_traceparent_is_not_a_sampled_parent() {
+        let mut headers = http::HeaderMap::new();
+        headers.insert(
+            "traceparent",
+            http::HeaderValue::from_static(
+                "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-00",
+            ),
+        );
+        let cx = parent_from_headers(&headers);
+        assert!(cx.is_valid());
+        assert!(!cx.is_sampled());
+        headers.insert(
+            "traceparent",
+            http::HeaderValue::from_static(
+                "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01",
+            ),
+        );
+        assert!(parent_from_headers(&headers).is_sampled());
+        assert!(!parent_from_headers(&http::HeaderMap::new()).is_sampled());
     }
 }

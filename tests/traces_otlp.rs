@@ -3,7 +3,9 @@
 //! test (`wharf_harness::otlp`, on the `opentelemetry-proto` crate's `TraceService`). The
 //! spans of a deletion share one trace id, from `DeleteConnector` on the control plane to
 //! `StopTask` on each executor, each plugin's stop under its `StopTask`, parent links
-//! intact; the control plane's JSON log lines of the call carry that trace id.
+//! intact; the control plane's JSON log lines of the call carry that trace id. Reads
+//! without a `traceparent` (a status poller, heartbeats) export no span; a read with one
+//! is exported in its caller's trace.
 
 use std::collections::{BTreeSet, HashMap};
 
@@ -16,6 +18,21 @@ const DELETE: &str = "/wharf.v1.ConnectorAdmin/DeleteConnector";
 const STOP_TASK: &str = "/wharf.v1.Executor/StopTask";
 const STOP_CONNECTOR: &str = "/wharf.v1.Executor/StopConnector";
 const PLUGIN_STOP: &str = "plugin stop";
+const LIST: &str = "/wharf.v1.ConnectorAdmin/ListConnectors";
+const STATUS: &str = "/wharf.v1.ConnectorAdmin/GetConnectorStatus";
+/// Polling and periodic calls: exported only in a caller's trace.
+const READS: [&str; 5] = [
+    LIST,
+    STATUS,
+    "/wharf.v1.ConnectorAdmin/ListExecutors",
+    "/wharf.v1.ExecutorRegistry/Heartbeat",
+    "/grpc.health.v1.Health/Check",
+];
+/// The trace and parent span a user's tracer sent with a read (sampled).
+const USER_TRACE: &str = "4bf92f3577b34da6a3ce929d0e0e4736";
+const USER_SPAN: &str = "00f067aa0ba902b7";
+/// Reads of the burst, of each kind.
+const BURST: usize = 25;
 
 /// Tasks of the deleted connector, spread over both executors.
 const TASKS: usize = 4;
@@ -71,6 +88,15 @@ async fn one_deletion_is_one_trace_across_two_executors() {
         .await;
     let hosts: BTreeSet<String> = TestCluster::hosts(&status).into_iter().collect();
     assert_eq!(hosts.len(), 2, "the tasks run on both executors: {status}");
+
+    // A status poller's burst, without traceparent.
+    for _ in 0..BURST {
+        assert_eq!(
+            c.call("GetConnectorStatus", json!({ "name": name })).code,
+            0
+        );
+        assert_eq!(c.call("ListConnectors", json!({})).code, 0);
+    }
 
     assert_eq!(c.call("DeleteConnector", json!({ "name": name })).code, 0);
     wait_until("the deletion finished", CONVERGE, || async {
@@ -161,4 +187,44 @@ async fn one_deletion_is_one_trace_across_two_executors() {
     for l in &lines {
         assert_eq!(l["span"]["trace_id"], trace_id.as_str(), "{l}");
     }
+
+    // A read with a sampled traceparent is exported, as a child of the caller's span.
+    let mut admin = wharf_harness::client::admin(&c.addr, &c.dial());
+    let mut req = tonic::Request::new(wharf::pb::v1::ListConnectorsRequest::default());
+    req.metadata_mut().insert(
+        "traceparent",
+        format!("00-{USER_TRACE}-{USER_SPAN}-01")
+            .parse()
+            .expect("traceparent"),
+    );
+    admin
+        .list_connectors(req)
+        .await
+        .expect("traced ListConnectors");
+    let traced = wait_until("the traced read's span", CONVERGE, || async {
+        otlp.spans()
+            .into_iter()
+            .find(|s| s.trace_id == USER_TRACE && s.name == LIST)
+    })
+    .await;
+    assert_eq!(traced.parent_span_id, USER_SPAN, "{traced:?}");
+    assert_eq!(traced.service, "wharf-control-plane", "{traced:?}");
+
+    // The control plane exports its spans in the order they ended, so every read span
+    // ended before the traced one arrived would have arrived with or before it.
+    let spans = otlp.spans();
+    let untraced: Vec<&ReceivedSpan> = spans
+        .iter()
+        .filter(|s| READS.contains(&s.name.as_str()) && s.trace_id != USER_TRACE)
+        .collect();
+    assert!(
+        untraced.is_empty(),
+        "reads without traceparent exported no span (burst of {BURST} status reads and {BURST} ListConnectors): {untraced:#?}"
+    );
+    // Nor did the executors' heartbeats or untraced status reports.
+    let orphans: Vec<&ReceivedSpan> = spans
+        .iter()
+        .filter(|s| s.name == "report status" && s.parent_span_id.is_empty())
+        .collect();
+    assert!(orphans.is_empty(), "{orphans:#?}");
 }

@@ -588,15 +588,20 @@ impl Registry {
             }
             let n = pending.len();
             // In the trace of the first report that has one (a stop's), so that the
-            // control plane's ReportStatus span joins it.
-            let span = tracing::info_span!(
-                "report status",
-                reports = n,
-                trace_id = tracing::field::Empty
-            );
-            if let Some((_, cx)) = pending.iter().find(|(_, cx)| cx.is_valid()) {
-                cx.adopt(&span);
-            }
+            // control plane's ReportStatus span joins it. Without one it is a periodic
+            // call (its ReportStatus span is not exported either): DEBUG, no OTLP work.
+            let span = match pending.iter().find(|(_, cx)| cx.is_valid()) {
+                Some((_, cx)) => {
+                    let span = tracing::info_span!(
+                        "report status",
+                        reports = n,
+                        trace_id = tracing::field::Empty
+                    );
+                    cx.adopt(&span);
+                    span
+                }
+                None => tracing::debug_span!("report status", reports = n),
+            };
             let mut request = tonic::Request::new(req);
             span.in_scope(|| wharf::trace::inject(request.metadata_mut()));
             let (used, mut client) = self.client();

@@ -70,7 +70,7 @@ use tracing::{debug, error, info, warn};
 
 use super::client::{CallError, ConnectorStart, StopCall, StopOutcome, TaskStart};
 use super::cluster::{CallKind, Cluster, ExecutorView, HerderError, RECONCILE_INTERVAL_MS, now_ms};
-use crate::model::{CleanupState, DeletionRecord, ExecutorRecord, Instance};
+use crate::model::{CleanupState, CleanupStep, DeletionRecord, ExecutorRecord, Instance};
 use crate::plan::unit::{Action, Host, Hosted, Want, decide};
 
 /// First retry delay after a failed cleanup attempt, in milliseconds (doubles per attempt).
@@ -127,7 +127,11 @@ pub async fn run_finalizer(cluster: Arc<Cluster>, cancel: CancellationToken) {
                     {
                         warn!(connector = %d.name, error = %e, "retrying the cleanup failed; retrying");
                     }
-                    if running.contains_key(&d.name) {
+                    // A round with nothing due (steps in backoff, exhausted) would do
+                    // nothing but make an exported span every pass: skip it.
+                    if running.contains_key(&d.name)
+                        || !round_due(&d.steps, d.retry_requested, now_ms())
+                    {
                         continue;
                     }
                     let c = cluster.clone();
@@ -237,13 +241,16 @@ const RUNNING_MARK_AFTER_MS: u64 = 250;
 /// Indexes of the steps to run now: every due task step, or the connector step once all
 /// task steps are final (tasks are cleaned before the connector instance).
 fn ready_steps(d: &DeletionRecord) -> Vec<usize> {
-    let tasks_final = d
-        .steps
+    ready_steps_at(&d.steps, now_ms())
+}
+
+/// [`ready_steps`] at `now` (Unix milliseconds).
+fn ready_steps_at(steps: &[CleanupStep], now: i64) -> Vec<usize> {
+    let tasks_final = steps
         .iter()
         .filter(|s| s.task.is_some())
         .all(|s| s.state.is_final());
-    let now = now_ms();
-    d.steps
+    steps
         .iter()
         .enumerate()
         .filter(|(_, s)| {
@@ -251,6 +258,16 @@ fn ready_steps(d: &DeletionRecord) -> Vec<usize> {
         })
         .map(|(i, _)| i)
         .collect()
+}
+
+/// Whether a round of a deletion with `steps` has anything to do at `now_ms` (Unix
+/// milliseconds): a step is due, every step is final (the record is removed), or the
+/// operator asked for a retry (`retry_requested`, carried out in this pass, so the
+/// steps read before it may be stale).
+fn round_due(steps: &[CleanupStep], retry_requested: bool, now: i64) -> bool {
+    retry_requested
+        || steps.iter().all(|s| s.state.is_final())
+        || !ready_steps_at(steps, now).is_empty()
 }
 
 /// Makes progress on one deletion, in rounds: all due task steps at once (one parallel
@@ -1248,5 +1265,83 @@ mod tests {
             RECORDED,
             Some((RECORDED + 1, Host::Lost))
         ));
+    }
+}
+
+#[cfg(test)]
+mod round_due_tests {
+    use super::*;
+
+    const NOW: i64 = 1_000_000;
+
+    fn step(task: Option<u32>, state: CleanupState, next_attempt_ms: i64) -> CleanupStep {
+        CleanupStep {
+            task,
+            state,
+            executor: "e1".into(),
+            attempts: 0,
+            last_error: String::new(),
+            rehosted: false,
+            connector_deleted: true,
+            generation: 1,
+            next_attempt_ms,
+            waits: 0,
+            forced: false,
+            abandoned: Vec::new(),
+        }
+    }
+
+    #[test]
+    fn a_new_deletion_is_due() {
+        let steps = [
+            step(Some(0), CleanupState::Pending, NOW),
+            step(None, CleanupState::Pending, NOW),
+        ];
+        assert!(round_due(&steps, false, NOW));
+    }
+
+    #[test]
+    fn a_deletion_whose_steps_all_wait_for_their_backoff_is_not_due() {
+        let steps = [
+            step(Some(0), CleanupState::Failed, NOW + 500),
+            step(None, CleanupState::Pending, NOW),
+        ];
+        assert!(!round_due(&steps, false, NOW));
+    }
+
+    #[test]
+    fn an_exhausted_deletion_is_not_due() {
+        let steps = [
+            step(Some(0), CleanupState::Failed, i64::MAX),
+            step(None, CleanupState::Pending, NOW),
+        ];
+        assert!(!round_due(&steps, false, NOW));
+    }
+
+    #[test]
+    fn a_retry_request_makes_it_due() {
+        let steps = [
+            step(Some(0), CleanupState::Failed, i64::MAX),
+            step(None, CleanupState::Pending, NOW),
+        ];
+        assert!(round_due(&steps, true, NOW));
+    }
+
+    #[test]
+    fn the_connector_step_is_due_once_every_task_step_is_final() {
+        let steps = [
+            step(Some(0), CleanupState::Done, NOW),
+            step(None, CleanupState::Pending, NOW),
+        ];
+        assert!(round_due(&steps, false, NOW));
+    }
+
+    #[test]
+    fn a_complete_deletion_is_due_for_its_removal() {
+        let steps = [
+            step(Some(0), CleanupState::Done, NOW),
+            step(None, CleanupState::Skipped, i64::MAX),
+        ];
+        assert!(round_due(&steps, false, NOW));
     }
 }

@@ -247,7 +247,16 @@ async fn admit(
         RestAccess::Authenticated => None,
     };
     let rpc = action.map_or("-", AdminAction::rpc);
-    let span = tracing::info_span!("rest", method = %req.method(), route = %route.as_str(), rpc);
+    // Like an rpc span: a status poller's GETs are not exported (docs/observability.md).
+    let parent = wharf::trace::parent_from_headers(req.headers());
+    let span = if wharf::trace::exported(rest_call_kind(action), parent.is_sampled()) {
+        tracing::info_span!("rest", method = %req.method(), route = %route.as_str(), rpc,
+            trace_id = tracing::field::Empty)
+    } else {
+        tracing::debug_span!("rest", method = %req.method(), route = %route.as_str(), rpc,
+            trace_id = tracing::field::Empty)
+    };
+    parent.adopt(&span);
     let connector = params
         .ok()
         .and_then(|p| {
@@ -302,6 +311,15 @@ async fn admit(
         )
         .instrument(span)
         .await
+}
+
+/// What a REST call does, for [`wharf::trace::exported`]: the action's kind when it
+/// names one (mutating: a change), a read otherwise (authenticate-only routes).
+fn rest_call_kind(action: Option<AdminAction>) -> wharf::trace::CallKind {
+    match action.map(AdminAction::is_mutating) {
+        Some(true) => wharf::trace::CallKind::Change,
+        Some(false) | None => wharf::trace::CallKind::Read,
+    }
 }
 
 /// Serves `router` on `listener` (HTTP/1.1) until `shutdown` resolves: HTTPS with the
@@ -998,6 +1016,31 @@ async fn set_logger(
 mod tests {
     use super::*;
     use axum::http::Method;
+
+    #[test]
+    fn a_rest_call_that_changes_something_is_a_change() {
+        assert_eq!(
+            rest_call_kind(Some(AdminAction::DeleteConnector(DeleteMode::Force))),
+            wharf::trace::CallKind::Change
+        );
+        assert_eq!(
+            rest_call_kind(Some(AdminAction::SetLoggerLevel)),
+            wharf::trace::CallKind::Change
+        );
+    }
+
+    #[test]
+    fn a_rest_status_read_is_a_read() {
+        assert_eq!(
+            rest_call_kind(Some(AdminAction::GetConnectorStatus)),
+            wharf::trace::CallKind::Read
+        );
+    }
+
+    #[test]
+    fn an_authenticate_only_route_is_a_read() {
+        assert_eq!(rest_call_kind(None), wharf::trace::CallKind::Read);
+    }
 
     /// Every route of the router with its access rule: the REST side of the one role
     /// table (`auth::roles`), so a REST caller may do exactly what it may over gRPC.
