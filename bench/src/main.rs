@@ -43,7 +43,7 @@ const SETUP_S: f64 = 5.0;
 const DEFAULT_BUDGET_S: u64 = 660;
 
 /// Command line.
-const USAGE: &str = "usage: wharf-bench --bin-dir DIR --out FILE [--budget-s N] [--only deletion,dataplane,scale] [--scale-once] [--keep]";
+const USAGE: &str = "usage: wharf-bench --bin-dir DIR --out FILE [--budget-s N] [--only deletion,dataplane,scale] [--scale-once] [--scale-sizes N,N] [--keep]";
 
 struct Args {
     bin_dir: PathBuf,
@@ -56,6 +56,9 @@ struct Args {
     /// Scale: only one run of the target step (no curve, no rebalance), for quick
     /// before/after comparisons while working on the control plane.
     scale_once: bool,
+    /// Scale: one run at each of these sizes (connectors x 10), printed and not written
+    /// to the output file, for profiling and before/after comparisons (issue 19).
+    scale_sizes: Vec<usize>,
 }
 
 impl Args {
@@ -71,6 +74,7 @@ fn args() -> anyhow::Result<Args> {
     let mut only = Vec::new();
     let mut keep = false;
     let mut scale_once = false;
+    let mut scale_sizes = Vec::new();
     let mut it = std::env::args().skip(1);
     while let Some(a) = it.next() {
         match a.as_str() {
@@ -89,6 +93,11 @@ fn args() -> anyhow::Result<Args> {
             }
             "--keep" => keep = true,
             "--scale-once" => scale_once = true,
+            "--scale-sizes" => {
+                for n in it.next().context("--scale-sizes N,N")?.split(',') {
+                    scale_sizes.push(n.parse().context("--scale-sizes N,N")?);
+                }
+            }
             other => anyhow::bail!("unknown argument {other:?}; {USAGE}"),
         }
     }
@@ -99,6 +108,7 @@ fn args() -> anyhow::Result<Args> {
         only,
         keep,
         scale_once,
+        scale_sizes,
     })
 }
 
@@ -122,6 +132,13 @@ async fn main() -> anyhow::Result<()> {
     let root = tmp.path().to_path_buf();
     let remaining = |started: Instant| args.budget.as_secs_f64() - started.elapsed().as_secs_f64();
 
+    if !args.scale_sizes.is_empty() {
+        let r = scale_sizes(&args, &root).await;
+        if args.keep {
+            eprintln!("[bench] process logs kept in {}", tmp.keep().display());
+        }
+        return r;
+    }
     let mut r = Results {
         load_start: sh("cut -d' ' -f1 /proc/loadavg"),
         ..Results::default()
@@ -293,6 +310,34 @@ async fn run_jetstream(
         );
     }
     Ok(out)
+}
+
+/// `--scale-sizes`: one run per size, each printed as one line; nothing is written.
+async fn scale_sizes(args: &Args, root: &std::path::Path) -> anyhow::Result<()> {
+    let budget = args.budget;
+    for &n in &args.scale_sizes {
+        let load = sh("cut -d' ' -f1-3 /proc/loadavg");
+        let p = scale::run(
+            &args.bin_dir,
+            &root.join(format!("sizes-{n}")),
+            n,
+            0,
+            budget,
+            budget,
+            false,
+        )
+        .await?;
+        println!(
+            "scale {n} x 10: create {:.2} s, delete {:.2} s (left {}), control-plane RSS {:.0} MiB (idle {:.0}), load before {load}, after {}",
+            p.create_s,
+            p.delete_s,
+            p.delete_left,
+            p.cp_rss_mib,
+            p.cp_rss_idle_mib,
+            sh("cut -d' ' -f1-3 /proc/loadavg")
+        );
+    }
+    Ok(())
 }
 
 async fn run_scale(
