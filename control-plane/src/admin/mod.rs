@@ -128,12 +128,21 @@ impl Admin {
     /// # Errors
     /// Store errors.
     pub fn status_of(&self, rec: &ConnectorRecord) -> ApiResult<pb::ConnectorStatus> {
+        self.status_with(rec, &self.plugins()?)
+    }
+
+    /// [`Admin::status_of`] with the known plugins already read: a list reads them once
+    /// for every connector (they are decoded from every executor record, issue 19).
+    fn status_with(
+        &self,
+        rec: &ConnectorRecord,
+        plugins: &BTreeMap<String, KnownPlugin>,
+    ) -> ApiResult<pb::ConnectorStatus> {
         let deletion = if rec.deleting {
             self.cluster.store.deletion(&rec.name)?
         } else {
             None
         };
-        let plugins = self.plugins()?;
         Ok(convert::connector_status(
             rec,
             deletion.as_ref(),
@@ -142,11 +151,7 @@ impl Admin {
     }
 
     fn info_of(&self, rec: &ConnectorRecord) -> ApiResult<pb::ConnectorInfo> {
-        let plugins = self.plugins()?;
-        Ok(convert::connector_info(
-            rec,
-            plugins.get(&rec.plugin).map(|p| &p.info),
-        ))
+        Ok(info_with(rec, &self.plugins()?))
     }
 
     /// Validates a spec against the plugins registered executors offer.
@@ -373,14 +378,15 @@ impl Admin {
         &self,
         with_status: bool,
     ) -> ApiResult<Vec<(pb::ConnectorInfo, Option<pb::ConnectorStatus>)>> {
+        let plugins = self.plugins()?;
         let mut out = Vec::new();
         for rec in self.cluster.store.connectors()? {
             let status = if with_status {
-                Some(self.status_of(&rec)?)
+                Some(self.status_with(&rec, &plugins)?)
             } else {
                 None
             };
-            out.push((self.info_of(&rec)?, status));
+            out.push((info_with(&rec, &plugins), status));
         }
         Ok(out)
     }
@@ -1032,6 +1038,11 @@ fn check_cleanup_policy(
         detail: " setting config[cleanup.policy] to give-up (a deletion could then skip its cleanup, as force does)".into(),
         needed,
     }))
+}
+
+/// A connector's info, its plugin's definitions looked up in `plugins`.
+fn info_with(rec: &ConnectorRecord, plugins: &BTreeMap<String, KnownPlugin>) -> pb::ConnectorInfo {
+    convert::connector_info(rec, plugins.get(&rec.plugin).map(|p| &p.info))
 }
 
 #[cfg(test)]

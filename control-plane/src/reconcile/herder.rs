@@ -195,6 +195,7 @@ fn herder_pass(
     for m in plan::plan_assignments(&units, &plan_execs) {
         desired.insert(m.key, m.to);
     }
+    let mut desired = by_connector(desired);
 
     let view = Arc::new(view);
     for c in connectors
@@ -206,11 +207,7 @@ fn herder_pass(
             cluster.mark_dirty(&c.name);
             continue;
         }
-        let wanted: BTreeMap<Option<u32>, Option<String>> = desired
-            .iter()
-            .filter(|(k, _)| k.connector == c.name)
-            .map(|(k, to)| (k.task, to.clone()))
-            .collect();
+        let wanted = desired.remove(&c.name).unwrap_or_default();
         let (cluster, view, in_flight, name) = (
             cluster.clone(),
             view.clone(),
@@ -238,6 +235,18 @@ fn herder_pass(
         );
     }
     Ok(())
+}
+
+/// Where each unit should run, grouped by connector: one walk over the plan, so that a
+/// pass costs O(units) rather than O(units) for every connector it reconciles (issue 19).
+fn by_connector(
+    desired: HashMap<UnitKey, Option<String>>,
+) -> HashMap<String, BTreeMap<Option<u32>, Option<String>>> {
+    let mut out: HashMap<String, BTreeMap<Option<u32>, Option<String>>> = HashMap::new();
+    for (k, to) in desired {
+        out.entry(k.connector).or_default().insert(k.task, to);
+    }
+    out
 }
 
 /// Whether a connector needs another look soon.
@@ -667,6 +676,35 @@ mod tests {
                 assert_eq!(n, 1, "cell ({s:?}, {h:?}) listed {n} times");
             }
         }
+    }
+
+    #[test]
+    fn the_plan_is_grouped_by_connector_with_every_unit_once() {
+        let key = |c: &str, task: Option<u32>| UnitKey {
+            connector: c.to_owned(),
+            task,
+        };
+        let desired = HashMap::from([
+            (key("a", None), Some("e1".to_owned())),
+            (key("a", Some(0)), Some("e2".to_owned())),
+            (key("a", Some(1)), None),
+            (key("b", None), Some("e1".to_owned())),
+        ]);
+        let grouped = by_connector(desired);
+        assert_eq!(grouped.len(), 2);
+        assert_eq!(
+            grouped["a"],
+            BTreeMap::from([
+                (None, Some("e1".to_owned())),
+                (Some(0), Some("e2".to_owned())),
+                (Some(1), None),
+            ])
+        );
+        assert_eq!(
+            grouped["b"],
+            BTreeMap::from([(None, Some("e1".to_owned()))])
+        );
+        assert!(by_connector(HashMap::new()).is_empty());
     }
 
     #[test]
