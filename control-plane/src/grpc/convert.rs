@@ -235,10 +235,21 @@ fn kind_to_pb(plugin: Option<&pb::PluginInfo>) -> i32 {
     plugin.map_or(pb::PluginKind::Unspecified as i32, |p| p.kind)
 }
 
-fn state_to_pb(s: InstanceState, target: TargetState) -> pb::State {
+/// Which instance a status is of: a paused connector keeps its connector instance running
+/// (it is PAUSED in the status at once), while its tasks are stopped (PAUSED only once
+/// their stop ran: until then they still run, and the status says so).
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+enum Of {
+    Connector,
+    Task,
+}
+
+fn state_to_pb(s: InstanceState, target: TargetState, of: Of) -> pb::State {
     match s {
         InstanceState::Unassigned => pb::State::Unassigned,
-        InstanceState::Running if target == TargetState::Paused => pb::State::Paused,
+        InstanceState::Running if target == TargetState::Paused && of == Of::Connector => {
+            pb::State::Paused
+        }
         InstanceState::Running => pb::State::Running,
         InstanceState::Paused => pb::State::Paused,
         InstanceState::Stopped => pb::State::Stopped,
@@ -288,11 +299,11 @@ pub fn connector_status(
     deletion: Option<&DeletionRecord>,
     plugin: Option<&pb::PluginInfo>,
 ) -> pb::ConnectorStatus {
-    let instance = |i: &crate::model::Instance, deleting: bool| pb::InstanceStatus {
+    let instance = |i: &crate::model::Instance, deleting: bool, of: Of| pb::InstanceStatus {
         state: if deleting {
             pb::State::Deleting
         } else {
-            state_to_pb(i.state, rec.target)
+            state_to_pb(i.state, rec.target, of)
         } as i32,
         executor_id: i.executor.clone().unwrap_or_default(),
         error: i.error.clone(),
@@ -302,14 +313,14 @@ pub fn connector_status(
     pb::ConnectorStatus {
         name: rec.name.clone(),
         kind: kind_to_pb(plugin),
-        connector: Some(instance(&rec.connector, deleting)),
+        connector: Some(instance(&rec.connector, deleting, Of::Connector)),
         tasks: rec
             .tasks
             .iter()
             .enumerate()
             .map(|(i, t)| pb::TaskStatus {
                 task: i as u32,
-                status: Some(instance(t, deleting)),
+                status: Some(instance(t, deleting, Of::Task)),
             })
             .collect(),
         deletion: deletion.map(deletion_status),
@@ -445,6 +456,28 @@ pub fn audit_entry(e: AuditEntry) -> pb::AuditEntry {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_paused_connectors_running_connector_instance_is_paused() {
+        let s = state_to_pb(InstanceState::Running, TargetState::Paused, Of::Connector);
+        assert_eq!(s, pb::State::Paused);
+    }
+
+    #[test]
+    fn a_task_still_running_after_a_pause_is_running_until_its_stop_ran() {
+        let s = state_to_pb(InstanceState::Running, TargetState::Paused, Of::Task);
+        assert_eq!(s, pb::State::Running);
+        let s = state_to_pb(InstanceState::Paused, TargetState::Paused, Of::Task);
+        assert_eq!(s, pb::State::Paused);
+    }
+
+    #[test]
+    fn a_running_instance_of_a_started_connector_is_running() {
+        for of in [Of::Connector, Of::Task] {
+            let s = state_to_pb(InstanceState::Running, TargetState::Started, of);
+            assert_eq!(s, pb::State::Running);
+        }
+    }
 
     fn raw(name: &str, pairs: &[(&str, &str)]) -> Result<ConnectorSpec, ApiError> {
         let config: HashMap<String, String> = pairs
