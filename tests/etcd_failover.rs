@@ -19,7 +19,7 @@ use std::time::Duration;
 
 use serde_json::{Value, json};
 use wharf_harness::cluster::{CONVERGE, NOT_FOUND, call_at};
-use wharf_harness::etcd::control_plane_replica;
+use wharf_harness::etcd::{TEST_ELECTION_TTL_SECS, control_plane_replica_with_ttl};
 use wharf_harness::lifecycle::Lifecycle;
 use wharf_harness::{KeepOnFailure, Proc, wait_until};
 
@@ -31,6 +31,12 @@ const LONG_EXECUTOR_LEASE_MS: u32 = 8_000;
 /// leader must then be answered from the executor's record (before this was so, it ran a
 /// second time in a cleanup-only instance).
 const SHORT_EXECUTOR_LEASE_MS: u32 = 2_000;
+/// Election TTL of the replicas, in seconds, beside [`SHORT_EXECUTOR_LEASE_MS`]: a new
+/// leader takes over at the earliest two thirds of it after the kill (4 s), twice the
+/// executor lease, so the executor has always fenced itself by then. With the shortest
+/// TTL (2 s) the two raced, and a quick takeover left nothing to fence (round 7 of a
+/// 20-round run).
+const SHORT_VARIANT_ELECTION_TTL_SECS: u32 = 6;
 /// How long each test task's stop(true) takes, in ms: the leader dies during it.
 const STOP_DELAY_MS: &str = "1500";
 /// gRPC status code UNAVAILABLE, as `Call::code` reports it.
@@ -38,8 +44,15 @@ const UNAVAILABLE: i32 = 14;
 /// Bound on the leader election after a start or a kill.
 const ELECTION_DEADLINE: Duration = Duration::from_secs(20);
 
+/// A replica with executor lease `lease_ms`; the election TTL is set apart from it (see
+/// [`SHORT_VARIANT_ELECTION_TTL_SECS`]).
 fn replica(dir: &Path, name: &str, etcd: &str, key: &[u8], lease_ms: u32) -> Proc {
-    control_plane_replica(dir, name, etcd, "/failover/", key, lease_ms, &[])
+    let ttl = if lease_ms < LONG_EXECUTOR_LEASE_MS {
+        SHORT_VARIANT_ELECTION_TTL_SECS
+    } else {
+        TEST_ELECTION_TTL_SECS
+    };
+    control_plane_replica_with_ttl(dir, name, etcd, "/failover/", key, lease_ms, ttl, &[])
 }
 
 fn admin(addr: &str, method: &str, body: Value) -> wharf_harness::cluster::Call {
