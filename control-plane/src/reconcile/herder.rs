@@ -3,8 +3,10 @@
 //! the herder never touches a connector marked deleting.
 //!
 //! Each pass takes facts (the connectors, an [`ExecutorView`] of every executor's health),
-//! computes one global placement ([`crate::plan::plan_assignments`]) and hands every
-//! connector that needs work to its own task; the loop never waits for those tasks, so a
+//! computes placements ([`crate::plan::plan_with`]: over every connector on a full pass;
+//! otherwise over the connectors that changed, beside the load the others put on each
+//! executor, so that a pass costs what changed) and hands every connector that needs work
+//! to its own task; the loop never waits for those tasks, so a
 //! call to a frozen or slow executor delays only the connector that made it, and lease
 //! expiry is noticed on time (issue 15, point 3). A connector whose task still runs is
 //! looked at again on the next pass after it ended. Inside a task, each unit's action
@@ -147,18 +149,21 @@ fn herder_pass(
         .filter(|c| !c.deleting)
         .collect();
 
-    // One global plan, so that load evens out over connectors. A unit stays on an
-    // executor that holds its lease (even a silent one: its lease decides); new work goes
-    // only to live, reachable executors.
+    // One plan over every connector on a full pass, so that load evens out; on another
+    // pass only the connectors that changed are planned, beside the load the others put
+    // on each executor (issue 19: a pass costs what changed, not the cluster). A unit
+    // stays on an executor that holds its lease (even a silent one: its lease decides);
+    // new work goes only to live, reachable executors.
+    let in_pass = |c: &ConnectorRecord| full || dirty.names.contains(&c.name);
+    let current = |i: &Instance| match host_of(i, &view) {
+        Host::Live | Host::Unresponsive => i.executor.clone(),
+        Host::Lost => None,
+    };
     let mut units = Vec::new();
-    for c in &connectors {
+    for c in connectors.iter().filter(|c| in_pass(c)) {
         if c.target == TargetState::Stopped {
             continue;
         }
-        let current = |i: &Instance| match host_of(i, &view) {
-            Host::Live | Host::Unresponsive => i.executor.clone(),
-            Host::Lost => None,
-        };
         units.push(Unit {
             key: UnitKey {
                 connector: c.name.clone(),
@@ -192,7 +197,16 @@ fn herder_pass(
         .iter()
         .map(|u| (u.key.clone(), u.current.clone()))
         .collect();
-    for m in plan::plan_assignments(&units, &plan_execs) {
+    let moves = if full {
+        plan::plan_assignments(&units, &plan_execs)
+    } else if units.iter().any(|u| needs_host(u, &plan_execs)) {
+        let base = load_outside(&connectors, &in_pass, &view);
+        plan::plan_with(&units, &plan_execs, &base, plan::Evening::Off)
+    } else {
+        // Every unit keeps its host, and nothing evens out on this pass.
+        Vec::new()
+    };
+    for m in moves {
         desired.insert(m.key, m.to);
     }
     let mut desired = by_connector(desired);
@@ -247,6 +261,39 @@ fn by_connector(
         out.entry(k.connector).or_default().insert(k.task, to);
     }
     out
+}
+
+/// True when `u` cannot stay where it is: no host, or one that is lost or does not offer
+/// its plugin (the plan's step 1 would not keep it).
+fn needs_host(u: &Unit, executors: &[LiveExecutor]) -> bool {
+    u.current.as_deref().is_none_or(|c| {
+        !executors
+            .iter()
+            .any(|e| e.id == c && e.plugins.contains(&u.plugin))
+    })
+}
+
+/// Units per executor of the connectors a partial pass does not plan (`in_pass` false),
+/// counted where they are recorded, as the plan's step 1 would keep them.
+fn load_outside<'a>(
+    connectors: &'a [Arc<ConnectorRecord>],
+    in_pass: &dyn Fn(&ConnectorRecord) -> bool,
+    view: &ExecutorView,
+) -> HashMap<&'a str, usize> {
+    let mut load: HashMap<&str, usize> = HashMap::new();
+    for c in connectors
+        .iter()
+        .filter(|c| c.target != TargetState::Stopped && !in_pass(c))
+    {
+        for i in std::iter::once(&c.connector).chain(&c.tasks) {
+            if let (Some(e), Host::Live | Host::Unresponsive) =
+                (i.executor.as_deref(), host_of(i, view))
+            {
+                *load.entry(e).or_default() += 1;
+            }
+        }
+    }
+    load
 }
 
 /// Whether a connector needs another look soon.
