@@ -156,12 +156,11 @@ impl Admin {
 
     /// Validates a spec against the plugins registered executors offer.
     fn checked_spec(
-        &self,
+        plugins: &BTreeMap<String, KnownPlugin>,
         name: &str,
         config: &HashMap<String, String>,
     ) -> ApiResult<ConnectorSpec> {
         let spec = ConnectorSpec::try_from(RawConnector { name, config })?;
-        let plugins = self.plugins()?;
         let Some(plugin) = plugins.get(&spec.plugin) else {
             return Err(ApiError::InvalidArgument {
                 field: "config[connector.class]".into(),
@@ -177,11 +176,10 @@ impl Admin {
     /// GET config → PUT config never stores the literal placeholder. A placeholder with
     /// no stored secret behind it is refused.
     fn with_kept_secrets(
-        &self,
+        plugins: &BTreeMap<String, KnownPlugin>,
         stored: Option<&ConnectorRecord>,
         config: &HashMap<String, String>,
     ) -> ApiResult<HashMap<String, String>> {
-        let plugins = self.plugins()?;
         let plugin = stored
             .map(|r| r.plugin.as_str())
             .or_else(|| {
@@ -209,8 +207,10 @@ impl Admin {
     ) -> ApiResult<pb::ConnectorInfo> {
         let cluster = &self.cluster;
         convert::parse_name(name)?;
-        let config = self.with_kept_secrets(None, config)?;
-        let spec = self.checked_spec(name, &config)?;
+        // Decoded once per call (every executor's plugin descriptors; issue 19).
+        let plugins = self.plugins()?;
+        let config = Self::with_kept_secrets(&plugins, None, config)?;
+        let spec = Self::checked_spec(&plugins, name, &config)?;
         check_cleanup_policy(caller, AdminAction::CreateConnector, false, &config)?;
         let rec = ConnectorRecord::new(&spec, target);
         if cluster.cleanup_in_flight(name) {
@@ -224,7 +224,7 @@ impl Admin {
         }
         info!(connector = %name, plugin = %spec.plugin, tasks_max = spec.tasks_max.get(), ?target, "connector created");
         cluster.changed(name);
-        self.info_of(&self.existing(name)?)
+        Ok(info_with(&self.existing(name)?, &plugins))
     }
 
     /// PutConnectorConfig / `PUT /connectors/{name}/config`: creates or replaces; the
@@ -266,8 +266,9 @@ impl Admin {
                 &only_class(&given),
             )?;
         }
-        let config = self.with_kept_secrets(stored.as_ref(), config)?;
-        let spec = self.checked_spec(name, &config)?;
+        let plugins = self.plugins()?;
+        let config = Self::with_kept_secrets(&plugins, stored.as_ref(), config)?;
+        let spec = Self::checked_spec(&plugins, name, &config)?;
         check_cleanup_policy(
             caller,
             AdminAction::PutConnectorConfig,
@@ -287,7 +288,7 @@ impl Admin {
                         CreateOutcome::Created => {
                             info!(connector = %name, plugin = %spec.plugin, "connector created by put");
                             cluster.changed(name);
-                            return Ok((self.info_of(&self.existing(name)?)?, true));
+                            return Ok((info_with(&self.existing(name)?, &plugins), true));
                         }
                         CreateOutcome::StillDeleting => {
                             return Err(ApiError::StillDeleting(name.to_owned()));
@@ -297,7 +298,7 @@ impl Admin {
                 }
                 Some(rec) if rec.deleting => return Err(ApiError::StillDeleting(name.to_owned())),
                 Some(rec) => {
-                    let def = convert::full_def(self.plugins()?.get(&rec.plugin).map(|p| &p.info));
+                    let def = convert::full_def(plugins.get(&rec.plugin).map(|p| &p.info));
                     check_immutable(name, &def, &rec.config, &spec.config)?;
                     let mut refused = false;
                     let mut immutable = None;
@@ -328,7 +329,7 @@ impl Admin {
                         return Err(e);
                     }
                     info!(connector = %name, tasks_max = spec.tasks_max.get(), "connector config replaced");
-                    return Ok((self.info_of(&self.existing(name)?)?, false));
+                    return Ok((info_with(&self.existing(name)?, &plugins), false));
                 }
             }
         }
