@@ -67,6 +67,10 @@ async fn prometheus_follows_tasks_deletions_forced_deletions_and_leaks() {
     c.wait_state(name, "STATE_PAUSED", "STATE_PAUSED", 3).await;
     wait_value(&prom, r#"wharf_task_count{state="paused"}"#, 3.0).await;
     wait_value(&prom, r#"wharf_task_count{state="running"}"#, 0.0).await;
+    // The connector counts as paused, as its status says (its connector instance keeps
+    // running while paused: the count follows the status, not the recorded instance).
+    wait_value(&prom, r#"wharf_connector_count{state="paused"}"#, 1.0).await;
+    wait_value(&prom, r#"wharf_connector_count{state="running"}"#, 0.0).await;
 
     // Delete: in progress (with its steps), then every series of it is gone.
     assert_eq!(c.call("DeleteConnector", json!({ "name": name })).code, 0);

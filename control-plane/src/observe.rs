@@ -8,7 +8,7 @@ use std::time::{Duration, Instant};
 
 use wharf::observability::{Exposition, Health, Probe};
 
-use crate::model::{CleanupState, InstanceState};
+use crate::model::{CleanupState, InstanceOf, InstanceState};
 use crate::plan::unit::Host;
 use crate::reconcile::Cluster;
 
@@ -196,10 +196,12 @@ impl Probe for ControlPlaneProbe {
             "Tasks of one connector by state (Kafka Connect's connector-running-task-count and its siblings).",
         );
         for c in connectors.iter().filter(|c| !c.deleting) {
-            by_connector_state[state_index(c.connector.state)] += 1;
+            // What the status API reports, so that a paused connector counts as paused.
+            by_connector_state
+                [state_index(c.connector.state.reported(c.target, InstanceOf::Connector))] += 1;
             let mut own = [0u64; 6];
             for t in &c.tasks {
-                own[state_index(t.state)] += 1;
+                own[state_index(t.state.reported(c.target, InstanceOf::Task))] += 1;
             }
             for ((_, label), n) in INSTANCE_STATES.iter().zip(own) {
                 out.sample(

@@ -12,8 +12,8 @@ use wharf::sdk::{ConfigDef, ConfigMap, runtime_config_def};
 use super::error::ApiError;
 use crate::model::{
     AuditEntry, AuditQuery, CONNECTOR_CLASS, CleanupState, ConnectorRecord, ConnectorSpec,
-    DEFAULT_AUDIT_PAGE_SIZE, DeletionRecord, ExecutorRecord, InstanceState, MAX_AUDIT_PAGE_SIZE,
-    PluginKind, PluginRecord, TASKS_MAX, TargetState,
+    DEFAULT_AUDIT_PAGE_SIZE, DeletionRecord, ExecutorRecord, InstanceOf as Of, InstanceState,
+    MAX_AUDIT_PAGE_SIZE, PluginKind, PluginRecord, TASKS_MAX, TargetState,
 };
 
 /// Most config entries a request may carry.
@@ -235,21 +235,10 @@ fn kind_to_pb(plugin: Option<&pb::PluginInfo>) -> i32 {
     plugin.map_or(pb::PluginKind::Unspecified as i32, |p| p.kind)
 }
 
-/// Which instance a status is of: a paused connector keeps its connector instance running
-/// (it is PAUSED in the status at once), while its tasks are stopped (PAUSED only once
-/// their stop ran: until then they still run, and the status says so).
-#[derive(Clone, Copy, PartialEq, Eq, Debug)]
-enum Of {
-    Connector,
-    Task,
-}
-
+/// The wire state reported for an instance recorded in `s` ([`InstanceState::reported`]).
 fn state_to_pb(s: InstanceState, target: TargetState, of: Of) -> pb::State {
-    match s {
+    match s.reported(target, of) {
         InstanceState::Unassigned => pb::State::Unassigned,
-        InstanceState::Running if target == TargetState::Paused && of == Of::Connector => {
-            pb::State::Paused
-        }
         InstanceState::Running => pb::State::Running,
         InstanceState::Paused => pb::State::Paused,
         InstanceState::Stopped => pb::State::Stopped,

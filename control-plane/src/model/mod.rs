@@ -74,6 +74,15 @@ pub enum InstanceState {
     Restarting,
 }
 
+/// Which instance a state is of, for [`InstanceState::reported`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum InstanceOf {
+    /// The connector instance (KIP-883's `Connector`).
+    Connector,
+    /// One of its tasks.
+    Task,
+}
+
 /// Something that happens to an instance; the one input of [`InstanceState::on`].
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum InstanceEvent {
@@ -112,6 +121,30 @@ impl InstanceState {
                 state @ (InstanceState::Paused | InstanceState::Stopped),
                 InstanceEvent::RestartRequested,
             ) => state,
+        }
+    }
+
+    /// The state the status API and the metrics report for an instance recorded in this
+    /// state, of a connector with target `target`: a paused connector keeps its connector
+    /// instance running (reported PAUSED at once), while its tasks are stopped (PAUSED only
+    /// once their stop ran: until then they still run, and are reported RUNNING, as Kafka
+    /// Connect reports a task until its worker paused it). docs/lifecycle.md, "Pause".
+    pub fn reported(self, target: TargetState, of: InstanceOf) -> InstanceState {
+        match (self, target, of) {
+            (InstanceState::Running, TargetState::Paused, InstanceOf::Connector) => {
+                InstanceState::Paused
+            }
+            (InstanceState::Running, TargetState::Paused, InstanceOf::Task)
+            | (InstanceState::Running, TargetState::Started | TargetState::Stopped, _)
+            | (
+                InstanceState::Unassigned
+                | InstanceState::Paused
+                | InstanceState::Stopped
+                | InstanceState::Failed
+                | InstanceState::Restarting,
+                _,
+                _,
+            ) => self,
         }
     }
 
