@@ -273,15 +273,17 @@ fn observe_args(ip: &str, otlp: Option<&String>) -> anyhow::Result<(Vec<String>,
         .local_addr()?
         .port();
     let addr = format!("{ip}:{port}");
-    Ok((
-        vec![
-            "--metrics-listen".into(),
-            addr.clone(),
-            "--otlp-endpoint".into(),
-            endpoint.clone(),
-        ],
-        Some(addr),
-    ))
+    // WHARF_BENCH_OBSERVE=metrics or =traces turns on only one of the two, to tell their
+    // costs apart (bench/NOTES.md); unset or anything else: both.
+    let only = std::env::var("WHARF_BENCH_OBSERVE").unwrap_or_default();
+    let mut args = Vec::new();
+    if only != "traces" {
+        args.extend(["--metrics-listen".to_owned(), addr.clone()]);
+    }
+    if only != "metrics" {
+        args.extend(["--otlp-endpoint".to_owned(), endpoint.clone()]);
+    }
+    Ok((args, (only != "traces").then_some(addr)))
 }
 
 impl Cluster {
