@@ -717,6 +717,27 @@ def row_major(n: int, ncol: int) -> list[int | None]:
     return order
 
 
+def time_ticks(start: float, end: float, width_px: float) -> list[float]:
+    """Time axis ticks (unix seconds) on round boundaries, about one per 75 px as
+    Grafana spaces them, none in the first 5 % of the axis (where its label would run into
+    the y axis').
+
+    >>> [t % 3600 for t in time_ticks(3600 * 5 + 2, 3600 * 5 + 200, 600)]
+    [30, 60, 90, 120, 150, 180]
+    >>> [t % 3600 for t in time_ticks(3600 * 5 + 2, 3600 * 5 + 200, 250)]
+    [60, 120, 180]
+    """
+    every = next(e for e in (5, 10, 15, 30, 60, 120, 300, 600, 900, 1800, 3600, 7200)
+                 if (end - start) / e <= max(1.0, width_px / 75))
+    first = start + 0.05 * (end - start)
+    t = math.ceil(first / every) * every
+    out = []
+    while t <= end:
+        out.append(t)
+        t += every
+    return out
+
+
 def draw_timeseries(fig, box, series, unit: str, step: int, xlim, pixel) -> None:
     """Grafana's time series panel: lines with a light fill, a y axis in the panel's unit,
     the legend as a list below."""
@@ -751,7 +772,9 @@ def draw_timeseries(fig, box, series, unit: str, step: int, xlim, pixel) -> None
     ax.set_xlim(*xlim)
     ax.set_ylim(0, ymax * 1.15 if ymax > 0 else 1)
     ax.xaxis.set_major_formatter(mdates.DateFormatter("%H:%M:%S", tz=dt.timezone.utc))
-    ax.xaxis.set_major_locator(mdates.SecondLocator(bysecond=[0, 30]))
+    ticks = time_ticks(xlim[0].timestamp(), xlim[1].timestamp(), (w - left) / pw)
+    ax.xaxis.set_major_locator(ticker.FixedLocator(
+        [mdates.date2num(dt.datetime.fromtimestamp(t, dt.timezone.utc)) for t in ticks]))
     ax.tick_params(length=0, labelsize=7)
     ax.yaxis.set_major_locator(ticker.MaxNLocator(4, integer=integral and not unit))
     ax.yaxis.set_major_formatter(ticker.FuncFormatter(lambda v, _pos: format_value(v, unit)))
@@ -826,7 +849,8 @@ def caption_of(meta: dict) -> list[str]:
         f"{dt.datetime.fromtimestamp(meta['end'], dt.timezone.utc):%H:%M} UTC",
         f"{meta['version']} ({meta['profile']} binaries): a control plane (redb) and 2 executors "
         f"with NATS JetStream on loopback; {meta['prometheus']} scraping every "
-        f"{SCRAPE_INTERVAL_S} s; table panel at the end of the range.",
+        f"{SCRAPE_INTERVAL_S} s; machine load average {meta.get('load', '?')} (2 cores); "
+        "table panel at the end of the range.",
     ] + textwrap.wrap("Scenario: " + meta["scenario"], 230)
 
 
@@ -873,6 +897,8 @@ def cmd_run(args) -> None:
         "profile": args.profile,
         "prometheus": "Prometheus " + (first_line([args.prometheus, "--version"]).split() + ["?"] * 3)[2],
         "scenario": scenario_text(),
+        # The 1-minute load average at the end of the run: the latency panels depend on it.
+        "load": round(os.getloadavg()[0], 2),
     }
     with open(args.data_out, "w") as f:
         json.dump(data, f)
@@ -913,5 +939,5 @@ def main() -> None:
 if __name__ == "__main__":
     try:
         main()
-    except (RuntimeError, TimeoutError) as e:
+    except (RuntimeError, TimeoutError, OSError) as e:
         sys.exit(f"render-dashboard: {e}")
