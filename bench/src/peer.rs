@@ -88,6 +88,8 @@ pub struct Scale {
     pub delete_join_s: f64,
     /// Calls sent again after a 409 (rebalance in progress) or 5xx.
     pub retries: u32,
+    /// Why the delete phase did not finish within its deadline, with what was left.
+    pub delete_unfinished: Option<String>,
     /// Worker RSS, all running / before creating, MiB.
     pub rss_mib: f64,
     /// Worker RSS before creating anything, MiB.
@@ -149,6 +151,11 @@ pub struct PeerResults {
     pub notes: Vec<String>,
     /// How long the part took, s.
     pub took_s: f64,
+}
+
+/// When a phase that starts now must be over.
+fn phase_end() -> Instant {
+    Instant::now() + Duration::from_secs(PHASE_DEADLINE_S)
 }
 
 fn now_micros() -> i64 {
@@ -262,9 +269,9 @@ async fn wait_running(w: &Worker, name: &str, tasks: usize) -> anyhow::Result<()
     }
 }
 
-/// Creates connector `body` (sent again on 409) and checks the answer is 201.
-async fn create(w: &Worker, body: &Value) -> anyhow::Result<u32> {
-    let deadline = Instant::now() + Duration::from_secs(PHASE_DEADLINE_S);
+/// Creates connector `body` (sent again on 409 until `deadline`) and checks the answer
+/// is 201.
+async fn create(w: &Worker, body: &Value, deadline: Instant) -> anyhow::Result<u32> {
     let (code, text, retries) = call(&w.rest, "POST", "/connectors", Some(body), deadline).await?;
     if code != 201 {
         bail!("POST /connectors {}: {code} {text}", body["name"]);
@@ -273,9 +280,8 @@ async fn create(w: &Worker, body: &Value) -> anyhow::Result<u32> {
 }
 
 /// Deletes `name` (sent again on 409; a 404 after a retry means an earlier attempt went
-/// through) and checks the answer.
-async fn delete(w: &Worker, name: &str) -> anyhow::Result<u32> {
-    let deadline = Instant::now() + Duration::from_secs(PHASE_DEADLINE_S);
+/// through) and checks the answer; sent again until `deadline`.
+async fn delete(w: &Worker, name: &str, deadline: Instant) -> anyhow::Result<u32> {
     let (code, text, retries) = call(
         &w.rest,
         "DELETE",
@@ -343,6 +349,7 @@ async fn deletion(
         create(
             &w,
             &create_body(&name, DELETION_TASKS, &life, DELETION_POLL_BLOCK_MS, None),
+            phase_end(),
         )
         .await?;
         wait_running(&w, &name, DELETION_TASKS as usize).await?;
@@ -355,7 +362,7 @@ async fn deletion(
         .await?;
         let t0 = now_micros();
         let t = Instant::now();
-        delete(&w, &name).await?;
+        delete(&w, &name, phase_end()).await?;
         let answer = t.elapsed().as_secs_f64() * 1000.0;
         let stops = wait_events(
             &life,
@@ -395,6 +402,7 @@ async fn connect_offsets(w: &Worker, root: &Path) -> anyhow::Result<Offsets> {
     create(
         w,
         &create_body(name, 1, &life1, IDLE_POLL_BLOCK_MS, Some("STOPPED")),
+        phase_end(),
     )
     .await?;
     // STOPPED: the connector is stopped and has no tasks.
@@ -423,7 +431,7 @@ async fn connect_offsets(w: &Worker, root: &Path) -> anyhow::Result<Offsets> {
         bail!("PATCH {path}: {code} {text}");
     }
     let (_, before) = connect::http(&w.rest, "GET", &path, None).await?;
-    delete(w, name).await?;
+    delete(w, name, phase_end()).await?;
     let start = Instant::now();
     while connect::http(&w.rest, "GET", &format!("/connectors/{name}"), None)
         .await?
@@ -436,7 +444,12 @@ async fn connect_offsets(w: &Worker, root: &Path) -> anyhow::Result<Offsets> {
         tokio::time::sleep(Duration::from_millis(STATUS_POLL_MS)).await;
     }
     let life2 = root.join("offsets-2.lifecycle");
-    create(w, &create_body(name, 1, &life2, IDLE_POLL_BLOCK_MS, None)).await?;
+    create(
+        w,
+        &create_body(name, 1, &life2, IDLE_POLL_BLOCK_MS, None),
+        phase_end(),
+    )
+    .await?;
     let started = wait_events(
         &life2,
         "task-start",
@@ -445,7 +458,7 @@ async fn connect_offsets(w: &Worker, root: &Path) -> anyhow::Result<Offsets> {
     )
     .await?;
     let (_, after) = connect::http(&w.rest, "GET", &path, None).await?;
-    delete(w, name).await?;
+    delete(w, name, phase_end()).await?;
     Ok(Offsets {
         connect_before: before,
         connect_after: after,
@@ -600,6 +613,7 @@ async fn scale(bin_dir: &Path, root: &Path, env: &PeerEnv, n: usize) -> anyhow::
 
     let t0 = now_micros();
     let t = Instant::now();
+    let end = phase_end();
     let retries: Vec<anyhow::Result<u32>> = futures::stream::iter(0..n)
         .map(|i| {
             let body = create_body(
@@ -610,7 +624,7 @@ async fn scale(bin_dir: &Path, root: &Path, env: &PeerEnv, n: usize) -> anyhow::
                 None,
             );
             let w = &w;
-            async move { create(w, &body).await }
+            async move { create(w, &body, end).await }
         })
         .buffer_unordered(CONCURRENCY)
         .collect()
@@ -619,9 +633,12 @@ async fn scale(bin_dir: &Path, root: &Path, env: &PeerEnv, n: usize) -> anyhow::
     for x in retries {
         retried += x?;
     }
-    wait_listing(&w, None, deadline, |listed, running| {
-        listed == n && running == total
-    })
+    wait_listing(
+        &w,
+        None,
+        end.saturating_duration_since(Instant::now()),
+        |listed, running| listed == n && running == total,
+    )
     .await?;
     let create_s = t.elapsed().as_secs_f64();
     let t1 = now_micros();
@@ -630,21 +647,44 @@ async fn scale(bin_dir: &Path, root: &Path, env: &PeerEnv, n: usize) -> anyhow::
 
     let t2 = now_micros();
     let t = Instant::now();
+    let end = phase_end();
     let retries: Vec<anyhow::Result<u32>> = futures::stream::iter(0..n)
         .map(|i| {
             let w = &w;
-            async move { delete(w, &format!("scale-{i:05}")).await }
+            async move { delete(w, &format!("scale-{i:05}"), end).await }
         })
         .buffer_unordered(CONCURRENCY)
         .collect()
         .await;
-    for x in retries {
-        retried += x?;
-    }
+    // A delete phase past its deadline is a figure too: how much was left.
+    let mut unfinished = retries
+        .iter()
+        .find_map(|x| x.as_ref().err().map(|e| format!("{e:#}")));
+    retried += retries.iter().filter_map(|x| x.as_ref().ok()).sum::<u32>();
     let delete_answer_s = t.elapsed().as_secs_f64();
-    wait_listing(&w, None, deadline, |listed, _| listed == 0).await?;
-    wait_events(&life, "task-stop", total, deadline).await?;
+    if unfinished.is_none() {
+        let left = end.saturating_duration_since(Instant::now());
+        if let Err(e) = wait_listing(&w, None, left, |listed, _| listed == 0).await {
+            unfinished = Some(format!("{e:#}"));
+        } else if let Err(e) = wait_events(
+            &life,
+            "task-stop",
+            total,
+            end.saturating_duration_since(Instant::now()),
+        )
+        .await
+        {
+            unfinished = Some(format!("{e:#}"));
+        }
+    }
     let delete_s = t.elapsed().as_secs_f64();
+    let delete_unfinished = unfinished.map(|e| {
+        let stops = connect::read_events(&life)
+            .iter()
+            .filter(|e| e.event == "task-stop")
+            .count();
+        format!("not finished after {delete_s:.0} s ({stops} of {total} task stops ran): {e}")
+    });
     let t3 = now_micros();
     let waits = connect::join_waits(&w.log());
     let mut s = Scale {
@@ -655,6 +695,7 @@ async fn scale(bin_dir: &Path, root: &Path, env: &PeerEnv, n: usize) -> anyhow::
         delete_s,
         delete_join_s: connect::overlap_ms(&waits, t2 / 1000, t3 / 1000) / 1000.0,
         retries: retried,
+        delete_unfinished,
         rss_mib: rss as f64 / 1024.0,
         rss_idle_mib: rss_idle as f64 / 1024.0,
         wharf: None,
@@ -702,6 +743,7 @@ async fn rebalance(root: &Path, env: &PeerEnv, delay_ms: u64) -> anyhow::Result<
                 IDLE_POLL_BLOCK_MS,
                 None,
             ),
+            phase_end(),
         )
         .await?;
     }
@@ -871,6 +913,15 @@ pub fn render(r: &PeerResults) -> String {
                 x.rss_mib,
                 ratio(wharf_rss, x.rss_mib)
             );
+        }
+        for x in &r.scale {
+            if let Some(why) = &x.delete_unfinished {
+                let _ = writeln!(
+                    s,
+                    "\nKafka Connect's delete of {} x 10 (its row above is the time until the deadline): {why}",
+                    x.connectors
+                );
+            }
         }
         let _ = writeln!(
             s,

@@ -177,7 +177,10 @@ pub async fn call(
 ) -> anyhow::Result<(u16, String, u32)> {
     let mut retries = 0;
     loop {
-        let (status, text) = http(addr, method, path, body).await?;
+        let left = deadline.saturating_duration_since(Instant::now());
+        let (status, text) = tokio::time::timeout(left, http(addr, method, path, body))
+            .await
+            .with_context(|| format!("{method} {path}: no answer before the phase's deadline"))??;
         if (status == 409 || status >= 500) && Instant::now() < deadline {
             retries += 1;
             tokio::time::sleep(Duration::from_millis(RETRY_BACKOFF_MS)).await;
