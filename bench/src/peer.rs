@@ -629,6 +629,7 @@ async fn scale(bin_dir: &Path, root: &Path, env: &PeerEnv, n: usize) -> anyhow::
         .buffer_unordered(CONCURRENCY)
         .collect()
         .await;
+    let posts_s = t.elapsed().as_secs_f64();
     let mut retried = 0;
     for x in retries {
         retried += x?;
@@ -639,7 +640,13 @@ async fn scale(bin_dir: &Path, root: &Path, env: &PeerEnv, n: usize) -> anyhow::
         end.saturating_duration_since(Instant::now()),
         |listed, running| listed == n && running == total,
     )
-    .await?;
+    .await
+    .with_context(|| {
+        format!(
+            "create phase ({PHASE_DEADLINE_S} s deadline) ended {:.0} s after the first POST, the last POST answered after {posts_s:.0} s",
+            t.elapsed().as_secs_f64()
+        )
+    })?;
     let create_s = t.elapsed().as_secs_f64();
     let t1 = now_micros();
     tokio::time::sleep(Duration::from_millis(RSS_SETTLE_MS)).await;
