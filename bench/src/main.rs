@@ -9,6 +9,7 @@
 mod dataplane;
 mod deletion;
 mod observe;
+mod peer;
 mod procs;
 mod scale;
 mod stats;
@@ -43,14 +44,19 @@ const SETUP_S: f64 = 5.0;
 const DEFAULT_BUDGET_S: u64 = 660;
 
 /// Command line.
-const USAGE: &str = "usage: wharf-bench --bin-dir DIR --out FILE [--budget-s N] [--only deletion,dataplane,scale] [--scale-once] [--scale-sizes N,N] [--keep]";
+const USAGE: &str = "usage: wharf-bench --bin-dir DIR --out FILE [--budget-s N] [--only deletion,dataplane,scale,peer] [--scale-once] [--scale-sizes N,N] [--peer-env FILE | --peer-missing REASON] [--keep]";
 
 struct Args {
     bin_dir: PathBuf,
     out: PathBuf,
     budget: Duration,
-    /// Sections to run (all when empty): deletion, dataplane, scale.
+    /// Sections to run (all when empty): deletion, dataplane, scale, peer.
     only: Vec<String>,
+    /// The Kafka Connect peer's env file (written by scripts/peer-setup).
+    peer_env: Option<PathBuf>,
+    /// Why the Kafka Connect peer's parts are missing (scripts/bench passes what
+    /// scripts/peer-setup said); the peer section then says so.
+    peer_missing: Option<String>,
     /// Keep the temp dir (process logs) instead of removing it.
     keep: bool,
     /// Scale: only one run of the target step (no curve, no rebalance), for quick
@@ -75,6 +81,8 @@ fn args() -> anyhow::Result<Args> {
     let mut keep = false;
     let mut scale_once = false;
     let mut scale_sizes = Vec::new();
+    let mut peer_env = None;
+    let mut peer_missing = None;
     let mut it = std::env::args().skip(1);
     while let Some(a) = it.next() {
         match a.as_str() {
@@ -86,12 +94,14 @@ fn args() -> anyhow::Result<Args> {
             "--only" => {
                 only = it
                     .next()
-                    .context("--only deletion,dataplane,scale")?
+                    .context("--only deletion,dataplane,scale,peer")?
                     .split(',')
                     .map(str::to_owned)
                     .collect()
             }
             "--keep" => keep = true,
+            "--peer-env" => peer_env = it.next().map(PathBuf::from),
+            "--peer-missing" => peer_missing = it.next(),
             "--scale-once" => scale_once = true,
             "--scale-sizes" => {
                 for n in it.next().context("--scale-sizes N,N")?.split(',') {
@@ -106,6 +116,8 @@ fn args() -> anyhow::Result<Args> {
         out: out.context("--out FILE is required")?,
         budget,
         only,
+        peer_env,
+        peer_missing,
         keep,
         scale_once,
         scale_sizes,
@@ -198,6 +210,25 @@ async fn main() -> anyhow::Result<()> {
     if args.wants("scale") {
         run_scale(&args, &root, started, &remaining, &mut r).await?;
     }
+    if args.wants("peer") {
+        let env = match &args.peer_missing {
+            Some(why) => Err(why.clone()),
+            None => peer::env_from(args.peer_env.as_ref()),
+        };
+        r.peer = Some(match env {
+            Ok(env) => {
+                eprintln!("[bench] 5/5 Kafka Connect beside Wharf");
+                peer::run(&args.bin_dir, &root.join("peer"), env).await
+            }
+            Err(why) => {
+                eprintln!("[bench] Kafka Connect beside Wharf skipped: {why}");
+                peer::PeerResults {
+                    skipped: Some(why),
+                    ..peer::PeerResults::default()
+                }
+            }
+        });
+    }
     r.took = started.elapsed();
 
     std::fs::write(&args.out, render(&r))
@@ -233,6 +264,8 @@ struct Results {
     took: Duration,
     /// 1-minute load average when the run began.
     load_start: String,
+    /// Kafka Connect beside Wharf (issue 19).
+    peer: Option<peer::PeerResults>,
 }
 
 async fn run_embedded(
@@ -868,6 +901,7 @@ fn render(r: &Results) -> String {
             cp_rss_mib: med(|p| p.cp_rss_mib),
             cp_rss_idle_mib: 0.0,
             exec_kib_per_task: med(|p| p.exec_kib_per_task),
+            exec_rss_mib: med(|p| p.exec_rss_mib),
             delete_left: target.iter().map(|p| p.delete_left).max().unwrap_or(0),
             rebalances: Vec::new(),
         });
@@ -1005,6 +1039,9 @@ fn render(r: &Results) -> String {
             .collect::<Vec<_>>()
             .join("; ")
     );
+    if let Some(p) = &r.peer {
+        s.push_str(&peer::render(p));
+    }
     let notes_path = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("NOTES.md");
     match std::fs::read_to_string(&notes_path) {
         Ok(notes) => {

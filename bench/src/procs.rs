@@ -82,6 +82,13 @@ impl Proc {
         }
     }
 
+    /// True once the process has exited (or was killed).
+    pub fn exited(&mut self) -> bool {
+        self.child
+            .as_mut()
+            .is_none_or(|c| matches!(c.try_wait(), Ok(Some(_))))
+    }
+
     /// SIGKILL and reap.
     pub fn kill9(&mut self) {
         if let Some(mut c) = self.child.take() {

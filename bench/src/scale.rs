@@ -58,6 +58,8 @@ pub struct ScalePoint {
     pub cp_rss_idle_mib: f64,
     /// Executor RSS growth per hosted task (connector instances included), KiB.
     pub exec_kib_per_task: f64,
+    /// The executors' RSS added up, with everything running, MiB.
+    pub exec_rss_mib: f64,
     /// Rebalances measured at this size, one per kill.
     pub rebalances: Vec<Rebalance>,
 }
@@ -108,12 +110,54 @@ pub async fn run(
     delete_deadline: Duration,
     observed: bool,
 ) -> anyhow::Result<ScalePoint> {
+    let step = Step {
+        connectors: n,
+        executors: EXECUTORS,
+        kills,
+    };
+    run_step(
+        bin_dir,
+        root,
+        step,
+        phase_deadline,
+        delete_deadline,
+        observed,
+    )
+    .await
+}
+
+/// The shape of one step: `connectors` x 10 tasks on `executors` processes, then `kills`
+/// executors killed one after the other (the last ones first).
+#[derive(Debug, Clone, Copy)]
+pub struct Step {
+    /// Connectors, 10 tasks each.
+    pub connectors: usize,
+    /// Executor processes.
+    pub executors: usize,
+    /// Executors killed with kill -9 after all run, one rebalance measured per kill.
+    pub kills: usize,
+}
+
+/// [`run`] with any number of executors (the Kafka Connect peer's rebalance runs on two).
+pub async fn run_step(
+    bin_dir: &Path,
+    root: &Path,
+    step: Step,
+    phase_deadline: Duration,
+    delete_deadline: Duration,
+    observed: bool,
+) -> anyhow::Result<ScalePoint> {
+    let Step {
+        connectors: n,
+        executors,
+        kills,
+    } = step;
     let load = crate::observe::Load::start_if(observed).await?;
     let cluster = Cluster::start(
         bin_dir,
         &root.join("cluster"),
         &ClusterOptions {
-            executors: EXECUTORS,
+            executors,
             lease_ms: LEASE_MS,
             heartbeat_ms: HEARTBEAT_MS,
             nats_url: None,
@@ -177,7 +221,7 @@ pub async fn run(
     let mut snap = snap;
     let mut dead: Vec<String> = Vec::new();
     for k in 0..kills {
-        let victim_idx = EXECUTORS - 1 - k;
+        let victim_idx = executors - 1 - k;
         let victim = format!("exec-{}", victim_idx + 1);
         let lost = snap.values().filter(|(_, ex)| *ex == victim).count();
         dead.push(victim.clone());
@@ -208,7 +252,7 @@ pub async fn run(
             lost,
             moved_other,
             seconds,
-            executors_before: EXECUTORS - k,
+            executors_before: executors - k,
         });
         snap = after;
     }
@@ -266,6 +310,7 @@ pub async fn run(
         cp_rss_mib: cp_rss as f64 / 1024.0,
         cp_rss_idle_mib: cp_idle as f64 / 1024.0,
         exec_kib_per_task: exec_rss.saturating_sub(exec_idle) as f64 / total_tasks as f64,
+        exec_rss_mib: exec_rss as f64 / 1024.0,
         rebalances,
     })
 }
