@@ -170,12 +170,9 @@ impl Bench {
             bin_dir,
             &root.join("cluster"),
             &ClusterOptions {
-                executors: EXECUTORS,
-                lease_ms: 10_000,
-                heartbeat_ms: 1_000,
-                nats_url: None,
                 mtls,
                 otlp_endpoint: load.as_ref().map(|l| l.endpoint.clone()),
+                ..ClusterOptions::plain(EXECUTORS)
             },
         )
         .await?;

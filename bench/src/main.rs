@@ -277,14 +277,7 @@ async fn run_embedded(
     let mut cluster = procs::Cluster::start(
         &args.bin_dir,
         &dir.join("cluster"),
-        &procs::ClusterOptions {
-            executors: 1,
-            lease_ms: 10_000,
-            heartbeat_ms: 1_000,
-            nats_url: None,
-            mtls: false,
-            otlp_endpoint: None,
-        },
+        &procs::ClusterOptions::plain(1),
     )
     .await?;
     for r in 0..DATAPLANE_RUNS {
@@ -309,12 +302,8 @@ async fn run_jetstream(
     let dir = root.join("dp-jetstream");
     let nats = procs::NatsServer::start(&dir.join("nats")).await?;
     let opts = procs::ClusterOptions {
-        executors: 1,
-        lease_ms: 10_000,
-        heartbeat_ms: 1_000,
         nats_url: Some(nats.url.clone()),
-        mtls: false,
-        otlp_endpoint: None,
+        ..procs::ClusterOptions::plain(1)
     };
     for r in 0..DATAPLANE_RUNS {
         out.raw

@@ -204,13 +204,8 @@ pub async fn run(bin_dir: &Path, root: &Path, env: PeerEnv) -> PeerResults {
     }
 
     let [short, long] = REBALANCE_DELAYS_MS;
-    r.loads
-        .push((format!("rebalance, delay {short} ms"), load()));
     eprintln!("[bench] peer 2/4: rebalance, scheduled.rebalance.max.delay.ms={short}, and Wharf's");
-    match rebalance(&root.join(format!("rebalance-{short}")), &r.env, short).await {
-        Ok(x) => r.rebalance.push(x),
-        Err(e) => note(&mut r, &format!("the rebalance with delay {short} ms"), e),
-    }
+    connect_rebalance(&mut r, root, short, &note).await;
     let step = crate::scale::Step {
         connectors: REBALANCE_CONNECTORS,
         executors: 2,
@@ -241,13 +236,8 @@ pub async fn run(bin_dir: &Path, root: &Path, env: PeerEnv) -> PeerResults {
     }
 
     // Last: it waits five minutes by design.
-    r.loads
-        .push((format!("rebalance, delay {long} ms"), load()));
     eprintln!("[bench] peer 4/4: rebalance with Kafka Connect's default delay, {long} ms");
-    match rebalance(&root.join(format!("rebalance-{long}")), &r.env, long).await {
-        Ok(x) => r.rebalance.push(x),
-        Err(e) => note(&mut r, &format!("the rebalance with delay {long} ms"), e),
-    }
+    connect_rebalance(&mut r, root, long, &note).await;
     r.loads.push(("end".into(), load()));
     r.took_s = started.elapsed().as_secs_f64();
     r
@@ -471,19 +461,7 @@ async fn connect_offsets(w: &Worker, root: &Path) -> anyhow::Result<Offsets> {
 /// with wait, created again under the same name); GetOffsets before and after, as
 /// `partition => offset` lists.
 async fn wharf_offsets(bin_dir: &Path, root: &Path) -> anyhow::Result<(String, String)> {
-    let cluster = Cluster::start(
-        bin_dir,
-        &root.join("cluster"),
-        &ClusterOptions {
-            executors: 1,
-            lease_ms: 10_000,
-            heartbeat_ms: 1_000,
-            nats_url: None,
-            mtls: false,
-            otlp_endpoint: None,
-        },
-    )
-    .await?;
+    let cluster = Cluster::start(bin_dir, &root.join("cluster"), &ClusterOptions::plain(1)).await?;
     let mut admin = cluster.admin.clone();
     let name = "offsets-check".to_string();
     let create = CreateConnectorRequest {
@@ -726,6 +704,28 @@ async fn scale(bin_dir: &Path, root: &Path, env: &PeerEnv, n: usize) -> anyhow::
     Ok(s)
 }
 
+/// Kafka Connect's rebalance with `scheduled.rebalance.max.delay.ms` = `delay_ms`, kept in
+/// `r` (its load average first; a failure as a note).
+async fn connect_rebalance(
+    r: &mut PeerResults,
+    root: &Path,
+    delay_ms: u64,
+    note: &dyn Fn(&mut PeerResults, &str, anyhow::Error),
+) {
+    r.loads
+        .push((format!("rebalance, delay {delay_ms} ms"), load()));
+    match rebalance(
+        &root.join(format!("rebalance-{delay_ms}")),
+        &r.env,
+        delay_ms,
+    )
+    .await
+    {
+        Ok(x) => r.rebalance.push(x),
+        Err(e) => note(r, &format!("the rebalance with delay {delay_ms} ms"), e),
+    }
+}
+
 /// 10 connectors x 10 tasks on two Kafka Connect workers; kill -9 of the second, then
 /// time until every task is RUNNING on the first.
 async fn rebalance(root: &Path, env: &PeerEnv, delay_ms: u64) -> anyhow::Result<Rebalance> {
@@ -933,27 +933,27 @@ pub fn render(r: &PeerResults) -> String {
         let _ = writeln!(
             s,
             "\nKafka Connect's worker: idle RSS {}; all DELETEs answered after {}; calls sent again after a 409: {}. Wharf's control plane alone: {}.\n",
-            r.scale
-                .iter()
-                .map(|x| format!("{:.1} MiB before {} x 10", x.rss_idle_mib, x.connectors))
-                .collect::<Vec<_>>()
-                .join(", "),
-            r.scale
-                .iter()
-                .map(|x| format!("{:.2} s ({} x 10)", x.delete_answer_s, x.connectors))
-                .collect::<Vec<_>>()
-                .join(", "),
-            r.scale
-                .iter()
-                .map(|x| format!("{} ({} x 10)", x.retries, x.connectors))
-                .collect::<Vec<_>>()
-                .join(", "),
-            r.scale
-                .iter()
-                .filter_map(|x| x.wharf.as_ref())
-                .map(|w| format!("{:.1} MiB at {} x 10", w.cp_rss_mib, w.connectors))
-                .collect::<Vec<_>>()
-                .join(", ")
+            joined(
+                r.scale
+                    .iter()
+                    .map(|x| format!("{:.1} MiB before {} x 10", x.rss_idle_mib, x.connectors))
+            ),
+            joined(
+                r.scale
+                    .iter()
+                    .map(|x| format!("{:.2} s ({} x 10)", x.delete_answer_s, x.connectors))
+            ),
+            joined(
+                r.scale
+                    .iter()
+                    .map(|x| format!("{} ({} x 10)", x.retries, x.connectors))
+            ),
+            joined(
+                r.scale
+                    .iter()
+                    .filter_map(|x| x.wharf.as_ref())
+                    .map(|w| format!("{:.1} MiB at {} x 10", w.cp_rss_mib, w.connectors))
+            )
         );
     }
 
@@ -1032,4 +1032,9 @@ pub fn env_from(path: Option<&PathBuf>) -> Result<PeerEnv, String> {
         return Err("no peer env file given (`--peer-env FILE`, written by scripts/peer-setup, which scripts/bench runs)".into());
     };
     PeerEnv::load(p).map_err(|e| format!("{e:#}"))
+}
+
+/// `parts` separated by ", ".
+fn joined(parts: impl Iterator<Item = String>) -> String {
+    parts.collect::<Vec<_>>().join(", ")
 }

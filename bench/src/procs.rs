@@ -168,6 +168,22 @@ pub struct ClusterOptions {
     pub mtls: bool,
 }
 
+impl ClusterOptions {
+    /// `executors` executor processes with a 10 s lease and a 1 s heartbeat (long enough
+    /// that no lease expires by accident during a measurement), embedded record log,
+    /// plaintext, observability off.
+    pub fn plain(executors: usize) -> Self {
+        Self {
+            executors,
+            lease_ms: 10_000,
+            heartbeat_ms: 1_000,
+            nats_url: None,
+            otlp_endpoint: None,
+            mtls: false,
+        }
+    }
+}
+
 /// Where the certificates of an mTLS cluster are.
 #[derive(Debug, Clone)]
 pub struct Pki {
