@@ -313,6 +313,24 @@ async fn wait_events(
     }
 }
 
+/// A broker and one Kafka Connect worker of group `group` under `root`, with Kafka's
+/// default `scheduled.rebalance.max.delay.ms` (nothing departs in these workloads); both
+/// stop when dropped, so the caller keeps the broker alive beside the worker.
+async fn one_worker(env: &PeerEnv, root: &Path, group: &str) -> anyhow::Result<(Broker, Worker)> {
+    let broker = Broker::start(env, &root.join("broker")).await?;
+    let worker = Worker::start(
+        env,
+        &root.join("worker"),
+        &WorkerOptions {
+            broker: broker.addr.clone(),
+            group: group.to_owned(),
+            rebalance_delay_ms: 300_000,
+        },
+    )
+    .await?;
+    Ok((broker, worker))
+}
+
 /// Deletion on both (Kafka Connect: one worker; Wharf: the deletion benchmark's cluster of
 /// 4 executors), then the offsets check on the same worker.
 async fn deletion(
@@ -320,17 +338,7 @@ async fn deletion(
     root: &Path,
     env: &PeerEnv,
 ) -> anyhow::Result<(Deletion, Offsets)> {
-    let broker = Broker::start(env, &root.join("broker")).await?;
-    let w = Worker::start(
-        env,
-        &root.join("worker"),
-        &WorkerOptions {
-            broker: broker.addr.clone(),
-            group: "bench-deletion".into(),
-            rebalance_delay_ms: 300_000,
-        },
-    )
-    .await?;
+    let (broker, w) = one_worker(env, root, "bench-deletion").await?;
     let mut d = Deletion::default();
     // One warm-up deletion first, as Wharf's benchmark warms up.
     for i in 0..=CONNECT_DELETIONS {
@@ -572,17 +580,7 @@ async fn wait_listing(
 /// `n` connectors x 10 tasks on one Kafka Connect worker, then Wharf's scale step of
 /// the same size (control plane and 10 executors, one run).
 async fn scale(bin_dir: &Path, root: &Path, env: &PeerEnv, n: usize) -> anyhow::Result<Scale> {
-    let broker = Broker::start(env, &root.join("broker")).await?;
-    let w = Worker::start(
-        env,
-        &root.join("worker"),
-        &WorkerOptions {
-            broker: broker.addr.clone(),
-            group: format!("bench-scale-{n}"),
-            rebalance_delay_ms: 300_000,
-        },
-    )
-    .await?;
+    let (broker, w) = one_worker(env, root, &format!("bench-scale-{n}")).await?;
     tokio::time::sleep(Duration::from_millis(RSS_SETTLE_MS)).await;
     let rss_idle = w.proc.rss_kib();
     let life = root.join("scale.lifecycle");
