@@ -106,9 +106,9 @@ pub struct OtlpError {
     pub reason: String,
 }
 
-/// The OTLP/gRPC span pipeline: a batch processor on the tokio runtime (the tonic
-/// exporter needs one; the SDK's default processor exports from a plain thread) and a
-/// resource naming this process.
+/// The OTLP/gRPC span pipeline: the SDK's batch processor (a thread of its own; a span
+/// that ends costs a channel send), exporting through [`OnRuntime`] on the caller's tokio
+/// runtime, and a resource naming this process. Call inside the runtime.
 fn otlp_provider(otlp: &Otlp) -> Result<opentelemetry_sdk::trace::SdkTracerProvider, OtlpError> {
     use opentelemetry_otlp::WithExportConfig;
     let err = |reason: String| OtlpError {
@@ -123,13 +123,10 @@ fn otlp_provider(otlp: &Otlp) -> Result<opentelemetry_sdk::trace::SdkTracerProvi
         .with_endpoint(otlp.endpoint.clone())
         .build()
         .map_err(|e| err(e.to_string()))?;
-    let exporter = WarnOnFailure::new(exporter, otlp.endpoint.clone());
-    let processor =
-        opentelemetry_sdk::trace::span_processor_with_async_runtime::BatchSpanProcessor::builder(
-            exporter,
-            opentelemetry_sdk::runtime::Tokio,
-        )
-        .build();
+    let runtime = tokio::runtime::Handle::try_current()
+        .map_err(|_| err("span export needs a tokio runtime; none is running".into()))?;
+    let exporter = OnRuntime::new(WarnOnFailure::new(exporter, otlp.endpoint.clone()), runtime);
+    let processor = opentelemetry_sdk::trace::BatchSpanProcessor::builder(exporter).build();
     let resource = opentelemetry_sdk::Resource::builder()
         .with_service_name(otlp.service)
         .with_attribute(opentelemetry::KeyValue::new(
@@ -236,6 +233,64 @@ impl<E: opentelemetry_sdk::trace::SpanExporter> opentelemetry_sdk::trace::SpanEx
 
     fn set_resource(&mut self, resource: &opentelemetry_sdk::Resource) {
         self.inner.set_resource(resource);
+    }
+}
+
+/// A span exporter whose exports run on a tokio runtime. The SDK's batch processor calls
+/// the exporter from a thread of its own, where tonic's client finds no runtime; each
+/// batch is handed to the runtime and awaited from there. Why not the SDK's processor for
+/// async runtimes: it wakes its task for every span that ends (about 70 per deletion),
+/// work on the path of the calls that the thread-based one does once per batch
+/// (bench/NOTES.md).
+#[derive(Debug)]
+struct OnRuntime<E> {
+    inner: std::sync::Arc<E>,
+    runtime: tokio::runtime::Handle,
+}
+
+impl<E> OnRuntime<E> {
+    fn new(inner: E, runtime: tokio::runtime::Handle) -> Self {
+        Self {
+            inner: std::sync::Arc::new(inner),
+            runtime,
+        }
+    }
+}
+
+impl<E: opentelemetry_sdk::trace::SpanExporter + 'static> opentelemetry_sdk::trace::SpanExporter
+    for OnRuntime<E>
+{
+    async fn export(
+        &self,
+        batch: Vec<opentelemetry_sdk::trace::SpanData>,
+    ) -> opentelemetry_sdk::error::OTelSdkResult {
+        let inner = self.inner.clone();
+        self.runtime
+            .spawn(async move { inner.export(batch).await })
+            .await
+            .unwrap_or_else(|e| {
+                Err(opentelemetry_sdk::error::OTelSdkError::InternalFailure(
+                    format!("span export task ended: {e}"),
+                ))
+            })
+    }
+
+    fn shutdown_with_timeout(
+        &self,
+        timeout: std::time::Duration,
+    ) -> opentelemetry_sdk::error::OTelSdkResult {
+        self.inner.shutdown_with_timeout(timeout)
+    }
+
+    fn force_flush(&self) -> opentelemetry_sdk::error::OTelSdkResult {
+        self.inner.force_flush()
+    }
+
+    fn set_resource(&mut self, resource: &opentelemetry_sdk::Resource) {
+        // Called while the provider is built, before any export holds a clone.
+        if let Some(inner) = std::sync::Arc::get_mut(&mut self.inner) {
+            inner.set_resource(resource);
+        }
     }
 }
 
@@ -356,6 +411,39 @@ pub fn init_traced(format: LogFormat, otlp: Option<&Otlp>) -> Result<Telemetry, 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// Records whether each export ran inside a tokio runtime.
+    #[derive(Debug, Default)]
+    struct Probe(std::sync::Mutex<Vec<(usize, bool)>>);
+
+    impl opentelemetry_sdk::trace::SpanExporter for Probe {
+        async fn export(
+            &self,
+            batch: Vec<opentelemetry_sdk::trace::SpanData>,
+        ) -> opentelemetry_sdk::error::OTelSdkResult {
+            let on_runtime = tokio::runtime::Handle::try_current().is_ok();
+            self.0.lock().unwrap().push((batch.len(), on_runtime));
+            Ok(())
+        }
+    }
+
+    #[test]
+    fn an_export_called_from_a_plain_thread_runs_on_the_runtime() {
+        use opentelemetry_sdk::trace::SpanExporter as _;
+        let runtime = tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(1)
+            .build()
+            .expect("runtime");
+        let exporter = OnRuntime::new(Probe::default(), runtime.handle().clone());
+        // What the SDK's batch processor does on its own thread.
+        let result = std::thread::scope(|s| {
+            s.spawn(|| futures::executor::block_on(exporter.export(Vec::new())))
+                .join()
+                .expect("export thread")
+        });
+        assert!(result.is_ok());
+        assert_eq!(*exporter.inner.0.lock().unwrap(), vec![(0, true)]);
+    }
 
     #[test]
     fn spans_at_info_and_above_are_exported() {
