@@ -40,6 +40,116 @@ struct HerderMemory {
     live: Vec<(String, u64)>,
     /// When the last pass over every connector began.
     last_full: Option<Instant>,
+    /// How long the last pass over every connector took.
+    last_full_cost: Duration,
+    /// Units per executor of every connector, as the last pass that covered it placed them.
+    load: LoadIndex,
+}
+
+/// How many times its own duration a full pass waits at least before the next one that
+/// only the clock asks for: full passes take at most about 1/10 of a core, however large
+/// the cluster (issue 19: at 10,000 x 10 one takes a good part of a second).
+const FULL_PASS_COST_FACTOR: u32 = 10;
+
+/// Whether this pass covers every connector. A pass must when a connector may have been
+/// missed (`all_dirty`: a failed pass, an explicit wake) or the live executors changed
+/// (placements move). The clock asks for one after `interval` (the idle timer: nothing
+/// happened for [`RECONCILE_INTERVAL_MS`]; otherwise [`FULL_PASS_INTERVAL_MS`], for retries
+/// of steps that changed nothing), but never sooner than [`FULL_PASS_COST_FACTOR`] times
+/// what the last full pass cost.
+fn covers_everything(
+    all_dirty: bool,
+    live_changed: bool,
+    timer: bool,
+    since_last_full: Option<Duration>,
+    last_full_cost: Duration,
+) -> bool {
+    let interval = Duration::from_millis(if timer {
+        RECONCILE_INTERVAL_MS
+    } else {
+        FULL_PASS_INTERVAL_MS
+    })
+    .max(last_full_cost * FULL_PASS_COST_FACTOR);
+    match (all_dirty, live_changed, since_last_full) {
+        (true, _, _) | (_, true, _) | (false, false, None) => true,
+        (false, false, Some(since)) => since >= interval,
+    }
+}
+
+/// Units per executor of each connector, and their sum, kept between passes so that a
+/// pass over a few changed connectors knows the load the others put on each executor
+/// without walking the cluster (issue 19). Rebuilt on every full pass; a partial pass
+/// replaces the entries of the connectors it planned with where it placed them. An entry
+/// that a change did not mark stays stale until the next full pass (within
+/// [`FULL_PASS_INTERVAL_MS`] or so): the load only weighs where new units go.
+#[derive(Debug, Default)]
+struct LoadIndex {
+    /// Units per executor, by connector.
+    by_connector: HashMap<String, Vec<(Arc<str>, usize)>>,
+    /// The sum over every connector, per executor.
+    total: HashMap<Arc<str>, usize>,
+}
+
+impl LoadIndex {
+    /// Replaces what `connector` puts on each executor (an empty `per_executor`: nothing).
+    fn set(&mut self, connector: &str, per_executor: Vec<(Arc<str>, usize)>) {
+        self.remove(connector);
+        if per_executor.is_empty() {
+            return;
+        }
+        for (e, n) in &per_executor {
+            *self.total.entry(e.clone()).or_default() += n;
+        }
+        self.by_connector.insert(connector.to_owned(), per_executor);
+    }
+
+    fn remove(&mut self, connector: &str) {
+        let Some(old) = self.by_connector.remove(connector) else {
+            return;
+        };
+        for (e, n) in old {
+            if let Some(t) = self.total.get_mut(&e) {
+                *t = t.saturating_sub(n);
+                if *t == 0 {
+                    self.total.remove(&e);
+                }
+            }
+        }
+    }
+
+    /// Units per executor of every connector but `names`.
+    fn without<'a>(&'a self, names: &HashSet<String>) -> HashMap<&'a str, usize> {
+        let mut out: HashMap<&str, usize> = self.total.iter().map(|(e, n)| (&**e, *n)).collect();
+        for name in names {
+            for (e, n) in self.by_connector.get(name).into_iter().flatten() {
+                if let Some(t) = out.get_mut(&**e) {
+                    *t = t.saturating_sub(*n);
+                }
+            }
+        }
+        out
+    }
+}
+
+/// Units per executor of one connector's planned placement (units with no host left out).
+fn per_executor(
+    placed: &BTreeMap<Option<u32>, Option<String>>,
+    ids: &mut HashMap<String, Arc<str>>,
+) -> Vec<(Arc<str>, usize)> {
+    let mut out: Vec<(Arc<str>, usize)> = Vec::new();
+    for e in placed.values().flatten() {
+        match out.iter_mut().find(|(id, _)| **id == **e) {
+            Some((_, n)) => *n += 1,
+            None => {
+                let id = ids
+                    .entry(e.clone())
+                    .or_insert_with(|| Arc::from(e.as_str()))
+                    .clone();
+                out.push((id, 1));
+            }
+        }
+    }
+    out
 }
 
 /// Connectors whose reconcile task runs, shared with those tasks.
@@ -132,35 +242,37 @@ fn herder_pass(
         .filter(|e| view.health.get(&e.id) == Some(&Host::Live))
         .map(|e| (e.id.clone(), e.epoch))
         .collect();
-    let full = timer
-        || dirty.all
-        || live_now != memory.live
-        || memory
-            .last_full
-            .is_none_or(|t| t.elapsed() >= Duration::from_millis(FULL_PASS_INTERVAL_MS));
+    let full = covers_everything(
+        dirty.all,
+        live_now != memory.live,
+        timer,
+        memory.last_full.map(|t| t.elapsed()),
+        memory.last_full_cost,
+    );
     memory.live = live_now;
-    if full {
-        memory.last_full = Some(Instant::now());
+    let began = Instant::now();
+    // A full pass reads every connector; another only the ones that changed (issue 19:
+    // a pass costs what changed, not the cluster).
+    let connectors: Vec<Arc<ConnectorRecord>> = if full {
+        cluster.store.connectors_shared()?
+    } else {
+        cluster.store.connectors_named(&dirty.names)?
     }
-    let connectors: Vec<Arc<ConnectorRecord>> = cluster
-        .store
-        .connectors_shared()?
-        .into_iter()
-        .filter(|c| !c.deleting)
-        .collect();
+    .into_iter()
+    .filter(|c| !c.deleting)
+    .collect();
 
     // One plan over every connector on a full pass, so that load evens out; on another
     // pass only the connectors that changed are planned, beside the load the others put
-    // on each executor (issue 19: a pass costs what changed, not the cluster). A unit
-    // stays on an executor that holds its lease (even a silent one: its lease decides);
-    // new work goes only to live, reachable executors.
-    let in_pass = |c: &ConnectorRecord| full || dirty.names.contains(&c.name);
+    // on each executor (kept between passes in [`LoadIndex`]). A unit stays on an executor
+    // that holds its lease (even a silent one: its lease decides); new work goes only to
+    // live, reachable executors.
     let current = |i: &Instance| match host_of(i, &view) {
         Host::Live | Host::Unresponsive => i.executor.clone(),
         Host::Lost => None,
     };
     let mut units = Vec::new();
-    for c in connectors.iter().filter(|c| in_pass(c)) {
+    for c in &connectors {
         if c.target == TargetState::Stopped {
             continue;
         }
@@ -200,7 +312,7 @@ fn herder_pass(
     let moves = if full {
         plan::plan_assignments(&units, &plan_execs)
     } else if units.iter().any(|u| needs_host(u, &plan_execs)) {
-        let base = load_outside(&connectors, &in_pass, &view);
+        let base = memory.load.without(&dirty.names);
         plan::plan_with(&units, &plan_execs, &base, plan::Evening::Off)
     } else {
         // Every unit keeps its host, and nothing evens out on this pass.
@@ -211,11 +323,29 @@ fn herder_pass(
     }
     let mut desired = by_connector(desired);
 
+    // The load index follows the plan: rebuilt on a full pass, the planned connectors'
+    // entries replaced on another (a stopped, deleting or deleted one puts nothing).
+    if full {
+        memory.load = LoadIndex::default();
+    }
+    let mut ids: HashMap<String, Arc<str>> = memory
+        .load
+        .total
+        .keys()
+        .map(|e| (e.to_string(), e.clone()))
+        .collect();
+    if !full {
+        for name in &dirty.names {
+            memory.load.remove(name);
+        }
+    }
+    for (name, placed) in &desired {
+        let per = per_executor(placed, &mut ids);
+        memory.load.set(name, per);
+    }
+
     let view = Arc::new(view);
-    for c in connectors
-        .iter()
-        .filter(|c| full || dirty.names.contains(&c.name))
-    {
+    for c in &connectors {
         if !lock(in_flight).insert(c.name.clone()) {
             // Still working on it (maybe waiting for a slow executor): next pass.
             cluster.mark_dirty(&c.name);
@@ -248,6 +378,10 @@ fn herder_pass(
             },
         );
     }
+    if full {
+        memory.last_full = Some(began);
+        memory.last_full_cost = began.elapsed();
+    }
     Ok(())
 }
 
@@ -271,29 +405,6 @@ fn needs_host(u: &Unit, executors: &[LiveExecutor]) -> bool {
             .iter()
             .any(|e| e.id == c && e.plugins.contains(&u.plugin))
     })
-}
-
-/// Units per executor of the connectors a partial pass does not plan (`in_pass` false),
-/// counted where they are recorded, as the plan's step 1 would keep them.
-fn load_outside<'a>(
-    connectors: &'a [Arc<ConnectorRecord>],
-    in_pass: &dyn Fn(&ConnectorRecord) -> bool,
-    view: &ExecutorView,
-) -> HashMap<&'a str, usize> {
-    let mut load: HashMap<&str, usize> = HashMap::new();
-    for c in connectors
-        .iter()
-        .filter(|c| c.target != TargetState::Stopped && !in_pass(c))
-    {
-        for i in std::iter::once(&c.connector).chain(&c.tasks) {
-            if let (Some(e), Host::Live | Host::Unresponsive) =
-                (i.executor.as_deref(), host_of(i, view))
-            {
-                *load.entry(e).or_default() += 1;
-            }
-        }
-    }
-    load
 }
 
 /// Whether a connector needs another look soon.
@@ -752,6 +863,109 @@ mod tests {
             BTreeMap::from([(None, Some("e1".to_owned()))])
         );
         assert!(by_connector(HashMap::new()).is_empty());
+    }
+
+    const MS: fn(u64) -> Duration = Duration::from_millis;
+
+    #[test]
+    fn a_pass_after_a_failed_pass_or_a_wake_covers_everything() {
+        assert!(covers_everything(true, false, false, Some(MS(1)), MS(0)));
+        assert!(covers_everything(true, false, true, Some(MS(1)), MS(500)));
+    }
+
+    #[test]
+    fn a_pass_after_the_live_executors_changed_covers_everything() {
+        assert!(covers_everything(false, true, false, Some(MS(1)), MS(500)));
+    }
+
+    #[test]
+    fn the_first_pass_covers_everything() {
+        assert!(covers_everything(false, false, false, None, MS(0)));
+    }
+
+    #[test]
+    fn a_busy_herder_covers_everything_once_per_full_pass_interval() {
+        let interval = MS(FULL_PASS_INTERVAL_MS);
+        assert!(!covers_everything(
+            false,
+            false,
+            false,
+            Some(interval - MS(1)),
+            MS(5)
+        ));
+        assert!(covers_everything(
+            false,
+            false,
+            false,
+            Some(interval),
+            MS(5)
+        ));
+    }
+
+    #[test]
+    fn an_idle_herder_covers_everything_on_its_timer() {
+        let interval = MS(RECONCILE_INTERVAL_MS);
+        assert!(!covers_everything(
+            false,
+            false,
+            true,
+            Some(interval - MS(1)),
+            MS(5)
+        ));
+        assert!(covers_everything(false, false, true, Some(interval), MS(5)));
+    }
+
+    #[test]
+    fn full_passes_on_the_clock_take_at_most_a_tenth_of_the_time() {
+        // A full pass that took 300 ms waits 3 s, busy or idle.
+        let cost = MS(300);
+        let wait = cost * FULL_PASS_COST_FACTOR;
+        for timer in [false, true] {
+            assert!(!covers_everything(
+                false,
+                false,
+                timer,
+                Some(wait - MS(1)),
+                cost
+            ));
+            assert!(covers_everything(false, false, timer, Some(wait), cost));
+        }
+    }
+
+    fn placed(units: &[(Option<u32>, Option<&str>)]) -> BTreeMap<Option<u32>, Option<String>> {
+        units
+            .iter()
+            .map(|(t, e)| (*t, e.map(str::to_owned)))
+            .collect()
+    }
+
+    #[test]
+    fn the_load_index_counts_each_connector_once_and_leaves_out_the_ones_planned_now() {
+        let mut ids = HashMap::new();
+        let mut load = LoadIndex::default();
+        let a = placed(&[
+            (None, Some("e1")),
+            (Some(0), Some("e1")),
+            (Some(1), Some("e2")),
+        ]);
+        let b = placed(&[(None, Some("e2")), (Some(0), None)]);
+        load.set("a", per_executor(&a, &mut ids));
+        load.set("b", per_executor(&b, &mut ids));
+        let all = load.without(&HashSet::new());
+        assert_eq!(all, HashMap::from([("e1", 2), ("e2", 2)]));
+        let without_a = load.without(&HashSet::from(["a".to_owned()]));
+        assert_eq!(without_a, HashMap::from([("e1", 0), ("e2", 1)]));
+        // Planned again elsewhere: replaced, not added.
+        load.set("a", per_executor(&placed(&[(None, Some("e3"))]), &mut ids));
+        assert_eq!(
+            load.without(&HashSet::new()),
+            HashMap::from([("e2", 1), ("e3", 1)])
+        );
+        // Stopped or deleted: puts nothing.
+        load.remove("b");
+        load.set("a", Vec::new());
+        assert!(load.without(&HashSet::new()).is_empty());
+        assert!(load.by_connector.is_empty());
     }
 
     #[test]

@@ -78,6 +78,20 @@ pub trait StateStore: Send + Sync + 'static {
     fn connectors_shared(&self) -> Result<Vec<Arc<ConnectorRecord>>, StoreError> {
         Ok(self.connectors()?.into_iter().map(Arc::new).collect())
     }
+    /// The connectors named in `names` that exist, shared (for read-only use), in no
+    /// particular order. The default reads every connector and keeps the named ones; a
+    /// backend that holds its records in memory looks each name up, so that a herder pass
+    /// over a few changed connectors does not walk the cluster (issue 19).
+    fn connectors_named(
+        &self,
+        names: &std::collections::HashSet<String>,
+    ) -> Result<Vec<Arc<ConnectorRecord>>, StoreError> {
+        Ok(self
+            .connectors_shared()?
+            .into_iter()
+            .filter(|c| names.contains(&c.name))
+            .collect())
+    }
     /// Stores a new connector unless the name is taken or still deleting.
     fn create_connector(&self, rec: &ConnectorRecord) -> Result<CreateOutcome, StoreError>;
     /// Replaces a connector if its stored revision is still `rec.revision`; returns

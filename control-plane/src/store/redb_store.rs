@@ -790,6 +790,17 @@ impl StateStore for RedbStore {
             .collect())
     }
 
+    fn connectors_named(
+        &self,
+        names: &std::collections::HashSet<String>,
+    ) -> Result<Vec<Arc<ConnectorRecord>>, StoreError> {
+        let cache = self.shared.fresh_cache()?;
+        Ok(names
+            .iter()
+            .filter_map(|n| cache.connectors.get(n).cloned())
+            .collect())
+    }
+
     fn create_connector(&self, rec: &ConnectorRecord) -> Result<CreateOutcome, StoreError> {
         match self.write(Write::CreateConnector(rec.clone()))? {
             Done::Created(o) => Ok(o),
