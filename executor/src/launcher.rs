@@ -26,8 +26,8 @@ use crate::app::{AppError, ExecutorApp, ExecutorConfig};
 use crate::config::Cli;
 
 /// Worker threads of the executor's own runtime (gRPC service, heartbeats, reports, the
-/// tasks' work loops). Plugin calls run on a thread per instance instead (`runtime.rs`),
-/// so that a plugin that blocks its thread cannot starve these.
+/// tasks' work loops). Plugin calls run on the plugin runtime instead (`runtime.rs`,
+/// `--plugin-threads`), so that a plugin that blocks its thread cannot starve these.
 pub const RUNTIME_WORKER_THREADS: usize = 4;
 
 /// How long exit waits for background work after the graceful stops, in milliseconds.
