@@ -41,7 +41,7 @@
 
 use std::future::Future;
 use std::num::NonZeroUsize;
-use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError, Weak};
 
 use tokio::task::{AbortHandle, JoinHandle};
@@ -237,9 +237,14 @@ pub(crate) struct PluginPool {
 
 struct PoolInner {
     workers: NonZeroUsize,
-    current: Mutex<Arc<PluginRuntime>>,
-    /// Runtimes started so far.
-    started: AtomicU64,
+    state: Mutex<PoolState>,
+}
+
+/// The runtime new instances go to, and how many were started.
+struct PoolState {
+    current: Arc<PluginRuntime>,
+    /// Runtimes started so far (1 until the first write-off).
+    started: u64,
 }
 
 impl PluginPool {
@@ -252,8 +257,10 @@ impl PluginPool {
         Ok(Self {
             inner: Arc::new(PoolInner {
                 workers,
-                current: Mutex::new(first),
-                started: AtomicU64::new(1),
+                state: Mutex::new(PoolState {
+                    current: first,
+                    started: 1,
+                }),
             }),
         })
     }
@@ -265,15 +272,15 @@ impl PluginPool {
     /// The runtime had to be written off and a fresh one could not be started; the
     /// current one stays, and the next slot tries again.
     pub fn slot(&self) -> std::io::Result<PluginSlot> {
-        let mut current = lock(&self.inner.current);
-        let load = current.load();
+        let mut state = lock(&self.inner.state);
+        let load = state.current.load();
         match runtime_fate(load) {
             RuntimeFate::Keep => {}
             RuntimeFate::WriteOff => {
-                let number = self.inner.started.load(Ordering::SeqCst) + 1;
+                let number = state.started + 1;
                 let fresh = PluginRuntime::start(number, self.inner.workers)?;
-                self.inner.started.store(number, Ordering::SeqCst);
-                let old = std::mem::replace(&mut *current, fresh);
+                state.started = number;
+                let old = std::mem::replace(&mut state.current, fresh);
                 tracing::warn!(
                     plugin_runtime = old.number,
                     workers = load.workers.get(),
@@ -289,10 +296,10 @@ impl PluginPool {
             // runtime_fate never shuts the current runtime down.
             RuntimeFate::ShutDown => {}
         }
-        current.live_instances.fetch_add(1, Ordering::SeqCst);
+        state.current.live_instances.fetch_add(1, Ordering::SeqCst);
         Ok(PluginSlot {
             calls: Arc::new(SlotCalls {
-                runtime: current.clone(),
+                runtime: state.current.clone(),
                 in_flight: AtomicUsize::new(0),
                 shut_down: AtomicBool::new(false),
                 ended: AtomicBool::new(false),
@@ -304,7 +311,7 @@ impl PluginPool {
     /// Runtimes started so far (1 until the first write-off).
     #[cfg(test)]
     fn runtimes_started(&self) -> u64 {
-        self.inner.started.load(Ordering::SeqCst)
+        lock(&self.inner.state).started
     }
 }
 
