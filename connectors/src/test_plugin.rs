@@ -10,7 +10,7 @@
 //!
 //! Knobs (config keys, read by the connector and by its tasks; task configs copy the
 //! connector config): `test.tasks`, `test.poll.block.ms`, `test.ignore.cancel`,
-//! `test.stop.delay.ms`, `test.stop.fail.times`, `test.start.fail`,
+//! `test.stop.delay.ms`, `test.stop.block.ms`, `test.stop.fail.times`, `test.start.fail`,
 //! `test.records.per.poll`, `test.topic`, `test.poll.panic` (poll panics) and
 //! `test.start.delay.ms` (a task's start sleeps first).
 
@@ -49,6 +49,7 @@ struct Knobs {
     poll_block_ms: Option<u64>,
     ignore_cancel: bool,
     stop_delay_ms: u64,
+    stop_block_ms: u64,
     stop_fail_times: u32,
     start_fail: bool,
     records_per_poll: u32,
@@ -64,6 +65,7 @@ impl Knobs {
             poll_block_ms: parse_opt(config, "test.poll.block.ms")?,
             ignore_cancel: parse_opt(config, "test.ignore.cancel")?.unwrap_or(false),
             stop_delay_ms: parse_opt(config, "test.stop.delay.ms")?.unwrap_or(0),
+            stop_block_ms: parse_opt(config, "test.stop.block.ms")?.unwrap_or(0),
             stop_fail_times: parse_opt(config, "test.stop.fail.times")?.unwrap_or(0),
             start_fail: parse_opt(config, "test.start.fail")?.unwrap_or(false),
             records_per_poll: parse_opt(config, "test.records.per.poll")?.unwrap_or(1),
@@ -151,9 +153,13 @@ fn take_stop_failure(lifecycle: &Path, connector: &str, fail_times: u32) -> bool
     true
 }
 
-/// The shared stop: record `stop`, sleep, maybe fail, record `stopped`.
+/// The shared stop: record `stop`, block, sleep, maybe fail, record `stopped`.
 async fn run_stop(recorder: &Recorder, knobs: &Knobs, connector_deleted: bool) -> PluginResult<()> {
     recorder.record("stop", Some(connector_deleted), Ok(()));
+    if knobs.stop_block_ms > 0 {
+        // Deliberately misbehaving: holds the thread and cannot be cancelled.
+        std::thread::sleep(Duration::from_millis(knobs.stop_block_ms));
+    }
     if knobs.stop_delay_ms > 0 {
         tokio::time::sleep(Duration::from_millis(knobs.stop_delay_ms)).await;
     }
@@ -178,6 +184,7 @@ fn config_def() -> ConfigDef {
         .define(ConfigKey::new("test.poll.block.ms", ConfigType::Long, Importance::Low, "How long each poll waits before returning, in milliseconds (cancel-safe)."))
         .define(ConfigKey::new("test.ignore.cancel", ConfigType::Boolean, Importance::Low, "When true, poll blocks its thread and ignores cancellation."))
         .define(ConfigKey::new("test.stop.delay.ms", ConfigType::Long, Importance::Low, "How long stop_with sleeps before returning, in milliseconds."))
+        .define(ConfigKey::new("test.stop.block.ms", ConfigType::Long, Importance::Low, "How long stop_with blocks its thread (ignoring cancellation) before returning, in milliseconds."))
         .define(ConfigKey::new("test.stop.fail.times", ConfigType::Int, Importance::Low, "The first N stop_with(true) calls of this connector fail (counted across instances and executors)."))
         .define(ConfigKey::new("test.start.fail", ConfigType::Boolean, Importance::Low, "When true, start fails."))
         .define(ConfigKey::new("test.records.per.poll", ConfigType::Int, Importance::Low, "Records returned by each poll; default 1."))

@@ -2,6 +2,7 @@
 //! registers with the control plane and serves the `Executor` service until shut down.
 
 use std::net::{IpAddr, Ipv4Addr, SocketAddr};
+use std::num::NonZeroUsize;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Duration;
@@ -19,6 +20,13 @@ use wharf::task::{TaskKind, spawn};
 
 /// Default bound on the stops run at shutdown (SIGTERM), in milliseconds.
 pub const DEFAULT_GRACEFUL_TIMEOUT_MS: u64 = 10_000;
+
+/// Default worker threads of the plugin runtime (`--plugin-threads`): how many plugin
+/// calls run at the same moment; a plugin call that blocks its thread holds one of them.
+pub const DEFAULT_PLUGIN_THREADS: NonZeroUsize = NonZeroUsize::new(32).expect("32 is not 0");
+
+/// Most worker threads `--plugin-threads` accepts.
+pub const MAX_PLUGIN_THREADS: usize = 1_024;
 
 /// How long shutdown waits for the last status reports to reach the control plane, in
 /// milliseconds.
@@ -45,6 +53,9 @@ pub struct ExecutorConfig {
     pub executor_id: Option<String>,
     /// Bound on stopping everything at shutdown; also the default stop timeout.
     pub graceful_timeout: Duration,
+    /// Worker threads of the plugin runtime, which runs the plugin calls of every instance
+    /// (docs/architecture.md, "Connector SDK").
+    pub plugin_threads: NonZeroUsize,
     /// NATS URL of the JetStream record log; `None` uses the embedded log in the data dir.
     pub nats_url: Option<String>,
     /// TLS and credentials of the NATS connection (docs/security.md).
@@ -86,6 +97,7 @@ impl ExecutorConfig {
             advertise: None,
             executor_id: None,
             graceful_timeout: Duration::from_millis(DEFAULT_GRACEFUL_TIMEOUT_MS),
+            plugin_threads: DEFAULT_PLUGIN_THREADS,
             nats_url: None,
             nats_security: crate::log::NatsSecurity::default(),
             plugins: wharf_connectors::builtin_plugins(None),
@@ -150,6 +162,15 @@ pub enum AppError {
         #[source]
         source: std::io::Error,
     },
+    /// The plugin runtime could not be started.
+    #[error("cannot start the plugin runtime with {threads} threads")]
+    PluginRuntime {
+        /// Its worker threads (`--plugin-threads`).
+        threads: usize,
+        /// The cause.
+        #[source]
+        source: std::io::Error,
+    },
     /// A non-loopback plaintext listener without `--insecure`.
     #[error(
         "{0} is not a loopback address and no TLS is configured; set --tls-cert/--tls-key/--tls-ca (docs/security.md) or pass --insecure"
@@ -180,6 +201,9 @@ impl AppError {
             AppError::Registry(_) => Some(
                 "check --control-plane: a URL like http://127.0.0.1:7000 (https:// needs --tls-cert/--tls-key/--tls-ca)".into(),
             ),
+            AppError::PluginRuntime { .. } => Some(
+                "lower --plugin-threads, or raise this host's limits on threads (ulimit -u, /proc/sys/kernel/threads-max, pid_max)".into(),
+            ),
             AppError::Tls(_) | AppError::Insecure(_) => Some(
                 "see docs/security.md (make certificates with `wharf-control-plane certs`)".into(),
             ),
@@ -204,6 +228,7 @@ impl ExecutorApp {
             advertise,
             executor_id,
             graceful_timeout,
+            plugin_threads,
             nats_url,
             nats_security,
             plugins,
@@ -298,13 +323,20 @@ impl ExecutorApp {
             )
             .map_err(AppError::Registry)?,
         );
-        let host = Arc::new(Host::new(
-            executor_id.clone(),
-            plugins,
-            registry.clone(),
-            log,
-            graceful_timeout,
-        ));
+        let host = Arc::new(
+            Host::new(
+                executor_id.clone(),
+                plugins,
+                registry.clone(),
+                log,
+                graceful_timeout,
+                plugin_threads,
+            )
+            .map_err(|source| AppError::PluginRuntime {
+                threads: plugin_threads.get(),
+                source,
+            })?,
+        );
 
         let router = tonic::transport::Server::builder()
             // One span per call, a child of the control plane's when it sent `traceparent`.
@@ -378,7 +410,7 @@ impl ExecutorApp {
         loops.push(health_loop);
         loops.extend(metrics_loop);
         tracing::info!(executor = %executor_id, listen = %local_addr, advertised = %advertised, control_plane = %control_plane,
-            record_log = log_spec,
+            record_log = log_spec, plugin_threads = plugin_threads.get(),
             file_root = %file_root.as_deref().map_or_else(|| "none (no file plugins)".into(), |p| p.display().to_string()),
             "executor serving");
         Ok(RunningExecutor {

@@ -3,6 +3,7 @@
 //! default. Every option is documented in `docs/configuration.md`.
 
 use std::net::SocketAddr;
+use std::num::NonZeroUsize;
 use std::path::PathBuf;
 use std::time::Duration;
 
@@ -13,7 +14,9 @@ use wharf::config::flags::{
 };
 use wharf::config::{layer, required};
 
-use crate::app::{DEFAULT_GRACEFUL_TIMEOUT_MS, ExecutorConfig};
+use crate::app::{
+    DEFAULT_GRACEFUL_TIMEOUT_MS, DEFAULT_PLUGIN_THREADS, ExecutorConfig, MAX_PLUGIN_THREADS,
+};
 
 /// Wharf executor: runs connector instances and tasks assigned by the control plane and
 /// stops them with connector_deleted=true only when their connector was deleted
@@ -55,6 +58,12 @@ pub struct Cli {
     /// timeout used when a StopTask/StopConnector request says 0. [default: 10000]
     #[arg(long, env = "WHARF_GRACEFUL_TIMEOUT_MS", value_name = "MS")]
     pub graceful_timeout_ms: Option<u64>,
+    /// Worker threads of the plugin runtime, which runs the plugin calls of every
+    /// connector instance and task (1 to 1024): how many plugin calls run at the same
+    /// moment. A plugin call that blocks its thread holds one of them while it blocks.
+    /// [default: 32]
+    #[arg(long, env = "WHARF_PLUGIN_THREADS", value_name = "N")]
+    pub plugin_threads: Option<usize>,
     /// NATS URL for the JetStream record log (needed when executors run on several
     /// hosts); without it records go to the embedded log under <data-dir>/log.
     /// [default: none, embedded log]
@@ -136,6 +145,8 @@ pub struct FileConfig {
     pub executor_id: Option<String>,
     /// See `--graceful-timeout-ms`.
     pub graceful_timeout_ms: Option<u64>,
+    /// See `--plugin-threads`.
+    pub plugin_threads: Option<usize>,
     /// See `--nats-url`.
     pub nats_url: Option<String>,
     /// See `--nats-cacert`.
@@ -197,6 +208,7 @@ impl Cli {
             advertise,
             executor_id,
             graceful_timeout_ms,
+            plugin_threads,
             nats_url,
             nats_cacert,
             nats_cert,
@@ -218,6 +230,7 @@ impl Cli {
             advertise: file_advertise,
             executor_id: file_executor_id,
             graceful_timeout_ms: file_graceful_timeout_ms,
+            plugin_threads: file_plugin_threads,
             nats_url: file_nats_url,
             nats_cacert: file_nats_cacert,
             nats_cert: file_nats_cert,
@@ -281,6 +294,10 @@ impl Cli {
             Duration::from_millis(layer(graceful_timeout_ms, file_graceful_timeout_ms, || {
                 DEFAULT_GRACEFUL_TIMEOUT_MS
             }));
+        out.plugin_threads =
+            plugin_threads_setting(layer(plugin_threads, file_plugin_threads, || {
+                DEFAULT_PLUGIN_THREADS.get()
+            }))?;
         out.nats_url = nats_url.or(file_nats_url);
         let password = match (
             nats_password_file.or(file_nats_password_file),
@@ -417,6 +434,19 @@ fn nats_security(
     Ok(security)
 }
 
+/// Checks `--plugin-threads`: at least one worker, and at most [`MAX_PLUGIN_THREADS`]
+/// (more would bring back the thread count the pool exists to bound).
+fn plugin_threads_setting(n: usize) -> Result<NonZeroUsize, ConfigError> {
+    NonZeroUsize::new(n)
+        .filter(|n| n.get() <= MAX_PLUGIN_THREADS)
+        .ok_or_else(|| ConfigError::Invalid {
+            field: "--plugin-threads",
+            reason: format!(
+                "{n} is out of range: give 1 to {MAX_PLUGIN_THREADS} worker threads (default {DEFAULT_PLUGIN_THREADS})"
+            ),
+        })
+}
+
 /// Why a control-plane URL does not fit the TLS setting: an `http://` URL with TLS
 /// configured would send the executor's registration (and receive task configs with
 /// secrets) in plaintext; refused at start like its reverse, an `https://` URL without
@@ -473,6 +503,57 @@ mod tests {
     }
 
     #[test]
+    fn plugin_threads_come_from_flag_file_or_default_and_an_absurd_count_is_refused() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let file = dir.path().join("ex.toml");
+        std::fs::write(
+            &file,
+            "listen = \"127.0.0.2:7070\"\ncontrol_plane = \"http://127.0.0.1:7000\"\ndata_dir = \"/tmp/e\"\nplugin_threads = 8\n",
+        )
+        .expect("write");
+        let path = file.to_str().expect("utf8");
+        let base = [
+            "wharf-executor",
+            "--listen",
+            "127.0.0.2:7070",
+            "--control-plane",
+            "http://127.0.0.1:7000",
+            "--data-dir",
+            "/tmp/e",
+        ];
+        let default = Cli::try_parse_from(base)
+            .expect("parses")
+            .build()
+            .expect("builds");
+        assert_eq!(default.plugin_threads, DEFAULT_PLUGIN_THREADS);
+        let from_file = Cli::try_parse_from(["wharf-executor", "--config", path])
+            .expect("parses")
+            .build()
+            .expect("builds");
+        assert_eq!(from_file.plugin_threads.get(), 8);
+        let flag =
+            Cli::try_parse_from(["wharf-executor", "--config", path, "--plugin-threads", "4"])
+                .expect("parses")
+                .build()
+                .expect("builds");
+        assert_eq!(flag.plugin_threads.get(), 4, "the flag wins over the file");
+        for absurd in ["0", "1025", "1000000"] {
+            let Err(err) =
+                Cli::try_parse_from(base.iter().copied().chain(["--plugin-threads", absurd]))
+                    .expect("parses")
+                    .build()
+            else {
+                panic!("--plugin-threads {absurd} is refused");
+            };
+            let text = err.to_string();
+            assert!(
+                text.contains("--plugin-threads") && text.contains(absurd),
+                "{text}"
+            );
+        }
+    }
+
+    #[test]
     fn a_missing_required_setting_names_flag_env_and_key() {
         let err = Cli {
             config: Default::default(),
@@ -482,6 +563,7 @@ mod tests {
             advertise: None,
             executor_id: None,
             graceful_timeout_ms: None,
+            plugin_threads: None,
             nats_url: None,
             nats_cacert: None,
             nats_cert: None,

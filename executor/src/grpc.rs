@@ -39,7 +39,7 @@ impl From<HostError> for Status {
             | HostError::NeverAssigned { .. }
             | HostError::LeaseMayHaveExpired { .. }
             | HostError::NotRunning { .. } => Status::failed_precondition(msg),
-            HostError::PluginThread { .. } => Status::resource_exhausted(msg),
+            HostError::PluginRuntime { .. } => Status::resource_exhausted(msg),
             HostError::NotHosted(_) => Status::not_found(msg),
             HostError::ShuttingDown => Status::unavailable(msg),
             HostError::TaskConfigsFailed { .. } => Status::internal(msg),

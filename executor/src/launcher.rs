@@ -26,9 +26,14 @@ use crate::app::{AppError, ExecutorApp, ExecutorConfig};
 use crate::config::Cli;
 
 /// Worker threads of the executor's own runtime (gRPC service, heartbeats, reports, the
-/// tasks' work loops). Plugin calls run on a thread per instance instead (`runtime.rs`),
-/// so that a plugin that blocks its thread cannot starve these.
+/// tasks' work loops). Plugin calls run on the plugin runtime instead (`runtime.rs`,
+/// `--plugin-threads`), so that a plugin that blocks its thread cannot starve these.
 pub const RUNTIME_WORKER_THREADS: usize = 4;
+
+/// Most blocking threads of the executor's own runtime (the embedded record log's redb
+/// calls run there). Its appends take turns on redb's one writer, so more threads would
+/// only wait: without this bound 200 tasks appending at once held about 140 threads.
+pub const RUNTIME_MAX_BLOCKING_THREADS: usize = 64;
 
 /// How long exit waits for background work after the graceful stops, in milliseconds.
 pub const RUNTIME_SHUTDOWN_TIMEOUT_MS: u64 = 500;
@@ -197,6 +202,7 @@ impl ExecutorBuilder {
 fn run_config(name: &str, config: ExecutorConfig) -> ExitCode {
     let runtime = match tokio::runtime::Builder::new_multi_thread()
         .worker_threads(RUNTIME_WORKER_THREADS)
+        .max_blocking_threads(RUNTIME_MAX_BLOCKING_THREADS)
         .enable_all()
         .build()
     {

@@ -19,6 +19,9 @@ use crate::registry_client::{LeaseStanding, Registry};
 pub const REQUESTS_REFUSED: &str = "wharf_executor_requests_refused_total";
 /// Counter: instances abandoned (their stop overran its timeout).
 pub const INSTANCES_ABANDONED: &str = "wharf_executor_instances_abandoned_total";
+/// Counter: plugin runtimes written off because calls of abandoned instances held half of
+/// their workers or more (`runtime.rs`, the write-off).
+pub const PLUGIN_RUNTIMES_WRITTEN_OFF: &str = "wharf_executor_plugin_runtimes_written_off_total";
 /// Counter: times this executor fenced itself (lease ran out or its epoch was refused).
 pub const FENCES: &str = "wharf_executor_fences_total";
 /// Histogram, seconds: one offset commit of a source task to the control plane.
@@ -44,7 +47,7 @@ pub fn refusal_reason(e: &HostError) -> Option<&'static str> {
         HostError::InvalidArgument { .. }
         | HostError::UnknownPlugin(_)
         | HostError::GenerationStopped { .. }
-        | HostError::PluginThread { .. }
+        | HostError::PluginRuntime { .. }
         | HostError::NotHosted(_)
         | HostError::ShuttingDown
         | HostError::NotRunning { .. }
@@ -71,6 +74,11 @@ pub fn refused(e: &HostError) {
 /// Records an abandoned instance (see [`INSTANCES_ABANDONED`]).
 pub fn abandoned() {
     metrics::counter!(INSTANCES_ABANDONED).increment(1);
+}
+
+/// Records a plugin runtime's write-off (see [`PLUGIN_RUNTIMES_WRITTEN_OFF`]).
+pub fn plugin_runtime_written_off() {
+    metrics::counter!(PLUGIN_RUNTIMES_WRITTEN_OFF).increment(1);
 }
 
 /// Records a self-fence (see [`FENCES`]).
@@ -205,6 +213,7 @@ impl Probe for ExecutorProbe {
             metrics::counter!(REQUESTS_REFUSED, "reason" => reason).increment(0);
         }
         metrics::counter!(INSTANCES_ABANDONED).increment(0);
+        metrics::counter!(PLUGIN_RUNTIMES_WRITTEN_OFF).increment(0);
         metrics::counter!(FENCES).increment(0);
     }
 

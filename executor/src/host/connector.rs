@@ -14,7 +14,7 @@ use super::instance::{
 };
 use super::task::sink_consumer_name;
 use super::{HostError, Shared, StartConnector, panic_text};
-use crate::runtime::PluginThread;
+use crate::runtime::PluginSlot;
 
 pub(crate) struct ConnectorInstance {
     name: String,
@@ -23,30 +23,33 @@ pub(crate) struct ConnectorInstance {
     /// Incarnation of the connector this instance runs for.
     pub incarnation: String,
     plugin: PluginCell<Box<dyn Connector>>,
-    /// Runs every plugin call of this instance.
-    thread: PluginThread,
+    /// Runs every plugin call of this instance on the plugin runtime.
+    slot: PluginSlot,
     shared: Arc<Shared>,
 }
 
 impl ConnectorInstance {
     /// # Errors
-    /// The plugin thread could not be started (text of the cause).
+    /// No plugin runtime could take it (text of the cause).
     pub fn new(plugin: &Plugin, req: &StartConnector, shared: Arc<Shared>) -> Result<Self, String> {
-        let thread = PluginThread::start(format!("conn {}", req.connector))?;
+        let slot = shared
+            .pool
+            .slot()
+            .map_err(|e| format!("cannot start a fresh plugin runtime: {e}"))?;
         Ok(Self {
             name: req.connector.clone(),
             kind: plugin.kind(),
             life: Lifecycle::new(req.generation, req.cleanup_only),
             incarnation: req.incarnation.clone(),
             plugin: PluginCell::new((plugin.connector)()),
-            thread,
+            slot,
             shared,
         })
     }
 
     /// True while abandoned: the stop timed out and the plugin's call has not returned.
     pub fn abandoned(&self) -> bool {
-        self.life.abandoned() && !self.thread.exited()
+        self.life.abandoned() && !self.slot.exited()
     }
 
     fn report(&self, state: &InstanceState) {
@@ -70,7 +73,7 @@ impl ConnectorInstance {
         );
         let result = self
             .plugin
-            .spawn_start(&self.thread, ctx, req.config.clone())
+            .spawn_start(&self.slot, ctx, req.config.clone())
             .await
             .unwrap_or_else(|e| Err(panic_text(e)));
         let state = match result {
@@ -99,7 +102,7 @@ impl ConnectorInstance {
             });
         }
         let cell = self.plugin.cell.clone();
-        self.thread
+        self.slot
             .spawn("connector task_configs", async move {
                 cell.lock_owned()
                     .await
@@ -147,7 +150,7 @@ impl ConnectorInstance {
         let (mut outcome, mut error) = match self
             .plugin
             .spawn_stop(
-                &self.thread,
+                &self.slot,
                 || self.shared.confirm_deleted(connector_deleted, &what),
                 deadline,
             )
@@ -163,7 +166,7 @@ impl ConnectorInstance {
             }
         };
         let connector_deleted = flag;
-        self.thread.shut_down();
+        self.plugin.end_calls(&self.slot, outcome);
         if connector_deleted && outcome == StopOutcome::Stopped && self.kind == PluginKind::Sink {
             let consumer = sink_consumer_name(&self.name);
             if let Err(e) = self.shared.log.delete_consumer(&consumer).await {

@@ -12,7 +12,7 @@ use wharf::pb::v1 as pb;
 use wharf::sdk::{ConfigMap, PluginResult};
 
 use super::{lock, panic_text};
-use crate::runtime::PluginThread;
+use crate::runtime::PluginSlot;
 use wharf::task::{TaskKind, spawn};
 
 /// State of one instance on this executor.
@@ -258,16 +258,16 @@ impl<P: PluginCalls> PluginCell<P> {
         }
     }
 
-    /// Runs the plugin's start on `thread`.
+    /// Runs the plugin's start on the instance's `slot`.
     pub fn spawn_start(
         &self,
-        thread: &PluginThread,
+        slot: &PluginSlot,
         ctx: P::Context,
         config: ConfigMap,
     ) -> JoinHandle<Result<(), String>> {
         let guard = lock(&self.start_guard).take();
         let cell = self.cell.clone();
-        thread.spawn("plugin start", async move {
+        slot.spawn("plugin start", async move {
             let mut g = match guard {
                 Some(g) => g,
                 None => cell.lock_owned().await,
@@ -277,12 +277,12 @@ impl<P: PluginCalls> PluginCell<P> {
     }
 
     /// Waits (until `deadline`) for the call in progress, then runs the plugin's stop on
-    /// `thread` and drops the plugin after it; `None` when the deadline passed first. The
+    /// `slot` and drops the plugin after it; `None` when the deadline passed first. The
     /// flag is decided by `flag` once the wait is over (a destructive stop is confirmed
     /// against the lease at the last moment) and returned with the handle.
     pub async fn spawn_stop(
         &self,
-        thread: &PluginThread,
+        slot: &PluginSlot,
         flag: impl FnOnce() -> bool,
         deadline: Instant,
     ) -> Option<(bool, JoinHandle<Result<(), String>>)> {
@@ -292,7 +292,7 @@ impl<P: PluginCalls> PluginCell<P> {
         let connector_deleted = flag();
         // The plugin's own stop, as a span under the request that stopped it.
         let span = tracing::info_span!("plugin stop", connector_deleted);
-        let handle = thread.spawn(
+        let handle = slot.spawn(
             "plugin stop",
             tracing::Instrument::instrument(
                 async move {
@@ -309,10 +309,33 @@ impl<P: PluginCalls> PluginCell<P> {
         );
         Some((connector_deleted, handle))
     }
+
+    /// Ends the instance's plugin calls once its stop ended with `outcome`: every call still
+    /// pending is cancelled. When the stop timed out the instance is abandoned: a call
+    /// stuck in a blocked thread counts against the plugin runtime's workers (the
+    /// write-off, `crate::runtime`) until it returns, and then the plugin is dropped (an
+    /// abandoned instance gets no stop; dropping it closes what it holds, such as a
+    /// database connection and the task that drives it).
+    pub fn end_calls(&self, slot: &PluginSlot, outcome: StopOutcome) {
+        match outcome {
+            StopOutcome::Stopped | StopOutcome::Failed => slot.shut_down(),
+            StopOutcome::TimedOut => {
+                slot.abandon();
+                let cell = self.cell.clone();
+                spawn(TaskKind::Detached, "drop abandoned plugin", async move {
+                    let mut plugin = cell.lock_owned().await;
+                    let abandoned = std::mem::replace(&mut *plugin, P::dropped());
+                    drop(plugin);
+                    // Plugin code (its Drop), kept off the executor's workers.
+                    drop(tokio::task::spawn_blocking(move || drop(abandoned)));
+                });
+            }
+        }
+    }
 }
 
 /// Awaits a spawned plugin stop until `deadline`; on overrun the call is aborted (it may
-/// still hold its thread: the instance is abandoned either way).
+/// still hold its plugin worker: the instance is abandoned either way).
 pub(crate) async fn await_plugin_stop(
     handle: JoinHandle<Result<(), String>>,
     deadline: Instant,

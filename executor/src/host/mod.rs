@@ -6,8 +6,9 @@
 //! (a pending `poll` is cancelled first); a stop is bounded by its timeout, after which the
 //! instance is abandoned, reported FAILED and its output fenced; it is shown abandoned (in
 //! ListAssignments and stop answers) until its plugin call returns. Every plugin call runs
-//! as a spawned task on the instance's own thread (`crate::runtime`), so that a panic
-//! fails only that instance and a blocked call holds only that thread.
+//! as a spawned task on the executor's plugin runtime (`crate::runtime`), so that a panic
+//! fails only that instance and a blocked call holds one plugin worker, never the
+//! executor's own runtime.
 //!
 //! Stops are fenced three ways (docs/contract.md, "Executor self-fencing"): by
 //! generation, by the executor epoch and the connector incarnation they were decided
@@ -25,6 +26,7 @@ mod instance;
 mod task;
 
 use std::collections::{BTreeMap, HashMap};
+use std::num::NonZeroUsize;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -35,6 +37,7 @@ use wharf::task::{TaskKind, spawn};
 
 use crate::log::RecordLog;
 use crate::registry_client::{LeaseStanding, Registry};
+use crate::runtime::PluginPool;
 
 pub use instance::{InstanceState, StopOutcome, StopRecord, StopResult};
 pub use task::{
@@ -117,9 +120,11 @@ pub enum HostError {
         /// Where the executor stands (`not registered` or `lease may have expired`).
         standing: &'static str,
     },
-    /// No thread could be started for the plugin instance.
+    /// No plugin runtime could take the instance: the current one had to be written off
+    /// (calls of abandoned instances hold half of its workers or more) and a fresh one
+    /// could not be started (the OS refused its threads). Nothing ran.
     #[error("cannot run {what}: {reason}")]
-    PluginThread {
+    PluginRuntime {
         /// Which connector or task.
         what: String,
         /// The cause.
@@ -269,6 +274,8 @@ pub(crate) struct Shared {
     pub registry: Arc<Registry>,
     /// Record log for source and sink tasks.
     pub log: Arc<dyn RecordLog>,
+    /// Where the instances' plugin calls run.
+    pub pool: PluginPool,
 }
 
 impl Shared {
@@ -327,26 +334,32 @@ fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
 }
 
 impl Host {
-    /// A host running `plugins`; a stop whose request says 0 ms gets `default_stop_timeout`.
+    /// A host running `plugins` on a plugin runtime of `plugin_threads` workers; a stop
+    /// whose request says 0 ms gets `default_stop_timeout`.
+    ///
+    /// # Errors
+    /// The plugin runtime could not be started (the OS refused its threads).
     pub fn new(
         executor_id: String,
         plugins: Vec<Plugin>,
         registry: Arc<Registry>,
         log: Arc<dyn RecordLog>,
         default_stop_timeout: Duration,
-    ) -> Self {
-        Self {
+        plugin_threads: NonZeroUsize,
+    ) -> std::io::Result<Self> {
+        Ok(Self {
             shared: Arc::new(Shared {
                 executor_id,
                 registry,
                 log,
+                pool: PluginPool::start(plugin_threads)?,
             }),
             plugins: plugins.into_iter().map(|p| (p.name.clone(), p)).collect(),
             default_stop_timeout,
             tasks: Mutex::new(HashMap::new()),
             connectors: Mutex::new(HashMap::new()),
             closing: std::sync::atomic::AtomicBool::new(false),
-        }
+        })
     }
 
     /// This executor's id.
@@ -529,7 +542,7 @@ impl Host {
                 .collect();
             let instance = Arc::new(
                 TaskInstance::new(&plugin, &req, self.shared.clone())
-                    .map_err(|reason| HostError::PluginThread { what, reason })?,
+                    .map_err(|reason| HostError::PluginRuntime { what, reason })?,
             );
             slot.newest = req.generation;
             slot.instances.insert(req.generation, instance.clone());
@@ -610,7 +623,7 @@ impl Host {
                 .collect();
             let instance = Arc::new(
                 ConnectorInstance::new(&plugin, &req, self.shared.clone())
-                    .map_err(|reason| HostError::PluginThread { what, reason })?,
+                    .map_err(|reason| HostError::PluginRuntime { what, reason })?,
             );
             slot.newest = req.generation;
             slot.instances.insert(req.generation, instance.clone());

@@ -10,9 +10,9 @@
 //! plane"). A graceful stop drains both (bounded by [`STOP_DRAIN_TIMEOUT_MS`]), so it
 //! causes no duplicates.
 //!
-//! The loops live apart: [`source`] and [`sink`]. Every plugin call runs on the instance's
-//! own thread (`crate::runtime::PluginThread`); the loops, which only await those calls
-//! and the record log, run on the executor's runtime.
+//! The loops live apart: [`source`] and [`sink`]. Every plugin call runs on the plugin
+//! runtime, through the instance's slot (`crate::runtime::PluginSlot`); the loops, which
+//! only await those calls and the record log, run on the executor's runtime.
 
 mod sink;
 mod source;
@@ -32,7 +32,7 @@ use super::instance::{
     timed_out_text,
 };
 use super::{Shared, StartTask, lock, panic_text};
-use crate::runtime::PluginThread;
+use crate::runtime::PluginSlot;
 use wharf::task::{TaskKind, spawn};
 
 pub use sink::{
@@ -70,8 +70,9 @@ pub(crate) struct TaskInstance {
     /// Incarnation of the connector this task runs for.
     pub incarnation: String,
     plugin: TaskPlugin,
-    /// Runs every plugin call and the work loop of this instance.
-    thread: PluginThread,
+    /// Runs every plugin call of this instance on the plugin runtime (the work loop runs
+    /// on the executor's runtime).
+    slot: PluginSlot,
     /// Cancelled when the stop begins: ends the work loop and any pending poll; the
     /// plugin sees it as `TaskContext::cancel`.
     cancel: CancellationToken,
@@ -86,9 +87,12 @@ pub(crate) struct TaskInstance {
 
 impl TaskInstance {
     /// # Errors
-    /// The plugin thread could not be started (text of the cause).
+    /// No plugin runtime could take it (text of the cause).
     pub fn new(plugin: &Plugin, req: &StartTask, shared: Arc<Shared>) -> Result<Self, String> {
-        let thread = PluginThread::start(format!("task {}", req.task))?;
+        let slot = shared
+            .pool
+            .slot()
+            .map_err(|e| format!("cannot start a fresh plugin runtime: {e}"))?;
         let plugin = match &plugin.task {
             TaskFactory::Source(make) => TaskPlugin::Source(PluginCell::new(make())),
             TaskFactory::Sink(make) => TaskPlugin::Sink(PluginCell::new(make())),
@@ -98,7 +102,7 @@ impl TaskInstance {
             life: Lifecycle::new(req.generation, req.cleanup_only),
             incarnation: req.incarnation.clone(),
             plugin,
-            thread,
+            slot,
             cancel: CancellationToken::new(),
             stop_began: OnceLock::new(),
             work: Mutex::new(None),
@@ -117,7 +121,7 @@ impl TaskInstance {
 
     /// True while abandoned: the stop timed out and the plugin's call has not returned.
     pub fn abandoned(&self) -> bool {
-        self.life.abandoned() && !self.thread.exited()
+        self.life.abandoned() && !self.slot.exited()
     }
 
     fn report(&self, state: &InstanceState) {
@@ -142,8 +146,8 @@ impl TaskInstance {
         };
         let config = req.task_config.clone();
         let handle = match &self.plugin {
-            TaskPlugin::Source(p) => p.spawn_start(&self.thread, ctx, config),
-            TaskPlugin::Sink(p) => p.spawn_start(&self.thread, ctx, config),
+            TaskPlugin::Source(p) => p.spawn_start(&self.slot, ctx, config),
+            TaskPlugin::Sink(p) => p.spawn_start(&self.slot, ctx, config),
         };
         let result = handle.await.unwrap_or_else(|e| Err(panic_text(e)));
         let state = match result {
@@ -162,8 +166,8 @@ impl TaskInstance {
             if !self.cancel.is_cancelled() {
                 let me = self.clone();
                 // The loop itself runs on the executor's runtime: it only awaits the plugin
-                // calls it spawns on the instance's thread, so it still sees the stop (and
-                // fences the output) while a plugin call blocks that thread.
+                // calls it spawns on the plugin runtime, so it still sees the stop (and
+                // fences the output) while a plugin call blocks its plugin worker.
                 *work = Some(match &self.plugin {
                     TaskPlugin::Source(p) => spawn(
                         TaskKind::Awaited,
@@ -254,11 +258,11 @@ impl TaskInstance {
             let flag = || self.shared.confirm_deleted(connector_deleted, &what);
             let (stopped, waited_for) = match &self.plugin {
                 TaskPlugin::Source(p) => (
-                    p.spawn_stop(&self.thread, flag, deadline).await,
+                    p.spawn_stop(&self.slot, flag, deadline).await,
                     "start or poll to return",
                 ),
                 TaskPlugin::Sink(p) => (
-                    p.spawn_stop(&self.thread, flag, deadline).await,
+                    p.spawn_stop(&self.slot, flag, deadline).await,
                     "start, put or flush to return",
                 ),
             };
@@ -271,8 +275,11 @@ impl TaskInstance {
             connector_deleted = confirmed;
             await_plugin_stop(handle, deadline, timeout).await
         };
-        // The thread ends once the plugin's call returned (at once unless abandoned).
-        self.thread.shut_down();
+        // Pending calls are cancelled; an abandoned one stuck in its call ends when it returns.
+        match &self.plugin {
+            TaskPlugin::Source(p) => p.end_calls(&self.slot, outcome),
+            TaskPlugin::Sink(p) => p.end_calls(&self.slot, outcome),
+        }
         let elapsed = started.elapsed();
         self.life.finish(outcome, &error);
         tracing::info!(connector = %self.key.connector, task = self.key.task, generation = self.life.generation,

@@ -149,7 +149,7 @@ impl TaskInstance {
                     .sum::<usize>(),
             );
             // put is not cancelled: the stop waits for it (bounded).
-            let put = self.thread.spawn("sink put", async move {
+            let put = self.slot.spawn("sink put", async move {
                 let mut g = p.lock_owned().await;
                 if cancel.is_cancelled() {
                     return Ok(false);
@@ -225,7 +225,7 @@ impl TaskInstance {
         let offsets = std::mem::take(&mut unflushed.offsets);
         let p = cell.clone();
         // flush is not cancelled: the stop waits for it (bounded).
-        self.thread
+        self.slot
             .spawn("sink flush", async move {
                 let mut g = p.lock_owned().await;
                 let started = std::time::Instant::now();
@@ -360,6 +360,10 @@ mod tests {
             executor_id: "e".into(),
             registry: Arc::new(registry),
             log: log.clone(),
+            pool: crate::runtime::PluginPool::start(
+                std::num::NonZeroUsize::new(2).expect("non-zero"),
+            )
+            .expect("plugin runtime"),
         });
         let probe = Arc::new(Probe::default());
         probe.fail_flush.store(fail_flush, Ordering::SeqCst);
@@ -390,7 +394,7 @@ mod tests {
             incarnation: "i".into(),
             executor_epoch: 0,
         };
-        let task = Arc::new(TaskInstance::new(&plugin, &req, shared).expect("plugin thread"));
+        let task = Arc::new(TaskInstance::new(&plugin, &req, shared).expect("plugin slot"));
         assert_eq!(task.clone().start(req).await, InstanceState::Running);
         if fail_flush {
             wait_for("the failed flush", || {

@@ -175,7 +175,7 @@ impl TaskInstance {
 
     fn spawn_poll(&self, cell: &SourceCell) -> PollHandle {
         let (p, cancel) = (cell.clone(), self.cancel.clone());
-        self.thread.spawn("source poll", async move {
+        self.slot.spawn("source poll", async move {
             let mut g = p.lock_owned().await;
             if cancel.is_cancelled() {
                 return Ok(None);
@@ -312,7 +312,7 @@ impl TaskInstance {
             let p = cell.clone();
             let cancel = me.cancel.clone();
             let committed = me
-                .thread
+                .slot
                 .spawn("source commit", async move {
                     let mut g = p.lock_owned().await;
                     if cancel.is_cancelled() {
