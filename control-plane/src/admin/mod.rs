@@ -380,14 +380,20 @@ impl Admin {
         with_status: bool,
     ) -> ApiResult<Vec<(pb::ConnectorInfo, Option<pb::ConnectorStatus>)>> {
         let plugins = self.plugins()?;
+        // Each plugin's full definition once per call, not once per connector (issue 19).
+        let mut defs: HashMap<String, wharf::sdk::ConfigDef> = HashMap::new();
         let mut out = Vec::new();
-        for rec in self.cluster.store.connectors()? {
+        for rec in self.cluster.store.connectors_shared()? {
             let status = if with_status {
                 Some(self.status_with(&rec, &plugins)?)
             } else {
                 None
             };
-            out.push((info_with(&rec, &plugins), status));
+            let plugin = plugins.get(&rec.plugin).map(|p| &p.info);
+            let def = defs
+                .entry(rec.plugin.clone())
+                .or_insert_with(|| convert::full_def(plugin));
+            out.push((convert::connector_info_with(&rec, plugin, def), status));
         }
         Ok(out)
     }

@@ -264,10 +264,19 @@ pub fn redact(def: &ConfigDef, config: &ConfigMap) -> HashMap<String, String> {
 
 /// The wire form of a connector, secrets redacted.
 pub fn connector_info(rec: &ConnectorRecord, plugin: Option<&pb::PluginInfo>) -> pb::ConnectorInfo {
-    let def = full_def(plugin);
+    connector_info_with(rec, plugin, &full_def(plugin))
+}
+
+/// [`connector_info`] with the plugin's [`full_def`] already made (a list makes it once
+/// per plugin, not once per connector: issue 19).
+pub fn connector_info_with(
+    rec: &ConnectorRecord,
+    plugin: Option<&pb::PluginInfo>,
+    def: &ConfigDef,
+) -> pb::ConnectorInfo {
     pb::ConnectorInfo {
         name: rec.name.clone(),
-        config: redact(&def, &rec.config),
+        config: redact(def, &rec.config),
         target_state: target_to_pb(rec.target) as i32,
         kind: kind_to_pb(plugin),
         tasks: rec
@@ -276,7 +285,7 @@ pub fn connector_info(rec: &ConnectorRecord, plugin: Option<&pb::PluginInfo>) ->
             .enumerate()
             .map(|(i, c)| pb::TaskInfo {
                 task: i as u32,
-                config: redact(&def, c),
+                config: redact(def, c),
             })
             .collect(),
     }

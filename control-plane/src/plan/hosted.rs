@@ -33,8 +33,12 @@ pub fn missing<'a>(
             let recorded_here = inst.executor.as_deref() == Some(executor)
                 && inst.epoch == epoch
                 && inst.state == InstanceState::Running;
+            if !recorded_here {
+                continue;
+            }
+            // Cloned only for the instances recorded here (a heartbeat walks the cluster).
             let key = (r.name.clone(), task, inst.generation);
-            if recorded_here && !hosted.contains(&key) {
+            if !hosted.contains(&key) {
                 out.insert(key);
             }
         }

@@ -46,6 +46,11 @@ struct HerderMemory {
     load: LoadIndex,
 }
 
+/// Longest pause after a pass before the next one, in milliseconds. The herder pauses
+/// as long as its last pass took (at most this), so that its loop takes at most about
+/// half a core during a burst of changes (issue 19) and a quiet cluster waits for nothing.
+const MAX_PASS_PAUSE_MS: u64 = 50;
+
 /// How many times its own duration a full pass waits at least before the next one that
 /// only the clock asks for: full passes take at most about 1/10 of a core, however large
 /// the cluster (issue 19: at 10,000 x 10 one takes a good part of a second).
@@ -173,6 +178,15 @@ pub async fn run_herder(cluster: Arc<Cluster>, cancel: CancellationToken) {
             cluster.mark_all_dirty();
         }
         crate::observe::pass(crate::observe::HERDER_PASS_SECONDS, started);
+        // Changes that come meanwhile gather for the next pass (the wake is kept), so that
+        // during a burst a connector is planned once per pass, not once per change.
+        let pause = started
+            .elapsed()
+            .min(Duration::from_millis(MAX_PASS_PAUSE_MS));
+        tokio::select! {
+            () = cancel.cancelled() => return,
+            () = tokio::time::sleep(pause) => {}
+        }
         timer = tokio::select! {
             () = cancel.cancelled() => return,
             () = cluster.herder_wake.notified() => false,
@@ -312,8 +326,23 @@ fn herder_pass(
     let moves = if full {
         plan::plan_assignments(&units, &plan_execs)
     } else if units.iter().any(|u| needs_host(u, &plan_execs)) {
-        let base = memory.load.without(&dirty.names);
-        plan::plan_with(&units, &plan_execs, &base, plan::Evening::Off)
+        // Only the units that need a host are planned: with evening off the others stay
+        // where they are anyway, and they count in the load of the executors that hold
+        // them. During a mass create most units of a changed connector already run.
+        let (needy, placed): (Vec<Unit>, Vec<Unit>) = units
+            .iter()
+            .cloned()
+            .partition(|u| needs_host(u, &plan_execs));
+        let mut base = memory.load.without(&dirty.names);
+        for u in &placed {
+            if let Some(e) = plan_execs
+                .iter()
+                .find(|e| Some(&e.id) == u.current.as_ref())
+            {
+                *base.entry(e.id.as_str()).or_default() += 1;
+            }
+        }
+        plan::plan_with(&needy, &plan_execs, &base, plan::Evening::Off)
     } else {
         // Every unit keeps its host, and nothing evens out on this pass.
         Vec::new()
@@ -378,6 +407,13 @@ fn herder_pass(
             },
         );
     }
+    tracing::debug!(
+        full,
+        connectors = connectors.len(),
+        units = units.len(),
+        elapsed_us = began.elapsed().as_micros() as u64,
+        "herder pass"
+    );
     if full {
         memory.last_full = Some(began);
         memory.last_full_cost = began.elapsed();
