@@ -97,6 +97,17 @@ async fn plugins_that_ignore_cancellation_are_abandoned_shown_and_do_not_starve_
                 "took {:?}",
                 started.elapsed()
             );
+            // Listed all along: while their stops wait on the blocked polls, and then
+            // abandoned (a stop under way is not a stopped task).
+            let listed = r
+                .tasks
+                .iter()
+                .filter(|t| t.task.as_ref().is_some_and(|id| id.connector == stuck))
+                .count();
+            assert_eq!(
+                listed, STUCK_TASKS as usize,
+                "a stuck task vanished from ListAssignments while its stop ran"
+            );
             let shown = r
                 .tasks
                 .iter()

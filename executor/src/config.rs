@@ -62,7 +62,12 @@ pub struct Cli {
     /// connector instance and task (1 to 1024): how many plugin calls run at the same
     /// moment. A plugin call that blocks its thread holds one of them while it blocks.
     /// [default: 32]
-    #[arg(long, env = "WHARF_PLUGIN_THREADS", value_name = "N")]
+    #[arg(
+        long,
+        env = "WHARF_PLUGIN_THREADS",
+        value_name = "N",
+        allow_negative_numbers = true
+    )]
     pub plugin_threads: Option<usize>,
     /// NATS URL for the JetStream record log (needed when executors run on several
     /// hosts); without it records go to the embedded log under <data-dir>/log.

@@ -242,6 +242,20 @@ pub struct Hosted<K> {
     pub incarnation: String,
 }
 
+/// Whether [`Host::assignments`] lists an instance: until its stop ended, and after that
+/// while it is abandoned (its plugin call has not returned).
+fn listed(stop_claimed: bool, state: &InstanceState, abandoned: bool) -> bool {
+    match state {
+        _ if !stop_claimed || abandoned => true,
+        InstanceState::Stopping => true,
+        InstanceState::Starting
+        | InstanceState::Running
+        | InstanceState::Paused
+        | InstanceState::Failed(_)
+        | InstanceState::Stopped => false,
+    }
+}
+
 /// A stop's result and whether the instance is abandoned now.
 #[derive(Debug, Clone)]
 pub struct StopAnswer {
@@ -697,8 +711,9 @@ impl Host {
         })
     }
 
-    /// Connector instances and tasks not yet stopped, and those abandoned whose plugin
-    /// call has not returned (`abandoned = true`).
+    /// Connector instances and tasks not yet stopped (a stop under way included: the
+    /// instance still holds what it holds until its stop returned or timed out), and those
+    /// abandoned whose plugin call has not returned (`abandoned = true`).
     pub fn assignments(&self) -> (Vec<Hosted<String>>, Vec<Hosted<TaskKey>>) {
         let connectors = lock(&self.connectors)
             .iter()
@@ -707,7 +722,7 @@ impl Host {
                     .values()
                     .map(move |i| (name.clone(), i.clone()))
             })
-            .filter(|(_, i)| !i.life.stop_claimed() || i.abandoned())
+            .filter(|(_, i)| listed(i.life.stop_claimed(), &i.life.state(), i.abandoned()))
             .map(|(key, i)| Hosted {
                 key,
                 generation: i.life.generation,
@@ -724,7 +739,7 @@ impl Host {
                     .values()
                     .map(move |i| (key.clone(), i.clone()))
             })
-            .filter(|(_, i)| !i.life.stop_claimed() || i.abandoned())
+            .filter(|(_, i)| listed(i.life.stop_claimed(), &i.life.state(), i.abandoned()))
             .map(|(key, i)| Hosted {
                 key,
                 generation: i.life.generation,
@@ -922,6 +937,37 @@ pub(crate) fn panic_text(e: tokio::task::JoinError) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn an_instance_is_listed_until_its_stop_ended() {
+        let running = [
+            InstanceState::Starting,
+            InstanceState::Running,
+            InstanceState::Paused,
+            InstanceState::Failed("boom".into()),
+        ];
+        for s in &running {
+            assert!(listed(false, s, false), "{s:?}");
+        }
+        // A stop under way (the plugin's call may still run): still listed.
+        assert!(listed(true, &InstanceState::Stopping, false));
+        // The stop ended: gone.
+        assert!(!listed(true, &InstanceState::Stopped, false));
+        assert!(!listed(
+            true,
+            &InstanceState::Failed("timed out".into()),
+            false
+        ));
+    }
+
+    #[test]
+    fn an_abandoned_instance_is_listed_until_its_call_returned() {
+        assert!(listed(
+            true,
+            &InstanceState::Failed("timed out".into()),
+            true
+        ));
+    }
 
     /// Incarnation of every instance in [`slot`].
     const INC: &str = "inc-1";
