@@ -33,7 +33,7 @@ const SCALE_RUNS: usize = 3;
 
 /// The target scale step and the curve around it (connectors; 10 tasks each).
 const SCALE_TARGET: usize = 1_000;
-const SCALE_CURVE: [usize; 4] = [100, 300, 2_000, 10_000];
+const SCALE_CURVE: [usize; 4] = [100, 300, 3_000, 10_000];
 /// Executors killed one after the other in the rebalance run (one measurement each).
 const REBALANCE_KILLS: usize = 3;
 /// How long the rebalance run waits for its connectors to be deleted after the kill, s.
