@@ -68,6 +68,9 @@ pub struct DeletionResult {
     /// the processes export, background calls included; the SDK exports in batches, so
     /// the last few seconds' spans may fall outside); 0 without export.
     pub spans_per_deletion: f64,
+    /// The spans counted in [`Self::spans_per_deletion`] by process, name and whether
+    /// each was a trace's root (over all measured deletions, not divided).
+    pub spans_by_name: crate::observe::SpanCounts,
 }
 
 impl DeletionResult {
@@ -210,6 +213,16 @@ impl Bench {
             .map_or(0, |l| l.spans.load(std::sync::atomic::Ordering::Relaxed))
     }
 
+    /// Spans the receiver of an "on" cluster got so far, by process and name.
+    fn spans_by_name(&self) -> crate::observe::SpanCounts {
+        self.load.as_ref().map_or_else(Default::default, |l| {
+            l.by_name
+                .lock()
+                .unwrap_or_else(std::sync::PoisonError::into_inner)
+                .clone()
+        })
+    }
+
     /// Creates a connector, waits until it runs, measures the floor, then deletes it
     /// (DeleteConnector(wait)), timed.
     async fn once(&mut self) -> anyhow::Result<Sample> {
@@ -343,6 +356,7 @@ pub async fn run_paired(
     let (mut r_off, mut r_on) = (DeletionResult::default(), DeletionResult::default());
     let cpu = (off.cluster.cpu_ms(), on.cluster.cpu_ms());
     let spans = on.spans();
+    let by_name = on.spans_by_name();
     for i in 0..runs {
         if i % 2 == 0 {
             r_off.push(off.once().await?);
@@ -355,6 +369,7 @@ pub async fn run_paired(
     r_off.cpu_per_deletion = (off.cluster.cpu_ms() - cpu.0) / runs as f64;
     r_on.cpu_per_deletion = (on.cluster.cpu_ms() - cpu.1) / runs as f64;
     r_on.spans_per_deletion = (on.spans() - spans) as f64 / runs as f64;
+    r_on.spans_by_name = crate::observe::span_counts_since(&by_name, &on.spans_by_name());
     Ok((r_off, r_on))
 }
 

@@ -13,6 +13,7 @@ use opentelemetry_proto::tonic::collector::trace::v1::trace_service_server::{
 use opentelemetry_proto::tonic::collector::trace::v1::{
     ExportTraceServiceRequest, ExportTraceServiceResponse,
 };
+use opentelemetry_proto::tonic::common::v1::any_value::Value;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio_util::sync::CancellationToken;
 
@@ -20,8 +21,15 @@ use tokio_util::sync::CancellationToken;
 /// 15 s; once a second is a heavier load than a deployment's).
 pub const SCRAPE_INTERVAL_MS: u64 = 1_000;
 
-/// Counts the spans it receives, then drops them.
-struct Discard(Arc<AtomicU64>);
+/// Spans received, by the sending process's `service.name`, the span's name, and
+/// whether it is a trace's root (no parent).
+pub type SpanCounts = std::collections::BTreeMap<(String, String, bool), u64>;
+
+/// Counts the spans it receives (in all, and by process and name), then drops them.
+struct Discard {
+    spans: Arc<AtomicU64>,
+    by_name: Arc<std::sync::Mutex<SpanCounts>>,
+}
 
 #[tonic::async_trait]
 impl TraceService for Discard {
@@ -29,14 +37,32 @@ impl TraceService for Discard {
         &self,
         request: tonic::Request<ExportTraceServiceRequest>,
     ) -> Result<tonic::Response<ExportTraceServiceResponse>, tonic::Status> {
-        let spans: usize = request
-            .get_ref()
-            .resource_spans
-            .iter()
-            .flat_map(|r| &r.scope_spans)
-            .map(|s| s.spans.len())
-            .sum();
-        self.0.fetch_add(spans as u64, Ordering::Relaxed);
+        let mut spans = 0;
+        let mut by_name = self
+            .by_name
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        for r in &request.get_ref().resource_spans {
+            let service = r
+                .resource
+                .iter()
+                .flat_map(|r| &r.attributes)
+                .find(|a| a.key == "service.name")
+                .and_then(|a| a.value.as_ref())
+                .and_then(|v| match &v.value {
+                    Some(Value::StringValue(s)) => Some(s.clone()),
+                    _ => None,
+                })
+                .unwrap_or_default();
+            for span in r.scope_spans.iter().flat_map(|s| &s.spans) {
+                spans += 1;
+                let root = span.parent_span_id.is_empty();
+                *by_name
+                    .entry((service.clone(), span.name.clone(), root))
+                    .or_default() += 1;
+            }
+        }
+        self.spans.fetch_add(spans, Ordering::Relaxed);
         Ok(tonic::Response::new(ExportTraceServiceResponse {
             partial_success: None,
         }))
@@ -49,6 +75,8 @@ pub struct Load {
     pub endpoint: String,
     /// Spans received so far.
     pub spans: Arc<AtomicU64>,
+    /// Spans received so far by process, name and root-ness.
+    pub by_name: Arc<std::sync::Mutex<SpanCounts>>,
     stop: CancellationToken,
 }
 
@@ -69,7 +97,11 @@ impl Load {
         let stop = CancellationToken::new();
         let until = stop.clone().cancelled_owned();
         let spans = Arc::new(AtomicU64::new(0));
-        let receiver = Discard(spans.clone());
+        let by_name = Arc::new(std::sync::Mutex::new(SpanCounts::new()));
+        let receiver = Discard {
+            spans: spans.clone(),
+            by_name: by_name.clone(),
+        };
         tokio::spawn(async move {
             let incoming = tokio_stream::wrappers::TcpListenerStream::new(listener);
             let _ = tonic::transport::Server::builder()
@@ -80,6 +112,7 @@ impl Load {
         Ok(Self {
             endpoint,
             spans,
+            by_name,
             stop,
         })
     }
@@ -99,6 +132,17 @@ impl Load {
             }
         });
     }
+}
+
+/// What `after` counted beyond `before`, for each key that grew.
+pub fn span_counts_since(before: &SpanCounts, after: &SpanCounts) -> SpanCounts {
+    after
+        .iter()
+        .filter_map(|(k, n)| {
+            let grew = n - before.get(k).copied().unwrap_or(0);
+            (grew > 0).then(|| (k.clone(), grew))
+        })
+        .collect()
 }
 
 impl Drop for Load {
