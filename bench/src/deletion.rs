@@ -71,6 +71,11 @@ pub struct DeletionResult {
     /// The spans counted in [`Self::spans_per_deletion`] by process, name and whether
     /// each was a trace's root (over all measured deletions, not divided).
     pub spans_by_name: crate::observe::SpanCounts,
+    /// Per run: from CreateConnector's answer until a status poll saw every task RUNNING
+    /// (the connector the run then deletes).
+    pub to_running: Vec<f64>,
+    /// GetConnectorStatus polls made while waiting for RUNNING, over all runs.
+    pub polls: usize,
 }
 
 impl DeletionResult {
@@ -123,6 +128,10 @@ fn all_running(status: &wharf::pb::v1::ConnectorStatus, tasks: usize) -> bool {
 #[derive(Debug, Clone, Copy)]
 struct Sample {
     delete: f64,
+    /// From CreateConnector's answer until the status poll that saw every task RUNNING.
+    running: f64,
+    /// GetConnectorStatus calls of that wait.
+    polls: usize,
     store: f64,
     admin: f64,
     fanout: f64,
@@ -132,6 +141,8 @@ struct Sample {
 impl DeletionResult {
     fn push(&mut self, s: Sample) {
         self.latencies.push(s.delete);
+        self.to_running.push(s.running);
+        self.polls += s.polls;
         self.store.push(s.store);
         self.admin_rtt.push(s.admin);
         self.fanout.push(s.fanout);
@@ -237,7 +248,9 @@ impl Bench {
             })
             .await?;
         let start = Instant::now();
+        let mut polls = 0;
         loop {
+            polls += 1;
             let st = self
                 .admin
                 .get_connector_status(GetConnectorStatusRequest { name: name.clone() })
@@ -253,6 +266,7 @@ impl Bench {
             }
             tokio::time::sleep(Duration::from_millis(RUNNING_POLL_MS)).await;
         }
+        let running = ms(start.elapsed());
 
         // Floor, in this run: store commits, admin round trip, StopTask fan-out.
         let store = store_commits(&self.store, i, &self.lifecycle)?;
@@ -309,6 +323,8 @@ impl Bench {
         }
         Ok(Sample {
             delete,
+            running,
+            polls,
             store,
             admin,
             fanout,

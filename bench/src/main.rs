@@ -189,6 +189,13 @@ async fn main() -> anyhow::Result<()> {
             "[bench] CPU per deletion (cluster processes, background included): off {:.2} ms, on {:.2} ms; spans exported per deletion {:.1}",
             del.cpu_per_deletion, on.cpu_per_deletion, on.spans_per_deletion
         );
+        eprintln!(
+            "[bench] create -> all RUNNING p50 off {:.2} ms, on {:.2} ms; status polls per run off {:.1}, on {:.1}",
+            median(&del.to_running),
+            median(&on.to_running),
+            del.polls as f64 / del.runs as f64,
+            on.polls as f64 / on.runs as f64
+        );
         if let Ok(path) = std::env::var("WHARF_BENCH_RAW") {
             write_pairs(&path, &del, &on)?;
         }
@@ -262,17 +269,22 @@ async fn main() -> anyhow::Result<()> {
     Ok(())
 }
 
-/// Writes the interleaved deletions' latencies, one pair a line (`i,off_ms,on_ms`; the
-/// off one ran first in even pairs), for paired comparisons across runs
+/// Writes the interleaved deletions' latencies and their connectors' create -> RUNNING
+/// times, one pair a line (the off one ran first in even pairs), for paired comparisons
+/// across runs
 /// (`WHARF_BENCH_RAW=FILE`, bench/NOTES.md).
 fn write_pairs(
     path: &str,
     off: &deletion::DeletionResult,
     on: &deletion::DeletionResult,
 ) -> anyhow::Result<()> {
-    let mut csv = String::from("i,off_ms,on_ms\n");
-    for (i, (a, b)) in off.latencies.iter().zip(&on.latencies).enumerate() {
-        let _ = writeln!(csv, "{i},{a:.4},{b:.4}");
+    let mut csv = String::from("i,off_ms,on_ms,off_running_ms,on_running_ms\n");
+    for i in 0..off.runs.min(on.runs) {
+        let _ = writeln!(
+            csv,
+            "{i},{:.4},{:.4},{:.4},{:.4}",
+            off.latencies[i], on.latencies[i], off.to_running[i], on.to_running[i]
+        );
     }
     std::fs::write(path, csv).with_context(|| format!("write {path}"))
 }
