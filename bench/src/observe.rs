@@ -29,6 +29,28 @@ pub type SpanCounts = std::collections::BTreeMap<(String, String, bool), u64>;
 struct Discard {
     spans: Arc<AtomicU64>,
     by_name: Arc<std::sync::Mutex<SpanCounts>>,
+    /// `WHARF_BENCH_SPANS=FILE`: every span also written there, one a line (service,
+    /// instance, name, trace id, span id, parent id, start and end in ns since the epoch,
+    /// tab-separated), for timelines of a deletion's trace.
+    dump: Option<std::sync::Mutex<std::io::BufWriter<std::fs::File>>>,
+}
+
+/// A resource's string attribute `key` (empty when missing).
+fn resource_str(r: &opentelemetry_proto::tonic::trace::v1::ResourceSpans, key: &str) -> String {
+    r.resource
+        .iter()
+        .flat_map(|r| &r.attributes)
+        .find(|a| a.key == key)
+        .and_then(|a| a.value.as_ref())
+        .and_then(|v| match &v.value {
+            Some(Value::StringValue(s)) => Some(s.clone()),
+            _ => None,
+        })
+        .unwrap_or_default()
+}
+
+fn hex(bytes: &[u8]) -> String {
+    bytes.iter().map(|b| format!("{b:02x}")).collect()
 }
 
 #[tonic::async_trait]
@@ -42,25 +64,37 @@ impl TraceService for Discard {
             .by_name
             .lock()
             .unwrap_or_else(std::sync::PoisonError::into_inner);
+        let mut dump = self
+            .dump
+            .as_ref()
+            .map(|d| d.lock().unwrap_or_else(std::sync::PoisonError::into_inner));
         for r in &request.get_ref().resource_spans {
-            let service = r
-                .resource
-                .iter()
-                .flat_map(|r| &r.attributes)
-                .find(|a| a.key == "service.name")
-                .and_then(|a| a.value.as_ref())
-                .and_then(|v| match &v.value {
-                    Some(Value::StringValue(s)) => Some(s.clone()),
-                    _ => None,
-                })
-                .unwrap_or_default();
+            let service = resource_str(r, "service.name");
+            let instance = resource_str(r, "service.instance.id");
             for span in r.scope_spans.iter().flat_map(|s| &s.spans) {
+                if let Some(d) = dump.as_mut() {
+                    use std::io::Write as _;
+                    let _ = writeln!(
+                        d,
+                        "{service}\t{instance}\t{}\t{}\t{}\t{}\t{}\t{}",
+                        span.name,
+                        hex(&span.trace_id),
+                        hex(&span.span_id),
+                        hex(&span.parent_span_id),
+                        span.start_time_unix_nano,
+                        span.end_time_unix_nano
+                    );
+                }
                 spans += 1;
                 let root = span.parent_span_id.is_empty();
                 *by_name
                     .entry((service.clone(), span.name.clone(), root))
                     .or_default() += 1;
             }
+        }
+        if let Some(d) = dump.as_mut() {
+            use std::io::Write as _;
+            let _ = d.flush();
         }
         self.spans.fetch_add(spans, Ordering::Relaxed);
         Ok(tonic::Response::new(ExportTraceServiceResponse {
@@ -98,9 +132,16 @@ impl Load {
         let until = stop.clone().cancelled_owned();
         let spans = Arc::new(AtomicU64::new(0));
         let by_name = Arc::new(std::sync::Mutex::new(SpanCounts::new()));
+        let dump = match std::env::var("WHARF_BENCH_SPANS") {
+            Ok(path) => Some(std::sync::Mutex::new(std::io::BufWriter::new(
+                std::fs::File::create(path)?,
+            ))),
+            Err(_) => None,
+        };
         let receiver = Discard {
             spans: spans.clone(),
             by_name: by_name.clone(),
+            dump,
         };
         tokio::spawn(async move {
             let incoming = tokio_stream::wrappers::TcpListenerStream::new(listener);
