@@ -63,8 +63,12 @@ impl TraceContext {
     }
 
     /// Makes `span` a child of this context (nothing when it is empty), and records its
-    /// trace id in the span's `trace_id` field when it has one.
+    /// trace id in the span's `trace_id` field when it has one. Nothing for a disabled
+    /// span (an untraced read's at `RUST_LOG=info`).
     pub fn adopt(&self, span: &tracing::Span) {
+        if span.is_disabled() {
+            return;
+        }
         if self.is_valid() {
             let _ = span.set_parent(self.0.clone());
         }
@@ -94,6 +98,9 @@ pub fn inject(metadata: &mut MetadataMap) {
 /// Records `span`'s trace id in its `trace_id` field (declared empty where the span is
 /// made), so that JSON log lines inside it carry the trace id.
 pub fn record_trace_id(span: &tracing::Span) {
+    if span.is_disabled() {
+        return;
+    }
     if let Some(id) = TraceContext(span.context()).trace_id() {
         span.record("trace_id", id.as_str());
     }
@@ -166,9 +173,17 @@ pub fn exported(kind: CallKind, sampled_parent: bool) -> bool {
     }
 }
 
+/// The W3C Trace Context header (and gRPC metadata key).
+const TRACEPARENT: &str = "traceparent";
+
 /// The trace context a caller sent as `traceparent` in HTTP (or HTTP/2, gRPC) request
 /// headers; empty when there is none or it does not parse.
 pub fn parent_from_headers(headers: &http::HeaderMap) -> TraceContext {
+    // Most calls carry none (pollers, heartbeats, an untraced herder's starts, every call
+    // with export off): no propagator work for them.
+    if !headers.contains_key(TRACEPARENT) {
+        return TraceContext::default();
+    }
     TraceContext(TraceContextPropagator::new().extract(&HeaderExtractor(headers)))
 }
 
@@ -337,5 +352,12 @@ mod tests {
         );
         assert!(parent_from_headers(&headers).is_sampled());
         assert!(!parent_from_headers(&http::HeaderMap::new()).is_sampled());
+    }
+
+    #[test]
+    fn headers_without_traceparent_have_no_parent() {
+        let mut headers = http::HeaderMap::new();
+        headers.insert("tracestate", http::HeaderValue::from_static("k=v"));
+        assert!(!parent_from_headers(&headers).is_valid());
     }
 }
