@@ -110,9 +110,16 @@ pub fn record_trace_id(span: &tracing::Span) {
 /// [`exported`]).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum CallKind {
-    /// It changes something (a connector, offsets, an instance on an executor, a
-    /// registration): its span is worth a trace.
+    /// It changes something an operator or an executor asked for (a connector, offsets,
+    /// a registration): its span is worth a trace, started here when the caller sent
+    /// none.
     Change,
+    /// The control plane's own work on an executor (start, stop, task configs): a part
+    /// of the control plane's trace (a deletion's cleanup step), never a trace of its
+    /// own. Without a sampled `traceparent` it was sent by an untraced loop (a herder
+    /// pass starting tasks) or by a probe, and a lone span of it tells nothing the logs
+    /// do not.
+    Delegated,
     /// It only reads, or is a periodic call (heartbeat, status report, offset commit),
     /// health or reflection: made by pollers and loops many times a second.
     Read,
@@ -135,14 +142,14 @@ impl CallKind {
                 | "StopConnector" | "RestartConnector" | "RestartTask" | "DeleteConnector"
                 | "RetryCleanup" | "AlterOffsets" | "ResetOffsets",
             )
-            | (
-                "Executor",
-                "StartConnector" | "StopConnector" | "ComputeTaskConfigs" | "StartTask"
-                | "StopTask",
-            )
             | ("ExecutorRegistry", "RegisterExecutor" | "RequestTaskReconfiguration") => {
                 CallKind::Change
             }
+            (
+                "Executor",
+                "StartConnector" | "StopConnector" | "ComputeTaskConfigs" | "StartTask"
+                | "StopTask",
+            ) => CallKind::Delegated,
             (
                 "ConnectorAdmin",
                 "GetConnector" | "ListConnectors" | "GetConnectorStatus"
@@ -163,13 +170,14 @@ impl CallKind {
 
 /// Whether the span of a call of `kind` is exported: a call that changes something
 /// always, any other only when its caller sent a sampled `traceparent`
-/// (`sampled_parent`), so that whoever traces a read keeps their trace. The others (a
-/// status poller, heartbeats, health checks) get a DEBUG span: in debug logs, never
-/// exported, no OTLP work (docs/observability.md, "Traces").
+/// (`sampled_parent`), so that whoever traces a read keeps their trace and a deletion's
+/// stops stay in its trace. The others (a status poller, heartbeats, health checks, an
+/// untraced herder pass's starts) get a DEBUG span: in debug logs, never exported, no
+/// OTLP work (docs/observability.md, "Traces").
 pub fn exported(kind: CallKind, sampled_parent: bool) -> bool {
     match (kind, sampled_parent) {
-        (CallKind::Change, _) | (CallKind::Read, true) => true,
-        (CallKind::Read, false) => false,
+        (CallKind::Change, _) | (CallKind::Delegated | CallKind::Read, true) => true,
+        (CallKind::Delegated | CallKind::Read, false) => false,
     }
 }
 
@@ -282,16 +290,27 @@ mod tests {
     }
 
     #[test]
-    fn deletion_calls_change_and_polling_calls_read() {
+    fn a_delegated_call_is_exported_only_in_a_callers_trace() {
+        assert!(exported(CallKind::Delegated, true));
+        assert!(!exported(CallKind::Delegated, false));
+    }
+
+    #[test]
+    fn admin_changes_change_executor_calls_are_delegated_and_polling_calls_read() {
         for m in [
             "/wharf.v1.ConnectorAdmin/DeleteConnector",
             "/wharf.v1.ConnectorAdmin/CreateConnector",
             "/wharf.v1.ConnectorAdmin/AlterOffsets",
-            "/wharf.v1.Executor/StopTask",
-            "/wharf.v1.Executor/StopConnector",
             "/wharf.v1.ExecutorRegistry/RegisterExecutor",
         ] {
             assert_eq!(CallKind::of_method(m), CallKind::Change, "{m}");
+        }
+        for m in [
+            "/wharf.v1.Executor/StartTask",
+            "/wharf.v1.Executor/StopTask",
+            "/wharf.v1.Executor/StopConnector",
+        ] {
+            assert_eq!(CallKind::of_method(m), CallKind::Delegated, "{m}");
         }
         for m in [
             "/wharf.v1.ConnectorAdmin/GetConnectorStatus",
