@@ -359,11 +359,17 @@ pub fn init_traced(format: LogFormat, otlp: Option<&Otlp>) -> Result<Telemetry, 
         use opentelemetry::trace::TracerProvider as _;
         use tracing_subscriber::Layer as _;
         // No thread attributes and no busy/idle timing: both cost work on every poll of
-        // every traced future and say little about a deletion (bench/NOTES.md).
+        // every traced future and say little about a deletion (bench/NOTES.md). No
+        // context activation either: it attached the span's OpenTelemetry context to
+        // the thread on every poll of every traced future and detached it after, for
+        // code that reads `opentelemetry::Context::current()`, which Wharf does not (a
+        // new span's parent is then the current `tracing` span, [`crate::trace`] reads
+        // contexts from `tracing` spans).
         tracing_opentelemetry::layer()
             .with_tracer(p.tracer("wharf"))
             .with_threads(false)
             .with_tracked_inactivity(false)
+            .with_context_activation(false)
             .with_filter(
                 tracing_subscriber::filter::filter_fn(|m| exported(Traced::of(m), *m.level()))
                     .with_max_level_hint(tracing::Level::INFO),

@@ -63,8 +63,12 @@ impl TraceContext {
     }
 
     /// Makes `span` a child of this context (nothing when it is empty), and records its
-    /// trace id in the span's `trace_id` field when it has one.
+    /// trace id in the span's `trace_id` field when it has one. Nothing for a disabled
+    /// span (an untraced read's at `RUST_LOG=info`).
     pub fn adopt(&self, span: &tracing::Span) {
+        if span.is_disabled() {
+            return;
+        }
         if self.is_valid() {
             let _ = span.set_parent(self.0.clone());
         }
@@ -94,6 +98,9 @@ pub fn inject(metadata: &mut MetadataMap) {
 /// Records `span`'s trace id in its `trace_id` field (declared empty where the span is
 /// made), so that JSON log lines inside it carry the trace id.
 pub fn record_trace_id(span: &tracing::Span) {
+    if span.is_disabled() {
+        return;
+    }
     if let Some(id) = TraceContext(span.context()).trace_id() {
         span.record("trace_id", id.as_str());
     }
@@ -103,9 +110,16 @@ pub fn record_trace_id(span: &tracing::Span) {
 /// [`exported`]).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum CallKind {
-    /// It changes something (a connector, offsets, an instance on an executor, a
-    /// registration): its span is worth a trace.
+    /// It changes something an operator or an executor asked for (a connector, offsets,
+    /// a registration): its span is worth a trace, started here when the caller sent
+    /// none.
     Change,
+    /// The control plane's own work on an executor (start, stop, task configs): a part
+    /// of the control plane's trace (a deletion's cleanup step), never a trace of its
+    /// own. Without a sampled `traceparent` it was sent by an untraced loop (a herder
+    /// pass starting tasks) or by a probe, and a lone span of it tells nothing the logs
+    /// do not.
+    Delegated,
     /// It only reads, or is a periodic call (heartbeat, status report, offset commit),
     /// health or reflection: made by pollers and loops many times a second.
     Read,
@@ -128,14 +142,14 @@ impl CallKind {
                 | "StopConnector" | "RestartConnector" | "RestartTask" | "DeleteConnector"
                 | "RetryCleanup" | "AlterOffsets" | "ResetOffsets",
             )
-            | (
-                "Executor",
-                "StartConnector" | "StopConnector" | "ComputeTaskConfigs" | "StartTask"
-                | "StopTask",
-            )
             | ("ExecutorRegistry", "RegisterExecutor" | "RequestTaskReconfiguration") => {
                 CallKind::Change
             }
+            (
+                "Executor",
+                "StartConnector" | "StopConnector" | "ComputeTaskConfigs" | "StartTask"
+                | "StopTask",
+            ) => CallKind::Delegated,
             (
                 "ConnectorAdmin",
                 "GetConnector" | "ListConnectors" | "GetConnectorStatus"
@@ -156,19 +170,28 @@ impl CallKind {
 
 /// Whether the span of a call of `kind` is exported: a call that changes something
 /// always, any other only when its caller sent a sampled `traceparent`
-/// (`sampled_parent`), so that whoever traces a read keeps their trace. The others (a
-/// status poller, heartbeats, health checks) get a DEBUG span: in debug logs, never
-/// exported, no OTLP work (docs/observability.md, "Traces").
+/// (`sampled_parent`), so that whoever traces a read keeps their trace and a deletion's
+/// stops stay in its trace. The others (a status poller, heartbeats, health checks, an
+/// untraced herder pass's starts) get a DEBUG span: in debug logs, never exported, no
+/// OTLP work (docs/observability.md, "Traces").
 pub fn exported(kind: CallKind, sampled_parent: bool) -> bool {
     match (kind, sampled_parent) {
-        (CallKind::Change, _) | (CallKind::Read, true) => true,
-        (CallKind::Read, false) => false,
+        (CallKind::Change, _) | (CallKind::Delegated | CallKind::Read, true) => true,
+        (CallKind::Delegated | CallKind::Read, false) => false,
     }
 }
+
+/// The W3C Trace Context header (and gRPC metadata key).
+const TRACEPARENT: &str = "traceparent";
 
 /// The trace context a caller sent as `traceparent` in HTTP (or HTTP/2, gRPC) request
 /// headers; empty when there is none or it does not parse.
 pub fn parent_from_headers(headers: &http::HeaderMap) -> TraceContext {
+    // Most calls carry none (pollers, heartbeats, an untraced herder's starts, every call
+    // with export off): no propagator work for them.
+    if !headers.contains_key(TRACEPARENT) {
+        return TraceContext::default();
+    }
     TraceContext(TraceContextPropagator::new().extract(&HeaderExtractor(headers)))
 }
 
@@ -267,16 +290,27 @@ mod tests {
     }
 
     #[test]
-    fn deletion_calls_change_and_polling_calls_read() {
+    fn a_delegated_call_is_exported_only_in_a_callers_trace() {
+        assert!(exported(CallKind::Delegated, true));
+        assert!(!exported(CallKind::Delegated, false));
+    }
+
+    #[test]
+    fn admin_changes_change_executor_calls_are_delegated_and_polling_calls_read() {
         for m in [
             "/wharf.v1.ConnectorAdmin/DeleteConnector",
             "/wharf.v1.ConnectorAdmin/CreateConnector",
             "/wharf.v1.ConnectorAdmin/AlterOffsets",
-            "/wharf.v1.Executor/StopTask",
-            "/wharf.v1.Executor/StopConnector",
             "/wharf.v1.ExecutorRegistry/RegisterExecutor",
         ] {
             assert_eq!(CallKind::of_method(m), CallKind::Change, "{m}");
+        }
+        for m in [
+            "/wharf.v1.Executor/StartTask",
+            "/wharf.v1.Executor/StopTask",
+            "/wharf.v1.Executor/StopConnector",
+        ] {
+            assert_eq!(CallKind::of_method(m), CallKind::Delegated, "{m}");
         }
         for m in [
             "/wharf.v1.ConnectorAdmin/GetConnectorStatus",
@@ -337,5 +371,12 @@ mod tests {
         );
         assert!(parent_from_headers(&headers).is_sampled());
         assert!(!parent_from_headers(&http::HeaderMap::new()).is_sampled());
+    }
+
+    #[test]
+    fn headers_without_traceparent_have_no_parent() {
+        let mut headers = http::HeaderMap::new();
+        headers.insert("tracestate", http::HeaderValue::from_static("k=v"));
+        assert!(!parent_from_headers(&headers).is_valid());
     }
 }

@@ -3,9 +3,9 @@
 //! test (`wharf_harness::otlp`, on the `opentelemetry-proto` crate's `TraceService`). The
 //! spans of a deletion share one trace id, from `DeleteConnector` on the control plane to
 //! `StopTask` on each executor, each plugin's stop under its `StopTask`, parent links
-//! intact; the control plane's JSON log lines of the call carry that trace id. Reads
-//! without a `traceparent` (a status poller, heartbeats) export no span; a read with one
-//! is exported in its caller's trace.
+//! intact, also on an executor that logs at DEBUG; the control plane's JSON log lines of
+//! the call carry that trace id. Reads without a `traceparent` (a status poller,
+//! heartbeats) export no span; a read with one is exported in its caller's trace.
 
 use std::collections::{BTreeSet, HashMap};
 
@@ -71,9 +71,15 @@ async fn one_deletion_is_one_trace_across_two_executors() {
         ],
     )
     .await;
-    for i in 0..2 {
-        c.add_executor_with(i, vec!["--otlp-endpoint".into(), otlp.endpoint.clone()])
-            .await;
+    // The second executor logs at DEBUG: spans that only the log writer sees (DEBUG ones)
+    // must not cut the trace there either.
+    for (i, log) in [(0, "info"), (1, "debug")] {
+        c.add_executor_with_env(
+            i,
+            vec!["--otlp-endpoint".into(), otlp.endpoint.clone()],
+            &[("RUST_LOG", log)],
+        )
+        .await;
     }
     c.wait_alive(2).await;
 

@@ -68,6 +68,14 @@ pub struct DeletionResult {
     /// the processes export, background calls included; the SDK exports in batches, so
     /// the last few seconds' spans may fall outside); 0 without export.
     pub spans_per_deletion: f64,
+    /// The spans counted in [`Self::spans_per_deletion`] by process, name and whether
+    /// each was a trace's root (over all measured deletions, not divided).
+    pub spans_by_name: crate::observe::SpanCounts,
+    /// Per run: from CreateConnector's answer until a status poll saw every task RUNNING
+    /// (the connector the run then deletes).
+    pub to_running: Vec<f64>,
+    /// GetConnectorStatus polls made while waiting for RUNNING, over all runs.
+    pub polls: usize,
 }
 
 impl DeletionResult {
@@ -120,6 +128,10 @@ fn all_running(status: &wharf::pb::v1::ConnectorStatus, tasks: usize) -> bool {
 #[derive(Debug, Clone, Copy)]
 struct Sample {
     delete: f64,
+    /// From CreateConnector's answer until the status poll that saw every task RUNNING.
+    running: f64,
+    /// GetConnectorStatus calls of that wait.
+    polls: usize,
     store: f64,
     admin: f64,
     fanout: f64,
@@ -129,6 +141,8 @@ struct Sample {
 impl DeletionResult {
     fn push(&mut self, s: Sample) {
         self.latencies.push(s.delete);
+        self.to_running.push(s.running);
+        self.polls += s.polls;
         self.store.push(s.store);
         self.admin_rtt.push(s.admin);
         self.fanout.push(s.fanout);
@@ -210,6 +224,16 @@ impl Bench {
             .map_or(0, |l| l.spans.load(std::sync::atomic::Ordering::Relaxed))
     }
 
+    /// Spans the receiver of an "on" cluster got so far, by process and name.
+    fn spans_by_name(&self) -> crate::observe::SpanCounts {
+        self.load.as_ref().map_or_else(Default::default, |l| {
+            l.by_name
+                .lock()
+                .unwrap_or_else(std::sync::PoisonError::into_inner)
+                .clone()
+        })
+    }
+
     /// Creates a connector, waits until it runs, measures the floor, then deletes it
     /// (DeleteConnector(wait)), timed.
     async fn once(&mut self) -> anyhow::Result<Sample> {
@@ -224,7 +248,9 @@ impl Bench {
             })
             .await?;
         let start = Instant::now();
+        let mut polls = 0;
         loop {
+            polls += 1;
             let st = self
                 .admin
                 .get_connector_status(GetConnectorStatusRequest { name: name.clone() })
@@ -240,6 +266,7 @@ impl Bench {
             }
             tokio::time::sleep(Duration::from_millis(RUNNING_POLL_MS)).await;
         }
+        let running = ms(start.elapsed());
 
         // Floor, in this run: store commits, admin round trip, StopTask fan-out.
         let store = store_commits(&self.store, i, &self.lifecycle)?;
@@ -296,6 +323,8 @@ impl Bench {
         }
         Ok(Sample {
             delete,
+            running,
+            polls,
             store,
             admin,
             fanout,
@@ -343,6 +372,7 @@ pub async fn run_paired(
     let (mut r_off, mut r_on) = (DeletionResult::default(), DeletionResult::default());
     let cpu = (off.cluster.cpu_ms(), on.cluster.cpu_ms());
     let spans = on.spans();
+    let by_name = on.spans_by_name();
     for i in 0..runs {
         if i % 2 == 0 {
             r_off.push(off.once().await?);
@@ -355,6 +385,7 @@ pub async fn run_paired(
     r_off.cpu_per_deletion = (off.cluster.cpu_ms() - cpu.0) / runs as f64;
     r_on.cpu_per_deletion = (on.cluster.cpu_ms() - cpu.1) / runs as f64;
     r_on.spans_per_deletion = (on.spans() - spans) as f64 / runs as f64;
+    r_on.spans_by_name = crate::observe::span_counts_since(&by_name, &on.spans_by_name());
     Ok((r_off, r_on))
 }
 

@@ -44,7 +44,7 @@ const SETUP_S: f64 = 5.0;
 const DEFAULT_BUDGET_S: u64 = 660;
 
 /// Command line.
-const USAGE: &str = "usage: wharf-bench --bin-dir DIR --out FILE [--budget-s N] [--only deletion,dataplane,scale,peer] [--scale-once] [--scale-sizes N,N] [--peer-env FILE | --peer-missing REASON] [--keep]";
+const USAGE: &str = "usage: wharf-bench --bin-dir DIR --out FILE [--budget-s N] [--only deletion,dataplane,scale,peer] [--no-mtls] [--scale-once] [--scale-sizes N,N] [--peer-env FILE | --peer-missing REASON] [--keep]";
 
 struct Args {
     bin_dir: PathBuf,
@@ -59,6 +59,9 @@ struct Args {
     peer_missing: Option<String>,
     /// Keep the temp dir (process logs) instead of removing it.
     keep: bool,
+    /// Deletion: skip the mTLS run (only the observability off/on pairs), for repeated
+    /// before/after comparisons of observability (issue 16).
+    no_mtls: bool,
     /// Scale: only one run of the target step (no curve, no rebalance), for quick
     /// before/after comparisons while working on the control plane.
     scale_once: bool,
@@ -79,6 +82,7 @@ fn args() -> anyhow::Result<Args> {
     let mut budget = Duration::from_secs(DEFAULT_BUDGET_S);
     let mut only = Vec::new();
     let mut keep = false;
+    let mut no_mtls = false;
     let mut scale_once = false;
     let mut scale_sizes = Vec::new();
     let mut peer_env = None;
@@ -100,6 +104,7 @@ fn args() -> anyhow::Result<Args> {
                     .collect()
             }
             "--keep" => keep = true,
+            "--no-mtls" => no_mtls = true,
             "--peer-env" => peer_env = it.next().map(PathBuf::from),
             "--peer-missing" => peer_missing = it.next(),
             "--scale-once" => scale_once = true,
@@ -119,6 +124,7 @@ fn args() -> anyhow::Result<Args> {
         peer_env,
         peer_missing,
         keep,
+        no_mtls,
         scale_once,
         scale_sizes,
     })
@@ -183,23 +189,42 @@ async fn main() -> anyhow::Result<()> {
             "[bench] CPU per deletion (cluster processes, background included): off {:.2} ms, on {:.2} ms; spans exported per deletion {:.1}",
             del.cpu_per_deletion, on.cpu_per_deletion, on.spans_per_deletion
         );
-        r.deletion = Some(del);
-        eprintln!("[bench] 1c/4 deletion latency with mTLS ({DELETION_RUNS} runs)");
-        let del = deletion::run(
-            &args.bin_dir,
-            &root.join("deletion-mtls"),
-            DELETION_RUNS,
-            true,
-        )
-        .await?;
         eprintln!(
-            "[bench] deletion with mTLS p50 {:.2} ms p99 {:.2} ms floor {:.2} ms ratio {:.2}x",
-            del.p50(),
-            del.p99(),
-            median(&del.floors),
-            del.ratio()
+            "[bench] create -> all RUNNING p50 off {:.2} ms, on {:.2} ms; status polls per run off {:.1}, on {:.1}",
+            median(&del.to_running),
+            median(&on.to_running),
+            del.polls as f64 / del.runs as f64,
+            on.polls as f64 / on.runs as f64
         );
-        r.deletion_mtls = Some(del);
+        if let Ok(path) = std::env::var("WHARF_BENCH_RAW") {
+            write_pairs(&path, &del, &on)?;
+        }
+        for ((service, name, root), n) in &on.spans_by_name {
+            eprintln!(
+                "[bench]   spans per deletion: {:6.2} {service} {name:?}{}",
+                *n as f64 / on.runs as f64,
+                if *root { " (root)" } else { "" }
+            );
+        }
+        r.deletion = Some(del);
+        if !args.no_mtls {
+            eprintln!("[bench] 1c/4 deletion latency with mTLS ({DELETION_RUNS} runs)");
+            let del = deletion::run(
+                &args.bin_dir,
+                &root.join("deletion-mtls"),
+                DELETION_RUNS,
+                true,
+            )
+            .await?;
+            eprintln!(
+                "[bench] deletion with mTLS p50 {:.2} ms p99 {:.2} ms floor {:.2} ms ratio {:.2}x",
+                del.p50(),
+                del.p99(),
+                median(&del.floors),
+                del.ratio()
+            );
+            r.deletion_mtls = Some(del);
+        }
         r.deletion_observed = Some(on);
     }
     if args.wants("dataplane") {
@@ -242,6 +267,26 @@ async fn main() -> anyhow::Result<()> {
         eprintln!("[bench] process logs kept in {}", tmp.keep().display());
     }
     Ok(())
+}
+
+/// Writes the interleaved deletions' latencies and their connectors' create -> RUNNING
+/// times, one pair a line (the off one ran first in even pairs), for paired comparisons
+/// across runs
+/// (`WHARF_BENCH_RAW=FILE`, bench/NOTES.md).
+fn write_pairs(
+    path: &str,
+    off: &deletion::DeletionResult,
+    on: &deletion::DeletionResult,
+) -> anyhow::Result<()> {
+    let mut csv = String::from("i,off_ms,on_ms,off_running_ms,on_running_ms\n");
+    for i in 0..off.runs.min(on.runs) {
+        let _ = writeln!(
+            csv,
+            "{i},{:.4},{:.4},{:.4},{:.4}",
+            off.latencies[i], on.latencies[i], off.to_running[i], on.to_running[i]
+        );
+    }
+    std::fs::write(path, csv).with_context(|| format!("write {path}"))
 }
 
 /// Everything measured in one run.

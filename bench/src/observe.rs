@@ -13,6 +13,7 @@ use opentelemetry_proto::tonic::collector::trace::v1::trace_service_server::{
 use opentelemetry_proto::tonic::collector::trace::v1::{
     ExportTraceServiceRequest, ExportTraceServiceResponse,
 };
+use opentelemetry_proto::tonic::common::v1::any_value::Value;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio_util::sync::CancellationToken;
 
@@ -20,8 +21,37 @@ use tokio_util::sync::CancellationToken;
 /// 15 s; once a second is a heavier load than a deployment's).
 pub const SCRAPE_INTERVAL_MS: u64 = 1_000;
 
-/// Counts the spans it receives, then drops them.
-struct Discard(Arc<AtomicU64>);
+/// Spans received, by the sending process's `service.name`, the span's name, and
+/// whether it is a trace's root (no parent).
+pub type SpanCounts = std::collections::BTreeMap<(String, String, bool), u64>;
+
+/// Counts the spans it receives (in all, and by process and name), then drops them.
+struct Discard {
+    spans: Arc<AtomicU64>,
+    by_name: Arc<std::sync::Mutex<SpanCounts>>,
+    /// `WHARF_BENCH_SPANS=FILE`: every span also written there, one a line (service,
+    /// instance, name, trace id, span id, parent id, start and end in ns since the epoch,
+    /// tab-separated), for timelines of a deletion's trace.
+    dump: Option<std::sync::Mutex<std::io::BufWriter<std::fs::File>>>,
+}
+
+/// A resource's string attribute `key` (empty when missing).
+fn resource_str(r: &opentelemetry_proto::tonic::trace::v1::ResourceSpans, key: &str) -> String {
+    r.resource
+        .iter()
+        .flat_map(|r| &r.attributes)
+        .find(|a| a.key == key)
+        .and_then(|a| a.value.as_ref())
+        .and_then(|v| match &v.value {
+            Some(Value::StringValue(s)) => Some(s.clone()),
+            _ => None,
+        })
+        .unwrap_or_default()
+}
+
+fn hex(bytes: &[u8]) -> String {
+    bytes.iter().map(|b| format!("{b:02x}")).collect()
+}
 
 #[tonic::async_trait]
 impl TraceService for Discard {
@@ -29,14 +59,44 @@ impl TraceService for Discard {
         &self,
         request: tonic::Request<ExportTraceServiceRequest>,
     ) -> Result<tonic::Response<ExportTraceServiceResponse>, tonic::Status> {
-        let spans: usize = request
-            .get_ref()
-            .resource_spans
-            .iter()
-            .flat_map(|r| &r.scope_spans)
-            .map(|s| s.spans.len())
-            .sum();
-        self.0.fetch_add(spans as u64, Ordering::Relaxed);
+        let mut spans = 0;
+        let mut by_name = self
+            .by_name
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        let mut dump = self
+            .dump
+            .as_ref()
+            .map(|d| d.lock().unwrap_or_else(std::sync::PoisonError::into_inner));
+        for r in &request.get_ref().resource_spans {
+            let service = resource_str(r, "service.name");
+            let instance = resource_str(r, "service.instance.id");
+            for span in r.scope_spans.iter().flat_map(|s| &s.spans) {
+                if let Some(d) = dump.as_mut() {
+                    use std::io::Write as _;
+                    let _ = writeln!(
+                        d,
+                        "{service}\t{instance}\t{}\t{}\t{}\t{}\t{}\t{}",
+                        span.name,
+                        hex(&span.trace_id),
+                        hex(&span.span_id),
+                        hex(&span.parent_span_id),
+                        span.start_time_unix_nano,
+                        span.end_time_unix_nano
+                    );
+                }
+                spans += 1;
+                let root = span.parent_span_id.is_empty();
+                *by_name
+                    .entry((service.clone(), span.name.clone(), root))
+                    .or_default() += 1;
+            }
+        }
+        if let Some(d) = dump.as_mut() {
+            use std::io::Write as _;
+            let _ = d.flush();
+        }
+        self.spans.fetch_add(spans, Ordering::Relaxed);
         Ok(tonic::Response::new(ExportTraceServiceResponse {
             partial_success: None,
         }))
@@ -49,6 +109,8 @@ pub struct Load {
     pub endpoint: String,
     /// Spans received so far.
     pub spans: Arc<AtomicU64>,
+    /// Spans received so far by process, name and root-ness.
+    pub by_name: Arc<std::sync::Mutex<SpanCounts>>,
     stop: CancellationToken,
 }
 
@@ -69,7 +131,18 @@ impl Load {
         let stop = CancellationToken::new();
         let until = stop.clone().cancelled_owned();
         let spans = Arc::new(AtomicU64::new(0));
-        let receiver = Discard(spans.clone());
+        let by_name = Arc::new(std::sync::Mutex::new(SpanCounts::new()));
+        let dump = match std::env::var("WHARF_BENCH_SPANS") {
+            Ok(path) => Some(std::sync::Mutex::new(std::io::BufWriter::new(
+                std::fs::File::create(path)?,
+            ))),
+            Err(_) => None,
+        };
+        let receiver = Discard {
+            spans: spans.clone(),
+            by_name: by_name.clone(),
+            dump,
+        };
         tokio::spawn(async move {
             let incoming = tokio_stream::wrappers::TcpListenerStream::new(listener);
             let _ = tonic::transport::Server::builder()
@@ -80,6 +153,7 @@ impl Load {
         Ok(Self {
             endpoint,
             spans,
+            by_name,
             stop,
         })
     }
@@ -99,6 +173,17 @@ impl Load {
             }
         });
     }
+}
+
+/// What `after` counted beyond `before`, for each key that grew.
+pub fn span_counts_since(before: &SpanCounts, after: &SpanCounts) -> SpanCounts {
+    after
+        .iter()
+        .filter_map(|(k, n)| {
+            let grew = n - before.get(k).copied().unwrap_or(0);
+            (grew > 0).then(|| (k.clone(), grew))
+        })
+        .collect()
 }
 
 impl Drop for Load {

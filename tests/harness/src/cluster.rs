@@ -273,6 +273,17 @@ impl TestCluster {
     /// As [`TestCluster::add_executor`], with `extra` appended to the executor's flags
     /// (e.g. `--metrics-listen 127.0.0.2:PORT`).
     pub async fn add_executor_with(&mut self, i: usize, extra: Vec<String>) {
+        self.add_executor_with_env(i, extra, &[]).await;
+    }
+
+    /// As [`TestCluster::add_executor_with`], with `env` set for the executor's process
+    /// (e.g. `RUST_LOG=debug` for this executor only).
+    pub async fn add_executor_with_env(
+        &mut self,
+        i: usize,
+        extra: Vec<String>,
+        env: &[(&str, &str)],
+    ) {
         let id = format!("exec-{}", i + 1);
         let host = format!("127.0.0.{}", i + 2);
         let d = self.dir.path().join(&id);
@@ -290,7 +301,7 @@ impl TestCluster {
         ];
         args.extend(self.executor_tls_flags(&id, &host));
         args.extend(extra);
-        let mut p = Proc::spawn(crate::bin("wharf-executor"), args, &d);
+        let mut p = Proc::spawn_with_env(crate::bin("wharf-executor"), args, &d, env);
         let addr = p.listen_addr().await;
         self.register_executor_addr(&addr);
         if self.executors.len() <= i {
