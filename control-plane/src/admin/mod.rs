@@ -59,6 +59,17 @@ async fn wait_gone(
     Ok(())
 }
 
+/// One connector of [`Admin::list`]: its name, and its info and status when asked for.
+#[derive(Debug, Clone)]
+pub struct ListedConnector {
+    /// The connector's name.
+    pub name: String,
+    /// Its config and task configs, secrets redacted (`with_info`).
+    pub info: Option<pb::ConnectorInfo>,
+    /// Its status (`with_status`).
+    pub status: Option<pb::ConnectorStatus>,
+}
+
 /// The admin core over one cluster; cheap to clone.
 #[derive(Clone)]
 pub struct Admin {
@@ -371,14 +382,14 @@ impl Admin {
         self.info_of(&self.existing(name)?)
     }
 
-    /// Every connector (DELETING ones too), sorted by name, with its info and status.
+    /// Every connector (DELETING ones too), sorted by name, with its info (secrets
+    /// redacted) when `with_info` and its status when `with_status`: a listing of names
+    /// redacts no config (issue 19: at 10,000 x 10 the redaction was a quarter of the
+    /// control plane's time under a status poller that asked for none).
     ///
     /// # Errors
     /// Store errors.
-    pub fn list(
-        &self,
-        with_status: bool,
-    ) -> ApiResult<Vec<(pb::ConnectorInfo, Option<pb::ConnectorStatus>)>> {
+    pub fn list(&self, with_info: bool, with_status: bool) -> ApiResult<Vec<ListedConnector>> {
         let plugins = self.plugins()?;
         // Each plugin's full definition once per call, not once per connector (issue 19).
         let mut defs: HashMap<String, wharf::sdk::ConfigDef> = HashMap::new();
@@ -389,11 +400,18 @@ impl Admin {
             } else {
                 None
             };
-            let plugin = plugins.get(&rec.plugin).map(|p| &p.info);
-            let def = defs
-                .entry(rec.plugin.clone())
-                .or_insert_with(|| convert::full_def(plugin));
-            out.push((convert::connector_info_with(&rec, plugin, def), status));
+            let info = with_info.then(|| {
+                let plugin = plugins.get(&rec.plugin).map(|p| &p.info);
+                let def = defs
+                    .entry(rec.plugin.clone())
+                    .or_insert_with(|| convert::full_def(plugin));
+                convert::connector_info_with(&rec, plugin, def)
+            });
+            out.push(ListedConnector {
+                name: rec.name.clone(),
+                info,
+                status,
+            });
         }
         Ok(out)
     }

@@ -106,11 +106,11 @@ impl ConnectorAdmin for AdminService {
         let req = request.into_inner();
         let connectors = self
             .admin
-            .list(req.expand_status)?
+            .list(false, req.expand_status)?
             .into_iter()
-            .map(|(info, status)| pb::ConnectorListEntry {
-                name: info.name,
-                status,
+            .map(|c| pb::ConnectorListEntry {
+                name: c.name,
+                status: c.status,
             })
             .collect();
         Ok(Response::new(pb::ListConnectorsResponse { connectors }))

@@ -14,7 +14,7 @@ use wharf::pb::v1::executor_registry_server::ExecutorRegistry;
 
 use super::convert;
 use super::error::ApiError;
-use crate::model::InstanceEvent;
+use crate::model::{InstanceEvent, InstanceOf};
 use crate::reconcile::Cluster;
 
 /// Longest executor id accepted, in bytes.
@@ -259,11 +259,13 @@ impl ExecutorRegistry for RegistryService {
         }
         let updates = groups.iter().map(|(name, reports)| {
             let id = id.as_str();
-            self.cluster.modify_connector_batched(name, move |r| {
+            self.cluster.record_connector_batched(name, move |r| {
                 if r.deleting {
                     return None;
                 }
+                let target = r.target;
                 let mut any = false;
+                let mut herder_acts = false;
                 for rep in reports {
                     let cur = match rep.task {
                         Some(i) => match r.tasks.get_mut(i as usize) {
@@ -282,8 +284,13 @@ impl ExecutorRegistry for RegistryService {
                     cur.state = next;
                     cur.error = rep.error.clone();
                     any = true;
+                    let of = match rep.task {
+                        Some(_) => InstanceOf::Task,
+                        None => InstanceOf::Connector,
+                    };
+                    herder_acts |= next.herder_acts_on(target, of);
                 }
-                any.then_some(())
+                any.then_some(((), herder_acts))
             })
         });
         for result in futures::future::join_all(updates).await {

@@ -148,6 +148,31 @@ impl InstanceState {
         }
     }
 
+    /// Whether recording an instance in this state, of a connector with target
+    /// `target`, gives the herder anything to do: a task confirmed RUNNING where the
+    /// connector should run is where the herder wanted it, so the write needs no herder
+    /// pass (issue 19: at 10,000 x 10, each start answer and status report of a task made
+    /// the herder rebuild the units of its connector). Watchers and the finalizer are
+    /// told of every write either way.
+    pub fn herder_acts_on(self, target: TargetState, of: InstanceOf) -> bool {
+        match (self, target, of) {
+            (InstanceState::Running, TargetState::Started, InstanceOf::Task) => false,
+            // A connector instance's start leads to task configs and task starts.
+            (_, _, InstanceOf::Connector)
+            // A paused or stopped connector's task that runs must be stopped.
+            | (_, TargetState::Paused | TargetState::Stopped, InstanceOf::Task)
+            | (
+                InstanceState::Unassigned
+                | InstanceState::Paused
+                | InstanceState::Stopped
+                | InstanceState::Failed
+                | InstanceState::Restarting,
+                TargetState::Started,
+                InstanceOf::Task,
+            ) => true,
+        }
+    }
+
     /// True when an instance of this state is believed to exist on its executor.
     pub fn has_live_instance(self) -> bool {
         match self {
@@ -502,6 +527,46 @@ impl ExecutorRecord {
 
 #[cfg(test)]
 mod tests {
+    #[test]
+    fn a_task_confirmed_running_under_target_started_needs_no_herder_pass() {
+        assert!(!InstanceState::Running.herder_acts_on(TargetState::Started, InstanceOf::Task));
+    }
+
+    #[test]
+    fn a_connector_instance_change_needs_a_herder_pass_whatever_its_state() {
+        for s in [
+            InstanceState::Running,
+            InstanceState::Failed,
+            InstanceState::Unassigned,
+        ] {
+            assert!(s.herder_acts_on(TargetState::Started, InstanceOf::Connector));
+        }
+    }
+
+    #[test]
+    fn a_task_of_a_paused_or_stopped_connector_needs_a_herder_pass() {
+        for target in [TargetState::Paused, TargetState::Stopped] {
+            assert!(InstanceState::Running.herder_acts_on(target, InstanceOf::Task));
+            assert!(InstanceState::Paused.herder_acts_on(target, InstanceOf::Task));
+        }
+    }
+
+    #[test]
+    fn a_task_not_running_under_target_started_needs_a_herder_pass() {
+        for s in [
+            InstanceState::Unassigned,
+            InstanceState::Paused,
+            InstanceState::Stopped,
+            InstanceState::Failed,
+            InstanceState::Restarting,
+        ] {
+            assert!(
+                s.herder_acts_on(TargetState::Started, InstanceOf::Task),
+                "{s:?}"
+            );
+        }
+    }
+
     use super::*;
 
     #[test]

@@ -317,6 +317,13 @@ impl Cluster {
         self.finalizer_wake.notify_one();
     }
 
+    /// Tells watchers that `name` changed and wakes the finalizer, for a change the
+    /// herder has nothing to do about (it is not marked for the herder's next pass).
+    fn changed_unplanned(&self, name: &str) {
+        let _ = self.changes.send(name.to_owned());
+        self.finalizer_wake.notify_one();
+    }
+
     fn dirty(&self) -> std::sync::MutexGuard<'_, Dirty> {
         self.dirty
             .lock()
@@ -593,15 +600,36 @@ impl Cluster {
         name: &str,
         mut f: impl FnMut(&mut ConnectorRecord) -> Option<T>,
     ) -> Result<Option<T>, HerderError> {
+        self.record_connector_batched(name, |r| f(r).map(|out| (out, true)))
+            .await
+    }
+
+    /// As [`Cluster::modify_connector_batched`] for a write that records what executors
+    /// answered or reported: `f` also says whether the herder has anything to do about it
+    /// ([`crate::model::InstanceState::herder_acts_on`]). When it has not, the connector
+    /// is not marked for the herder's next pass; watchers and the finalizer are told
+    /// either way.
+    ///
+    /// # Errors
+    /// Store failures, or [`HerderError::Contended`].
+    pub async fn record_connector_batched<T>(
+        &self,
+        name: &str,
+        mut f: impl FnMut(&mut ConnectorRecord) -> Option<(T, bool)>,
+    ) -> Result<Option<T>, HerderError> {
         for _ in 0..MODIFY_ATTEMPTS {
             let Some(mut rec) = self.store.connector(name)? else {
                 return Ok(None);
             };
-            let Some(out) = f(&mut rec) else {
+            let Some((out, herder_acts)) = f(&mut rec) else {
                 return Ok(None);
             };
             if self.store.put_connector_batched(rec).await? {
-                self.changed(name);
+                if herder_acts {
+                    self.changed(name);
+                } else {
+                    self.changed_unplanned(name);
+                }
                 return Ok(Some(out));
             }
         }

@@ -158,9 +158,19 @@ fn per_executor(
 }
 
 /// Connectors whose reconcile task runs, shared with those tasks.
-type InFlight = Arc<Mutex<HashSet<String>>>;
+#[derive(Debug, Default)]
+struct Reconciling {
+    /// Connectors whose reconcile task runs.
+    running: HashSet<String>,
+    /// Of those, the ones that changed meanwhile: marked for the herder again when their
+    /// task ends, not planned on every pass while it runs (issue 19: during a mass create
+    /// most connectors wait for task starts, and each pass rebuilt all their units).
+    again: HashSet<String>,
+}
 
-fn lock(set: &InFlight) -> std::sync::MutexGuard<'_, HashSet<String>> {
+type InFlight = Arc<Mutex<Reconciling>>;
+
+fn lock(set: &InFlight) -> std::sync::MutexGuard<'_, Reconciling> {
     set.lock()
         .unwrap_or_else(std::sync::PoisonError::into_inner)
 }
@@ -232,7 +242,20 @@ fn herder_pass(
     timer: bool,
 ) -> Result<(), HerderError> {
     // Taken first: a change after this point marks its connector for the next pass.
-    let dirty = cluster.take_dirty();
+    let mut dirty = cluster.take_dirty();
+    // A connector still being reconciled is planned once its task ended (it is marked
+    // again then), not on this pass.
+    {
+        let mut reconciling = lock(in_flight);
+        let Reconciling { running, again } = &mut *reconciling;
+        dirty.names.retain(|name| {
+            let deferred = running.contains(name);
+            if deferred {
+                again.insert(name.clone());
+            }
+            !deferred
+        });
+    }
     cluster.expire_leases()?;
     let view = cluster.executor_view()?;
     // Executors not yet found at their advertised address are probed first, each in its
@@ -375,10 +398,14 @@ fn herder_pass(
 
     let view = Arc::new(view);
     for c in &connectors {
-        if !lock(in_flight).insert(c.name.clone()) {
-            // Still working on it (maybe waiting for a slow executor): next pass.
-            cluster.mark_dirty(&c.name);
-            continue;
+        {
+            let mut reconciling = lock(in_flight);
+            if !reconciling.running.insert(c.name.clone()) {
+                // Still working on it (maybe waiting for a slow executor): again once
+                // that ended.
+                reconciling.again.insert(c.name.clone());
+                continue;
+            }
         }
         let wanted = desired.remove(&c.name).unwrap_or_default();
         let (cluster, view, in_flight, name) = (
@@ -393,7 +420,15 @@ fn herder_pass(
             "reconcile connector",
             async move {
                 let result = reconcile_connector(&cluster, &name, &view, &wanted).await;
-                lock(&in_flight).remove(&name);
+                let changed_meanwhile = {
+                    let mut reconciling = lock(&in_flight);
+                    reconciling.running.remove(&name);
+                    reconciling.again.remove(&name)
+                };
+                if changed_meanwhile {
+                    cluster.mark_dirty(&name);
+                    cluster.herder_wake.notify_one();
+                }
                 match result {
                     Ok(Pass::Done) => {}
                     Ok(Pass::Again) => {

@@ -7,7 +7,7 @@ use tracing::{info, warn};
 
 use super::client::{CallError, ConnectorStart, Started, TaskStart};
 use super::cluster::{CallKind, Cluster, ExecutorView, HerderError};
-use crate::model::{ExecutorRecord, InstanceEvent, InstanceState, TargetState};
+use crate::model::{ExecutorRecord, InstanceEvent, InstanceOf, InstanceState, TargetState};
 
 /// A start recorded as intent and to be sent.
 struct Send {
@@ -201,11 +201,13 @@ pub async fn start_units(
         return Ok(());
     }
     cluster
-        .modify_connector_batched(name, |r| {
+        .record_connector_batched(name, |r| {
             if r.deleting {
                 return None;
             }
+            let target = r.target;
             let mut wrote = false;
+            let mut herder_acts = false;
             for (task, generation, event, error) in &results {
                 let connector_started = task.is_none() && *event == InstanceEvent::Started;
                 let already_stale = r.task_configs_stale;
@@ -234,13 +236,18 @@ pub async fn start_units(
                 }
                 cur.state = cur.state.on(*event);
                 cur.error = error.clone();
+                let of = match task {
+                    Some(_) => InstanceOf::Task,
+                    None => InstanceOf::Connector,
+                };
+                herder_acts |= cur.state.herder_acts_on(target, of);
                 if connector_started {
                     // A new connector instance computes its task configs again.
                     r.task_configs_stale = true;
                 }
                 wrote = true;
             }
-            wrote.then_some(())
+            wrote.then_some(((), herder_acts))
         })
         .await?;
     Ok(())

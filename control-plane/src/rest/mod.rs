@@ -577,22 +577,20 @@ async fn list(State(g): State<Gateway>, q: RawQuery) -> RestResult {
             }
         }
     }
-    let all = g.admin.list(with_status)?;
+    let all = g.admin.list(with_info, with_status)?;
     if !with_status && !with_info {
-        return ok(json!(
-            all.iter().map(|(i, _)| i.name.clone()).collect::<Vec<_>>()
-        ));
+        return ok(json!(all.into_iter().map(|c| c.name).collect::<Vec<_>>()));
     }
     let mut out = serde_json::Map::new();
-    for (info, status) in all {
+    for c in all {
         let mut entry = serde_json::Map::new();
-        if with_info {
-            entry.insert("info".into(), json::connector_info(&info));
+        if let Some(info) = &c.info {
+            entry.insert("info".into(), json::connector_info(info));
         }
-        if let Some(s) = status {
-            entry.insert("status".into(), json::connector_status(&s));
+        if let Some(s) = &c.status {
+            entry.insert("status".into(), json::connector_status(s));
         }
-        out.insert(info.name, Value::Object(entry));
+        out.insert(c.name, Value::Object(entry));
     }
     ok(Value::Object(out))
 }
