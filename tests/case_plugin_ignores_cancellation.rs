@@ -10,7 +10,7 @@
 
 use std::time::{Duration, Instant};
 
-use serde_json::{Value, json};
+use serde_json::json;
 use wharf::pb::v1 as pb;
 use wharf::pb::v1::executor_client::ExecutorClient;
 use wharf_harness::cluster::{CONVERGE, TestCluster};
@@ -22,24 +22,6 @@ const STUCK_TASKS: u32 = 10;
 const POLL_BLOCK_MS: u64 = 15_000;
 /// Longest an executor or admin call may take meanwhile.
 const CALL_BOUND: Duration = Duration::from_secs(2);
-
-/// Highest committed `seq` of the bystander's task 0.
-fn bystander_seq(c: &TestCluster, name: &str) -> Option<u64> {
-    let r = c.call("GetOffsets", json!({ "name": name }));
-    r.body["offsets"].as_array()?.iter().find_map(|o| {
-        let offset: Value = serde_json::from_str(o["offset"].as_str()?).ok()?;
-        offset["seq"].as_u64()
-    })
-}
-
-fn epoch_and_state(c: &TestCluster) -> (String, String) {
-    let r = c.call("ListExecutors", json!({}));
-    let e = &r.body["executors"][0];
-    (
-        e["epoch"].as_str().unwrap_or_default().to_owned(),
-        e["state"].as_str().unwrap_or_default().to_owned(),
-    )
-}
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn plugins_that_ignore_cancellation_are_abandoned_shown_and_do_not_starve_the_executor() {
@@ -71,7 +53,7 @@ async fn plugins_that_ignore_cancellation_are_abandoned_shown_and_do_not_starve_
         STUCK_TASKS as usize,
     )
     .await;
-    let (epoch, state) = epoch_and_state(&c);
+    let (epoch, state) = c.first_executor_epoch_and_state();
     assert_eq!(state, "EXECUTOR_STATE_ALIVE");
 
     let addr =
@@ -146,13 +128,13 @@ async fn plugins_that_ignore_cancellation_are_abandoned_shown_and_do_not_starve_
     );
 
     // The bystander kept working all along; the executor kept its lease.
-    let before = bystander_seq(&c, bystander).unwrap_or(0);
+    let before = c.committed_seq(bystander).unwrap_or(0);
     wait_until("the bystander to commit more offsets", CONVERGE, || async {
-        (bystander_seq(&c, bystander).unwrap_or(0) > before).then_some(())
+        (c.committed_seq(bystander).unwrap_or(0) > before).then_some(())
     })
     .await;
     assert_eq!(
-        epoch_and_state(&c),
+        c.first_executor_epoch_and_state(),
         (epoch.clone(), "EXECUTOR_STATE_ALIVE".to_owned())
     );
 
@@ -178,7 +160,7 @@ async fn plugins_that_ignore_cancellation_are_abandoned_shown_and_do_not_starve_
         .await
         .expect("still answering");
     assert_eq!(
-        epoch_and_state(&c),
+        c.first_executor_epoch_and_state(),
         (epoch, "EXECUTOR_STATE_ALIVE".to_owned())
     );
 }

@@ -32,24 +32,6 @@ const CALL_BOUND: Duration = Duration::from_secs(2);
 /// Name of the plugin runtime's threads (`runtime::PLUGIN_THREAD_NAME`).
 const PLUGIN_THREAD_NAME: &str = "wharf-plugin";
 
-/// Highest committed `seq` of task 0 of connector `name`.
-fn committed_seq(c: &TestCluster, name: &str) -> Option<u64> {
-    let r = c.call("GetOffsets", json!({ "name": name }));
-    r.body["offsets"].as_array()?.iter().find_map(|o| {
-        let offset: Value = serde_json::from_str(o["offset"].as_str()?).ok()?;
-        offset["seq"].as_u64()
-    })
-}
-
-fn epoch_and_state(c: &TestCluster) -> (String, String) {
-    let r = c.call("ListExecutors", json!({}));
-    let e = &r.body["executors"][0];
-    (
-        e["epoch"].as_str().unwrap_or_default().to_owned(),
-        e["state"].as_str().unwrap_or_default().to_owned(),
-    )
-}
-
 /// Threads of process `pid` by name (`/proc/PID/task/*/comm`).
 fn thread_names(pid: i32) -> std::collections::BTreeMap<String, usize> {
     let mut names = std::collections::BTreeMap::new();
@@ -146,7 +128,7 @@ async fn stops_stuck_on_every_plugin_worker_write_the_pool_off_and_new_connector
         STUCK_TASKS as usize,
     )
     .await;
-    let (epoch, state) = epoch_and_state(&c);
+    let (epoch, state) = c.first_executor_epoch_and_state();
     assert_eq!(state, "EXECUTOR_STATE_ALIVE");
     let (_, plugin_threads) = threads_of(pid);
     assert_eq!(plugin_threads, PLUGIN_THREADS, "one plugin runtime");
@@ -189,7 +171,7 @@ async fn stops_stuck_on_every_plugin_worker_write_the_pool_off_and_new_connector
     c.wait_state(fresh, "STATE_RUNNING", "STATE_RUNNING", 1)
         .await;
     wait_until("the new connector to commit offsets", CONVERGE, || async {
-        committed_seq(&c, fresh).map(|_| ())
+        c.committed_seq(fresh).map(|_| ())
     })
     .await;
     let r = assignments(&mut executor).await;
@@ -214,7 +196,7 @@ async fn stops_stuck_on_every_plugin_worker_write_the_pool_off_and_new_connector
         "the write-off is logged"
     );
     assert_eq!(
-        epoch_and_state(&c),
+        c.first_executor_epoch_and_state(),
         (epoch.clone(), "EXECUTOR_STATE_ALIVE".to_owned())
     );
 
@@ -229,9 +211,9 @@ async fn stops_stuck_on_every_plugin_worker_write_the_pool_off_and_new_connector
         },
     )
     .await;
-    let before = committed_seq(&c, bystander).unwrap_or(0);
+    let before = c.committed_seq(bystander).unwrap_or(0);
     wait_until("the bystander to commit more offsets", CONVERGE, || async {
-        (committed_seq(&c, bystander).unwrap_or(0) > before).then_some(())
+        (c.committed_seq(bystander).unwrap_or(0) > before).then_some(())
     })
     .await;
 
@@ -248,7 +230,7 @@ async fn stops_stuck_on_every_plugin_worker_write_the_pool_off_and_new_connector
             .contains("retired plugin runtime shut down")
     );
     assert_eq!(
-        epoch_and_state(&c),
+        c.first_executor_epoch_and_state(),
         (epoch, "EXECUTOR_STATE_ALIVE".to_owned())
     );
 }
@@ -288,7 +270,8 @@ async fn an_executor_hosting_200_tasks_runs_them_on_a_bounded_number_of_threads(
     let r = assignments(&mut executor).await;
     assert_eq!(r.tasks.len(), (CONNECTORS * TASKS_EACH) as usize);
     wait_until("the last connector to commit offsets", CONVERGE, || async {
-        committed_seq(&c, &format!("many-{}", CONNECTORS - 1)).map(|_| ())
+        c.committed_seq(&format!("many-{}", CONNECTORS - 1))
+            .map(|_| ())
     })
     .await;
 

@@ -322,6 +322,27 @@ impl TestCluster {
         wait_alive_at(&self.addr, &self.dial(), n).await;
     }
 
+    /// The highest committed `seq` offset of connector `name` (the test source writes
+    /// `{"seq": N}`), from `GetOffsets`; `None` before its first commit.
+    pub fn committed_seq(&self, name: &str) -> Option<u64> {
+        let r = self.call("GetOffsets", json!({ "name": name }));
+        r.body["offsets"].as_array()?.iter().find_map(|o| {
+            let offset: Value = serde_json::from_str(o["offset"].as_str()?).ok()?;
+            offset["seq"].as_u64()
+        })
+    }
+
+    /// The first executor's `(epoch, state)` as `ListExecutors` shows them (empty strings
+    /// when there is none).
+    pub fn first_executor_epoch_and_state(&self) -> (String, String) {
+        let r = self.call("ListExecutors", json!({}));
+        let e = &r.body["executors"][0];
+        (
+            e["epoch"].as_str().unwrap_or_default().to_owned(),
+            e["state"].as_str().unwrap_or_default().to_owned(),
+        )
+    }
+
     /// Calls `wharf.v1.ConnectorAdmin/<method>` with the typed client ([`call_at`]).
     pub fn call(&self, method: &str, body: Value) -> Call {
         call_at(
