@@ -74,6 +74,8 @@ pub struct ListedConnector {
 #[derive(Clone)]
 pub struct Admin {
     cluster: Arc<Cluster>,
+    /// Executors' plugin descriptors, decoded once per registration.
+    plugins: Arc<convert::PluginCache>,
 }
 
 /// How a deletion is asked for (`DeleteConnector`, `DELETE /connectors/{name}`).
@@ -109,7 +111,10 @@ type ApiResult<T> = Result<T, ApiError>;
 impl Admin {
     /// The core over `cluster`.
     pub fn new(cluster: Arc<Cluster>) -> Self {
-        Self { cluster }
+        Self {
+            cluster,
+            plugins: Arc::default(),
+        }
     }
 
     /// The cluster (for the watch stream of the gRPC adapter).
@@ -121,9 +126,11 @@ impl Admin {
     fn plugins(&self) -> ApiResult<BTreeMap<String, KnownPlugin>> {
         let cluster = &self.cluster;
         let execs = cluster.store.executors()?;
-        Ok(convert::known_plugins(&execs, &|e| {
-            !e.lost && cluster.holds_lease(&e.id, e.epoch)
-        }))
+        Ok(convert::known_plugins_with(
+            &execs,
+            &|e| !e.lost && cluster.holds_lease(&e.id, e.epoch),
+            &self.plugins,
+        ))
     }
 
     fn existing(&self, name: &str) -> ApiResult<ConnectorRecord> {

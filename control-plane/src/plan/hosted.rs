@@ -5,7 +5,8 @@
 //! heartbeat built just before a start completed may arrive just after the start's answer
 //! was recorded.
 
-use std::collections::BTreeSet;
+use std::collections::{BTreeSet, HashMap};
+use std::time::Duration;
 
 use crate::model::{ConnectorRecord, InstanceState, TargetState};
 
@@ -22,7 +23,22 @@ pub fn missing<'a>(
     epoch: u64,
     hosted: &BTreeSet<InstanceKey>,
 ) -> BTreeSet<InstanceKey> {
-    let mut out = BTreeSet::new();
+    let recorded = recorded_running(records);
+    not_hosted(
+        recorded
+            .get(&(executor.to_owned(), epoch))
+            .map_or(&[][..], Vec::as_slice),
+        hosted,
+    )
+}
+
+/// Every instance recorded RUNNING, by the executor and epoch it was recorded on (only
+/// connectors whose target is STARTED and that are not deleting, as [`missing`] judges).
+/// One walk over the cluster that the heartbeats of every executor can share.
+pub fn recorded_running<'a>(
+    records: impl IntoIterator<Item = &'a ConnectorRecord>,
+) -> HashMap<(String, u64), Vec<InstanceKey>> {
+    let mut out: HashMap<(String, u64), Vec<InstanceKey>> = HashMap::new();
     for r in records {
         if r.deleting || r.target != TargetState::Started {
             continue;
@@ -30,20 +46,50 @@ pub fn missing<'a>(
         let units = std::iter::once((None, &r.connector))
             .chain(r.tasks.iter().enumerate().map(|(i, t)| (Some(i as u32), t)));
         for (task, inst) in units {
-            let recorded_here = inst.executor.as_deref() == Some(executor)
-                && inst.epoch == epoch
-                && inst.state == InstanceState::Running;
-            if !recorded_here {
+            let Some(executor) = inst.executor.as_deref() else {
+                continue;
+            };
+            if inst.state != InstanceState::Running {
                 continue;
             }
-            // Cloned only for the instances recorded here (a heartbeat walks the cluster).
             let key = (r.name.clone(), task, inst.generation);
-            if !hosted.contains(&key) {
-                out.insert(key);
+            match out.get_mut(&(executor.to_owned(), inst.epoch)) {
+                Some(keys) => keys.push(key),
+                None => {
+                    out.insert((executor.to_owned(), inst.epoch), vec![key]);
+                }
             }
         }
     }
     out
+}
+
+/// The instances of `recorded` that `hosted` does not list.
+pub fn not_hosted(
+    recorded: &[InstanceKey],
+    hosted: &BTreeSet<InstanceKey>,
+) -> BTreeSet<InstanceKey> {
+    recorded
+        .iter()
+        .filter(|k| !hosted.contains(*k))
+        .cloned()
+        .collect()
+}
+
+/// Walks of the cluster ([`recorded_running`]) cheaper than this are made for every
+/// heartbeat; a dearer one is shared (issue 19: at 10,000 x 10 the walk per heartbeat of
+/// each of 10 executors was a tenth of the control plane's time).
+pub const SHARED_WALK_MIN_COST: Duration = Duration::from_millis(1);
+
+/// Whether a heartbeat may judge what its executor hosts against a walk made `age` ago
+/// that cost `cost`: a cheap walk is made again for each heartbeat; a dear one is reused
+/// for half a heartbeat interval, so two heartbeats of one executor in a row (the rule
+/// above) never share one, and a correction comes at most half an interval later.
+pub fn walk_reusable(age: Duration, cost: Duration, heartbeat_interval: Duration) -> bool {
+    match (cost >= SHARED_WALK_MIN_COST, age < heartbeat_interval / 2) {
+        (true, true) => true,
+        (false, _) | (true, false) => false,
+    }
 }
 
 /// The instances to correct now: missing in this heartbeat and in the one before.
@@ -54,6 +100,36 @@ pub fn gone(previous: &BTreeSet<InstanceKey>, now: &BTreeSet<InstanceKey>) -> Ve
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_cheap_walk_is_made_again_for_every_heartbeat() {
+        let interval = Duration::from_secs(1);
+        assert!(!walk_reusable(
+            Duration::ZERO,
+            Duration::from_micros(900),
+            interval
+        ));
+    }
+
+    #[test]
+    fn a_dear_walk_is_shared_for_half_a_heartbeat_interval() {
+        let interval = Duration::from_secs(1);
+        assert!(walk_reusable(
+            Duration::from_millis(499),
+            Duration::from_millis(10),
+            interval
+        ));
+    }
+
+    #[test]
+    fn a_dear_walk_older_than_half_an_interval_is_made_again() {
+        let interval = Duration::from_secs(1);
+        assert!(!walk_reusable(
+            Duration::from_millis(500),
+            Duration::from_millis(10),
+            interval
+        ));
+    }
     use crate::model::{ConnectorSpec, Instance};
     use std::num::NonZeroU32;
 

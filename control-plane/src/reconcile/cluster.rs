@@ -22,6 +22,10 @@ use crate::plan::hosted::{self, InstanceKey};
 use crate::plan::unit::Host;
 use crate::store::{StateStore, StoreError};
 
+/// The instances recorded RUNNING, by the executor and epoch they were recorded on
+/// ([`hosted::recorded_running`]).
+type RecordedRunning = HashMap<(String, u64), Vec<InstanceKey>>;
+
 /// How often the herder and the finalizer look again without being woken, in ms.
 pub const RECONCILE_INTERVAL_MS: u64 = 250;
 /// Longest time between two herder passes over every connector while changes keep
@@ -98,6 +102,9 @@ pub struct Cluster {
     /// Per executor: instances recorded RUNNING there that its last heartbeat did not
     /// list ([`crate::plan::hosted`]).
     hosted_missing: Mutex<HashMap<String, std::collections::BTreeSet<InstanceKey>>>,
+    /// The last walk of the instances recorded RUNNING: when it began, what it cost, and
+    /// what it found (shared by heartbeats, [`hosted::walk_reusable`]).
+    recorded_running: Mutex<Option<(Instant, Duration, Arc<RecordedRunning>)>>,
     /// Lost executors (with the lost epoch) and since when this process saw them lost.
     lost_since: Mutex<HashMap<String, (u64, Instant)>>,
     /// Final records of recently finished deletions, by connector name, with when they
@@ -304,6 +311,7 @@ impl Cluster {
             verified: Mutex::new(HashMap::new()),
             probing: Mutex::new(HashSet::new()),
             hosted_missing: Mutex::new(HashMap::new()),
+            recorded_running: Mutex::new(None),
             lost_since: Mutex::new(HashMap::new()),
         }))
     }
@@ -881,6 +889,26 @@ impl Cluster {
         }
     }
 
+    /// The instances recorded RUNNING, by executor and epoch: a fresh walk of the cluster,
+    /// or the last one while [`hosted::walk_reusable`] says so.
+    fn recorded_running(&self) -> Result<Arc<RecordedRunning>, StoreError> {
+        let interval = Duration::from_millis(u64::from(self.lease.heartbeat_interval_ms));
+        let mut last = self
+            .recorded_running
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        if let Some((built, cost, walk)) = &*last
+            && hosted::walk_reusable(built.elapsed(), *cost, interval)
+        {
+            return Ok(walk.clone());
+        }
+        let began = Instant::now();
+        let records = self.store.connectors_shared()?;
+        let walk = Arc::new(hosted::recorded_running(records.iter().map(AsRef::as_ref)));
+        *last = Some((began, began.elapsed(), walk.clone()));
+        Ok(walk)
+    }
+
     /// Corrects the status from a heartbeat that lists everything `executor` (at `epoch`)
     /// hosts: an instance recorded RUNNING there that two heartbeats in a row did not list
     /// is recorded unassigned, so the herder starts it again (issue 15, point 7).
@@ -893,8 +921,13 @@ impl Cluster {
         epoch: u64,
         hosted: std::collections::BTreeSet<InstanceKey>,
     ) -> Result<(), HerderError> {
-        let records = self.store.connectors_shared()?;
-        let now = hosted::missing(records.iter().map(AsRef::as_ref), executor, epoch, &hosted);
+        let recorded = self.recorded_running()?;
+        let now = hosted::not_hosted(
+            recorded
+                .get(&(executor.to_owned(), epoch))
+                .map_or(&[][..], Vec::as_slice),
+            &hosted,
+        );
         let gone = {
             let mut map = self
                 .hosted_missing
