@@ -151,7 +151,10 @@ pub fn known_plugins(
 /// used only while the registration's raw descriptors are byte for byte the ones it was
 /// decoded from; entries of executors no longer registered are dropped.
 #[derive(Debug, Default)]
-pub struct PluginCache(Mutex<HashMap<(String, u64), Arc<Vec<Decoded>>>>);
+pub struct PluginCache(Mutex<HashMap<Registration, Arc<Vec<Decoded>>>>);
+
+/// An executor's registration: its id and epoch.
+type Registration = (String, u64);
 
 /// One plugin descriptor of a registration: its raw bytes and what they decode to
 /// (`None`: they do not decode, and the plugin is left out).
