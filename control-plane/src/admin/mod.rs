@@ -126,7 +126,7 @@ impl Admin {
     fn plugins(&self) -> ApiResult<BTreeMap<String, KnownPlugin>> {
         let cluster = &self.cluster;
         let execs = cluster.store.executors()?;
-        Ok(convert::known_plugins_with(
+        Ok(convert::known_plugins(
             &execs,
             &|e| !e.lost && cluster.holds_lease(&e.id, e.epoch),
             &self.plugins,
@@ -397,7 +397,12 @@ impl Admin {
     /// # Errors
     /// Store errors.
     pub fn list(&self, with_info: bool, with_status: bool) -> ApiResult<Vec<ListedConnector>> {
-        let plugins = self.plugins()?;
+        // A listing of names needs no plugin.
+        let plugins = if with_info || with_status {
+            self.plugins()?
+        } else {
+            BTreeMap::new()
+        };
         // Each plugin's full definition once per call, not once per connector (issue 19).
         let mut defs: HashMap<String, wharf::sdk::ConfigDef> = HashMap::new();
         let mut out = Vec::new();

@@ -137,14 +137,6 @@ pub struct KnownPlugin {
     pub live_on: Vec<String>,
 }
 
-/// Plugins from registered executors (alive ones first), by name.
-pub fn known_plugins(
-    executors: &[ExecutorRecord],
-    live: &dyn Fn(&ExecutorRecord) -> bool,
-) -> std::collections::BTreeMap<String, KnownPlugin> {
-    known_plugins_with(executors, live, &PluginCache::default())
-}
-
 /// The decoded plugin descriptors of each executor registration, so that a create or a
 /// status does not decode every executor's descriptors again (issue 19: at 10,000 x 10
 /// that decoding was 9% of the control plane's time during the creation). An entry is
@@ -205,9 +197,10 @@ impl PluginCache {
     }
 }
 
-/// [`known_plugins`] decoding through `cache`. A plugin's wire form is the one of the
-/// last live executor offering it, else of the first executor that registered it.
-pub fn known_plugins_with(
+/// Plugins from registered executors, by name, decoded through `cache`. A plugin's wire
+/// form is the one of the last live executor offering it, else of the first executor
+/// that registered it.
+pub fn known_plugins(
     executors: &[ExecutorRecord],
     live: &dyn Fn(&ExecutorRecord) -> bool,
     cache: &PluginCache,

@@ -284,11 +284,7 @@ impl ExecutorRegistry for RegistryService {
                     cur.state = next;
                     cur.error = rep.error.clone();
                     any = true;
-                    let of = match rep.task {
-                        Some(_) => InstanceOf::Task,
-                        None => InstanceOf::Connector,
-                    };
-                    herder_acts |= next.herder_acts_on(target, of);
+                    herder_acts |= next.herder_acts_on(target, InstanceOf::of_task(rep.task));
                 }
                 any.then_some(((), herder_acts))
             })

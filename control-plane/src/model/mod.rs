@@ -83,6 +83,16 @@ pub enum InstanceOf {
     Task,
 }
 
+impl InstanceOf {
+    /// The connector instance for `None`, task `Some(i)` otherwise.
+    pub fn of_task<T>(task: Option<T>) -> Self {
+        match task {
+            Some(_) => InstanceOf::Task,
+            None => InstanceOf::Connector,
+        }
+    }
+}
+
 /// Something that happens to an instance; the one input of [`InstanceState::on`].
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum InstanceEvent {

@@ -13,70 +13,65 @@ use crate::model::{ConnectorRecord, InstanceState, TargetState};
 /// One instance: connector name, task index (`None`: the connector instance), generation.
 pub type InstanceKey = (String, Option<u32>, u64);
 
-/// Instances recorded RUNNING on `executor` at `epoch` that `hosted` (everything the
-/// executor reports it hosts) does not list. Only connectors whose target is STARTED are
-/// judged: a paused or stopped one is being stopped by the herder (an instance whose stop
-/// runs is no longer listed), and a deleting one is the finalizer's.
-pub fn missing<'a>(
-    records: impl IntoIterator<Item = &'a ConnectorRecord>,
-    executor: &str,
-    epoch: u64,
-    hosted: &BTreeSet<InstanceKey>,
-) -> BTreeSet<InstanceKey> {
-    let recorded = recorded_running(records);
-    not_hosted(
-        recorded
-            .get(&(executor.to_owned(), epoch))
-            .map_or(&[][..], Vec::as_slice),
-        hosted,
-    )
-}
+/// Every instance recorded RUNNING, by the executor and epoch it was recorded on: one
+/// walk over the cluster that the heartbeats of every executor can share. Only
+/// connectors whose target is STARTED are judged: a paused or stopped one is being
+/// stopped by the herder (an instance whose stop runs is no longer listed), and a
+/// deleting one is the finalizer's.
+#[derive(Debug, Default)]
+pub struct RecordedRunning(HashMap<(String, u64), Vec<InstanceKey>>);
 
-/// Every instance recorded RUNNING, by the executor and epoch it was recorded on (only
-/// connectors whose target is STARTED and that are not deleting, as [`missing`] judges).
-/// One walk over the cluster that the heartbeats of every executor can share.
-pub fn recorded_running<'a>(
-    records: impl IntoIterator<Item = &'a ConnectorRecord>,
-) -> HashMap<(String, u64), Vec<InstanceKey>> {
-    let mut out: HashMap<(String, u64), Vec<InstanceKey>> = HashMap::new();
-    for r in records {
-        if r.deleting || r.target != TargetState::Started {
-            continue;
-        }
-        let units = std::iter::once((None, &r.connector))
-            .chain(r.tasks.iter().enumerate().map(|(i, t)| (Some(i as u32), t)));
-        for (task, inst) in units {
-            let Some(executor) = inst.executor.as_deref() else {
-                continue;
-            };
-            if inst.state != InstanceState::Running {
+impl RecordedRunning {
+    /// Walks `records`.
+    pub fn walk<'a>(records: impl IntoIterator<Item = &'a ConnectorRecord>) -> Self {
+        // Keyed by borrowed executor ids while walking: one owned id per executor, not
+        // one per instance.
+        let mut by: HashMap<(&str, u64), Vec<InstanceKey>> = HashMap::new();
+        for r in records {
+            if r.deleting || r.target != TargetState::Started {
                 continue;
             }
-            let key = (r.name.clone(), task, inst.generation);
-            match out.get_mut(&(executor.to_owned(), inst.epoch)) {
-                Some(keys) => keys.push(key),
-                None => {
-                    out.insert((executor.to_owned(), inst.epoch), vec![key]);
+            let units = std::iter::once((None, &r.connector))
+                .chain(r.tasks.iter().enumerate().map(|(i, t)| (Some(i as u32), t)));
+            for (task, inst) in units {
+                let Some(executor) = inst.executor.as_deref() else {
+                    continue;
+                };
+                if inst.state == InstanceState::Running {
+                    by.entry((executor, inst.epoch)).or_default().push((
+                        r.name.clone(),
+                        task,
+                        inst.generation,
+                    ));
                 }
             }
         }
+        Self(
+            by.into_iter()
+                .map(|((executor, epoch), keys)| ((executor.to_owned(), epoch), keys))
+                .collect(),
+        )
     }
-    out
+
+    /// Instances recorded RUNNING on `executor` at `epoch` that `hosted` (everything the
+    /// executor reports it hosts) does not list.
+    pub fn missing(
+        &self,
+        executor: &str,
+        epoch: u64,
+        hosted: &BTreeSet<InstanceKey>,
+    ) -> BTreeSet<InstanceKey> {
+        self.0
+            .get(&(executor.to_owned(), epoch))
+            .into_iter()
+            .flatten()
+            .filter(|k| !hosted.contains(*k))
+            .cloned()
+            .collect()
+    }
 }
 
-/// The instances of `recorded` that `hosted` does not list.
-pub fn not_hosted(
-    recorded: &[InstanceKey],
-    hosted: &BTreeSet<InstanceKey>,
-) -> BTreeSet<InstanceKey> {
-    recorded
-        .iter()
-        .filter(|k| !hosted.contains(*k))
-        .cloned()
-        .collect()
-}
-
-/// Walks of the cluster ([`recorded_running`]) cheaper than this are made for every
+/// Walks of the cluster ([`RecordedRunning::walk`]) cheaper than this are made for every
 /// heartbeat; a dearer one is shared (issue 19: at 10,000 x 10 the walk per heartbeat of
 /// each of 10 executors was a tenth of the control plane's time).
 pub const SHARED_WALK_MIN_COST: Duration = Duration::from_millis(1);
@@ -100,6 +95,15 @@ pub fn gone(previous: &BTreeSet<InstanceKey>, now: &BTreeSet<InstanceKey>) -> Ve
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    fn missing<'a>(
+        records: impl IntoIterator<Item = &'a ConnectorRecord>,
+        executor: &str,
+        epoch: u64,
+        hosted: &BTreeSet<InstanceKey>,
+    ) -> BTreeSet<InstanceKey> {
+        RecordedRunning::walk(records).missing(executor, epoch, hosted)
+    }
 
     #[test]
     fn a_cheap_walk_is_made_again_for_every_heartbeat() {

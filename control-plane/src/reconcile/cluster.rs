@@ -18,13 +18,9 @@ use tracing::{info, warn};
 use super::client::{CallError, ExecutorClients};
 use crate::model::{ConnectorRecord, ExecutorRecord};
 use crate::model::{InstanceEvent, InstanceState};
-use crate::plan::hosted::{self, InstanceKey};
+use crate::plan::hosted::{self, InstanceKey, RecordedRunning};
 use crate::plan::unit::Host;
 use crate::store::{StateStore, StoreError};
-
-/// The instances recorded RUNNING, by the executor and epoch they were recorded on
-/// ([`hosted::recorded_running`]).
-type RecordedRunning = HashMap<(String, u64), Vec<InstanceKey>>;
 
 /// How often the herder and the finalizer look again without being woken, in ms.
 pub const RECONCILE_INTERVAL_MS: u64 = 250;
@@ -904,7 +900,7 @@ impl Cluster {
         }
         let began = Instant::now();
         let records = self.store.connectors_shared()?;
-        let walk = Arc::new(hosted::recorded_running(records.iter().map(AsRef::as_ref)));
+        let walk = Arc::new(RecordedRunning::walk(records.iter().map(AsRef::as_ref)));
         *last = Some((began, began.elapsed(), walk.clone()));
         Ok(walk)
     }
@@ -921,13 +917,7 @@ impl Cluster {
         epoch: u64,
         hosted: std::collections::BTreeSet<InstanceKey>,
     ) -> Result<(), HerderError> {
-        let recorded = self.recorded_running()?;
-        let now = hosted::not_hosted(
-            recorded
-                .get(&(executor.to_owned(), epoch))
-                .map_or(&[][..], Vec::as_slice),
-            &hosted,
-        );
+        let now = self.recorded_running()?.missing(executor, epoch, &hosted);
         let gone = {
             let mut map = self
                 .hosted_missing

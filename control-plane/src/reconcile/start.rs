@@ -236,11 +236,7 @@ pub async fn start_units(
                 }
                 cur.state = cur.state.on(*event);
                 cur.error = error.clone();
-                let of = match task {
-                    Some(_) => InstanceOf::Task,
-                    None => InstanceOf::Connector,
-                };
-                herder_acts |= cur.state.herder_acts_on(target, of);
+                herder_acts |= cur.state.herder_acts_on(target, InstanceOf::of_task(*task));
                 if connector_started {
                     // A new connector instance computes its task configs again.
                     r.task_configs_stale = true;
