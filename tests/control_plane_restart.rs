@@ -1,13 +1,74 @@
 //! A control plane killed (kill -9) in the middle of a deletion resumes it from its store
 //! after a restart on the same data dir, and the deletion completes with exactly one
-//! completed stop(true) per task.
+//! completed stop(true) per task. A restarted control plane catches up with what runs
+//! without stopping or starting any of it again, and says when it did.
 //!
 //! Build first: `cargo build -p wharf-control-plane -p wharf-executor`.
 
 use serde_json::json;
 use wharf_harness::cluster::{CONVERGE, NOT_FOUND, TestCluster};
 use wharf_harness::lifecycle::Lifecycle;
+use wharf_harness::prometheus::{free_addr, http_get};
 use wharf_harness::wait_until;
+
+/// The INFO line of a herder that caught up (docs/lifecycle.md, "After a restart").
+const CAUGHT_UP: &str = "herder caught up";
+
+/// Plugin calls that start or stop an instance, as the test plugin's lifecycle file
+/// records them.
+fn starts_and_stops(lc: &Lifecycle) -> usize {
+    lc.events
+        .iter()
+        .filter(|e| matches!(e.call.as_str(), "start" | "stop" | "stopped"))
+        .count()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_restarted_control_plane_catches_up_without_stopping_or_starting_what_runs() {
+    let metrics = free_addr("127.0.0.1");
+    let mut c = TestCluster::start_with(2, vec!["--metrics-listen".into(), metrics.clone()]).await;
+    let name = "steady";
+    let cfg = c.source_config(name, 3);
+    let r = c.call("CreateConnector", json!({ "name": name, "config": cfg }));
+    assert_eq!(r.code, 0, "{}", r.err);
+    let before = c
+        .wait_state(name, "STATE_RUNNING", "STATE_RUNNING", 3)
+        .await;
+    wait_until("the first herder to catch up", CONVERGE, || async {
+        c.cp_log().contains(CAUGHT_UP).then_some(())
+    })
+    .await;
+    let calls_before = starts_and_stops(&Lifecycle::read(&c.lifecycle_path(name)));
+
+    c.restart_control_plane().await;
+    wait_until("the restarted herder to catch up", CONVERGE, || async {
+        (c.cp_log().matches(CAUGHT_UP).count() >= 2).then_some(())
+    })
+    .await;
+
+    let (code, body) = http_get(&metrics, "/metrics");
+    assert_eq!(code, 200, "{body}");
+    let gauge = body
+        .lines()
+        .find_map(|l| l.strip_prefix("wharf_herder_catch_up_seconds "))
+        .and_then(|v| v.trim().parse::<f64>().ok());
+    assert!(
+        gauge.is_some_and(|s| s > 0.0 && s < CONVERGE.as_secs_f64()),
+        "the catch-up gauge after the restart: {gauge:?}"
+    );
+    let after = c.status(name).expect("still known after restart");
+    assert_eq!(
+        TestCluster::hosts(&after),
+        TestCluster::hosts(&before),
+        "every task where it ran: {after}"
+    );
+    assert_eq!(after["connector"]["state"], "STATE_RUNNING", "{after}");
+    assert_eq!(
+        starts_and_stops(&Lifecycle::read(&c.lifecycle_path(name))),
+        calls_before,
+        "the restart stopped or started nothing"
+    );
+}
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_deletion_interrupted_by_a_control_plane_crash_resumes_after_restart() {

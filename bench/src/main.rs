@@ -33,7 +33,25 @@ const SCALE_RUNS: usize = 3;
 
 /// The target scale step and the curve around it (connectors; 10 tasks each).
 const SCALE_TARGET: usize = 1_000;
-const SCALE_CURVE: [usize; 4] = [100, 300, 3_000, 10_000];
+const SCALE_CURVE: [usize; 2] = [100, 300];
+/// The steps above the target, each run [`LARGE_RUNS`] times for medians (issue 19); the
+/// largest ([`LARGE_TARGET`]) restarts the control plane and kills one executor in each
+/// run.
+const LARGE_STEPS: [usize; 2] = [3_000, 10_000];
+/// Runs of each of [`LARGE_STEPS`].
+const LARGE_RUNS: usize = 3;
+/// Issue 19's target step.
+const LARGE_TARGET: usize = 10_000;
+/// Issue 19's targets at [`LARGE_TARGET`]: create and delete, s; control-plane RSS, MiB;
+/// cost per connector over the target step's; the restarted control plane serving
+/// reads and caught up, s; a rebalance beyond the lease, s.
+const LARGE_CREATE_S: f64 = 10.0;
+const LARGE_DELETE_S: f64 = 10.0;
+const LARGE_CP_RSS_MIB: f64 = 512.0;
+const LARGE_PER_CONNECTOR_RATIO: f64 = 1.3;
+const RESTART_READS_S: f64 = 2.0;
+const RESTART_CAUGHT_UP_S: f64 = 10.0;
+const REBALANCE_BEYOND_LEASE_S: f64 = 2.0;
 /// Executors killed one after the other in the rebalance run (one measurement each).
 const REBALANCE_KILLS: usize = 3;
 /// How long the rebalance run waits for its connectors to be deleted after the kill, s.
@@ -41,7 +59,7 @@ const REBALANCE_DELETE_DEADLINE_S: f64 = 30.0;
 /// Seconds to start and stop a 10-executor cluster, for the budget's predictions.
 const SETUP_S: f64 = 5.0;
 /// Default time budget of the whole run, seconds (the build comes on top).
-const DEFAULT_BUDGET_S: u64 = 660;
+const DEFAULT_BUDGET_S: u64 = 1_050;
 
 /// Command line.
 const USAGE: &str = "usage: wharf-bench --bin-dir DIR --out FILE [--budget-s N] [--only deletion,dataplane,scale,peer] [--no-mtls] [--scale-once] [--scale-sizes N,N] [--peer-env FILE | --peer-missing REASON] [--keep]";
@@ -304,6 +322,8 @@ struct Results {
     /// right after the off run of the same index.
     target_observed: Vec<scale::ScalePoint>,
     curve: Vec<scale::ScalePoint>,
+    /// Runs of [`LARGE_STEPS`], in the order they ran.
+    large: Vec<scale::ScalePoint>,
     rebalance: Option<scale::ScalePoint>,
     curve_notes: Vec<String>,
     took: Duration,
@@ -384,16 +404,29 @@ async fn scale_sizes(args: &Args, root: &std::path::Path) -> anyhow::Result<()> 
     let budget = args.budget;
     for &n in &args.scale_sizes {
         let load = sh("cut -d' ' -f1-3 /proc/loadavg");
-        let p = scale::run(
+        // The target of issue 19 runs as in the full bench: a restart and one kill.
+        let top = n == LARGE_TARGET;
+        let step = scale::Step {
+            connectors: n,
+            executors: scale::EXECUTORS,
+            kills: usize::from(top),
+            restart: top,
+        };
+        let p = scale::run_step(
             &args.bin_dir,
             &root.join(format!("sizes-{n}")),
-            n,
-            0,
+            step,
             budget,
             budget,
             false,
         )
         .await?;
+        if let Some(x) = &p.restart {
+            println!("scale {n} x 10: {x:?}");
+        }
+        for k in &p.rebalances {
+            println!("scale {n} x 10: {k:?}");
+        }
         println!(
             "scale {n} x 10: create {:.2} s, delete {:.2} s (left {}), control-plane RSS {:.0} MiB (idle {:.0}), load before {load}, after {}",
             p.create_s,
@@ -527,10 +560,280 @@ async fn run_scale(
             break;
         }
     }
-    for n in SCALE_CURVE.into_iter().filter(|n| *n > SCALE_TARGET) {
-        curve_step(args, root, started, remaining, r, n).await;
+    for n in LARGE_STEPS {
+        for i in 0..LARGE_RUNS {
+            if !large_step(args, root, started, remaining, r, n, i).await {
+                break;
+            }
+        }
     }
     Ok(())
+}
+
+/// Run `i` of the large step `n` x 10 (with a control-plane restart and one kill at
+/// [`LARGE_TARGET`]), unless the prediction says it would not fit the budget left;
+/// false when it did not run or did not finish.
+async fn large_step(
+    args: &Args,
+    root: &std::path::Path,
+    started: Instant,
+    remaining: &dyn Fn(Instant) -> f64,
+    r: &mut Results,
+    n: usize,
+    i: usize,
+) -> bool {
+    let left = remaining(started);
+    let top = n == LARGE_TARGET;
+    // Predicted from an earlier run of this size, else linearly from the largest step
+    // below it (a lower bound: the cost per connector does not shrink with n).
+    let measured = |p: &scale::ScalePoint| {
+        p.create_s
+            + p.delete_s
+            + p.restart.as_ref().map_or(0.0, |x| x.stop_s + x.caught_up_s)
+            + p.rebalances.iter().map(|x| x.seconds).sum::<f64>()
+    };
+    let same = r
+        .large
+        .iter()
+        .filter(|p| p.connectors == n)
+        .map(measured)
+        .fold(0.0, f64::max);
+    let below = r
+        .large
+        .iter()
+        .chain(r.target.iter())
+        .chain(r.curve.iter())
+        .filter(|p| p.connectors < n)
+        .max_by_key(|p| p.connectors)
+        .map_or(f64::INFINITY, |p| {
+            measured(p) * n as f64 / p.connectors as f64
+        });
+    let extra = if top { 20.0 } else { 0.0 };
+    let predicted = if same > 0.0 { same } else { below + extra } + SETUP_S;
+    if predicted > left {
+        r.curve_notes.push(format!(
+            "run {} of {n} x 10 not run: about {predicted:.0} s predicted, {:.0} s of the budget left",
+            i + 1,
+            left.max(0.0)
+        ));
+        eprintln!(
+            "[bench] {}",
+            r.curve_notes.last().map_or("", String::as_str)
+        );
+        return false;
+    }
+    eprintln!(
+        "[bench] scale {n} x 10, run {} of {LARGE_RUNS}{}",
+        i + 1,
+        if top {
+            " (with a control-plane restart and one kill -9)"
+        } else {
+            ""
+        }
+    );
+    let deadline = Duration::from_secs_f64((left - SETUP_S).max(10.0) / 3.0);
+    let step = scale::Step {
+        connectors: n,
+        executors: scale::EXECUTORS,
+        kills: usize::from(top),
+        restart: top,
+    };
+    match scale::run_step(
+        &args.bin_dir,
+        &root.join(format!("scale-{n}-{i}")),
+        step,
+        deadline,
+        deadline,
+        false,
+    )
+    .await
+    {
+        Ok(p) => {
+            eprintln!("[bench] {p:?}");
+            r.large.push(p);
+            true
+        }
+        Err(e) => {
+            r.curve_notes
+                .push(format!("run {} of {n} x 10 did not finish: {e}", i + 1));
+            eprintln!(
+                "[bench] {}",
+                r.curve_notes.last().map_or("", String::as_str)
+            );
+            false
+        }
+    }
+}
+
+/// The median of each figure over `runs` (all of one size; not empty).
+fn median_point(runs: &[scale::ScalePoint]) -> scale::ScalePoint {
+    let med = |f: fn(&scale::ScalePoint) -> f64| median(&runs.iter().map(f).collect::<Vec<_>>());
+    scale::ScalePoint {
+        connectors: runs[0].connectors,
+        create_s: med(|p| p.create_s),
+        delete_s: med(|p| p.delete_s),
+        delete_left: runs.iter().map(|p| p.delete_left).max().unwrap_or(0),
+        cp_rss_mib: med(|p| p.cp_rss_mib),
+        cp_rss_idle_mib: med(|p| p.cp_rss_idle_mib),
+        exec_kib_per_task: med(|p| p.exec_kib_per_task),
+        exec_rss_mib: med(|p| p.exec_rss_mib),
+        rebalances: Vec::new(),
+        restart: None,
+    }
+}
+
+/// Issue 19's targets at [`LARGE_TARGET`] x 10: medians of its runs, each figure beside
+/// its target, and every run.
+fn large_section(large: &[scale::ScalePoint], target: &[scale::ScalePoint]) -> String {
+    let mut s = String::new();
+    let runs: Vec<&scale::ScalePoint> = large
+        .iter()
+        .filter(|p| p.connectors == LARGE_TARGET)
+        .collect();
+    let _ = writeln!(s, "### {LARGE_TARGET} x 10 (issue 19)\n");
+    if runs.is_empty() {
+        let _ = writeln!(
+            s,
+            "Not run within the budget (the notes under the curve say why).\n"
+        );
+        return s;
+    }
+    let med = |f: &dyn Fn(&scale::ScalePoint) -> f64| {
+        median(&runs.iter().map(|p| f(p)).collect::<Vec<_>>())
+    };
+    let restarts: Vec<&scale::Restart> = runs.iter().filter_map(|p| p.restart.as_ref()).collect();
+    let kills: Vec<&scale::Rebalance> = runs.iter().flat_map(|p| p.rebalances.iter()).collect();
+    let _ = writeln!(
+        s,
+        "{} runs of {LARGE_TARGET} x 10 = {} tasks on {} executors (lease {} ms, heartbeat 1000 ms); in each, once every task ran: the control plane restarted on its store (SIGTERM, then started again on the same address; its herder logs when it caught up: every connector decided once and every live executor's heartbeat listed every instance recorded RUNNING on it), then one executor killed with kill -9, then everything deleted. Medians:\n",
+        runs.len(),
+        LARGE_TARGET * 10,
+        scale::EXECUTORS,
+        scale::LEASE_MS
+    );
+    let _ = writeln!(
+        s,
+        "| figure | value | target | |\n| --- | ---: | --- | --- |"
+    );
+    let create = med(&|p| p.create_s);
+    let delete = med(&|p| p.delete_s);
+    let _ = writeln!(
+        s,
+        "| create all until all RUNNING | {create:.2} s | <= {LARGE_CREATE_S:.0} s | {} |",
+        met(create <= LARGE_CREATE_S)
+    );
+    let left = runs.iter().map(|p| p.delete_left).max().unwrap_or(0);
+    let _ = writeln!(
+        s,
+        "| delete all until the store holds none | {delete:.2} s{} | <= {LARGE_DELETE_S:.0} s | {} |",
+        if left > 0 {
+            format!(" (up to {left} still listed at the deadline)")
+        } else {
+            String::new()
+        },
+        met(left == 0 && delete <= LARGE_DELETE_S)
+    );
+    if !target.is_empty() {
+        let per = |p: &scale::ScalePoint| (p.create_s + p.delete_s) / p.connectors as f64;
+        let small = median(&target.iter().map(per).collect::<Vec<_>>());
+        let ratio = med(&per) / small;
+        let _ = writeln!(
+            s,
+            "| create + delete per connector, over {SCALE_TARGET} x 10's | {ratio:.2}x ({:.2} ms / {:.2} ms) | <= {LARGE_PER_CONNECTOR_RATIO}x | {} |",
+            med(&per) * 1000.0,
+            small * 1000.0,
+            met(ratio <= LARGE_PER_CONNECTOR_RATIO)
+        );
+    }
+    let cp = med(&|p| p.cp_rss_mib);
+    let _ = writeln!(
+        s,
+        "| control-plane RSS, all running | {cp:.1} MiB | <= {LARGE_CP_RSS_MIB:.0} MiB | {} |",
+        met(cp <= LARGE_CP_RSS_MIB)
+    );
+    let per_task = med(&|p| p.exec_kib_per_task);
+    let _ = writeln!(
+        s,
+        "| executor RSS per idle task | {per_task:.1} KiB | <= 64 KiB | {} |",
+        met(per_task <= 64.0)
+    );
+    if !restarts.is_empty() {
+        let rm = |f: fn(&scale::Restart) -> f64| {
+            median(&restarts.iter().map(|x| f(x)).collect::<Vec<_>>())
+        };
+        let reads = rm(|x| x.reads_s);
+        let caught = rm(|x| x.caught_up_s);
+        let moved = restarts.iter().map(|x| x.moved).max().unwrap_or(0);
+        let _ = writeln!(
+            s,
+            "| restart: started until every connector is listed with its status | {reads:.2} s | <= {RESTART_READS_S:.0} s | {} |",
+            met(reads <= RESTART_READS_S)
+        );
+        let _ = writeln!(
+            s,
+            "| restart: started until the herder caught up | {caught:.2} s | <= {RESTART_CAUGHT_UP_S:.0} s | {} |",
+            met(caught <= RESTART_CAUGHT_UP_S)
+        );
+        let _ = writeln!(
+            s,
+            "| restart: tasks moved or not RUNNING after it (most of any run) | {} | 0 | {} |",
+            moved.max(
+                restarts
+                    .iter()
+                    .map(|x| LARGE_TARGET * 10 - x.running_after.min(LARGE_TARGET * 10))
+                    .max()
+                    .unwrap_or(0)
+            ),
+            met(moved == 0
+                && restarts
+                    .iter()
+                    .all(|x| x.running_after == LARGE_TARGET * 10))
+        );
+    }
+    if !kills.is_empty() {
+        let secs = median(&kills.iter().map(|k| k.seconds).collect::<Vec<_>>());
+        let bound = f64::from(scale::LEASE_MS) / 1000.0 + REBALANCE_BEYOND_LEASE_S;
+        let moved = kills.iter().map(|k| k.moved_other).max().unwrap_or(0);
+        let _ = writeln!(
+            s,
+            "| kill -9 of 1 of 10 executors until every lost task RUNNING elsewhere | {secs:.2} s | <= lease + {REBALANCE_BEYOND_LEASE_S:.0} s = {bound:.1} s | {} |",
+            met(secs <= bound)
+        );
+        let _ = writeln!(
+            s,
+            "| tasks of surviving executors that moved (most of any run) | {moved} | 0 | {} |",
+            met(moved == 0)
+        );
+    }
+    let _ = writeln!(
+        s,
+        "\nRuns: {}\n",
+        runs.iter()
+            .map(|p| {
+                let mut line = format!(
+                    "create {:.2} s / delete {:.2} s / CP {:.1} MiB / {:.1} KiB per task",
+                    p.create_s, p.delete_s, p.cp_rss_mib, p.exec_kib_per_task
+                );
+                if let Some(x) = &p.restart {
+                    let _ = write!(
+                        line,
+                        " / restart: exit {:.2} s, reads {:.2} s, caught up {:.2} s, {} moved, {} RUNNING",
+                        x.stop_s, x.reads_s, x.caught_up_s, x.moved, x.running_after
+                    );
+                }
+                for k in &p.rebalances {
+                    let _ = write!(
+                        line,
+                        " / kill -9: {:.2} s, {} lost, {} others moved",
+                        k.seconds, k.lost, k.moved_other
+                    );
+                }
+                line
+            })
+            .collect::<Vec<_>>()
+            .join("; ")
+    );
+    s
 }
 
 /// "off" or "on".
@@ -770,7 +1073,7 @@ fn render(r: &Results) -> String {
 
     let _ = writeln!(
         s,
-        "## Reproduce\n\n```sh\nscripts/bench            # builds --release, runs everything (< 15 min on 2 cores), rewrites BENCHMARKS.md\n```\n"
+        "## Reproduce\n\n```sh\nscripts/bench            # builds --release, runs everything (Wharf within --budget-s, default 1,050 s; the Kafka Connect peer about 21 min more), rewrites BENCHMARKS.md\n```\n"
     );
     let _ = writeln!(
         s,
@@ -916,9 +1219,12 @@ fn render(r: &Results) -> String {
             "The {SCALE_TARGET} x 10 step did not run within the budget.\n"
         );
     }
+    let _ = writeln!(s, "{}", large_section(&r.large, target));
     let _ = writeln!(
         s,
-        "### Curve (one run per size; {SCALE_TARGET} from the median above)\n"
+        "### Curve (one run per size up to {}; {SCALE_TARGET} from the median above; {} medians of their runs)\n",
+        SCALE_CURVE[SCALE_CURVE.len() - 1],
+        LARGE_STEPS.map(|n| n.to_string()).join(" and ")
     );
     let _ = writeln!(
         s,
@@ -938,7 +1244,19 @@ fn render(r: &Results) -> String {
             exec_rss_mib: med(|p| p.exec_rss_mib),
             delete_left: target.iter().map(|p| p.delete_left).max().unwrap_or(0),
             rebalances: Vec::new(),
+            restart: None,
         });
+    }
+    for n in LARGE_STEPS {
+        let runs: Vec<scale::ScalePoint> = r
+            .large
+            .iter()
+            .filter(|p| p.connectors == n)
+            .cloned()
+            .collect();
+        if !runs.is_empty() {
+            rows.push(median_point(&runs));
+        }
     }
     rows.sort_by_key(|p| p.connectors);
     for p in &rows {

@@ -210,6 +210,7 @@ pub async fn run(bin_dir: &Path, root: &Path, env: PeerEnv) -> PeerResults {
         connectors: REBALANCE_CONNECTORS,
         executors: 2,
         kills: 1,
+        restart: false,
     };
     let deadline = Duration::from_secs(PHASE_DEADLINE_S);
     match crate::scale::run_step(

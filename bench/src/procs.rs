@@ -29,16 +29,28 @@ pub struct Proc {
 impl Proc {
     /// Starts `program args` with stdout and stderr in `<dir>/process.log`.
     pub fn spawn(program: &Path, args: &[String], dir: &Path) -> anyhow::Result<Self> {
+        Self::spawn_logging(program, args, dir, None)
+    }
+
+    /// [`Proc::spawn`] with `RUST_LOG` set to `filter` (default: `WHARF_BENCH_LOG`, else
+    /// `warn`).
+    pub fn spawn_logging(
+        program: &Path,
+        args: &[String],
+        dir: &Path,
+        filter: Option<&str>,
+    ) -> anyhow::Result<Self> {
         std::fs::create_dir_all(dir)?;
         let log = std::fs::File::create(dir.join("process.log"))?;
+        let filter = filter.map_or_else(
+            || std::env::var("WHARF_BENCH_LOG").unwrap_or_else(|_| PROCESS_LOG_FILTER.into()),
+            str::to_owned,
+        );
         let child = Command::new(program)
             .args(args)
             // The runs use test-source, offered only with this set.
             .env("WHARF_ENABLE_TEST_PLUGINS", "1")
-            .env(
-                "RUST_LOG",
-                std::env::var("WHARF_BENCH_LOG").unwrap_or_else(|_| PROCESS_LOG_FILTER.into()),
-            )
+            .env("RUST_LOG", filter)
             .stdin(Stdio::null())
             .stdout(log.try_clone()?)
             .stderr(log)
@@ -95,6 +107,27 @@ impl Proc {
             let _ = c.kill();
             let _ = c.wait();
         }
+    }
+
+    /// SIGTERM (a graceful stop, as `systemctl restart` sends), then waits until the
+    /// process exited; SIGKILL after `deadline`. Returns whether it exited by itself.
+    pub async fn terminate(&mut self, deadline: Duration) -> bool {
+        let Some(c) = self.child.as_mut() else {
+            return true;
+        };
+        let _ = Command::new("kill")
+            .args(["-TERM", &c.id().to_string()])
+            .status();
+        let start = Instant::now();
+        while start.elapsed() < deadline {
+            if matches!(c.try_wait(), Ok(Some(_))) {
+                self.child = None;
+                return true;
+            }
+            tokio::time::sleep(Duration::from_millis(STARTUP_POLL_MS)).await;
+        }
+        self.kill9();
+        false
     }
 
     /// Resident set size in KiB (VmRSS), 0 when the process is gone.
@@ -285,6 +318,8 @@ pub struct Cluster {
     pub pki: Option<Pki>,
     /// Metrics listeners (`IP:PORT`) of every process, when observability is on.
     pub metrics: Vec<String>,
+    /// The control plane's program and arguments, for [`Cluster::restart_cp`].
+    cp_command: (PathBuf, Vec<String>),
 }
 
 /// The flags that turn metrics and span export on, with the metrics address on `ip`.
@@ -331,8 +366,13 @@ impl Cluster {
         ];
         cp_args.extend(pki.iter().flat_map(|p| p.flags("control-plane")));
         cp_args.extend(extra);
-        let mut cp = Proc::spawn(&bin_dir.join("wharf-control-plane"), &cp_args, &cp_dir)?;
+        let cp_program = bin_dir.join("wharf-control-plane");
+        let mut cp = Proc::spawn(&cp_program, &cp_args, &cp_dir)?;
         let cp_addr = cp.listen_addr().await?;
+        // A restart listens where the executors and the admin channel expect it.
+        if let Some(i) = cp_args.iter().position(|a| a == "--listen") {
+            cp_args[i + 1].clone_from(&cp_addr);
+        }
         let cp_channel = connect(&cp_addr, pki.as_ref().map(|p| (p, "admin-bench"))).await?;
         let mut c = Self {
             pki,
@@ -343,6 +383,7 @@ impl Cluster {
                 .max_decoding_message_size(usize::MAX),
             cp_channel,
             metrics: cp_metrics.into_iter().collect(),
+            cp_command: (cp_program, cp_args),
         };
         let mut started = Vec::new();
         for i in 0..opts.executors {
@@ -393,6 +434,33 @@ impl Cluster {
         args.extend(extra);
         self.metrics.extend(metrics);
         Proc::spawn(&bin_dir.join("wharf-executor"), &args, &d)
+    }
+
+    /// Restarts the control plane on the same store and address: SIGTERM, wait for the
+    /// exit (at most `stop_deadline`), start it again logging with `filter`. Returns how
+    /// long the old process took to exit and when the new one was started; the caller
+    /// waits for what it measures (the admin channel reconnects by itself).
+    pub async fn restart_cp(
+        &mut self,
+        stop_deadline: Duration,
+        filter: &str,
+    ) -> anyhow::Result<(Duration, Instant)> {
+        let t = Instant::now();
+        if !self.cp.terminate(stop_deadline).await {
+            bail!("the control plane did not exit within {stop_deadline:?} of SIGTERM");
+        }
+        let stopped = t.elapsed();
+        let dir = self.cp.dir.clone();
+        // The old log is kept beside the new one; the address file is written again.
+        let _ = std::fs::rename(
+            dir.join("process.log"),
+            dir.join("process-before-restart.log"),
+        );
+        let _ = std::fs::remove_file(dir.join("listen.addr"));
+        let (program, args) = &self.cp_command;
+        let spawned = Instant::now();
+        self.cp = Proc::spawn_logging(program, args, &dir, Some(filter))?;
+        Ok((stopped, spawned))
     }
 
     /// Starts one more executor (`exec-{n+1}`) and waits until it is ALIVE.

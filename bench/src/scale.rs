@@ -1,6 +1,6 @@
 //! Benchmarks 2 and 3: N connectors x 10 idle tasks on 10 executor processes (create all
-//! until all RUNNING, delete all until the store is empty, RSS), and the rebalance after a
-//! kill -9 of one executor.
+//! until all RUNNING, delete all until the store is empty, RSS), a control-plane restart
+//! with everything running, and the rebalance after a kill -9 of one executor.
 
 use std::collections::HashMap;
 use std::path::Path;
@@ -27,6 +27,33 @@ const ADMIN_CONCURRENCY: usize = 32;
 const LIST_POLL_MS: u64 = 250;
 /// Settling time before reading RSS, milliseconds.
 const RSS_SETTLE_MS: u64 = 1_000;
+/// Interval between reads while a restarted control plane comes up, milliseconds.
+const RESTART_POLL_MS: u64 = 20;
+/// How long a control plane may take to exit after SIGTERM, seconds.
+const RESTART_STOP_DEADLINE_S: u64 = 30;
+/// The restarted control plane's log filter: warnings, and the herder's INFO lines, one
+/// of which says that it caught up.
+const RESTART_LOG_FILTER: &str = "warn,wharf_control_plane::reconcile::herder=info";
+/// The message of that line (`control-plane/src/reconcile/herder.rs`, `run_herder`).
+const CAUGHT_UP_MESSAGE: &str = "herder caught up";
+
+/// One control-plane restart on a store holding every connector (issue 19).
+#[derive(Debug, Clone, Default)]
+pub struct Restart {
+    /// SIGTERM until the old process exited, seconds.
+    pub stop_s: f64,
+    /// The new process started until `ListConnectors(expand_status)` listed every
+    /// connector with its status, seconds.
+    pub reads_s: f64,
+    /// The new process started until its herder logged that it caught up (every
+    /// connector decided, every live executor's heartbeat listed every instance recorded
+    /// RUNNING on it), seconds.
+    pub caught_up_s: f64,
+    /// Tasks RUNNING after it caught up, out of every task.
+    pub running_after: usize,
+    /// Tasks on another executor (or none) after it caught up than before the restart.
+    pub moved: usize,
+}
 
 /// One rebalance measurement.
 #[derive(Debug, Clone, Default)]
@@ -62,6 +89,8 @@ pub struct ScalePoint {
     pub exec_rss_mib: f64,
     /// Rebalances measured at this size, one per kill.
     pub rebalances: Vec<Rebalance>,
+    /// The control-plane restart with everything running, when the step asked for one.
+    pub restart: Option<Restart>,
 }
 
 /// (connector, task) -> (state, executor) over every connector.
@@ -114,6 +143,7 @@ pub async fn run(
         connectors: n,
         executors: EXECUTORS,
         kills,
+        restart: false,
     };
     run_step(
         bin_dir,
@@ -136,6 +166,8 @@ pub struct Step {
     pub executors: usize,
     /// Executors killed with kill -9 after all run, one rebalance measured per kill.
     pub kills: usize,
+    /// Restart the control plane once all run, before the kills ([`Restart`]).
+    pub restart: bool,
 }
 
 /// [`run`] with any number of executors (the Kafka Connect peer's rebalance runs on two).
@@ -151,6 +183,7 @@ pub async fn run_step(
         connectors: n,
         executors,
         kills,
+        restart,
     } = step;
     let load = crate::observe::Load::start_if(observed).await?;
     let cluster = Cluster::start(
@@ -215,6 +248,12 @@ pub async fn run_step(
     let cp_rss = cluster.cp.rss_kib();
     let exec_rss = cluster.executors_rss_kib();
     let mut cluster = cluster;
+    let (restart, snap) = if restart {
+        let (r, after) = restart_cp(&mut cluster, &snap, n, phase_deadline).await?;
+        (Some(r), after)
+    } else {
+        (None, snap)
+    };
     // Rebalances: kill -9 the last live executor, wait until every task RUNNING on the
     // others; `snap` follows the current placement.
     let mut rebalances = Vec::new();
@@ -312,5 +351,64 @@ pub async fn run_step(
         exec_kib_per_task: exec_rss.saturating_sub(exec_idle) as f64 / total_tasks as f64,
         exec_rss_mib: exec_rss as f64 / 1024.0,
         rebalances,
+        restart,
     })
+}
+
+/// Restarts the control plane of a cluster where every task runs (`before`, `n`
+/// connectors) and measures when it serves reads and when its herder caught up; returns
+/// the placement after.
+async fn restart_cp(
+    cluster: &mut Cluster,
+    before: &Snapshot,
+    n: usize,
+    deadline: Duration,
+) -> anyhow::Result<(Restart, Snapshot)> {
+    let (stopped, spawned) = cluster
+        .restart_cp(
+            Duration::from_secs(RESTART_STOP_DEADLINE_S),
+            RESTART_LOG_FILTER,
+        )
+        .await?;
+    let log = cluster.cp.dir.join("process.log");
+    let poll = || tokio::time::sleep(Duration::from_millis(RESTART_POLL_MS));
+    let reads = loop {
+        let listed = cluster
+            .admin
+            .clone()
+            .list_connectors(ListConnectorsRequest {
+                expand_status: true,
+            })
+            .await;
+        if listed.is_ok_and(|r| r.get_ref().connectors.len() == n) {
+            break spawned.elapsed();
+        }
+        if spawned.elapsed() > deadline {
+            bail!("the restarted control plane listed no {n} connectors within {deadline:?}");
+        }
+        poll().await;
+    };
+    let caught_up = loop {
+        if std::fs::read_to_string(&log).is_ok_and(|l| l.contains(CAUGHT_UP_MESSAGE)) {
+            break spawned.elapsed();
+        }
+        if spawned.elapsed() > deadline {
+            bail!("the restarted control plane's herder did not catch up within {deadline:?}");
+        }
+        poll().await;
+    };
+    let (_, after) = snapshot(cluster).await?;
+    let moved = before
+        .iter()
+        .filter(|(k, (_, ex))| after.get(*k).is_none_or(|(_, now)| now != ex))
+        .count();
+    let restart = Restart {
+        stop_s: stopped.as_secs_f64(),
+        reads_s: reads.as_secs_f64(),
+        caught_up_s: caught_up.as_secs_f64(),
+        running_after: running_count(&after, None),
+        moved,
+    };
+    eprintln!("[bench] {restart:?}");
+    Ok((restart, after))
 }

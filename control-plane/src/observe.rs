@@ -27,6 +27,9 @@ pub const DELETIONS_FINISHED: &str = "wharf_deletions_finished_total";
 pub const LEASE_EXPIRIES: &str = "wharf_executor_lease_expiries_total";
 /// Histogram, seconds: one herder pass.
 pub const HERDER_PASS_SECONDS: &str = "wharf_herder_pass_duration_seconds";
+/// Gauge, seconds: from the herder's start (process start or a won leadership term)
+/// until it caught up ([`crate::reconcile::herder::CatchUp::Done`]); absent before.
+pub const HERDER_CATCH_UP_SECONDS: &str = "wharf_herder_catch_up_seconds";
 /// Histogram, seconds: one finalizer pass (reading the deletions, dispatching rounds).
 pub const FINALIZER_PASS_SECONDS: &str = "wharf_finalizer_pass_duration_seconds";
 /// Histogram, seconds: one store commit (a group commit counts once).
@@ -70,6 +73,11 @@ pub fn lease_expired() {
 /// [`FINALIZER_PASS_SECONDS`].
 pub fn pass(name: &'static str, started: Instant) {
     metrics::histogram!(name).record(started.elapsed().as_secs_f64());
+}
+
+/// Records how long the herder took to catch up (see [`HERDER_CATCH_UP_SECONDS`]).
+pub fn herder_caught_up(took: Duration) {
+    metrics::gauge!(HERDER_CATCH_UP_SECONDS).set(took.as_secs_f64());
 }
 
 /// Records one store commit of `writes` writes (see [`STORE_COMMIT_SECONDS`]).

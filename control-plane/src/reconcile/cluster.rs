@@ -95,9 +95,10 @@ pub struct Cluster {
     verified: Mutex<HashMap<String, u64>>,
     /// Executors whose identity probe runs.
     probing: Mutex<HashSet<String>>,
-    /// Per executor: instances recorded RUNNING there that its last heartbeat did not
-    /// list ([`crate::plan::hosted`]).
-    hosted_missing: Mutex<HashMap<String, std::collections::BTreeSet<InstanceKey>>>,
+    /// Per executor: the epoch and time of its last heartbeat that reported what it
+    /// hosts, and the instances recorded RUNNING there that it did not list
+    /// ([`crate::plan::hosted`]).
+    hosted_missing: Mutex<HashMap<String, HostedReport>>,
     /// The last walk of the instances recorded RUNNING: when it began, what it cost, and
     /// what it found (shared by heartbeats, [`hosted::walk_reusable`]).
     recorded_running: Mutex<Option<(Instant, Duration, Arc<RecordedRunning>)>>,
@@ -116,6 +117,17 @@ pub struct Cluster {
     /// rounds continue its trace (docs/observability.md, "Traces"); in memory only (a
     /// restarted control plane starts new traces), forgotten when the deletion finishes.
     deletion_traces: Mutex<HashMap<String, wharf::trace::TraceContext>>,
+}
+
+/// An executor's last heartbeat that reported what it hosts.
+#[derive(Debug, Clone)]
+struct HostedReport {
+    /// The epoch it came from.
+    epoch: u64,
+    /// When it was judged.
+    at: Instant,
+    /// Instances recorded RUNNING there that it did not list.
+    missing: std::collections::BTreeSet<InstanceKey>,
 }
 
 /// Calls to one executor that did not reach it, for backoff and reporting.
@@ -905,6 +917,17 @@ impl Cluster {
         Ok(walk)
     }
 
+    /// True when `executor`'s last heartbeat at `epoch`, judged after `since`, listed
+    /// every instance recorded RUNNING on it: the records of that executor are confirmed
+    /// (the herder's catch-up, [`super::herder::catch_up`]).
+    pub fn hosted_confirmed(&self, executor: &str, epoch: u64, since: Instant) -> bool {
+        self.hosted_missing
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .get(executor)
+            .is_some_and(|r| r.epoch == epoch && r.at >= since && r.missing.is_empty())
+    }
+
     /// Corrects the status from a heartbeat that lists everything `executor` (at `epoch`)
     /// hosts: an instance recorded RUNNING there that two heartbeats in a row did not list
     /// is recorded unassigned, so the herder starts it again (issue 15, point 7).
@@ -924,7 +947,16 @@ impl Cluster {
                 .lock()
                 .unwrap_or_else(std::sync::PoisonError::into_inner);
             let previous = map
-                .insert(executor.to_owned(), now.clone())
+                .insert(
+                    executor.to_owned(),
+                    HostedReport {
+                        epoch,
+                        at: Instant::now(),
+                        missing: now.clone(),
+                    },
+                )
+                .filter(|p| p.epoch == epoch)
+                .map(|p| p.missing)
                 .unwrap_or_default();
             hosted::gone(&previous, &now)
         };

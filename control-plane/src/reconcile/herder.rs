@@ -175,13 +175,75 @@ fn lock(set: &InFlight) -> std::sync::MutexGuard<'_, Reconciling> {
         .unwrap_or_else(std::sync::PoisonError::into_inner)
 }
 
+/// What the herder still waits for before it has caught up with the cluster since it
+/// started (the process started, or it won a leadership term): until then the status it
+/// serves is what the store recorded, not yet what the executors confirmed (issue 19's
+/// "herder caught up" after a control-plane restart).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum CatchUp {
+    /// No pass over every connector has run yet.
+    FirstPass,
+    /// Connectors whose reconcile (starts, stops) still runs: how many.
+    Reconciling(usize),
+    /// Live executors whose heartbeat has not yet listed every instance recorded
+    /// RUNNING on them: their ids.
+    Unconfirmed(Vec<String>),
+    /// Every connector decided, nothing in flight, every live executor confirmed.
+    Done,
+}
+
+/// Where the herder stands in its catch-up: `full_pass_done` once a pass covered every
+/// connector, `reconciling` connectors still being worked on, `live` executors (id,
+/// epoch) and whether each one's heartbeat confirmed its records since the start.
+pub fn catch_up(
+    full_pass_done: bool,
+    reconciling: usize,
+    live: &[(String, u64)],
+    confirmed: impl Fn(&str, u64) -> bool,
+) -> CatchUp {
+    let unconfirmed: Vec<String> = live
+        .iter()
+        .filter(|(id, epoch)| !confirmed(id, *epoch))
+        .map(|(id, _)| id.clone())
+        .collect();
+    match (full_pass_done, reconciling, unconfirmed.is_empty()) {
+        (false, _, _) => CatchUp::FirstPass,
+        (true, n @ 1.., _) => CatchUp::Reconciling(n),
+        (true, 0, false) => CatchUp::Unconfirmed(unconfirmed),
+        (true, 0, true) => CatchUp::Done,
+    }
+}
+
 /// Runs the herder until `cancel` fires. Errors are logged and retried on the next pass;
 /// they never end the loop.
 pub async fn run_herder(cluster: Arc<Cluster>, cancel: CancellationToken) {
     let mut memory = HerderMemory::default();
     let in_flight: InFlight = Arc::default();
     let mut timer = true;
+    let began = Instant::now();
+    let mut caught_up = false;
     loop {
+        // Judged before the pass: the reconciles the last pass spawned had the pause
+        // to end in.
+        if !caught_up {
+            let reconciling = lock(&in_flight).running.len();
+            let state = catch_up(
+                memory.last_full.is_some(),
+                reconciling,
+                &memory.live,
+                |id, epoch| cluster.hosted_confirmed(id, epoch, began),
+            );
+            if state == CatchUp::Done {
+                caught_up = true;
+                let took = began.elapsed();
+                crate::observe::herder_caught_up(took);
+                info!(
+                    elapsed_ms = took.as_millis() as u64,
+                    executors = memory.live.len(),
+                    "herder caught up: every connector decided, every live executor confirmed what it hosts"
+                );
+            }
+        }
         let started = std::time::Instant::now();
         if let Err(e) = herder_pass(&cluster, &mut memory, &in_flight, timer) {
             warn!(error = %e, "herder pass failed; retrying");
@@ -855,6 +917,47 @@ async fn compute_task_configs(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    fn live(ids: &[&str]) -> Vec<(String, u64)> {
+        ids.iter().map(|id| ((*id).to_owned(), 7)).collect()
+    }
+
+    #[test]
+    fn catch_up_waits_for_a_pass_over_every_connector_first() {
+        assert_eq!(
+            catch_up(false, 0, &live(&["a"]), |_, _| true),
+            CatchUp::FirstPass
+        );
+    }
+
+    #[test]
+    fn catch_up_waits_for_the_reconciles_that_pass_spawned() {
+        assert_eq!(
+            catch_up(true, 3, &live(&["a"]), |_, _| true),
+            CatchUp::Reconciling(3)
+        );
+    }
+
+    #[test]
+    fn catch_up_names_the_live_executors_not_yet_confirmed() {
+        let got = catch_up(true, 0, &live(&["a", "b", "c"]), |id, epoch| {
+            id == "b" && epoch == 7
+        });
+        assert_eq!(got, CatchUp::Unconfirmed(vec!["a".into(), "c".into()]));
+    }
+
+    #[test]
+    fn catch_up_is_done_once_every_live_executor_confirmed() {
+        assert_eq!(
+            catch_up(true, 0, &live(&["a", "b"]), |_, _| true),
+            CatchUp::Done
+        );
+    }
+
+    #[test]
+    fn catch_up_without_live_executors_needs_only_the_pass() {
+        assert_eq!(catch_up(true, 0, &[], |_, _| false), CatchUp::Done);
+    }
 
     /// Every (recorded state, host) cell of [`hosted_for_herder`], each once.
     #[test]
