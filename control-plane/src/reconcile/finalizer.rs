@@ -111,7 +111,15 @@ pub async fn run_finalizer(cluster: Arc<Cluster>, cancel: CancellationToken) {
     loop {
         running.retain(|_, h| !h.is_finished());
         let pass_started = std::time::Instant::now();
-        match cluster.store.deletions() {
+        // Only what this pass may act on is copied: a force or retry intent, or a round
+        // that is due and not running (the same tests as below).
+        let now = now_ms();
+        let acts_on = |d: &DeletionRecord| {
+            d.force_requested
+                || d.retry_requested
+                || (!running.contains_key(&d.name) && round_due(&d.steps, false, now))
+        };
+        match cluster.store.deletions_where(&acts_on) {
             Ok(deletions) => {
                 for d in deletions {
                     // Intents recorded by the admin API are carried out here, also while

@@ -842,6 +842,20 @@ impl StateStore for RedbStore {
             .collect())
     }
 
+    fn deletions_where(
+        &self,
+        keep: &dyn Fn(&DeletionRecord) -> bool,
+    ) -> Result<Vec<DeletionRecord>, StoreError> {
+        Ok(self
+            .shared
+            .fresh_cache()?
+            .deletions
+            .values()
+            .filter(|d| keep(d))
+            .cloned()
+            .collect())
+    }
+
     fn put_deletion(&self, d: &DeletionRecord) -> Result<bool, StoreError> {
         expect_bool(self.write(Write::PutDeletion(d.clone())))
     }
