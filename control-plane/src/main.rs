@@ -10,13 +10,6 @@ use std::process::ExitCode;
 use clap::Parser;
 use wharf_control_plane::launch;
 
-/// mimalloc rather than glibc's malloc: at 10,000 connectors x 10 tasks glibc kept about
-/// two thirds of the control plane's 1.6 GiB after it was freed; with mimalloc it stays
-/// near 520 MiB, no slower (bench/NOTES.md, issue 19). Only this binary: the library
-/// and the executor keep the system allocator.
-#[global_allocator]
-static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
-
 #[tokio::main]
 async fn main() -> ExitCode {
     let mut args = config::Args::parse();

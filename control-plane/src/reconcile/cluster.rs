@@ -365,6 +365,12 @@ impl Cluster {
         std::mem::take(&mut *self.dirty())
     }
 
+    /// True when some connector is marked for the herder's next pass.
+    pub(super) fn has_dirty(&self) -> bool {
+        let d = self.dirty();
+        d.all || !d.names.is_empty()
+    }
+
     /// Keeps the final record of a deletion that just finished (see
     /// [`Cluster::finished_deletion`]); records older than a minute are dropped.
     pub fn record_finished_deletion(&self, d: &crate::model::DeletionRecord) {

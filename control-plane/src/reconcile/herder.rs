@@ -183,6 +183,9 @@ fn lock(set: &InFlight) -> std::sync::MutexGuard<'_, Reconciling> {
 pub enum CatchUp {
     /// No pass over every connector has run yet.
     FirstPass,
+    /// Some connector is marked for the next pass (a move planned over two passes, a
+    /// change that came meanwhile).
+    Marked,
     /// Connectors whose reconcile (starts, stops) still runs: how many.
     Reconciling(usize),
     /// Live executors whose heartbeat has not yet listed every instance recorded
@@ -193,10 +196,12 @@ pub enum CatchUp {
 }
 
 /// Where the herder stands in its catch-up: `full_pass_done` once a pass covered every
-/// connector, `reconciling` connectors still being worked on, `live` executors (id,
-/// epoch) and whether each one's heartbeat confirmed its records since the start.
+/// connector, `marked` while some connector waits for the next pass, `reconciling`
+/// connectors still being worked on, `live` executors (id, epoch) and whether each one's
+/// heartbeat confirmed its records since the start.
 pub fn catch_up(
     full_pass_done: bool,
+    marked: bool,
     reconciling: usize,
     live: &[(String, u64)],
     confirmed: impl Fn(&str, u64) -> bool,
@@ -206,11 +211,12 @@ pub fn catch_up(
         .filter(|(id, epoch)| !confirmed(id, *epoch))
         .map(|(id, _)| id.clone())
         .collect();
-    match (full_pass_done, reconciling, unconfirmed.is_empty()) {
-        (false, _, _) => CatchUp::FirstPass,
-        (true, n @ 1.., _) => CatchUp::Reconciling(n),
-        (true, 0, false) => CatchUp::Unconfirmed(unconfirmed),
-        (true, 0, true) => CatchUp::Done,
+    match (full_pass_done, marked, reconciling, unconfirmed.is_empty()) {
+        (false, _, _, _) => CatchUp::FirstPass,
+        (true, true, _, _) => CatchUp::Marked,
+        (true, false, n @ 1.., _) => CatchUp::Reconciling(n),
+        (true, false, 0, false) => CatchUp::Unconfirmed(unconfirmed),
+        (true, false, 0, true) => CatchUp::Done,
     }
 }
 
@@ -229,6 +235,7 @@ pub async fn run_herder(cluster: Arc<Cluster>, cancel: CancellationToken) {
             let reconciling = lock(&in_flight).running.len();
             let state = catch_up(
                 memory.last_full.is_some(),
+                cluster.has_dirty(),
                 reconciling,
                 &memory.live,
                 |id, epoch| cluster.hosted_confirmed(id, epoch, began),
@@ -925,22 +932,30 @@ mod tests {
     #[test]
     fn catch_up_waits_for_a_pass_over_every_connector_first() {
         assert_eq!(
-            catch_up(false, 0, &live(&["a"]), |_, _| true),
+            catch_up(false, false, 0, &live(&["a"]), |_, _| true),
             CatchUp::FirstPass
+        );
+    }
+
+    #[test]
+    fn catch_up_waits_for_a_connector_marked_for_the_next_pass() {
+        assert_eq!(
+            catch_up(true, true, 0, &live(&["a"]), |_, _| true),
+            CatchUp::Marked
         );
     }
 
     #[test]
     fn catch_up_waits_for_the_reconciles_that_pass_spawned() {
         assert_eq!(
-            catch_up(true, 3, &live(&["a"]), |_, _| true),
+            catch_up(true, false, 3, &live(&["a"]), |_, _| true),
             CatchUp::Reconciling(3)
         );
     }
 
     #[test]
     fn catch_up_names_the_live_executors_not_yet_confirmed() {
-        let got = catch_up(true, 0, &live(&["a", "b", "c"]), |id, epoch| {
+        let got = catch_up(true, false, 0, &live(&["a", "b", "c"]), |id, epoch| {
             id == "b" && epoch == 7
         });
         assert_eq!(got, CatchUp::Unconfirmed(vec!["a".into(), "c".into()]));
@@ -949,14 +964,14 @@ mod tests {
     #[test]
     fn catch_up_is_done_once_every_live_executor_confirmed() {
         assert_eq!(
-            catch_up(true, 0, &live(&["a", "b"]), |_, _| true),
+            catch_up(true, false, 0, &live(&["a", "b"]), |_, _| true),
             CatchUp::Done
         );
     }
 
     #[test]
     fn catch_up_without_live_executors_needs_only_the_pass() {
-        assert_eq!(catch_up(true, 0, &[], |_, _| false), CatchUp::Done);
+        assert_eq!(catch_up(true, false, 0, &[], |_, _| false), CatchUp::Done);
     }
 
     /// Every (recorded state, host) cell of [`hosted_for_herder`], each once.
