@@ -28,8 +28,10 @@ const DELETION_RUNS: usize = 30;
 const OBSERVED_DELETION_RUNS: usize = 100;
 /// Runs per data-plane backend.
 const DATAPLANE_RUNS: usize = 3;
-/// Runs of the 1,000 x 10 scale step (the rebalance is one more run).
-const SCALE_RUNS: usize = 3;
+/// Runs of the 1,000 x 10 scale step with observability off, and as many with it on
+/// (the rebalance is one more run). Five pairs: with three, one run's noise on this
+/// 2-core machine moved the on / off ratio by 0.2.
+const SCALE_RUNS: usize = 5;
 
 /// The target scale step and the curve around it (connectors; 10 tasks each).
 const SCALE_TARGET: usize = 1_000;
@@ -319,7 +321,7 @@ struct Results {
     jetstream: Option<dataplane::BackendResult>,
     target: Vec<scale::ScalePoint>,
     /// The target step's runs with metrics scraped and spans exported (issue 16), each
-    /// right after the off run of the same index.
+    /// paired with the off run of the same index (the order alternates).
     target_observed: Vec<scale::ScalePoint>,
     curve: Vec<scale::ScalePoint>,
     /// Runs of [`LARGE_STEPS`], in the order they ran.
@@ -541,9 +543,15 @@ async fn run_scale(
             ));
             break;
         }
-        // Off, then on, in each round: both medians see the same load drift.
+        // Off then on, then on then off, ...: both medians see the same load drift, and
+        // neither side always runs second, on a machine the last run left warm.
         let mut failed = false;
-        for observed in [false, true] {
+        let order = if i % 2 == 0 {
+            [false, true]
+        } else {
+            [true, false]
+        };
+        for observed in order {
             let p = scale::run(
                 &args.bin_dir,
                 &root.join(format!("scale-{SCALE_TARGET}-{i}-{}", on_off(observed))),
@@ -985,7 +993,7 @@ fn scale_observed_table(off: &[scale::ScalePoint], on: &[scale::ScalePoint]) -> 
         median(&v.iter().map(f).collect::<Vec<_>>())
     };
     let mut t = format!(
-        "With observability on (issue 16): {} runs with every process's `--metrics-listen` scraped once a second and `--otlp-endpoint` exporting every span to an OTLP receiver that drops them, each right after an off run, medians of each (target: at most 5% slower):\n\n| figure | off | on | on / off |\n| --- | ---: | ---: | ---: |\n",
+        "With observability on (issue 16): {} runs with every process's `--metrics-listen` scraped once a second and `--otlp-endpoint` exporting every span to an OTLP receiver that drops them, paired with as many off runs (off-on, on-off, ...), medians of each (target: at most 5% slower):\n\n| figure | off | on | on / off |\n| --- | ---: | ---: | ---: |\n",
         on.len()
     );
     type Figure = fn(&scale::ScalePoint) -> f64;
