@@ -326,6 +326,36 @@ fn exported(what: Traced, level: tracing::Level) -> bool {
     }
 }
 
+/// Whether the log filter lets any INFO span into the log lines (see
+/// [`logs_show_info_spans`]); true until a filter is installed.
+static LOGS_SHOW_INFO_SPANS: std::sync::atomic::AtomicBool =
+    std::sync::atomic::AtomicBool::new(true);
+
+/// True when the installed log filter (`RUST_LOG`, or its reload) may show an INFO span
+/// somewhere: a log line shows only the spans its filter enables (per-layer filtering),
+/// so at `RUST_LOG=warn` no line carries an INFO span's fields, and recording its trace
+/// id (an attribute again on the exported span) is work for nothing
+/// ([`crate::trace::record_trace_id`]; bench/NOTES.md, issue 16).
+pub fn logs_show_info_spans() -> bool {
+    LOGS_SHOW_INFO_SPANS.load(std::sync::atomic::Ordering::Relaxed)
+}
+
+/// Notes what `filter` lets into the logs, for [`logs_show_info_spans`].
+fn note_log_filter(filter: &tracing_subscriber::EnvFilter) {
+    LOGS_SHOW_INFO_SPANS.store(
+        shows_info_spans(filter),
+        std::sync::atomic::Ordering::Relaxed,
+    );
+}
+
+/// Whether `filter` may enable an INFO span anywhere (any directive at INFO or finer;
+/// one it cannot bound counts as yes).
+fn shows_info_spans(filter: &tracing_subscriber::EnvFilter) -> bool {
+    filter
+        .max_level_hint()
+        .is_none_or(|max| max >= tracing::level_filters::LevelFilter::INFO)
+}
+
 /// Installs the global `tracing` subscriber as text. Call once, first thing in `main`; a
 /// second call (a subscriber is already set) changes nothing.
 pub fn init() {
@@ -378,6 +408,7 @@ pub fn init_traced(format: LogFormat, otlp: Option<&Otlp>) -> Result<Telemetry, 
     let filter = tracing_subscriber::EnvFilter::builder()
         .with_default_directive(tracing::Level::INFO.into())
         .from_env_lossy();
+    note_log_filter(&filter);
     let (filter, handle) = tracing_subscriber::reload::Layer::new(filter);
     let registry = tracing_subscriber::registry().with(otel);
     let installed = {
@@ -408,6 +439,8 @@ pub fn init_traced(format: LogFormat, otlp: Option<&Otlp>) -> Result<Telemetry, 
         reload: Box::new(move |directives: &str| {
             let next =
                 tracing_subscriber::EnvFilter::try_new(directives).map_err(|e| e.to_string())?;
+            // Before the reload: a span made in between records its id once too often.
+            note_log_filter(&next);
             handle.reload(next).map_err(|e| e.to_string())
         }),
         export: Export(provider),
@@ -417,6 +450,16 @@ pub fn init_traced(format: LogFormat, otlp: Option<&Otlp>) -> Result<Telemetry, 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_log_filter_shows_info_spans_when_any_directive_reaches_info() {
+        let shows = |d: &str| shows_info_spans(&tracing_subscriber::EnvFilter::new(d));
+        assert!(!shows("warn"));
+        assert!(!shows("error,wharf=warn"));
+        assert!(shows("info"));
+        assert!(shows("warn,wharf_control_plane::reconcile::herder=info"));
+        assert!(shows("debug"));
+    }
 
     /// Records whether each export ran inside a tokio runtime.
     #[derive(Debug, Default)]

@@ -96,9 +96,11 @@ pub fn inject(metadata: &mut MetadataMap) {
 }
 
 /// Records `span`'s trace id in its `trace_id` field (declared empty where the span is
-/// made), so that JSON log lines inside it carry the trace id.
+/// made), so that JSON log lines inside it carry the trace id. Nothing when the log
+/// filter shows no INFO span ([`crate::telemetry::logs_show_info_spans`]): no log line
+/// would carry the field, and the trace has the id already.
 pub fn record_trace_id(span: &tracing::Span) {
-    if span.is_disabled() {
+    if span.is_disabled() || !crate::telemetry::logs_show_info_spans() {
         return;
     }
     if let Some(id) = TraceContext(span.context()).trace_id() {

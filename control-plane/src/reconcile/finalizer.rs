@@ -545,27 +545,16 @@ async fn run_round(
         let record = &snapshot;
         let fan_out = stops.iter().map(|(idx, exec, generation, _, epoch)| {
             let task = record.steps[*idx].task;
-            // The executor's StopTask/StopConnector span is this one's child (traceparent).
-            let span = tracing::info_span!(
-                "cleanup step",
-                connector = %record.name,
-                task = %task.map_or_else(|| "connector".to_owned(), |t| t.to_string()),
-                executor = %exec.id,
-                generation = *generation,
-            );
-            tracing::Instrument::instrument(
-                async move {
-                    let started = std::time::Instant::now();
-                    let attempt =
-                        stop(cluster, record, task, exec, *generation, flag, *epoch).await;
-                    crate::observe::cleanup_step_duration(
-                        attempt.outcome_label(),
-                        started.elapsed(),
-                    );
-                    (*idx, attempt)
-                },
-                span,
-            )
+            // No span of its own: the executor's StopTask/StopConnector span is a child of
+            // the round's (traceparent), and the step's outcome is a log event with its
+            // task, executor and generation. A span per step was a third of a deletion's
+            // spans, each made on the control plane's busiest path (bench/NOTES.md).
+            async move {
+                let started = std::time::Instant::now();
+                let attempt = stop(cluster, record, task, exec, *generation, flag, *epoch).await;
+                crate::observe::cleanup_step_duration(attempt.outcome_label(), started.elapsed());
+                (*idx, attempt)
+            }
         });
         let mut fan_out = std::pin::pin!(tasks_first_done(fan_out, record));
         let slow = tokio::time::sleep(Duration::from_millis(RUNNING_MARK_AFTER_MS));
