@@ -356,6 +356,12 @@ fn shows_info_spans(filter: &tracing_subscriber::EnvFilter) -> bool {
         .is_none_or(|max| max >= tracing::level_filters::LevelFilter::INFO)
 }
 
+/// The log filter a process starts with, as tracing directives: `RUST_LOG`, or `info`
+/// when it is unset (the default directive of [`init_traced`]'s filter).
+pub fn start_filter() -> String {
+    std::env::var("RUST_LOG").unwrap_or_else(|_| "info".to_owned())
+}
+
 /// Installs the global `tracing` subscriber as text. Call once, first thing in `main`; a
 /// second call (a subscriber is already set) changes nothing.
 pub fn init() {

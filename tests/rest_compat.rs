@@ -96,9 +96,14 @@ impl Rest {
 
 /// A cluster whose control plane also serves REST on a free port.
 async fn start(executors: usize) -> (TestCluster, Rest) {
+    start_with_env(executors, &[]).await
+}
+
+/// [`start`] with `env` in the control plane's environment.
+async fn start_with_env(executors: usize, env: &[(&str, &str)]) -> (TestCluster, Rest) {
     let dir = KeepOnFailure::new();
     let cp_dir = dir.path().join("cp");
-    let mut cp = Proc::spawn(
+    let mut cp = Proc::spawn_with_env(
         wharf_harness::bin("wharf-control-plane"),
         vec![
             "--listen".into(),
@@ -113,6 +118,7 @@ async fn start(executors: usize) -> (TestCluster, Rest) {
             TEST_HEARTBEAT_INTERVAL_MS.to_string(),
         ],
         &cp_dir,
+        env,
     );
     let addr = cp.listen_addr().await;
     // rest.addr is written before listen.addr.
@@ -863,6 +869,57 @@ async fn bad_input_gets_connects_status_and_error_body_and_changes_nothing() {
     assert_eq!(
         rest.get("/connectors/keep/config").await.body,
         config_before
+    );
+}
+
+/// `/admin/loggers` starts from the process's `RUST_LOG` and a change keeps it for every
+/// other logger (KIP-495): a control plane started at `warn` shows root WARN, and raising
+/// one target to INFO brings that target's INFO lines and nobody else's.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_logger_changed_at_run_time_keeps_what_rust_log_set_for_the_others() {
+    let (c, rest) = start_with_env(1, &[("RUST_LOG", "warn")]).await;
+    let a = rest.get("/admin/loggers").await;
+    assert_eq!(a.status, 200, "{a:?}");
+    assert_eq!(a.body["root"]["level"], "WARN", "{}", a.body);
+
+    let a = rest
+        .json(
+            "PUT",
+            "/admin/loggers/wharf_control_plane::admin",
+            &json!({ "level": "INFO" }),
+        )
+        .await;
+    assert_eq!(a.status, 200, "{a:?}");
+    let name = "leveled";
+    let a = rest
+        .json(
+            "POST",
+            "/connectors",
+            &json!({ "name": name, "config": c.source_config(name, 2) }),
+        )
+        .await;
+    assert_eq!(a.status, 201, "{a:?}");
+    wait_until("the admin target's INFO line", CONVERGE, || async {
+        c.cp_log().contains("connector created").then_some(())
+    })
+    .await;
+    wait_until("the connector runs", CONVERGE, || async {
+        let a = rest.get(&format!("/connectors/{name}/status")).await;
+        (a.body["tasks"].as_array().map(Vec::len) == Some(2)
+            && a.body["tasks"]
+                .as_array()
+                .is_some_and(|t| t.iter().all(|t| t["state"] == "RUNNING")))
+        .then_some(())
+    })
+    .await;
+    let log = c.cp_log();
+    let others: Vec<&str> = log
+        .lines()
+        .filter(|l| l.contains(" INFO ") && !l.contains("wharf_control_plane::admin:"))
+        .collect();
+    assert!(
+        others.is_empty(),
+        "only the raised target logs at INFO; RUST_LOG=warn still holds for: {others:#?}"
     );
 }
 

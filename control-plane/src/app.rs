@@ -437,9 +437,10 @@ impl App {
     }
 
     /// Lets `/admin/loggers` change the process's log filter: `apply` installs tracing
-    /// directives; `root_level` is the level the process started with (`INFO`).
-    pub fn set_log_control(&mut self, root_level: &str, apply: crate::rest::loggers::Apply) {
-        self.loggers = Arc::new(crate::rest::loggers::Loggers::new(root_level, Some(apply)));
+    /// directives; `start` is the filter the process started with (its `RUST_LOG`,
+    /// [`wharf::telemetry::start_filter`]), which a change keeps but for the logger changed.
+    pub fn set_log_control(&mut self, start: &str, apply: crate::rest::loggers::Apply) {
+        self.loggers = Arc::new(crate::rest::loggers::Loggers::new(start, Some(apply)));
     }
 
     /// What the metrics listener shows of this control plane (state gauges and health;

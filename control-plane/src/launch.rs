@@ -50,7 +50,7 @@ pub async fn run(settings: Settings) -> ExitCode {
     let (log_control, export) = telemetry.split();
     let result = match App::build_with_store(config, store).await {
         Ok(mut app) => {
-            app.set_log_control("INFO", log_control);
+            app.set_log_control(&wharf::telemetry::start_filter(), log_control);
             match wharf::observability::start(observability.metrics_listen, vec![app.probe()]).await
             {
                 Ok(_) => app.run(wharf::server::shutdown_signal()).await,

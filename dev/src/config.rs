@@ -14,9 +14,9 @@ use wharf_control_plane::app::Config;
 use wharf_control_plane::flags::{ServerArgs, ServerFile};
 
 /// Wharf in dev mode: a control plane and an executor with the built-in plugins
-/// (file-source, file-sink, postgres-audit, sqlite-audit) in one process, on the embedded
-/// store and the embedded record log; nothing to install. Not for production: run
-/// wharf-control-plane and wharf-executor there.
+/// (file-source, file-sink, postgres-audit, sqlite-audit, rabbitmq-sink) in one process,
+/// on the embedded store and the embedded record log; nothing to install. Not for
+/// production: run wharf-control-plane and wharf-executor there.
 ///
 /// Every option can also be set by its WHARF_* environment variable or in the TOML file
 /// given with --config (keys as the flag names with '_' for '-'). Precedence: flag >

@@ -145,7 +145,7 @@ pub async fn run(
     ));
     let mut app = App::build(config).await?;
     // `/admin/loggers` on the REST gateway changes this process's filter.
-    app.set_log_control("INFO", log_control);
+    app.set_log_control(&wharf::telemetry::start_filter(), log_control);
     let addr = app.local_addr();
     let app_rest = app.rest_addr();
     let mut metrics = None;

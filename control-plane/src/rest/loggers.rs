@@ -20,8 +20,11 @@ pub const ROOT: &str = "root";
 pub struct Loggers {
     apply: Option<Apply>,
     /// Level name (Connect's spelling) and when it was set (ms since the epoch; `None`
-    /// for the level the process started with).
+    /// for a level the process started with).
     levels: Mutex<BTreeMap<String, (String, Option<i64>)>>,
+    /// Directives of the starting filter that are not one logger's level (span filters,
+    /// a target without a level): kept in every filter applied later.
+    kept: Vec<String>,
 }
 
 /// Connect's (log4j's) level names and the tracing level each becomes.
@@ -43,14 +46,38 @@ fn target(logger: &str) -> String {
 }
 
 impl Loggers {
-    /// Loggers starting at `root_level` (Connect spelling, for example `INFO`); `apply`
-    /// installs a changed filter, `None` refuses changes.
-    pub fn new(root_level: &str, apply: Option<Apply>) -> Self {
+    /// Loggers as the filter `start` (tracing directives, the process's `RUST_LOG`, for
+    /// example `warn,wharf_control_plane::reconcile=debug`) set them: its bare level is
+    /// `root` (INFO without one, as the process's own filter defaults), each
+    /// `target=level` a logger; a change at run time keeps the others. Directives that do
+    /// not parse are left out, as the process's filter left them out. `apply` installs a
+    /// changed filter, `None` refuses changes.
+    pub fn new(start: &str, apply: Option<Apply>) -> Self {
         let mut levels = BTreeMap::new();
-        levels.insert(ROOT.to_owned(), (root_level.to_ascii_uppercase(), None));
+        levels.insert(ROOT.to_owned(), ("INFO".to_owned(), None));
+        let mut kept = Vec::new();
+        let parses = |d: &&str| d.parse::<tracing_subscriber::filter::Directive>().is_ok();
+        for d in start
+            .split(',')
+            .map(str::trim)
+            .filter(|d| !d.is_empty())
+            .filter(parses)
+        {
+            let (logger, level) = d.split_once('=').map_or((ROOT, d), |(t, l)| (t, l));
+            let plain = logger
+                .chars()
+                .all(|c| c.is_ascii_alphanumeric() || matches!(c, '_' | ':'));
+            match tracing_level(level) {
+                Some((name, _)) if plain || logger == ROOT => {
+                    levels.insert(logger.to_owned(), (name.to_owned(), None));
+                }
+                _ => kept.push(d.to_owned()),
+            }
+        }
         Self {
             apply,
             levels: Mutex::new(levels),
+            kept,
         }
     }
 
@@ -105,7 +132,7 @@ impl Loggers {
         let mut levels = self.lock();
         let mut next = levels.clone();
         next.insert(logger.to_owned(), (name.to_owned(), Some(now_ms())));
-        let directives = directives(&next);
+        let directives = directives(&self.kept, &next);
         apply(&directives).map_err(RestError::BadRequest)?;
         *levels = next;
         tracing::info!(logger, level = name, "log level changed");
@@ -113,8 +140,9 @@ impl Loggers {
     }
 }
 
-/// The tracing filter for `levels`: the root level, then one `target=level` each.
-fn directives(levels: &BTreeMap<String, (String, Option<i64>)>) -> String {
+/// The tracing filter for `levels`: the root level, the `kept` directives of the
+/// starting filter, then one `target=level` each.
+fn directives(kept: &[String], levels: &BTreeMap<String, (String, Option<i64>)>) -> String {
     let level = |l: &str| tracing_level(l).map_or("info", |(_, t)| t);
     let mut out = vec![
         levels
@@ -122,6 +150,7 @@ fn directives(levels: &BTreeMap<String, (String, Option<i64>)>) -> String {
             .map_or("info", |(l, _)| level(l))
             .to_owned(),
     ];
+    out.extend(kept.iter().cloned());
     for (k, (l, _)) in levels.iter().filter(|(k, _)| k.as_str() != ROOT) {
         out.push(format!("{}={}", target(k), level(l)));
     }
@@ -165,6 +194,36 @@ mod tests {
             *seen.lock().unwrap(),
             "warn,wharf_control_plane::reconcile=debug"
         );
+    }
+
+    #[test]
+    fn a_change_keeps_what_rust_log_set() {
+        let seen = Arc::new(Mutex::new(String::new()));
+        let s = seen.clone();
+        let l = Loggers::new(
+            "warn,wharf_executor=debug,[rpc]=trace,bad=loud",
+            Some(Box::new(move |d: &str| {
+                *s.lock().unwrap() = d.to_owned();
+                Ok(())
+            })),
+        );
+        assert_eq!(l.get(ROOT).unwrap()["level"], "WARN");
+        assert_eq!(l.get("wharf_executor").unwrap()["level"], "DEBUG");
+        assert!(
+            l.get("bad").is_none(),
+            "a directive that does not parse is left out"
+        );
+        l.set("wharf_control_plane::admin", "INFO").unwrap();
+        assert_eq!(
+            *seen.lock().unwrap(),
+            "warn,[rpc]=trace,wharf_control_plane::admin=info,wharf_executor=debug"
+        );
+    }
+
+    #[test]
+    fn without_rust_log_root_is_info() {
+        let l = Loggers::new("", None);
+        assert_eq!(l.get(ROOT).unwrap()["level"], "INFO");
     }
 
     #[test]
