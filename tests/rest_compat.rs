@@ -903,15 +903,7 @@ async fn a_logger_changed_at_run_time_keeps_what_rust_log_set_for_the_others() {
         c.cp_log().contains("connector created").then_some(())
     })
     .await;
-    wait_until("the connector runs", CONVERGE, || async {
-        let a = rest.get(&format!("/connectors/{name}/status")).await;
-        (a.body["tasks"].as_array().map(Vec::len) == Some(2)
-            && a.body["tasks"]
-                .as_array()
-                .is_some_and(|t| t.iter().all(|t| t["state"] == "RUNNING")))
-        .then_some(())
-    })
-    .await;
+    wait_connector_state(&rest, name, "RUNNING", 2).await;
     let log = c.cp_log();
     let others: Vec<&str> = log
         .lines()

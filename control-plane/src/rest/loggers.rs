@@ -41,6 +41,15 @@ fn tracing_level(level: &str) -> Option<(&'static str, &'static str)> {
     }
 }
 
+/// Whether `logger` names a tracing target (or `root`): letters, digits, '_', '.', ':',
+/// '-'; not a span filter (`[span]`) nor empty.
+fn is_logger_name(logger: &str) -> bool {
+    !logger.is_empty()
+        && logger
+            .chars()
+            .all(|c| c.is_ascii_alphanumeric() || matches!(c, '_' | '.' | ':' | '-'))
+}
+
 fn target(logger: &str) -> String {
     logger.replace('.', "::")
 }
@@ -64,11 +73,8 @@ impl Loggers {
             .filter(parses)
         {
             let (logger, level) = d.split_once('=').map_or((ROOT, d), |(t, l)| (t, l));
-            let plain = logger
-                .chars()
-                .all(|c| c.is_ascii_alphanumeric() || matches!(c, '_' | ':'));
             match tracing_level(level) {
-                Some((name, _)) if plain || logger == ROOT => {
+                Some((name, _)) if is_logger_name(logger) => {
                     levels.insert(logger.to_owned(), (name.to_owned(), None));
                 }
                 _ => kept.push(d.to_owned()),
@@ -115,11 +121,7 @@ impl Loggers {
                 "invalid log level {level:?}: use one of OFF, FATAL, ERROR, WARN, INFO, DEBUG, TRACE"
             )));
         };
-        if logger.is_empty()
-            || !logger
-                .chars()
-                .all(|c| c.is_ascii_alphanumeric() || matches!(c, '_' | '.' | ':' | '-'))
-        {
+        if !is_logger_name(logger) {
             return Err(RestError::BadRequest(format!(
                 "logger {logger:?} is not a tracing target (letters, digits, '_', '.', ':', '-')"
             )));
@@ -166,17 +168,23 @@ mod tests {
     use super::*;
     use std::sync::Arc;
 
-    #[test]
-    fn a_level_change_applies_root_then_each_target() {
+    /// Loggers started from `start` whose applied filters land in the returned string.
+    fn recording(start: &str) -> (Loggers, Arc<Mutex<String>>) {
         let seen = Arc::new(Mutex::new(String::new()));
         let s = seen.clone();
         let l = Loggers::new(
-            "INFO",
+            start,
             Some(Box::new(move |d: &str| {
                 *s.lock().unwrap() = d.to_owned();
                 Ok(())
             })),
         );
+        (l, seen)
+    }
+
+    #[test]
+    fn a_level_change_applies_root_then_each_target() {
+        let (l, seen) = recording("INFO");
         assert_eq!(
             l.set("wharf_control_plane.reconcile", "debug").unwrap(),
             vec!["wharf_control_plane.reconcile".to_owned()]
@@ -198,15 +206,7 @@ mod tests {
 
     #[test]
     fn a_change_keeps_what_rust_log_set() {
-        let seen = Arc::new(Mutex::new(String::new()));
-        let s = seen.clone();
-        let l = Loggers::new(
-            "warn,wharf_executor=debug,[rpc]=trace,bad=loud",
-            Some(Box::new(move |d: &str| {
-                *s.lock().unwrap() = d.to_owned();
-                Ok(())
-            })),
-        );
+        let (l, seen) = recording("warn,wharf_executor=debug,[rpc]=trace,bad=loud");
         assert_eq!(l.get(ROOT).unwrap()["level"], "WARN");
         assert_eq!(l.get("wharf_executor").unwrap()["level"], "DEBUG");
         assert!(
