@@ -401,14 +401,18 @@ pub fn init_traced(format: LogFormat, otlp: Option<&Otlp>) -> Result<Telemetry, 
         // code that reads `opentelemetry::Context::current()`, which Wharf does not (a
         // new span's parent is then the current `tracing` span, [`crate::trace`] reads
         // contexts from `tracing` spans).
+        crate::trace::set_tracer(p.tracer("wharf"));
         tracing_opentelemetry::layer()
             .with_tracer(p.tracer("wharf"))
             .with_threads(false)
             .with_tracked_inactivity(false)
             .with_context_activation(false)
             .with_filter(
-                tracing_subscriber::filter::filter_fn(|m| exported(Traced::of(m), *m.level()))
-                    .with_max_level_hint(tracing::Level::INFO),
+                tracing_subscriber::filter::filter_fn(|m| {
+                    m.target() != crate::trace::LOG_ONLY_TARGET
+                        && exported(Traced::of(m), *m.level())
+                })
+                .with_max_level_hint(tracing::Level::INFO),
             )
     });
     let filter = tracing_subscriber::EnvFilter::builder()

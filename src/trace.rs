@@ -4,6 +4,12 @@
 //! each host. Spans are `tracing` spans; with `--otlp-endpoint` they are exported over
 //! OTLP (see [`crate::telemetry`]), and without it every function here is a no-op: no
 //! trace context exists, nothing is injected.
+//!
+//! The executor's spans (its calls, each plugin's stop, its traced status reports) are
+//! the exception: they are [`DirectSpan`]s, made with the OpenTelemetry API itself, and
+//! their `tracing` spans only serve the log lines ([`LOG_ONLY_TARGET`]). A deletion makes
+//! about 20 spans, 18 of them on executors, and through the `tracing` bridge each cost
+//! 5 to 6 times as much as through the API (bench/NOTES.md, issue 16).
 
 use opentelemetry::propagation::{Extractor, Injector, TextMapPropagator};
 use opentelemetry::trace::TraceContextExt;
@@ -11,6 +17,157 @@ use opentelemetry_sdk::propagation::TraceContextPropagator;
 use tonic::codegen::http;
 use tonic::metadata::{MetadataKey, MetadataMap, MetadataValue};
 use tracing_opentelemetry::OpenTelemetrySpanExt;
+
+/// The `target` of a `tracing` span made for log lines only: the OTLP layer never exports
+/// it, because the same step is exported as a [`DirectSpan`].
+pub const LOG_ONLY_TARGET: &str = "wharf::log_only";
+
+/// An attribute of a [`DirectSpan`] (OpenTelemetry's key and value).
+pub use opentelemetry::KeyValue;
+
+/// The tracer of [`DirectSpan`]s, set when span export is set up (`--otlp-endpoint`).
+static TRACER: std::sync::OnceLock<opentelemetry_sdk::trace::SdkTracer> =
+    std::sync::OnceLock::new();
+
+/// Installs the tracer [`DirectSpan`]s are made with (the first one stays).
+pub(crate) fn set_tracer(tracer: opentelemetry_sdk::trace::SdkTracer) {
+    let _ = TRACER.set(tracer);
+}
+
+/// A span made with the OpenTelemetry API rather than through `tracing`, for the spans on
+/// an executor's stop path: the `tracing` bridge builds, visits, stores and converts each
+/// span on the path of the call, which cost about 6 us per span there against about 1 us
+/// this way (cold caches; bench/NOTES.md, issue 16). Empty (every method a no-op) without
+/// export or outside a sampled trace. Ends at [`DirectSpan::around`]'s end, or when its
+/// last context is dropped.
+#[derive(Debug, Default)]
+pub struct DirectSpan(Option<opentelemetry::Context>);
+
+impl DirectSpan {
+    /// The span of an incoming gRPC call at `method` (`/wharf.v1.Service/Method`), a child
+    /// of the caller's `traceparent`, when [`exported`] says so: named `method`, kind
+    /// server, attribute `method`. Records its trace id in the current `tracing` span's
+    /// `trace_id` field (the call's log span) when log lines show it.
+    pub fn server(method: &'static str, metadata: &MetadataMap) -> Self {
+        let Some(tracer) = TRACER.get() else {
+            return Self::default();
+        };
+        let parent = parent_from_metadata(metadata);
+        if !exported(CallKind::of_method(method), parent.is_sampled()) {
+            return Self::default();
+        }
+        let span = Self::start(
+            tracer,
+            &parent.0,
+            opentelemetry::trace::SpanBuilder::from_name(method)
+                .with_kind(opentelemetry::trace::SpanKind::Server)
+                .with_attributes([KeyValue::new("method", method)]),
+        );
+        if crate::telemetry::logs_show_info_spans()
+            && let Some(id) = span.context().trace_id()
+        {
+            tracing::Span::current().record("trace_id", id.as_str());
+        }
+        span
+    }
+
+    /// Span `name` with `attributes`, a child of `parent` when that is a sampled trace's
+    /// (empty otherwise: an untraced stop makes no trace of its own).
+    pub fn child(
+        parent: &TraceContext,
+        name: &'static str,
+        attributes: impl IntoIterator<Item = KeyValue>,
+    ) -> Self {
+        match TRACER.get() {
+            Some(tracer) if parent.is_sampled() => Self::start(
+                tracer,
+                &parent.0,
+                opentelemetry::trace::SpanBuilder::from_name(name).with_attributes(attributes),
+            ),
+            _ => Self::default(),
+        }
+    }
+
+    fn start(
+        tracer: &opentelemetry_sdk::trace::SdkTracer,
+        parent: &opentelemetry::Context,
+        builder: opentelemetry::trace::SpanBuilder,
+    ) -> Self {
+        Self(Some(
+            parent.with_span(builder.start_with_context(tracer, parent)),
+        ))
+    }
+
+    /// Its context, for children and for `traceparent` (empty when the span is).
+    pub fn context(&self) -> TraceContext {
+        TraceContext(self.0.clone().unwrap_or_default())
+    }
+
+    /// Runs `fut` with this span as the current OpenTelemetry context (so that
+    /// [`TraceContext::current`] inside, and in tasks spawned with
+    /// [`with_current_context`], names it), then ends the span, with status error and the
+    /// error's text when `fut` failed.
+    pub async fn around<T, E: std::fmt::Display>(
+        self,
+        fut: impl Future<Output = Result<T, E>>,
+    ) -> Result<T, E> {
+        use opentelemetry::context::FutureExt as _;
+        let Some(cx) = self.0 else {
+            return fut.await;
+        };
+        let result = fut.with_context(cx.clone()).await;
+        let span = cx.span();
+        if let Err(e) = &result {
+            span.set_status(opentelemetry::trace::Status::error(e.to_string()));
+        }
+        span.end();
+        result
+    }
+}
+
+/// `fut` with the current OpenTelemetry context attached at every poll, for a task spawned
+/// inside a [`DirectSpan::around`] that must stay in its trace (a stop's, spawned by the
+/// `StopTask` call): what `tracing`'s `in_current_span` does for `tracing` spans. Nothing
+/// is attached when there is no trace.
+pub fn with_current_context<F: Future>(
+    fut: F,
+) -> futures::future::Either<F, opentelemetry::context::WithContext<F>> {
+    use opentelemetry::context::FutureExt as _;
+    let cx = opentelemetry::Context::current();
+    if cx.has_active_span() {
+        futures::future::Either::Right(fut.with_context(cx))
+    } else {
+        futures::future::Either::Left(fut)
+    }
+}
+
+/// Reads W3C propagation fields from gRPC request metadata.
+struct MetadataExtractor<'a>(&'a MetadataMap);
+
+impl Extractor for MetadataExtractor<'_> {
+    fn get(&self, key: &str) -> Option<&str> {
+        self.0.get(key).and_then(|v| v.to_str().ok())
+    }
+
+    fn keys(&self) -> Vec<&str> {
+        self.0
+            .keys()
+            .filter_map(|k| match k {
+                tonic::metadata::KeyRef::Ascii(k) => Some(k.as_str()),
+                tonic::metadata::KeyRef::Binary(_) => None,
+            })
+            .collect()
+    }
+}
+
+/// The trace context a caller sent as `traceparent` in gRPC metadata; empty when there is
+/// none or it does not parse.
+pub fn parent_from_metadata(metadata: &MetadataMap) -> TraceContext {
+    if metadata.get(TRACEPARENT).is_none() {
+        return TraceContext::default();
+    }
+    TraceContext(TraceContextPropagator::new().extract(&MetadataExtractor(metadata)))
+}
 
 /// Writes W3C propagation fields into gRPC request metadata.
 struct MetadataInjector<'a>(&'a mut MetadataMap);
@@ -46,9 +203,16 @@ impl Extractor for HeaderExtractor<'_> {
 pub struct TraceContext(opentelemetry::Context);
 
 impl TraceContext {
-    /// The context of the current span.
+    /// The context of the current span: the current `tracing` span's, or else the
+    /// current OpenTelemetry context's (a [`DirectSpan`]'s, inside its
+    /// [`DirectSpan::around`]).
     pub fn current() -> Self {
-        Self(tracing::Span::current().context())
+        let from_tracing = tracing::Span::current().context();
+        if from_tracing.span().span_context().is_valid() {
+            Self(from_tracing)
+        } else {
+            Self(opentelemetry::Context::current())
+        }
     }
 
     /// True when it names a trace (export is on and a span was current).
@@ -202,33 +366,150 @@ pub fn parent_from_headers(headers: &http::HeaderMap) -> TraceContext {
 /// carries a `traceparent`, its trace id recorded. INFO (exported) or DEBUG as
 /// [`exported`] decides.
 pub fn rpc_span(req: &http::Request<()>) -> tracing::Span {
+    rpc_span_with(req, false)
+}
+
+/// The span of one incoming gRPC call for its log lines only ([`LOG_ONLY_TARGET`]), for
+/// `Server::trace_fn` where the handlers export the call as a [`DirectSpan::server`] (the
+/// executor). INFO when the call is exported, DEBUG otherwise, as [`rpc_span`]; its
+/// `trace_id` is recorded by [`DirectSpan::server`].
+pub fn log_rpc_span(req: &http::Request<()>) -> tracing::Span {
+    rpc_span_with(req, true)
+}
+
+fn rpc_span_with(req: &http::Request<()>, log_only: bool) -> tracing::Span {
     let method = req.uri().path();
     let parent = parent_from_headers(req.headers());
-    // Two call sites: a span's level is fixed where it is made.
-    let span = if exported(CallKind::of_method(method), parent.is_sampled()) {
-        tracing::info_span!(
-            "rpc",
-            method = %method,
-            otel.name = %method,
-            otel.kind = "server",
-            trace_id = tracing::field::Empty,
-        )
-    } else {
-        tracing::debug_span!(
-            "rpc",
-            method = %method,
-            otel.name = %method,
-            otel.kind = "server",
-            trace_id = tracing::field::Empty,
-        )
-    };
-    parent.adopt(&span);
-    span
+    let exported = exported(CallKind::of_method(method), parent.is_sampled());
+    // Four call sites: a span's level and target are fixed where it is made.
+    match (log_only, exported) {
+        (false, true) => {
+            let span = tracing::info_span!(
+                "rpc",
+                method = %method,
+                otel.name = %method,
+                otel.kind = "server",
+                trace_id = tracing::field::Empty,
+            );
+            parent.adopt(&span);
+            span
+        }
+        (false, false) => {
+            let span =
+                tracing::debug_span!("rpc", method = %method, trace_id = tracing::field::Empty);
+            parent.adopt(&span);
+            span
+        }
+        (true, true) => {
+            tracing::info_span!(target: LOG_ONLY_TARGET, "rpc", method = %method, trace_id = tracing::field::Empty)
+        }
+        (true, false) => {
+            tracing::debug_span!(target: LOG_ONLY_TARGET, "rpc", method = %method, trace_id = tracing::field::Empty)
+        }
+    }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// The spans a test's tracer ended, in order.
+    #[derive(Debug, Clone, Default)]
+    struct Ended(std::sync::Arc<std::sync::Mutex<Vec<opentelemetry_sdk::trace::SpanData>>>);
+
+    impl opentelemetry_sdk::trace::SpanExporter for Ended {
+        async fn export(
+            &self,
+            batch: Vec<opentelemetry_sdk::trace::SpanData>,
+        ) -> opentelemetry_sdk::error::OTelSdkResult {
+            self.0.lock().unwrap().extend(batch);
+            Ok(())
+        }
+    }
+
+    /// Installs a tracer that records every span as it ends (once per test binary; the
+    /// only test that makes direct spans).
+    fn recording_tracer() -> Ended {
+        use opentelemetry::trace::TracerProvider as _;
+        let ended = Ended::default();
+        let provider = opentelemetry_sdk::trace::SdkTracerProvider::builder()
+            .with_span_processor(opentelemetry_sdk::trace::SimpleSpanProcessor::new(
+                ended.clone(),
+            ))
+            .build();
+        set_tracer(provider.tracer("test"));
+        ended
+    }
+
+    const CALLER_TRACE: &str = "0af7651916cd43dd8448eb211c80319c";
+    const CALLER_SPAN: &str = "b7ad6b7169203331";
+
+    fn traced_metadata(flags: &str) -> MetadataMap {
+        let mut md = MetadataMap::new();
+        md.insert(
+            "traceparent",
+            format!("00-{CALLER_TRACE}-{CALLER_SPAN}-{flags}")
+                .parse()
+                .unwrap(),
+        );
+        md
+    }
+
+    #[test]
+    fn direct_spans_nest_under_the_caller_and_carry_the_outcome() {
+        let ended = recording_tracer();
+        let call = DirectSpan::server("/wharf.v1.Executor/StopTask", &traced_metadata("01"));
+        // Not futures' block_on: the SDK's simple processor exports with it, and it does
+        // not nest.
+        let runtime = tokio::runtime::Builder::new_current_thread()
+            .build()
+            .unwrap();
+        let result: Result<(), String> = runtime.block_on(call.around(async {
+            // Inside the call, the current context is the call's span.
+            let stop = DirectSpan::child(
+                &TraceContext::current(),
+                "plugin stop",
+                [KeyValue::new("connector_deleted", true)],
+            );
+            stop.around(async { Err::<(), _>("table is locked".to_owned()) })
+                .await
+        }));
+        assert!(result.is_err());
+        let spans = ended.0.lock().unwrap().clone();
+        let names: Vec<&str> = spans.iter().map(|s| s.name.as_ref()).collect();
+        assert_eq!(names, ["plugin stop", "/wharf.v1.Executor/StopTask"]);
+        let (stop, call) = (&spans[0], &spans[1]);
+        assert_eq!(call.span_context.trace_id().to_string(), CALLER_TRACE);
+        assert_eq!(call.parent_span_id.to_string(), CALLER_SPAN);
+        assert_eq!(call.span_kind, opentelemetry::trace::SpanKind::Server);
+        assert_eq!(stop.span_context.trace_id().to_string(), CALLER_TRACE);
+        assert_eq!(stop.parent_span_id, call.span_context.span_id());
+        assert_eq!(
+            stop.status,
+            opentelemetry::trace::Status::error("table is locked")
+        );
+        assert!(
+            stop.attributes
+                .contains(&KeyValue::new("connector_deleted", true))
+        );
+        // A call without a sampled caller is not exported (a poller's, an untraced
+        // herder's), and neither is a stop inside it.
+        let untraced = DirectSpan::server("/wharf.v1.Executor/StopTask", &traced_metadata("00"));
+        assert!(!untraced.context().is_valid());
+        let quiet = DirectSpan::child(&untraced.context(), "plugin stop", []);
+        assert!(!quiet.context().is_valid());
+        let none = DirectSpan::server("/wharf.v1.Executor/StopTask", &MetadataMap::new());
+        assert!(!none.context().is_valid());
+        assert_eq!(ended.0.lock().unwrap().len(), 2);
+    }
+
+    #[test]
+    fn a_traceparent_in_metadata_is_read_as_the_parent() {
+        let cx = parent_from_metadata(&traced_metadata("01"));
+        assert_eq!(cx.trace_id().as_deref(), Some(CALLER_TRACE));
+        assert!(cx.is_sampled());
+        assert!(!parent_from_metadata(&MetadataMap::new()).is_valid());
+    }
 
     #[test]
     fn without_export_nothing_is_injected() {

@@ -157,6 +157,11 @@ async fn one_deletion_is_one_trace_across_two_executors() {
         hosts.iter().map(String::as_str).collect(),
         "StopTask spans from both executors"
     );
+    // Each stop is exported once: by the executor's own span, never also as the `tracing`
+    // span its log lines are in.
+    let count = |name: &str| trace.iter().filter(|s| s.name == name).count();
+    assert_eq!(count(STOP_TASK), TASKS, "{trace:#?}");
+    assert_eq!(count(PLUGIN_STOP), TASKS + 1, "{trace:#?}");
     // Each task's plugin stop runs under its StopTask span, on the same executor, and
     // each StopTask holds one.
     let plugin_stops: Vec<&ReceivedSpan> = trace.iter().filter(|s| s.name == PLUGIN_STOP).collect();

@@ -40,6 +40,9 @@ pub const IDLE_POLL_BLOCK_MS: u64 = 3_600_000;
 const RUNNING_POLL_MS: u64 = 2;
 /// Upper bound on waiting for RUNNING, in milliseconds.
 const RUNNING_DEADLINE_MS: u64 = 30_000;
+/// How often the OpenTelemetry SDK's batch processor exports at most, by default
+/// (`OTEL_BSP_SCHEDULE_DELAY`, 5,000 ms).
+const EXPORT_INTERVAL: Duration = Duration::from_secs(5);
 /// Wait bound passed to DeleteConnector, in milliseconds.
 const DELETE_WAIT_TIMEOUT_MS: u32 = 30_000;
 
@@ -224,6 +227,16 @@ impl Bench {
             .map_or(0, |l| l.spans.load(std::sync::atomic::Ordering::Relaxed))
     }
 
+    /// Waits until the processes of an "on" cluster have exported what they buffered:
+    /// the SDK's batch processor sends every [`EXPORT_INTERVAL`] (or 512 spans), and the
+    /// measured deletions take about 3 s, so counting right after them missed most of
+    /// their spans. Nothing without a receiver.
+    async fn spans_settled(&self) {
+        if self.load.is_some() {
+            tokio::time::sleep(EXPORT_INTERVAL + Duration::from_secs(1)).await;
+        }
+    }
+
     /// Spans the receiver of an "on" cluster got so far, by process and name.
     fn spans_by_name(&self) -> crate::observe::SpanCounts {
         self.load.as_ref().map_or_else(Default::default, |l| {
@@ -370,9 +383,11 @@ pub async fn run_paired(
         on.once().await?;
     }
     let (mut r_off, mut r_on) = (DeletionResult::default(), DeletionResult::default());
-    let cpu = (off.cluster.cpu_ms(), on.cluster.cpu_ms());
+    // The warm-up's spans arrive with the next export: count from after it.
+    on.spans_settled().await;
     let spans = on.spans();
     let by_name = on.spans_by_name();
+    let cpu = (off.cluster.cpu_ms(), on.cluster.cpu_ms());
     for i in 0..runs {
         if i % 2 == 0 {
             r_off.push(off.once().await?);
@@ -384,6 +399,7 @@ pub async fn run_paired(
     }
     r_off.cpu_per_deletion = (off.cluster.cpu_ms() - cpu.0) / runs as f64;
     r_on.cpu_per_deletion = (on.cluster.cpu_ms() - cpu.1) / runs as f64;
+    on.spans_settled().await;
     r_on.spans_per_deletion = (on.spans() - spans) as f64 / runs as f64;
     r_on.spans_by_name = crate::observe::span_counts_since(&by_name, &on.spans_by_name());
     Ok((r_off, r_on))

@@ -25,7 +25,7 @@ use crate::stats::{median, quantile};
 /// Measured deletions in benchmark 1's mTLS run.
 const DELETION_RUNS: usize = 30;
 /// Measured deletions on each of the off and on clusters of benchmark 1 (interleaved).
-const OBSERVED_DELETION_RUNS: usize = 100;
+const OBSERVED_DELETION_RUNS: usize = 400;
 /// Runs per data-plane backend.
 const DATAPLANE_RUNS: usize = 3;
 /// Runs of the 1,000 x 10 scale step with observability off, and as many with it on

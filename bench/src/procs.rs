@@ -332,16 +332,19 @@ fn observe_args(ip: &str, otlp: Option<&String>) -> anyhow::Result<(Vec<String>,
         .port();
     let addr = format!("{ip}:{port}");
     // WHARF_BENCH_OBSERVE=metrics or =traces turns on only one of the two, to tell their
-    // costs apart (bench/NOTES.md); unset or anything else: both.
+    // costs apart; =none neither, so that an "on" cluster is an "off" one and the pairing's
+    // own bias shows (bench/NOTES.md); unset or anything else: both.
     let only = std::env::var("WHARF_BENCH_OBSERVE").unwrap_or_default();
+    let metrics = !matches!(only.as_str(), "traces" | "none");
+    let traces = !matches!(only.as_str(), "metrics" | "none");
     let mut args = Vec::new();
-    if only != "traces" {
+    if metrics {
         args.extend(["--metrics-listen".to_owned(), addr.clone()]);
     }
-    if only != "metrics" {
+    if traces {
         args.extend(["--otlp-endpoint".to_owned(), endpoint.clone()]);
     }
-    Ok((args, (only != "traces").then_some(addr)))
+    Ok((args, metrics.then_some(addr)))
 }
 
 impl Cluster {

@@ -339,8 +339,9 @@ impl ExecutorApp {
         );
 
         let router = tonic::transport::Server::builder()
-            // One span per call, a child of the control plane's when it sent `traceparent`.
-            .trace_fn(wharf::trace::rpc_span)
+            // One span per call for the log lines; the handlers export it (DirectSpan), a
+            // child of the control plane's when it sent `traceparent`.
+            .trace_fn(wharf::trace::log_rpc_span)
             .add_service(ExecutorServer::with_interceptor(
                 ExecutorService::new(host.clone()),
                 crate::peer_auth::only_control_plane,

@@ -613,22 +613,30 @@ impl Registry {
             // In the trace of the first report that has one (a stop's), so that the
             // control plane's ReportStatus span joins it. Without one it is a periodic
             // call (its ReportStatus span is not exported either): DEBUG, no OTLP work.
-            let span = match pending.iter().find(|(_, cx)| cx.is_valid()) {
-                Some((_, cx)) => {
-                    let span = tracing::info_span!(
+            // Exported with the OpenTelemetry API (wharf::trace::DirectSpan), as the
+            // executor's other spans; the `tracing` span is the log lines'.
+            let (exported, span) = match pending.iter().find(|(_, cx)| cx.is_valid()) {
+                Some((_, cx)) => (
+                    wharf::trace::DirectSpan::child(
+                        cx,
                         "report status",
-                        reports = n,
-                        trace_id = tracing::field::Empty
-                    );
-                    cx.adopt(&span);
-                    span
-                }
-                None => tracing::debug_span!("report status", reports = n),
+                        [wharf::trace::KeyValue::new("reports", n as i64)],
+                    ),
+                    tracing::info_span!(target: wharf::trace::LOG_ONLY_TARGET, "report status", reports = n),
+                ),
+                None => (
+                    wharf::trace::DirectSpan::default(),
+                    tracing::debug_span!(target: wharf::trace::LOG_ONLY_TARGET, "report status", reports = n),
+                ),
             };
             let mut request = tonic::Request::new(req);
-            span.in_scope(|| wharf::trace::inject(request.metadata_mut()));
+            exported.context().inject(request.metadata_mut());
             let (used, mut client) = self.client();
-            let result = tracing::Instrument::instrument(client.report_status(request), span).await;
+            let result = tracing::Instrument::instrument(
+                exported.around(client.report_status(request)),
+                span,
+            )
+            .await;
             if let Err(status) = &result {
                 self.note_failure(used, status);
             }

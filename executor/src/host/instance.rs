@@ -161,8 +161,10 @@ impl Lifecycle {
         if !replayed {
             self.set_state(InstanceState::Stopping);
             let tx = self.done.clone();
-            // In the caller's span (a StopTask call's): the plugin's stop span is its child.
-            let fut = tracing::Instrument::in_current_span(body());
+            // In the caller's span and trace (a StopTask call's): the plugin's stop span
+            // is its child.
+            let fut =
+                wharf::trace::with_current_context(tracing::Instrument::in_current_span(body()));
             spawn(TaskKind::Awaited, "stop instance", async move {
                 let record = fut.await;
                 tx.send_replace(Some(record));
@@ -290,12 +292,21 @@ impl<P: PluginCalls> PluginCell<P> {
             .await
             .ok()?;
         let connector_deleted = flag();
-        // The plugin's own stop, as a span under the request that stopped it.
-        let span = tracing::info_span!("plugin stop", connector_deleted);
+        // The plugin's own stop, exported as a span under the request that stopped it
+        // (wharf::trace::DirectSpan), and a span of the log lines inside it.
+        let exported = wharf::trace::DirectSpan::child(
+            &wharf::trace::TraceContext::current(),
+            "plugin stop",
+            [wharf::trace::KeyValue::new(
+                "connector_deleted",
+                connector_deleted,
+            )],
+        );
+        let span = tracing::info_span!(target: wharf::trace::LOG_ONLY_TARGET, "plugin stop", connector_deleted);
         let handle = slot.spawn(
             "plugin stop",
             tracing::Instrument::instrument(
-                async move {
+                exported.around(async move {
                     let result = g
                         .stop_call(connector_deleted)
                         .await
@@ -303,7 +314,7 @@ impl<P: PluginCalls> PluginCell<P> {
                     // After stop the instance is dropped (SDK guarantee).
                     *g = P::dropped();
                     result
-                },
+                }),
                 span,
             ),
         );
