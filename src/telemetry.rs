@@ -398,9 +398,9 @@ pub fn init_traced(format: LogFormat, otlp: Option<&Otlp>) -> Result<Telemetry, 
         // every traced future and say little about a deletion (bench/NOTES.md). No
         // context activation either: it attached the span's OpenTelemetry context to
         // the thread on every poll of every traced future and detached it after, for
-        // code that reads `opentelemetry::Context::current()`, which Wharf does not (a
-        // new span's parent is then the current `tracing` span, [`crate::trace`] reads
-        // contexts from `tracing` spans).
+        // code that reads `opentelemetry::Context::current()`; Wharf reads it only
+        // inside a `DirectSpan` (which attaches its own) and reads a bridged span's
+        // context from its `tracing` span ([`crate::trace`]).
         crate::trace::set_tracer(p.tracer("wharf"));
         tracing_opentelemetry::layer()
             .with_tracer(p.tracer("wharf"))

@@ -157,11 +157,22 @@ async fn one_deletion_is_one_trace_across_two_executors() {
         hosts.iter().map(String::as_str).collect(),
         "StopTask spans from both executors"
     );
-    // Each stop is exported once: by the executor's own span, never also as the `tracing`
-    // span its log lines are in.
-    let count = |name: &str| trace.iter().filter(|s| s.name == name).count();
-    assert_eq!(count(STOP_TASK), TASKS, "{trace:#?}");
-    assert_eq!(count(PLUGIN_STOP), TASKS + 1, "{trace:#?}");
+    // Each plugin stop is exported once: by the executor's own span, never also as the
+    // `tracing` span its log lines are in (that one would land under the same call). A
+    // retried StopTask is a call of its own, whose replayed stop runs no plugin.
+    for call in trace
+        .iter()
+        .filter(|s| s.name == STOP_TASK || s.name == STOP_CONNECTOR)
+    {
+        let stops = trace
+            .iter()
+            .filter(|s| s.name == PLUGIN_STOP && s.parent_span_id == call.span_id)
+            .count();
+        assert!(
+            stops <= 1,
+            "{stops} plugin stops under {call:?}: {trace:#?}"
+        );
+    }
     // Each task's plugin stop runs under its StopTask span, on the same executor, and
     // each StopTask holds one.
     let plugin_stops: Vec<&ReceivedSpan> = trace.iter().filter(|s| s.name == PLUGIN_STOP).collect();
