@@ -40,23 +40,49 @@ pub(crate) fn set_tracer(tracer: opentelemetry_sdk::trace::SdkTracer) {
 /// this way (cold caches; bench/NOTES.md, issue 16). Empty (every method a no-op) without
 /// export or outside a sampled trace. Ends at [`DirectSpan::around`]'s end, or when its
 /// last context is dropped.
-#[derive(Debug, Default)]
-pub struct DirectSpan(Option<opentelemetry::Context>);
+#[derive(Debug)]
+pub struct DirectSpan {
+    /// The exported span, in a context for its children; `None` when nothing is exported.
+    cx: Option<opentelemetry::Context>,
+    /// The `tracing` span of the log lines inside, entered by [`DirectSpan::around`] (a
+    /// call's `rpc`; none for a child, whose caller makes its own).
+    log: tracing::Span,
+}
+
+impl Default for DirectSpan {
+    fn default() -> Self {
+        Self {
+            cx: None,
+            log: tracing::Span::none(),
+        }
+    }
+}
 
 impl DirectSpan {
     /// The span of an incoming gRPC call at `method` (`/wharf.v1.Service/Method`), a child
     /// of the caller's `traceparent`, when [`exported`] says so: named `method`, kind
-    /// server, attribute `method`. Records its trace id in the current `tracing` span's
-    /// `trace_id` field (the call's log span) when log lines show it.
+    /// server, attribute `method`. Its log span is an `rpc` span with `method` and
+    /// `trace_id` ([`LOG_ONLY_TARGET`]), INFO when the call is exported and DEBUG
+    /// otherwise, as [`rpc_span`]; made here rather than in `Server::trace_fn`, so that
+    /// `traceparent` is read once per call.
     pub fn server(method: &'static str, metadata: &MetadataMap) -> Self {
-        let Some(tracer) = TRACER.get() else {
-            return Self::default();
-        };
         let parent = parent_from_metadata(metadata);
         if !exported(CallKind::of_method(method), parent.is_sampled()) {
-            return Self::default();
+            return Self {
+                cx: None,
+                log: tracing::debug_span!(target: LOG_ONLY_TARGET, "rpc", method),
+            };
         }
-        let span = Self::start(
+        let log = tracing::info_span!(
+            target: LOG_ONLY_TARGET,
+            "rpc",
+            method,
+            trace_id = tracing::field::Empty
+        );
+        let Some(tracer) = TRACER.get() else {
+            return Self { cx: None, log };
+        };
+        let mut span = Self::start(
             tracer,
             &parent.0,
             opentelemetry::trace::SpanBuilder::from_name(method)
@@ -66,8 +92,9 @@ impl DirectSpan {
         if crate::telemetry::logs_show_info_spans()
             && let Some(id) = span.context().trace_id()
         {
-            tracing::Span::current().record("trace_id", id.as_str());
+            log.record("trace_id", id.as_str());
         }
+        span.log = log;
         span
     }
 
@@ -93,29 +120,31 @@ impl DirectSpan {
         parent: &opentelemetry::Context,
         builder: opentelemetry::trace::SpanBuilder,
     ) -> Self {
-        Self(Some(
-            parent.with_span(builder.start_with_context(tracer, parent)),
-        ))
+        Self {
+            cx: Some(parent.with_span(builder.start_with_context(tracer, parent))),
+            log: tracing::Span::none(),
+        }
     }
 
     /// Its context, for children and for `traceparent` (empty when the span is).
     pub fn context(&self) -> TraceContext {
-        TraceContext(self.0.clone().unwrap_or_default())
+        TraceContext(self.cx.clone().unwrap_or_default())
     }
 
-    /// Runs `fut` with this span as the current OpenTelemetry context (so that
-    /// [`TraceContext::current`] inside, and in tasks spawned with
-    /// [`with_current_context`], names it), then ends the span, with status error and the
-    /// error's text when `fut` failed.
+    /// Runs `fut` in this span's log span and with this span as the current
+    /// OpenTelemetry context (so that [`TraceContext::current`] inside, and in tasks
+    /// spawned with [`with_current_context`], names it), then ends the span, with status
+    /// error and the error's text when `fut` failed.
     pub async fn around<T, E: std::fmt::Display>(
         self,
         fut: impl Future<Output = Result<T, E>>,
     ) -> Result<T, E> {
         use opentelemetry::context::FutureExt as _;
-        let Some(cx) = self.0 else {
-            return fut.await;
+        use tracing::Instrument as _;
+        let Some(cx) = self.cx else {
+            return fut.instrument(self.log).await;
         };
-        let result = fut.with_context(cx.clone()).await;
+        let result = fut.with_context(cx.clone()).instrument(self.log).await;
         let span = cx.span();
         if let Err(e) = &result {
             span.set_status(opentelemetry::trace::Status::error(e.to_string()));
@@ -141,32 +170,10 @@ pub fn with_current_context<F: Future>(
     }
 }
 
-/// Reads W3C propagation fields from gRPC request metadata.
-struct MetadataExtractor<'a>(&'a MetadataMap);
-
-impl Extractor for MetadataExtractor<'_> {
-    fn get(&self, key: &str) -> Option<&str> {
-        self.0.get(key).and_then(|v| v.to_str().ok())
-    }
-
-    fn keys(&self) -> Vec<&str> {
-        self.0
-            .keys()
-            .filter_map(|k| match k {
-                tonic::metadata::KeyRef::Ascii(k) => Some(k.as_str()),
-                tonic::metadata::KeyRef::Binary(_) => None,
-            })
-            .collect()
-    }
-}
-
 /// The trace context a caller sent as `traceparent` in gRPC metadata; empty when there is
 /// none or it does not parse.
 pub fn parent_from_metadata(metadata: &MetadataMap) -> TraceContext {
-    if metadata.get(TRACEPARENT).is_none() {
-        return TraceContext::default();
-    }
-    TraceContext(TraceContextPropagator::new().extract(&MetadataExtractor(metadata)))
+    parent_from_headers(metadata.as_ref())
 }
 
 /// Writes W3C propagation fields into gRPC request metadata.
@@ -366,47 +373,28 @@ pub fn parent_from_headers(headers: &http::HeaderMap) -> TraceContext {
 /// carries a `traceparent`, its trace id recorded. INFO (exported) or DEBUG as
 /// [`exported`] decides.
 pub fn rpc_span(req: &http::Request<()>) -> tracing::Span {
-    rpc_span_with(req, false)
-}
-
-/// The span of one incoming gRPC call for its log lines only ([`LOG_ONLY_TARGET`]), for
-/// `Server::trace_fn` where the handlers export the call as a [`DirectSpan::server`] (the
-/// executor). INFO when the call is exported, DEBUG otherwise, as [`rpc_span`]; its
-/// `trace_id` is recorded by [`DirectSpan::server`].
-pub fn log_rpc_span(req: &http::Request<()>) -> tracing::Span {
-    rpc_span_with(req, true)
-}
-
-fn rpc_span_with(req: &http::Request<()>, log_only: bool) -> tracing::Span {
     let method = req.uri().path();
     let parent = parent_from_headers(req.headers());
-    let exported = exported(CallKind::of_method(method), parent.is_sampled());
-    // Four call sites: a span's level and target are fixed where it is made.
-    match (log_only, exported) {
-        (false, true) => {
-            let span = tracing::info_span!(
-                "rpc",
-                method = %method,
-                otel.name = %method,
-                otel.kind = "server",
-                trace_id = tracing::field::Empty,
-            );
-            parent.adopt(&span);
-            span
-        }
-        (false, false) => {
-            let span =
-                tracing::debug_span!("rpc", method = %method, trace_id = tracing::field::Empty);
-            parent.adopt(&span);
-            span
-        }
-        (true, true) => {
-            tracing::info_span!(target: LOG_ONLY_TARGET, "rpc", method = %method, trace_id = tracing::field::Empty)
-        }
-        (true, false) => {
-            tracing::debug_span!(target: LOG_ONLY_TARGET, "rpc", method = %method, trace_id = tracing::field::Empty)
-        }
-    }
+    // Two call sites: a span's level is fixed where it is made.
+    let span = if exported(CallKind::of_method(method), parent.is_sampled()) {
+        tracing::info_span!(
+            "rpc",
+            method = %method,
+            otel.name = %method,
+            otel.kind = "server",
+            trace_id = tracing::field::Empty,
+        )
+    } else {
+        tracing::debug_span!(
+            "rpc",
+            method = %method,
+            otel.name = %method,
+            otel.kind = "server",
+            trace_id = tracing::field::Empty,
+        )
+    };
+    parent.adopt(&span);
+    span
 }
 
 #[cfg(test)]

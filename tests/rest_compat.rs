@@ -181,6 +181,19 @@ fn assert_status_shape(s: &Value, name: &str, tasks: usize) {
     }
 }
 
+/// Creates test-source connector `name` with `tasks` tasks over `POST /connectors` and
+/// asserts the 201.
+async fn create_source(c: &TestCluster, rest: &Rest, name: &str, tasks: u32) {
+    let a = rest
+        .json(
+            "POST",
+            "/connectors",
+            &json!({ "name": name, "config": c.source_config(name, tasks) }),
+        )
+        .await;
+    assert_eq!(a.status, 201, "{a:?}");
+}
+
 async fn wait_connector_state(rest: &Rest, name: &str, state: &str, tasks: usize) -> Value {
     wait_until(
         &format!("{name}: connector and {tasks} tasks {state} over REST"),
@@ -601,14 +614,7 @@ async fn a_connect_client_gets_connects_status_codes_and_json_shapes() {
 async fn a_deletion_waiting_for_its_executor_shows_deleting_with_the_waiting_step_then_404() {
     let (mut c, rest) = start(1).await;
     let name = "waits";
-    let a = rest
-        .json(
-            "POST",
-            "/connectors",
-            &json!({ "name": name, "config": c.source_config(name, 1) }),
-        )
-        .await;
-    assert_eq!(a.status, 201, "{a:?}");
+    create_source(&c, &rest, name, 1).await;
     wait_connector_state(&rest, name, "RUNNING", 1).await;
 
     // The only executor goes away: the cleanup has nowhere to run.
@@ -701,14 +707,7 @@ type BadCase = (
 async fn bad_input_gets_connects_status_and_error_body_and_changes_nothing() {
     let (c, rest) = start(1).await;
     let name = "keep";
-    let a = rest
-        .json(
-            "POST",
-            "/connectors",
-            &json!({ "name": name, "config": c.source_config(name, 1) }),
-        )
-        .await;
-    assert_eq!(a.status, 201, "{a:?}");
+    create_source(&c, &rest, name, 1).await;
     wait_connector_state(&rest, name, "RUNNING", 1).await;
     let before = rest.get("/connectors?expand=info").await.body;
     let config_before = rest.get("/connectors/keep/config").await.body;
@@ -891,14 +890,7 @@ async fn a_logger_changed_at_run_time_keeps_what_rust_log_set_for_the_others() {
         .await;
     assert_eq!(a.status, 200, "{a:?}");
     let name = "leveled";
-    let a = rest
-        .json(
-            "POST",
-            "/connectors",
-            &json!({ "name": name, "config": c.source_config(name, 2) }),
-        )
-        .await;
-    assert_eq!(a.status, 201, "{a:?}");
+    create_source(&c, &rest, name, 2).await;
     wait_until("the admin target's INFO line", CONVERGE, || async {
         c.cp_log().contains("connector created").then_some(())
     })

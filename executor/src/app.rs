@@ -338,11 +338,10 @@ impl ExecutorApp {
             })?,
         );
 
-        let router = tonic::transport::Server::builder()
-            // One span per call for the log lines; the handlers export it (DirectSpan), a
-            // child of the control plane's when it sent `traceparent`.
-            .trace_fn(wharf::trace::log_rpc_span)
-            .add_service(ExecutorServer::with_interceptor(
+        // Each handler makes its call's spans, exported and for the log lines
+        // (wharf::trace::DirectSpan::server).
+        let router =
+            tonic::transport::Server::builder().add_service(ExecutorServer::with_interceptor(
                 ExecutorService::new(host.clone()),
                 crate::peer_auth::only_control_plane,
             ));
