@@ -14,10 +14,10 @@ use tonic_health::server::HealthReporter;
 ///
 /// # Errors
 /// When a descriptor set does not decode (a build defect).
-pub fn add_common_services(
-    router: Router,
+pub fn add_common_services<L>(
+    router: Router<L>,
     services: &[&str],
-) -> Result<(Router, HealthReporter), tonic_reflection::server::Error> {
+) -> Result<(Router<L>, HealthReporter), tonic_reflection::server::Error> {
     // The builder is not Clone: one per protocol version.
     let builder = || {
         services.iter().fold(

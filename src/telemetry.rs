@@ -294,35 +294,66 @@ impl<E: opentelemetry_sdk::trace::SpanExporter + 'static> opentelemetry_sdk::tra
     }
 }
 
-/// What the OTLP layer is asked about: a span or an event (a log line inside a span).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum Traced {
-    Span,
-    Event,
-}
+/// A `tracing` layer that adds each event it sees (the caller filters: warnings and
+/// errors) to the current OpenTelemetry span, when one is active (inside a
+/// [`crate::trace::DirectSpan`]): its message as the event's name, its other fields as
+/// attributes, and its level as `level`. So a trace shows where a deletion's step failed
+/// without the logs.
+struct SpanEvents;
 
-impl Traced {
-    fn of(meta: &tracing::Metadata<'_>) -> Self {
-        if meta.is_event() {
-            Traced::Event
-        } else {
-            Traced::Span
+impl<S: tracing::Subscriber> tracing_subscriber::Layer<S> for SpanEvents {
+    fn on_event(&self, event: &tracing::Event<'_>, _: tracing_subscriber::layer::Context<'_, S>) {
+        use opentelemetry::trace::TraceContextExt as _;
+        let cx = opentelemetry::Context::current();
+        if !cx.has_active_span() {
+            return;
         }
+        let mut fields = EventFields::default();
+        event.record(&mut fields);
+        fields.attributes.push(opentelemetry::KeyValue::new(
+            "level",
+            event.metadata().level().as_str(),
+        ));
+        cx.span().add_event(fields.message, fields.attributes);
     }
 }
 
-/// Whether the OTLP layer sees a span or event of `level`: spans at INFO and above, so a
-/// trace is whole whatever `RUST_LOG` says; events only at WARN and above (they become
-/// span events carrying the problem). INFO events stay in the logs: as span events
-/// they were formatted and exported on every call with export on while `RUST_LOG=warn`
-/// never built them (bench/NOTES.md).
-fn exported(what: Traced, level: tracing::Level) -> bool {
-    use tracing::Level;
-    match (what, level) {
-        (Traced::Span, Level::ERROR | Level::WARN | Level::INFO) => true,
-        (Traced::Span, Level::DEBUG | Level::TRACE) => false,
-        (Traced::Event, Level::ERROR | Level::WARN) => true,
-        (Traced::Event, Level::INFO | Level::DEBUG | Level::TRACE) => false,
+/// The layer that copies warnings and errors into the current exported span
+/// ([`SpanEvents`]).
+pub(crate) fn span_events<S>() -> impl tracing_subscriber::Layer<S>
+where
+    S: tracing::Subscriber + for<'a> tracing_subscriber::registry::LookupSpan<'a>,
+{
+    use tracing_subscriber::Layer as _;
+    SpanEvents.with_filter(tracing::level_filters::LevelFilter::WARN)
+}
+
+/// An event's fields as OpenTelemetry attributes, its `message` apart.
+#[derive(Default)]
+struct EventFields {
+    message: String,
+    attributes: Vec<opentelemetry::KeyValue>,
+}
+
+impl tracing::field::Visit for EventFields {
+    fn record_str(&mut self, field: &tracing::field::Field, value: &str) {
+        if field.name() == "message" {
+            value.clone_into(&mut self.message);
+        } else {
+            self.attributes
+                .push(opentelemetry::KeyValue::new(field.name(), value.to_owned()));
+        }
+    }
+
+    fn record_debug(&mut self, field: &tracing::field::Field, value: &dyn std::fmt::Debug) {
+        if field.name() == "message" {
+            self.message = format!("{value:?}");
+        } else {
+            self.attributes.push(opentelemetry::KeyValue::new(
+                field.name(),
+                format!("{value:?}"),
+            ));
+        }
     }
 }
 
@@ -335,7 +366,7 @@ static LOGS_SHOW_INFO_SPANS: std::sync::atomic::AtomicBool =
 /// somewhere: a log line shows only the spans its filter enables (per-layer filtering),
 /// so at `RUST_LOG=warn` no line carries an INFO span's fields, and recording its trace
 /// id (an attribute again on the exported span) is work for nothing
-/// ([`crate::trace::record_trace_id`]; bench/NOTES.md, issue 16).
+/// ([`crate::trace::DirectSpan::started`]; bench/NOTES.md, issue 16).
 pub fn logs_show_info_spans() -> bool {
     LOGS_SHOW_INFO_SPANS.load(std::sync::atomic::Ordering::Relaxed)
 }
@@ -389,31 +420,13 @@ pub fn init_with(format: LogFormat) -> FilterReload {
 /// is installed then.
 pub fn init_traced(format: LogFormat, otlp: Option<&Otlp>) -> Result<Telemetry, OtlpError> {
     let provider = otlp.map(otlp_provider).transpose()?;
-    // Spans are exported at INFO whatever RUST_LOG says: the log filter is the log
-    // layer's own, so that quiet logs (RUST_LOG=warn) still leave whole traces.
+    // Spans are made with the OpenTelemetry API (crate::trace::DirectSpan), not through
+    // the tracing bridge, whatever RUST_LOG says. Warnings and errors inside an exported
+    // span become its events.
     let otel = provider.as_ref().map(|p| {
         use opentelemetry::trace::TracerProvider as _;
-        use tracing_subscriber::Layer as _;
-        // No thread attributes and no busy/idle timing: both cost work on every poll of
-        // every traced future and say little about a deletion (bench/NOTES.md). No
-        // context activation either: it attached the span's OpenTelemetry context to
-        // the thread on every poll of every traced future and detached it after, for
-        // code that reads `opentelemetry::Context::current()`; Wharf reads it only
-        // inside a `DirectSpan` (which attaches its own) and reads a bridged span's
-        // context from its `tracing` span ([`crate::trace`]).
         crate::trace::set_tracer(p.tracer("wharf"));
-        tracing_opentelemetry::layer()
-            .with_tracer(p.tracer("wharf"))
-            .with_threads(false)
-            .with_tracked_inactivity(false)
-            .with_context_activation(false)
-            .with_filter(
-                tracing_subscriber::filter::filter_fn(|m| {
-                    m.target() != crate::trace::LOG_ONLY_TARGET
-                        && exported(Traced::of(m), *m.level())
-                })
-                .with_max_level_hint(tracing::Level::INFO),
-            )
+        span_events()
     });
     let filter = tracing_subscriber::EnvFilter::builder()
         .with_default_directive(tracing::Level::INFO.into())
@@ -502,42 +515,6 @@ mod tests {
         });
         assert!(result.is_ok());
         assert_eq!(*exporter.inner.0.lock().unwrap(), vec![(0, true)]);
-    }
-
-    #[test]
-    fn spans_at_info_and_above_are_exported() {
-        for l in [
-            tracing::Level::ERROR,
-            tracing::Level::WARN,
-            tracing::Level::INFO,
-        ] {
-            assert!(exported(Traced::Span, l), "{l}");
-        }
-    }
-
-    #[test]
-    fn debug_and_trace_spans_are_not_exported() {
-        for l in [tracing::Level::DEBUG, tracing::Level::TRACE] {
-            assert!(!exported(Traced::Span, l), "{l}");
-        }
-    }
-
-    #[test]
-    fn warning_and_error_events_are_exported() {
-        for l in [tracing::Level::ERROR, tracing::Level::WARN] {
-            assert!(exported(Traced::Event, l), "{l}");
-        }
-    }
-
-    #[test]
-    fn info_and_lower_events_are_not_exported() {
-        for l in [
-            tracing::Level::INFO,
-            tracing::Level::DEBUG,
-            tracing::Level::TRACE,
-        ] {
-            assert!(!exported(Traced::Event, l), "{l}");
-        }
     }
 
     #[test]

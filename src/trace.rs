@@ -1,29 +1,32 @@
 //! Traces across hosts (docs/observability.md, "Traces"): W3C Trace Context
 //! (`traceparent`) in gRPC metadata from the control plane to executors and back, so
 //! that one deletion is one trace from `DeleteConnector` to each plugin's `stop(true)` on
-//! each host. Spans are `tracing` spans; with `--otlp-endpoint` they are exported over
-//! OTLP (see [`crate::telemetry`]), and without it every function here is a no-op: no
-//! trace context exists, nothing is injected.
+//! each host. With `--otlp-endpoint` the spans are exported over OTLP (see
+//! [`crate::telemetry`]); without it every function here is a no-op: no trace context
+//! exists, nothing is injected.
 //!
-//! The executor's spans (its calls, each plugin's stop, its traced status reports) are
-//! the exception: they are [`DirectSpan`]s, made with the OpenTelemetry API itself, and
-//! their `tracing` spans only serve the log lines ([`LOG_ONLY_TARGET`]). A deletion makes
-//! about 20 spans, 18 of them on executors, and through the `tracing` bridge each cost
-//! 5 to 6 times as much as through the API (bench/NOTES.md, issue 16).
+//! Exported spans are [`DirectSpan`]s, made with the OpenTelemetry API itself; each has a
+//! `tracing` span beside it for the log lines inside (with the span's `trace_id`). They
+//! are not made through the `tracing-opentelemetry` bridge: a deletion makes about 20
+//! spans on the path of its calls, and each cost 5 to 6 times as much through the bridge
+//! (bench/NOTES.md, issue 16).
+
+use std::borrow::Cow;
 
 use opentelemetry::propagation::{Extractor, Injector, TextMapPropagator};
 use opentelemetry::trace::TraceContextExt;
 use opentelemetry_sdk::propagation::TraceContextPropagator;
 use tonic::codegen::http;
 use tonic::metadata::{MetadataKey, MetadataMap, MetadataValue};
-use tracing_opentelemetry::OpenTelemetrySpanExt;
-
-/// The `target` of a `tracing` span made for log lines only: the OTLP layer never exports
-/// it, because the same step is exported as a [`DirectSpan`].
-pub const LOG_ONLY_TARGET: &str = "wharf::log_only";
 
 /// An attribute of a [`DirectSpan`] (OpenTelemetry's key and value).
 pub use opentelemetry::KeyValue;
+
+/// The description of a [`DirectSpan`] to start (OpenTelemetry's: name, kind, attributes).
+pub use opentelemetry::trace::SpanBuilder;
+
+/// The kind of a [`DirectSpan`] (server for an incoming call).
+pub use opentelemetry::trace::SpanKind;
 
 /// The tracer of [`DirectSpan`]s, set when span export is set up (`--otlp-endpoint`).
 static TRACER: std::sync::OnceLock<opentelemetry_sdk::trace::SdkTracer> =
@@ -34,18 +37,18 @@ pub(crate) fn set_tracer(tracer: opentelemetry_sdk::trace::SdkTracer) {
     let _ = TRACER.set(tracer);
 }
 
-/// A span made with the OpenTelemetry API rather than through `tracing`, for the spans on
-/// an executor's stop path: the `tracing` bridge builds, visits, stores and converts each
-/// span on the path of the call, which cost about 6 us per span there against about 1 us
-/// this way (cold caches; bench/NOTES.md, issue 16). Empty (every method a no-op) without
-/// export or outside a sampled trace. Ends at [`DirectSpan::around`]'s end, or when its
-/// last context is dropped.
+/// A span made with the OpenTelemetry API, with the `tracing` span of its log lines: the
+/// `tracing-opentelemetry` bridge builds, visits, stores and converts each span on the
+/// path of the call, which cost about 6 us per span there against about 1 us this way
+/// (cold caches; bench/NOTES.md, issue 16). Its exported half is empty (every method a
+/// no-op) without export or outside a sampled trace. Ends at [`DirectSpan::around`]'s or
+/// [`DirectSpan::run`]'s end, or when its last context is dropped.
 #[derive(Debug)]
 pub struct DirectSpan {
     /// The exported span, in a context for its children; `None` when nothing is exported.
     cx: Option<opentelemetry::Context>,
     /// The `tracing` span of the log lines inside, entered by [`DirectSpan::around`] (a
-    /// call's `rpc`; none for a child, whose caller makes its own).
+    /// call's `rpc`; none for a plain [`DirectSpan::child`], whose caller makes its own).
     log: tracing::Span,
 }
 
@@ -62,68 +65,78 @@ impl DirectSpan {
     /// The span of an incoming gRPC call at `method` (`/wharf.v1.Service/Method`), a child
     /// of the caller's `traceparent`, when [`exported`] says so: named `method`, kind
     /// server, attribute `method`. Its log span is an `rpc` span with `method` and
-    /// `trace_id` ([`LOG_ONLY_TARGET`]), INFO when the call is exported and DEBUG
-    /// otherwise, as [`rpc_span`]; made here rather than in `Server::trace_fn`, so that
-    /// `traceparent` is read once per call.
+    /// `trace_id`, INFO when the call is exported and DEBUG otherwise (a poller's reads
+    /// stay out of INFO logs).
     pub fn server(method: &'static str, metadata: &MetadataMap) -> Self {
-        let parent = parent_from_metadata(metadata);
-        if !exported(CallKind::of_method(method), parent.is_sampled()) {
+        Self::server_at(Cow::Borrowed(method), metadata.as_ref())
+    }
+
+    /// [`DirectSpan::server`] for a path known only at run time, with the request's HTTP/2
+    /// `headers` (the control plane's [`TraceLayer`]).
+    pub fn server_at(method: Cow<'static, str>, headers: &http::HeaderMap) -> Self {
+        let parent = parent_from_headers(headers);
+        if !exported(CallKind::of_method(&method), parent.is_sampled()) {
             return Self {
                 cx: None,
-                log: tracing::debug_span!(target: LOG_ONLY_TARGET, "rpc", method),
+                log: tracing::debug_span!("rpc", method = %method),
             };
         }
-        let log = tracing::info_span!(
-            target: LOG_ONLY_TARGET,
-            "rpc",
-            method,
-            trace_id = tracing::field::Empty
-        );
-        let Some(tracer) = TRACER.get() else {
-            return Self { cx: None, log };
-        };
-        let mut span = Self::start(
-            tracer,
-            &parent.0,
-            opentelemetry::trace::SpanBuilder::from_name(method)
-                .with_kind(opentelemetry::trace::SpanKind::Server)
+        let log = tracing::info_span!("rpc", method = %method, trace_id = tracing::field::Empty);
+        Self::started(
+            &parent,
+            SpanBuilder::from_name(method.clone())
+                .with_kind(SpanKind::Server)
                 .with_attributes([KeyValue::new("method", method)]),
-        );
-        if crate::telemetry::logs_show_info_spans()
-            && let Some(id) = span.context().trace_id()
-        {
-            log.record("trace_id", id.as_str());
-        }
-        span.log = log;
-        span
+            log,
+        )
     }
 
     /// Span `name` with `attributes`, a child of `parent` when that is a sampled trace's
-    /// (empty otherwise: an untraced stop makes no trace of its own).
+    /// (empty otherwise: an untraced stop makes no trace of its own). No log span.
     pub fn child(
         parent: &TraceContext,
         name: &'static str,
         attributes: impl IntoIterator<Item = KeyValue>,
     ) -> Self {
-        match TRACER.get() {
-            Some(tracer) if parent.is_sampled() => Self::start(
-                tracer,
-                &parent.0,
-                opentelemetry::trace::SpanBuilder::from_name(name).with_attributes(attributes),
-            ),
-            _ => Self::default(),
+        if !parent.is_sampled() {
+            return Self::default();
         }
+        Self::started(
+            parent,
+            SpanBuilder::from_name(name).with_attributes(attributes),
+            tracing::Span::none(),
+        )
     }
 
-    fn start(
-        tracer: &opentelemetry_sdk::trace::SdkTracer,
-        parent: &opentelemetry::Context,
+    /// The span `builder` describes beside its log span `log` (which gets the `trace_id`):
+    /// a child of `parent`, or the root of a new trace when `parent` is empty; nothing is
+    /// exported when `parent` is a trace its sender did not sample, or without export.
+    pub fn started(
+        parent: &TraceContext,
         builder: opentelemetry::trace::SpanBuilder,
+        log: tracing::Span,
     ) -> Self {
-        Self {
-            cx: Some(parent.with_span(builder.start_with_context(tracer, parent))),
-            log: tracing::Span::none(),
+        let Some(tracer) = TRACER.get() else {
+            return Self { cx: None, log };
+        };
+        if parent.is_valid() && !parent.is_sampled() {
+            return Self { cx: None, log };
         }
+        let cx = parent
+            .0
+            .with_span(builder.start_with_context(tracer, &parent.0));
+        if !log.is_disabled() && crate::telemetry::logs_show_info_spans() {
+            log.record(
+                "trace_id",
+                cx.span().span_context().trace_id().to_string().as_str(),
+            );
+        }
+        Self { cx: Some(cx), log }
+    }
+
+    /// A span that exports nothing, with log span `log` (an untraced call's).
+    pub fn untraced(log: tracing::Span) -> Self {
+        Self { cx: None, log }
     }
 
     /// Its context, for children and for `traceparent` (empty when the span is).
@@ -139,18 +152,93 @@ impl DirectSpan {
         self,
         fut: impl Future<Output = Result<T, E>>,
     ) -> Result<T, E> {
+        self.ended_by(fut, |r| r.as_ref().err().map(ToString::to_string))
+            .await
+    }
+
+    /// As [`DirectSpan::around`] for a future that cannot fail.
+    pub async fn run<T>(self, fut: impl Future<Output = T>) -> T {
+        self.ended_by(fut, |_| None).await
+    }
+
+    /// Runs `fut` as [`DirectSpan::around`] does, then ends the span with status error
+    /// and the text `failure` gives for the output, when it gives one.
+    pub async fn ended_by<T>(
+        self,
+        fut: impl Future<Output = T>,
+        failure: impl FnOnce(&T) -> Option<String>,
+    ) -> T {
         use opentelemetry::context::FutureExt as _;
         use tracing::Instrument as _;
         let Some(cx) = self.cx else {
             return fut.instrument(self.log).await;
         };
-        let result = fut.with_context(cx.clone()).instrument(self.log).await;
+        let out = fut.with_context(cx.clone()).instrument(self.log).await;
         let span = cx.span();
-        if let Err(e) = &result {
-            span.set_status(opentelemetry::trace::Status::error(e.to_string()));
+        if let Some(e) = failure(&out) {
+            span.set_status(opentelemetry::trace::Status::error(e));
         }
         span.end();
-        result
+        out
+    }
+}
+
+/// A tower layer that runs each incoming gRPC call of a server in its
+/// [`DirectSpan::server_at`] (the control plane's; the executor makes its calls' spans in
+/// its handlers). A call that fails (`grpc-status` other than 0 in the answer's headers,
+/// as tonic sends a handler's error) ends its span with status error and the
+/// `grpc-message`. A streaming call's span ends when its answer starts.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct TraceLayer;
+
+impl<S> tower::Layer<S> for TraceLayer {
+    type Service = Traced<S>;
+
+    fn layer(&self, inner: S) -> Self::Service {
+        Traced(inner)
+    }
+}
+
+/// The service [`TraceLayer`] makes.
+#[derive(Debug, Clone)]
+pub struct Traced<S>(S);
+
+impl<S, B, R> tower::Service<http::Request<B>> for Traced<S>
+where
+    S: tower::Service<http::Request<B>, Response = http::Response<R>>,
+    S::Future: Send + 'static,
+    S::Error: std::fmt::Display + Send + 'static,
+    R: Send + 'static,
+{
+    type Response = S::Response;
+    type Error = S::Error;
+    type Future = std::pin::Pin<
+        Box<dyn Future<Output = Result<Self::Response, Self::Error>> + Send + 'static>,
+    >;
+
+    fn poll_ready(
+        &mut self,
+        cx: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<Result<(), Self::Error>> {
+        self.0.poll_ready(cx)
+    }
+
+    fn call(&mut self, req: http::Request<B>) -> Self::Future {
+        let span = DirectSpan::server_at(Cow::Owned(req.uri().path().to_owned()), req.headers());
+        let call = self.0.call(req);
+        Box::pin(span.ended_by(call, grpc_failure))
+    }
+}
+
+/// The failure text of a gRPC answer: its `grpc-message` (or its code) when its headers
+/// carry a `grpc-status` other than 0 (OK); `None` for a success or a streaming answer
+/// whose status comes in its trailers.
+fn grpc_failure<R, E: std::fmt::Display>(answer: &Result<http::Response<R>, E>) -> Option<String> {
+    match answer {
+        Ok(r) => tonic::Status::from_header_map(r.headers())
+            .filter(|s| s.code() != tonic::Code::Ok)
+            .map(|s| format!("{:?}: {}", s.code(), s.message())),
+        Err(e) => Some(e.to_string()),
     }
 }
 
@@ -210,16 +298,11 @@ impl Extractor for HeaderExtractor<'_> {
 pub struct TraceContext(opentelemetry::Context);
 
 impl TraceContext {
-    /// The context of the current span: the current `tracing` span's, or else the
-    /// current OpenTelemetry context's (a [`DirectSpan`]'s, inside its
-    /// [`DirectSpan::around`]).
+    /// The current OpenTelemetry context: a [`DirectSpan`]'s inside its
+    /// [`DirectSpan::around`] (or a task spawned [`with_current_context`]), empty outside
+    /// one or without export.
     pub fn current() -> Self {
-        let from_tracing = tracing::Span::current().context();
-        if from_tracing.span().span_context().is_valid() {
-            Self(from_tracing)
-        } else {
-            Self(opentelemetry::Context::current())
-        }
+        Self(opentelemetry::Context::current())
     }
 
     /// True when it names a trace (export is on and a span was current).
@@ -231,19 +314,6 @@ impl TraceContext {
     pub fn is_sampled(&self) -> bool {
         let sc = self.0.span().span_context().clone();
         sc.is_valid() && sc.is_sampled()
-    }
-
-    /// Makes `span` a child of this context (nothing when it is empty), and records its
-    /// trace id in the span's `trace_id` field when it has one. Nothing for a disabled
-    /// span (an untraced read's at `RUST_LOG=info`).
-    pub fn adopt(&self, span: &tracing::Span) {
-        if span.is_disabled() {
-            return;
-        }
-        if self.is_valid() {
-            let _ = span.set_parent(self.0.clone());
-        }
-        record_trace_id(span);
     }
 
     /// Injects this context as `traceparent` into `metadata`.
@@ -264,19 +334,6 @@ impl TraceContext {
 /// metadata (a no-op without export).
 pub fn inject(metadata: &mut MetadataMap) {
     TraceContext::current().inject(metadata);
-}
-
-/// Records `span`'s trace id in its `trace_id` field (declared empty where the span is
-/// made), so that JSON log lines inside it carry the trace id. Nothing when the log
-/// filter shows no INFO span ([`crate::telemetry::logs_show_info_spans`]): no log line
-/// would carry the field, and the trace has the id already.
-pub fn record_trace_id(span: &tracing::Span) {
-    if span.is_disabled() || !crate::telemetry::logs_show_info_spans() {
-        return;
-    }
-    if let Some(id) = TraceContext(span.context()).trace_id() {
-        span.record("trace_id", id.as_str());
-    }
 }
 
 /// What an incoming call does, which decides whether its span is exported (see
@@ -368,35 +425,6 @@ pub fn parent_from_headers(headers: &http::HeaderMap) -> TraceContext {
     TraceContext(TraceContextPropagator::new().extract(&HeaderExtractor(headers)))
 }
 
-/// The span of one incoming gRPC call, for tonic's `Server::trace_fn`: `rpc` with its
-/// `method` (also its OpenTelemetry name), a child of the caller's span when the request
-/// carries a `traceparent`, its trace id recorded. INFO (exported) or DEBUG as
-/// [`exported`] decides.
-pub fn rpc_span(req: &http::Request<()>) -> tracing::Span {
-    let method = req.uri().path();
-    let parent = parent_from_headers(req.headers());
-    // Two call sites: a span's level is fixed where it is made.
-    let span = if exported(CallKind::of_method(method), parent.is_sampled()) {
-        tracing::info_span!(
-            "rpc",
-            method = %method,
-            otel.name = %method,
-            otel.kind = "server",
-            trace_id = tracing::field::Empty,
-        )
-    } else {
-        tracing::debug_span!(
-            "rpc",
-            method = %method,
-            otel.name = %method,
-            otel.kind = "server",
-            trace_id = tracing::field::Empty,
-        )
-    };
-    parent.adopt(&span);
-    span
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -415,18 +443,41 @@ mod tests {
         }
     }
 
-    /// Installs a tracer that records every span as it ends (once per test binary; the
-    /// only test that makes direct spans).
-    fn recording_tracer() -> Ended {
-        use opentelemetry::trace::TracerProvider as _;
-        let ended = Ended::default();
-        let provider = opentelemetry_sdk::trace::SdkTracerProvider::builder()
-            .with_span_processor(opentelemetry_sdk::trace::SimpleSpanProcessor::new(
-                ended.clone(),
-            ))
-            .build();
-        set_tracer(provider.tracer("test"));
-        ended
+    /// The tracer of this test binary, installed by the first test that asks: it records
+    /// every span as it ends (each test reads the spans of its own trace).
+    fn recording_tracer() -> &'static Ended {
+        static ENDED: std::sync::OnceLock<Ended> = std::sync::OnceLock::new();
+        ENDED.get_or_init(|| {
+            use opentelemetry::trace::TracerProvider as _;
+            let ended = Ended::default();
+            let provider = opentelemetry_sdk::trace::SdkTracerProvider::builder()
+                .with_span_processor(opentelemetry_sdk::trace::SimpleSpanProcessor::new(
+                    ended.clone(),
+                ))
+                .build();
+            set_tracer(provider.tracer("test"));
+            ended
+        })
+    }
+
+    /// The spans of trace `trace_id` that ended, in order.
+    fn ended_in(trace_id: &str) -> Vec<opentelemetry_sdk::trace::SpanData> {
+        recording_tracer()
+            .0
+            .lock()
+            .unwrap()
+            .iter()
+            .filter(|s| s.span_context.trace_id().to_string() == trace_id)
+            .cloned()
+            .collect()
+    }
+
+    /// A runtime for a test (not futures' block_on: the SDK's simple processor exports
+    /// with it, and it does not nest).
+    fn runtime() -> tokio::runtime::Runtime {
+        tokio::runtime::Builder::new_current_thread()
+            .build()
+            .unwrap()
     }
 
     const CALLER_TRACE: &str = "0af7651916cd43dd8448eb211c80319c";
@@ -445,13 +496,9 @@ mod tests {
 
     #[test]
     fn direct_spans_nest_under_the_caller_and_carry_the_outcome() {
-        let ended = recording_tracer();
+        recording_tracer();
         let call = DirectSpan::server("/wharf.v1.Executor/StopTask", &traced_metadata("01"));
-        // Not futures' block_on: the SDK's simple processor exports with it, and it does
-        // not nest.
-        let runtime = tokio::runtime::Builder::new_current_thread()
-            .build()
-            .unwrap();
+        let runtime = runtime();
         let result: Result<(), String> = runtime.block_on(call.around(async {
             // Inside the call, the current context is the call's span.
             let stop = DirectSpan::child(
@@ -463,7 +510,7 @@ mod tests {
                 .await
         }));
         assert!(result.is_err());
-        let spans = ended.0.lock().unwrap().clone();
+        let spans = ended_in(CALLER_TRACE);
         let names: Vec<&str> = spans.iter().map(|s| s.name.as_ref()).collect();
         assert_eq!(names, ["plugin stop", "/wharf.v1.Executor/StopTask"]);
         let (stop, call) = (&spans[0], &spans[1]);
@@ -488,7 +535,112 @@ mod tests {
         assert!(!quiet.context().is_valid());
         let none = DirectSpan::server("/wharf.v1.Executor/StopTask", &MetadataMap::new());
         assert!(!none.context().is_valid());
-        assert_eq!(ended.0.lock().unwrap().len(), 2);
+        assert_eq!(ended_in(CALLER_TRACE).len(), 2);
+    }
+
+    const LAYER_TRACE: &str = "5bf92f3577b34da6a3ce929d0e0e4737";
+
+    #[test]
+    fn the_trace_layer_spans_each_call_and_marks_a_failed_one() {
+        use tower::{Layer as _, Service as _, ServiceExt as _};
+        recording_tracer();
+        let answer = |status: &'static str| {
+            tower::service_fn(move |_: http::Request<()>| async move {
+                let mut r = http::Response::new(());
+                r.headers_mut()
+                    .insert("grpc-status", http::HeaderValue::from_static(status));
+                r.headers_mut().insert(
+                    "grpc-message",
+                    http::HeaderValue::from_static("no%20such%20task"),
+                );
+                Ok::<_, std::convert::Infallible>(r)
+            })
+        };
+        let request = |path: &str| {
+            http::Request::builder()
+                .uri(format!("http://cp{path}"))
+                .header("traceparent", format!("00-{LAYER_TRACE}-{CALLER_SPAN}-01"))
+                .body(())
+                .unwrap()
+        };
+        let runtime = runtime();
+        runtime.block_on(async {
+            let mut failing = TraceLayer.layer(answer("5"));
+            failing
+                .ready()
+                .await
+                .unwrap()
+                .call(request("/wharf.v1.ConnectorAdmin/GetConnector"))
+                .await
+                .unwrap();
+            let mut fine = TraceLayer.layer(answer("0"));
+            fine.ready()
+                .await
+                .unwrap()
+                .call(request("/wharf.v1.ConnectorAdmin/DeleteConnector"))
+                .await
+                .unwrap();
+        });
+        let spans = ended_in(LAYER_TRACE);
+        let names: Vec<&str> = spans.iter().map(|s| s.name.as_ref()).collect();
+        assert_eq!(
+            names,
+            [
+                "/wharf.v1.ConnectorAdmin/GetConnector",
+                "/wharf.v1.ConnectorAdmin/DeleteConnector"
+            ]
+        );
+        assert!(
+            spans
+                .iter()
+                .all(|s| s.parent_span_id.to_string() == CALLER_SPAN
+                    && s.span_kind == opentelemetry::trace::SpanKind::Server)
+        );
+        assert_eq!(
+            spans[0].status,
+            opentelemetry::trace::Status::error("NotFound: no such task")
+        );
+        assert_eq!(spans[1].status, opentelemetry::trace::Status::Unset);
+    }
+
+    const EVENT_TRACE: &str = "6bf92f3577b34da6a3ce929d0e0e4738";
+
+    #[test]
+    fn a_warning_inside_an_exported_span_is_one_of_its_events() {
+        use tracing_subscriber::layer::SubscriberExt as _;
+        recording_tracer();
+        let subscriber = tracing_subscriber::registry().with(crate::telemetry::span_events());
+        let mut md = MetadataMap::new();
+        md.insert(
+            "traceparent",
+            format!("00-{EVENT_TRACE}-{CALLER_SPAN}-01")
+                .parse()
+                .unwrap(),
+        );
+        tracing::subscriber::with_default(subscriber, || {
+            let call = DirectSpan::server("/wharf.v1.Executor/StopTask", &md);
+            runtime().block_on(call.run(async {
+                tracing::info!("stopping");
+                tracing::warn!(table = "audit_orders", "drop failed");
+            }));
+            // Outside any exported span: nowhere to go.
+            tracing::warn!("after the call");
+        });
+        let spans = ended_in(EVENT_TRACE);
+        assert_eq!(spans.len(), 1);
+        let events: Vec<_> = spans[0].events.iter().collect();
+        assert_eq!(events.len(), 1, "{events:?}");
+        assert_eq!(events[0].name, "drop failed");
+        assert!(
+            events[0]
+                .attributes
+                .contains(&KeyValue::new("table", "audit_orders"))
+        );
+        assert!(
+            events[0]
+                .attributes
+                .contains(&KeyValue::new("level", "WARN"))
+        );
     }
 
     #[test]

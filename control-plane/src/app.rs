@@ -509,7 +509,7 @@ impl App {
         .with_tls(client_tls);
         let router = tonic::transport::Server::builder()
             // One span per RPC, named by its method, so that handler events carry it.
-            .trace_fn(wharf::trace::rpc_span)
+            .layer(wharf::trace::TraceLayer)
             .add_service(admin)
             .add_service(registry);
         let (router, reporter) = wharf::server::add_common_services(

@@ -613,30 +613,26 @@ impl Registry {
             // In the trace of the first report that has one (a stop's), so that the
             // control plane's ReportStatus span joins it. Without one it is a periodic
             // call (its ReportStatus span is not exported either): DEBUG, no OTLP work.
-            // Exported with the OpenTelemetry API (wharf::trace::DirectSpan), as the
-            // executor's other spans; the `tracing` span is the log lines'.
-            let (exported, span) = match pending.iter().find(|(_, cx)| cx.is_valid()) {
-                Some((_, cx)) => (
-                    wharf::trace::DirectSpan::child(
-                        cx,
+            let exported = match pending.iter().find(|(_, cx)| cx.is_sampled()) {
+                Some((_, cx)) => wharf::trace::DirectSpan::started(
+                    cx,
+                    wharf::trace::SpanBuilder::from_name("report status")
+                        .with_attributes([wharf::trace::KeyValue::new("reports", n as i64)]),
+                    tracing::info_span!(
                         "report status",
-                        [wharf::trace::KeyValue::new("reports", n as i64)],
+                        reports = n,
+                        trace_id = tracing::field::Empty
                     ),
-                    tracing::info_span!(target: wharf::trace::LOG_ONLY_TARGET, "report status", reports = n),
                 ),
-                None => (
-                    wharf::trace::DirectSpan::default(),
-                    tracing::debug_span!(target: wharf::trace::LOG_ONLY_TARGET, "report status", reports = n),
-                ),
+                None => wharf::trace::DirectSpan::untraced(tracing::debug_span!(
+                    "report status",
+                    reports = n
+                )),
             };
             let mut request = tonic::Request::new(req);
             exported.context().inject(request.metadata_mut());
             let (used, mut client) = self.client();
-            let result = tracing::Instrument::instrument(
-                exported.around(client.report_status(request)),
-                span,
-            )
-            .await;
+            let result = exported.around(client.report_status(request)).await;
             if let Err(status) = &result {
                 self.note_failure(used, status);
             }

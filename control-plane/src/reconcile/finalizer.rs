@@ -146,31 +146,34 @@ pub async fn run_finalizer(cluster: Arc<Cluster>, cancel: CancellationToken) {
                     let name = d.name.clone();
                     cluster.set_cleanup_in_flight(&name, true);
                     // Not awaited: a later pass sees it finished; aborted at shutdown.
-                    // One span per round, in the trace of the DeleteConnector call.
-                    let span = tracing::info_span!(
-                        "deletion round",
-                        connector = %name,
-                        trace_id = tracing::field::Empty,
+                    // One span per round, in the trace of the DeleteConnector call (a
+                    // trace of its own when none was kept, as after a restart).
+                    let span = wharf::trace::DirectSpan::started(
+                        &cluster.deletion_trace(&name),
+                        wharf::trace::SpanBuilder::from_name("deletion round").with_attributes([
+                            wharf::trace::KeyValue::new("connector", name.clone()),
+                        ]),
+                        tracing::info_span!(
+                            "deletion round",
+                            connector = %name,
+                            trace_id = tracing::field::Empty,
+                        ),
                     );
-                    cluster.deletion_trace(&name).adopt(&span);
                     let handle = wharf::task::spawn(
                         wharf::task::TaskKind::Detached,
                         "deletion step",
-                        tracing::Instrument::instrument(
-                            async move {
-                                let result = advance(&c, &name).await;
-                                c.set_cleanup_in_flight(&name, false);
-                                match result {
-                                    // It wrote while this pass skipped it: look again now.
-                                    Ok(true) => c.finalizer_wake.notify_one(),
-                                    Ok(false) => {}
-                                    Err(e) => {
-                                        warn!(connector = %name, error = %e, "deletion step failed; retrying");
-                                    }
+                        async move {
+                            let result = span.around(advance(&c, &name)).await;
+                            c.set_cleanup_in_flight(&name, false);
+                            match result {
+                                // It wrote while this pass skipped it: look again now.
+                                Ok(true) => c.finalizer_wake.notify_one(),
+                                Ok(false) => {}
+                                Err(e) => {
+                                    warn!(connector = %name, error = %e, "deletion step failed; retrying");
                                 }
-                            },
-                            span,
-                        ),
+                            }
+                        },
                     );
                     running.insert(d.name, handle);
                 }

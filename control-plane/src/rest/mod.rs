@@ -229,7 +229,6 @@ async fn admit(
     mut req: axum::extract::Request,
     next: axum::middleware::Next,
 ) -> Response {
-    use tracing::Instrument;
     // REST never forwards a call to another replica (docs/rest.md), so a forwarded
     // principal header here is a forgery, whoever sends it.
     req.headers_mut()
@@ -250,13 +249,22 @@ async fn admit(
     // Like an rpc span: a status poller's GETs are not exported (docs/observability.md).
     let parent = wharf::trace::parent_from_headers(req.headers());
     let span = if wharf::trace::exported(rest_call_kind(action), parent.is_sampled()) {
-        tracing::info_span!("rest", method = %req.method(), route = %route.as_str(), rpc,
-            trace_id = tracing::field::Empty)
+        wharf::trace::DirectSpan::started(
+            &parent,
+            wharf::trace::SpanBuilder::from_name("rest")
+                .with_kind(wharf::trace::SpanKind::Server)
+                .with_attributes([
+                    wharf::trace::KeyValue::new("method", req.method().to_string()),
+                    wharf::trace::KeyValue::new("route", route.as_str().to_owned()),
+                    wharf::trace::KeyValue::new("rpc", rpc),
+                ]),
+            tracing::info_span!("rest", method = %req.method(), route = %route.as_str(), rpc,
+                trace_id = tracing::field::Empty),
+        )
     } else {
-        tracing::debug_span!("rest", method = %req.method(), route = %route.as_str(), rpc,
-            trace_id = tracing::field::Empty)
+        wharf::trace::DirectSpan::untraced(tracing::debug_span!("rest", method = %req.method(),
+            route = %route.as_str(), rpc))
     };
-    parent.adopt(&span);
     let connector = params
         .ok()
         .and_then(|p| {
@@ -282,35 +290,36 @@ async fn admit(
             Err(e) => RestError::Api(e).into_response(),
         };
     };
-    g.guard
-        .guarded(
-            caller,
-            action,
-            &connector,
-            // Checked once authorized, so a refused query is audited like the call.
-            |principal| async move {
-                match unknown {
-                    Some(e) => e.into_response(),
-                    None => {
-                        // Who asked, for the handlers that decide by it (`Caller`).
-                        req.extensions_mut().insert(principal);
-                        next.run(req).await
-                    }
+    let answer = g.guard.guarded(
+        caller,
+        action,
+        &connector,
+        // Checked once authorized, so a refused query is audited like the call.
+        |principal| async move {
+            match unknown {
+                Some(e) => e.into_response(),
+                None => {
+                    // Who asked, for the handlers that decide by it (`Caller`).
+                    req.extensions_mut().insert(principal);
+                    next.run(req).await
                 }
+            }
+        },
+        |e| RestError::Api(e).into_response(),
+        |answer| match answer.extensions().get::<error::Refusal>() {
+            Some(r) => r.0.clone(),
+            None if answer.status().is_success() => Outcome::ok(),
+            // Not a RestError (axum's own answer): named by its HTTP status.
+            None => Outcome {
+                code: "UNKNOWN",
+                message: format!("HTTP {}", answer.status()),
             },
-            |e| RestError::Api(e).into_response(),
-            |answer| match answer.extensions().get::<error::Refusal>() {
-                Some(r) => r.0.clone(),
-                None if answer.status().is_success() => Outcome::ok(),
-                // Not a RestError (axum's own answer): named by its HTTP status.
-                None => Outcome {
-                    code: "UNKNOWN",
-                    message: format!("HTTP {}", answer.status()),
-                },
-            },
-        )
-        .instrument(span)
-        .await
+        },
+    );
+    span.ended_by(answer, |r| {
+        (r.status().is_server_error()).then(|| format!("HTTP {}", r.status()))
+    })
+    .await
 }
 
 /// What a REST call does, for [`wharf::trace::exported`]: the action's kind when it

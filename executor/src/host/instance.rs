@@ -302,7 +302,7 @@ impl<P: PluginCalls> PluginCell<P> {
                 connector_deleted,
             )],
         );
-        let span = tracing::info_span!(target: wharf::trace::LOG_ONLY_TARGET, "plugin stop", connector_deleted);
+        let span = tracing::info_span!("plugin stop", connector_deleted);
         let handle = slot.spawn(
             "plugin stop",
             tracing::Instrument::instrument(
