@@ -209,6 +209,14 @@ async fn main() -> anyhow::Result<()> {
             "[bench] CPU per deletion (cluster processes, background included): off {:.2} ms, on {:.2} ms; spans exported per deletion {:.1}",
             del.cpu_per_deletion, on.cpu_per_deletion, on.spans_per_deletion
         );
+        // Untraced calls on both clusters: what the on cluster costs besides the spans.
+        eprintln!(
+            "[bench] untraced round trips p50, off / on: health check {:.3} / {:.3} ms, StopTask fan-out {:.3} / {:.3} ms",
+            median(&del.admin_rtt),
+            median(&on.admin_rtt),
+            median(&del.fanout),
+            median(&on.fanout)
+        );
         eprintln!(
             "[bench] create -> all RUNNING p50 off {:.2} ms, on {:.2} ms; status polls per run off {:.1}, on {:.1}",
             median(&del.to_running),
