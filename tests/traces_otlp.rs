@@ -198,6 +198,18 @@ async fn one_deletion_is_one_trace_across_two_executors() {
         "{trace:#?}"
     );
 
+    // The deletion's rounds name their connector.
+    assert!(
+        trace
+            .iter()
+            .filter(|s| s.name == "deletion round")
+            .all(|s| s.attributes.get("connector").map(String::as_str) == Some(name)),
+        "{trace:#?}"
+    );
+    // None of the deletion's calls failed.
+    let failed: Vec<&ReceivedSpan> = trace.iter().filter(|s| s.error.is_some()).collect();
+    assert!(failed.is_empty(), "{failed:#?}");
+
     // The control plane's JSON log lines of the call carry the trace id.
     let lines: Vec<Value> = c
         .cp_log()
@@ -209,6 +221,25 @@ async fn one_deletion_is_one_trace_across_two_executors() {
     for l in &lines {
         assert_eq!(l["span"]["trace_id"], trace_id.as_str(), "{l}");
     }
+
+    // A call that fails (a deletion of a connector that does not exist) is a span with
+    // status error and the gRPC code and message.
+    assert_eq!(
+        c.call("DeleteConnector", json!({ "name": "never-created" }))
+            .code,
+        NOT_FOUND
+    );
+    let refused = wait_until("the failed call's span", CONVERGE, || async {
+        otlp.spans()
+            .into_iter()
+            .find(|s| s.name == DELETE && s.trace_id != trace_id && s.error.is_some())
+    })
+    .await;
+    let error = refused.error.unwrap_or_default();
+    assert!(
+        error.starts_with("NotFound") && error.contains("never-created"),
+        "{error}"
+    );
 
     // A read with a sampled traceparent is exported, as a child of the caller's span.
     let mut admin = wharf_harness::client::admin(&c.addr, &c.dial());

@@ -32,6 +32,8 @@ pub struct ReceivedSpan {
     pub parent_span_id: String,
     /// String-valued attributes (`connector`, `task`, ...; others as their debug text).
     pub attributes: BTreeMap<String, String>,
+    /// The status message when the span's status is error; `None` for unset or ok.
+    pub error: Option<String>,
 }
 
 #[derive(Default)]
@@ -83,6 +85,14 @@ impl TraceService for Collected {
                             .iter()
                             .map(|kv| (kv.key.clone(), text(kv.value.as_ref())))
                             .collect(),
+                        error: s
+                            .status
+                            .filter(|st| {
+                                st.code
+                                    == opentelemetry_proto::tonic::trace::v1::status::StatusCode::Error
+                                        as i32
+                            })
+                            .map(|st| st.message),
                     });
                 }
             }
