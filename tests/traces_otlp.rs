@@ -5,7 +5,8 @@
 //! `StopTask` on each executor, each plugin's stop under its `StopTask`, parent links
 //! intact, also on an executor that logs at DEBUG; the control plane's JSON log lines of
 //! the call carry that trace id. Reads without a `traceparent` (a status poller,
-//! heartbeats) export no span; a read with one is exported in its caller's trace.
+//! heartbeats) export no span; a read with one is exported in its caller's trace. A call
+//! that fails is a span with status error.
 
 use std::collections::{BTreeSet, HashMap};
 
