@@ -335,25 +335,24 @@ struct EventFields {
     attributes: Vec<opentelemetry::KeyValue>,
 }
 
-impl tracing::field::Visit for EventFields {
-    fn record_str(&mut self, field: &tracing::field::Field, value: &str) {
+impl EventFields {
+    fn keep(&mut self, field: &tracing::field::Field, value: String) {
         if field.name() == "message" {
-            value.clone_into(&mut self.message);
+            self.message = value;
         } else {
             self.attributes
-                .push(opentelemetry::KeyValue::new(field.name(), value.to_owned()));
+                .push(opentelemetry::KeyValue::new(field.name(), value));
         }
+    }
+}
+
+impl tracing::field::Visit for EventFields {
+    fn record_str(&mut self, field: &tracing::field::Field, value: &str) {
+        self.keep(field, value.to_owned());
     }
 
     fn record_debug(&mut self, field: &tracing::field::Field, value: &dyn std::fmt::Debug) {
-        if field.name() == "message" {
-            self.message = format!("{value:?}");
-        } else {
-            self.attributes.push(opentelemetry::KeyValue::new(
-                field.name(),
-                format!("{value:?}"),
-            ));
-        }
+        self.keep(field, format!("{value:?}"));
     }
 }
 

@@ -68,25 +68,32 @@ impl DirectSpan {
     /// `trace_id`, INFO when the call is exported and DEBUG otherwise (a poller's reads
     /// stay out of INFO logs).
     pub fn server(method: &'static str, metadata: &MetadataMap) -> Self {
-        Self::server_at(Cow::Borrowed(method), metadata.as_ref())
+        Self::incoming(method, Some(method), metadata.as_ref())
     }
 
     /// [`DirectSpan::server`] for a path known only at run time, with the request's HTTP/2
-    /// `headers` (the control plane's [`TraceLayer`]).
-    pub fn server_at(method: Cow<'static, str>, headers: &http::HeaderMap) -> Self {
+    /// `headers` (the control plane's [`TraceLayer`]); the path is copied only for an
+    /// exported span.
+    pub fn server_at(method: &str, headers: &http::HeaderMap) -> Self {
+        Self::incoming(method, None, headers)
+    }
+
+    /// The call's span; `name` is `method` when it is known statically (no copy).
+    fn incoming(method: &str, name: Option<&'static str>, headers: &http::HeaderMap) -> Self {
         let parent = parent_from_headers(headers);
-        if !exported(CallKind::of_method(&method), parent.is_sampled()) {
+        if !exported(CallKind::of_method(method), parent.is_sampled()) {
             return Self {
                 cx: None,
                 log: tracing::debug_span!("rpc", method = %method),
             };
         }
         let log = tracing::info_span!("rpc", method = %method, trace_id = tracing::field::Empty);
+        let name: Cow<'static, str> = name.map_or_else(|| method.to_owned().into(), Cow::Borrowed);
         Self::started(
             &parent,
-            SpanBuilder::from_name(method.clone())
+            SpanBuilder::from_name(name.clone())
                 .with_kind(SpanKind::Server)
-                .with_attributes([KeyValue::new("method", method)]),
+                .with_attributes([KeyValue::new("method", name)]),
             log,
         )
     }
@@ -224,7 +231,7 @@ where
     }
 
     fn call(&mut self, req: http::Request<B>) -> Self::Future {
-        let span = DirectSpan::server_at(Cow::Owned(req.uri().path().to_owned()), req.headers());
+        let span = DirectSpan::server_at(req.uri().path(), req.headers());
         let call = self.0.call(req);
         Box::pin(span.ended_by(call, grpc_failure))
     }
