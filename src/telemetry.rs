@@ -98,7 +98,7 @@ impl Export {
 
 /// Why span export could not be set up.
 #[derive(Debug, thiserror::Error)]
-#[error("--otlp-endpoint {endpoint}: {reason}")]
+#[error("--otlp-endpoint {endpoint:?}: {reason}")]
 pub struct OtlpError {
     /// The endpoint given.
     pub endpoint: String,
@@ -115,14 +115,20 @@ fn otlp_provider(otlp: &Otlp) -> Result<opentelemetry_sdk::trace::SdkTracerProvi
         endpoint: otlp.endpoint.clone(),
         reason,
     };
+    use opentelemetry_otlp::WithTonicConfig;
     if !(otlp.endpoint.starts_with("http://") || otlp.endpoint.starts_with("https://")) {
         return Err(err("not a URL; write it like http://127.0.0.1:4317".into()));
     }
-    let exporter = opentelemetry_otlp::SpanExporter::builder()
+    let mut builder = opentelemetry_otlp::SpanExporter::builder()
         .with_tonic()
-        .with_endpoint(otlp.endpoint.clone())
-        .build()
-        .map_err(|e| err(e.to_string()))?;
+        .with_endpoint(otlp.endpoint.clone());
+    if otlp.endpoint.starts_with("https://") {
+        // A collector's certificate is checked against the system's roots (which
+        // `SSL_CERT_FILE` or `SSL_CERT_DIR` replace, as for OpenSSL).
+        builder =
+            builder.with_tls_config(tonic::transport::ClientTlsConfig::new().with_native_roots());
+    }
+    let exporter = builder.build().map_err(|e| err(e.to_string()))?;
     let runtime = tokio::runtime::Handle::try_current()
         .map_err(|_| err("span export needs a tokio runtime; none is running".into()))?;
     let exporter = OnRuntime::new(WarnOnFailure::new(exporter, otlp.endpoint.clone()), runtime);

@@ -118,6 +118,10 @@ impl DirectSpan {
     /// The span `builder` describes beside its log span `log` (which gets the `trace_id`):
     /// a child of `parent`, or the root of a new trace when `parent` is empty; nothing is
     /// exported when `parent` is a trace its sender did not sample, or without export.
+    ///
+    /// An unsampled `parent` (W3C `traceparent` flags `00`: the caller decided not to
+    /// trace) stays the context inside, so what the call causes keeps that decision: a
+    /// deletion's rounds make no trace of their own, and its stops pass the flag on.
     pub fn started(
         parent: &TraceContext,
         builder: opentelemetry::trace::SpanBuilder,
@@ -127,7 +131,10 @@ impl DirectSpan {
             return Self { cx: None, log };
         };
         if parent.is_valid() && !parent.is_sampled() {
-            return Self { cx: None, log };
+            return Self {
+                cx: Some(parent.0.clone()),
+                log,
+            };
         }
         let cx = parent
             .0
@@ -175,6 +182,16 @@ impl DirectSpan {
         fut: impl Future<Output = T>,
         failure: impl FnOnce(&T) -> Option<String>,
     ) -> T {
+        self.ended_with(fut, |out| (failure(out), None)).await
+    }
+
+    /// As [`DirectSpan::ended_by`], where `outcome` also gives an attribute for the
+    /// output (a REST answer's `http.response.status_code`), set before the span ends.
+    pub async fn ended_with<T>(
+        self,
+        fut: impl Future<Output = T>,
+        outcome: impl FnOnce(&T) -> (Option<String>, Option<KeyValue>),
+    ) -> T {
         use opentelemetry::context::FutureExt as _;
         use tracing::Instrument as _;
         let Some(cx) = self.cx else {
@@ -182,11 +199,28 @@ impl DirectSpan {
         };
         let out = fut.with_context(cx.clone()).instrument(self.log).await;
         let span = cx.span();
-        if let Some(e) = failure(&out) {
-            span.set_status(opentelemetry::trace::Status::error(e));
+        if span.is_recording() {
+            let (failure, attribute) = outcome(&out);
+            if let Some(e) = failure {
+                span.set_status(opentelemetry::trace::Status::error(e));
+            }
+            if let Some(a) = attribute {
+                span.set_attribute(a);
+            }
         }
         span.end();
         out
+    }
+}
+
+/// Marks the current exported span (the current OpenTelemetry context's, as inside
+/// [`DirectSpan::around`]) as failed with `error`, for work that goes on after a part of
+/// it failed (a deletion round with a failed step). A no-op outside an exported span.
+pub fn fail_current(error: impl FnOnce() -> String) {
+    let cx = opentelemetry::Context::current();
+    let span = cx.span();
+    if span.is_recording() {
+        span.set_status(opentelemetry::trace::Status::error(error()));
     }
 }
 
@@ -276,10 +310,14 @@ struct MetadataInjector<'a>(&'a mut MetadataMap);
 
 impl Injector for MetadataInjector<'_> {
     fn set(&mut self, key: &str, value: String) {
-        if let (Ok(k), Ok(v)) = (
+        if let (Ok(k), Ok(mut v)) = (
             MetadataKey::from_bytes(key.as_bytes()),
             MetadataValue::try_from(value.as_str()),
         ) {
+            // Every call's value is new (its span id): HPACK would add each to both
+            // ends' header tables only to evict the reused headers (content-type,
+            // te, user-agent) sooner; sensitive values are sent as never-indexed literals.
+            v.set_sensitive(true);
             self.0.insert(k, v);
         }
     }
@@ -543,6 +581,79 @@ mod tests {
         let none = DirectSpan::server("/wharf.v1.Executor/StopTask", &MetadataMap::new());
         assert!(!none.context().is_valid());
         assert_eq!(ended_in(CALLER_TRACE).len(), 2);
+    }
+
+    const UNSAMPLED_TRACE: &str = "4bf92f3577b34da6a3ce929d0e0e4736";
+
+    #[test]
+    fn a_change_the_caller_did_not_sample_exports_nothing_of_what_it_causes() {
+        recording_tracer();
+        let mut md = MetadataMap::new();
+        md.insert(
+            "traceparent",
+            format!("00-{UNSAMPLED_TRACE}-{CALLER_SPAN}-00")
+                .parse()
+                .unwrap(),
+        );
+        let call = DirectSpan::server("/wharf.v1.ConnectorAdmin/DeleteConnector", &md);
+        let runtime = runtime();
+        let (kept, round_cx) = runtime.block_on(call.run(async {
+            // What the call leaves for its rounds is the caller's unsampled context.
+            let kept = TraceContext::current();
+            let round = DirectSpan::started(
+                &kept,
+                SpanBuilder::from_name("deletion round"),
+                tracing::Span::none(),
+            );
+            (kept.clone(), round.context())
+        }));
+        assert_eq!(kept.trace_id().as_deref(), Some(UNSAMPLED_TRACE));
+        assert!(!kept.is_sampled());
+        // A round in it starts no trace of its own, and what it sends says "not sampled".
+        assert_eq!(round_cx.trace_id().as_deref(), Some(UNSAMPLED_TRACE));
+        let mut out = MetadataMap::new();
+        round_cx.inject(&mut out);
+        assert!(
+            out.get("traceparent")
+                .and_then(|v| v.to_str().ok())
+                .is_some_and(|v| v.ends_with("-00")),
+            "{out:?}"
+        );
+        assert!(ended_in(UNSAMPLED_TRACE).is_empty());
+    }
+
+    const FAILED_ROUND_TRACE: &str = "3bf92f3577b34da6a3ce929d0e0e4735";
+
+    #[test]
+    fn a_round_with_a_failed_step_ends_with_status_error() {
+        recording_tracer();
+        let mut md = MetadataMap::new();
+        md.insert(
+            "traceparent",
+            format!("00-{FAILED_ROUND_TRACE}-{CALLER_SPAN}-01")
+                .parse()
+                .unwrap(),
+        );
+        let parent = parent_from_metadata(&md);
+        let round = DirectSpan::started(
+            &parent,
+            SpanBuilder::from_name("deletion round"),
+            tracing::Span::none(),
+        );
+        let runtime = runtime();
+        let out: Result<bool, String> = runtime.block_on(round.around(async {
+            fail_current(|| "task 2: table is locked".to_owned());
+            Ok(true)
+        }));
+        assert_eq!(out, Ok(true));
+        // Outside an exported span it is a no-op.
+        fail_current(|| unreachable!("no span to mark"));
+        let spans = ended_in(FAILED_ROUND_TRACE);
+        assert_eq!(spans.len(), 1);
+        assert_eq!(
+            spans[0].status,
+            opentelemetry::trace::Status::error("task 2: table is locked")
+        );
     }
 
     const LAYER_TRACE: &str = "5bf92f3577b34da6a3ce929d0e0e4737";

@@ -243,7 +243,7 @@ fn starts_in_log(log: &str, name: &str, not_on: &str) -> Vec<(String, i64)> {
         .filter(|l| {
             l.contains("reconcile::start: started")
                 && l.contains(&format!("connector={name} "))
-                && l.contains("task=Some(")
+                && l.contains(" task=")
                 && !l.contains(&format!("executor={not_on} "))
         })
         .filter_map(|l| {
@@ -355,7 +355,7 @@ async fn a_frozen_executor_stalls_no_other_connector_and_fails_over_within_lease
     for i in &moved {
         let at = restarts
             .iter()
-            .filter(|(t, at)| *t == format!("Some({i})") && *at >= frozen_at)
+            .filter(|(t, at)| *t == i.to_string() && *at >= frozen_at)
             .map(|(_, at)| *at)
             .min()
             .unwrap_or_else(|| panic!("task {i} of {other} restarted: {restarts:?}"));

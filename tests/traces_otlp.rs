@@ -282,3 +282,204 @@ async fn one_deletion_is_one_trace_across_two_executors() {
         .collect();
     assert!(orphans.is_empty(), "{orphans:#?}");
 }
+
+/// The trace an operator's tracer sent with a deletion and did not sample (flags `00`).
+const UNSAMPLED_TRACE: &str = "5ce0e9a56015fec5aadfa328ae398115";
+/// The sampled trace of the REST calls.
+const REST_TRACE: &str = "6de0e9a56015fec5aadfa328ae398116";
+
+/// Spans go over TLS to a collector at an `https://` endpoint (its certificate checked
+/// against the roots `SSL_CERT_FILE` names); a deletion round with a failed cleanup step
+/// has status error naming the step; a deletion whose caller sent an unsampled
+/// `traceparent` exports nothing, not even its rounds.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn failed_steps_mark_their_round_and_an_unsampled_deletion_exports_nothing() {
+    let certs = tempfile::tempdir().expect("temp dir");
+    let ca = wharf_harness::test_ca::TestCa::new(certs.path());
+    let otlp = TestOtlp::start_tls(&ca.issue("collector", &["localhost"])).await;
+    assert!(otlp.endpoint.starts_with("https://"), "{}", otlp.endpoint);
+    let roots = ca.cert.display().to_string();
+    let export = vec!["--otlp-endpoint".to_owned(), otlp.endpoint.clone()];
+    let mut cp_args = export.clone();
+    cp_args.extend(["--rest-listen".to_owned(), "127.0.0.1:0".to_owned()]);
+    let mut c = TestCluster::start_secured_with_env(
+        0,
+        cp_args,
+        false,
+        &[("SSL_CERT_FILE", roots.as_str())],
+    )
+    .await;
+    c.add_executor_with_env(0, export, &[("SSL_CERT_FILE", roots.as_str())])
+        .await;
+    c.wait_alive(1).await;
+
+    // The plugin's first stop(true) fails; the next round's succeeds.
+    let flaky = "flaky-cleanup";
+    let mut config = c.source_config(flaky, 1);
+    config["test.stop.fail.times"] = json!("1");
+    let r = c.call(
+        "CreateConnector",
+        json!({ "name": flaky, "config": config }),
+    );
+    assert_eq!(r.code, 0, "{}", r.err);
+    c.wait_state(flaky, "STATE_RUNNING", "STATE_RUNNING", 1)
+        .await;
+    assert_eq!(c.call("DeleteConnector", json!({ "name": flaky })).code, 0);
+    wait_until("the flaky deletion finished", CONVERGE, || async {
+        (c.call("GetConnectorStatus", json!({ "name": flaky })).code == NOT_FOUND).then_some(())
+    })
+    .await;
+    let rounds = |name: &str| -> Vec<ReceivedSpan> {
+        otlp.spans()
+            .into_iter()
+            .filter(|s| {
+                s.name == "deletion round"
+                    && s.attributes.get("connector").map(String::as_str) == Some(name)
+            })
+            .collect()
+    };
+    let (failed, clean) = wait_until(
+        "the flaky deletion's rounds, over TLS",
+        CONVERGE,
+        || async {
+            let all = rounds(flaky);
+            let failed: Vec<ReceivedSpan> =
+                all.iter().filter(|s| s.error.is_some()).cloned().collect();
+            let clean = all.iter().filter(|s| s.error.is_none()).count();
+            (!failed.is_empty() && clean > 0).then_some((failed, clean))
+        },
+    )
+    .await;
+    assert_eq!(
+        failed.len(),
+        1,
+        "one round failed: {failed:#?} ({clean} clean)"
+    );
+    let error = failed[0].error.clone().unwrap_or_default();
+    assert!(
+        error.starts_with("cleanup step of ") && error.contains("injected cleanup failure"),
+        "{error}"
+    );
+    // The same trace as the DeleteConnector call that started it.
+    let delete = otlp
+        .spans()
+        .into_iter()
+        .find(|s| s.name == DELETE && s.trace_id == failed[0].trace_id);
+    assert!(
+        delete.is_some(),
+        "the failed round is in its deletion's trace"
+    );
+
+    // A deletion whose caller did not sample it.
+    let quiet = "quiet";
+    let r = c.call(
+        "CreateConnector",
+        json!({ "name": quiet, "config": c.source_config(quiet, 2) }),
+    );
+    assert_eq!(r.code, 0, "{}", r.err);
+    c.wait_state(quiet, "STATE_RUNNING", "STATE_RUNNING", 2)
+        .await;
+    let mut admin = wharf_harness::client::admin(&c.addr, &c.dial());
+    let mut req = tonic::Request::new(wharf::pb::v1::DeleteConnectorRequest {
+        name: quiet.into(),
+        ..Default::default()
+    });
+    req.metadata_mut().insert(
+        "traceparent",
+        format!("00-{UNSAMPLED_TRACE}-{USER_SPAN}-00")
+            .parse()
+            .expect("traceparent"),
+    );
+    admin
+        .delete_connector(req)
+        .await
+        .expect("the unsampled DeleteConnector");
+    wait_until("the quiet deletion finished", CONVERGE, || async {
+        (c.call("GetConnectorStatus", json!({ "name": quiet })).code == NOT_FOUND).then_some(())
+    })
+    .await;
+    // A traced deletion after it: the control plane exports its spans in the order they
+    // ended, so once this one's round arrived, any of the quiet deletion would have too.
+    let marker = "marker";
+    let r = c.call(
+        "CreateConnector",
+        json!({ "name": marker, "config": c.source_config(marker, 1) }),
+    );
+    assert_eq!(r.code, 0, "{}", r.err);
+    c.wait_state(marker, "STATE_RUNNING", "STATE_RUNNING", 1)
+        .await;
+    assert_eq!(c.call("DeleteConnector", json!({ "name": marker })).code, 0);
+    wait_until("the marker deletion's round", CONVERGE, || async {
+        (!rounds(marker).is_empty()).then_some(())
+    })
+    .await;
+    assert!(rounds(quiet).is_empty(), "{:#?}", rounds(quiet));
+    let leaked: Vec<ReceivedSpan> = otlp
+        .spans()
+        .into_iter()
+        .filter(|s| s.trace_id == UNSAMPLED_TRACE)
+        .collect();
+    assert!(leaked.is_empty(), "{leaked:#?}");
+    // REST calls in a sampled trace (curl, as an operator's script sends them): each
+    // `rest` span carries the answer's status code; a 4xx is the caller's error, not a
+    // failed span.
+    let rest = std::fs::read_to_string(c.dir.path().join("cp").join("rest.addr"))
+        .expect("rest.addr written");
+    let curl = |method: &str, path: &str, body: Option<&str>| -> String {
+        let mut cmd = std::process::Command::new("curl");
+        cmd.args(["-sS", "-o", "/dev/null", "-w", "%{http_code}", "-X", method])
+            .args([
+                "-H",
+                &format!("traceparent: 00-{REST_TRACE}-{USER_SPAN}-01"),
+            ])
+            .arg(format!("http://{}{path}", rest.trim()));
+        if let Some(b) = body {
+            cmd.args(["-H", "Content-Type: application/json", "--data", b]);
+        }
+        let out = cmd.output().expect("run curl");
+        assert!(out.status.success(), "{out:?}");
+        String::from_utf8_lossy(&out.stdout).into_owned()
+    };
+    let listed = curl("GET", "/connectors", None);
+    let refused = curl("PUT", "/connectors/quiet/config", Some("{\"tasks.max\": }"));
+    assert_eq!(listed, "200");
+    assert!(
+        refused.starts_with('4'),
+        "bad JSON is the caller's error: {refused}"
+    );
+    let rest_spans = wait_until("the REST calls' spans", CONVERGE, || async {
+        let spans: Vec<ReceivedSpan> = otlp
+            .spans()
+            .into_iter()
+            .filter(|s| s.trace_id == REST_TRACE && s.name == "rest")
+            .collect();
+        (spans.len() == 2).then_some(spans)
+    })
+    .await;
+    let mut codes: Vec<&str> = rest_spans
+        .iter()
+        .map(|s| {
+            s.attributes
+                .get("http.response.status_code")
+                .map_or("", String::as_str)
+        })
+        .collect();
+    codes.sort_unstable();
+    let mut want = [listed.as_str(), refused.as_str()];
+    want.sort_unstable();
+    assert_eq!(codes, want, "{rest_spans:#?}");
+    assert!(
+        rest_spans.iter().all(|s| s.error.is_none()),
+        "{rest_spans:#?}"
+    );
+
+    // Its cleanup ran all the same: both tasks and the connector stopped with
+    // connector_deleted = true.
+    let deleted_stops = std::fs::read_to_string(c.lifecycle_path(quiet))
+        .unwrap_or_default()
+        .lines()
+        .filter_map(|l| serde_json::from_str::<Value>(l).ok())
+        .filter(|e| e["call"] == "stopped" && e["connector_deleted"] == true && e["ok"] == true)
+        .count();
+    assert_eq!(deleted_stops, 3, "two tasks and the connector cleaned up");
+}

@@ -29,9 +29,10 @@ const OBSERVED_DELETION_RUNS: usize = 400;
 /// Runs per data-plane backend.
 const DATAPLANE_RUNS: usize = 3;
 /// Runs of the 1,000 x 10 scale step with observability off, and as many with it on
-/// (the rebalance is one more run). Five pairs: with three, one run's noise on this
-/// 2-core machine moved the on / off ratio by 0.2.
-const SCALE_RUNS: usize = 5;
+/// (the rebalance is one more run). Nine pairs: with three, one run's noise on this
+/// 2-core machine moved the on / off ratio by 0.2, and the CPU time of the same off run
+/// varied by a third between runs minutes apart (a shared VM); a pair takes about 15 s.
+const SCALE_RUNS: usize = 9;
 
 /// The target scale step and the curve around it (connectors; 10 tasks each).
 const SCALE_TARGET: usize = 1_000;
@@ -695,6 +696,8 @@ fn median_point(runs: &[scale::ScalePoint]) -> scale::ScalePoint {
         exec_rss_mib: med(|p| p.exec_rss_mib),
         rebalances: Vec::new(),
         restart: None,
+        cluster_cpu_ms: (med(|p| p.cluster_cpu_ms.0), med(|p| p.cluster_cpu_ms.1)),
+        bench_delete_cpu_ms: med(|p| p.bench_delete_cpu_ms),
     }
 }
 

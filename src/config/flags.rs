@@ -56,7 +56,8 @@ pub struct ObservabilityArgs {
     #[arg(long, env = "WHARF_LOG_FORMAT", value_name = "text|json")]
     pub log_format: Option<String>,
     /// OTLP/gRPC endpoint to export traces to, for example http://127.0.0.1:4317 (an
-    /// OpenTelemetry Collector): admin calls, deletion rounds and plugin stops are spans,
+    /// OpenTelemetry Collector; https:// for TLS, checked against the system's roots or
+    /// SSL_CERT_FILE): admin calls, deletion rounds and plugin stops are spans,
     /// carried between hosts in `traceparent` (docs/observability.md). [default: none,
     /// nothing is exported]
     #[arg(long, env = "WHARF_OTLP_ENDPOINT", value_name = "URL")]
@@ -113,8 +114,40 @@ impl ObservabilityArgs {
                 metrics_default,
             )?,
             log_format: parsed("--log-format", log_format.or(file.log_format))?.unwrap_or_default(),
-            otlp_endpoint: otlp_endpoint.or(file.otlp_endpoint),
+            otlp_endpoint: otlp_url(otlp_endpoint.or(file.otlp_endpoint))?,
         })
+    }
+}
+
+/// An OTLP/gRPC endpoint as given, when it is an `http://` (plaintext) or `https://`
+/// (TLS, the system's roots) URL with a host.
+///
+/// # Errors
+/// [`SettingsError::Invalid`] naming `--otlp-endpoint`, with the value quoted.
+fn otlp_url(value: Option<String>) -> Result<Option<String>, SettingsError> {
+    let Some(url) = value else {
+        return Ok(None);
+    };
+    let invalid = |reason: String| SettingsError::Invalid {
+        field: "--otlp-endpoint",
+        reason,
+    };
+    let uri: tonic::codegen::http::Uri = url.parse().map_err(|_| {
+        invalid(format!(
+            "{url:?} is not a URL; write it like http://127.0.0.1:4317"
+        ))
+    })?;
+    match uri.scheme_str() {
+        Some("http" | "https") if uri.host().is_some_and(|h| !h.is_empty()) => Ok(Some(url)),
+        Some("http" | "https") => Err(invalid(format!(
+            "{url:?} names no host; write it like http://127.0.0.1:4317"
+        ))),
+        Some(other) => Err(invalid(format!(
+            "{url:?}: scheme {other:?} is not OTLP/gRPC; use http:// (plaintext) or https:// (TLS)"
+        ))),
+        None => Err(invalid(format!(
+            "{url:?} is not a URL; write it like http://127.0.0.1:4317"
+        ))),
     }
 }
 
@@ -263,6 +296,46 @@ mod tests {
             err.to_string().contains("--log-format") && err.to_string().contains("xml"),
             "{err}"
         );
+    }
+
+    #[test]
+    fn an_otlp_endpoint_is_an_http_or_https_url_with_a_host() {
+        let layered = |url: &str| {
+            cli(&["--otlp-endpoint", url])
+                .observability
+                .layer(ObservabilityFile::default(), None)
+        };
+        for ok in ["http://127.0.0.1:4317", "https://collector.example:4317"] {
+            assert_eq!(
+                layered(ok).expect("a URL").otlp_endpoint.as_deref(),
+                Some(ok)
+            );
+        }
+        for (bad, says) in [
+            ("127.0.0.1:4317", "is not a URL"),
+            ("not a url", "is not a URL"),
+            ("ftp://127.0.0.1:4317", "scheme \"ftp\" is not OTLP/gRPC"),
+            ("http:///v1/traces", "is not a URL"),
+        ] {
+            let err = layered(bad).expect_err(bad).to_string();
+            assert!(
+                err.contains("--otlp-endpoint") && err.contains(&format!("{bad:?}")),
+                "{err}"
+            );
+            assert!(err.contains(says), "{bad}: {err}");
+        }
+        // From the --config file too.
+        let err = cli(&[])
+            .observability
+            .layer(
+                ObservabilityFile {
+                    otlp_endpoint: Some("localhost:4317".into()),
+                    ..ObservabilityFile::default()
+                },
+                None,
+            )
+            .expect_err("no scheme");
+        assert!(err.to_string().contains("\"localhost:4317\""), "{err}");
     }
 
     #[test]

@@ -992,7 +992,7 @@ impl Cluster {
                 })
                 .await?;
             if changed.is_some() {
-                warn!(connector = %name, task = ?task, generation, executor = %executor,
+                warn!(connector = %name, task = task, generation, executor = %executor,
                     "executor no longer hosts this instance; status corrected, the herder starts it again");
             }
         }

@@ -322,6 +322,13 @@ async fn advance(cluster: &Cluster, name: &str) -> Result<bool, HerderError> {
             .iter()
             .all(|(_, a)| matches!(a, Attempt::Done { .. }));
         for (idx, attempt) in outcomes {
+            if let Attempt::Failed { error, .. } = &attempt {
+                // The round's span says so too (docs/observability.md, "Traces").
+                wharf::trace::fail_current(|| match d.steps[idx].task {
+                    Some(t) => format!("cleanup step of task {t} failed: {error}"),
+                    None => format!("cleanup step of the connector failed: {error}"),
+                });
+            }
             record_outcome(&mut d, idx, attempt);
         }
         dirty = true;
@@ -723,7 +730,7 @@ fn record_outcome(d: &mut DeletionRecord, idx: usize, attempt: Attempt) {
             }
             s.last_error.clear();
             s.waits = 0;
-            info!(connector = %d.name, task = ?s.task, generation = s.generation, executor = %s.executor,
+            info!(connector = %d.name, task = s.task, generation = s.generation, executor = %s.executor,
                 attempts = s.attempts, outcome = "done", connector_deleted = flag, "cleanup step");
             crate::observe::cleanup_attempt(if flag { "done" } else { "skipped" });
         }
@@ -733,7 +740,7 @@ fn record_outcome(d: &mut DeletionRecord, idx: usize, attempt: Attempt) {
             s.state = CleanupState::Pending;
             s.next_attempt_ms = 0;
             s.waits = 0;
-            info!(connector = %d.name, task = ?s.task, generation = s.generation, executor = %s.executor,
+            info!(connector = %d.name, task = s.task, generation = s.generation, executor = %s.executor,
                 attempts = s.attempts, outcome = "rehost", "cleanup step");
             crate::observe::cleanup_attempt("rehost");
         }
@@ -756,14 +763,14 @@ fn record_outcome(d: &mut DeletionRecord, idx: usize, attempt: Attempt) {
             if s.attempts >= max {
                 if gives_up {
                     s.state = CleanupState::Skipped;
-                    error!(connector = %d.name, task = ?s.task, generation = s.generation, executor = %s.executor,
+                    error!(connector = %d.name, task = s.task, generation = s.generation, executor = %s.executor,
                         attempts = s.attempts, error = %s.last_error, abandoned = ?s.abandoned, outcome = "given_up",
                         "cleanup given up (cleanup.policy=give-up): external resources of this instance may leak");
                     crate::observe::cleanup_attempt("given_up");
                 } else {
                     s.state = CleanupState::Failed;
                     s.next_attempt_ms = i64::MAX;
-                    error!(connector = %d.name, task = ?s.task, generation = s.generation, executor = %s.executor,
+                    error!(connector = %d.name, task = s.task, generation = s.generation, executor = %s.executor,
                         attempts = s.attempts, error = %s.last_error, abandoned = ?s.abandoned, outcome = "exhausted",
                         "cleanup failed cleanup.max.attempts times; connector stays DELETING until RetryCleanup or force");
                     crate::observe::cleanup_attempt("exhausted");
@@ -771,7 +778,7 @@ fn record_outcome(d: &mut DeletionRecord, idx: usize, attempt: Attempt) {
             } else {
                 s.state = CleanupState::Failed;
                 s.next_attempt_ms = now_ms() + backoff_ms(s.attempts);
-                warn!(connector = %d.name, task = ?s.task, generation = s.generation, executor = %s.executor,
+                warn!(connector = %d.name, task = s.task, generation = s.generation, executor = %s.executor,
                     attempts = s.attempts, error = %s.last_error, abandoned = ?s.abandoned, outcome = "failed", "cleanup step");
                 crate::observe::cleanup_attempt("failed");
             }
@@ -790,11 +797,11 @@ fn record_outcome(d: &mut DeletionRecord, idx: usize, attempt: Attempt) {
             let delay_ms = jittered_ms(wait_backoff_ms(s.waits), rand::random::<f64>());
             s.next_attempt_ms = now_ms() + delay_ms;
             if changed {
-                info!(connector = %d.name, task = ?s.task, generation = s.generation, executor = %s.executor,
+                info!(connector = %d.name, task = s.task, generation = s.generation, executor = %s.executor,
                     attempts = s.attempts, error = %s.last_error, retry_in_ms = delay_ms, outcome = "waiting",
                     "cleanup step waits for an executor; retrying with backoff");
             } else {
-                debug!(connector = %d.name, task = ?s.task, generation = s.generation, executor = %s.executor,
+                debug!(connector = %d.name, task = s.task, generation = s.generation, executor = %s.executor,
                     attempts = s.attempts, waits = s.waits, error = %s.last_error, retry_in_ms = delay_ms,
                     outcome = "waiting", "cleanup step still waiting");
             }
@@ -892,10 +899,10 @@ async fn stop(
     cluster.note_reach(exec, CallKind::Stop, result.as_ref().err());
     // An unanswered stop becomes a wait, logged by the caller once per change.
     if matches!(&result, Err(e) if e.code().is_none()) {
-        debug!(connector = %d.name, task = ?task, generation, executor = %exec.id, connector_deleted = flag,
+        debug!(connector = %d.name, task = task, generation, executor = %exec.id, connector_deleted = flag,
             result = ?result.as_ref().map(|r| r.0), "cleanup stop sent; no answer");
     } else {
-        info!(connector = %d.name, task = ?task, generation, executor = %exec.id, connector_deleted = flag,
+        info!(connector = %d.name, task = task, generation, executor = %exec.id, connector_deleted = flag,
             result = ?result.as_ref().map(|r| r.0), "cleanup stop sent");
     }
     classify_stop(result, flag, &exec.id, timeout_ms)

@@ -835,17 +835,17 @@ async fn stop_false(
         .await
     {
         Ok(s) => {
-            info!(connector = %name, task = ?task, generation = inst.generation,
+            info!(connector = %name, task = task, generation = inst.generation,
                 executor = %exec.id, connector_deleted = false, outcome = ?s.outcome, error = %s.error, "stopped");
             true
         }
         Err(e @ CallError::Refused { .. }) => {
-            info!(connector = %name, task = ?task, generation = inst.generation,
+            info!(connector = %name, task = task, generation = inst.generation,
                 executor = %exec.id, error = %e, "stop refused; nothing of that generation runs there");
             true
         }
         Err(e @ CallError::Unreachable { .. }) => {
-            warn!(connector = %name, task = ?task, generation = inst.generation,
+            warn!(connector = %name, task = task, generation = inst.generation,
                 executor = %exec.id, error = %e, "stop failed");
             false
         }

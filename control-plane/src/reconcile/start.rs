@@ -179,12 +179,12 @@ pub async fn start_units(
                 }),
             ) = &result
             {
-                warn!(connector = %name, task = ?s.task, generation = s.generation, executor = %s.exec.id,
+                warn!(connector = %name, task = s.task, generation = s.generation, executor = %s.exec.id,
                     error = %e, "start not taken; retrying with backoff");
             }
             let out = outcome(result);
             if let Some((event, _)) = &out {
-                info!(connector = %name, task = ?s.task, generation = s.generation, executor = %s.exec.id, ?event, "started");
+                info!(connector = %name, task = s.task, generation = s.generation, executor = %s.exec.id, ?event, "started");
             }
             (s.task, s.generation, out)
         }

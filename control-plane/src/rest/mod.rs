@@ -316,8 +316,17 @@ async fn admit(
             },
         },
     );
-    span.ended_by(answer, |r| {
-        (r.status().is_server_error()).then(|| format!("HTTP {}", r.status()))
+    span.ended_with(answer, |r| {
+        (
+            r.status()
+                .is_server_error()
+                .then(|| format!("HTTP {}", r.status())),
+            // OpenTelemetry's HTTP semantic conventions name the answer's status so.
+            Some(wharf::trace::KeyValue::new(
+                "http.response.status_code",
+                i64::from(r.status().as_u16()),
+            )),
+        )
     })
     .await
 }

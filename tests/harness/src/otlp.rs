@@ -109,7 +109,8 @@ impl TraceService for Collected {
 
 /// A running OTLP/gRPC trace receiver.
 pub struct TestOtlp {
-    /// Its endpoint, `http://127.0.0.1:PORT` (what `--otlp-endpoint` takes).
+    /// Its endpoint, `http://127.0.0.1:PORT` (`https://localhost:PORT` with TLS; what
+    /// `--otlp-endpoint` takes).
     pub endpoint: String,
     spans: Arc<Mutex<Vec<ReceivedSpan>>>,
     stop: CancellationToken,
@@ -118,6 +119,24 @@ pub struct TestOtlp {
 impl TestOtlp {
     /// Starts the receiver on a free loopback port (inside the test's tokio runtime).
     pub async fn start() -> Self {
+        Self::start_on(None).await
+    }
+
+    /// As [`TestOtlp::start`], serving TLS with `leaf` (a certificate for `localhost`):
+    /// a collector behind a certificate, as a hosted tracing backend is. Its endpoint is
+    /// `https://localhost:PORT`.
+    pub async fn start_tls(leaf: &crate::test_ca::Leaf) -> Self {
+        let identity = tonic::transport::Identity::from_pem(
+            std::fs::read(&leaf.cert).expect("read the receiver's certificate"),
+            std::fs::read(&leaf.key).expect("read the receiver's key"),
+        );
+        Self::start_on(Some(
+            tonic::transport::ServerTlsConfig::new().identity(identity),
+        ))
+        .await
+    }
+
+    async fn start_on(tls: Option<tonic::transport::ServerTlsConfig>) -> Self {
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
             .await
             .expect("bind the OTLP receiver");
@@ -126,15 +145,23 @@ impl TestOtlp {
         let stop = CancellationToken::new();
         let service = TraceServiceServer::new(Collected(spans.clone()));
         let until = stop.clone().cancelled_owned();
+        let endpoint = match tls {
+            Some(_) => format!("https://localhost:{}", addr.port()),
+            None => format!("http://{addr}"),
+        };
+        let mut server = tonic::transport::Server::builder();
+        if let Some(tls) = tls {
+            server = server.tls_config(tls).expect("the receiver's TLS");
+        }
         tokio::spawn(async move {
             let incoming = tokio_stream::wrappers::TcpListenerStream::new(listener);
-            let _ = tonic::transport::Server::builder()
+            let _ = server
                 .add_service(service)
                 .serve_with_incoming_shutdown(incoming, until)
                 .await;
         });
         Self {
-            endpoint: format!("http://{addr}"),
+            endpoint,
             spans,
             stop,
         }
