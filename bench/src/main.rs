@@ -997,6 +997,14 @@ fn observed_line(off: &deletion::DeletionResult, on: &deletion::DeletionResult) 
     )
 }
 
+/// Each run's create and delete, for the table's notes.
+fn runs_text(runs: &[scale::ScalePoint]) -> String {
+    runs.iter()
+        .map(|p| format!("create {:.2} s / delete {:.2} s", p.create_s, p.delete_s))
+        .collect::<Vec<_>>()
+        .join("; ")
+}
+
 /// The target scale step with observability on beside off (issue 16), medians of the
 /// runs of each, alternating off and on in the same run of the benchmark.
 fn scale_observed_table(off: &[scale::ScalePoint], on: &[scale::ScalePoint]) -> String {
@@ -1008,10 +1016,25 @@ fn scale_observed_table(off: &[scale::ScalePoint], on: &[scale::ScalePoint]) -> 
         on.len()
     );
     type Figure = fn(&scale::ScalePoint) -> f64;
-    let rows: [(&str, Figure, &str); 3] = [
+    let rows: [(&str, Figure, &str); 6] = [
         ("create all until all RUNNING", |p| p.create_s, "s"),
         ("delete all until cleaned up", |p| p.delete_s, "s"),
         ("control-plane RSS, all running", |p| p.cp_rss_mib, "MiB"),
+        (
+            "CPU time of the cluster's processes over the create",
+            |p| p.cluster_cpu_ms.0 / 1000.0,
+            "s",
+        ),
+        (
+            "CPU time of the cluster's processes over the delete",
+            |p| p.cluster_cpu_ms.1 / 1000.0,
+            "s",
+        ),
+        (
+            "CPU time of the benchmark process over the delete (admin client; receiver and scraper when on)",
+            |p| p.bench_delete_cpu_ms / 1000.0,
+            "s",
+        ),
     ];
     for (name, f, unit) in rows {
         let (a, b) = (med(off, f), med(on, f));
@@ -1024,12 +1047,10 @@ fn scale_observed_table(off: &[scale::ScalePoint], on: &[scale::ScalePoint]) -> 
     let slower = med(on, |p| p.create_s + p.delete_s) / med(off, |p| p.create_s + p.delete_s);
     let _ = write!(
         t,
-        "\nCreate + delete, on / off: {slower:.3}, {}. Runs on: {}",
+        "\nCreate + delete, on / off: {slower:.3}, {}. Runs off: {}. Runs on: {}",
         met(slower <= 1.05),
-        on.iter()
-            .map(|p| format!("create {:.2} s / delete {:.2} s", p.create_s, p.delete_s))
-            .collect::<Vec<_>>()
-            .join("; ")
+        runs_text(off),
+        runs_text(on)
     );
     t
 }
