@@ -116,13 +116,17 @@ fn otlp_provider(otlp: &Otlp) -> Result<opentelemetry_sdk::trace::SdkTracerProvi
         reason,
     };
     use opentelemetry_otlp::WithTonicConfig;
-    if !(otlp.endpoint.starts_with("http://") || otlp.endpoint.starts_with("https://")) {
+    let scheme = otlp
+        .endpoint
+        .split_once("://")
+        .map(|(s, _)| s.to_ascii_lowercase());
+    if !matches!(scheme.as_deref(), Some("http" | "https")) {
         return Err(err("not a URL; write it like http://127.0.0.1:4317".into()));
     }
     let mut builder = opentelemetry_otlp::SpanExporter::builder()
         .with_tonic()
         .with_endpoint(otlp.endpoint.clone());
-    if otlp.endpoint.starts_with("https://") {
+    if scheme.as_deref() == Some("https") {
         // A collector's certificate is checked against the system's roots (which
         // `SSL_CERT_FILE` or `SSL_CERT_DIR` replace, as for OpenSSL).
         builder =
@@ -133,13 +137,21 @@ fn otlp_provider(otlp: &Otlp) -> Result<opentelemetry_sdk::trace::SdkTracerProvi
         .map_err(|_| err("span export needs a tokio runtime; none is running".into()))?;
     let exporter = OnRuntime::new(WarnOnFailure::new(exporter, otlp.endpoint.clone()), runtime);
     let processor = opentelemetry_sdk::trace::BatchSpanProcessor::builder(exporter).build();
-    let resource = opentelemetry_sdk::Resource::builder()
-        .with_service_name(otlp.service)
-        .with_attribute(opentelemetry::KeyValue::new(
-            "service.instance.id",
+    // `OTEL_RESOURCE_ATTRIBUTES` (read by the builder) may name the instance itself:
+    // replicas that all listen on 0.0.0.0:7000 need it.
+    const INSTANCE: &str = "service.instance.id";
+    let mut resource = opentelemetry_sdk::Resource::builder().with_service_name(otlp.service);
+    if opentelemetry_sdk::Resource::builder()
+        .build()
+        .get(&opentelemetry::Key::from_static_str(INSTANCE))
+        .is_none()
+    {
+        resource = resource.with_attribute(opentelemetry::KeyValue::new(
+            INSTANCE,
             otlp.instance.clone(),
-        ))
-        .build();
+        ));
+    }
+    let resource = resource.build();
     Ok(opentelemetry_sdk::trace::SdkTracerProvider::builder()
         .with_span_processor(processor)
         .with_resource(resource)

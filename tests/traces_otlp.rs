@@ -398,8 +398,9 @@ async fn failed_steps_mark_their_round_and_an_unsampled_deletion_exports_nothing
         (c.call("GetConnectorStatus", json!({ "name": quiet })).code == NOT_FOUND).then_some(())
     })
     .await;
-    // A traced deletion after it: the control plane exports its spans in the order they
-    // ended, so once this one's round arrived, any of the quiet deletion would have too.
+    // A traced deletion after it: each process exports its spans in the order they
+    // ended, so once this one's round (control plane) and a plugin stop of it (the
+    // executor) arrived, any span of the quiet deletion would have too.
     let marker = "marker";
     let r = c.call(
         "CreateConnector",
@@ -409,9 +410,21 @@ async fn failed_steps_mark_their_round_and_an_unsampled_deletion_exports_nothing
     c.wait_state(marker, "STATE_RUNNING", "STATE_RUNNING", 1)
         .await;
     assert_eq!(c.call("DeleteConnector", json!({ "name": marker })).code, 0);
-    wait_until("the marker deletion's round", CONVERGE, || async {
-        (!rounds(marker).is_empty()).then_some(())
-    })
+    wait_until(
+        "the marker deletion's round and plugin stop",
+        CONVERGE,
+        || async {
+            let round = rounds(marker).into_iter().next()?;
+            otlp.spans()
+                .into_iter()
+                .any(|s| {
+                    s.trace_id == round.trace_id
+                        && s.service == "wharf-executor"
+                        && s.name == PLUGIN_STOP
+                })
+                .then_some(())
+        },
+    )
     .await;
     assert!(rounds(quiet).is_empty(), "{:#?}", rounds(quiet));
     let leaked: Vec<ReceivedSpan> = otlp
@@ -442,6 +455,8 @@ async fn failed_steps_mark_their_round_and_an_unsampled_deletion_exports_nothing
     };
     let listed = curl("GET", "/connectors", None);
     let refused = curl("PUT", "/connectors/quiet/config", Some("{\"tasks.max\": }"));
+    let not_allowed = curl("PATCH", "/connectors", None);
+    assert_eq!(not_allowed, "405");
     assert_eq!(listed, "200");
     assert!(
         refused.starts_with('4'),
@@ -453,7 +468,7 @@ async fn failed_steps_mark_their_round_and_an_unsampled_deletion_exports_nothing
             .into_iter()
             .filter(|s| s.trace_id == REST_TRACE && s.name == "rest")
             .collect();
-        (spans.len() == 2).then_some(spans)
+        (spans.len() == 3).then_some(spans)
     })
     .await;
     let mut codes: Vec<&str> = rest_spans
@@ -465,7 +480,7 @@ async fn failed_steps_mark_their_round_and_an_unsampled_deletion_exports_nothing
         })
         .collect();
     codes.sort_unstable();
-    let mut want = [listed.as_str(), refused.as_str()];
+    let mut want = [listed.as_str(), refused.as_str(), not_allowed.as_str()];
     want.sort_unstable();
     assert_eq!(codes, want, "{rest_spans:#?}");
     assert!(

@@ -524,6 +524,25 @@ fn default_advertise(local: SocketAddr, scheme: &str) -> String {
     format!("{scheme}://{}", SocketAddr::new(ip, local.port()))
 }
 
+/// The id `config` will register with, as [`ExecutorApp`]'s start decides it:
+/// `--executor-id`, else the certificate's, else the one kept in `<data-dir>/executor.id`
+/// (made now on a first start, as the start would). For the trace resource
+/// (`service.instance.id`), set up before the app starts; `None` when it cannot be read
+/// (the start then says why).
+pub(crate) fn planned_executor_id(config: &ExecutorConfig) -> Option<String> {
+    if let Some(id) = &config.executor_id {
+        return Some(id.clone());
+    }
+    if let Some(files) = &config.tls {
+        return match wharf::tls::Tls::load(files.clone()).ok()?.identity() {
+            wharf::identity::Identity::Executor(id) => Some(id),
+            _ => None,
+        };
+    }
+    std::fs::create_dir_all(&config.data_dir).ok()?;
+    stored_executor_id(&config.data_dir).ok()
+}
+
 /// The id kept in `<data-dir>/executor.id`, generated on first start.
 fn stored_executor_id(data_dir: &Path) -> Result<String, AppError> {
     let path = data_dir.join(EXECUTOR_ID_FILE);
@@ -551,4 +570,29 @@ fn write_atomically(path: &Path, text: &str) -> Result<(), AppError> {
             path: path.to_path_buf(),
             source,
         })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_planned_id_is_the_given_one_else_the_one_kept_in_the_data_dir() {
+        let dir = tempfile::tempdir().expect("temp dir");
+        let data = dir.path().join("data");
+        let mut config = ExecutorConfig::new(
+            "127.0.0.1:0".parse().expect("addr"),
+            "http://127.0.0.1:7000",
+            &data,
+        );
+        config.executor_id = Some("exec-7".into());
+        assert_eq!(planned_executor_id(&config).as_deref(), Some("exec-7"));
+        // Without one: made on the first start (the data dir too), the same afterwards,
+        // and what the start itself reads.
+        config.executor_id = None;
+        let first = planned_executor_id(&config).expect("an id");
+        assert!(first.starts_with("executor-"), "{first}");
+        assert_eq!(planned_executor_id(&config), Some(first.clone()));
+        assert_eq!(stored_executor_id(&data).expect("kept"), first);
+    }
 }

@@ -217,12 +217,7 @@ fn run_config(name: &str, config: ExecutorConfig) -> ExitCode {
     let otlp = wharf::telemetry::Otlp::when_given(
         config.otlp_endpoint.as_deref(),
         "wharf-executor",
-        || {
-            config
-                .executor_id
-                .clone()
-                .unwrap_or_else(|| config.listen.to_string())
-        },
+        || crate::app::planned_executor_id(&config).unwrap_or_else(|| config.listen.to_string()),
     );
     let telemetry = {
         let _entered = runtime.enter();

@@ -125,7 +125,9 @@ impl ObservabilityArgs {
 /// # Errors
 /// [`SettingsError::Invalid`] naming `--otlp-endpoint`, with the value quoted.
 fn otlp_url(value: Option<String>) -> Result<Option<String>, SettingsError> {
-    let Some(url) = value else {
+    // Empty (`WHARF_OTLP_ENDPOINT=`) is unset, as for the other settings read from the
+    // environment.
+    let Some(url) = value.filter(|v| !v.trim().is_empty()) else {
         return Ok(None);
     };
     let invalid = |reason: String| SettingsError::Invalid {
@@ -138,6 +140,10 @@ fn otlp_url(value: Option<String>) -> Result<Option<String>, SettingsError> {
         ))
     })?;
     match uri.scheme_str() {
+        Some("http" | "https") if !matches!(uri.path(), "" | "/") => Err(invalid(format!(
+            "{url:?}: OTLP/gRPC takes no path ({}); a path such as /v1/traces (port 4318) is OTLP/HTTP, which Wharf does not send: give the collector's gRPC port, usually 4317",
+            uri.path()
+        ))),
         Some("http" | "https") if uri.host().is_some_and(|h| !h.is_empty()) => Ok(Some(url)),
         Some("http" | "https") => Err(invalid(format!(
             "{url:?} names no host; write it like http://127.0.0.1:4317"
@@ -316,6 +322,10 @@ mod tests {
             ("not a url", "is not a URL"),
             ("ftp://127.0.0.1:4317", "scheme \"ftp\" is not OTLP/gRPC"),
             ("http:///v1/traces", "is not a URL"),
+            (
+                "http://127.0.0.1:4318/v1/traces",
+                "OTLP/gRPC takes no path (/v1/traces)",
+            ),
         ] {
             let err = layered(bad).expect_err(bad).to_string();
             assert!(
@@ -324,6 +334,9 @@ mod tests {
             );
             assert!(err.contains(says), "{bad}: {err}");
         }
+        // Empty is unset; the scheme's case does not matter.
+        assert_eq!(layered("").expect("unset").otlp_endpoint, None);
+        assert!(layered("HTTP://127.0.0.1:4317").is_ok());
         // From the --config file too.
         let err = cli(&[])
             .observability

@@ -68,7 +68,9 @@ pub fn record(store: &dyn StateStore, retention: &AuditRetention, entry: &AuditE
         connector = %entry.connector,
         deletion_mode = %entry.deletion_mode,
         outcome = %entry.outcome,
-        message = %entry.message,
+        // Not `message`: that is the event's own ("admin call"), and JSON logs would
+        // carry the key twice.
+        status_message = %entry.message,
         forwarded_by = %entry.forwarded_by,
         "admin call"
     );

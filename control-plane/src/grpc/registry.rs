@@ -179,7 +179,7 @@ impl ExecutorRegistry for RegistryService {
         let verified = self.cluster.verify(&rec, true).await;
         self.cluster.grant_lease(&rec.id, rec.epoch);
         info!(executor = %rec.id, epoch = rec.epoch, address = %rec.address, verified,
-            plugins = ?rec.plugins.iter().map(|p| &p.name).collect::<Vec<_>>(), "executor registered");
+            plugins = %rec.plugins.iter().map(|p| p.name.as_str()).collect::<Vec<_>>().join(","), "executor registered");
         Ok(Response::new(pb::RegisterExecutorResponse {
             epoch: rec.epoch,
             lease_ms: self.cluster.lease.lease_ms,

@@ -285,10 +285,13 @@ async fn admit(
     };
     let Some(action) = action else {
         // Authenticate only (any role), then the router's 405.
-        return match g.guard.authenticate(&caller) {
-            Ok(_) => next.run(req).await,
-            Err(e) => RestError::Api(e).into_response(),
+        let answer = async move {
+            match g.guard.authenticate(&caller) {
+                Ok(_) => next.run(req).await,
+                Err(e) => RestError::Api(e).into_response(),
+            }
         };
+        return span.ended_with(answer, rest_outcome).await;
     };
     let answer = g.guard.guarded(
         caller,
@@ -316,19 +319,21 @@ async fn admit(
             },
         },
     );
-    span.ended_with(answer, |r| {
-        (
-            r.status()
-                .is_server_error()
-                .then(|| format!("HTTP {}", r.status())),
-            // OpenTelemetry's HTTP semantic conventions name the answer's status so.
-            Some(wharf::trace::KeyValue::new(
-                "http.response.status_code",
-                i64::from(r.status().as_u16()),
-            )),
-        )
-    })
-    .await
+    span.ended_with(answer, rest_outcome).await
+}
+
+/// What a REST call's span says of its answer: status error for a 5xx, and the status
+/// code as `http.response.status_code` (OpenTelemetry's HTTP semantic conventions).
+fn rest_outcome(r: &axum::response::Response) -> (Option<String>, Option<wharf::trace::KeyValue>) {
+    (
+        r.status()
+            .is_server_error()
+            .then(|| format!("HTTP {}", r.status())),
+        Some(wharf::trace::KeyValue::new(
+            "http.response.status_code",
+            i64::from(r.status().as_u16()),
+        )),
+    )
 }
 
 /// What a REST call does, for [`wharf::trace::exported`]: the action's kind when it

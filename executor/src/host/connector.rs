@@ -177,7 +177,7 @@ impl ConnectorInstance {
         let elapsed = started.elapsed();
         self.life.finish(outcome, &error);
         tracing::info!(connector = %self.name, generation = self.life.generation, connector_deleted,
-            outcome = ?outcome, elapsed_ms = elapsed.as_millis() as u64, error = ?error, "connector stopped");
+            outcome = ?outcome, elapsed_ms = elapsed.as_millis() as u64, error = error.as_deref(), "connector stopped");
         match super::instance::after_stop(outcome, self_initiated) {
             super::instance::AfterStop::ReportUnassigned => {
                 self.shared.registry.report_connector(

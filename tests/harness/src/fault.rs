@@ -194,11 +194,8 @@ pub fn done_steps_in_log(log: &str, name: &str) -> Vec<(Option<u32>, u64, String
                     .map(|r| r.split(' ').next().unwrap_or_default().to_owned())
                     .unwrap_or_default()
             };
-            let task = field("task");
-            let task = task
-                .strip_prefix("Some(")
-                .and_then(|t| t.strip_suffix(')'))
-                .and_then(|t| t.parse().ok());
+            // The connector instance's step has no task field.
+            let task = field("task").parse().ok();
             (
                 task,
                 field("generation").parse().unwrap_or(0),

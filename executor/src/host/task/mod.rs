@@ -283,7 +283,7 @@ impl TaskInstance {
         let elapsed = started.elapsed();
         self.life.finish(outcome, &error);
         tracing::info!(connector = %self.key.connector, task = self.key.task, generation = self.life.generation,
-            connector_deleted, outcome = ?outcome, elapsed_ms = elapsed.as_millis() as u64, error = ?error, "task stopped");
+            connector_deleted, outcome = ?outcome, elapsed_ms = elapsed.as_millis() as u64, error = error.as_deref(), "task stopped");
         match super::instance::after_stop(outcome, self_initiated) {
             super::instance::AfterStop::ReportUnassigned => {
                 self.shared.registry.report_task(
