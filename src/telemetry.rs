@@ -137,21 +137,24 @@ fn otlp_provider(otlp: &Otlp) -> Result<opentelemetry_sdk::trace::SdkTracerProvi
         .map_err(|_| err("span export needs a tokio runtime; none is running".into()))?;
     let exporter = OnRuntime::new(WarnOnFailure::new(exporter, otlp.endpoint.clone()), runtime);
     let processor = opentelemetry_sdk::trace::BatchSpanProcessor::builder(exporter).build();
-    // `OTEL_RESOURCE_ATTRIBUTES` (read by the builder) may name the instance itself:
-    // replicas that all listen on 0.0.0.0:7000 need it.
-    const INSTANCE: &str = "service.instance.id";
-    let mut resource = opentelemetry_sdk::Resource::builder().with_service_name(otlp.service);
-    if opentelemetry_sdk::Resource::builder()
-        .build()
-        .get(&opentelemetry::Key::from_static_str(INSTANCE))
-        .is_none()
-    {
-        resource = resource.with_attribute(opentelemetry::KeyValue::new(
-            INSTANCE,
+    // The SDK's detectors come after this process's instance id, so that
+    // `OTEL_RESOURCE_ATTRIBUTES` may name the instance (replicas that all listen on
+    // 0.0.0.0:7000 need it); the service name is ours whatever the environment says.
+    use opentelemetry_sdk::resource::{
+        EnvResourceDetector, SdkProvidedResourceDetector, TelemetryResourceDetector,
+    };
+    let resource = opentelemetry_sdk::Resource::builder_empty()
+        .with_attribute(opentelemetry::KeyValue::new(
+            "service.instance.id",
             otlp.instance.clone(),
-        ));
-    }
-    let resource = resource.build();
+        ))
+        .with_detectors(&[
+            Box::new(SdkProvidedResourceDetector),
+            Box::new(TelemetryResourceDetector),
+            Box::new(EnvResourceDetector::new()),
+        ])
+        .with_service_name(otlp.service)
+        .build();
     Ok(opentelemetry_sdk::trace::SdkTracerProvider::builder()
         .with_span_processor(processor)
         .with_resource(resource)

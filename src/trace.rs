@@ -529,12 +529,15 @@ mod tests {
     const CALLER_SPAN: &str = "b7ad6b7169203331";
 
     fn traced_metadata(flags: &str) -> MetadataMap {
+        metadata_in(CALLER_TRACE, flags)
+    }
+
+    /// Metadata with a `traceparent` of `trace` (the caller's span [`CALLER_SPAN`]).
+    fn metadata_in(trace: &str, flags: &str) -> MetadataMap {
         let mut md = MetadataMap::new();
         md.insert(
             "traceparent",
-            format!("00-{CALLER_TRACE}-{CALLER_SPAN}-{flags}")
-                .parse()
-                .unwrap(),
+            format!("00-{trace}-{CALLER_SPAN}-{flags}").parse().unwrap(),
         );
         md
     }
@@ -588,13 +591,7 @@ mod tests {
     #[test]
     fn a_change_the_caller_did_not_sample_exports_nothing_of_what_it_causes() {
         recording_tracer();
-        let mut md = MetadataMap::new();
-        md.insert(
-            "traceparent",
-            format!("00-{UNSAMPLED_TRACE}-{CALLER_SPAN}-00")
-                .parse()
-                .unwrap(),
-        );
+        let md = metadata_in(UNSAMPLED_TRACE, "00");
         let call = DirectSpan::server("/wharf.v1.ConnectorAdmin/DeleteConnector", &md);
         let runtime = runtime();
         let (kept, round_cx) = runtime.block_on(call.run(async {
@@ -627,13 +624,7 @@ mod tests {
     #[test]
     fn a_round_with_a_failed_step_ends_with_status_error() {
         recording_tracer();
-        let mut md = MetadataMap::new();
-        md.insert(
-            "traceparent",
-            format!("00-{FAILED_ROUND_TRACE}-{CALLER_SPAN}-01")
-                .parse()
-                .unwrap(),
-        );
+        let md = metadata_in(FAILED_ROUND_TRACE, "01");
         let parent = parent_from_metadata(&md);
         let round = DirectSpan::started(
             &parent,

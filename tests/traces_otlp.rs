@@ -12,6 +12,7 @@ use std::collections::{BTreeSet, HashMap};
 
 use serde_json::{Value, json};
 use wharf_harness::cluster::{CONVERGE, NOT_FOUND, TestCluster};
+use wharf_harness::fault::{create_running, gone};
 use wharf_harness::otlp::{ReceivedSpan, TestOtlp};
 use wharf_harness::wait_until;
 
@@ -317,18 +318,9 @@ async fn failed_steps_mark_their_round_and_an_unsampled_deletion_exports_nothing
     let flaky = "flaky-cleanup";
     let mut config = c.source_config(flaky, 1);
     config["test.stop.fail.times"] = json!("1");
-    let r = c.call(
-        "CreateConnector",
-        json!({ "name": flaky, "config": config }),
-    );
-    assert_eq!(r.code, 0, "{}", r.err);
-    c.wait_state(flaky, "STATE_RUNNING", "STATE_RUNNING", 1)
-        .await;
+    create_running(&c, flaky, config, 1).await;
     assert_eq!(c.call("DeleteConnector", json!({ "name": flaky })).code, 0);
-    wait_until("the flaky deletion finished", CONVERGE, || async {
-        (c.call("GetConnectorStatus", json!({ "name": flaky })).code == NOT_FOUND).then_some(())
-    })
-    .await;
+    gone(&c, flaky).await;
     let rounds = |name: &str| -> Vec<ReceivedSpan> {
         otlp.spans()
             .into_iter()
@@ -372,13 +364,7 @@ async fn failed_steps_mark_their_round_and_an_unsampled_deletion_exports_nothing
 
     // A deletion whose caller did not sample it.
     let quiet = "quiet";
-    let r = c.call(
-        "CreateConnector",
-        json!({ "name": quiet, "config": c.source_config(quiet, 2) }),
-    );
-    assert_eq!(r.code, 0, "{}", r.err);
-    c.wait_state(quiet, "STATE_RUNNING", "STATE_RUNNING", 2)
-        .await;
+    create_running(&c, quiet, c.source_config(quiet, 2), 2).await;
     let mut admin = wharf_harness::client::admin(&c.addr, &c.dial());
     let mut req = tonic::Request::new(wharf::pb::v1::DeleteConnectorRequest {
         name: quiet.into(),
@@ -394,21 +380,12 @@ async fn failed_steps_mark_their_round_and_an_unsampled_deletion_exports_nothing
         .delete_connector(req)
         .await
         .expect("the unsampled DeleteConnector");
-    wait_until("the quiet deletion finished", CONVERGE, || async {
-        (c.call("GetConnectorStatus", json!({ "name": quiet })).code == NOT_FOUND).then_some(())
-    })
-    .await;
+    gone(&c, quiet).await;
     // A traced deletion after it: each process exports its spans in the order they
     // ended, so once this one's round (control plane) and a plugin stop of it (the
     // executor) arrived, any span of the quiet deletion would have too.
     let marker = "marker";
-    let r = c.call(
-        "CreateConnector",
-        json!({ "name": marker, "config": c.source_config(marker, 1) }),
-    );
-    assert_eq!(r.code, 0, "{}", r.err);
-    c.wait_state(marker, "STATE_RUNNING", "STATE_RUNNING", 1)
-        .await;
+    create_running(&c, marker, c.source_config(marker, 1), 1).await;
     assert_eq!(c.call("DeleteConnector", json!({ "name": marker })).code, 0);
     wait_until(
         "the marker deletion's round and plugin stop",

@@ -260,24 +260,11 @@ impl ExecutorApp {
                 )));
             }
         };
-        // With a certificate the id is the certificate's: it is what the control plane checks.
-        let executor_id = match (executor_id, cert_id) {
-            (Some(id), Some(cert)) if id != cert => {
-                return Err(AppError::Tls(format!(
-                    "--executor-id {id:?} but the certificate is executor {cert:?}"
-                )));
-            }
-            (Some(id), _) | (None, Some(id)) => Some(id),
-            (None, None) => None,
-        };
         std::fs::create_dir_all(&data_dir).map_err(|source| AppError::DataDir {
             path: data_dir.clone(),
             source,
         })?;
-        let executor_id = match executor_id {
-            Some(id) => id,
-            None => stored_executor_id(&data_dir)?,
-        };
+        let executor_id = resolve_executor_id(executor_id, cert_id, &data_dir)?;
         let listener = tokio::net::TcpListener::bind(listen)
             .await
             .map_err(|source| AppError::Bind {
@@ -530,17 +517,39 @@ fn default_advertise(local: SocketAddr, scheme: &str) -> String {
 /// (`service.instance.id`), set up before the app starts; `None` when it cannot be read
 /// (the start then says why).
 pub(crate) fn planned_executor_id(config: &ExecutorConfig) -> Option<String> {
-    if let Some(id) = &config.executor_id {
-        return Some(id.clone());
-    }
-    if let Some(files) = &config.tls {
-        return match wharf::tls::Tls::load(files.clone()).ok()?.identity() {
+    // The certificate is read only when no id was given (it then decides).
+    let cert_id = match (&config.executor_id, &config.tls) {
+        (None, Some(files)) => match wharf::tls::Tls::load(files.clone()).ok()?.identity() {
             wharf::identity::Identity::Executor(id) => Some(id),
-            _ => None,
-        };
-    }
+            _ => return None,
+        },
+        _ => None,
+    };
+    // The start makes the directory as well.
     std::fs::create_dir_all(&config.data_dir).ok()?;
-    stored_executor_id(&config.data_dir).ok()
+    resolve_executor_id(config.executor_id.clone(), cert_id, &config.data_dir).ok()
+}
+
+/// The id of an executor given `--executor-id` (`given`) and its certificate's executor
+/// id (`cert`): the certificate's, which is what the control plane checks; else the
+/// given one; else the one kept in the existing directory `data_dir` (made on a first
+/// start).
+///
+/// # Errors
+/// [`AppError::Tls`] when both are set and differ; [`AppError::DataDir`] when the kept
+/// id cannot be read or written.
+fn resolve_executor_id(
+    given: Option<String>,
+    cert: Option<String>,
+    data_dir: &Path,
+) -> Result<String, AppError> {
+    match (given, cert) {
+        (Some(id), Some(cert)) if id != cert => Err(AppError::Tls(format!(
+            "--executor-id {id:?} but the certificate is executor {cert:?}"
+        ))),
+        (Some(id), _) | (None, Some(id)) => Ok(id),
+        (None, None) => stored_executor_id(data_dir),
+    }
 }
 
 /// The id kept in `<data-dir>/executor.id`, generated on first start.
@@ -594,5 +603,24 @@ mod tests {
         assert!(first.starts_with("executor-"), "{first}");
         assert_eq!(planned_executor_id(&config), Some(first.clone()));
         assert_eq!(stored_executor_id(&data).expect("kept"), first);
+    }
+
+    #[test]
+    fn a_certificates_id_wins_and_must_match_a_given_one() {
+        let dir = tempfile::tempdir().expect("temp dir");
+        let cert = || Some("exec-cert".to_owned());
+        assert_eq!(
+            resolve_executor_id(None, cert(), dir.path()).expect("the certificate's"),
+            "exec-cert"
+        );
+        assert_eq!(
+            resolve_executor_id(Some("exec-cert".into()), cert(), dir.path()).expect("equal"),
+            "exec-cert"
+        );
+        let err = resolve_executor_id(Some("exec-other".into()), cert(), dir.path())
+            .expect_err("they differ");
+        assert!(err.to_string().contains("exec-other"), "{err}");
+        // Neither made an id file.
+        assert!(!dir.path().join(EXECUTOR_ID_FILE).exists());
     }
 }

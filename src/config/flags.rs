@@ -134,25 +134,22 @@ fn otlp_url(value: Option<String>) -> Result<Option<String>, SettingsError> {
         field: "--otlp-endpoint",
         reason,
     };
-    let uri: tonic::codegen::http::Uri = url.parse().map_err(|_| {
+    let not_url = || {
         invalid(format!(
             "{url:?} is not a URL; write it like http://127.0.0.1:4317"
         ))
-    })?;
+    };
+    let uri: tonic::codegen::http::Uri = url.parse().map_err(|_| not_url())?;
     match uri.scheme_str() {
+        None => Err(not_url()),
+        Some("http" | "https") if uri.host().is_none_or(str::is_empty) => Err(not_url()),
         Some("http" | "https") if !matches!(uri.path(), "" | "/") => Err(invalid(format!(
             "{url:?}: OTLP/gRPC takes no path ({}); a path such as /v1/traces (port 4318) is OTLP/HTTP, which Wharf does not send: give the collector's gRPC port, usually 4317",
             uri.path()
         ))),
-        Some("http" | "https") if uri.host().is_some_and(|h| !h.is_empty()) => Ok(Some(url)),
-        Some("http" | "https") => Err(invalid(format!(
-            "{url:?} names no host; write it like http://127.0.0.1:4317"
-        ))),
+        Some("http" | "https") => Ok(Some(url)),
         Some(other) => Err(invalid(format!(
             "{url:?}: scheme {other:?} is not OTLP/gRPC; use http:// (plaintext) or https:// (TLS)"
-        ))),
-        None => Err(invalid(format!(
-            "{url:?} is not a URL; write it like http://127.0.0.1:4317"
         ))),
     }
 }
