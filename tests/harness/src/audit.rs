@@ -72,10 +72,7 @@ pub fn nats_server_binary() -> PathBuf {
 /// A free TCP port on loopback (bound and released), for a control plane that must come
 /// back on the same address after kill -9.
 pub fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .and_then(|l| l.local_addr())
-        .map(|a| a.port())
-        .expect("free port")
+    crate::free_port_on("127.0.0.1")
 }
 
 /// A control plane, its executors and their NATS server.

@@ -3,7 +3,6 @@
 //! [`TestEtcd::start_secure`] serves clients over TLS and asks them for a certificate
 //! (`--client-cert-auth`); [`enable_auth`] turns on etcd's user authentication.
 
-use std::net::TcpListener;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
@@ -36,10 +35,7 @@ pub struct TestEtcd {
 }
 
 fn free_port() -> u16 {
-    TcpListener::bind("127.0.0.1:0")
-        .and_then(|l| l.local_addr())
-        .map(|a| a.port())
-        .expect("a free loopback port")
+    crate::free_port_on("127.0.0.1")
 }
 
 impl TestEtcd {

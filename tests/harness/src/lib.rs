@@ -64,6 +64,26 @@ pub fn bin(name: &str) -> PathBuf {
     path
 }
 
+/// A loopback port on `ip` that nothing listens on now and that this test process has not
+/// handed out before: the OS may give a just-released port again, and two picks of one
+/// test (a control plane's `--listen` and its `--metrics-listen`) must not collide.
+pub fn free_port_on(ip: &str) -> u16 {
+    static GIVEN: std::sync::Mutex<Vec<u16>> = std::sync::Mutex::new(Vec::new());
+    let mut given = GIVEN
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner);
+    loop {
+        let port = std::net::TcpListener::bind(format!("{ip}:0"))
+            .and_then(|l| l.local_addr())
+            .expect("a free loopback port")
+            .port();
+        if !given.contains(&port) {
+            given.push(port);
+            return port;
+        }
+    }
+}
+
 /// Polls `check` every 20 ms until it returns `Some`, or panics after `deadline` with
 /// `what` in the message.
 pub async fn wait_until<T, F, Fut>(what: &str, deadline: Duration, mut check: F) -> T

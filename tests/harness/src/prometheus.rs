@@ -23,10 +23,7 @@ pub struct TestPrometheus {
 }
 
 fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .and_then(|l| l.local_addr())
-        .map(|a| a.port())
-        .expect("a free loopback port")
+    crate::free_port_on("127.0.0.1")
 }
 
 /// One sample of an instant query: its labels and value.
@@ -145,11 +142,7 @@ impl Drop for TestPrometheus {
 
 /// A free `IP:PORT` on `ip` for a `--metrics-listen` (bound, read, released).
 pub fn free_addr(ip: &str) -> String {
-    let port = std::net::TcpListener::bind(format!("{ip}:0"))
-        .and_then(|l| l.local_addr())
-        .expect("free port")
-        .port();
-    format!("{ip}:{port}")
+    format!("{ip}:{}", crate::free_port_on(ip))
 }
 
 /// `curl -s -m 10 -w '%{http_code}' http://ADDR/PATH`: (HTTP status, body); status 0 when
