@@ -29,10 +29,11 @@ const OBSERVED_DELETION_RUNS: usize = 400;
 /// Runs per data-plane backend.
 const DATAPLANE_RUNS: usize = 3;
 /// Runs of the 1,000 x 10 scale step with observability off, and as many with it on
-/// (the rebalance is one more run). Nine pairs: with three, one run's noise on this
-/// 2-core machine moved the on / off ratio by 0.2, and the CPU time of the same off run
-/// varied by a third between runs minutes apart (a shared VM); a pair takes about 15 s.
-const SCALE_RUNS: usize = 9;
+/// (the rebalance is one more run). Twenty pairs: a run's time on this shared 2-core VM
+/// varies by about 9% (coefficient of variation), so that the on / off ratio of nine
+/// pairs' medians moved by 0.02 to 0.05 between sets run minutes apart; with twenty its
+/// 90% interval is about +-6% (printed beside it). A pair takes about 15 s.
+const SCALE_RUNS: usize = 20;
 
 /// The target scale step and the curve around it (connectors; 10 tasks each).
 const SCALE_TARGET: usize = 1_000;
@@ -982,13 +983,16 @@ fn mtls_line(plain: &deletion::DeletionResult, tls: &deletion::DeletionResult) -
 /// The observability-on deletion figure beside the off one (issue 16: at most 5% slower).
 fn observed_line(off: &deletion::DeletionResult, on: &deletion::DeletionResult) -> String {
     let p50 = on.p50() / off.p50();
+    let interval = crate::stats::ratio_interval(&off.latencies, &on.latencies);
     format!(
-        "Observability on vs off (issue 16), two clusters side by side in the same run, their deletions interleaved (off-on, on-off, ...): the on cluster has every process's `--metrics-listen` scraped once a second and `--otlp-endpoint` exporting every span to an OTLP receiver that drops them. {} deletions each. Off: p50 {:.2} ms, p99 {:.2} ms. On: p50 {:.2} ms, p99 {:.2} ms. On / off: p50 {p50:.3}, p99 {:.3}. Target: p50 at most 5% slower. Result: {}. CPU time (user + system) of each cluster's processes over the measured deletions, background included, per deletion: off {:.2} ms, on {:.2} ms; spans the receiver got per deletion (background calls included): {:.1}.",
+        "Observability on vs off (issue 16), two clusters side by side in the same run, their deletions interleaved (off-on, on-off, ...): the on cluster has every process's `--metrics-listen` scraped once a second and `--otlp-endpoint` exporting every span to an OTLP receiver that drops them. {} deletions each. Off: p50 {:.2} ms, p99 {:.2} ms. On: p50 {:.2} ms, p99 {:.2} ms. On / off: p50 {p50:.3} (90% interval by bootstrap over the deletions: {:.3} to {:.3}), p99 {:.3}. Target: p50 at most 5% slower. Result: {}. CPU time (user + system) of each cluster's processes over the measured deletions, background included, per deletion: off {:.2} ms, on {:.2} ms; spans the receiver got per deletion (background calls included): {:.1}.",
         on.runs,
         off.p50(),
         off.p99(),
         on.p50(),
         on.p99(),
+        interval.0,
+        interval.1,
         on.p99() / off.p99(),
         met(p50 <= 1.05),
         off.cpu_per_deletion,
@@ -1045,10 +1049,20 @@ fn scale_observed_table(off: &[scale::ScalePoint], on: &[scale::ScalePoint]) -> 
         );
     }
     let slower = med(on, |p| p.create_s + p.delete_s) / med(off, |p| p.create_s + p.delete_s);
+    let interval = |f: fn(&scale::ScalePoint) -> f64| {
+        let (lo, hi) = crate::stats::ratio_interval(
+            &off.iter().map(f).collect::<Vec<_>>(),
+            &on.iter().map(f).collect::<Vec<_>>(),
+        );
+        format!("{lo:.3} to {hi:.3}")
+    };
     let _ = write!(
         t,
-        "\nCreate + delete, on / off: {slower:.3}, {}. Runs off: {}. Runs on: {}",
+        "\nCreate + delete, on / off: {slower:.3}, {}. How far noise alone moves these ratios (90% intervals by bootstrap over the runs): create + delete {}, create {}, delete {}. Runs off: {}. Runs on: {}",
         met(slower <= 1.05),
+        interval(|p| p.create_s + p.delete_s),
+        interval(|p| p.create_s),
+        interval(|p| p.delete_s),
         runs_text(off),
         runs_text(on)
     );

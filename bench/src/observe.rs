@@ -103,7 +103,10 @@ impl TraceService for Discard {
     }
 }
 
-/// A running receiver and scraper; both stop when dropped.
+/// A running receiver and scraper; both stop when dropped. They run on a thread and
+/// runtime of their own, as a collector and Prometheus run in processes of their own:
+/// their work shares the machine's two cores with the cluster, but does not wait in the
+/// queue of the runtime whose calls the benchmark times.
 pub struct Load {
     /// The receiver's endpoint, `http://127.0.0.1:PORT`.
     pub endpoint: String,
@@ -112,6 +115,21 @@ pub struct Load {
     /// Spans received so far by process, name and root-ness.
     pub by_name: Arc<std::sync::Mutex<SpanCounts>>,
     stop: CancellationToken,
+    /// The observer's runtime (on its own thread until `stop`).
+    runtime: tokio::runtime::Handle,
+}
+
+/// A current-thread runtime on a thread of its own that runs until `stop` is cancelled;
+/// its handle.
+fn observer_runtime(stop: CancellationToken) -> anyhow::Result<tokio::runtime::Handle> {
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()?;
+    let handle = runtime.handle().clone();
+    std::thread::Builder::new()
+        .name("bench-observer".into())
+        .spawn(move || runtime.block_on(stop.cancelled_owned()))?;
+    Ok(handle)
 }
 
 impl Load {
@@ -124,11 +142,18 @@ impl Load {
         })
     }
 
-    /// Starts the trace receiver.
+    /// Starts the trace receiver on a thread and runtime of its own (see [`Load`]).
     pub async fn start() -> anyhow::Result<Self> {
-        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
-        let endpoint = format!("http://{}", listener.local_addr()?);
         let stop = CancellationToken::new();
+        let runtime = observer_runtime(stop.clone())?;
+        let listener = std::net::TcpListener::bind("127.0.0.1:0")?;
+        listener.set_nonblocking(true)?;
+        let listener = {
+            // Registered with the observer's runtime, which serves it.
+            let _in = runtime.enter();
+            tokio::net::TcpListener::from_std(listener)?
+        };
+        let endpoint = format!("http://{}", listener.local_addr()?);
         let until = stop.clone().cancelled_owned();
         let spans = Arc::new(AtomicU64::new(0));
         let by_name = Arc::new(std::sync::Mutex::new(SpanCounts::new()));
@@ -143,7 +168,7 @@ impl Load {
             by_name: by_name.clone(),
             dump,
         };
-        tokio::spawn(async move {
+        runtime.spawn(async move {
             let incoming = tokio_stream::wrappers::TcpListenerStream::new(listener);
             let _ = tonic::transport::Server::builder()
                 .add_service(TraceServiceServer::new(receiver))
@@ -155,13 +180,14 @@ impl Load {
             spans,
             by_name,
             stop,
+            runtime,
         })
     }
 
     /// Scrapes `GET /metrics` of every `IP:PORT` in `targets` until dropped.
     pub fn scrape(&self, targets: Vec<String>) {
         let stop = self.stop.clone();
-        tokio::spawn(async move {
+        self.runtime.spawn(async move {
             loop {
                 for t in &targets {
                     let _ = scrape_once(t).await;
