@@ -1140,7 +1140,7 @@ fn render(r: &Results) -> String {
 
     let _ = writeln!(
         s,
-        "## Reproduce\n\n```sh\nscripts/bench            # builds --release, runs everything (Wharf within --budget-s, default 1,050 s; the Kafka Connect peer about 21 min more), rewrites BENCHMARKS.md\n```\n"
+        "## Reproduce\n\n```sh\nscripts/bench            # builds --release, runs everything (Wharf within --budget-s, default {DEFAULT_BUDGET_S} s; the Kafka Connect peer about 21 min more), rewrites BENCHMARKS.md\n```\n"
     );
     let _ = writeln!(
         s,
