@@ -145,6 +145,8 @@ impl Load {
     /// Starts the trace receiver on a thread and runtime of its own (see [`Load`]).
     pub async fn start() -> anyhow::Result<Self> {
         let stop = CancellationToken::new();
+        // Until it is handed to the Load: an error below still ends the thread.
+        let ends_thread = stop.clone().drop_guard();
         let runtime = observer_runtime(stop.clone())?;
         let listener = std::net::TcpListener::bind("127.0.0.1:0")?;
         listener.set_nonblocking(true)?;
@@ -175,6 +177,7 @@ impl Load {
                 .serve_with_incoming_shutdown(incoming, until)
                 .await;
         });
+        ends_thread.disarm();
         Ok(Self {
             endpoint,
             spans,
