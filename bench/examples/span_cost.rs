@@ -6,60 +6,37 @@
 //!
 //! ```sh
 //! cargo build --release -p wharf-bench --example span_cost
-//! target/release/examples/span_cost receive 127.0.0.1:4399 &   # drops what it gets
+//! target/release/examples/span_cost receive &   # prints its endpoint, then its count
 //! target/release/examples/span_cost send off 50000
-//! OTEL_BSP_MAX_QUEUE_SIZE=65536 target/release/examples/span_cost send http://127.0.0.1:4399 50000
+//! OTEL_BSP_MAX_QUEUE_SIZE=65536 target/release/examples/span_cost send ENDPOINT 50000
 //! ```
 //!
 //! `send` prints the CPU time of its process (the SDK's batch thread included, the
-//! receiver's not) per pair, the export flushed; `receive` prints its count after every
-//! export (all `2 N` should arrive).
+//! receiver's not) per pair, the export flushed. `receive` is the tests' OTLP receiver
+//! (`wharf_harness::otlp::TestOtlp`) in a process of its own; it prints how many spans
+//! it holds whenever that changes (all `2 N` of a run should arrive).
 
-use std::sync::Arc;
-use std::sync::atomic::{AtomicU64, Ordering};
-
-use opentelemetry_proto::tonic::collector::trace::v1::trace_service_server::{
-    TraceService, TraceServiceServer,
-};
-use opentelemetry_proto::tonic::collector::trace::v1::{
-    ExportTraceServiceRequest, ExportTraceServiceResponse,
-};
 use wharf::trace::{DirectSpan, KeyValue, TraceContext};
-
-/// Counts the spans it receives, then drops them.
-struct Discard(Arc<AtomicU64>);
-
-#[tonic::async_trait]
-impl TraceService for Discard {
-    async fn export(
-        &self,
-        request: tonic::Request<ExportTraceServiceRequest>,
-    ) -> Result<tonic::Response<ExportTraceServiceResponse>, tonic::Status> {
-        let n = request
-            .into_inner()
-            .resource_spans
-            .iter()
-            .flat_map(|r| &r.scope_spans)
-            .map(|s| s.spans.len() as u64)
-            .sum::<u64>();
-        let total = self.0.fetch_add(n, Ordering::Relaxed) + n;
-        eprintln!("received {total} spans in all");
-        Ok(tonic::Response::new(ExportTraceServiceResponse::default()))
-    }
-}
 
 #[tokio::main(flavor = "current_thread")]
 async fn main() -> anyhow::Result<()> {
     let args: Vec<String> = std::env::args().skip(1).collect();
     match args.iter().map(String::as_str).collect::<Vec<_>>()[..] {
-        ["receive", addr] => {
-            tonic::transport::Server::builder()
-                .add_service(TraceServiceServer::new(Discard(Arc::default())))
-                .serve(addr.parse()?)
-                .await?;
+        ["receive"] => {
+            let otlp = wharf_harness::otlp::TestOtlp::start().await;
+            println!("{}", otlp.endpoint);
+            let mut shown = 0;
+            loop {
+                tokio::time::sleep(std::time::Duration::from_secs(1)).await;
+                let received = otlp.received();
+                if received != shown {
+                    eprintln!("received {received} spans in all");
+                    shown = received;
+                }
+            }
         }
         ["send", endpoint, n] => send(endpoint, n.parse()?).await?,
-        _ => anyhow::bail!("usage: span_cost receive IP:PORT | span_cost send off|ENDPOINT N"),
+        _ => anyhow::bail!("usage: span_cost receive | span_cost send off|ENDPOINT N"),
     }
     Ok(())
 }

@@ -182,7 +182,7 @@ impl Bench {
         mtls: bool,
         observed: bool,
     ) -> anyhow::Result<Self> {
-        let load = crate::observe::Load::start_if(observed).await?;
+        let load = crate::observe::Load::start_if(observed)?;
         let cluster = Cluster::start(
             bin_dir,
             &root.join("cluster"),

@@ -134,16 +134,12 @@ fn observer_runtime(stop: CancellationToken) -> anyhow::Result<tokio::runtime::H
 
 impl Load {
     /// The load of an "on" cluster when `observed`, none for an "off" one.
-    pub async fn start_if(observed: bool) -> anyhow::Result<Option<Self>> {
-        Ok(if observed {
-            Some(Self::start().await?)
-        } else {
-            None
-        })
+    pub fn start_if(observed: bool) -> anyhow::Result<Option<Self>> {
+        Ok(if observed { Some(Self::start()?) } else { None })
     }
 
     /// Starts the trace receiver on a thread and runtime of its own (see [`Load`]).
-    pub async fn start() -> anyhow::Result<Self> {
+    pub fn start() -> anyhow::Result<Self> {
         let stop = CancellationToken::new();
         // Until it is handed to the Load: an error below still ends the thread.
         let ends_thread = stop.clone().drop_guard();

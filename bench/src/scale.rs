@@ -213,7 +213,7 @@ pub async fn run_step(
         kills,
         restart,
     } = step;
-    let load = crate::observe::Load::start_if(observed).await?;
+    let load = crate::observe::Load::start_if(observed)?;
     let cluster = Cluster::start(
         bin_dir,
         &root.join("cluster"),

@@ -167,6 +167,14 @@ impl TestOtlp {
         }
     }
 
+    /// How many spans were received so far (without copying them).
+    pub fn received(&self) -> usize {
+        self.spans
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .len()
+    }
+
     /// Every span received so far.
     pub fn spans(&self) -> Vec<ReceivedSpan> {
         self.spans
