@@ -310,6 +310,13 @@ struct MetadataInjector<'a>(&'a mut MetadataMap);
 
 impl Injector for MetadataInjector<'_> {
     fn set(&mut self, key: &str, value: String) {
+        // The propagator writes `tracestate` even when it is empty, as it always is here
+        // (no vendor writes one); W3C Trace Context (section 3.3) asks senders to avoid
+        // empty ones, and leaving it out spares every traced call a header to encode,
+        // decode and parse.
+        if value.is_empty() && key == TRACESTATE {
+            return;
+        }
         if let (Ok(k), Ok(mut v)) = (
             MetadataKey::from_bytes(key.as_bytes()),
             MetadataValue::try_from(value.as_str()),
@@ -458,6 +465,9 @@ pub fn exported(kind: CallKind, sampled_parent: bool) -> bool {
 
 /// The W3C Trace Context header (and gRPC metadata key).
 const TRACEPARENT: &str = "traceparent";
+
+/// The W3C Trace Context header of vendors' trace state (sent only when not empty).
+const TRACESTATE: &str = "tracestate";
 
 /// The trace context a caller sent as `traceparent` in HTTP (or HTTP/2, gRPC) request
 /// headers; empty when there is none or it does not parse.
@@ -800,7 +810,31 @@ mod tests {
             md.get("traceparent").and_then(|v| v.to_str().ok()),
             Some("00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01")
         );
+        assert!(
+            md.get(TRACESTATE).is_none(),
+            "an empty tracestate is not sent"
+        );
+        assert_eq!(md.len(), 1);
     }
+
+    #[test]
+    fn a_tracestate_the_caller_sent_is_passed_on() {
+        let mut headers = http::HeaderMap::new();
+        headers.insert(
+            "traceparent",
+            http::HeaderValue::from_static(
+                "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01",
+            ),
+        );
+        headers.insert(TRACESTATE, http::HeaderValue::from_static("vendor=v1"));
+        let mut md = MetadataMap::new();
+        parent_from_headers(&headers).inject(&mut md);
+        assert_eq!(
+            md.get(TRACESTATE).and_then(|v| v.to_str().ok()),
+            Some("vendor=v1")
+        );
+    }
+
     #[test]
     fn a_change_is_exported_without_a_parent() {
         assert!(exported(CallKind::Change, false));
