@@ -375,6 +375,13 @@ impl TraceContext {
         }
     }
 
+    /// True when both name the same span of the same trace (both valid).
+    pub fn same_span(&self, other: &TraceContext) -> bool {
+        let (a, b) = (self.0.span(), other.0.span());
+        let (a, b) = (a.span_context(), b.span_context());
+        a.is_valid() && a.trace_id() == b.trace_id() && a.span_id() == b.span_id()
+    }
+
     /// The trace id, 32 lowercase hex digits, when it names a trace.
     pub fn trace_id(&self) -> Option<String> {
         let sc = self.0.span().span_context().clone();
@@ -815,6 +822,23 @@ mod tests {
             "an empty tracestate is not sent"
         );
         assert_eq!(md.len(), 1);
+    }
+
+    #[test]
+    fn same_span_needs_the_same_trace_and_span() {
+        let parent = |tp: &'static str| {
+            let mut headers = http::HeaderMap::new();
+            headers.insert("traceparent", http::HeaderValue::from_static(tp));
+            parent_from_headers(&headers)
+        };
+        let a = parent("00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01");
+        let same = parent("00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01");
+        let other_span = parent("00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203332-01");
+        let other_trace = parent("00-0af7651916cd43dd8448eb211c80319d-b7ad6b7169203331-01");
+        assert!(a.same_span(&same));
+        assert!(!a.same_span(&other_span));
+        assert!(!a.same_span(&other_trace));
+        assert!(!TraceContext::default().same_span(&TraceContext::default()));
     }
 
     #[test]

@@ -475,3 +475,110 @@ async fn failed_steps_mark_their_round_and_an_unsampled_deletion_exports_nothing
         .count();
     assert_eq!(deleted_stops, 3, "two tasks and the connector cleaned up");
 }
+
+/// Connectors deleted at once in [`concurrent_deletions_each_stay_in_their_own_trace`].
+const CONCURRENT: usize = 60;
+
+/// Many deletions at once (as a mass delete sends them) each stay one trace: every
+/// deletion round is a child of its own `DeleteConnector` span, never the root of a trace
+/// of its own. At 1,000 deletions in flight, one in six rounds used to start before the
+/// call had kept its trace context for the finalizer (bench/NOTES.md, issue 16).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn concurrent_deletions_each_stay_in_their_own_trace() {
+    let otlp = TestOtlp::start().await;
+    let export = vec!["--otlp-endpoint".to_owned(), otlp.endpoint.clone()];
+    let mut c = TestCluster::start_with(0, export.clone()).await;
+    c.add_executor_with(0, export).await;
+    c.wait_alive(1).await;
+
+    let names: Vec<String> = (0..CONCURRENT).map(|i| format!("mass-{i:03}")).collect();
+    let admin = c.admin();
+    let created = futures::future::join_all(names.iter().map(|name| {
+        let mut admin = admin.clone();
+        let config: HashMap<String, String> =
+            serde_json::from_value(c.source_config(name, 1)).expect("string config");
+        async move {
+            admin
+                .create_connector(wharf::pb::v1::CreateConnectorRequest {
+                    name: name.clone(),
+                    config,
+                    initial_state: 0,
+                })
+                .await
+        }
+    }))
+    .await;
+    assert!(created.iter().all(Result::is_ok), "{created:?}");
+    for name in &names {
+        c.wait_state(name, "STATE_RUNNING", "STATE_RUNNING", 1)
+            .await;
+    }
+
+    let deleted = futures::future::join_all(names.iter().map(|name| {
+        let mut admin = admin.clone();
+        async move {
+            admin
+                .delete_connector(wharf::pb::v1::DeleteConnectorRequest {
+                    name: name.clone(),
+                    ..Default::default()
+                })
+                .await
+        }
+    }))
+    .await;
+    assert!(deleted.iter().all(Result::is_ok), "{deleted:?}");
+    for name in &names {
+        gone(&c, name).await;
+    }
+
+    // Every deletion's calls and rounds arrived (the receiver keeps what it got).
+    let spans = wait_until("every deletion's spans", CONVERGE, || async {
+        let spans = otlp.spans();
+        let count = |n: &str| spans.iter().filter(|s| s.name == n).count();
+        (count(DELETE) >= CONCURRENT
+            && count("deletion round") >= CONCURRENT
+            && count(STOP_TASK) >= CONCURRENT
+            && count(STOP_CONNECTOR) >= CONCURRENT)
+            .then_some(spans)
+    })
+    .await;
+    let by_id: HashMap<&str, &ReceivedSpan> =
+        spans.iter().map(|s| (s.span_id.as_str(), s)).collect();
+    let mut rounds_of: HashMap<&str, usize> = HashMap::new();
+    let strays: Vec<&ReceivedSpan> = spans
+        .iter()
+        .filter(|s| s.name == "deletion round")
+        .filter(|round| {
+            let parent = by_id.get(round.parent_span_id.as_str());
+            let in_its_call =
+                parent.is_some_and(|p| p.name == DELETE && p.trace_id == round.trace_id);
+            if in_its_call {
+                *rounds_of.entry(round.trace_id.as_str()).or_default() += 1;
+            }
+            !in_its_call
+        })
+        .collect();
+    assert!(
+        strays.is_empty(),
+        "{} of the rounds are not under their DeleteConnector span: {strays:#?}",
+        strays.len()
+    );
+    // One trace per deletion: each connector's rounds are in one DeleteConnector's trace.
+    let traces_of: HashMap<&str, BTreeSet<&str>> = spans
+        .iter()
+        .filter(|s| s.name == "deletion round")
+        .fold(HashMap::new(), |mut m, s| {
+            m.entry(s.attributes.get("connector").map_or("", String::as_str))
+                .or_default()
+                .insert(s.trace_id.as_str());
+            m
+        });
+    for name in &names {
+        assert_eq!(
+            traces_of.get(name.as_str()).map(BTreeSet::len),
+            Some(1),
+            "{name}: {traces_of:?}"
+        );
+    }
+    assert_eq!(rounds_of.len(), CONCURRENT, "{rounds_of:?}");
+}

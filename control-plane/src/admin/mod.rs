@@ -643,7 +643,7 @@ impl Admin {
         for _ in 0..DELETE_RECORD_ATTEMPTS {
             let rec = self.existing(name)?;
             if rec.deleting {
-                cluster.remember_deletion_trace(name);
+                let _ = cluster.remember_deletion_trace(name);
                 // Deleting again: run failed steps once more now, unless forcing, which
                 // skips them (a retry started first would run one more cleanup).
                 if !opts.force {
@@ -654,9 +654,17 @@ impl Admin {
             }
             let offsets = cluster.store.offsets(name)?;
             let d = DeletionRecord::seal(&rec, offsets, !opts.keep_resources, now_ms());
-            if cluster.store.start_deletion(&rec, &d)? {
-                // Before the finalizer is woken: its first round continues this trace.
-                cluster.remember_deletion_trace(name);
+            // Kept before the record is written: a finalizer pass (woken by any other
+            // change) may see the deletion before this call goes on, and its first round
+            // must continue this trace, not start one of its own.
+            let kept = cluster.remember_deletion_trace(name);
+            let started = cluster.store.start_deletion(&rec, &d);
+            if let Some(kept) = kept
+                && !matches!(started, Ok(true))
+            {
+                cluster.forget_deletion_trace(name, &kept);
+            }
+            if started? {
                 info!(connector = %name, generation_next = rec.next_generation,
                     cleanup = !opts.keep_resources, "deletion recorded");
                 cluster.changed(name);

@@ -388,15 +388,34 @@ impl Cluster {
     }
 
     /// Keeps the current span's trace context for `name`'s deletion (the first one wins:
-    /// deleting again continues the same trace); nothing without trace export.
-    pub fn remember_deletion_trace(&self, name: &str) {
+    /// deleting again continues the same trace); nothing without trace export. Returns
+    /// the context when this call kept it (none was kept before), so that a caller whose
+    /// deletion was not recorded can take it back ([`Cluster::forget_deletion_trace`]).
+    pub fn remember_deletion_trace(&self, name: &str) -> Option<wharf::trace::TraceContext> {
         let cx = wharf::trace::TraceContext::current();
-        if cx.is_valid() {
-            self.deletion_traces
-                .lock()
-                .unwrap_or_else(std::sync::PoisonError::into_inner)
-                .entry(name.to_owned())
-                .or_insert(cx);
+        if !cx.is_valid() {
+            return None;
+        }
+        match self
+            .deletion_traces
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .entry(name.to_owned())
+        {
+            std::collections::hash_map::Entry::Occupied(_) => None,
+            std::collections::hash_map::Entry::Vacant(v) => Some(v.insert(cx).clone()),
+        }
+    }
+
+    /// Drops the trace context kept for `name`'s deletion when it is still `kept` (its
+    /// call kept it, then did not record the deletion; another call's that did stays).
+    pub fn forget_deletion_trace(&self, name: &str, kept: &wharf::trace::TraceContext) {
+        let mut traces = self
+            .deletion_traces
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        if traces.get(name).is_some_and(|cx| cx.same_span(kept)) {
+            traces.remove(name);
         }
     }
 
