@@ -787,13 +787,7 @@ mod tests {
 
     #[test]
     fn a_traceparent_header_is_read_as_the_parent() {
-        let mut headers = http::HeaderMap::new();
-        headers.insert(
-            "traceparent",
-            http::HeaderValue::from_static(
-                "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01",
-            ),
-        );
+        let headers = with_traceparent("00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01");
         let cx = TraceContextPropagator::new().extract(&HeaderExtractor(&headers));
         assert_eq!(
             TraceContext(cx).trace_id().as_deref(),
@@ -803,13 +797,7 @@ mod tests {
 
     #[test]
     fn an_injected_context_is_a_traceparent_entry() {
-        let mut headers = http::HeaderMap::new();
-        headers.insert(
-            "traceparent",
-            http::HeaderValue::from_static(
-                "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01",
-            ),
-        );
+        let headers = with_traceparent("00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01");
         let cx = TraceContext(TraceContextPropagator::new().extract(&HeaderExtractor(&headers)));
         let mut md = MetadataMap::new();
         cx.inject(&mut md);
@@ -824,13 +812,16 @@ mod tests {
         assert_eq!(md.len(), 1);
     }
 
+    /// Request headers carrying `traceparent` (and nothing else).
+    fn with_traceparent(traceparent: &'static str) -> http::HeaderMap {
+        let mut headers = http::HeaderMap::new();
+        headers.insert(TRACEPARENT, http::HeaderValue::from_static(traceparent));
+        headers
+    }
+
     #[test]
     fn same_span_needs_the_same_trace_and_span() {
-        let parent = |tp: &'static str| {
-            let mut headers = http::HeaderMap::new();
-            headers.insert("traceparent", http::HeaderValue::from_static(tp));
-            parent_from_headers(&headers)
-        };
+        let parent = |tp| parent_from_headers(&with_traceparent(tp));
         let a = parent("00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01");
         let same = parent("00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01");
         let other_span = parent("00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203332-01");
@@ -843,13 +834,8 @@ mod tests {
 
     #[test]
     fn a_tracestate_the_caller_sent_is_passed_on() {
-        let mut headers = http::HeaderMap::new();
-        headers.insert(
-            "traceparent",
-            http::HeaderValue::from_static(
-                "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01",
-            ),
-        );
+        let mut headers =
+            with_traceparent("00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01");
         headers.insert(TRACESTATE, http::HeaderValue::from_static("vendor=v1"));
         let mut md = MetadataMap::new();
         parent_from_headers(&headers).inject(&mut md);
@@ -943,23 +929,13 @@ mod tests {
 
     #[test]
     fn an_unsampled_traceparent_is_not_a_sampled_parent() {
-        let mut headers = http::HeaderMap::new();
-        headers.insert(
-            "traceparent",
-            http::HeaderValue::from_static(
-                "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-00",
-            ),
-        );
-        let cx = parent_from_headers(&headers);
+        let cx = parent_from_headers(&with_traceparent(
+            "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-00",
+        ));
         assert!(cx.is_valid());
         assert!(!cx.is_sampled());
-        headers.insert(
-            "traceparent",
-            http::HeaderValue::from_static(
-                "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01",
-            ),
-        );
-        assert!(parent_from_headers(&headers).is_sampled());
+        let sampled = with_traceparent("00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01");
+        assert!(parent_from_headers(&sampled).is_sampled());
         assert!(!parent_from_headers(&http::HeaderMap::new()).is_sampled());
     }
 

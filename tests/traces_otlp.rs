@@ -544,18 +544,16 @@ async fn concurrent_deletions_each_stay_in_their_own_trace() {
     .await;
     let by_id: HashMap<&str, &ReceivedSpan> =
         spans.iter().map(|s| (s.span_id.as_str(), s)).collect();
-    let mut rounds_of: HashMap<&str, usize> = HashMap::new();
-    let strays: Vec<&ReceivedSpan> = spans
+    let rounds: Vec<&ReceivedSpan> = spans
         .iter()
         .filter(|s| s.name == "deletion round")
+        .collect();
+    let strays: Vec<&&ReceivedSpan> = rounds
+        .iter()
         .filter(|round| {
-            let parent = by_id.get(round.parent_span_id.as_str());
-            let in_its_call =
-                parent.is_some_and(|p| p.name == DELETE && p.trace_id == round.trace_id);
-            if in_its_call {
-                *rounds_of.entry(round.trace_id.as_str()).or_default() += 1;
-            }
-            !in_its_call
+            !by_id
+                .get(round.parent_span_id.as_str())
+                .is_some_and(|p| p.name == DELETE && p.trace_id == round.trace_id)
         })
         .collect();
     assert!(
@@ -563,16 +561,15 @@ async fn concurrent_deletions_each_stay_in_their_own_trace() {
         "{} of the rounds are not under their DeleteConnector span: {strays:#?}",
         strays.len()
     );
-    // One trace per deletion: each connector's rounds are in one DeleteConnector's trace.
-    let traces_of: HashMap<&str, BTreeSet<&str>> = spans
-        .iter()
-        .filter(|s| s.name == "deletion round")
-        .fold(HashMap::new(), |mut m, s| {
-            m.entry(s.attributes.get("connector").map_or("", String::as_str))
-                .or_default()
-                .insert(s.trace_id.as_str());
-            m
-        });
+    // One trace per deletion: each connector's rounds are in one trace, and no two
+    // connectors share one.
+    let mut traces_of: HashMap<&str, BTreeSet<&str>> = HashMap::new();
+    for round in &rounds {
+        traces_of
+            .entry(round.attributes.get("connector").map_or("", String::as_str))
+            .or_default()
+            .insert(round.trace_id.as_str());
+    }
     for name in &names {
         assert_eq!(
             traces_of.get(name.as_str()).map(BTreeSet::len),
@@ -580,5 +577,6 @@ async fn concurrent_deletions_each_stay_in_their_own_trace() {
             "{name}: {traces_of:?}"
         );
     }
-    assert_eq!(rounds_of.len(), CONCURRENT, "{rounds_of:?}");
+    let traces: BTreeSet<&str> = rounds.iter().map(|r| r.trace_id.as_str()).collect();
+    assert_eq!(traces.len(), CONCURRENT, "{traces_of:?}");
 }
