@@ -375,11 +375,26 @@ impl TraceContext {
         }
     }
 
-    /// True when both name the same span of the same trace (both valid).
-    pub fn same_span(&self, other: &TraceContext) -> bool {
-        let (a, b) = (self.0.span(), other.0.span());
-        let (a, b) = (a.span_context(), b.span_context());
-        a.is_valid() && a.trace_id() == b.trace_id() && a.span_id() == b.span_id()
+    /// Its W3C `traceparent` value (`00-<trace id>-<span id>-<flags>`, 55 characters),
+    /// sampled or not, to be kept where a later process reads it ([`TraceContext::
+    /// from_traceparent`]); `None` when it names no trace.
+    pub fn traceparent(&self) -> Option<String> {
+        let mut carrier = std::collections::HashMap::new();
+        if self.is_valid() {
+            TraceContextPropagator::new().inject_context(&self.0, &mut carrier);
+        }
+        carrier.remove(TRACEPARENT)
+    }
+
+    /// The context a `traceparent` value names (as kept by [`TraceContext::traceparent`],
+    /// its sampled flag included); empty when `value` is empty or not a valid
+    /// `traceparent`.
+    pub fn from_traceparent(value: &str) -> Self {
+        if value.is_empty() {
+            return Self::default();
+        }
+        let carrier = std::collections::HashMap::from([(TRACEPARENT.to_owned(), value.to_owned())]);
+        Self(TraceContextPropagator::new().extract(&carrier))
     }
 
     /// The trace id, 32 lowercase hex digits, when it names a trace.
@@ -820,16 +835,33 @@ mod tests {
     }
 
     #[test]
-    fn same_span_needs_the_same_trace_and_span() {
-        let parent = |tp| parent_from_headers(&with_traceparent(tp));
-        let a = parent("00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01");
-        let same = parent("00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01");
-        let other_span = parent("00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203332-01");
-        let other_trace = parent("00-0af7651916cd43dd8448eb211c80319d-b7ad6b7169203331-01");
-        assert!(a.same_span(&same));
-        assert!(!a.same_span(&other_span));
-        assert!(!a.same_span(&other_trace));
-        assert!(!TraceContext::default().same_span(&TraceContext::default()));
+    fn a_kept_traceparent_names_the_same_span_and_sampled_flag() {
+        for tp in [
+            "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01",
+            "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-00",
+        ] {
+            let kept = TraceContext::from_traceparent(tp);
+            assert!(kept.is_valid(), "{tp}");
+            assert_eq!(kept.is_sampled(), tp.ends_with("-01"), "{tp}");
+            assert_eq!(kept.traceparent().as_deref(), Some(tp));
+            let from_headers = parent_from_headers(&with_traceparent(tp));
+            assert_eq!(from_headers.traceparent().as_deref(), Some(tp));
+        }
+    }
+
+    #[test]
+    fn no_traceparent_is_kept_for_no_trace() {
+        assert_eq!(TraceContext::default().traceparent(), None);
+        for bad in [
+            "",
+            "not a traceparent",
+            "00-00000000000000000000000000000000-b7ad6b7169203331-01",
+            "00-0af7651916cd43dd8448eb211c80319c-0000000000000000-01",
+        ] {
+            let cx = TraceContext::from_traceparent(bad);
+            assert!(!cx.is_valid(), "{bad:?}");
+            assert_eq!(cx.traceparent(), None, "{bad:?}");
+        }
     }
 
     #[test]

@@ -580,3 +580,89 @@ async fn concurrent_deletions_each_stay_in_their_own_trace() {
     let traces: BTreeSet<&str> = rounds.iter().map(|r| r.trace_id.as_str()).collect();
     assert_eq!(traces.len(), CONCURRENT, "{traces_of:?}");
 }
+
+/// A deletion's trace outlives its control plane: the `traceparent` of the
+/// DeleteConnector call is kept in the deletion record, so the rounds that a control
+/// plane restarted after a crash (kill -9) runs on the same store are children of that
+/// call's span, in its trace, and so are their stops on the executor.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_deletion_keeps_its_trace_across_a_control_plane_crash() {
+    let otlp = TestOtlp::start().await;
+    let export = vec!["--otlp-endpoint".to_owned(), otlp.endpoint.clone()];
+    let mut c = TestCluster::start_with(0, export.clone()).await;
+    c.add_executor_with(0, export).await;
+    c.wait_alive(1).await;
+
+    // Every stop(true) fails, and one attempt is all a step gets: the deletion waits for
+    // the operator after its first round.
+    let name = "crash-mid-deletion";
+    let mut config = c.source_config(name, 1);
+    config["test.stop.fail.times"] = json!("1000");
+    config["cleanup.max.attempts"] = json!("1");
+    create_running(&c, name, config, 1).await;
+    assert_eq!(c.call("DeleteConnector", json!({ "name": name })).code, 0);
+    let rounds = || -> Vec<ReceivedSpan> {
+        otlp.spans()
+            .into_iter()
+            .filter(|s| {
+                s.name == "deletion round"
+                    && s.attributes.get("connector").map(String::as_str) == Some(name)
+            })
+            .collect()
+    };
+    // Before the crash, the call's span and its failed round have arrived (a kill -9
+    // loses what the control plane has not exported yet).
+    let delete = wait_until(
+        "the DeleteConnector span and its failed round",
+        CONVERGE,
+        || async {
+            let failed = rounds().into_iter().find(|r| r.error.is_some())?;
+            otlp.spans()
+                .into_iter()
+                .find(|s| s.name == DELETE && s.span_id == failed.parent_span_id)
+        },
+    )
+    .await;
+
+    c.restart_control_plane().await;
+    c.wait_alive(1).await;
+    // The plugin's cleanup works from now on (the test plugin counts its failures in this
+    // file); the operator asks for one more attempt.
+    let mut failures = c.lifecycle_path(name).into_os_string();
+    failures.push(format!(".stop-failures.{name}"));
+    std::fs::write(&failures, "1000").expect("failure counter");
+    assert_eq!(c.call("RetryCleanup", json!({ "name": name })).code, 0);
+    gone(&c, name).await;
+
+    let clean = wait_until("the restarted control plane's round", CONVERGE, || async {
+        rounds().into_iter().find(|r| r.error.is_none())
+    })
+    .await;
+    assert_eq!(clean.trace_id, delete.trace_id, "{clean:#?}\n{delete:#?}");
+    assert_eq!(
+        clean.parent_span_id, delete.span_id,
+        "{clean:#?}\n{delete:#?}"
+    );
+    for r in rounds() {
+        assert_eq!(
+            r.trace_id, delete.trace_id,
+            "every round in one trace: {r:#?}"
+        );
+    }
+    // Its stops on the executor (the task's and the connector instance's, after the
+    // cleanup-only starts they need) are under that round, in that trace.
+    let stops = wait_until("the round's stops", CONVERGE, || async {
+        let stops: Vec<ReceivedSpan> = otlp
+            .spans()
+            .into_iter()
+            .filter(|s| s.parent_span_id == clean.span_id)
+            .filter(|s| [STOP_TASK, STOP_CONNECTOR].contains(&s.name.as_str()))
+            .collect();
+        let named = |n: &str| stops.iter().any(|s| s.name == n);
+        (named(STOP_TASK) && named(STOP_CONNECTOR)).then_some(stops)
+    })
+    .await;
+    for s in &stops {
+        assert_eq!(s.trace_id, delete.trace_id, "{s:#?}");
+    }
+}

@@ -643,7 +643,6 @@ impl Admin {
         for _ in 0..DELETE_RECORD_ATTEMPTS {
             let rec = self.existing(name)?;
             if rec.deleting {
-                let _ = cluster.remember_deletion_trace(name);
                 // Deleting again: run failed steps once more now, unless forcing, which
                 // skips them (a retry started first would run one more cleanup).
                 if !opts.force {
@@ -653,18 +652,14 @@ impl Admin {
                 break;
             }
             let offsets = cluster.store.offsets(name)?;
-            let d = DeletionRecord::seal(&rec, offsets, !opts.keep_resources, now_ms());
-            // Kept before the record is written: a finalizer pass (woken by any other
-            // change) may see the deletion before this call goes on, and its first round
-            // must continue this trace, not start one of its own.
-            let kept = cluster.remember_deletion_trace(name);
-            let started = cluster.store.start_deletion(&rec, &d);
-            if let Some(kept) = kept
-                && !matches!(started, Ok(true))
-            {
-                cluster.forget_deletion_trace(name, &kept);
-            }
-            if started? {
+            let mut d = DeletionRecord::seal(&rec, offsets, !opts.keep_resources, now_ms());
+            // In the record itself: every round continues this call's trace, the first
+            // one included (a finalizer pass may see the record before this call goes
+            // on), on whichever replica runs it. Deleting again keeps the first trace.
+            d.traceparent = wharf::trace::TraceContext::current()
+                .traceparent()
+                .unwrap_or_default();
+            if cluster.store.start_deletion(&rec, &d)? {
                 info!(connector = %name, generation_next = rec.next_generation,
                     cleanup = !opts.keep_resources, "deletion recorded");
                 cluster.changed(name);

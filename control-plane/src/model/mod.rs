@@ -437,6 +437,12 @@ pub struct DeletionRecord {
     /// The operator forced the deletion; the finalizer skips what is left and finishes.
     #[serde(default)]
     pub force_requested: bool,
+    /// W3C `traceparent` of the call that recorded the deletion (its span and sampled
+    /// flag; empty without trace export or for a record written before it was kept), so
+    /// that every round continues that trace, also on another replica or after a
+    /// restart (docs/observability.md, "Traces").
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub traceparent: String,
     /// Store revision this copy was read at (set by the store).
     #[serde(skip)]
     pub revision: u64,
@@ -491,6 +497,7 @@ impl DeletionRecord {
             next_generation: rec.next_generation,
             retry_requested: false,
             force_requested: false,
+            traceparent: String::new(),
             revision: 0,
         }
     }

@@ -113,10 +113,6 @@ pub struct Cluster {
     /// that name must not start before that stop ended (it would remove what the new one
     /// provisioned under the same names).
     cleanups_in_flight: Mutex<HashSet<String>>,
-    /// Trace context of each deletion's `DeleteConnector` call, so that the finalizer's
-    /// rounds continue its trace (docs/observability.md, "Traces"); in memory only (a
-    /// restarted control plane starts new traces), forgotten when the deletion finishes.
-    deletion_traces: Mutex<HashMap<String, wharf::trace::TraceContext>>,
 }
 
 /// An executor's last heartbeat that reported what it hosts.
@@ -308,7 +304,6 @@ impl Cluster {
             finalizer_wake: Notify::new(),
             finished: Mutex::new(HashMap::new()),
             cleanups_in_flight: Mutex::new(HashSet::new()),
-            deletion_traces: Mutex::new(HashMap::new()),
             changes,
             dirty: Mutex::new(Dirty {
                 names: HashSet::new(),
@@ -381,52 +376,6 @@ impl Cluster {
         let keep = Duration::from_millis(FINISHED_DELETION_KEEP_MS);
         finished.retain(|_, (at, _)| at.elapsed() < keep);
         finished.insert(d.name.clone(), (Instant::now(), d.clone()));
-        self.deletion_traces
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner)
-            .remove(&d.name);
-    }
-
-    /// Keeps the current span's trace context for `name`'s deletion (the first one wins:
-    /// deleting again continues the same trace); nothing without trace export. Returns
-    /// the context when this call kept it (none was kept before), so that a caller whose
-    /// deletion was not recorded can take it back ([`Cluster::forget_deletion_trace`]).
-    pub fn remember_deletion_trace(&self, name: &str) -> Option<wharf::trace::TraceContext> {
-        let cx = wharf::trace::TraceContext::current();
-        if !cx.is_valid() {
-            return None;
-        }
-        match self
-            .deletion_traces
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner)
-            .entry(name.to_owned())
-        {
-            std::collections::hash_map::Entry::Occupied(_) => None,
-            std::collections::hash_map::Entry::Vacant(v) => Some(v.insert(cx).clone()),
-        }
-    }
-
-    /// Drops the trace context kept for `name`'s deletion when it is still `kept` (its
-    /// call kept it, then did not record the deletion; another call's that did stays).
-    pub fn forget_deletion_trace(&self, name: &str, kept: &wharf::trace::TraceContext) {
-        let mut traces = self
-            .deletion_traces
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner);
-        if traces.get(name).is_some_and(|cx| cx.same_span(kept)) {
-            traces.remove(name);
-        }
-    }
-
-    /// The trace context of `name`'s deletion (empty when none was kept).
-    pub fn deletion_trace(&self, name: &str) -> wharf::trace::TraceContext {
-        self.deletion_traces
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner)
-            .get(name)
-            .cloned()
-            .unwrap_or_default()
     }
 
     /// The final record of `name`'s deletion if it finished within the last minute: every

@@ -146,10 +146,10 @@ pub async fn run_finalizer(cluster: Arc<Cluster>, cancel: CancellationToken) {
                     let name = d.name.clone();
                     cluster.set_cleanup_in_flight(&name, true);
                     // Not awaited: a later pass sees it finished; aborted at shutdown.
-                    // One span per round, in the trace of the DeleteConnector call (a
-                    // trace of its own when none was kept, as after a restart).
+                    // One span per round, in the trace of the DeleteConnector call (its
+                    // traceparent is in the record; a trace of its own when none is).
                     let span = wharf::trace::DirectSpan::started(
-                        &cluster.deletion_trace(&name),
+                        &wharf::trace::TraceContext::from_traceparent(&d.traceparent),
                         wharf::trace::SpanBuilder::from_name("deletion round").with_attributes([
                             wharf::trace::KeyValue::new("connector", name.clone()),
                         ]),
