@@ -281,4 +281,20 @@ async fn every_metric_the_dashboard_queries_is_on_a_live_metrics_page() {
         missing.is_empty(),
         "the dashboard queries metrics no page shows: {missing:?}\n{page}"
     );
+    // Every family says what it is: Prometheus and Grafana show the HELP text.
+    let undescribed: Vec<&str> = page
+        .lines()
+        .filter_map(|l| l.strip_prefix("# TYPE "))
+        .filter_map(|l| l.split(' ').next())
+        .filter(|name| {
+            !page.lines().any(|l| {
+                l.strip_prefix(&format!("# HELP {name} "))
+                    .is_some_and(|h| !h.trim().is_empty())
+            })
+        })
+        .collect();
+    assert!(
+        undescribed.is_empty(),
+        "families without HELP: {undescribed:?}"
+    );
 }

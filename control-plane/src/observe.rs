@@ -44,6 +44,58 @@ pub const HEALTH_INTERVAL_MS: u64 = 1_000;
 /// shows within about this long).
 pub const HEALTH_TIMEOUT_MS: u64 = 2_000;
 
+/// The `# HELP` line of each event metric (Prometheus shows it beside the series), from
+/// the same meanings as docs/observability.md.
+fn describe_events() {
+    use metrics::{Unit, describe_counter, describe_gauge, describe_histogram};
+    describe_counter!(
+        CLEANUP_ATTEMPTS,
+        "Cleanup attempts (stop with connector_deleted) by outcome."
+    );
+    describe_histogram!(
+        CLEANUP_STEP_SECONDS,
+        Unit::Seconds,
+        "How long one cleanup stop took on its executor, by outcome."
+    );
+    describe_counter!(
+        CLEANUP_REHOSTED,
+        "Cleanup steps moved to another executor because their host was lost."
+    );
+    describe_counter!(
+        CLEANUP_LEAKS,
+        "Cleanup steps given up by cleanup.policy=give-up: external resources that may have leaked."
+    );
+    describe_counter!(
+        DELETIONS_FINISHED,
+        "Deletions finished, by mode (cleanup, keep_resources, forced)."
+    );
+    describe_counter!(
+        LEASE_EXPIRIES,
+        "Executor leases that expired (the executor was marked lost)."
+    );
+    describe_histogram!(
+        HERDER_PASS_SECONDS,
+        Unit::Seconds,
+        "Duration of one herder pass."
+    );
+    describe_gauge!(
+        HERDER_CATCH_UP_SECONDS,
+        Unit::Seconds,
+        "Time from the herder's start (process start or won leadership) until it caught up."
+    );
+    describe_histogram!(
+        FINALIZER_PASS_SECONDS,
+        Unit::Seconds,
+        "Duration of one finalizer pass (reading deletions, dispatching rounds)."
+    );
+    describe_histogram!(
+        STORE_COMMIT_SECONDS,
+        Unit::Seconds,
+        "Duration of one store commit (a group commit counts once)."
+    );
+    describe_histogram!(STORE_COMMIT_BATCH, "Writes carried by one store commit.");
+}
+
 /// Records how one cleanup attempt ended (see [`CLEANUP_ATTEMPTS`]).
 pub fn cleanup_attempt(outcome: &'static str) {
     metrics::counter!(CLEANUP_ATTEMPTS, "outcome" => outcome).increment(1);
@@ -166,6 +218,7 @@ impl ControlPlaneProbe {
 
 impl Probe for ControlPlaneProbe {
     fn register_events(&self) {
+        describe_events();
         for outcome in [
             "done",
             "skipped",

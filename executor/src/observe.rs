@@ -193,6 +193,43 @@ pub fn executor_health(standing: LeaseStanding, registered_once: bool) -> Health
 /// One per-task counter family: name, help text, whether it is a source's, its value.
 type RecordFamily = (&'static str, &'static str, bool, fn(&RecordStats) -> f64);
 
+/// The `# HELP` line of each event metric (Prometheus shows it beside the series), from
+/// the same meanings as docs/observability.md.
+fn describe_events() {
+    use metrics::{Unit, describe_counter, describe_histogram};
+    describe_counter!(
+        REQUESTS_REFUSED,
+        "Requests refused because they were decided for another registration, lease, generation or incarnation (fencing), by reason."
+    );
+    describe_counter!(
+        INSTANCES_ABANDONED,
+        "Instances abandoned because their stop overran its timeout."
+    );
+    describe_counter!(
+        PLUGIN_RUNTIMES_WRITTEN_OFF,
+        "Plugin runtimes written off because abandoned calls held half of their workers or more."
+    );
+    describe_counter!(
+        FENCES,
+        "Times this executor fenced itself (lease ran out or its epoch was refused)."
+    );
+    describe_histogram!(
+        SOURCE_COMMIT_SECONDS,
+        Unit::Seconds,
+        "Duration of one offset commit of a source task to the control plane."
+    );
+    describe_histogram!(
+        SINK_PUT_SECONDS,
+        Unit::Seconds,
+        "Duration of one put of a sink task."
+    );
+    describe_histogram!(
+        SINK_FLUSH_SECONDS,
+        Unit::Seconds,
+        "Duration of one flush of a sink task."
+    );
+}
+
 /// The executor's probe: record counts and instances from the host, health from the
 /// registry.
 pub struct ExecutorProbe {
@@ -209,6 +246,7 @@ impl ExecutorProbe {
 
 impl Probe for ExecutorProbe {
     fn register_events(&self) {
+        describe_events();
         for reason in REFUSAL_REASONS {
             metrics::counter!(REQUESTS_REFUSED, "reason" => reason).increment(0);
         }
