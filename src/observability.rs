@@ -69,12 +69,13 @@ impl Health {
         }
     }
 
-    /// HTTP status of `GET /health`: 200 healthy, 503 otherwise (KIP-1017 answers 500 when
-    /// unhealthy; 503 is what orchestrators' probes treat as "not now", and both fail them).
+    /// HTTP status of `GET /health`, as KIP-1017 (and the REST gateway's `/health`): 200
+    /// healthy, 503 starting, 500 unhealthy. An orchestrator's probe fails on both.
     pub fn http_status(&self) -> StatusCode {
         match self {
             Health::Healthy => StatusCode::OK,
-            Health::Starting(_) | Health::Unhealthy(_) => StatusCode::SERVICE_UNAVAILABLE,
+            Health::Starting(_) => StatusCode::SERVICE_UNAVAILABLE,
+            Health::Unhealthy(_) => StatusCode::INTERNAL_SERVER_ERROR,
         }
     }
 
@@ -221,7 +222,7 @@ async fn ready(State(p): State<Arc<Probes>>) -> Response {
     match p.health() {
         Health::Healthy => (StatusCode::OK, "ready\n".to_owned()).into_response(),
         h => (
-            h.http_status(),
+            StatusCode::SERVICE_UNAVAILABLE,
             format!("{}: {}\n", h.status(), h.message()),
         )
             .into_response(),
@@ -371,6 +372,19 @@ mod tests {
                 .collect(),
         )
         .health()
+    }
+
+    #[test]
+    fn health_answers_kip_1017_status_codes() {
+        assert_eq!(Health::Healthy.http_status(), StatusCode::OK);
+        assert_eq!(
+            Health::Starting("s".into()).http_status(),
+            StatusCode::SERVICE_UNAVAILABLE
+        );
+        assert_eq!(
+            Health::Unhealthy("u".into()).http_status(),
+            StatusCode::INTERNAL_SERVER_ERROR
+        );
     }
 
     #[test]

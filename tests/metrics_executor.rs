@@ -169,7 +169,7 @@ async fn executor_health_is_not_serving_while_fenced_and_serving_after_it_regist
     })
     .await;
     let (code, body) = http_get(&metrics, "/health");
-    assert_eq!(code, 503, "{body}");
+    assert_eq!(code, 500, "KIP-1017's unhealthy: {body}");
     let health: Value = serde_json::from_str(&body).expect("JSON");
     assert_eq!(health["status"], "unhealthy", "{health}");
     assert_eq!(http_get(&metrics, "/ready").0, 503);

@@ -194,7 +194,7 @@ async fn health_is_not_serving_while_etcd_is_stopped() {
     })
     .await;
     let (code, body) = http_get(&metrics, "/health");
-    assert_eq!(code, 503, "{body}");
+    assert_eq!(code, 500, "KIP-1017's unhealthy: {body}");
     let body: Value = serde_json::from_str(&body).expect("JSON");
     assert_eq!(body["status"], "unhealthy", "{body}");
     assert_eq!(http_get(&metrics, "/ready").0, 503);
