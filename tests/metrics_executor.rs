@@ -298,3 +298,41 @@ async fn every_metric_the_dashboard_queries_is_on_a_live_metrics_page() {
         "families without HELP: {undescribed:?}"
     );
 }
+
+/// A control plane whose `--metrics-listen` port is taken does not start: exit 1 with the
+/// flag, the address and a hint on stderr, before it binds its admin port or writes
+/// `listen.addr` (a script that reads that file must not find a dead address).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_control_plane_whose_metrics_port_is_taken_does_not_start() {
+    let taken = std::net::TcpListener::bind("127.0.0.1:0").expect("bind");
+    let taken_addr = taken.local_addr().expect("addr").to_string();
+    let dir = tempfile::tempdir().expect("temp dir");
+    let mut child = std::process::Command::new(wharf_harness::bin("wharf-control-plane"))
+        .args(["--listen", "127.0.0.1:0", "--data-dir"])
+        .arg(dir.path())
+        .args(["--metrics-listen", &taken_addr])
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .expect("spawn");
+    let status = wait_until("the control plane exits", CONVERGE, || {
+        let s = child.try_wait().expect("try_wait");
+        async move { s }
+    })
+    .await;
+    let mut stderr = String::new();
+    std::io::Read::read_to_string(&mut child.stderr.take().expect("stderr"), &mut stderr)
+        .expect("stderr");
+    assert_eq!(status.code(), Some(1), "{stderr}");
+    assert!(
+        stderr.contains(&format!("cannot listen on {taken_addr} (--metrics-listen)"))
+            && stderr.contains("hint:"),
+        "{stderr}"
+    );
+    assert!(!stderr.contains("control plane bound"), "{stderr}");
+    assert!(
+        !dir.path().join("listen.addr").exists(),
+        "listen.addr names a control plane that is not running"
+    );
+    drop(taken);
+}

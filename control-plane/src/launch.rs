@@ -48,17 +48,33 @@ pub async fn run(settings: Settings) -> ExitCode {
         }
     };
     let (log_control, export) = telemetry.split();
+    // Bound before the app, so that a taken port fails the start before the control plane
+    // announces itself and writes `listen.addr`.
+    let metrics = match observability.metrics_listen {
+        None => None,
+        Some(addr) => match wharf::observability::bind(addr).await {
+            Ok(bound) => Some(bound),
+            Err(e) => {
+                eprintln!("{NAME}: cannot listen on {addr} (--metrics-listen): {e}");
+                eprintln!(
+                    "hint: pick another --metrics-listen than {addr} (port 0 picks a free one), or turn it off with --metrics-listen off"
+                );
+                return ExitCode::FAILURE;
+            }
+        },
+    };
     let result = match App::build_with_store(config, store).await {
         Ok(mut app) => {
             app.set_log_control(&wharf::telemetry::start_filter(), log_control);
-            match wharf::observability::start(observability.metrics_listen, vec![app.probe()]).await
-            {
-                Ok(_) => app.run(wharf::server::shutdown_signal()).await,
-                Err(e) => {
-                    eprintln!("{NAME}: {e}");
-                    return ExitCode::FAILURE;
-                }
+            if let Some(bound) = metrics {
+                wharf::observability::spawn_serve(
+                    wharf::task::TaskKind::Detached,
+                    bound,
+                    vec![app.probe()],
+                    std::future::pending(),
+                );
             }
+            app.run(wharf::server::shutdown_signal()).await
         }
         Err(e) => Err(e),
     };
