@@ -196,6 +196,7 @@ async fn metrics_page(State(p): State<Arc<Probes>>) -> Response {
     for probe in &p.0 {
         probe.render_state(&mut state);
     }
+    crate::telemetry::render_span_counts(&mut state);
     let mut page = recorder().render();
     page.push_str(&state.into_text());
     (

@@ -136,7 +136,11 @@ fn otlp_provider(otlp: &Otlp) -> Result<opentelemetry_sdk::trace::SdkTracerProvi
     let runtime = tokio::runtime::Handle::try_current()
         .map_err(|_| err("span export needs a tokio runtime; none is running".into()))?;
     let exporter = OnRuntime::new(WarnOnFailure::new(exporter, otlp.endpoint.clone()), runtime);
-    let processor = opentelemetry_sdk::trace::BatchSpanProcessor::builder(exporter).build();
+    let processor =
+        Counted(opentelemetry_sdk::trace::BatchSpanProcessor::builder(exporter).build());
+    SPAN_COUNTS
+        .exporting
+        .store(true, std::sync::atomic::Ordering::Relaxed);
     // The SDK's detectors come after this process's instance id, so that
     // `OTEL_RESOURCE_ATTRIBUTES` may name the instance (replicas that all listen on
     // 0.0.0.0:7000 need it); the service name is ours whatever the environment says.
@@ -159,6 +163,100 @@ fn otlp_provider(otlp: &Otlp) -> Result<opentelemetry_sdk::trace::SdkTracerProvi
         .with_span_processor(processor)
         .with_resource(resource)
         .build())
+}
+
+/// Spans on their way to `--otlp-endpoint`, counted for the metrics page
+/// ([`render_span_counts`]): the SDK's batch processor drops spans when its queue is full
+/// without telling anyone, so an operator compares what ended with what left.
+#[derive(Debug)]
+struct SpanCounts {
+    /// True once span export is set up (the counters are shown only then).
+    exporting: std::sync::atomic::AtomicBool,
+    /// Sampled spans that ended and were handed to the batch processor.
+    ended: std::sync::atomic::AtomicU64,
+    /// Spans in batches the endpoint accepted.
+    exported: std::sync::atomic::AtomicU64,
+    /// Spans in batches whose export failed (dropped).
+    failed: std::sync::atomic::AtomicU64,
+}
+
+static SPAN_COUNTS: SpanCounts = SpanCounts {
+    exporting: std::sync::atomic::AtomicBool::new(false),
+    ended: std::sync::atomic::AtomicU64::new(0),
+    exported: std::sync::atomic::AtomicU64::new(0),
+    failed: std::sync::atomic::AtomicU64::new(0),
+};
+
+/// Counter: sampled spans that ended and were queued for export.
+pub const SPANS_ENDED: &str = "wharf_trace_spans_ended_total";
+/// Counter: spans in export batches, by `outcome` (`ok`: the endpoint accepted the batch;
+/// `failed`: the export failed and the batch was dropped).
+pub const SPANS_EXPORTED: &str = "wharf_trace_spans_exported_total";
+
+/// Adds the span export counters to a metrics page, when span export is on: [`SPANS_ENDED`]
+/// minus both outcomes of [`SPANS_EXPORTED`] is what waits in the queue (at most
+/// `OTEL_BSP_MAX_QUEUE_SIZE`, 2,048 by default) plus what a full queue dropped.
+pub fn render_span_counts(out: &mut crate::observability::Exposition) {
+    use std::sync::atomic::Ordering::Relaxed;
+    if !SPAN_COUNTS.exporting.load(Relaxed) {
+        return;
+    }
+    out.counter(
+        SPANS_ENDED,
+        "Sampled spans that ended and were queued for export to --otlp-endpoint.",
+    )
+    .sample(SPANS_ENDED, &[], SPAN_COUNTS.ended.load(Relaxed) as f64);
+    out.counter(
+        SPANS_EXPORTED,
+        "Spans in export batches, by outcome (ok: accepted; failed: export failed, dropped).",
+    )
+    .sample(
+        SPANS_EXPORTED,
+        &[("outcome", "ok")],
+        SPAN_COUNTS.exported.load(Relaxed) as f64,
+    )
+    .sample(
+        SPANS_EXPORTED,
+        &[("outcome", "failed")],
+        SPAN_COUNTS.failed.load(Relaxed) as f64,
+    );
+}
+
+/// A span processor that counts the sampled spans that end ([`SPAN_COUNTS`]) before
+/// handing them to the SDK's batch processor (one relaxed atomic add per span).
+#[derive(Debug)]
+struct Counted<P>(P);
+
+impl<P: opentelemetry_sdk::trace::SpanProcessor> opentelemetry_sdk::trace::SpanProcessor
+    for Counted<P>
+{
+    fn on_start(&self, span: &mut opentelemetry_sdk::trace::Span, cx: &opentelemetry::Context) {
+        self.0.on_start(span, cx);
+    }
+
+    fn on_end(&self, span: opentelemetry_sdk::trace::SpanData) {
+        if span.span_context.is_sampled() {
+            SPAN_COUNTS
+                .ended
+                .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        }
+        self.0.on_end(span);
+    }
+
+    fn force_flush(&self) -> opentelemetry_sdk::error::OTelSdkResult {
+        self.0.force_flush()
+    }
+
+    fn shutdown_with_timeout(
+        &self,
+        timeout: std::time::Duration,
+    ) -> opentelemetry_sdk::error::OTelSdkResult {
+        self.0.shutdown_with_timeout(timeout)
+    }
+
+    fn set_resource(&mut self, resource: &opentelemetry_sdk::Resource) {
+        self.0.set_resource(resource);
+    }
 }
 
 /// How often at most a failing span export is logged: an unreachable collector fails
@@ -235,9 +333,14 @@ impl<E: opentelemetry_sdk::trace::SpanExporter> opentelemetry_sdk::trace::SpanEx
     ) -> opentelemetry_sdk::error::OTelSdkResult {
         let spans = batch.len();
         let result = self.inner.export(batch).await;
-        if let Err(e) = &result {
-            self.failed(spans, e);
-        }
+        let outcome = match &result {
+            Ok(()) => &SPAN_COUNTS.exported,
+            Err(e) => {
+                self.failed(spans, e);
+                &SPAN_COUNTS.failed
+            }
+        };
+        outcome.fetch_add(spans as u64, std::sync::atomic::Ordering::Relaxed);
         result
     }
 

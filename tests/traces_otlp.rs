@@ -666,3 +666,86 @@ async fn a_deletion_keeps_its_trace_across_a_control_plane_crash() {
         assert_eq!(s.trace_id, delete.trace_id, "{s:#?}");
     }
 }
+
+/// The value of the sample `series` (name and labels, as printed) on a metrics page.
+fn sample(page: &str, series: &str) -> Option<f64> {
+    page.lines().find_map(|l| {
+        l.strip_prefix(series)?
+            .strip_prefix(' ')?
+            .trim()
+            .parse()
+            .ok()
+    })
+}
+
+/// The metrics page counts the spans on their way out, so that spans the SDK's queue
+/// dropped show as a gap: with a receiver that answers, every span that ended is exported
+/// `ok` (as many as the receiver got); with an endpoint nobody listens on, they are
+/// counted `failed`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_metrics_page_counts_exported_and_failed_spans() {
+    use wharf_harness::prometheus::{free_addr, http_get};
+    const ENDED: &str = "wharf_trace_spans_ended_total";
+    const OK: &str = "wharf_trace_spans_exported_total{outcome=\"ok\"}";
+    const FAILED: &str = "wharf_trace_spans_exported_total{outcome=\"failed\"}";
+    let otlp = TestOtlp::start().await;
+    let metrics = free_addr("127.0.0.1");
+    let c = TestCluster::start_with(
+        0,
+        vec![
+            "--otlp-endpoint".into(),
+            otlp.endpoint.clone(),
+            "--metrics-listen".into(),
+            metrics.clone(),
+        ],
+    )
+    .await;
+    // Calls that change something are traced, whatever they answer.
+    for i in 0..3 {
+        let _ = c.call(
+            "CreateConnector",
+            json!({ "name": format!("counted-{i}"), "config": c.source_config("counted", 1) }),
+        );
+    }
+    let (ended, ok) = wait_until(
+        "every ended span exported and received",
+        CONVERGE,
+        || async {
+            let page = http_get(&metrics, "/metrics").1;
+            let (ended, ok) = (sample(&page, ENDED)?, sample(&page, OK)?);
+            let received = otlp
+                .spans()
+                .iter()
+                .filter(|s| s.service == "wharf-control-plane")
+                .count() as f64;
+            (ok >= 3.0 && ok == ended && ok == received).then_some((ended, ok))
+        },
+    )
+    .await;
+    let page = http_get(&metrics, "/metrics").1;
+    assert_eq!(sample(&page, FAILED), Some(0.0), "{page}");
+    assert!(ended >= ok);
+
+    // Nobody listens there: the batch fails and its spans are counted as dropped.
+    let nowhere = format!("http://{}", free_addr("127.0.0.1"));
+    let metrics = free_addr("127.0.0.1");
+    let c = TestCluster::start_with(
+        0,
+        vec![
+            "--otlp-endpoint".into(),
+            nowhere,
+            "--metrics-listen".into(),
+            metrics.clone(),
+        ],
+    )
+    .await;
+    let _ = c.call(
+        "CreateConnector",
+        json!({ "name": "lost", "config": c.source_config("lost", 1) }),
+    );
+    wait_until("the failed export counted", CONVERGE, || async {
+        let page = http_get(&metrics, "/metrics").1;
+        (sample(&page, FAILED)? >= 1.0 && sample(&page, OK)? == 0.0).then_some(())
+    })
+    .await;
+}
