@@ -649,13 +649,19 @@ async fn a_deletion_keeps_its_trace_across_a_control_plane_crash() {
             "every round in one trace: {r:#?}"
         );
     }
-    // Its stops on the executor (the task's and the connector instance's, after the
-    // cleanup-only starts they need) are under that round, in that trace.
-    let stops = wait_until("the round's stops", CONVERGE, || async {
+    // The stops on the executor (the task's and the connector instance's, after the
+    // cleanup-only starts they need) are under the restarted control plane's rounds, in
+    // that trace.
+    let stops = wait_until("the rounds' stops", CONVERGE, || async {
+        let clean: BTreeSet<String> = rounds()
+            .into_iter()
+            .filter(|r| r.error.is_none())
+            .map(|r| r.span_id)
+            .collect();
         let stops: Vec<ReceivedSpan> = otlp
             .spans()
             .into_iter()
-            .filter(|s| s.parent_span_id == clean.span_id)
+            .filter(|s| clean.contains(&s.parent_span_id))
             .filter(|s| [STOP_TASK, STOP_CONNECTOR].contains(&s.name.as_str()))
             .collect();
         let named = |n: &str| stops.iter().any(|s| s.name == n);
