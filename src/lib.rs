@@ -3,11 +3,12 @@
 //!
 //! This crate is shared by the control plane and the executors: the generated gRPC
 //! wire types ([`pb`]), the connector SDK ([`sdk`]), small shared types ([`ids`]) and the
-//! plumbing every binary uses ([`server`], [`task`], [`config`], [`telemetry`], [`tls`],
+//! plumbing every binary uses ([`server`], [`http`], [`task`], [`config`], [`telemetry`], [`tls`],
 //! [`identity`], [`certs`], [`observability`]).
 
 pub mod certs;
 pub mod config;
+pub mod http;
 pub mod identity;
 pub mod ids;
 pub mod observability;

@@ -285,27 +285,32 @@ pub async fn bind(addr: SocketAddr) -> std::io::Result<(TcpListener, SocketAddr)
 
 /// Serves the metrics listener on `listener` until `shutdown` resolves. Plain HTTP: the
 /// page carries names, states and counts, never configs or secrets, and changes nothing.
-///
-/// # Errors
-/// When the server fails.
+/// A connection that sends no request for `timeout` is closed
+/// ([`crate::http::REQUEST_HEADER_TIMEOUT`] outside tests).
 pub async fn serve(
     listener: TcpListener,
     probes: Vec<Arc<dyn Probe>>,
+    timeout: std::time::Duration,
     shutdown: impl std::future::Future<Output = ()> + Send + 'static,
-) -> std::io::Result<()> {
+) {
     // Installed before the first scrape so that events recorded meanwhile are kept.
     let _ = recorder();
     for probe in &probes {
         probe.register_events();
     }
-    axum::serve(listener, router(probes))
-        .with_graceful_shutdown(shutdown)
-        .await
+    crate::http::serve(
+        listener,
+        router(probes),
+        |_, addr: &SocketAddr| *addr,
+        timeout,
+        shutdown,
+    )
+    .await;
 }
 
 /// Serves the bound metrics listener `(listener, bound)` (from [`bind`]) over `probes`
-/// in a task of `kind` until `shutdown` resolves. A failure is logged, not returned: the
-/// page changes nothing, and the process goes on without it.
+/// in a task of `kind` until `shutdown` resolves. A failed accept (too many open files) is
+/// logged and retried: the page changes nothing, and the process goes on without it.
 pub fn spawn_serve(
     kind: crate::task::TaskKind,
     (listener, bound): (TcpListener, SocketAddr),
@@ -313,11 +318,16 @@ pub fn spawn_serve(
     shutdown: impl std::future::Future<Output = ()> + Send + 'static,
 ) -> tokio::task::JoinHandle<()> {
     tracing::info!(addr = %bound, "metrics listener bound (/metrics, /health, /ready)");
-    crate::task::spawn(kind, "metrics listener", async move {
-        if let Err(e) = serve(listener, probes, shutdown).await {
-            tracing::error!(addr = %bound, error = %e, "metrics listener failed");
-        }
-    })
+    crate::task::spawn(
+        kind,
+        "metrics listener",
+        serve(
+            listener,
+            probes,
+            crate::http::REQUEST_HEADER_TIMEOUT,
+            shutdown,
+        ),
+    )
 }
 
 /// Binds `addr` when one is given (`--metrics-listen`) and serves it over `probes` until
@@ -345,6 +355,11 @@ pub async fn start(
 
 #[cfg(test)]
 mod tests {
+    use std::time::{Duration, Instant};
+
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    use tokio::net::TcpStream;
+
     use super::*;
 
     #[test]
@@ -399,6 +414,149 @@ mod tests {
         let s = Health::Starting("registering".into());
         assert_eq!(worst(&[Health::Healthy, s.clone(), u.clone()]), u);
         assert_eq!(worst(&[u.clone(), s.clone()]), u);
+    }
+
+    /// The header timeout the listener tests serve with (the binaries use
+    /// [`crate::http::REQUEST_HEADER_TIMEOUT`]).
+    const TEST_TIMEOUT: Duration = Duration::from_secs(1);
+    /// How long past [`TEST_TIMEOUT`] a test waits for the server to close.
+    const CLOSE_MARGIN: Duration = Duration::from_secs(5);
+
+    /// A metrics listener with no probe on a free loopback port, closing connections that
+    /// send no request for [`TEST_TIMEOUT`].
+    async fn metrics_listener() -> SocketAddr {
+        let (listener, addr) = bind(SocketAddr::from(([127, 0, 0, 1], 0)))
+            .await
+            .expect("bind");
+        tokio::spawn(serve(
+            listener,
+            Vec::new(),
+            TEST_TIMEOUT,
+            std::future::pending(),
+        ));
+        addr
+    }
+
+    /// Reads until the server closes the connection and returns what it sent. Panics
+    /// unless it closed no earlier than [`TEST_TIMEOUT`] after `since` and no later than
+    /// [`CLOSE_MARGIN`] past that.
+    async fn read_until_closed(tcp: &mut TcpStream, since: Instant) -> String {
+        let mut got = Vec::new();
+        let read = tokio::time::timeout_at(
+            (since + TEST_TIMEOUT + CLOSE_MARGIN).into(),
+            tcp.read_to_end(&mut got),
+        )
+        .await
+        .expect("the server closes the connection within the timeout and a margin");
+        match read {
+            Ok(_) => {}
+            Err(e) if e.kind() == std::io::ErrorKind::ConnectionReset => {}
+            Err(e) => panic!("read: {e}"),
+        }
+        assert!(
+            since.elapsed() >= TEST_TIMEOUT,
+            "closed after {:?}, before the timeout",
+            since.elapsed()
+        );
+        String::from_utf8_lossy(&got).into_owned()
+    }
+
+    #[tokio::test]
+    async fn a_half_sent_request_is_closed_after_the_timeout_and_a_whole_one_is_answered() {
+        let addr = metrics_listener().await;
+        let opened = Instant::now();
+        let mut slow = TcpStream::connect(addr).await.expect("connect");
+        slow.write_all(b"GET /metrics HTTP/1.1\r\nHost: x\r\n")
+            .await
+            .expect("write");
+
+        // Meanwhile a whole request on the same listener is answered.
+        let mut whole = TcpStream::connect(addr).await.expect("connect");
+        whole
+            .write_all(b"GET /metrics HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n")
+            .await
+            .expect("write");
+        let answer = read_to_close(&mut whole).await;
+        assert!(answer.starts_with("HTTP/1.1 200 OK\r\n"), "{answer}");
+        assert!(answer.contains("text/plain"), "{answer}");
+
+        let answer = read_until_closed(&mut slow, opened).await;
+        assert!(!answer.contains("200 OK"), "{answer}");
+    }
+
+    #[tokio::test]
+    async fn a_connection_that_sends_nothing_is_closed_after_the_timeout() {
+        let addr = metrics_listener().await;
+        let opened = Instant::now();
+        let mut silent = TcpStream::connect(addr).await.expect("connect");
+        assert_eq!(read_until_closed(&mut silent, opened).await, "");
+    }
+
+    #[tokio::test]
+    async fn an_idle_keep_alive_connection_is_closed_after_the_timeout() {
+        let addr = metrics_listener().await;
+        let mut tcp = TcpStream::connect(addr).await.expect("connect");
+        tcp.write_all(b"GET /health HTTP/1.1\r\nHost: x\r\n\r\n")
+            .await
+            .expect("write");
+        // The answer (keep-alive), then nothing: closed a timeout after the answer.
+        let mut head = [0u8; 15];
+        tokio::time::timeout(CLOSE_MARGIN, tcp.read_exact(&mut head))
+            .await
+            .expect("answered at once")
+            .expect("an answer");
+        assert_eq!(&head, b"HTTP/1.1 200 OK");
+        let answered = Instant::now();
+        let rest = read_until_closed(&mut tcp, answered).await;
+        assert!(rest.contains("healthy"), "{rest}");
+    }
+
+    #[tokio::test]
+    async fn an_idle_http2_connection_is_answered_then_closed_after_the_timeout() {
+        use hyper_util::rt::{TokioExecutor, TokioIo};
+        let addr = metrics_listener().await;
+        let tcp = TcpStream::connect(addr).await.expect("connect");
+        let handshake =
+            hyper::client::conn::http2::handshake(TokioExecutor::new(), TokioIo::new(tcp));
+        let (mut send, conn) = tokio::time::timeout(CLOSE_MARGIN, handshake)
+            .await
+            .expect("handshake at once")
+            .expect("HTTP/2 handshake");
+        let conn = tokio::spawn(conn);
+        let request = axum::http::Request::get(format!("http://{addr}/health"))
+            .body(axum::body::Body::empty())
+            .expect("request");
+        let res = tokio::time::timeout(CLOSE_MARGIN, send.send_request(request))
+            .await
+            .expect("answered at once")
+            .expect("an answer");
+        assert_eq!(res.status(), StatusCode::OK);
+        let body = axum::body::to_bytes(axum::body::Body::new(res.into_body()), usize::MAX)
+            .await
+            .expect("body");
+        assert!(String::from_utf8_lossy(&body).contains("healthy"));
+        let answered = Instant::now();
+        tokio::time::timeout(TEST_TIMEOUT + CLOSE_MARGIN, conn)
+            .await
+            .expect("the server closes the idle HTTP/2 connection")
+            .expect("joins")
+            .expect("a graceful close");
+        assert!(
+            answered.elapsed() >= TEST_TIMEOUT,
+            "{:?}",
+            answered.elapsed()
+        );
+        drop(send);
+    }
+
+    /// Reads a `Connection: close` answer to its end.
+    async fn read_to_close(tcp: &mut TcpStream) -> String {
+        let mut got = Vec::new();
+        tokio::time::timeout(CLOSE_MARGIN, tcp.read_to_end(&mut got))
+            .await
+            .expect("answered at once")
+            .expect("read");
+        String::from_utf8_lossy(&got).into_owned()
     }
 
     #[test]

@@ -49,6 +49,8 @@ const ACCEPT_RETRY_BACKOFF_MS: u64 = 100;
 const ACCEPT_BACKLOG: usize = 64;
 /// ALPN id of HTTP/2 (gRPC).
 const ALPN_H2: &[u8] = b"h2";
+/// ALPN id of HTTP/1.1.
+const ALPN_HTTP11: &[u8] = b"http/1.1";
 
 /// The three PEM files of one process.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -139,6 +141,8 @@ pub enum TlsError {
 /// One loaded generation of the material.
 struct Material {
     server: Arc<ServerConfig>,
+    /// `server` offering HTTP/1.1 as well, for HTTPS listeners ([`serve_incoming_https`]).
+    https_server: Arc<ServerConfig>,
     client: Arc<ClientConfig>,
     identity: Identity,
 }
@@ -189,6 +193,12 @@ impl Tls {
     /// when presented; handlers decide what an anonymous caller may do).
     pub fn server_config(&self) -> Arc<ServerConfig> {
         self.material().server.clone()
+    }
+
+    /// The current server config of an HTTPS listener (the REST gateway): as
+    /// [`Self::server_config`], but ALPN offers `http/1.1` besides `h2`.
+    pub fn https_server_config(&self) -> Arc<ServerConfig> {
+        self.material().https_server.clone()
     }
 
     /// The current client config (presents this process's certificate, trusts the CA).
@@ -346,7 +356,12 @@ fn load_material(files: &TlsFiles) -> Result<Material, TlsError> {
         .with_client_cert_verifier(verifier)
         .with_single_cert(certs.clone(), key.clone_key())
         .map_err(config_error)?;
+    // gRPC needs HTTP/2: a client that cannot speak it is refused in the handshake.
     server.alpn_protocols = vec![ALPN_H2.to_vec()];
+    // An HTTPS listener serves both: curl --http1.1 and Python requests offer only
+    // http/1.1, and a server that offers no protocol in common fails their handshake.
+    let mut https_server = server.clone();
+    https_server.alpn_protocols = vec![ALPN_H2.to_vec(), ALPN_HTTP11.to_vec()];
     let mut client = ClientConfig::builder_with_provider(provider())
         .with_safe_default_protocol_versions()
         .map_err(config_error)?
@@ -356,6 +371,7 @@ fn load_material(files: &TlsFiles) -> Result<Material, TlsError> {
     client.alpn_protocols = vec![ALPN_H2.to_vec()];
     Ok(Material {
         server: Arc::new(server),
+        https_server: Arc::new(https_server),
         client: Arc::new(client),
         identity,
     })
@@ -478,10 +494,28 @@ impl AsyncWrite for ServerIo {
 /// a second small answer on a connection waits for the peer's delayed ACK, about 40 ms
 /// on Linux) and, with `tls`, each handshake run concurrently with the current server
 /// config (a failed one is logged with the peer's address and dropped). Ends when the
-/// server drops the stream.
+/// server drops the stream. For gRPC: TLS offers only `h2` in ALPN.
 pub fn serve_incoming(
     listener: TcpListener,
     tls: Option<Arc<Tls>>,
+) -> tokio_stream::wrappers::ReceiverStream<io::Result<ServerIo>> {
+    accept_loop(listener, tls, Tls::server_config)
+}
+
+/// [`serve_incoming`] for an HTTPS listener (the REST gateway): TLS offers `h2` and
+/// `http/1.1` in ALPN ([`Tls::https_server_config`]).
+pub fn serve_incoming_https(
+    listener: TcpListener,
+    tls: Option<Arc<Tls>>,
+) -> tokio_stream::wrappers::ReceiverStream<io::Result<ServerIo>> {
+    accept_loop(listener, tls, Tls::https_server_config)
+}
+
+/// The loop of [`serve_incoming`]: each handshake with `config` of the current material.
+fn accept_loop(
+    listener: TcpListener,
+    tls: Option<Arc<Tls>>,
+    config: fn(&Tls) -> Arc<ServerConfig>,
 ) -> tokio_stream::wrappers::ReceiverStream<io::Result<ServerIo>> {
     let (tx, rx) = tokio::sync::mpsc::channel(ACCEPT_BACKLOG);
     crate::task::spawn(crate::task::TaskKind::Service, "accept loop", async move {
@@ -514,7 +548,7 @@ pub fn serve_incoming(
                 }
                 continue;
             };
-            let acceptor = TlsAcceptor::from(tls.server_config());
+            let acceptor = TlsAcceptor::from(config(tls));
             let tx = tx.clone();
             crate::task::spawn(
                 crate::task::TaskKind::Detached,

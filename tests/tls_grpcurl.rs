@@ -3,7 +3,8 @@
 //! written (with `D`, `CP`, `EXECUTOR` and `REST` set to this test's cluster): the admin
 //! client with its certificate is served; without a certificate the registry and the
 //! executor refuse, and nothing changes; the REST gateway speaks HTTPS with the control
-//! plane's certificate, and a plaintext non-loopback `--rest-listen` refuses to start.
+//! plane's certificate (to HTTP/1.1 and HTTP/2 clients alike), and a plaintext
+//! non-loopback `--rest-listen` refuses to start.
 //!
 //! Build first: `cargo build -p wharf-control-plane -p wharf-executor`. grpcurl comes
 //! from `$GRPCURL` (scripts/test sets it) or `PATH`. It stays grpcurl here (the other
@@ -273,6 +274,80 @@ async fn the_documented_grpcurl_and_curl_lines_work_against_a_secured_cluster() 
         "-plaintext against a TLS port worked"
     );
     drop(ex);
+    drop(cp);
+}
+
+/// curl of `GET /connectors` on the HTTPS gateway `rest` as admin alice, speaking HTTP
+/// version `flag` (`--http1.1`, `--http2`): (status, HTTP version, body).
+async fn curl_connectors(d: &Path, rest: &str, flag: &str) -> (String, String, Value) {
+    let out = tokio::process::Command::new("curl")
+        .args([
+            "-sS",
+            flag,
+            "-w",
+            "\n%{http_code} %{http_version}",
+            "--cacert",
+        ])
+        .arg(d.join("ca.pem"))
+        .arg("--cert")
+        .arg(d.join("admin-alice.pem"))
+        .arg("--key")
+        .arg(d.join("admin-alice.key"))
+        .arg(format!("https://{rest}/connectors"))
+        .output();
+    let out = tokio::time::timeout(CALL_TIMEOUT, out)
+        .await
+        .unwrap_or_else(|_| panic!("curl {flag} took longer than {CALL_TIMEOUT:?}"))
+        .expect("curl");
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "curl {flag} failed with {}: {}{stdout}",
+        out.status,
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let (body, last) = stdout.rsplit_once('\n').expect("the -w line");
+    let (code, version) = last.split_once(' ').expect("code and version");
+    let body =
+        serde_json::from_str(body).unwrap_or_else(|e| panic!("{flag}: not JSON ({e}): {body}"));
+    (code.to_owned(), version.to_owned(), body)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_https_rest_gateway_serves_http_1_1_and_http_2_clients() {
+    let root = KeepOnFailure::new();
+    let d = root.path().join("pki");
+    let ds = d.display().to_string();
+    certs(&["init", "--dir", &ds]);
+    certs(&["control-plane", "--dir", &ds]);
+    certs(&[
+        "admin", "--dir", &ds, "--name", "alice", "--role", "operator",
+    ]);
+    let cp_dir = root.path().join("cp");
+    let mut args = vec![
+        "--listen".into(),
+        "127.0.0.1:0".into(),
+        "--rest-listen".into(),
+        "127.0.0.1:0".into(),
+        "--data-dir".into(),
+        cp_dir.display().to_string(),
+    ];
+    args.extend(tls_flags(&d, "control-plane"));
+    let mut cp = Proc::spawn(wharf_harness::bin("wharf-control-plane"), args, &cp_dir);
+    cp.listen_addr().await;
+    let rest = std::fs::read_to_string(cp_dir.join("rest.addr")).expect("rest.addr");
+
+    // curl --http1.1 and Python requests offer only http/1.1 in ALPN; plain curl offers
+    // h2 first, and gets it.
+    for (flag, version) in [("--http1.1", "1.1"), ("--http2", "2")] {
+        let (code, got_version, body) = curl_connectors(&d, rest.trim(), flag).await;
+        assert_eq!(
+            (code.as_str(), got_version.as_str()),
+            ("200", version),
+            "curl {flag}: {body}"
+        );
+        assert_eq!(body, serde_json::json!([]), "curl {flag}");
+    }
     drop(cp);
 }
 

@@ -551,8 +551,9 @@ impl App {
             let stop = cancel.clone();
             let tls = self.tls.clone();
             wharf::task::spawn(wharf::task::TaskKind::Service, "rest-gateway", async move {
+                let timeout = wharf::http::REQUEST_HEADER_TIMEOUT;
                 if let Err(e) =
-                    crate::rest::serve(listener, tls, router, stop.cancelled_owned()).await
+                    crate::rest::serve(listener, tls, router, timeout, stop.cancelled_owned()).await
                 {
                     tracing::error!(%addr, error = %e, "REST gateway failed; the gRPC API still serves");
                 }

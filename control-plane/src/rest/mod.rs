@@ -345,34 +345,41 @@ fn rest_call_kind(action: Option<AdminAction>) -> wharf::trace::CallKind {
     }
 }
 
-/// Serves `router` on `listener` (HTTP/1.1) until `shutdown` resolves: HTTPS with the
-/// control plane's certificate when `tls` is set (the same rules as the gRPC listener,
-/// docs/security.md), plaintext otherwise. Handlers can read the caller's connection
-/// (address, client certificate) with `ConnectInfo<RestPeer>`.
+/// Serves `router` on `listener` (HTTP/1.1, and HTTP/2) until `shutdown` resolves: HTTPS
+/// with the control plane's certificate when `tls` is set (the same rules as the gRPC
+/// listener, docs/security.md, but ALPN offers `http/1.1` besides `h2`), plaintext
+/// otherwise. A connection that sends no request for `timeout` is closed
+/// ([`wharf::http::REQUEST_HEADER_TIMEOUT`] outside tests). Handlers can read the caller's
+/// connection (address, client certificate) with `ConnectInfo<RestPeer>`.
 ///
 /// # Errors
-/// When accepting connections fails.
+/// When the listener's address cannot be read.
 pub async fn serve(
     listener: TcpListener,
     tls: Option<Arc<wharf::tls::Tls>>,
     router: Router,
+    timeout: std::time::Duration,
     shutdown: impl std::future::Future<Output = ()> + Send + 'static,
 ) -> std::io::Result<()> {
     let addr = listener.local_addr()?;
     info!(%addr, https = tls.is_some(), "Kafka Connect REST gateway listening");
     let incoming = RestIncoming {
         addr,
-        connections: wharf::tls::serve_incoming(listener, tls),
+        connections: wharf::tls::serve_incoming_https(listener, tls),
     };
-    axum::serve(
+    wharf::http::serve(
         incoming,
-        router.into_make_service_with_connect_info::<RestPeer>(),
+        router,
+        |io: &wharf::tls::ServerIo, _| RestPeer(io.peer_info().clone()),
+        timeout,
+        shutdown,
     )
-    .with_graceful_shutdown(shutdown)
-    .await
+    .await;
+    Ok(())
 }
 
-/// The connections of the REST listener, TLS handshakes done by [`wharf::tls::serve_incoming`].
+/// The connections of the REST listener, TLS handshakes done by
+/// [`wharf::tls::serve_incoming_https`].
 struct RestIncoming {
     addr: std::net::SocketAddr,
     connections: tokio_stream::wrappers::ReceiverStream<std::io::Result<wharf::tls::ServerIo>>,
@@ -405,14 +412,6 @@ impl axum::serve::Listener for RestIncoming {
 /// The caller of one REST connection: address, whether it is TLS, client certificate.
 #[derive(Debug, Clone)]
 pub struct RestPeer(pub wharf::tls::PeerInfo);
-
-impl axum::extract::connect_info::Connected<axum::serve::IncomingStream<'_, RestIncoming>>
-    for RestPeer
-{
-    fn connect_info(stream: axum::serve::IncomingStream<'_, RestIncoming>) -> Self {
-        RestPeer(stream.io().peer_info().clone())
-    }
-}
 
 // ---- request parsing -------------------------------------------------------------
 
