@@ -330,29 +330,6 @@ pub fn spawn_serve(
     )
 }
 
-/// Binds `addr` when one is given (`--metrics-listen`) and serves it over `probes` until
-/// the process exits (it changes nothing, so it needs no orderly shutdown). Returns the
-/// bound address.
-///
-/// # Errors
-/// The bind error, naming `--metrics-listen` and the address.
-pub async fn start(
-    addr: Option<SocketAddr>,
-    probes: Vec<Arc<dyn Probe>>,
-) -> Result<Option<SocketAddr>, String> {
-    let Some(addr) = addr else { return Ok(None) };
-    let (listener, bound) = bind(addr)
-        .await
-        .map_err(|e| format!("bind --metrics-listen {addr}: {e}"))?;
-    spawn_serve(
-        crate::task::TaskKind::Detached,
-        (listener, bound),
-        probes,
-        std::future::pending(),
-    );
-    Ok(Some(bound))
-}
-
 #[cfg(test)]
 mod tests {
     use std::time::{Duration, Instant};
