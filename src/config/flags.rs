@@ -105,7 +105,10 @@ impl ObservabilityArgs {
             log_format,
             otlp_endpoint,
         } = self;
-        let metrics_given = metrics_listen.or(file.metrics_listen);
+        // Empty (`WHARF_METRICS_LISTEN=`, as a templated manifest writes an unset value)
+        // is unset, for the three of them.
+        let given = |v: Option<String>| v.filter(|v| !v.trim().is_empty());
+        let metrics_given = given(metrics_listen).or(given(file.metrics_listen));
         Ok(Observability {
             metrics_defaulted: metrics_given.is_none() && metrics_default.is_some(),
             metrics_listen: super::optional_addr_or(
@@ -113,8 +116,9 @@ impl ObservabilityArgs {
                 metrics_given,
                 metrics_default,
             )?,
-            log_format: parsed("--log-format", log_format.or(file.log_format))?.unwrap_or_default(),
-            otlp_endpoint: otlp_url(otlp_endpoint.or(file.otlp_endpoint))?,
+            log_format: parsed("--log-format", given(log_format).or(given(file.log_format)))?
+                .unwrap_or_default(),
+            otlp_endpoint: otlp_url(given(otlp_endpoint).or(given(file.otlp_endpoint)))?,
         })
     }
 }
@@ -125,9 +129,7 @@ impl ObservabilityArgs {
 /// # Errors
 /// [`SettingsError::Invalid`] naming `--otlp-endpoint`, with the value quoted.
 fn otlp_url(value: Option<String>) -> Result<Option<String>, SettingsError> {
-    // Empty (`WHARF_OTLP_ENDPOINT=`) is unset, as for the other settings read from the
-    // environment.
-    let Some(url) = value.filter(|v| !v.trim().is_empty()) else {
+    let Some(url) = value else {
         return Ok(None);
     };
     let invalid = |reason: String| SettingsError::Invalid {
@@ -282,6 +284,25 @@ mod tests {
             .layer(file, Some(default))
             .expect("layers");
         assert!(!o.metrics_defaulted, "the file asked for it");
+    }
+
+    #[test]
+    fn empty_observability_values_are_unset() {
+        let default: SocketAddr = "127.0.0.1:9464".parse().expect("addr");
+        let o = cli(&[
+            "--metrics-listen",
+            "",
+            "--log-format",
+            " ",
+            "--otlp-endpoint",
+            "",
+        ])
+        .observability
+        .layer(ObservabilityFile::default(), Some(default))
+        .expect("empty is unset");
+        assert_eq!(o.metrics_listen, Some(default));
+        assert_eq!(o.log_format, LogFormat::default());
+        assert_eq!(o.otlp_endpoint, None);
     }
 
     #[test]
