@@ -460,7 +460,8 @@ impl CallKind {
                 | "ValidateConnectorConfig" | "ListConnectorPlugins" | "GetOffsets"
                 | "ListExecutors" | "WatchConnector" | "ListAuditEntries",
             )
-            | ("Executor", "ListAssignments")
+            // ValidateConfig runs the plugin's checks and changes nothing.
+            | ("Executor", "ListAssignments" | "ValidateConfig")
             // Periodic: every heartbeat interval, every status change, every offset
             // flush of every source task. A traced caller still keeps its trace.
             | ("ExecutorRegistry", "Heartbeat" | "ReportStatus" | "CommitOffsets") => {
@@ -925,6 +926,7 @@ mod tests {
             "/wharf.v1.ConnectorAdmin/ListConnectors",
             "/wharf.v1.ConnectorAdmin/WatchConnector",
             "/wharf.v1.Executor/ListAssignments",
+            "/wharf.v1.Executor/ValidateConfig",
             "/wharf.v1.ExecutorRegistry/Heartbeat",
             "/wharf.v1.ExecutorRegistry/ReportStatus",
             "/grpc.health.v1.Health/Check",
@@ -956,7 +958,7 @@ mod tests {
                 }
             }
         }
-        assert_eq!(seen, 31, "every wharf.v1 method was checked");
+        assert_eq!(seen, 32, "every wharf.v1 method was checked");
     }
 
     #[test]

@@ -182,6 +182,31 @@ fn starts_carry_the_executor_epoch_and_the_cleanup_only_mode() {
     c.assert_message_field("CommitOffsetsRequest", "task", 3, "TaskId");
 }
 
+#[test]
+fn validate_config_answers_key_names_and_messages_never_values() {
+    let c = Contract::load();
+    c.assert_scalar("ValidateConfigRequest", "plugin", 1, Type::String);
+    // Only a key's name and its messages travel back: a secret value has no field to ride in.
+    c.assert_scalar("ConfigKeyErrors", "name", 1, Type::String);
+    let errors = c.field("ConfigKeyErrors", "errors");
+    assert_eq!(errors.number(), 2);
+    assert_eq!(errors.r#type(), Type::String);
+    assert_eq!(errors.label(), Label::Repeated);
+    assert_eq!(
+        c.message("ConfigKeyErrors").field.len(),
+        2,
+        "name and errors only"
+    );
+    let keys = c.field("ValidateConfigResponse", "keys");
+    assert_eq!(keys.type_name(), format!(".{PACKAGE}.ConfigKeyErrors"));
+    assert_eq!(keys.label(), Label::Repeated);
+    assert_eq!(
+        c.message("ValidateConfigResponse").field.len(),
+        1,
+        "keys only"
+    );
+}
+
 /// One RPC of the documented surface: name, request, response, server streaming.
 type Rpc = (&'static str, &'static str, &'static str, bool);
 
@@ -333,6 +358,12 @@ const EXECUTOR: &[Rpc] = &[
         "ListAssignments",
         "ListAssignmentsRequest",
         "ListAssignmentsResponse",
+        false,
+    ),
+    (
+        "ValidateConfig",
+        "ValidateConfigRequest",
+        "ValidateConfigResponse",
         false,
     ),
 ];

@@ -202,6 +202,7 @@ async fn grpcurl_lists_describes_and_health_checks_both_binaries() {
             ("StopConnector", "ExecutorStopConnectorRequest"),
             ("StartTask", "StartTaskRequest"),
             ("StopTask", "StopTaskRequest"),
+            ("ValidateConfig", "ValidateConfigRequest"),
         ],
     )
     .await;

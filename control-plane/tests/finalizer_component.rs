@@ -157,6 +157,14 @@ impl Executor for FakeExecutor {
             ..Default::default()
         }))
     }
+
+    async fn validate_config(
+        &self,
+        r: Request<pb::ValidateConfigRequest>,
+    ) -> Result<Response<pb::ValidateConfigResponse>, Status> {
+        self.log(format!("validate_config plugin={}", r.into_inner().plugin));
+        Ok(Response::new(pb::ValidateConfigResponse::default()))
+    }
 }
 
 async fn wait_for<T, F: FnMut() -> Fut, Fut: std::future::Future<Output = Option<T>>>(

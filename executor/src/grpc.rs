@@ -260,6 +260,35 @@ impl pb::executor_server::Executor for ExecutorService {
         .await
     }
 
+    async fn validate_config(
+        &self,
+        request: Request<pb::ValidateConfigRequest>,
+    ) -> Result<Response<pb::ValidateConfigResponse>, Status> {
+        let span = DirectSpan::server("/wharf.v1.Executor/ValidateConfig", request.metadata());
+        span.around(async move {
+            let r = request.into_inner();
+            let Some(checked) = self
+                .host
+                .validate_config(&r.plugin, r.config.into_iter().collect())
+                .await
+            else {
+                // Not a HostError: a start naming an unknown plugin is FAILED_PRECONDITION,
+                // but here the plugin is the thing asked for.
+                return Err(Status::not_found(format!(
+                    "plugin {:?} is not installed on this executor",
+                    r.plugin
+                )));
+            };
+            let keys = checked
+                .map_err(|e| Status::internal(format!("plugin {:?}: {e}", r.plugin)))?
+                .into_iter()
+                .map(|(name, errors)| pb::ConfigKeyErrors { name, errors })
+                .collect();
+            Ok(Response::new(pb::ValidateConfigResponse { keys }))
+        })
+        .await
+    }
+
     async fn list_assignments(
         &self,
         request: Request<pb::ListAssignmentsRequest>,

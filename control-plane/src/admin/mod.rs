@@ -8,17 +8,20 @@
 //! Both adapters put [`guard::Guard`] in front of it: authentication, roles and the audit
 //! trail are decided once, here, for gRPC and REST alike.
 //!
-//! Handlers validate at the edge, write the store, wake the herder, and answer; they
-//! never call executors.
+//! Handlers validate at the edge, write the store, wake the herder, and answer. They call
+//! an executor for one thing only: the plugin's own config checks (its validators, which
+//! are code the control plane does not link) before a config is reported valid or stored,
+//! bounded and optional ([`plugin_check`]).
 
 pub mod error;
 pub mod guard;
+pub mod plugin_check;
 
 use std::collections::{BTreeMap, HashMap};
 use std::sync::Arc;
 use std::time::Duration;
 
-use tracing::info;
+use tracing::{info, warn};
 use wharf::pb::v1 as pb;
 use wharf::sdk::REDACTED;
 
@@ -189,6 +192,32 @@ impl Admin {
         Ok(spec)
     }
 
+    /// Runs the plugin's own checks on `spec`'s config on a live executor offering the
+    /// plugin ([`plugin_check`]); when none could run them, logs at WARN and accepts
+    /// (the declarative checks passed; the plugin's run at start).
+    ///
+    /// # Errors
+    /// INVALID_ARGUMENT naming `config[<key>]` of the first key the plugin's checks
+    /// refuse; store errors.
+    async fn plugin_accepts(
+        &self,
+        plugins: &BTreeMap<String, KnownPlugin>,
+        name: &str,
+        spec: &ConnectorSpec,
+    ) -> ApiResult<()> {
+        let def = convert::full_def(plugins.get(&spec.plugin).map(|p| &p.info));
+        let asked = plugin_check::ask(&self.cluster, &spec.plugin, &def, &spec.config).await?;
+        let check = plugin_check::decide(asked, &spec.plugin);
+        if let plugin_check::PluginCheck::NotRun(why) = &check {
+            warn!(connector = %name, plugin = %spec.plugin, reason = %why,
+                "the plugin's own config checks did not run; config accepted on the declarative checks, the plugin checks it at start");
+        }
+        match plugin_check::refusal(&check) {
+            Some(e) => Err(e),
+            None => Ok(()),
+        }
+    }
+
     /// The config to store for a create or put: a secret value given as the
     /// [`REDACTED`] placeholder (what GET answered) keeps the stored secret, so that
     /// GET config → PUT config never stores the literal placeholder. A placeholder with
@@ -213,10 +242,14 @@ impl Admin {
 
     /// CreateConnector / `POST /connectors`.
     ///
+    /// The plugin's own checks run on a live executor offering it before anything is
+    /// stored ([`plugin_check`]; when none can, the config is accepted on the declarative
+    /// checks).
+    ///
     /// # Errors
-    /// INVALID_ARGUMENT naming the field; ALREADY_EXISTS; FAILED_PRECONDITION while a
-    /// deletion of the name runs.
-    pub fn create(
+    /// INVALID_ARGUMENT naming the field (a plugin validator's refusal too);
+    /// ALREADY_EXISTS; FAILED_PRECONDITION while a deletion of the name runs.
+    pub async fn create(
         &self,
         name: &str,
         config: &HashMap<String, String>,
@@ -230,6 +263,7 @@ impl Admin {
         let config = Self::with_kept_secrets(&plugins, None, config)?;
         let spec = Self::checked_spec(&plugins, name, &config)?;
         check_cleanup_policy(caller, AdminAction::CreateConnector, false, &config)?;
+        self.plugin_accepts(&plugins, name, &spec).await?;
         let rec = ConnectorRecord::new(&spec, target);
         if cluster.cleanup_in_flight(name) {
             // A forced deletion of this name still has a skipped cleanup stop in flight.
@@ -249,10 +283,10 @@ impl Admin {
     /// flag says which.
     ///
     /// # Errors
-    /// As [`Admin::create`]; FAILED_PRECONDITION for an immutable key's change, and while
-    /// the connector is being deleted (checked first: no other complaint about the config
-    /// matters then).
-    pub fn put_config(
+    /// As [`Admin::create`] (the plugin's own checks included); FAILED_PRECONDITION for an
+    /// immutable key's change, and while the connector is being deleted (checked first:
+    /// no other complaint about the config matters then).
+    pub async fn put_config(
         &self,
         name: &str,
         config: &HashMap<String, String>,
@@ -295,6 +329,7 @@ impl Admin {
                 .is_some_and(ConnectorRecord::cleanup_gives_up),
             &config,
         )?;
+        self.plugin_accepts(&plugins, name, &spec).await?;
         for _ in 0..2 {
             match cluster.store.connector(name)? {
                 None => {
@@ -361,7 +396,7 @@ impl Admin {
     ///
     /// # Errors
     /// NOT_FOUND when the connector does not exist; as [`Admin::put_config`].
-    pub fn patch_config(
+    pub async fn patch_config(
         &self,
         name: &str,
         patch: &BTreeMap<String, Option<String>>,
@@ -378,7 +413,7 @@ impl Admin {
                 None => config.remove(k),
             };
         }
-        Ok(self.put_config(name, &config, caller)?.0)
+        Ok(self.put_config(name, &config, caller).await?.0)
     }
 
     /// GetConnector / `GET /connectors/{name}`.
@@ -438,10 +473,13 @@ impl Admin {
 
     /// ValidateConnectorConfig / `PUT /connector-plugins/{class}/config/validate`: one
     /// entry per defined key (errors), then one per key nobody defines (a warning each).
+    /// The plugin's own checks (validators) run on a live executor offering the plugin
+    /// and their errors join their keys; when none could run them, a warning on
+    /// `connector.class` says why ([`plugin_check`]).
     ///
     /// # Errors
-    /// INVALID_ARGUMENT for an oversized config.
-    pub fn validate(
+    /// INVALID_ARGUMENT for an oversized config; store errors.
+    pub async fn validate(
         &self,
         config: &HashMap<String, String>,
     ) -> ApiResult<pb::ValidateConnectorConfigResponse> {
@@ -490,6 +528,12 @@ impl Admin {
                     warnings: vec![unknown_key_warning(&def, k, plugin.is_some())],
                 });
             }
+        }
+        // An unknown plugin is already the error; nobody could check for it.
+        if plugin.is_some() {
+            let asked = plugin_check::ask(&self.cluster, &plugin_name, &def, &config).await?;
+            let check = plugin_check::decide(asked, &plugin_name);
+            plugin_check::merge_into(&mut configs, &check, &redacted);
         }
         let error_count = configs.iter().map(|c| c.errors.len() as u32).sum();
         let warning_count = configs.iter().map(|c| c.warnings.len() as u32).sum();

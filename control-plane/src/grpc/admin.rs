@@ -70,7 +70,10 @@ impl ConnectorAdmin for AdminService {
         let caller = caller(&request);
         let req = request.into_inner();
         let target = initial_target(req.initial_state)?;
-        let info = self.admin.create(&req.name, &req.config, target, &caller)?;
+        let info = self
+            .admin
+            .create(&req.name, &req.config, target, &caller)
+            .await?;
         Ok(Response::new(pb::CreateConnectorResponse {
             connector: Some(info),
         }))
@@ -82,7 +85,10 @@ impl ConnectorAdmin for AdminService {
     ) -> Result<Response<pb::PutConnectorConfigResponse>, Status> {
         let caller = caller(&request);
         let req = request.into_inner();
-        let (info, created) = self.admin.put_config(&req.name, &req.config, &caller)?;
+        let (info, created) = self
+            .admin
+            .put_config(&req.name, &req.config, &caller)
+            .await?;
         Ok(Response::new(pb::PutConnectorConfigResponse {
             connector: Some(info),
             created,
@@ -131,7 +137,7 @@ impl ConnectorAdmin for AdminService {
         request: Request<pb::ValidateConnectorConfigRequest>,
     ) -> Result<Response<pb::ValidateConnectorConfigResponse>, Status> {
         Ok(Response::new(
-            self.admin.validate(&request.into_inner().config)?,
+            self.admin.validate(&request.into_inner().config).await?,
         ))
     }
 

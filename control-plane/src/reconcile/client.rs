@@ -26,6 +26,12 @@ pub const STOP_CALL_SLACK_MS: u64 = 5_000;
 /// (the registration waits for it).
 pub const PROBE_TIMEOUT_MS: u64 = 2_000;
 
+/// Upper bound on a ValidateConfig call, in milliseconds. An operator's validate, create
+/// or config put waits for it; past it the plugin's own checks are skipped (the answer
+/// says so, and they still run at start), so a slow or stuck executor delays the
+/// operator's call by at most this much rather than failing it.
+pub const VALIDATE_CALL_TIMEOUT_MS: u64 = 5_000;
+
 /// Why a call to an executor did not return a response.
 #[derive(Debug, thiserror::Error)]
 pub enum CallError {
@@ -465,6 +471,37 @@ impl ExecutorClients {
                 exec.address, r.executor_id, exec.id, exec.id
             ),
         })
+    }
+
+    /// Runs plugin `plugin`'s full config checks (validators included) on `config` at
+    /// `exec`, bounded by [`VALIDATE_CALL_TIMEOUT_MS`] (then [`CallError::Unreachable`]
+    /// with a DEADLINE_EXCEEDED message): `(key, messages)` for each key with an error,
+    /// in the plugin definition's order; empty when the config is valid.
+    ///
+    /// # Errors
+    /// [`CallError`]; NOT_FOUND when `exec` does not host `plugin`, UNIMPLEMENTED from an
+    /// executor that predates ValidateConfig.
+    pub async fn validate_config_on(
+        &self,
+        exec: &ExecutorRecord,
+        plugin: &str,
+        config: &ConfigMap,
+    ) -> Result<Vec<(String, Vec<String>)>, CallError> {
+        let req = pb::ValidateConfigRequest {
+            plugin: plugin.to_owned(),
+            config: wire_config(config),
+        };
+        self.client(exec)?
+            .validate_config(Self::request(req, VALIDATE_CALL_TIMEOUT_MS))
+            .await
+            .map(|r| {
+                r.into_inner()
+                    .keys
+                    .into_iter()
+                    .map(|k| (k.name, k.errors))
+                    .collect()
+            })
+            .map_err(|s| classify(&exec.address, s))
     }
 
     /// Asks the connector instance at `generation` on `exec` for at most `max_tasks`

@@ -661,7 +661,7 @@ async fn create(
             ));
         }
     };
-    let info = g.admin.create(&name, &config, target, &caller)?;
+    let info = g.admin.create(&name, &config, target, &caller).await?;
     created(&info)
 }
 
@@ -715,7 +715,7 @@ async fn put_config(
     let name = path_part(p)?;
     let v = json_body(&headers, body).await?;
     let config = full_config(&v, &name)?;
-    let (info, was_created) = g.admin.put_config(&name, &config, &caller)?;
+    let (info, was_created) = g.admin.put_config(&name, &config, &caller).await?;
     if was_created {
         created(&info)
     } else {
@@ -742,7 +742,7 @@ async fn patch_config(
         )));
     }
     ok(json::connector_info(
-        &g.admin.patch_config(&name, &patch, &caller)?,
+        &g.admin.patch_config(&name, &patch, &caller).await?,
     ))
 }
 
@@ -981,7 +981,7 @@ async fn validate(
             )));
         }
     }
-    ok(json::validation(&g.admin.validate(&config)?))
+    ok(json::validation(&g.admin.validate(&config).await?))
 }
 
 async fn all_loggers(State(g): State<Gateway>) -> RestResult {

@@ -24,6 +24,7 @@
 mod connector;
 mod instance;
 mod task;
+mod validate;
 
 use std::collections::{BTreeMap, HashMap};
 use std::num::NonZeroUsize;
@@ -374,6 +375,27 @@ impl Host {
             connectors: Mutex::new(HashMap::new()),
             closing: std::sync::atomic::AtomicBool::new(false),
         })
+    }
+
+    /// Checks `config` with plugin `plugin`'s full definition (the runtime's keys, then
+    /// the plugin's, validators included): `(key, messages)` for each key with an error,
+    /// in definition order, secret values never in a message. `None` when this executor
+    /// does not host `plugin`. Runs no plugin instance and changes nothing; a validator
+    /// runs on a blocking thread, so that a slow one holds no request worker.
+    ///
+    /// # Errors
+    /// A validator panicked (the text of the panic).
+    pub async fn validate_config(
+        &self,
+        plugin: &str,
+        config: ConfigMap,
+    ) -> Option<Result<Vec<(String, Vec<String>)>, String>> {
+        let def = wharf::sdk::runtime_config_def().merged(&self.plugins.get(plugin)?.config_def);
+        Some(
+            tokio::task::spawn_blocking(move || validate::key_errors(&def, &config))
+                .await
+                .map_err(panic_text),
+        )
     }
 
     /// This executor's id.

@@ -570,6 +570,15 @@ async fn dispatch(
                     pb::ListAssignmentsRequest,
                     "wharf.v1.ListAssignmentsResponse"
                 ),
+                "ValidateConfig" => unary!(
+                    c,
+                    validate_config,
+                    s,
+                    name,
+                    b,
+                    pb::ValidateConfigRequest,
+                    "wharf.v1.ValidateConfigResponse"
+                ),
                 other => Err(format!("{service}/{other}: no such method")),
             }
         }

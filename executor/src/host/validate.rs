@@ -1,0 +1,100 @@
+//! ValidateConfig: a plugin's full config checks (the runtime's keys and the plugin's,
+//! validators included) on a config, answered as key names and messages only. The
+//! control plane has the plugin's key definitions but not its validators (code), so it
+//! asks an executor hosting the plugin before it stores a config (docs/connector-guide.md,
+//! section 2).
+
+use wharf::sdk::{ConfigDef, ConfigMap, REDACTED};
+
+/// The errors of `config` under `def`, one entry per key with at least one error, in
+/// `def`'s order: `(key, messages)`. A message of a secret key (marked secret, or named
+/// like one) that contains the key's value has the value replaced by [`REDACTED`]: a
+/// plugin's validator may echo what it was given, and the answer must never carry a
+/// secret.
+pub fn key_errors(def: &ConfigDef, config: &ConfigMap) -> Vec<(String, Vec<String>)> {
+    def.validate(config)
+        .into_iter()
+        .filter(|v| !v.errors.is_empty())
+        .map(|v| {
+            let secret_value = config
+                .get(&v.name)
+                .filter(|value| !value.is_empty() && is_secret(def, &v.name));
+            let errors = v
+                .errors
+                .into_iter()
+                .map(|e| match secret_value {
+                    Some(value) => e.replace(value.as_str(), REDACTED),
+                    None => e,
+                })
+                .collect();
+            (v.name, errors)
+        })
+        .collect()
+}
+
+/// True when `def` redacts `key` (marked secret, or named like a secret).
+fn is_secret(def: &ConfigDef, key: &str) -> bool {
+    let probe: ConfigMap = [(key.to_owned(), "x".to_owned())].into_iter().collect();
+    def.redact(&probe).get(key).is_some_and(|v| v == REDACTED)
+}
+
+#[cfg(test)]
+mod tests {
+    use wharf::sdk::{ConfigKey, ConfigType, Importance};
+
+    use super::*;
+
+    fn config(pairs: &[(&str, &str)]) -> ConfigMap {
+        pairs
+            .iter()
+            .map(|(k, v)| ((*k).to_owned(), (*v).to_owned()))
+            .collect()
+    }
+
+    fn echoing(value: &str) -> Result<(), String> {
+        Err(format!("value {value} is refused"))
+    }
+
+    fn def() -> ConfigDef {
+        ConfigDef::new()
+            .define(
+                ConfigKey::new("a", ConfigType::String, Importance::High, "a").validator(echoing),
+            )
+            .define(
+                ConfigKey::new("uri", ConfigType::String, Importance::High, "uri")
+                    .secret()
+                    .validator(echoing),
+            )
+            .define(ConfigKey::new(
+                "fine",
+                ConfigType::String,
+                Importance::Low,
+                "fine",
+            ))
+    }
+
+    #[test]
+    fn only_keys_with_errors_are_answered_in_definition_order() {
+        let errors = key_errors(&def(), &config(&[("uri", "u"), ("a", "x"), ("fine", "y")]));
+        let keys: Vec<&str> = errors.iter().map(|(k, _)| k.as_str()).collect();
+        assert_eq!(keys, ["a", "uri"]);
+    }
+
+    #[test]
+    fn a_validator_message_never_carries_a_secret_value() {
+        let errors = key_errors(&def(), &config(&[("uri", "amqp://u:S3cr3t@h")]));
+        let (_, messages) = &errors[0];
+        assert_eq!(messages, &[format!("value {REDACTED} is refused")]);
+    }
+
+    #[test]
+    fn a_plain_key_message_is_kept_as_the_validator_wrote_it() {
+        let errors = key_errors(&def(), &config(&[("a", "shown")]));
+        assert_eq!(errors[0].1, ["value shown is refused"]);
+    }
+
+    #[test]
+    fn a_valid_config_has_no_errors() {
+        assert!(key_errors(&def(), &config(&[("fine", "y")])).is_empty());
+    }
+}
