@@ -45,7 +45,8 @@ pub struct Otlp {
     pub endpoint: String,
     /// `service.name` of this process (`wharf-control-plane`, `wharf-executor`).
     pub service: &'static str,
-    /// `service.instance.id` (an executor's id; the control plane's listen address).
+    /// `service.instance.id` (an executor's id; the control plane's `--advertise` URL or
+    /// bound admin address).
     pub instance: String,
 }
 

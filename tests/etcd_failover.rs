@@ -9,18 +9,24 @@
 //! `false`, registers again) and the retried stop(true) is answered from the executor's
 //! record of the completed stop instead of running the cleanup again
 //! (docs/contract.md, "Executor self-fencing").
+//! The first run also exports spans: the deletion's trace goes on through the new leader
+//! (its context is kept in the deletion's record in etcd, docs/observability.md), so the
+//! survivor's rounds and the stops they send are in the trace of the `DeleteConnector`
+//! call the dead leader answered.
 //!
 //! Needs the `etcd` binary (Debian `etcd-server`, see scripts/setup-services). Build
 //! first: `cargo build -p wharf-control-plane -p wharf-executor`, then
 //! `cargo test -p wharf --test etcd_failover`.
 
+use std::collections::BTreeSet;
 use std::path::Path;
 use std::time::Duration;
 
 use serde_json::{Value, json};
-use wharf_harness::cluster::{CONVERGE, NOT_FOUND, call_at};
+use wharf_harness::cluster::{CONVERGE, NOT_FOUND, call_at, dial_for};
 use wharf_harness::etcd::{TEST_ELECTION_TTL_SECS, control_plane_replica_with_ttl};
 use wharf_harness::lifecycle::Lifecycle;
+use wharf_harness::otlp::{ReceivedSpan, TestOtlp};
 use wharf_harness::{KeepOnFailure, Proc, wait_until};
 
 /// Executor lease, in milliseconds, longer than a leader failover (the election TTL and
@@ -44,15 +50,27 @@ const UNAVAILABLE: i32 = 14;
 /// Bound on the leader election after a start or a kill.
 const ELECTION_DEADLINE: Duration = Duration::from_secs(20);
 
+/// The operator's trace the traced run's `DeleteConnector` is called in (W3C ids, hex).
+const OPERATOR_TRACE: &str = "7ae0e9a56015fec5aadfa328ae398117";
+/// The operator's span, the parent of that call's span.
+const OPERATOR_SPAN: &str = "01f067aa0ba902b8";
+
 /// A replica with executor lease `lease_ms`; the election TTL is set apart from it (see
-/// [`SHORT_VARIANT_ELECTION_TTL_SECS`]).
-fn replica(dir: &Path, name: &str, etcd: &str, key: &[u8], lease_ms: u32) -> Proc {
+/// [`SHORT_VARIANT_ELECTION_TTL_SECS`]); `extra` flags after the harness's.
+fn replica(
+    dir: &Path,
+    name: &str,
+    etcd: &str,
+    key: &[u8],
+    lease_ms: u32,
+    extra: &[String],
+) -> Proc {
     let ttl = if lease_ms < LONG_EXECUTOR_LEASE_MS {
         SHORT_VARIANT_ELECTION_TTL_SECS
     } else {
         TEST_ELECTION_TTL_SECS
     };
-    control_plane_replica_with_ttl(dir, name, etcd, "/failover/", key, lease_ms, ttl, &[])
+    control_plane_replica_with_ttl(dir, name, etcd, "/failover/", key, lease_ms, ttl, extra)
 }
 
 fn admin(addr: &str, method: &str, body: Value) -> wharf_harness::cluster::Call {
@@ -73,25 +91,30 @@ async fn wait_leader(p: &Proc) {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn the_surviving_replica_takes_over_and_completes_a_pending_deletion() {
-    takes_over_a_pending_deletion(LONG_EXECUTOR_LEASE_MS).await;
+async fn the_surviving_replica_takes_over_and_completes_a_pending_deletion_in_its_trace() {
+    let otlp = wharf_harness::otlp::TestOtlp::start().await;
+    takes_over_a_pending_deletion(LONG_EXECUTOR_LEASE_MS, Some(&otlp)).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn with_an_executor_lease_shorter_than_the_failover_each_stop_true_still_runs_once() {
-    takes_over_a_pending_deletion(SHORT_EXECUTOR_LEASE_MS).await;
+    takes_over_a_pending_deletion(SHORT_EXECUTOR_LEASE_MS, None).await;
 }
 
-/// The scenario of this file with executor leases of `lease_ms`.
-async fn takes_over_a_pending_deletion(lease_ms: u32) {
+/// The scenario of this file with executor leases of `lease_ms`; with `otlp`, every
+/// process exports its spans there and the deletion's trace is checked.
+async fn takes_over_a_pending_deletion(lease_ms: u32, otlp: Option<&TestOtlp>) {
     let etcd = wharf_harness::etcd::TestEtcd::start();
     let dir = KeepOnFailure::new();
     let key: [u8; 32] = rand::random();
+    let export: Vec<String> = otlp
+        .map(|o| vec!["--otlp-endpoint".to_owned(), o.endpoint.clone()])
+        .unwrap_or_default();
 
-    let mut a = replica(dir.path(), "cp-a", &etcd.endpoint, &key, lease_ms);
+    let mut a = replica(dir.path(), "cp-a", &etcd.endpoint, &key, lease_ms, &export);
     let a_addr = a.listen_addr().await;
     wait_leader(&a).await;
-    let mut b = replica(dir.path(), "cp-b", &etcd.endpoint, &key, lease_ms);
+    let mut b = replica(dir.path(), "cp-b", &etcd.endpoint, &key, lease_ms, &export);
     let b_addr = b.listen_addr().await;
 
     // exec-1 knows both replicas and talks to the first (the leader) until it stops
@@ -99,20 +122,18 @@ async fn takes_over_a_pending_deletion(lease_ms: u32) {
     // the leader.
     let executor = |id: &str, ip: &str, urls: String| {
         let ed = dir.path().join(id);
-        Proc::spawn(
-            wharf_harness::bin("wharf-executor"),
-            vec![
-                "--listen".into(),
-                format!("{ip}:0"),
-                "--control-plane".into(),
-                urls,
-                "--data-dir".into(),
-                ed.display().to_string(),
-                "--executor-id".into(),
-                id.into(),
-            ],
-            &ed,
-        )
+        let mut args = vec![
+            "--listen".into(),
+            format!("{ip}:0"),
+            "--control-plane".into(),
+            urls,
+            "--data-dir".into(),
+            ed.display().to_string(),
+            "--executor-id".into(),
+            id.into(),
+        ];
+        args.extend(export.iter().cloned());
+        Proc::spawn(wharf_harness::bin("wharf-executor"), args, &ed)
     };
     let mut exec = executor(
         "exec-1",
@@ -196,8 +217,19 @@ async fn takes_over_a_pending_deletion(lease_ms: u32) {
         r.err
     );
 
-    let r = admin(&a_addr, "DeleteConnector", json!({ "name": name }));
-    assert_eq!(r.code, 0, "{}", r.err);
+    // The operator's tool calls in a trace of its own (a sampled traceparent).
+    let mut client = wharf_harness::client::admin(&a_addr, &dial_for(&a_addr));
+    let mut req = tonic::Request::new(wharf::pb::v1::DeleteConnectorRequest {
+        name: name.into(),
+        ..Default::default()
+    });
+    req.metadata_mut().insert(
+        "traceparent",
+        format!("00-{OPERATOR_TRACE}-{OPERATOR_SPAN}-01")
+            .parse()
+            .expect("traceparent"),
+    );
+    client.delete_connector(req).await.expect("DeleteConnector");
     wait_until("a stop(true) to have begun", CONVERGE, || async {
         Lifecycle::read(&lifecycle)
             .events
@@ -256,6 +288,10 @@ async fn takes_over_a_pending_deletion(lease_ms: u32) {
             "{unit:?}: the stop(true) completed: {deleted:?}"
         );
     }
+    if let Some(otlp) = otlp {
+        survivor_continues_the_trace(otlp, name, &b_addr).await;
+    }
+
     // The name is free again, created through the new leader.
     let r = admin(
         &b_addr,
@@ -263,4 +299,51 @@ async fn takes_over_a_pending_deletion(lease_ms: u32) {
         json!({ "name": name, "config": cfg }),
     );
     assert_eq!(r.code, 0, "{}", r.err);
+}
+
+/// The traced run's outcome: the surviving replica at `b_addr` ran deletion rounds of
+/// `name`, each in the operator's trace (none a root of a trace of its own), and the
+/// stops they sent to the executor are under them, in that trace.
+async fn survivor_continues_the_trace(otlp: &TestOtlp, name: &str, b_addr: &str) {
+    let rounds = || -> Vec<ReceivedSpan> {
+        otlp.spans()
+            .into_iter()
+            .filter(|s| {
+                s.name == "deletion round"
+                    && s.attributes.get("connector").map(String::as_str) == Some(name)
+            })
+            .collect()
+    };
+    // A replica without --advertise is named by its bound address.
+    let on_b = |s: &ReceivedSpan| s.instance == b_addr;
+    let stops = wait_until(
+        "the survivor's rounds and their stops",
+        CONVERGE,
+        || async {
+            let survivors: BTreeSet<String> = rounds()
+                .into_iter()
+                .filter(on_b)
+                .map(|r| r.span_id)
+                .collect();
+            let stops: Vec<ReceivedSpan> = otlp
+                .spans()
+                .into_iter()
+                .filter(|s| survivors.contains(&s.parent_span_id))
+                .filter(|s| s.name.ends_with("/StopTask") || s.name.ends_with("/StopConnector"))
+                .collect();
+            (!stops.is_empty()).then_some(stops)
+        },
+    )
+    .await;
+    for r in rounds() {
+        assert_eq!(
+            r.trace_id, OPERATOR_TRACE,
+            "every round, before and after the failover, in the operator's trace: {r:#?}"
+        );
+        assert!(!r.parent_span_id.is_empty(), "a round is no root: {r:#?}");
+    }
+    for s in &stops {
+        assert_eq!(s.trace_id, OPERATOR_TRACE, "{s:#?}");
+        assert_eq!(s.service, "wharf-executor", "{s:#?}");
+    }
 }

@@ -305,6 +305,16 @@ fn write_addr(dir: &std::path::Path, file: &str, addr: SocketAddr) -> Result<(),
         })
 }
 
+/// Binds the admin API's listener at `addr` (`--listen`; port 0 picks a free one).
+///
+/// # Errors
+/// [`StartError::Bind`], whose [`StartError::hint`] says what to do.
+pub async fn bind_admin(addr: SocketAddr) -> Result<TcpListener, StartError> {
+    TcpListener::bind(addr)
+        .await
+        .map_err(|source| StartError::Bind { addr, source })
+}
+
 impl App {
     /// Opens the store under the data dir, binds, and writes `listen.addr`.
     ///
@@ -320,6 +330,20 @@ impl App {
     /// # Errors
     /// [`StartError`]; etcd not answering is [`StartError::Store`].
     pub async fn build_with_store(config: Config, store: StoreOptions) -> Result<Self, StartError> {
+        Self::build_on(config, store, None).await
+    }
+
+    /// As [`App::build_with_store`], serving the admin API on `listener` when given (bound
+    /// by [`bind_admin`] before the process knew its span export's instance id, which is
+    /// the bound address) instead of binding `config.listen` itself.
+    ///
+    /// # Errors
+    /// As [`App::build_with_store`].
+    pub async fn build_on(
+        config: Config,
+        store: StoreOptions,
+        listener: Option<TcpListener>,
+    ) -> Result<Self, StartError> {
         let config = config.build()?;
         let tls = config.tls.clone().map(wharf::tls::Tls::load).transpose()?;
         if let Some(t) = &tls
@@ -378,13 +402,10 @@ impl App {
         cluster
             .clients
             .use_tls(wharf::tls::ClientTls::from_option(tls.as_ref()));
-        let listener =
-            TcpListener::bind(config.listen)
-                .await
-                .map_err(|source| StartError::Bind {
-                    addr: config.listen,
-                    source,
-                })?;
+        let listener = match listener {
+            Some(l) => l,
+            None => bind_admin(config.listen).await?,
+        };
         let local_addr = listener.local_addr().map_err(|source| StartError::Bind {
             addr: config.listen,
             source,

@@ -35,10 +35,23 @@ pub async fn run(settings: Settings) -> ExitCode {
         store,
         observability,
     } = settings;
+    // Bound first, so that the span export names this replica by the address it serves
+    // on (two replicas started with --listen 127.0.0.1:0 were both `127.0.0.1:0`).
+    let admin = match crate::app::bind_admin(config.listen).await {
+        Ok(l) => l,
+        Err(e) => {
+            eprintln!("{NAME}: {e}");
+            if let Some(hint) = e.hint() {
+                eprintln!("hint: {hint}");
+            }
+            return ExitCode::FAILURE;
+        }
+    };
+    let bound = admin.local_addr().unwrap_or(config.listen);
     // After the settings (they name the format); their errors go to stderr as text.
     let otlp =
         wharf::telemetry::Otlp::when_given(observability.otlp_endpoint.as_deref(), NAME, || {
-            config.listen.to_string()
+            instance_id(&store, bound)
         });
     let telemetry = match wharf::telemetry::init_traced(observability.log_format, otlp.as_ref()) {
         Ok(t) => t,
@@ -63,7 +76,7 @@ pub async fn run(settings: Settings) -> ExitCode {
             }
         },
     };
-    let result = match App::build_with_store(config, store).await {
+    let result = match App::build_on(config, store, Some(admin)).await {
         Ok(mut app) => {
             app.set_log_control(&wharf::telemetry::start_filter(), log_control);
             if let Some(bound) = metrics {
@@ -94,6 +107,19 @@ pub async fn run(settings: Settings) -> ExitCode {
     }
 }
 
+/// This replica's `service.instance.id`: its `--advertise` URL when it has one (what the
+/// other replicas and executors call it), else the address its admin API is bound to.
+/// `OTEL_RESOURCE_ATTRIBUTES=service.instance.id=...` overrides either.
+fn instance_id(store: &StoreOptions, bound: std::net::SocketAddr) -> String {
+    match store {
+        StoreOptions::Etcd {
+            advertise: Some(url),
+            ..
+        } => url.clone(),
+        StoreOptions::Etcd { .. } | StoreOptions::Redb => bound.to_string(),
+    }
+}
+
 /// `token --name NAME --role ROLE`: prints the token file line (name, role, SHA-256 of
 /// the token) on stdout and the token itself on stderr, shown only now. Exit code 2 for
 /// a name the token file cannot hold.
@@ -108,4 +134,38 @@ pub fn mint(name: &str, role: Role) -> ExitCode {
         "token for {name} (role {role}), shown only now; the line on stdout holds only its hash:\n{t}"
     );
     ExitCode::SUCCESS
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn etcd(advertise: Option<&str>) -> StoreOptions {
+        StoreOptions::Etcd {
+            etcd: Default::default(),
+            election_ttl_secs: 10,
+            advertise: advertise.map(str::to_owned),
+        }
+    }
+
+    #[test]
+    fn a_replica_with_an_advertised_url_is_named_by_it() {
+        let bound = "0.0.0.0:7000".parse().expect("addr");
+        assert_eq!(
+            instance_id(&etcd(Some("https://cp-2.example:7000")), bound),
+            "https://cp-2.example:7000"
+        );
+    }
+
+    #[test]
+    fn a_replica_without_one_is_named_by_its_bound_address() {
+        let bound = "127.0.0.1:38851".parse().expect("addr");
+        assert_eq!(instance_id(&etcd(None), bound), "127.0.0.1:38851");
+    }
+
+    #[test]
+    fn a_single_control_plane_is_named_by_its_bound_address() {
+        let bound = "127.0.0.1:7000".parse().expect("addr");
+        assert_eq!(instance_id(&StoreOptions::Redb, bound), "127.0.0.1:7000");
+    }
 }
