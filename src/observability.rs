@@ -29,6 +29,17 @@ pub const HISTOGRAM_BUCKETS_SECONDS: &[f64] = &[
     0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0,
 ];
 
+/// Bucket bounds of the histograms of counts (names ending in [`COUNT_HISTOGRAM_SUFFIX`],
+/// such as `wharf_store_commit_batch_size`): 1 to 10,000, 1-2-5 per decade. The seconds
+/// buckets put every batch under 1 in no bucket and every one over 60 in `+Inf`.
+pub const HISTOGRAM_BUCKETS_COUNT: &[f64] = &[
+    1.0, 2.0, 5.0, 10.0, 20.0, 50.0, 100.0, 200.0, 500.0, 1_000.0, 2_000.0, 5_000.0, 10_000.0,
+];
+
+/// The name suffix of a histogram that counts things rather than timing them
+/// ([`HISTOGRAM_BUCKETS_COUNT`]), as Prometheus names a size.
+pub const COUNT_HISTOGRAM_SUFFIX: &str = "_size";
+
 /// The process-wide Prometheus recorder, installed as the `metrics` facade's global
 /// recorder on first use. One per process: dev mode's control plane and executor share
 /// it (their series have distinct names). If another global recorder was installed first,
@@ -38,6 +49,11 @@ pub fn recorder() -> &'static PrometheusHandle {
     HANDLE.get_or_init(|| {
         let recorder = PrometheusBuilder::new()
             .set_buckets(HISTOGRAM_BUCKETS_SECONDS)
+            .expect("the bucket list is not empty")
+            .set_buckets_for_metric(
+                metrics_exporter_prometheus::Matcher::Suffix(COUNT_HISTOGRAM_SUFFIX.into()),
+                HISTOGRAM_BUCKETS_COUNT,
+            )
             .expect("the bucket list is not empty")
             .build_recorder();
         let handle = recorder.handle();
@@ -348,6 +364,41 @@ mod tests {
             e.into_text(),
             "# HELP wharf_x help\n# TYPE wharf_x gauge\nwharf_x{connector=\"a\\\"b\\\\c\"} 2\n"
         );
+    }
+
+    #[test]
+    fn a_size_histogram_gets_count_buckets_and_a_duration_seconds_buckets() {
+        let _ = recorder();
+        metrics::histogram!("wharf_test_batch_size").record(3.0);
+        metrics::histogram!("wharf_test_duration_seconds").record(0.003);
+        let page = recorder().render();
+        let bucket = |series: &str, le: &str| {
+            page.lines()
+                .find(|l| l.starts_with(&format!("{series}_bucket{{le=\"{le}\"}}")))
+                .and_then(|l| l.rsplit(' ').next())
+                .map(str::to_owned)
+        };
+        // A batch of 3 writes falls in le=5 (not le=0.001 nor +Inf only).
+        assert_eq!(
+            bucket("wharf_test_batch_size", "2").as_deref(),
+            Some("0"),
+            "{page}"
+        );
+        assert_eq!(
+            bucket("wharf_test_batch_size", "5").as_deref(),
+            Some("1"),
+            "{page}"
+        );
+        assert_eq!(
+            bucket("wharf_test_batch_size", "10000").as_deref(),
+            Some("1")
+        );
+        assert_eq!(bucket("wharf_test_batch_size", "0.001"), None, "{page}");
+        assert_eq!(
+            bucket("wharf_test_duration_seconds", "0.005").as_deref(),
+            Some("1")
+        );
+        assert_eq!(bucket("wharf_test_duration_seconds", "1000"), None);
     }
 
     struct Fixed(Health);
