@@ -224,3 +224,61 @@ async fn deleting_an_unassigned_connector_waits_for_a_capable_executor() {
     assert_eq!(trues.len(), 1, "{trues:?}");
     assert!(trues[0].cleanup_only);
 }
+
+/// A second DeleteConnector while a slow cleanup runs (it acts as RetryCleanup) leaves the
+/// status telling the truth: once the task's stop(true) completed, its step shows DONE
+/// while the connector instance's stop runs and shows RUNNING, and each stop(true) runs
+/// once. The retry used to rewrite the record under the running round, whose marks and
+/// outcomes were then dropped until the round had ended (a newcomer saw the task RUNNING
+/// and the connector PENDING while the connector's stop ran).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_retry_during_a_slow_cleanup_leaves_the_status_current() {
+    let c = TestCluster::start(1).await;
+    let name = "slow-stop";
+    let mut cfg = c.source_config(name, 1);
+    cfg["test.stop.delay.ms"] = json!("3000");
+    assert_eq!(
+        c.call("CreateConnector", json!({ "name": name, "config": cfg }))
+            .code,
+        0
+    );
+    c.wait_state(name, "STATE_RUNNING", "STATE_RUNNING", 1)
+        .await;
+    assert_eq!(c.call("DeleteConnector", json!({ "name": name })).code, 0);
+    let step = |s: &serde_json::Value, task: bool| -> serde_json::Value {
+        s["deletion"]["steps"]
+            .as_array()
+            .and_then(|steps| steps.iter().find(|st| st.get("task").is_some() == task))
+            .cloned()
+            .unwrap_or_default()
+    };
+    wait_until("the task's stop shown RUNNING", CONVERGE, || async {
+        let s = c.status(name)?;
+        (step(&s, true)["state"] == "CLEANUP_STATE_RUNNING").then_some(())
+    })
+    .await;
+    assert_eq!(c.call("DeleteConnector", json!({ "name": name })).code, 0);
+    wait_until(
+        "the task's step DONE while the connector's stop is shown RUNNING",
+        CONVERGE,
+        || async {
+            let Some(s) = c.status(name) else {
+                panic!("the deletion ended and the status never showed the connector's stop running after the task's")
+            };
+            (step(&s, true)["state"] == "CLEANUP_STATE_DONE"
+                && step(&s, false)["state"] == "CLEANUP_STATE_RUNNING")
+                .then_some(())
+        },
+    )
+    .await;
+    gone(&c, name).await;
+    let lc = Lifecycle::read(&c.lifecycle_path(name));
+    for unit in [Some(0), None] {
+        let trues: Vec<_> = lc
+            .stops(name, unit)
+            .into_iter()
+            .filter(|s| s.connector_deleted)
+            .collect();
+        assert_eq!(trues.len(), 1, "{unit:?}: one stop(true): {trues:?}");
+    }
+}

@@ -122,15 +122,16 @@ pub async fn run_finalizer(cluster: Arc<Cluster>, cancel: CancellationToken) {
         match cluster.store.deletions_where(&acts_on) {
             Ok(deletions) => {
                 for d in deletions {
-                    // Intents recorded by the admin API are carried out here, also while
-                    // a round of this deletion is in flight (force skips what runs).
+                    // Intents recorded by the admin API are carried out here: a force
+                    // also while a round of this deletion is in flight (it skips what
+                    // runs), a retry only between rounds (see `retry_now`).
                     if d.force_requested {
                         if let Err(e) = apply_force(&cluster, &d.name) {
                             warn!(connector = %d.name, error = %e, "forcing the deletion failed; retrying");
                         }
                         continue;
                     }
-                    if d.retry_requested
+                    if retry_now(d.retry_requested, running.contains_key(&d.name))
                         && let Err(e) = apply_retry(&cluster, &d.name)
                     {
                         warn!(connector = %d.name, error = %e, "retrying the cleanup failed; retrying");
@@ -231,17 +232,61 @@ async fn finish_if_complete(cluster: &Cluster, d: &DeletionRecord) -> Result<boo
 }
 
 /// Writes `d` back (committed together with other deletions' writes when the store can);
-/// false when it changed underneath (reload next pass).
-async fn save(cluster: &Cluster, d: &mut DeletionRecord) -> Result<bool, HerderError> {
-    if cluster.store.put_deletion_batched(d.clone()).await? {
-        cluster.changed(&d.name);
-        // Re-read to pick up the new revision.
-        if let Some(fresh) = cluster.store.deletion(&d.name)? {
-            *d = fresh;
+/// `base` is the record as this round last read or wrote it. When the record changed
+/// underneath only by an operator's retry intent (`RetryCleanup` or a second
+/// `DeleteConnector`, which set a flag while a round runs), the round's progress is
+/// written over it, keeping the intent ([`carry_over`]); false for any other change
+/// (reload next pass). On success both `d` and `base` are the record as stored.
+async fn save(
+    cluster: &Cluster,
+    base: &mut DeletionRecord,
+    d: &mut DeletionRecord,
+) -> Result<bool, HerderError> {
+    for _ in 0..INTENT_ATTEMPTS {
+        if cluster.store.put_deletion_batched(d.clone()).await? {
+            cluster.changed(&d.name);
+            // Re-read to pick up the new revision.
+            if let Some(fresh) = cluster.store.deletion(&d.name)? {
+                *base = fresh.clone();
+                *d = fresh;
+            }
+            return Ok(true);
         }
-        return Ok(true);
+        let Some(fresh) = cluster.store.deletion(&d.name)? else {
+            return Ok(false);
+        };
+        let Some(merged) = carry_over(base, d, &fresh) else {
+            return Ok(false);
+        };
+        *base = fresh;
+        *d = merged;
     }
     Ok(false)
+}
+
+/// A round's progress `ours` on top of `fresh`, the record as stored now, when the only
+/// change since `base` (what the round read or last wrote) is the operator's retry
+/// intent; `None` for any other change: a force (it skips what is left and finishes),
+/// steps written by another writer (a replica that leads now), or another deletion of
+/// the same name.
+fn carry_over(
+    base: &DeletionRecord,
+    ours: &DeletionRecord,
+    fresh: &DeletionRecord,
+) -> Option<DeletionRecord> {
+    let same_deletion = fresh.requested_at_ms == base.requested_at_ms
+        && fresh.sealed.incarnation == base.sealed.incarnation;
+    let same_progress = fresh.cleanup == base.cleanup
+        && fresh.steps == base.steps
+        && fresh.next_generation == base.next_generation;
+    match (same_deletion, same_progress, fresh.force_requested) {
+        (true, true, false) => Some(DeletionRecord {
+            retry_requested: fresh.retry_requested,
+            revision: fresh.revision,
+            ..ours.clone()
+        }),
+        (true, true, true) | (true, false, _) | (false, _, _) => None,
+    }
 }
 
 /// How long a round's stops may run before their steps are recorded RUNNING (with the
@@ -302,6 +347,7 @@ async fn advance(cluster: &Cluster, name: &str) -> Result<bool, HerderError> {
     if finish_if_complete(cluster, &d).await? {
         return Ok(true);
     }
+    let mut base = d.clone();
     let view = cluster.executor_view()?;
     let mut dirty = false;
     loop {
@@ -315,7 +361,7 @@ async fn advance(cluster: &Cluster, name: &str) -> Result<bool, HerderError> {
         {
             super::fault::crash_point("before_fanout");
         }
-        let Some(outcomes) = run_round(cluster, &mut d, &ready, &view).await? else {
+        let Some(outcomes) = run_round(cluster, &mut base, &mut d, &ready, &view).await? else {
             return Ok(true); // changed underneath: the next pass reloads
         };
         let all_done = outcomes
@@ -340,7 +386,7 @@ async fn advance(cluster: &Cluster, name: &str) -> Result<bool, HerderError> {
         return Ok(true);
     }
     if dirty {
-        save(cluster, &mut d).await?;
+        save(cluster, &mut base, &mut d).await?;
     }
     Ok(dirty)
 }
@@ -527,9 +573,11 @@ fn ask_record_first(hosted: Hosted, recorded_epoch: u64, now: Option<(u64, Host)
 
 /// Runs one round: the planned stops in parallel, then, for the instances that are not
 /// where the record says, fresh cleanup-only instances (their generations written first).
-/// Returns each ready step's outcome, or None when the record changed underneath.
+/// `base` is the record as stored when last read or written ([`save`]). Returns each
+/// ready step's outcome, or None when the record changed underneath.
 async fn run_round(
     cluster: &Cluster,
+    base: &mut DeletionRecord,
     d: &mut DeletionRecord,
     ready: &[usize],
     view: &ExecutorView,
@@ -579,7 +627,7 @@ async fn run_round(
                         marked.steps[*idx].executor = exec.id.clone();
                     }
                 }
-                if save(cluster, &mut marked).await? {
+                if save(cluster, base, &mut marked).await? {
                     *d = marked;
                 }
                 fan_out.await
@@ -620,7 +668,7 @@ async fn run_round(
         starts.push((*idx, exec, generation));
     }
     if !starts.is_empty() {
-        if !save(cluster, d).await? {
+        if !save(cluster, base, d).await? {
             return Ok(None);
         }
         let record: &DeletionRecord = d;
@@ -1004,6 +1052,20 @@ pub fn request_force(cluster: &Cluster, name: &str) -> Result<bool, HerderError>
     })
 }
 
+/// Whether a recorded retry (`RetryCleanup`, or a second `DeleteConnector`) is carried out
+/// in this pass: only when no round of the deletion is in flight. A round in flight runs
+/// its stops and then writes their outcomes (and its RUNNING marks) conditionally on the
+/// record's revision; a retry written under it made those writes fail, so the status
+/// showed the round's steps as they were before it until it had ended. Waiting costs
+/// nothing: no new round of that deletion starts before the running one ends anyway, and
+/// the retry then also covers what that round left failed.
+fn retry_now(retry_requested: bool, round_in_flight: bool) -> bool {
+    match (retry_requested, round_in_flight) {
+        (true, false) => true,
+        (true, true) | (false, _) => false,
+    }
+}
+
 /// Carries out a recorded retry: failed and waiting steps are due now, exhausted ones get
 /// their attempts again.
 fn apply_retry(cluster: &Cluster, name: &str) -> Result<(), HerderError> {
@@ -1114,6 +1176,87 @@ mod tests {
     use super::*;
 
     const RECORDED: u64 = 4;
+
+    /// A deletion of one task, as the round read it (revision 7).
+    fn base_record() -> DeletionRecord {
+        let spec = crate::model::ConnectorSpec {
+            name: wharf::ids::ConnectorName::parse("c1").expect("name"),
+            plugin: "test-source".into(),
+            tasks_max: std::num::NonZeroU32::new(1).expect("one"),
+            config: Default::default(),
+        };
+        let mut rec = crate::model::ConnectorRecord::new(&spec, crate::model::TargetState::Started);
+        rec.tasks = vec![Instance::unassigned()];
+        let mut d = DeletionRecord::seal(&rec, vec![], true, 1_000);
+        d.revision = 7;
+        d
+    }
+
+    /// `base` with the task's step DONE: a round's progress.
+    fn progressed(base: &DeletionRecord) -> DeletionRecord {
+        let mut ours = base.clone();
+        ours.steps[0].state = CleanupState::Done;
+        ours.steps[1].state = CleanupState::Running;
+        ours
+    }
+
+    #[test]
+    fn a_retry_recorded_under_a_round_keeps_the_rounds_progress_and_the_intent() {
+        let base = base_record();
+        let ours = progressed(&base);
+        let mut fresh = base.clone();
+        fresh.retry_requested = true;
+        fresh.revision = 8;
+        let merged = carry_over(&base, &ours, &fresh).expect("carried over");
+        assert_eq!(merged.steps, ours.steps);
+        assert!(merged.retry_requested);
+        assert_eq!(merged.revision, 8, "written on the fresh revision");
+    }
+
+    #[test]
+    fn a_force_recorded_under_a_round_is_not_written_over() {
+        let base = base_record();
+        let mut fresh = base.clone();
+        fresh.force_requested = true;
+        fresh.revision = 8;
+        assert!(carry_over(&base, &progressed(&base), &fresh).is_none());
+    }
+
+    #[test]
+    fn steps_another_writer_changed_are_not_written_over() {
+        let base = base_record();
+        let mut fresh = base.clone();
+        fresh.steps[0].attempts = 1;
+        fresh.revision = 8;
+        assert!(carry_over(&base, &progressed(&base), &fresh).is_none());
+        let mut fresh = base.clone();
+        fresh.next_generation += 1;
+        assert!(carry_over(&base, &progressed(&base), &fresh).is_none());
+    }
+
+    #[test]
+    fn another_deletion_of_the_same_name_is_not_written_over() {
+        let base = base_record();
+        let mut fresh = base.clone();
+        fresh.requested_at_ms += 1;
+        assert!(carry_over(&base, &progressed(&base), &fresh).is_none());
+    }
+
+    #[test]
+    fn a_retry_between_rounds_is_carried_out() {
+        assert!(retry_now(true, false));
+    }
+
+    #[test]
+    fn a_retry_waits_for_the_round_in_flight() {
+        assert!(!retry_now(true, true));
+    }
+
+    #[test]
+    fn no_retry_requested_is_nothing_to_do() {
+        assert!(!retry_now(false, false));
+        assert!(!retry_now(false, true));
+    }
 
     /// The attempt an answer `(outcome, flag it ran with, error, abandoned)` to a
     /// stop(true) is.
