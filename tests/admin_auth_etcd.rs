@@ -178,7 +178,6 @@ async fn a_call_to_the_follower_is_authorized_by_the_same_rules_and_audited_unde
     // The leader recorded each forwarded call under its caller, with the follower's URL.
     let b_url = format!("http://{b_addr}");
     let want = [
-        ("-", "CreateConnector", "", "UNAUTHENTICATED"),
         ("vera", "CreateConnector", "", "PERMISSION_DENIED"),
         ("otto", "CreateConnector", "", "OK"),
         ("vera", "DeleteConnector", "cleanup", "PERMISSION_DENIED"),

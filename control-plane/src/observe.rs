@@ -25,6 +25,10 @@ pub const CLEANUP_LEAKS: &str = "wharf_cleanup_given_up_total";
 pub const DELETIONS_FINISHED: &str = "wharf_deletions_finished_total";
 /// Counter: executor leases that expired (the executor was marked lost).
 pub const LEASE_EXPIRIES: &str = "wharf_executor_lease_expiries_total";
+/// Counter: admin calls (gRPC or REST, reads included) refused because the caller
+/// presented no valid credentials: none, an unknown or revoked bearer token, a malformed
+/// `authorization` header. Not in the audit trail (`crate::auth::audit::in_trail`).
+pub const ADMIN_CALLS_UNAUTHENTICATED: &str = "wharf_admin_calls_unauthenticated_total";
 /// Histogram, seconds: one herder pass.
 pub const HERDER_PASS_SECONDS: &str = "wharf_herder_pass_duration_seconds";
 /// Gauge, seconds: from the herder's start (process start or a won leadership term)
@@ -73,6 +77,10 @@ fn describe_events() {
         LEASE_EXPIRIES,
         "Executor leases that expired (the executor was marked lost)."
     );
+    describe_counter!(
+        ADMIN_CALLS_UNAUTHENTICATED,
+        "Admin calls (gRPC or REST) refused because the caller presented no valid credentials; not in the audit trail."
+    );
     describe_histogram!(
         HERDER_PASS_SECONDS,
         Unit::Seconds,
@@ -119,6 +127,12 @@ pub fn deletion_finished(mode: &'static str) {
 /// Records an expired lease (see [`LEASE_EXPIRIES`]).
 pub fn lease_expired() {
     metrics::counter!(LEASE_EXPIRIES).increment(1);
+}
+
+/// Records an admin call refused for want of valid credentials (see
+/// [`ADMIN_CALLS_UNAUTHENTICATED`]).
+pub fn admin_call_unauthenticated() {
+    metrics::counter!(ADMIN_CALLS_UNAUTHENTICATED).increment(1);
 }
 
 /// Records one pass of a loop: `name` is [`HERDER_PASS_SECONDS`] or
@@ -235,6 +249,7 @@ impl Probe for ControlPlaneProbe {
         metrics::counter!(CLEANUP_REHOSTED).increment(0);
         metrics::counter!(CLEANUP_LEAKS).increment(0);
         metrics::counter!(LEASE_EXPIRIES).increment(0);
+        metrics::counter!(ADMIN_CALLS_UNAUTHENTICATED).increment(0);
     }
 
     fn health(&self) -> Health {

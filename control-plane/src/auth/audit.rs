@@ -1,7 +1,16 @@
-//! Recording admin calls: every mutating call, accepted or refused, becomes one
-//! [`AuditEntry`] in the store (durable, both backends) and one structured log event with
-//! target `wharf::audit`. Read back with ListAuditEntries. Retention: see
-//! [`AuditRetention`] and docs/security.md ("Audit trail").
+//! Recording admin calls: every mutating call of an identified caller, accepted or
+//! refused, becomes one [`AuditEntry`] in the store (durable, both backends) and one
+//! structured log event with target `wharf::audit`. Read back with ListAuditEntries.
+//! Retention: see [`AuditRetention`] and docs/security.md ("Audit trail").
+//!
+//! A caller that presented no valid credentials is not written anywhere durable
+//! ([`in_trail`]): a stranger must not be able to grow the store or evict the trail by
+//! retention. Such refusals are counted and logged at most once per
+//! [`UNAUTHENTICATED_LOG_INTERVAL`] ([`log_unauthenticated_now`]). Every caller-supplied
+//! text in an entry or a log line is bounded ([`bounded`]).
+
+use std::borrow::Cow;
+use std::time::{Duration, Instant};
 
 use tracing::{error, info};
 
@@ -11,8 +20,72 @@ use crate::store::StateStore;
 /// Log target of the audit events (`RUST_LOG=wharf::audit=info` shows only them).
 pub const AUDIT_TARGET: &str = "wharf::audit";
 
-/// The entry's `principal` when the caller did not authenticate.
+/// The entry's `principal` when the caller did not authenticate (the guard records no
+/// such call: [`in_trail`]; kept for a direct [`super::AdminAuth::record`]).
 pub const UNAUTHENTICATED_PRINCIPAL: &str = "-";
+
+/// Longest caller-supplied name quoted whole in an audit entry, a log line or an error
+/// message, in bytes: the longest valid connector name (valid names are ASCII, so its
+/// characters are bytes). A longer name is invalid anyway; it is cut ([`bounded_name`]).
+pub const MAX_QUOTED_NAME_BYTES: usize = wharf::ids::MAX_CONNECTOR_NAME_LEN;
+
+/// Longest status message kept in an audit entry, in bytes (a message quotes names
+/// already bounded by [`MAX_QUOTED_NAME_BYTES`]; this is the backstop for the rest).
+pub const MAX_AUDIT_MESSAGE_BYTES: usize = 1024;
+
+/// How often at most a refusal of an unauthenticated caller is logged: the first one is,
+/// then one line per interval says how many more were refused since. A flood of such
+/// calls costs a counter increment each, not a log line each.
+pub const UNAUTHENTICATED_LOG_INTERVAL: Duration = Duration::from_secs(60);
+
+/// `text` as it may be quoted: unchanged when at most `max_bytes` long, otherwise its
+/// longest prefix of at most `max_bytes` bytes that ends on a char boundary, followed by
+/// `...[cut, N bytes]` with `N` the original length in bytes. The result is at most
+/// `max_bytes` plus the marker (under 40 bytes) long.
+pub fn bounded(text: &str, max_bytes: usize) -> Cow<'_, str> {
+    if text.len() <= max_bytes {
+        return Cow::Borrowed(text);
+    }
+    let mut end = max_bytes;
+    while !text.is_char_boundary(end) {
+        end -= 1;
+    }
+    Cow::Owned(format!("{}...[cut, {} bytes]", &text[..end], text.len()))
+}
+
+/// A caller-supplied connector name as it may be quoted: [`bounded`] to
+/// [`MAX_QUOTED_NAME_BYTES`].
+pub fn bounded_name(name: &str) -> Cow<'_, str> {
+    bounded(name, MAX_QUOTED_NAME_BYTES)
+}
+
+/// Whether a call's outcome goes into the durable trail: yes when the caller is
+/// identified, by an authenticated `principal` or (refused) by the verified client
+/// certificate `peer` of an admin client or of anything else our CA signed (an
+/// executor's); no for a caller with no valid credentials (none, an unknown or revoked
+/// token, a malformed `authorization` header), who is only counted and logged at a
+/// bounded rate. A refused call with the control plane's own certificate is a follower
+/// forwarding such a caller's call, so it is not identified either.
+pub fn in_trail(
+    principal: Option<&super::Principal>,
+    peer: Option<&super::authn::PeerIdentity>,
+) -> bool {
+    use super::authn::PeerIdentity;
+    match (principal, peer) {
+        (Some(_), _) => true,
+        (None, Some(PeerIdentity::AdminClient { .. } | PeerIdentity::Other(_))) => true,
+        (None, Some(PeerIdentity::ControlPlane) | None) => false,
+    }
+}
+
+/// Whether a refusal of an unauthenticated caller is logged now: the first one is, later
+/// ones once [`UNAUTHENTICATED_LOG_INTERVAL`] has passed since the last line (`last`).
+pub fn log_unauthenticated_now(last: Option<Instant>, now: Instant) -> bool {
+    match last {
+        None => true,
+        Some(t) => now.saturating_duration_since(t) >= UNAUTHENTICATED_LOG_INTERVAL,
+    }
+}
 
 /// Who an audit entry names, as (principal, role, auth method): the authenticated
 /// principal; for a refused caller that presented a verified client certificate without
@@ -99,6 +172,106 @@ pub fn code_name(code: tonic::Code) -> &'static str {
         tonic::Code::Unavailable => "UNAVAILABLE",
         tonic::Code::DataLoss => "DATA_LOSS",
         tonic::Code::Unauthenticated => "UNAUTHENTICATED",
+    }
+}
+
+#[cfg(test)]
+mod bound_tests {
+    use super::super::authn::{AuthMethod, PeerIdentity};
+    use super::super::{Principal, Role};
+    use super::*;
+
+    #[test]
+    fn a_name_of_the_longest_valid_length_is_quoted_whole() {
+        let name = "x".repeat(MAX_QUOTED_NAME_BYTES);
+        assert!(matches!(bounded_name(&name), Cow::Borrowed(n) if n == name));
+        assert_eq!(bounded_name("orders"), "orders");
+    }
+
+    #[test]
+    fn a_longer_name_is_cut_with_a_marker_and_its_length() {
+        let name = "z".repeat(1_000_000);
+        let cut = bounded_name(&name);
+        assert_eq!(
+            cut,
+            format!(
+                "{}...[cut, 1000000 bytes]",
+                "z".repeat(MAX_QUOTED_NAME_BYTES)
+            )
+        );
+        assert!(cut.len() < MAX_QUOTED_NAME_BYTES + 40);
+    }
+
+    #[test]
+    fn a_name_is_cut_on_a_char_boundary() {
+        // 'é' is two bytes: a cut at 5 would split the third one.
+        let cut = bounded("éééé", 5);
+        assert_eq!(cut, "éé...[cut, 8 bytes]");
+    }
+
+    #[test]
+    fn a_message_is_bounded_by_its_own_limit() {
+        let msg = "m".repeat(MAX_AUDIT_MESSAGE_BYTES + 1);
+        assert!(bounded(&msg, MAX_AUDIT_MESSAGE_BYTES).ends_with("...[cut, 1025 bytes]"));
+        assert_eq!(bounded("short", MAX_AUDIT_MESSAGE_BYTES), "short");
+    }
+
+    #[test]
+    fn an_authenticated_caller_is_in_the_trail() {
+        let p = Principal {
+            name: "alice".into(),
+            role: Role::Viewer,
+            method: AuthMethod::Token,
+        };
+        assert!(in_trail(Some(&p), None));
+    }
+
+    #[test]
+    fn a_refused_caller_with_a_verified_certificate_is_in_the_trail() {
+        let peer = PeerIdentity::Other("spiffe://wharf/executor/exec-1".into());
+        assert!(in_trail(None, Some(&peer)));
+    }
+
+    #[test]
+    fn a_refused_admin_certificate_with_a_bad_token_is_in_the_trail() {
+        let peer = PeerIdentity::AdminClient {
+            role: Role::Admin,
+            name: "bob".into(),
+        };
+        assert!(in_trail(None, Some(&peer)));
+    }
+
+    #[test]
+    fn a_caller_without_valid_credentials_is_not_in_the_trail() {
+        assert!(!in_trail(None, None));
+    }
+
+    #[test]
+    fn a_call_without_valid_credentials_forwarded_by_a_follower_is_not_in_the_trail() {
+        assert!(!in_trail(None, Some(&PeerIdentity::ControlPlane)));
+    }
+
+    #[test]
+    fn the_first_unauthenticated_refusal_is_logged() {
+        assert!(log_unauthenticated_now(None, Instant::now()));
+    }
+
+    #[test]
+    fn an_unauthenticated_refusal_soon_after_a_logged_one_is_not_logged() {
+        let t = Instant::now();
+        assert!(!log_unauthenticated_now(
+            Some(t),
+            t + UNAUTHENTICATED_LOG_INTERVAL / 2
+        ));
+    }
+
+    #[test]
+    fn an_unauthenticated_refusal_an_interval_after_a_logged_one_is_logged() {
+        let t = Instant::now();
+        assert!(log_unauthenticated_now(
+            Some(t),
+            t + UNAUTHENTICATED_LOG_INTERVAL
+        ));
     }
 }
 

@@ -43,6 +43,18 @@ pub struct AdminAuth {
     nonce: std::sync::atomic::AtomicU64,
     /// How much of the audit trail is kept.
     pub retention: AuditRetention,
+    /// When an unauthenticated refusal was last logged, and how many were not since.
+    unauthenticated_log: std::sync::Mutex<RefusalLog>,
+}
+
+/// Unauthenticated refusals logged and silenced since, for
+/// [`AdminAuth::refused_unauthenticated`].
+#[derive(Debug, Default)]
+struct RefusalLog {
+    /// When the last line was written.
+    last: Option<std::time::Instant>,
+    /// Refusals since then, not logged.
+    silenced: u64,
 }
 
 impl AdminAuth {
@@ -60,6 +72,7 @@ impl AdminAuth {
             client_certs: settings.client_certs,
             nonce: std::sync::atomic::AtomicU64::new(first_nonce()),
             retention: settings.audit_retention,
+            unauthenticated_log: std::sync::Mutex::default(),
         })
     }
 
@@ -70,6 +83,7 @@ impl AdminAuth {
             client_certs: false,
             nonce: std::sync::atomic::AtomicU64::new(first_nonce()),
             retention: AuditRetention::default(),
+            unauthenticated_log: std::sync::Mutex::default(),
         }
     }
 
@@ -118,8 +132,46 @@ impl AdminAuth {
         }
     }
 
+    /// Counts a call refused because the caller presented no valid credentials (not in
+    /// the trail: [`audit::in_trail`]) in `wharf_admin_calls_unauthenticated_total`, and
+    /// logs it at WARN if no such line was written in the last
+    /// [`audit::UNAUTHENTICATED_LOG_INTERVAL`]; the line says how many were refused
+    /// without a line since the previous one. `remote` is the caller's address, `rpc`
+    /// and `connector` (cut: [`audit::bounded_name`]) what it asked for.
+    pub fn refused_unauthenticated(
+        &self,
+        remote: Option<std::net::SocketAddr>,
+        rpc: &str,
+        connector: &str,
+        error: &AuthError,
+    ) {
+        crate::observe::admin_call_unauthenticated();
+        let now = std::time::Instant::now();
+        let mut log = self
+            .unauthenticated_log
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        if audit::log_unauthenticated_now(log.last, now) {
+            tracing::warn!(
+                target: audit::AUDIT_TARGET,
+                peer = %remote.map_or_else(|| "-".to_owned(), |a| a.to_string()),
+                rpc,
+                connector = %audit::bounded_name(connector),
+                error = %error,
+                refused_without_a_line_since_the_last = log.silenced,
+                "admin call refused: no valid credentials (not in the audit trail; counted in wharf_admin_calls_unauthenticated_total; next such line in {} s at the earliest)",
+                audit::UNAUTHENTICATED_LOG_INTERVAL.as_secs()
+            );
+            log.last = Some(now);
+            log.silenced = 0;
+        } else {
+            log.silenced += 1;
+        }
+    }
+
     /// Records a mutating `action`'s outcome in the audit trail (store and log; see
-    /// [`audit::record`]) with who called ([`audit::who`]: the principal, or the peer
+    /// [`audit::record`]), `connector` and `message` bounded ([`audit::bounded`]), with
+    /// who called ([`audit::who`]: the principal, or the peer
     /// certificate of a refused caller); does nothing for a read. `outcome` is `OK` or
     /// the status code's name, `message` the status message (empty when OK),
     /// `forwarded_by` the follower that forwarded the call (or empty).
@@ -144,13 +196,13 @@ impl AdminAuth {
             role,
             auth_method,
             rpc: action.rpc().to_owned(),
-            connector: connector.to_owned(),
+            connector: audit::bounded_name(connector).into_owned(),
             deletion_mode: match action {
                 AdminAction::DeleteConnector(m) => m.as_str().to_owned(),
                 _ => String::new(),
             },
             outcome: outcome.to_owned(),
-            message: message.to_owned(),
+            message: audit::bounded(message, audit::MAX_AUDIT_MESSAGE_BYTES).into_owned(),
             forwarded_by: forwarded_by.to_owned(),
         };
         audit::record(store, &self.retention, &entry);

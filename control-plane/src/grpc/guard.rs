@@ -1,7 +1,7 @@
 //! The gRPC side of the admin guard: every `ConnectorAdmin` RPC names its
 //! [`AdminAction`] and goes through [`Guard::guarded`] (`crate::admin::guard`, shared with
-//! the REST gateway): authentication, role, then the handler; every mutating call,
-//! accepted or refused, is in the audit trail. The trait impl below has one method per
+//! the REST gateway): authentication, role, then the handler; every mutating call of an
+//! identified caller, accepted or refused, is in the audit trail. The trait impl below has one method per
 //! RPC, so a new RPC does not compile until it names its action here.
 
 use std::future::Future;
@@ -54,6 +54,9 @@ impl GuardedAdmin {
             headers: request.metadata().clone().into_headers(),
             // From the verified client certificate, when the connection has one.
             peer: peer_identity(wharf::tls::peer(request.extensions())),
+            remote_addr: wharf::tls::peer(request.extensions())
+                .and_then(|p| p.remote_addr)
+                .or_else(|| request.remote_addr()),
         };
         self.guard
             .guarded(
@@ -69,10 +72,7 @@ impl GuardedAdmin {
                 |e| Err(Status::from(e)),
                 |answer| match answer {
                     Ok(_) => Outcome::ok(),
-                    Err(s) => Outcome {
-                        code: code_name(s.code()),
-                        message: s.message().to_owned(),
-                    },
+                    Err(s) => Outcome::refused(code_name(s.code()), s.message().to_owned()),
                 },
             )
             .await

@@ -1,4 +1,5 @@
-//! The audit trail's records: one per mutating admin call, accepted or refused (see
+//! The audit trail's records: one per mutating admin call of an identified caller,
+//! accepted or refused (see
 //! [`crate::auth::audit`] and docs/security.md, "Audit trail").
 
 use serde::{Deserialize, Serialize};

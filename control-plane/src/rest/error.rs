@@ -99,7 +99,7 @@ impl IntoResponse for RestError {
         let mut response = (status, axum::Json(body)).into_response();
         response
             .extensions_mut()
-            .insert(Refusal(Outcome { code, message }));
+            .insert(Refusal(Outcome::refused(code, message)));
         response
     }
 }

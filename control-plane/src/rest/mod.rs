@@ -27,6 +27,7 @@ use self::error::RestError;
 use self::loggers::Loggers;
 use crate::admin::guard::{Caller, Guard, Outcome};
 use crate::admin::{Admin, DeleteOptions, RestartScope};
+use crate::auth::audit::bounded_name;
 use crate::auth::{AdminAction, DeleteMode, Principal};
 use crate::model::TargetState;
 
@@ -219,8 +220,8 @@ fn delete_mode(query: Option<&str>) -> DeleteMode {
 /// as the gRPC server's `rpc` span), then the admin [`Guard`] shared with gRPC: a bearer
 /// token (`Authorization: Bearer TOKEN`) authenticates, the role is authorized for the
 /// route's [`AdminAction`] ([`rest_access`]), a refusal is 401 or 403 in Kafka Connect's
-/// error body and runs nothing, and every mutating call, accepted or refused, is in the
-/// audit trail. Over HTTPS a verified admin client certificate (`Caller::peer`) is a
+/// error body and runs nothing, and every mutating call of an identified caller, accepted
+/// or refused, is in the audit trail (a 401 is counted and logged at a bounded rate). Over HTTPS a verified admin client certificate (`Caller::peer`) is a
 /// principal too, as on gRPC.
 async fn admit(
     State(g): State<Gateway>,
@@ -273,15 +274,16 @@ async fn admit(
                 .map(|(_, v)| v.to_owned())
         })
         .unwrap_or_default();
-    // Over HTTPS, a verified admin client certificate is a principal too.
-    let peer = req
+    let connection = req
         .extensions()
         .get::<axum::extract::ConnectInfo<RestPeer>>()
-        .and_then(|c| crate::auth::peer_identity(Some(&c.0.0)));
+        .map(|c| &c.0.0);
     let caller = Caller {
         headers: req.headers().clone(),
-        peer,
+        // Over HTTPS, a verified admin client certificate is a principal too.
+        peer: crate::auth::peer_identity(connection),
         forwarded_by: String::new(),
+        remote_addr: connection.and_then(|c| c.remote_addr),
     };
     let Some(action) = action else {
         // Authenticate only (any role), then the router's 405.
@@ -309,14 +311,20 @@ async fn admit(
             }
         },
         |e| RestError::Api(e).into_response(),
-        |answer| match answer.extensions().get::<error::Refusal>() {
-            Some(r) => r.0.clone(),
-            None if answer.status().is_success() => Outcome::ok(),
-            // Not a RestError (axum's own answer): named by its HTTP status.
-            None => Outcome {
-                code: "UNKNOWN",
-                message: format!("HTTP {}", answer.status()),
-            },
+        |answer| {
+            let outcome = match answer.extensions().get::<error::Refusal>() {
+                Some(r) => r.0.clone(),
+                None if answer.status().is_success() => Outcome::ok(),
+                // Not a RestError (axum's own answer): named by its HTTP status.
+                None => Outcome::refused("UNKNOWN", format!("HTTP {}", answer.status())),
+            };
+            Outcome {
+                connector: answer
+                    .extensions()
+                    .get::<BodyConnector>()
+                    .map(|c| c.0.clone()),
+                ..outcome
+            }
         },
     );
     span.ended_with(answer, rest_outcome).await
@@ -533,7 +541,9 @@ fn full_config(v: &Value, name: &str) -> Result<HashMap<String, String>, RestErr
         if k == json::NAME_KEY {
             if val != name {
                 return Err(RestError::BadRequest(format!(
-                    "connector name in the config ({val:?}) does not match the connector name {name:?}"
+                    "connector name in the config ({:?}) does not match the connector name {:?}",
+                    bounded_name(&val),
+                    bounded_name(name)
                 )));
             }
             continue;
@@ -617,32 +627,53 @@ async fn list(State(g): State<Gateway>, q: RawQuery) -> RestResult {
     ok(Value::Object(out))
 }
 
+/// The connector a request names in its body rather than its path (`POST /connectors`),
+/// put on the answer by the handler so that the audit entry names it as gRPC's does.
+#[derive(Debug, Clone)]
+struct BodyConnector(String);
+
 /// `POST /connectors` `{"name", "config", "initial_state"?}`: 201 with the connector.
+/// The answer, success or refusal, carries the body's name for the audit trail
+/// ([`BodyConnector`]) once the body has one.
 async fn create(
     State(g): State<Gateway>,
     axum::Extension(caller): axum::Extension<Principal>,
     headers: HeaderMap,
     body: Body,
-) -> RestResult {
-    let v = json_body(&headers, body).await?;
-    let name = match v.get("name") {
-        Some(Value::String(s)) => s.clone(),
-        Some(_) => return Err(RestError::BadRequest("name must be a string".into())),
-        None => match v.get("config").and_then(|c| c.get(json::NAME_KEY)) {
+) -> Response {
+    let named = async {
+        let v = json_body(&headers, body).await?;
+        let name = match v.get("name") {
             Some(Value::String(s)) => s.clone(),
-            _ => {
-                return Err(RestError::BadRequest(
-                    "the body has no name: send {\"name\": ..., \"config\": {...}}".into(),
-                ));
-            }
-        },
+            Some(_) => return Err(RestError::BadRequest("name must be a string".into())),
+            None => match v.get("config").and_then(|c| c.get(json::NAME_KEY)) {
+                Some(Value::String(s)) => s.clone(),
+                _ => {
+                    return Err(RestError::BadRequest(
+                        "the body has no name: send {\"name\": ..., \"config\": {...}}".into(),
+                    ));
+                }
+            },
+        };
+        Ok((v, name))
     };
+    let (v, name) = match named.await {
+        Ok(named) => named,
+        Err(e) => return e.into_response(),
+    };
+    let mut answer = create_named(&g, &caller, &v, &name).await.into_response();
+    answer.extensions_mut().insert(BodyConnector(name));
+    answer
+}
+
+/// The rest of [`create`], for the connector `name` the body `v` names.
+async fn create_named(g: &Gateway, caller: &Principal, v: &Value, name: &str) -> RestResult {
     let Some(cfg) = v.get("config") else {
         return Err(RestError::BadRequest(
             "the body has no config: send {\"name\": ..., \"config\": {...}}".into(),
         ));
     };
-    let config = full_config(cfg, &name)?;
+    let config = full_config(cfg, name)?;
     let target = match v.get("initial_state") {
         None | Some(Value::Null) => TargetState::Started,
         Some(Value::String(s)) => match s.to_ascii_uppercase().as_str() {
@@ -661,7 +692,7 @@ async fn create(
             ));
         }
     };
-    let info = g.admin.create(&name, &config, target, &caller).await?;
+    let info = g.admin.create(name, &config, target, caller).await?;
     created(&info)
 }
 
@@ -738,7 +769,9 @@ async fn patch_config(
         && given.as_deref() != Some(name.as_str())
     {
         return Err(RestError::BadRequest(format!(
-            "connector name in the config ({given:?}) does not match the connector name {name:?}"
+            "connector name in the config ({:?}) does not match the connector name {:?}",
+            given.as_deref().map(bounded_name),
+            bounded_name(&name)
         )));
     }
     ok(json::connector_info(
@@ -977,7 +1010,9 @@ async fn validate(
         Some(given) if *given == class => {}
         Some(given) => {
             return Err(RestError::BadRequest(format!(
-                "connector.class {given:?} in the body does not match the plugin {class:?} in the path"
+                "connector.class {:?} in the body does not match the plugin {:?} in the path",
+                bounded_name(given),
+                bounded_name(&class)
             )));
         }
     }
@@ -1325,6 +1360,18 @@ mod tests {
         assert!(full_config(&json!({"name": "other"}), "c").is_err());
         assert!(full_config(&json!({"a": [1]}), "c").is_err());
         assert!(full_config(&json!({"a": null}), "c").is_err());
+    }
+
+    #[test]
+    fn a_mismatched_name_is_quoted_cut_in_the_refusal() {
+        let huge = "z".repeat(1_000_000);
+        let other = format!("{huge}y");
+        let Err(RestError::BadRequest(m)) = full_config(&json!({ "name": other }), &huge) else {
+            panic!("a mismatched name is refused");
+        };
+        assert!(m.len() < 1_000, "{} bytes", m.len());
+        assert!(m.contains("[cut, 1000001 bytes]"), "{m}");
+        assert!(m.contains("[cut, 1000000 bytes]"), "{m}");
     }
 
     #[test]
