@@ -40,8 +40,9 @@ pub enum CertsError {
     /// rcgen refused (bad name, unreadable CA...).
     #[error("{0}")]
     Rcgen(String),
-    /// The identity cannot be named in a certificate (or a file name): an executor id or
-    /// admin name that is empty, `.`/`..`, or holds `/`, whitespace or control characters.
+    /// The identity cannot be named in a certificate (or a file name): an executor id
+    /// outside [`crate::ids::check_executor_id`]'s rule, or an admin name that is empty,
+    /// `.`/`..`, or holds `/`, whitespace or control characters.
     #[error("{0}")]
     BadIdentity(String),
     /// `init` would overwrite an existing CA.
@@ -161,6 +162,11 @@ fn check_nameable(identity: &Identity) -> Result<(), CertsError> {
         Identity::Executor(id) => ("executor id", id),
         Identity::Admin { name, .. } => ("admin name", name),
     };
+    if let Identity::Executor(id) = identity
+        && let Err(e) = crate::ids::check_executor_id(id)
+    {
+        return Err(CertsError::BadIdentity(format!("executor id {id:?} {e}")));
+    }
     let uri = identity.to_uri(crate::identity::DEFAULT_TRUST_DOMAIN);
     let parsed = Identity::parse_uri(&uri, crate::identity::DEFAULT_TRUST_DOMAIN);
     if parsed.is_err() || name.1 == "." || name.1 == ".." {

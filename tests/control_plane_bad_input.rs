@@ -156,6 +156,30 @@ async fn bad_requests_are_refused_naming_the_field_and_change_nothing() {
         ),
         (
             "CreateConnector",
+            json!({ "name": "x", "config": with(&[("", json!("v"))]) }),
+            INVALID_ARGUMENT,
+            "invalid config[\"\"]: the key is empty",
+        ),
+        (
+            "CreateConnector",
+            json!({ "name": "x", "config": with(&[("tasks.max\n", json!("1"))]) }),
+            INVALID_ARGUMENT,
+            "control character",
+        ),
+        (
+            "PutConnectorConfig",
+            json!({ "name": name, "config": with(&[("", json!("v"))]) }),
+            INVALID_ARGUMENT,
+            "invalid config[\"\"]: the key is empty",
+        ),
+        (
+            "PutConnectorConfig",
+            json!({ "name": "new-one", "config": with(&[(" tasks.max", json!("1"))]) }),
+            INVALID_ARGUMENT,
+            "invalid config[\" tasks.max\"]: the key has leading or trailing whitespace",
+        ),
+        (
+            "CreateConnector",
             json!({ "name": "x", "config": with(&[]), "initial_state": 42 }),
             INVALID_ARGUMENT,
             "initial_state",
@@ -261,4 +285,21 @@ async fn bad_requests_are_refused_naming_the_field_and_change_nothing() {
             assert_eq!(last["principal"], "anonymous", "{last}");
         }
     }
+
+    // Validate reports an empty key as an error on that key, and stores nothing.
+    let r = c.call(
+        "ValidateConnectorConfig",
+        json!({ "config": with(&[("", json!("v"))]) }),
+    );
+    assert_eq!(r.code, 0, "{}", r.err);
+    let entry = r.body["configs"]
+        .as_array()
+        .and_then(|cs| cs.iter().find(|e| e["name"] == "").cloned())
+        .unwrap_or_else(|| panic!("no entry for the empty key: {}", r.body));
+    assert!(
+        entry["errors"].to_string().contains("the key is empty"),
+        "{entry}"
+    );
+    assert!(r.body["errorCount"].as_u64() >= Some(1), "{}", r.body);
+    assert_eq!(snapshot(&c), before, "validate changed the store");
 }

@@ -270,3 +270,160 @@ async fn a_refused_executor_certificate_is_named_in_the_audit_trail() {
     assert_eq!(e["rpc"], "CreateConnector", "{e}");
     assert_eq!(e["outcome"], "PERMISSION_DENIED", "{e}");
 }
+
+/// Runs `wharf-executor` against `c` with `args` and `env` added to the usual settings
+/// (data dir `data`); it must exit on its own within 20 s. Exit code and stderr.
+async fn run_to_exit(
+    c: &TestCluster,
+    data: &std::path::Path,
+    args: &[&str],
+    env: &[(&str, &str)],
+) -> (i32, String) {
+    let out = tokio::time::timeout(
+        Duration::from_secs(20),
+        tokio::process::Command::new(bin("wharf-executor"))
+            .args(["--listen", "127.0.0.2:0", "--control-plane", &c.cp_url()])
+            .arg("--data-dir")
+            .arg(data)
+            .args(args)
+            .env_remove("WHARF_EXECUTOR_ID")
+            .envs(env.iter().copied())
+            .stdin(std::process::Stdio::null())
+            .kill_on_drop(true)
+            .output(),
+    )
+    .await
+    .unwrap_or_else(|_| panic!("the executor with {args:?} {env:?} is still running"))
+    .expect("run wharf-executor");
+    (
+        out.status.code().unwrap_or(-1),
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    )
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn executor_ids_follow_one_rule_at_start_at_registration_and_for_certificates() {
+    let c = TestCluster::start(0).await;
+    let listed = |c: &TestCluster| -> Vec<String> {
+        let r = c.call("ListExecutors", json!({}));
+        r.body["executors"]
+            .as_array()
+            .map(|es| {
+                es.iter()
+                    .filter_map(|e| e["id"].as_str().map(str::to_owned))
+                    .collect()
+            })
+            .unwrap_or_default()
+    };
+
+    // A bad --executor-id or WHARF_EXECUTOR_ID stops the start with exit code 2 (as
+    // every bad setting), naming the setting, quoting the value and stating the rule;
+    // nothing registers and no id is kept.
+    for (i, (flag, env, shown)) in [
+        (Some(""), None, "\"\""),
+        (Some("bad id/ü"), None, "\"bad id/ü\""),
+        (None, Some("a/b"), "\"a/b\""),
+    ]
+    .into_iter()
+    .enumerate()
+    {
+        let data = c.dir.path().join(format!("bad-{i}"));
+        let args: Vec<&str> = flag.map(|f| vec!["--executor-id", f]).unwrap_or_default();
+        let env: Vec<(&str, &str)> = env
+            .map(|v| vec![("WHARF_EXECUTOR_ID", v)])
+            .unwrap_or_default();
+        let (code, stderr) = run_to_exit(&c, &data, &args, &env).await;
+        assert_eq!(code, 2, "{flag:?} {env:?}: {stderr}");
+        assert!(
+            stderr.contains("--executor-id")
+                && stderr.contains("WHARF_EXECUTOR_ID")
+                && stderr.contains(shown)
+                && stderr.contains("executor ids are 1 to 200 bytes from A-Z a-z 0-9 . _ -"),
+            "{flag:?} {env:?}: {stderr}"
+        );
+        assert!(!data.join("executor.id").exists(), "{flag:?} {env:?}");
+    }
+    assert_eq!(listed(&c), Vec::<String>::new());
+
+    // An id kept in the data dir from before registers again when valid ...
+    let kept = c.dir.path().join("kept");
+    std::fs::create_dir_all(&kept).expect("data dir");
+    std::fs::write(kept.join("executor.id"), "exec-kept\n").expect("kept id");
+    let mut p = Proc::spawn(
+        bin("wharf-executor"),
+        vec![
+            "--listen".into(),
+            "127.0.0.2:0".into(),
+            "--control-plane".into(),
+            c.cp_url(),
+            "--data-dir".into(),
+            kept.display().to_string(),
+        ],
+        &kept,
+    );
+    p.listen_addr().await;
+    wait_until("exec-kept registered", CONVERGE, || async {
+        (listed(&c) == ["exec-kept"]).then_some(())
+    })
+    .await;
+    drop(p);
+    // ... and stops the start, naming its file, when it breaks the rule.
+    let stale = c.dir.path().join("stale");
+    std::fs::create_dir_all(&stale).expect("data dir");
+    std::fs::write(stale.join("executor.id"), "old id/1").expect("kept id");
+    let (code, stderr) = run_to_exit(&c, &stale, &[], &[]).await;
+    assert_ne!(code, 0, "{stderr}");
+    assert!(
+        stderr.contains("\"old id/1\"")
+            && stderr.contains(&stale.join("executor.id").display().to_string())
+            && stderr.contains("A-Z a-z 0-9 . _ -"),
+        "{stderr}"
+    );
+
+    // The registry applies the same rule to a registration sent by other means.
+    let mut registry =
+        wharf::pb::v1::executor_registry_client::ExecutorRegistryClient::connect(c.cp_url())
+            .await
+            .expect("connect to the registry");
+    for bad in ["", "bad id/ü"] {
+        let e = registry
+            .register_executor(wharf::pb::v1::RegisterExecutorRequest {
+                executor_id: bad.into(),
+                advertised_address: "http://127.0.0.2:1".into(),
+                ..Default::default()
+            })
+            .await
+            .expect_err(bad);
+        assert_eq!(e.code(), tonic::Code::InvalidArgument, "{bad:?}: {e}");
+        assert!(
+            e.message().contains("executor_id")
+                && e.message()
+                    .contains("1 to 200 bytes from A-Z a-z 0-9 . _ -"),
+            "{bad:?}: {e}"
+        );
+    }
+    assert_eq!(listed(&c), ["exec-kept"]);
+
+    // `certs executor --id` refuses by the same rule and writes nothing.
+    let ca = c.dir.path().join("ca");
+    let certs = |args: &[&str]| {
+        std::process::Command::new(bin("wharf-control-plane"))
+            .arg("certs")
+            .args(args)
+            .arg("--dir")
+            .arg(&ca)
+            .output()
+            .expect("run certs")
+    };
+    assert!(certs(&["init"]).status.success());
+    for bad in ["a/b", "bad-ü", ".."] {
+        let out = certs(&["executor", "--id", bad]);
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert!(!out.status.success(), "{bad}: {stderr}");
+        assert!(
+            stderr.contains(&format!("{bad:?}")) && stderr.contains("1 to 200 bytes"),
+            "{bad}: {stderr}"
+        );
+    }
+    assert!(certs(&["executor", "--id", "exec-ok"]).status.success());
+}

@@ -9,7 +9,7 @@
 use std::process::{Command, Stdio};
 
 use serde_json::{Value, json};
-use wharf_harness::cluster::{CONVERGE, TestCluster};
+use wharf_harness::cluster::{CONVERGE, INVALID_ARGUMENT, TestCluster};
 use wharf_harness::{FILE_ROOT_ENV, Proc, wait_until};
 
 /// A file-sink config writing `file` from topic `t`.
@@ -52,12 +52,12 @@ async fn file_plugins_touch_only_paths_under_the_executors_root() {
     })
     .await;
 
-    // Outside: an absolute path, a `..`, and a link inside the root leading out.
+    // Outside: an absolute path and a link inside the root leading out, which only the
+    // host can tell (a `..` is refused at create: see below).
     std::os::unix::fs::symlink(outside.path(), root.join("escape")).expect("symlink");
     let absolute = outside.path().join("abs.jsonl").display().to_string();
     let cases = [
         ("absolute", absolute.as_str(), "is outside the root"),
-        ("dotdot", "../dotdot.jsonl", "contains \"..\""),
         ("symlink", "escape/link.jsonl", "symbolic link"),
     ];
     for (name, file, why) in cases {
@@ -76,13 +76,59 @@ async fn file_plugins_touch_only_paths_under_the_executors_root() {
         .expect("outside dir")
         .collect();
     assert!(written.is_empty(), "written outside the root: {written:?}");
-    assert!(
-        !root.parent().expect("parent").join("dotdot.jsonl").exists(),
-        "`..` escaped the root"
-    );
     // The connector inside is untouched by its neighbours' failures.
     c.wait_state("inside", "STATE_RUNNING", "STATE_RUNNING", 1)
         .await;
+}
+
+/// A file-source config reading `file` into topic `t`.
+fn source(file: &str) -> Value {
+    json!({ "connector.class": "file-source", "tasks.max": "1", "file": file, "topic": "t" })
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_dot_dot_file_is_reported_by_validate_and_refused_at_create_naming_config_file() {
+    // The `file` key's validator runs on the live executor offering the plugin: no root
+    // is needed to refuse a `..`, so it is no longer a FAILED start.
+    let c = TestCluster::start(1).await;
+    for (plugin, config) in [
+        ("file-sink", sink("../../etc/evil")),
+        ("file-source", source("logs/../../evil")),
+    ] {
+        let body = wait_until(
+            &format!("validate reports {plugin}'s check on file"),
+            CONVERGE,
+            || async {
+                let r = c.call("ValidateConnectorConfig", json!({ "config": config }));
+                assert_eq!(r.code, 0, "{plugin}: {}", r.err);
+                (r.body["errorCount"] != 0).then_some(r.body)
+            },
+        )
+        .await;
+        let file = body["configs"]
+            .as_array()
+            .and_then(|cs| cs.iter().find(|k| k["name"] == "file").cloned())
+            .unwrap_or_else(|| panic!("{plugin}: no file entry: {body}"));
+        assert!(
+            file["errors"].to_string().contains("contains \\\"..\\\""),
+            "{plugin}: {file}"
+        );
+        let r = c.call(
+            "CreateConnector",
+            json!({ "name": "evil", "config": config }),
+        );
+        assert_eq!(r.code, INVALID_ARGUMENT, "{plugin}: {r:?}");
+        assert!(
+            r.err.contains("config[file]") && r.err.contains("contains \"..\""),
+            "{plugin}: {}",
+            r.err
+        );
+        assert_eq!(
+            c.call("ListConnectors", json!({})).body["connectors"],
+            json!([]),
+            "{plugin}: nothing created"
+        );
+    }
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

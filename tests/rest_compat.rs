@@ -858,6 +858,65 @@ async fn bad_input_gets_connects_status_and_error_body_and_changes_nothing() {
             400,
             "invalid log level",
         ),
+        // An unknown top-level field is refused by name (as Connect's Jackson does), not
+        // ignored: misspelt, initial_state would create a RUNNING connector.
+        (
+            "POST",
+            "/connectors",
+            Some(br#"{"name":"typo1","config":{"connector.class":"test-source"},"initialState":"PAUSED"}"#.to_vec()),
+            None,
+            400,
+            "unknown field \"initialState\" in the body: the fields are name, config, initial_state; did you mean \"initial_state\"?",
+        ),
+        (
+            "PATCH",
+            "/connectors/keep/offsets",
+            Some(br#"{"offsets":[],"reset":true}"#.to_vec()),
+            None,
+            400,
+            "unknown field \"reset\"",
+        ),
+        (
+            "PATCH",
+            "/connectors/keep/offsets",
+            Some(br#"{"offsets":[{"partition":{},"offset":{},"Offset":{}}]}"#.to_vec()),
+            None,
+            400,
+            "unknown field \"Offset\" in offsets[0]",
+        ),
+        (
+            "PUT",
+            "/admin/loggers/wharf_control_plane",
+            Some(br#"{"level":"DEBUG","scope":"cluster"}"#.to_vec()),
+            None,
+            400,
+            "unknown field \"scope\"",
+        ),
+        // An empty config key names nothing: refused naming it, on every way in.
+        (
+            "POST",
+            "/connectors",
+            Some(br#"{"name":"x","config":{"connector.class":"test-source","":"v"}}"#.to_vec()),
+            None,
+            400,
+            "invalid config[\"\"]: the key is empty",
+        ),
+        (
+            "PUT",
+            "/connectors/keep/config",
+            Some(br#"{"connector.class":"test-source","":"v"}"#.to_vec()),
+            None,
+            400,
+            "invalid config[\"\"]: the key is empty",
+        ),
+        (
+            "PATCH",
+            "/connectors/keep/config",
+            Some(br#"{" tasks.max":"2"}"#.to_vec()),
+            None,
+            400,
+            "invalid config[\" tasks.max\"]: the key has leading or trailing whitespace",
+        ),
     ];
     for (method, path, body, ct, status, says) in cases {
         let a = rest.send(method, path, body, ct).await;
@@ -869,6 +928,82 @@ async fn bad_input_gets_connects_status_and_error_body_and_changes_nothing() {
         rest.get("/connectors/keep/config").await.body,
         config_before
     );
+
+    // Validate reports an empty key as an error on that key (200, as for every
+    // validation), where create refuses it.
+    let a = rest
+        .json(
+            "PUT",
+            "/connector-plugins/test-source/config/validate",
+            &json!({ "connector.class": "test-source", "": "v" }),
+        )
+        .await;
+    assert_eq!(a.status, 200, "{:?}", a.body);
+    let entry = a.body["configs"]
+        .as_array()
+        .and_then(|cs| cs.iter().find(|e| e["value"]["name"] == ""))
+        .unwrap_or_else(|| panic!("no entry for the empty key: {}", a.body));
+    let errors = entry["value"]["errors"].to_string();
+    assert!(errors.contains("the key is empty"), "{entry}");
+    assert!(a.body["error_count"].as_u64() >= Some(1), "{}", a.body);
+
+    // PAUSED only with the field spelt right.
+    let a = rest
+        .json(
+            "POST",
+            "/connectors",
+            &json!({ "name": "spelt", "config": c.source_config("spelt", 1), "initial_state": "PAUSED" }),
+        )
+        .await;
+    assert_eq!(a.status, 201, "{:?}", a.body);
+    wait_connector_state(&rest, "spelt", "PAUSED", 1).await;
+}
+
+/// A body cut short (Content-Length 100, ten bytes sent, then the client's side closed)
+/// is a malformed request, 400 when the answer can still be written, and audited as
+/// INVALID_ARGUMENT; only a body over the limit is 413. Nothing is created.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_body_cut_short_is_a_bad_request_not_too_large() {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let (c, rest) = start(1).await;
+    let mut stream = tokio::net::TcpStream::connect(&rest.addr)
+        .await
+        .expect("connect to the REST gateway");
+    let head = format!(
+        "POST /connectors HTTP/1.1\r\nHost: {}\r\nContent-Type: application/json\r\nContent-Length: 100\r\n\r\n{{\"name\":\"",
+        rest.addr
+    );
+    stream.write_all(head.as_bytes()).await.expect("send");
+    stream.shutdown().await.expect("close the sending side");
+    let mut answer = Vec::new();
+    // The server may answer, or close without answering: the client is gone.
+    let _ = tokio::time::timeout(Duration::from_secs(10), stream.read_to_end(&mut answer)).await;
+    let answer = String::from_utf8_lossy(&answer);
+    assert!(
+        answer.is_empty() || answer.starts_with("HTTP/1.1 400"),
+        "{answer}"
+    );
+    assert!(!answer.contains("larger than"), "{answer}");
+    let entry = wait_until(
+        "the refused create in the audit trail",
+        CONVERGE,
+        || async {
+            let r = c.call("ListAuditEntries", json!({ "page_size": 1000 }));
+            r.body["entries"]
+                .as_array()
+                .and_then(|es| es.iter().find(|e| e["rpc"] == "CreateConnector").cloned())
+        },
+    )
+    .await;
+    assert_eq!(entry["outcome"], "INVALID_ARGUMENT", "{entry}");
+    assert!(
+        entry["message"]
+            .as_str()
+            .unwrap_or_default()
+            .contains("could not be read whole"),
+        "{entry}"
+    );
+    assert_eq!(rest.get("/connectors").await.body, json!([]));
 }
 
 /// `/admin/loggers` starts from the process's `RUST_LOG` and a change keeps it for every

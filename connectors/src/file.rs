@@ -162,6 +162,30 @@ pub fn place_under(root: &Path, requested: &str) -> Result<PathBuf, PathRefusal>
     }
 }
 
+/// The `file` key's validator: the part of [`place_under`]'s decision that needs no
+/// root, so that validate reports it and create refuses it (`config[file]`) instead of
+/// the connector failing at start. The root is only known on the host: an absolute
+/// path outside it, or a symbolic link leading out, is still refused at start
+/// ([`FileRoot::resolve`]).
+///
+/// # Errors
+/// The value quoted with the [`PathRefusal`] (`contains ".."`, `is empty`).
+pub fn check_file_value(value: &str) -> Result<(), String> {
+    let refusal = if value.is_empty() {
+        PathRefusal::Empty
+    } else if Path::new(value)
+        .components()
+        .any(|c| c == Component::ParentDir)
+    {
+        PathRefusal::ParentDir
+    } else {
+        return Ok(());
+    };
+    Err(format!(
+        "value {value:?} {refusal}; file plugins only touch paths under the executor's --file-root, and \"..\" is refused whatever the root"
+    ))
+}
+
 /// The `file-source` plugin, confined to `root`.
 pub fn source_plugin(root: FileRoot) -> Plugin {
     Plugin {
@@ -175,7 +199,8 @@ pub fn source_plugin(root: FileRoot) -> Plugin {
                     Importance::High,
                     "Path of the file whose lines are read: relative to the executor's --file-root, or absolute under it.",
                 )
-                .required(),
+                .required()
+                .validator(check_file_value),
             )
             .define(
                 ConfigKey::new(
@@ -207,7 +232,8 @@ pub fn sink_plugin(root: FileRoot) -> Plugin {
                     Importance::High,
                     "Path of the file records are appended to, one JSON line each: relative to the executor's --file-root, or absolute under it.",
                 )
-                .required(),
+                .required()
+                .validator(check_file_value),
             )
             .define(
                 ConfigKey::new(
@@ -506,6 +532,66 @@ mod tests {
         let root = Path::new("/srv/wharf");
         for v in ["../etc/passwd", "a/../b", "/srv/wharf/../wharf/a", ".."] {
             assert_eq!(place_under(root, v), Err(PathRefusal::ParentDir), "{v}");
+        }
+    }
+
+    #[test]
+    fn the_file_validator_refuses_dot_dot_anywhere_without_a_root() {
+        for bad in ["../../etc/evil", "a/../b", "/srv/wharf/../x", ".."] {
+            let e = check_file_value(bad).expect_err(bad);
+            assert!(
+                e.contains(&format!("{bad:?}")) && e.contains("contains \"..\""),
+                "{bad}: {e}"
+            );
+        }
+    }
+
+    #[test]
+    fn the_file_validator_refuses_an_empty_value() {
+        assert!(
+            check_file_value("")
+                .expect_err("empty")
+                .contains("is empty")
+        );
+    }
+
+    #[test]
+    fn the_file_validator_leaves_root_dependent_checks_to_the_start() {
+        // Absolute paths may lie under the root; only the host knows.
+        for good in [
+            "out.jsonl",
+            "a/./b.jsonl",
+            "/etc/passwd",
+            "x..y",
+            "...",
+            "a/..b",
+        ] {
+            assert_eq!(check_file_value(good), Ok(()), "{good}");
+        }
+    }
+
+    #[test]
+    fn both_file_plugins_check_file_in_their_definition() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let root = FileRoot::new(dir.path()).expect("root");
+        for plugin in [source_plugin(root.clone()), sink_plugin(root)] {
+            let key = plugin.config_def.key("file").expect("file key");
+            assert!(key.validator.is_some(), "{}", plugin.name);
+            let config: ConfigMap = [("file".to_owned(), "../x".to_owned())]
+                .into_iter()
+                .collect();
+            let errors: Vec<String> = plugin
+                .config_def
+                .validate(&config)
+                .into_iter()
+                .filter(|v| v.name == "file")
+                .flat_map(|v| v.errors)
+                .collect();
+            assert!(
+                errors.iter().any(|e| e.contains("contains \"..\"")),
+                "{}: {errors:?}",
+                plugin.name
+            );
         }
     }
 

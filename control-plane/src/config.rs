@@ -173,7 +173,8 @@ pub enum CertsCommand {
         /// Directory of the CA.
         #[arg(long, value_name = "DIR")]
         dir: PathBuf,
-        /// The executor id (its --executor-id).
+        /// The executor id (its --executor-id): 1 to 200 bytes from A-Z a-z 0-9 . _ -,
+        /// not "." or "..".
         #[arg(long, value_name = "ID")]
         id: String,
         /// Host names or IP addresses of its advertised address (comma-separated).
@@ -220,13 +221,9 @@ pub fn run_certs(what: CertsCommand) -> Result<(), String> {
             wharf::certs::issue(&dir, &Identity::ControlPlane, &host)
         }
         CertsCommand::Executor { dir, id, host } => {
-            let identity = Identity::Executor(id);
-            Identity::parse_uri(
-                &identity.to_uri(wharf::identity::DEFAULT_TRUST_DOMAIN),
-                wharf::identity::DEFAULT_TRUST_DOMAIN,
-            )
-            .map_err(|e| format!("--id: {e}"))?;
-            wharf::certs::issue(&dir, &identity, &host)
+            // The executor applies the same rule at start, the registry at registration.
+            wharf::ids::check_executor_id(&id).map_err(|e| format!("--id {id:?} {e}"))?;
+            wharf::certs::issue(&dir, &Identity::Executor(id), &host)
         }
         CertsCommand::Admin { dir, name, role } => {
             let role = AdminRole::parse(&role).map_err(|e| format!("--role: {e}"))?;

@@ -171,6 +171,17 @@ pub enum AppError {
         #[source]
         source: std::io::Error,
     },
+    /// The executor id (given, the certificate's, or the one kept in the data dir)
+    /// breaks the rule of [`wharf::ids::check_executor_id`].
+    #[error("executor id {id:?} from {from} {reason}")]
+    BadExecutorId {
+        /// The id.
+        id: String,
+        /// Where it came from: `--executor-id`, the certificate, or the kept file.
+        from: String,
+        /// The broken part of the rule.
+        reason: wharf::ids::InvalidExecutorId,
+    },
     /// A non-loopback plaintext listener without `--insecure`.
     #[error(
         "{0} is not a loopback address and no TLS is configured; set --tls-cert/--tls-key/--tls-ca (docs/security.md) or pass --insecure"
@@ -203,6 +214,9 @@ impl AppError {
             ),
             AppError::PluginRuntime { .. } => Some(
                 "lower --plugin-threads, or raise this host's limits on threads (ulimit -u, /proc/sys/kernel/threads-max, pid_max)".into(),
+            ),
+            AppError::BadExecutorId { .. } => Some(
+                "give a valid --executor-id (a kept <data-dir>/executor.id may also be removed: a new id is then generated, and the executor registers as a new one)".into(),
             ),
             AppError::Tls(_) | AppError::Insecure(_) => Some(
                 "see docs/security.md (make certificates with `wharf-control-plane certs`)".into(),
@@ -543,12 +557,25 @@ fn resolve_executor_id(
     cert: Option<String>,
     data_dir: &Path,
 ) -> Result<String, AppError> {
-    match (given, cert) {
-        (Some(id), Some(cert)) if id != cert => Err(AppError::Tls(format!(
-            "--executor-id {id:?} but the certificate is executor {cert:?}"
-        ))),
-        (Some(id), _) | (None, Some(id)) => Ok(id),
-        (None, None) => stored_executor_id(data_dir),
+    let (id, from) = match (given, cert) {
+        (Some(id), Some(cert)) if id != cert => {
+            return Err(AppError::Tls(format!(
+                "--executor-id {id:?} but the certificate is executor {cert:?}"
+            )));
+        }
+        (Some(id), _) => (id, "--executor-id".to_owned()),
+        (None, Some(id)) => (id, "the --tls-cert certificate".to_owned()),
+        (None, None) => (
+            stored_executor_id(data_dir)?,
+            data_dir.join(EXECUTOR_ID_FILE).display().to_string(),
+        ),
+    };
+    // Checked here as well as in the settings: an embedding program may set the id
+    // directly, and a kept file or a certificate may predate the rule. The control plane
+    // would refuse the registration, over and over.
+    match wharf::ids::check_executor_id(&id) {
+        Ok(()) => Ok(id),
+        Err(reason) => Err(AppError::BadExecutorId { id, from, reason }),
     }
 }
 
@@ -621,6 +648,45 @@ mod tests {
             .expect_err("they differ");
         assert!(err.to_string().contains("exec-other"), "{err}");
         // Neither made an id file.
+        assert!(!dir.path().join(EXECUTOR_ID_FILE).exists());
+    }
+
+    #[test]
+    fn a_valid_id_kept_from_before_is_used_again() {
+        let dir = tempfile::tempdir().expect("temp dir");
+        std::fs::write(dir.path().join(EXECUTOR_ID_FILE), "exec-kept\n").expect("write");
+        assert_eq!(
+            resolve_executor_id(None, None, dir.path()).expect("kept"),
+            "exec-kept"
+        );
+    }
+
+    #[test]
+    fn a_kept_id_breaking_the_rule_is_refused_naming_its_file() {
+        let dir = tempfile::tempdir().expect("temp dir");
+        let file = dir.path().join(EXECUTOR_ID_FILE);
+        std::fs::write(&file, "bad id/x").expect("write");
+        let err = resolve_executor_id(None, None, dir.path()).expect_err("bad kept id");
+        let text = err.to_string();
+        assert!(
+            matches!(err, AppError::BadExecutorId { .. })
+                && text.contains("\"bad id/x\"")
+                && text.contains(&file.display().to_string())
+                && text.contains("A-Z a-z 0-9 . _ -"),
+            "{text}"
+        );
+    }
+
+    #[test]
+    fn a_given_or_certificate_id_breaking_the_rule_is_refused() {
+        let dir = tempfile::tempdir().expect("temp dir");
+        for (given, cert) in [
+            (Some("a b".to_owned()), None),
+            (None, Some("a:b".to_owned())),
+        ] {
+            let err = resolve_executor_id(given, cert, dir.path()).expect_err("bad id");
+            assert!(matches!(err, AppError::BadExecutorId { .. }), "{err}");
+        }
         assert!(!dir.path().join(EXECUTOR_ID_FILE).exists());
     }
 }

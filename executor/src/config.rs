@@ -50,8 +50,9 @@ pub struct Cli {
     /// URL the control plane uses to reach this executor. [default: http://<bound address>]
     #[arg(long, env = "WHARF_ADVERTISE", value_name = "URL")]
     pub advertise: Option<String>,
-    /// Executor id. [default: with --tls-cert the certificate's; otherwise generated once
-    /// and kept in <data-dir>/executor.id]
+    /// Executor id: 1 to 200 bytes from A-Z a-z 0-9 . _ - (ASCII only), not "." or "..".
+    /// [default: with --tls-cert the certificate's; otherwise generated once and kept in
+    /// <data-dir>/executor.id]
     #[arg(long, env = "WHARF_EXECUTOR_ID", value_name = "ID")]
     pub executor_id: Option<String>,
     /// How long the stops at shutdown may take in all, in milliseconds; also the stop
@@ -180,6 +181,23 @@ pub struct FileConfig {
     pub insecure: Option<bool>,
 }
 
+/// `--executor-id` (flag, `WHARF_EXECUTOR_ID` or the file's `executor_id`) checked by
+/// the rule the control plane registers executors by ([`wharf::ids::check_executor_id`]),
+/// so that a bad id stops the start instead of being refused at every registration
+/// attempt.
+///
+/// # Errors
+/// [`ConfigError::Invalid`] naming the setting, quoting the value and stating the rule.
+fn executor_id_setting(id: String) -> Result<String, ConfigError> {
+    match wharf::ids::check_executor_id(&id) {
+        Ok(()) => Ok(id),
+        Err(e) => Err(ConfigError::Invalid {
+            field: "--executor-id (WHARF_EXECUTOR_ID, executor_id in the --config file)",
+            reason: format!("{id:?} {e}"),
+        }),
+    }
+}
+
 /// Why the settings could not be assembled (shared by every binary).
 pub type ConfigError = wharf::config::SettingsError;
 
@@ -294,7 +312,10 @@ impl Cli {
         )?;
         let mut out = ExecutorConfig::new(listen, control_plane, data_dir);
         out.advertise = advertise.or(file_advertise);
-        out.executor_id = executor_id.or(file_executor_id);
+        out.executor_id = executor_id
+            .or(file_executor_id)
+            .map(executor_id_setting)
+            .transpose()?;
         out.graceful_timeout =
             Duration::from_millis(layer(graceful_timeout_ms, file_graceful_timeout_ms, || {
                 DEFAULT_GRACEFUL_TIMEOUT_MS
@@ -478,6 +499,33 @@ mod tests {
         );
         assert_eq!(plaintext_url_with_tls("https://10.0.0.1:7000", true), None);
         assert_eq!(plaintext_url_with_tls("http://127.0.0.1:7000", false), None);
+    }
+
+    #[test]
+    fn a_bad_executor_id_is_refused_naming_the_setting_the_value_and_the_rule() {
+        for (bad, why) in [
+            ("", "is empty"),
+            ("bad id/ü", "non-ASCII"),
+            ("a/b", "outside A-Z a-z 0-9 . _ -"),
+        ] {
+            let text = executor_id_setting(bad.into()).expect_err(bad).to_string();
+            assert!(
+                text.contains("--executor-id")
+                    && text.contains("WHARF_EXECUTOR_ID")
+                    && text.contains(&format!("{bad:?}"))
+                    && text.contains(why)
+                    && text.contains("1 to 200 bytes"),
+                "{bad:?}: {text}"
+            );
+        }
+    }
+
+    #[test]
+    fn a_valid_executor_id_is_kept_as_given() {
+        assert_eq!(
+            executor_id_setting("exec-7.host_a".into()).expect("valid"),
+            "exec-7.host_a"
+        );
     }
 
     #[test]

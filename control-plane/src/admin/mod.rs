@@ -520,12 +520,20 @@ impl Admin {
         let redacted = def.redact(&config);
         for (k, v) in &redacted {
             if def.key(k).is_none() {
+                // A key create would refuse is an error on that key, not only unknown.
+                let (errors, warnings) = match convert::config_key_problem(k) {
+                    Some(why) => (vec![convert::bad_key_reason(why)], Vec::new()),
+                    None => (
+                        Vec::new(),
+                        vec![unknown_key_warning(&def, k, plugin.is_some())],
+                    ),
+                };
                 configs.push(pb::ConfigValueInfo {
                     name: k.clone(),
                     value: v.clone(),
-                    errors: Vec::new(),
+                    errors,
                     definition: None,
-                    warnings: vec![unknown_key_warning(&def, k, plugin.is_some())],
+                    warnings,
                 });
             }
         }

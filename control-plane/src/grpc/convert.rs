@@ -85,6 +85,50 @@ pub fn check_config_size(config: &HashMap<String, String>) -> Result<(), ApiErro
     Ok(())
 }
 
+/// Why `key` cannot be a config key, or `None` when it can. Keys are otherwise free
+/// (plugins define their own), but an empty key names nothing, and a control character
+/// or whitespace around a key makes it look like another key (` tasks.max` is not
+/// `tasks.max`) while matching no definition.
+pub fn config_key_problem(key: &str) -> Option<&'static str> {
+    if key.is_empty() {
+        Some("the key is empty")
+    } else if key.chars().any(char::is_control) {
+        Some("the key has a control character")
+    } else if key.trim() != key {
+        Some("the key has leading or trailing whitespace")
+    } else {
+        None
+    }
+}
+
+/// The config field naming a key refused by [`config_key_problem`]: quoted, so that an
+/// empty or invisible key shows (`config[""]`).
+pub fn bad_key_field(key: &str) -> String {
+    format!("config[{key:?}]")
+}
+
+/// The message for a key refused by [`config_key_problem`] (`why`), with the rule.
+pub fn bad_key_reason(why: &str) -> String {
+    format!(
+        "{why}: config keys are names such as tasks.max, without control characters or surrounding whitespace"
+    )
+}
+
+/// Refuses the first key (in sorted order, so the answer does not vary) that
+/// [`config_key_problem`] refuses.
+///
+/// # Errors
+/// INVALID_ARGUMENT naming the key as `config["<key>"]`.
+pub fn check_config_keys<'a>(keys: impl Iterator<Item = &'a String>) -> Result<(), ApiError> {
+    let first = keys
+        .filter_map(|k| config_key_problem(k).map(|why| (k, why)))
+        .min();
+    match first {
+        Some((k, why)) => Err(invalid(bad_key_field(k), bad_key_reason(why))),
+        None => Ok(()),
+    }
+}
+
 /// A name and config from a create or put request.
 pub struct RawConnector<'a> {
     /// Requested name.
@@ -99,6 +143,7 @@ impl TryFrom<RawConnector<'_>> for ConnectorSpec {
     fn try_from(raw: RawConnector<'_>) -> Result<Self, ApiError> {
         let name = parse_name(raw.name)?;
         check_config_size(raw.config)?;
+        check_config_keys(raw.config.keys())?;
         let plugin = raw
             .config
             .get(CONNECTOR_CLASS)
@@ -628,6 +673,43 @@ mod tests {
     #[test]
     fn a_missing_connector_class_is_named() {
         assert_eq!(field(raw("c", &[]).unwrap_err()), "config[connector.class]");
+    }
+
+    #[test]
+    fn an_empty_config_key_is_refused_naming_it_quoted() {
+        let e = raw("c", &[("connector.class", "p"), ("", "v")]).unwrap_err();
+        assert!(e.to_string().contains("the key is empty"), "{e}");
+        assert_eq!(field(e), "config[\"\"]");
+    }
+
+    #[test]
+    fn a_config_key_with_a_control_character_is_refused() {
+        let e = raw("c", &[("connector.class", "p"), ("a\u{7}b", "v")]).unwrap_err();
+        assert!(e.to_string().contains("control character"), "{e}");
+        assert_eq!(field(e), "config[\"a\\u{7}b\"]");
+    }
+
+    #[test]
+    fn a_config_key_with_surrounding_whitespace_is_refused() {
+        for bad in [" tasks.max", "tasks.max ", " "] {
+            let e = raw("c", &[("connector.class", "p"), (bad, "1")]).unwrap_err();
+            assert!(e.to_string().contains("whitespace"), "{bad:?}: {e}");
+            assert_eq!(field(e), format!("config[{bad:?}]"));
+        }
+    }
+
+    #[test]
+    fn config_keys_with_inner_spaces_dots_or_any_letters_are_free() {
+        for good in ["a b", "x.y-z_1", "clé", "ünïcödé.key"] {
+            assert_eq!(config_key_problem(good), None, "{good:?}");
+        }
+    }
+
+    #[test]
+    fn of_several_bad_keys_the_first_in_sorted_order_is_named() {
+        let keys = [" b".to_owned(), "".to_owned(), "a\n".to_owned()];
+        let e = check_config_keys(keys.iter()).unwrap_err();
+        assert_eq!(field(e), "config[\"\"]");
     }
 
     #[test]

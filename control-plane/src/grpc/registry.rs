@@ -17,9 +17,6 @@ use super::error::ApiError;
 use crate::model::{InstanceEvent, InstanceOf};
 use crate::reconcile::Cluster;
 
-/// Longest executor id accepted, in bytes.
-pub const MAX_EXECUTOR_ID_BYTES: usize = 200;
-
 /// The registry service.
 pub struct RegistryService {
     cluster: Arc<Cluster>,
@@ -143,10 +140,11 @@ impl ExecutorRegistry for RegistryService {
     ) -> Result<Response<pb::RegisterExecutorResponse>, Status> {
         Self::check_identity(&request, &request.get_ref().executor_id)?;
         let req = request.into_inner();
-        if req.executor_id.is_empty() || req.executor_id.len() > MAX_EXECUTOR_ID_BYTES {
+        // The rule the executor applies at start and `certs executor --id` too.
+        if let Err(e) = wharf::ids::check_executor_id(&req.executor_id) {
             return Err(ApiError::InvalidArgument {
                 field: "executor_id".into(),
-                reason: format!("must be 1 to {MAX_EXECUTOR_ID_BYTES} bytes"),
+                reason: e.to_string(),
             }
             .into());
         }

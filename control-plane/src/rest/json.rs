@@ -186,14 +186,28 @@ pub fn config_key(k: &pb::ConfigKeyDef, order: usize) -> Value {
 
 /// Connect's ConfigInfos of config/validate: `{"name", "error_count", "groups",
 /// "configs": [{"definition", "value": {"name", "value", "recommended_values",
-/// "errors", "visible"}}]}` for the defined keys, plus `wharf_warnings` (one per key
-/// that nobody defines) and `wharf_warning_count`.
+/// "errors", "visible"}}]}` for the defined keys and for any undefined key with an
+/// error (a key create would refuse, such as `""`: shown with a STRING definition that
+/// says it is undefined, so that `error_count` matches the errors listed), plus
+/// `wharf_warnings` (one per key that nobody defines) and `wharf_warning_count`.
 pub fn validation(v: &pb::ValidateConnectorConfigResponse) -> Value {
     let mut configs = Vec::new();
     let mut warnings = Vec::new();
     for (order, c) in v.configs.iter().enumerate() {
         warnings.extend(c.warnings.iter().cloned());
-        let Some(def) = &c.definition else { continue };
+        let undefined;
+        let def = match &c.definition {
+            Some(def) => def,
+            None if !c.errors.is_empty() => {
+                undefined = pb::ConfigKeyDef {
+                    name: c.name.clone(),
+                    documentation: "Not defined by the runtime or the plugin.".into(),
+                    ..Default::default()
+                };
+                &undefined
+            }
+            None => continue,
+        };
         let value = if c.value.is_empty() && def.default_value.is_none() {
             Value::Null
         } else {
@@ -241,4 +255,48 @@ pub fn offsets(offsets: &[pb::SourceOffset]) -> Value {
             "offset": parse(&o.offset),
         })).collect::<Vec<_>>(),
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn entry(name: &str, errors: &[&str], warnings: &[&str]) -> pb::ConfigValueInfo {
+        pb::ConfigValueInfo {
+            name: name.into(),
+            value: "v".into(),
+            errors: errors.iter().map(|e| (*e).to_owned()).collect(),
+            warnings: warnings.iter().map(|w| (*w).to_owned()).collect(),
+            definition: None,
+        }
+    }
+
+    #[test]
+    fn an_undefined_key_with_an_error_is_listed_so_the_error_count_adds_up() {
+        let v = pb::ValidateConnectorConfigResponse {
+            plugin: "p".into(),
+            error_count: 1,
+            configs: vec![entry("", &["the key is empty"], &[])],
+            warning_count: 0,
+        };
+        let body = validation(&v);
+        let configs = body["configs"].as_array().expect("configs");
+        assert_eq!(configs.len(), 1, "{body}");
+        assert_eq!(configs[0]["value"]["name"], "");
+        assert_eq!(configs[0]["value"]["errors"], json!(["the key is empty"]));
+        assert_eq!(configs[0]["definition"]["type"], "STRING");
+    }
+
+    #[test]
+    fn an_undefined_key_without_an_error_is_only_a_warning() {
+        let v = pb::ValidateConnectorConfigResponse {
+            plugin: "p".into(),
+            error_count: 0,
+            configs: vec![entry("x", &[], &["unknown key \"x\""])],
+            warning_count: 1,
+        };
+        let body = validation(&v);
+        assert_eq!(body["configs"], json!([]), "{body}");
+        assert_eq!(body["wharf_warning_count"], 1);
+    }
 }

@@ -497,9 +497,77 @@ async fn json_body(headers: &HeaderMap, body: Body) -> Result<Value, RestError> 
     }
     let bytes: Bytes = axum::body::to_bytes(body, MAX_BODY_BYTES)
         .await
-        .map_err(|_| RestError::PayloadTooLarge(MAX_BODY_BYTES))?;
+        .map_err(|e| body_read_refusal(&e))?;
     serde_json::from_slice(&bytes)
         .map_err(|e| RestError::BadRequest(format!("request body is not valid JSON: {e}")))
+}
+
+/// The top-level fields of `POST /connectors`, as Kafka Connect's
+/// `CreateConnectorRequest` has them.
+pub const CREATE_FIELDS: &[&str] = &["name", "config", "initial_state"];
+/// The top-level fields of `PATCH /connectors/{name}/offsets` (KIP-875).
+pub const ALTER_OFFSETS_FIELDS: &[&str] = &["offsets"];
+/// The fields of one entry of `PATCH /connectors/{name}/offsets` (KIP-875).
+pub const OFFSET_ENTRY_FIELDS: &[&str] = &["partition", "offset"];
+/// The fields of `PUT /admin/loggers/{logger}`.
+pub const SET_LOGGER_FIELDS: &[&str] = &["level"];
+
+/// The 400 for the first field of the JSON object `body` (`what` names it in the
+/// message: "the body", "offsets[0]") that is not one of `known`, suggesting the known
+/// field it differs from only in case, `_` or `-` (`initialState` for `initial_state`);
+/// `None` when every field is known or `body` is not an object (its handler says what
+/// it must be). Pure. Kafka Connect refuses unknown fields the same way (Jackson's
+/// FAIL_ON_UNKNOWN_PROPERTIES): a misspelt `initial_state` must not create a RUNNING
+/// connector. Config maps are free-form and not checked here.
+pub fn unknown_field(body: &Value, what: &str, known: &[&str]) -> Option<RestError> {
+    let Value::Object(fields) = body else {
+        return None;
+    };
+    let (key, _) = fields.iter().find(|(k, _)| !known.contains(&k.as_str()))?;
+    let squash = |s: &str| -> String {
+        s.chars()
+            .filter(|c| !matches!(c, '_' | '-'))
+            .map(|c| c.to_ascii_lowercase())
+            .collect()
+    };
+    let hint = known
+        .iter()
+        .find(|k| squash(k) == squash(key))
+        .map(|k| format!("; did you mean {k:?}?"))
+        .unwrap_or_default();
+    Some(RestError::BadRequest(format!(
+        "unknown field {key:?} in {what}: the fields are {}{hint}",
+        known.join(", ")
+    )))
+}
+
+/// The answer to a body that could not be read whole (`err`, from reading it with the
+/// [`MAX_BODY_BYTES`] limit): 413 only when the limit was passed (the limit's error is in
+/// `err`'s source chain); anything else (a client that sent less than its
+/// Content-Length and closed, a broken chunked encoding) is a malformed request, 400,
+/// whose answer the client may never read. Pure.
+fn body_read_refusal(err: &(dyn std::error::Error + 'static)) -> RestError {
+    let mut cause = Some(err);
+    while let Some(e) = cause {
+        if e.is::<http_body_util::LengthLimitError>() {
+            return RestError::PayloadTooLarge(MAX_BODY_BYTES);
+        }
+        cause = e.source();
+    }
+    // Each layer names its step, the innermost the cause; a layer repeating its source's
+    // text adds nothing.
+    let mut text = err.to_string();
+    let mut cause = err.source();
+    while let Some(e) = cause {
+        let more = e.to_string();
+        if !text.contains(&more) {
+            text.push_str(&format!(": {more}"));
+        }
+        cause = e.source();
+    }
+    RestError::BadRequest(format!(
+        "request body could not be read whole (cut short before its announced length?): {text}"
+    ))
 }
 
 /// A config map from JSON: strings as they are, numbers and booleans as their text (as
@@ -643,6 +711,9 @@ async fn create(
 ) -> Response {
     let named = async {
         let v = json_body(&headers, body).await?;
+        if let Some(e) = unknown_field(&v, "the body", CREATE_FIELDS) {
+            return Err(e);
+        }
         let name = match v.get("name") {
             Some(Value::String(s)) => s.clone(),
             Some(_) => return Err(RestError::BadRequest("name must be a string".into())),
@@ -932,11 +1003,19 @@ async fn alter_offsets(
 ) -> RestResult {
     let name = path_part(p)?;
     let v = json_body(&headers, body).await?;
+    if let Some(e) = unknown_field(&v, "the body", ALTER_OFFSETS_FIELDS) {
+        return Err(e);
+    }
     let Some(Value::Array(list)) = v.get("offsets") else {
         return Err(RestError::BadRequest(
             "the body must be {\"offsets\": [{\"partition\": {...}, \"offset\": {...}}]}".into(),
         ));
     };
+    for (i, o) in list.iter().enumerate() {
+        if let Some(e) = unknown_field(o, &format!("offsets[{i}]"), OFFSET_ENTRY_FIELDS) {
+            return Err(e);
+        }
+    }
     let offsets = list
         .iter()
         .map(|o| pb::SourceOffset {
@@ -1058,6 +1137,9 @@ async fn set_logger(
         )));
     }
     let v = json_body(&headers, body).await?;
+    if let Some(e) = unknown_field(&v, "the body", SET_LOGGER_FIELDS) {
+        return Err(e);
+    }
     let Some(Value::String(level)) = v.get("level") else {
         return Err(RestError::BadRequest(
             "the body must be {\"level\": \"DEBUG\"}".into(),
@@ -1372,6 +1454,86 @@ mod tests {
         assert!(m.len() < 1_000, "{} bytes", m.len());
         assert!(m.contains("[cut, 1000001 bytes]"), "{m}");
         assert!(m.contains("[cut, 1000000 bytes]"), "{m}");
+    }
+
+    #[test]
+    fn a_create_body_with_an_unknown_field_is_refused_naming_it_and_the_known_ones() {
+        let body = json!({ "name": "c", "config": {}, "initialState": "PAUSED" });
+        let e = unknown_field(&body, "the body", CREATE_FIELDS).expect("refused");
+        assert_eq!(e.status(), StatusCode::BAD_REQUEST);
+        assert_eq!(
+            e.to_string(),
+            "unknown field \"initialState\" in the body: the fields are name, config, initial_state; did you mean \"initial_state\"?"
+        );
+    }
+
+    #[test]
+    fn case_and_separator_variants_of_a_field_are_suggested() {
+        for variant in ["INITIAL_STATE", "initial-state", "InitialState"] {
+            let body = json!({ variant: "PAUSED" });
+            let text = unknown_field(&body, "the body", CREATE_FIELDS)
+                .expect("refused")
+                .to_string();
+            assert!(text.contains("did you mean \"initial_state\""), "{text}");
+        }
+    }
+
+    #[test]
+    fn an_unknown_field_like_no_known_one_gets_no_suggestion() {
+        let body = json!({ "name": "c", "tasks": 3 });
+        let text = unknown_field(&body, "the body", CREATE_FIELDS)
+            .expect("refused")
+            .to_string();
+        assert!(
+            text.contains("\"tasks\"") && !text.contains("did you mean"),
+            "{text}"
+        );
+    }
+
+    #[test]
+    fn known_fields_only_or_a_body_that_is_no_object_pass_the_field_check() {
+        let full =
+            json!({ "name": "c", "config": { "anything.goes": "1" }, "initial_state": "PAUSED" });
+        assert!(unknown_field(&full, "the body", CREATE_FIELDS).is_none());
+        assert!(unknown_field(&json!([1]), "the body", CREATE_FIELDS).is_none());
+        let entry = json!({ "partition": {}, "offset": null, "offest": 1 });
+        let text = unknown_field(&entry, "offsets[0]", OFFSET_ENTRY_FIELDS)
+            .expect("refused")
+            .to_string();
+        assert!(text.contains("\"offest\" in offsets[0]"), "{text}");
+    }
+
+    #[tokio::test]
+    async fn a_body_over_the_limit_is_413() {
+        let body = Body::from(vec![b'x'; MAX_BODY_BYTES + 1]);
+        let err = axum::body::to_bytes(body, MAX_BODY_BYTES)
+            .await
+            .expect_err("over the limit");
+        let refusal = body_read_refusal(&err);
+        assert_eq!(refusal.status(), StatusCode::PAYLOAD_TOO_LARGE, "{refusal}");
+    }
+
+    #[tokio::test]
+    async fn a_body_cut_short_is_400_not_413() {
+        let chunks: Vec<Result<Bytes, std::io::Error>> = vec![
+            Ok(Bytes::from_static(b"{\"name\":")),
+            Err(std::io::Error::new(
+                std::io::ErrorKind::UnexpectedEof,
+                "end of file before message length reached",
+            )),
+        ];
+        let body = Body::from_stream(futures::stream::iter(chunks));
+        let err = axum::body::to_bytes(body, MAX_BODY_BYTES)
+            .await
+            .expect_err("cut short");
+        let refusal = body_read_refusal(&err);
+        assert_eq!(refusal.status(), StatusCode::BAD_REQUEST, "{refusal}");
+        assert!(
+            refusal
+                .to_string()
+                .contains("end of file before message length reached"),
+            "{refusal}"
+        );
     }
 
     #[test]
