@@ -32,6 +32,9 @@ pub enum RestError {
     /// The body is larger than the limit, in bytes.
     #[error("request body is larger than {0} bytes")]
     PayloadTooLarge(usize),
+    /// The body did not arrive whole within this many seconds of the headers.
+    #[error("request body not complete within {0} s of the request headers")]
+    BodyTimeout(u64),
     /// A logger level change is not possible in this process.
     #[error("{0}")]
     LoggersUnavailable(String),
@@ -66,6 +69,7 @@ impl RestError {
             RestError::MethodNotAllowed => StatusCode::METHOD_NOT_ALLOWED,
             RestError::UnsupportedMediaType => StatusCode::UNSUPPORTED_MEDIA_TYPE,
             RestError::PayloadTooLarge(_) => StatusCode::PAYLOAD_TOO_LARGE,
+            RestError::BodyTimeout(_) => StatusCode::REQUEST_TIMEOUT,
             RestError::LoggersUnavailable(_) => StatusCode::NOT_IMPLEMENTED,
         }
     }
@@ -86,6 +90,7 @@ impl RestError {
             RestError::NoRoute => "NOT_FOUND",
             RestError::MethodNotAllowed | RestError::LoggersUnavailable(_) => "UNIMPLEMENTED",
             RestError::PayloadTooLarge(_) => "RESOURCE_EXHAUSTED",
+            RestError::BodyTimeout(_) => "DEADLINE_EXCEEDED",
         }
     }
 }

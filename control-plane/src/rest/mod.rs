@@ -470,9 +470,24 @@ async fn drain(body: Body) {
     }
 }
 
+/// How long a request's body may take to arrive after its headers: as long as the
+/// headers may take ([`wharf::http::REQUEST_HEADER_TIMEOUT`], 20 s). A client that
+/// sends a body a byte at a time would otherwise hold its connection (and a file
+/// descriptor) for as long as it likes.
+pub const BODY_READ_TIMEOUT: std::time::Duration = wharf::http::REQUEST_HEADER_TIMEOUT;
+
 /// Reads a JSON body: `application/json` (or no content type), at most
-/// [`MAX_BODY_BYTES`], well-formed.
+/// [`MAX_BODY_BYTES`], whole within [`BODY_READ_TIMEOUT`] (else 408), well-formed.
 async fn json_body(headers: &HeaderMap, body: Body) -> Result<Value, RestError> {
+    json_body_within(headers, body, BODY_READ_TIMEOUT).await
+}
+
+/// [`json_body`] with the body read bounded by `timeout`.
+async fn json_body_within(
+    headers: &HeaderMap,
+    body: Body,
+    timeout: std::time::Duration,
+) -> Result<Value, RestError> {
     if let Some(ct) = headers.get(header::CONTENT_TYPE) {
         let essence = ct
             .to_str()
@@ -492,11 +507,12 @@ async fn json_body(headers: &HeaderMap, body: Body) -> Result<Value, RestError> 
         .and_then(|v| v.to_str().ok())
         .and_then(|v| v.parse::<usize>().ok());
     if announced.is_some_and(|n| n > MAX_BODY_BYTES) {
-        drain(body).await;
+        let _ = tokio::time::timeout(timeout, drain(body)).await;
         return Err(RestError::PayloadTooLarge(MAX_BODY_BYTES));
     }
-    let bytes: Bytes = axum::body::to_bytes(body, MAX_BODY_BYTES)
+    let bytes: Bytes = tokio::time::timeout(timeout, axum::body::to_bytes(body, MAX_BODY_BYTES))
         .await
+        .map_err(|_| RestError::BodyTimeout(timeout.as_secs()))?
         .map_err(|e| body_read_refusal(&e))?;
     serde_json::from_slice(&bytes)
         .map_err(|e| RestError::BadRequest(format!("request body is not valid JSON: {e}")))
@@ -1534,6 +1550,24 @@ mod tests {
                 .contains("end of file before message length reached"),
             "{refusal}"
         );
+    }
+
+    #[tokio::test]
+    async fn a_body_that_stalls_is_a_408_and_a_whole_one_is_read() {
+        use futures::StreamExt as _;
+        let stalled =
+            futures::stream::iter([Ok::<_, std::io::Error>(Bytes::from_static(b"{\"na"))])
+                .chain(futures::stream::pending());
+        let timeout = std::time::Duration::from_millis(100);
+        let e = json_body_within(&HeaderMap::new(), Body::from_stream(stalled), timeout)
+            .await
+            .expect_err("stalled");
+        assert_eq!(e.status(), StatusCode::REQUEST_TIMEOUT, "{e}");
+        let whole = Body::from(r#"{"name": "c"}"#);
+        let v = json_body_within(&HeaderMap::new(), whole, timeout)
+            .await
+            .expect("read");
+        assert_eq!(v["name"], "c");
     }
 
     #[test]
