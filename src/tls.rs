@@ -611,12 +611,40 @@ async fn is_plaintext_client(tcp: &TcpStream) -> bool {
     )
 }
 
-/// Answers a plaintext client of a TLS listener with a TLS alert, drains what it sent,
-/// and closes; logged with its address.
+/// What a plaintext client of a TLS listener is told, by the first bytes it sent: an
+/// HTTP/1 request (`curl http://...`) gets a 400 it can show (curl showed "Received
+/// HTTP/0.9 when not allowed" for the alert), anything else (an HTTP/2 preface, a gRPC
+/// client) the TLS alert, which Wharf's own clients turn into their message.
+fn plaintext_answer(first: &[u8]) -> std::borrow::Cow<'static, [u8]> {
+    const METHODS: [&[u8]; 7] = [
+        b"GET ",
+        b"POST ",
+        b"PUT ",
+        b"PATCH ",
+        b"DELETE ",
+        b"HEAD ",
+        b"OPTIONS ",
+    ];
+    if METHODS.iter().any(|m| first.starts_with(m)) {
+        let body = "This port speaks TLS: use https:// and the cluster's CA (docs/security.md).\n";
+        let answer = format!(
+            "HTTP/1.1 400 Bad Request\r\ncontent-type: text/plain\r\nconnection: close\r\ncontent-length: {}\r\n\r\n{body}",
+            body.len()
+        );
+        std::borrow::Cow::Owned(answer.into_bytes())
+    } else {
+        std::borrow::Cow::Borrowed(&TLS_ALERT_PROTOCOL_VERSION)
+    }
+}
+
+/// Answers a plaintext client of a TLS listener ([`plaintext_answer`]), drains what it
+/// sent, and closes; logged with its address.
 async fn refuse_plaintext(mut tcp: TcpStream, remote: std::net::SocketAddr) {
     use tokio::io::{AsyncReadExt, AsyncWriteExt};
     tracing::warn!(peer = %remote, "plaintext client on a TLS listener refused (it must use https:// and the cluster CA)");
-    let _ = tcp.write_all(&TLS_ALERT_PROTOCOL_VERSION).await;
+    let mut first = [0u8; 8];
+    let seen = tcp.peek(&mut first).await.unwrap_or(0);
+    let _ = tcp.write_all(&plaintext_answer(&first[..seen])).await;
     let _ = tcp.shutdown().await;
     let mut sink = [0u8; 4096];
     let _ = tokio::time::timeout(Duration::from_millis(PLAINTEXT_DRAIN_MS), async {
@@ -1049,6 +1077,26 @@ pub fn error_chain(e: &(dyn std::error::Error + 'static)) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_plaintext_http1_request_is_told_to_use_https() {
+        let answer = plaintext_answer(b"GET /con");
+        let text = std::str::from_utf8(&answer).expect("text");
+        assert!(text.starts_with("HTTP/1.1 400 Bad Request\r\n"), "{text}");
+        assert!(text.ends_with("use https:// and the cluster's CA (docs/security.md).\n"));
+        let (head, body) = text.split_once("\r\n\r\n").expect("head and body");
+        assert!(
+            head.contains(&format!("content-length: {}", body.len())),
+            "{head}"
+        );
+    }
+
+    #[test]
+    fn an_http2_or_grpc_client_gets_the_tls_alert() {
+        assert_eq!(&*plaintext_answer(b"PRI * HT"), &TLS_ALERT_PROTOCOL_VERSION);
+        assert_eq!(&*plaintext_answer(b""), &TLS_ALERT_PROTOCOL_VERSION);
+        assert_eq!(&*plaintext_answer(b"GETX"), &TLS_ALERT_PROTOCOL_VERSION);
+    }
 
     #[test]
     fn bind_decision_covers_every_case() {

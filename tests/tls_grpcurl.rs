@@ -252,15 +252,17 @@ async fn the_documented_grpcurl_and_curl_lines_work_against_a_secured_cluster() 
     let body: serde_json::Value =
         serde_json::from_slice(&anonymous.stdout).expect("an error body in JSON");
     assert_eq!(body["error_code"], 401, "{body}");
+    // Plaintext HTTP to the HTTPS gateway is not served: a 400 that says to use https.
     let plain = tokio::process::Command::new("curl")
-        .args(["-sS", &format!("http://{}/connectors", env.rest)])
+        .args(["-sS", "-w", "\n%{http_code}"])
+        .arg(format!("http://{}/connectors", env.rest))
         .output()
         .await
         .expect("curl");
+    let said = String::from_utf8_lossy(&plain.stdout);
     assert!(
-        !plain.status.success(),
-        "plaintext HTTP to the HTTPS gateway answered: {}",
-        String::from_utf8_lossy(&plain.stdout)
+        said.ends_with("\n400") && said.contains("This port speaks TLS: use https://"),
+        "plaintext HTTP to the HTTPS gateway: {said}"
     );
     // grpcurl -plaintext against the TLS port fails too.
     let out =
