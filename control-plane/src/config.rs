@@ -317,7 +317,7 @@ impl Args {
         } = self;
         if dev {
             return Err(ConfigError::Invalid {
-                field: "dev",
+                field: "--dev",
                 reason: "dev mode is its own binary now: run `wharf-dev` with the same flags (for example `wharf-dev --example --data-dir DIR`), see docs/quickstart.md".into(),
             });
         }
@@ -379,7 +379,7 @@ impl Args {
                 ];
                 if let Some((option, _)) = etcd_given.iter().find(|(_, given)| *given) {
                     return Err(ConfigError::Invalid {
-                        field: "store",
+                        field: "--store",
                         reason: format!(
                             "is redb, but {option} is given: add --store etcd (or drop the etcd options)"
                         ),
@@ -406,7 +406,7 @@ impl Args {
                     });
                 if election_ttl_secs < 2 {
                     return Err(ConfigError::Invalid {
-                        field: "etcd-election-ttl-secs",
+                        field: "--etcd-election-ttl-secs",
                         reason: "must be at least 2 (etcd's shortest lease)".into(),
                     });
                 }
@@ -423,7 +423,7 @@ impl Args {
                     (None, None) => None,
                     (Some(_), Some(_)) => {
                         return Err(ConfigError::Invalid {
-                            field: "etcd-password-file",
+                            field: "--etcd-password-file",
                             reason:
                                 "and WHARF_ETCD_PASSWORD are both set: give the password one way"
                                     .into(),
@@ -445,7 +445,7 @@ impl Args {
             }
             Some(other) => {
                 return Err(ConfigError::Invalid {
-                    field: "store",
+                    field: "--store",
                     reason: format!("{other:?} is not a backend; use redb or etcd"),
                 });
             }
@@ -492,7 +492,7 @@ enum PasswordSource {
 /// Reads `--etcd-password-file`: the first line, without its line ending.
 fn read_password(path: &std::path::Path) -> Result<Password, ConfigError> {
     let text = std::fs::read_to_string(path).map_err(|e| ConfigError::Invalid {
-        field: "etcd-password-file",
+        field: "--etcd-password-file",
         reason: format!("{}: {e}", path.display()),
     })?;
     Ok(Password::new(
@@ -549,18 +549,18 @@ fn etcd_user_auth(
     password: Option<PasswordSource>,
 ) -> Result<Option<EtcdUser>, ConfigError> {
     let (field, password) = match password {
-        Some(PasswordSource::File(p)) => ("etcd-password-file", Some(p)),
+        Some(PasswordSource::File(p)) => ("--etcd-password-file", Some(p)),
         Some(PasswordSource::Env(p)) => ("WHARF_ETCD_PASSWORD", Some(p)),
-        None => ("etcd-password-file", None),
+        None => ("--etcd-password-file", None),
     };
     match (user, password) {
         (None, None) => Ok(None),
         (None, Some(_)) => Err(ConfigError::Invalid {
-            field: "etcd-user",
+            field: "--etcd-user",
             reason: format!("is required when {field} is given"),
         }),
         (Some(_), None) => Err(ConfigError::Invalid {
-            field: "etcd-user",
+            field: "--etcd-user",
             reason: "needs a password: --etcd-password-file (or WHARF_ETCD_PASSWORD_FILE, etcd_password_file) or WHARF_ETCD_PASSWORD".into(),
         }),
         (Some(_), Some(p)) if p.expose().is_empty() => Err(ConfigError::Invalid {
