@@ -282,3 +282,64 @@ async fn a_retry_during_a_slow_cleanup_leaves_the_status_current() {
         assert_eq!(trues.len(), 1, "{unit:?}: one stop(true): {trues:?}");
     }
 }
+
+/// A force while a task's stop(true) runs: that stop is not recalled and completes, but
+/// the connector instance's step, still PENDING behind it, stays skipped as the answer
+/// says: its stop(true) is never sent. The round in flight used to go on to the
+/// connector instance after the force (a review saw its cleanup run 3 s after a force
+/// that reported it skipped).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_force_during_a_tasks_stop_sends_no_further_stop() {
+    let c = TestCluster::start(1).await;
+    let name = "forced-mid-round";
+    let mut cfg = c.source_config(name, 1);
+    cfg["test.stop.delay.ms"] = json!("2000");
+    assert_eq!(
+        c.call("CreateConnector", json!({ "name": name, "config": cfg }))
+            .code,
+        0
+    );
+    c.wait_state(name, "STATE_RUNNING", "STATE_RUNNING", 1)
+        .await;
+    assert_eq!(c.call("DeleteConnector", json!({ "name": name })).code, 0);
+    let lifecycle = c.lifecycle_path(name);
+    wait_until("the task's stop(true) to have begun", CONVERGE, || async {
+        Lifecycle::read(&lifecycle)
+            .events
+            .iter()
+            .any(|e| e.call == "stop" && e.connector_deleted == Some(true))
+            .then_some(())
+    })
+    .await;
+    let r = c.call("DeleteConnector", json!({ "name": name, "force": true }));
+    assert_eq!(r.code, 0, "{}", r.err);
+    assert_eq!(r.body["connectorCleanupSkipped"], true, "{}", r.body);
+    // The name is free once the stop in flight has ended (the finalizer's task for it is
+    // over): nothing of this deletion runs any more.
+    let again = c.source_config(name, 1);
+    wait_until("the name to be free again", CONVERGE, || {
+        let r = c.call("CreateConnector", json!({ "name": name, "config": again }));
+        async move { (r.code == 0).then_some(()) }
+    })
+    .await;
+    let lc = Lifecycle::read(&lifecycle);
+    let task: Vec<_> = lc
+        .stops(name, Some(0))
+        .into_iter()
+        .filter(|s| s.connector_deleted)
+        .collect();
+    assert_eq!(
+        task.len(),
+        1,
+        "the task's stop in flight completed: {task:?}"
+    );
+    let connector: Vec<_> = lc
+        .stops(name, None)
+        .into_iter()
+        .filter(|s| s.connector_deleted)
+        .collect();
+    assert!(
+        connector.is_empty(),
+        "the connector instance was reported skipped, and its stop(true) ran: {connector:?}"
+    );
+}

@@ -107,9 +107,12 @@ fn jittered_ms(delay_ms: i64, random: f64) -> i64 {
 /// executor or a slow cleanup holds up no other, and a new deletion starts at once rather
 /// than after the slowest one of a pass.
 pub async fn run_finalizer(cluster: Arc<Cluster>, cancel: CancellationToken) {
-    let mut running: HashMap<String, tokio::task::JoinHandle<()>> = HashMap::new();
+    // Each running deletion's task, and the token that a force cancels: the round in
+    // flight is not recalled, but no further stop or cleanup-only start is sent.
+    let mut running: HashMap<String, (tokio::task::JoinHandle<()>, CancellationToken)> =
+        HashMap::new();
     loop {
-        running.retain(|_, h| !h.is_finished());
+        running.retain(|_, (h, _)| !h.is_finished());
         let pass_started = std::time::Instant::now();
         // Only what this pass may act on is copied: a force or retry intent, or a round
         // that is due and not running (the same tests as below).
@@ -126,6 +129,9 @@ pub async fn run_finalizer(cluster: Arc<Cluster>, cancel: CancellationToken) {
                     // also while a round of this deletion is in flight (it skips what
                     // runs), a retry only between rounds (see `retry_now`).
                     if d.force_requested {
+                        if let Some((_, forced)) = running.get(&d.name) {
+                            forced.cancel();
+                        }
                         if let Err(e) = apply_force(&cluster, &d.name) {
                             warn!(connector = %d.name, error = %e, "forcing the deletion failed; retrying");
                         }
@@ -145,6 +151,8 @@ pub async fn run_finalizer(cluster: Arc<Cluster>, cancel: CancellationToken) {
                     }
                     let c = cluster.clone();
                     let name = d.name.clone();
+                    let forced = CancellationToken::new();
+                    let forced_in_task = forced.clone();
                     cluster.set_cleanup_in_flight(&name, true);
                     // Not awaited: a later pass sees it finished; aborted at shutdown.
                     // One span per round, in the trace of the DeleteConnector call (its
@@ -164,7 +172,7 @@ pub async fn run_finalizer(cluster: Arc<Cluster>, cancel: CancellationToken) {
                         wharf::task::TaskKind::Detached,
                         "deletion step",
                         async move {
-                            let result = span.around(advance(&c, &name)).await;
+                            let result = span.around(advance(&c, &name, &forced_in_task)).await;
                             c.set_cleanup_in_flight(&name, false);
                             match result {
                                 // It wrote while this pass skipped it: look again now.
@@ -176,7 +184,7 @@ pub async fn run_finalizer(cluster: Arc<Cluster>, cancel: CancellationToken) {
                             }
                         },
                     );
-                    running.insert(d.name, handle);
+                    running.insert(d.name, (handle, forced));
                 }
             }
             Err(e) => warn!(error = %e, "finalizer pass failed; retrying"),
@@ -188,7 +196,7 @@ pub async fn run_finalizer(cluster: Arc<Cluster>, cancel: CancellationToken) {
             () = tokio::time::sleep(Duration::from_millis(RECONCILE_INTERVAL_MS)) => {}
         }
     }
-    for (name, h) in running {
+    for (name, (h, _)) in running {
         h.abort();
         cluster.set_cleanup_in_flight(&name, false);
     }
@@ -338,9 +346,16 @@ fn round_due(steps: &[CleanupStep], retry_requested: bool, now: i64) -> bool {
 /// cleanup's generation is written before its instance is started, so that a crash never
 /// leaves a cleanup-only instance the record does not know.
 ///
+/// `forced` is cancelled when the operator forces the deletion: the round in flight
+/// finishes (its stops were sent), and no further round or cleanup-only start follows.
+///
 /// Returns true when it wrote to the store (something may be due again at once).
-#[tracing::instrument(skip(cluster), level = "debug")]
-async fn advance(cluster: &Cluster, name: &str) -> Result<bool, HerderError> {
+#[tracing::instrument(skip(cluster, forced), level = "debug")]
+async fn advance(
+    cluster: &Cluster,
+    name: &str,
+    forced: &CancellationToken,
+) -> Result<bool, HerderError> {
     let Some(mut d) = cluster.store.deletion(name)? else {
         return Ok(false);
     };
@@ -351,6 +366,10 @@ async fn advance(cluster: &Cluster, name: &str) -> Result<bool, HerderError> {
     let view = cluster.executor_view()?;
     let mut dirty = false;
     loop {
+        if forced.is_cancelled() {
+            // The force removes the record; what this task still holds is not written.
+            return Ok(false);
+        }
         let ready = ready_steps(&d);
         if ready.is_empty() {
             break;
@@ -361,7 +380,8 @@ async fn advance(cluster: &Cluster, name: &str) -> Result<bool, HerderError> {
         {
             super::fault::crash_point("before_fanout");
         }
-        let Some(outcomes) = run_round(cluster, &mut base, &mut d, &ready, &view).await? else {
+        let Some(outcomes) = run_round(cluster, &mut base, &mut d, &ready, &view, forced).await?
+        else {
             return Ok(true); // changed underneath: the next pass reloads
         };
         let all_done = outcomes
@@ -581,6 +601,7 @@ async fn run_round(
     d: &mut DeletionRecord,
     ready: &[usize],
     view: &ExecutorView,
+    forced: &CancellationToken,
 ) -> Result<Option<Vec<(usize, Attempt)>>, HerderError> {
     let flag = d.cleanup;
     let mut outcomes: Vec<(usize, Attempt)> = Vec::with_capacity(ready.len());
@@ -668,7 +689,7 @@ async fn run_round(
         starts.push((*idx, exec, generation));
     }
     if !starts.is_empty() {
-        if !save(cluster, base, d).await? {
+        if forced.is_cancelled() || !save(cluster, base, d).await? {
             return Ok(None);
         }
         let record: &DeletionRecord = d;
