@@ -380,6 +380,21 @@ async fn executor_ids_follow_one_rule_at_start_at_registration_and_for_certifica
         "{stderr}"
     );
 
+    // An emptied file too: the executor does not quietly become another one.
+    std::fs::write(stale.join("executor.id"), "\n").expect("kept id");
+    let (code, stderr) = run_to_exit(&c, &stale, &[], &[]).await;
+    assert_ne!(code, 0, "{stderr}");
+    assert!(
+        stderr.contains(&stale.join("executor.id").display().to_string())
+            && stderr.contains("is empty"),
+        "{stderr}"
+    );
+    assert_eq!(
+        std::fs::read_to_string(stale.join("executor.id")).expect("kept id"),
+        "\n",
+        "the kept file is left as it was"
+    );
+
     // The registry applies the same rule to a registration sent by other means.
     let mut registry =
         wharf::pb::v1::executor_registry_client::ExecutorRegistryClient::connect(c.cp_url())

@@ -583,8 +583,9 @@ fn resolve_executor_id(
 fn stored_executor_id(data_dir: &Path) -> Result<String, AppError> {
     let path = data_dir.join(EXECUTOR_ID_FILE);
     match std::fs::read_to_string(&path) {
-        Ok(id) if !id.trim().is_empty() => return Ok(id.trim().to_owned()),
-        Ok(_) => {}
+        // Kept as written (surrounding whitespace, a trailing newline, ignored); an empty
+        // file is a bad id like any other, not a reason to become another executor.
+        Ok(id) => return Ok(id.trim().to_owned()),
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
         Err(source) => return Err(AppError::DataDir { path, source }),
     }

@@ -95,10 +95,15 @@ impl RestError {
     }
 }
 
+/// Longest `message` of an error body, in bytes: a message quotes what the caller sent
+/// (a field, a query value, a plugin or logger name), which is not echoed back whole.
+pub const MAX_ERROR_MESSAGE_BYTES: usize = 4096;
+
 impl IntoResponse for RestError {
     fn into_response(self) -> Response {
         let status = self.status();
-        let message = self.to_string();
+        let message =
+            crate::auth::audit::bounded(&self.to_string(), MAX_ERROR_MESSAGE_BYTES).into_owned();
         let body = json!({ "error_code": status.as_u16(), "message": &message });
         let code = self.code_name();
         let mut response = (status, axum::Json(body)).into_response();
@@ -112,6 +117,28 @@ impl IntoResponse for RestError {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[tokio::test]
+    async fn an_error_body_does_not_echo_a_huge_value_whole() {
+        let huge = "f".repeat(1_000_000);
+        let response = RestError::BadRequest(format!("unknown field {huge:?}")).into_response();
+        assert_eq!(response.status(), StatusCode::BAD_REQUEST);
+        let body = axum::body::to_bytes(response.into_body(), usize::MAX)
+            .await
+            .expect("body");
+        let v: serde_json::Value = serde_json::from_slice(&body).expect("json");
+        let message = v["message"].as_str().expect("message");
+        assert!(
+            message.len() < MAX_ERROR_MESSAGE_BYTES + 40,
+            "{}",
+            message.len()
+        );
+        assert!(
+            message.ends_with("...[cut, 1000016 bytes]"),
+            "{}",
+            &message[4000..]
+        );
+    }
 
     #[test]
     fn the_core_errors_map_to_connects_status_codes() {

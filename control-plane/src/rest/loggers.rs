@@ -43,8 +43,12 @@ fn tracing_level(level: &str) -> Option<(&'static str, &'static str)> {
 
 /// Whether `logger` names a tracing target (or `root`): letters, digits, '_', '.', ':',
 /// '-'; not a span filter (`[span]`) nor empty.
+/// Longest logger name a level is set for, in bytes (a Rust module path or a Java
+/// class name is far shorter); a longer one would be a log line of its own size.
+pub const MAX_LOGGER_NAME_BYTES: usize = 256;
+
 fn is_logger_name(logger: &str) -> bool {
-    !logger.is_empty()
+    (1..=MAX_LOGGER_NAME_BYTES).contains(&logger.len())
         && logger
             .chars()
             .all(|c| c.is_ascii_alphanumeric() || matches!(c, '_' | '.' | ':' | '-'))
@@ -123,7 +127,8 @@ impl Loggers {
         };
         if !is_logger_name(logger) {
             return Err(RestError::BadRequest(format!(
-                "logger {logger:?} is not a tracing target (letters, digits, '_', '.', ':', '-')"
+                "logger {:?} is not a tracing target (1 to {MAX_LOGGER_NAME_BYTES} of letters, digits, '_', '.', ':', '-')",
+                crate::auth::audit::bounded_name(logger)
             )));
         }
         let Some(apply) = &self.apply else {
@@ -167,6 +172,18 @@ fn now_ms() -> i64 {
 mod tests {
     use super::*;
     use std::sync::Arc;
+
+    #[test]
+    fn logger_names_are_1_to_256_bytes_of_target_characters() {
+        assert!(is_logger_name("wharf_control_plane::reconcile"));
+        assert!(is_logger_name(
+            "org.apache.kafka.connect.runtime.WorkerSinkTask"
+        ));
+        assert!(is_logger_name(&"l".repeat(MAX_LOGGER_NAME_BYTES)));
+        assert!(!is_logger_name(&"l".repeat(MAX_LOGGER_NAME_BYTES + 1)));
+        assert!(!is_logger_name(""));
+        assert!(!is_logger_name("a b"));
+    }
 
     /// Loggers started from `start` whose applied filters land in the returned string.
     fn recording(start: &str) -> (Loggers, Arc<Mutex<String>>) {
