@@ -727,9 +727,6 @@ async fn create(
 ) -> Response {
     let named = async {
         let v = json_body(&headers, body).await?;
-        if let Some(e) = unknown_field(&v, "the body", CREATE_FIELDS) {
-            return Err(e);
-        }
         let name = match v.get("name") {
             Some(Value::String(s)) => s.clone(),
             Some(_) => return Err(RestError::BadRequest("name must be a string".into())),
@@ -748,7 +745,10 @@ async fn create(
         Ok(named) => named,
         Err(e) => return e.into_response(),
     };
-    let mut answer = create_named(&g, &caller, &v, &name).await.into_response();
+    let mut answer = match unknown_field(&v, "the body", CREATE_FIELDS) {
+        Some(e) => e.into_response(),
+        None => create_named(&g, &caller, &v, &name).await.into_response(),
+    };
     answer.extensions_mut().insert(BodyConnector(name));
     answer
 }
