@@ -551,3 +551,70 @@ async fn calls_without_credentials_write_nothing_and_evict_nothing_from_a_small_
     assert!(!log.contains(&"z".repeat(1_000)), "a huge name in the log");
     cp.terminate(WAIT_DEADLINE).await;
 }
+
+/// A viewer's token sends refused calls as fast as it can: the trail keeps 60 of them a
+/// minute (`REFUSALS_RECORDED_PER_MINUTE`) and counts the rest, so that retention at
+/// `--audit-max-entries` does not push everyone else's entries out (a review emptied a
+/// trail of 50 with 61 refused calls of a viewer in 0.3 s).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_viewers_flood_of_refusals_evicts_nobody_elses_entries() {
+    const NOT_RECORDED_TOTAL: &str = "wharf_admin_refusals_not_recorded_total";
+    const FLOOD: usize = 150;
+    const RECORDED: usize = 60;
+    let dir = KeepOnFailure::new();
+    let [vera, otto, ada] = mint_roles();
+    let tokens = dir.path().join("tokens.toml");
+    std::fs::write(
+        &tokens,
+        format!("{}\n{}\n{}\n", vera.line, otto.line, ada.line),
+    )
+    .unwrap();
+    let metrics = free_addr("127.0.0.1");
+    let mut cp = control_plane(
+        dir.path(),
+        &tokens,
+        &["--audit-max-entries", "100", "--metrics-listen", &metrics],
+    );
+    let addr = cp.listen_addr().await;
+    let victim = "victim";
+    for token in [&otto.token, &ada.token] {
+        let r = call(
+            &addr,
+            Some(token),
+            "PauseConnector",
+            &json!({ "name": victim }),
+        );
+        assert_eq!(r.code, NOT_FOUND, "{}", r.err);
+    }
+    for _ in 0..FLOOD {
+        let r = call(
+            &addr,
+            Some(&vera.token),
+            "DeleteConnector",
+            &json!({ "name": victim, "force": true }),
+        );
+        assert_eq!(r.code, PERMISSION_DENIED, "{}", r.err);
+    }
+    let trail = audit(&addr, &ada.token, victim);
+    let rows = summary(&trail);
+    assert_eq!(
+        rows[..2],
+        [
+            row("otto", "PauseConnector", "", "NOT_FOUND"),
+            row("ada", "PauseConnector", "", "NOT_FOUND"),
+        ],
+        "the others' entries are still there"
+    );
+    assert_eq!(rows.len(), 2 + RECORDED, "{rows:#?}");
+    assert_eq!(
+        counter(&metrics, NOT_RECORDED_TOTAL),
+        (FLOOD - RECORDED) as f64
+    );
+    let lines = cp
+        .log()
+        .lines()
+        .filter(|l| l.contains("refused admin calls of one caller this minute"))
+        .count();
+    assert_eq!(lines, 1, "one line for the minute");
+    cp.terminate(WAIT_DEADLINE).await;
+}

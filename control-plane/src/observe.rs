@@ -29,6 +29,9 @@ pub const LEASE_EXPIRIES: &str = "wharf_executor_lease_expiries_total";
 /// presented no valid credentials: none, an unknown or revoked bearer token, a malformed
 /// `authorization` header. Not in the audit trail (`crate::auth::audit::in_trail`).
 pub const ADMIN_CALLS_UNAUTHENTICATED: &str = "wharf_admin_calls_unauthenticated_total";
+/// Counter: refused admin calls of identified callers over the audit trail's per-caller
+/// budget, not written to it (`crate::auth::audit::REFUSALS_RECORDED_PER_MINUTE`).
+pub const ADMIN_REFUSALS_NOT_RECORDED: &str = "wharf_admin_refusals_not_recorded_total";
 /// Histogram, seconds: one herder pass.
 pub const HERDER_PASS_SECONDS: &str = "wharf_herder_pass_duration_seconds";
 /// Gauge, seconds: from the herder's start (process start or a won leadership term)
@@ -80,6 +83,10 @@ fn describe_events() {
     describe_counter!(
         ADMIN_CALLS_UNAUTHENTICATED,
         "Admin calls (gRPC or REST) refused because the caller presented no valid credentials; not in the audit trail."
+    );
+    describe_counter!(
+        ADMIN_REFUSALS_NOT_RECORDED,
+        "Refused admin calls of identified callers not written to the audit trail: over the per-caller budget of refusals a minute."
     );
     describe_histogram!(
         HERDER_PASS_SECONDS,
@@ -133,6 +140,11 @@ pub fn lease_expired() {
 /// [`ADMIN_CALLS_UNAUTHENTICATED`]).
 pub fn admin_call_unauthenticated() {
     metrics::counter!(ADMIN_CALLS_UNAUTHENTICATED).increment(1);
+}
+
+/// Records a refusal left out of the audit trail (see [`ADMIN_REFUSALS_NOT_RECORDED`]).
+pub fn admin_refusal_not_recorded() {
+    metrics::counter!(ADMIN_REFUSALS_NOT_RECORDED).increment(1);
 }
 
 /// Records one pass of a loop: `name` is [`HERDER_PASS_SECONDS`] or
@@ -250,6 +262,7 @@ impl Probe for ControlPlaneProbe {
         metrics::counter!(CLEANUP_LEAKS).increment(0);
         metrics::counter!(LEASE_EXPIRIES).increment(0);
         metrics::counter!(ADMIN_CALLS_UNAUTHENTICATED).increment(0);
+        metrics::counter!(ADMIN_REFUSALS_NOT_RECORDED).increment(0);
     }
 
     fn health(&self) -> Health {

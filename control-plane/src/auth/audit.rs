@@ -78,6 +78,82 @@ pub fn in_trail(
     }
 }
 
+/// Refused calls of one identified caller written to the trail per minute; the rest of
+/// that minute's refusals are counted (`wharf_admin_refusals_not_recorded_total`) and the
+/// next entry of that caller says how many were left out. A refusal costs the caller
+/// nothing, and every entry pushes the oldest out at `--audit-max-entries`: without a
+/// budget a viewer's token could empty the trail of everyone else's entries.
+pub const REFUSALS_RECORDED_PER_MINUTE: u32 = 60;
+
+/// The length of a refusal budget's window ([`REFUSALS_RECORDED_PER_MINUTE`]).
+pub const REFUSAL_WINDOW: Duration = Duration::from_secs(60);
+
+/// One caller's refusals in the current window.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct RefusalWindow {
+    /// When the window began.
+    pub started: Instant,
+    /// Refusals written to the trail in it.
+    pub recorded: u32,
+    /// Refusals left out since the last one written (this window or earlier ones).
+    pub left_out: u64,
+}
+
+/// What happens to one refusal of a caller.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum RefusalFate {
+    /// Written to the trail; `left_out_before` refusals of this caller were not, since
+    /// its previous entry (said in this entry's message).
+    Recorded {
+        /// Refusals not written since the caller's previous entry.
+        left_out_before: u64,
+    },
+    /// Over the budget: counted, not written. `first` for the first one of the window
+    /// (which is logged).
+    LeftOut {
+        /// The first refusal of the window left out.
+        first: bool,
+    },
+}
+
+/// The fate of a refusal at `now` of a caller whose window is `window` (`None`: none
+/// yet), and the window after it.
+pub fn refusal_fate(window: Option<RefusalWindow>, now: Instant) -> (RefusalFate, RefusalWindow) {
+    let fresh = |left_out| RefusalWindow {
+        started: now,
+        recorded: 1,
+        left_out,
+    };
+    match window {
+        None => (RefusalFate::Recorded { left_out_before: 0 }, fresh(0)),
+        Some(w) if now.saturating_duration_since(w.started) >= REFUSAL_WINDOW => (
+            RefusalFate::Recorded {
+                left_out_before: w.left_out,
+            },
+            fresh(0),
+        ),
+        Some(w) if w.recorded < REFUSALS_RECORDED_PER_MINUTE => (
+            RefusalFate::Recorded {
+                left_out_before: w.left_out,
+            },
+            RefusalWindow {
+                recorded: w.recorded + 1,
+                left_out: 0,
+                ..w
+            },
+        ),
+        Some(w) => (
+            RefusalFate::LeftOut {
+                first: w.left_out == 0,
+            },
+            RefusalWindow {
+                left_out: w.left_out + 1,
+                ..w
+            },
+        ),
+    }
+}
+
 /// Whether a refusal of an unauthenticated caller is logged now: the first one is, later
 /// ones once [`UNAUTHENTICATED_LOG_INTERVAL`] has passed since the last line (`last`).
 pub fn log_unauthenticated_now(last: Option<Instant>, now: Instant) -> bool {
@@ -328,5 +404,59 @@ mod who_tests {
     #[test]
     fn a_caller_without_credentials_is_a_dash() {
         assert_eq!(who(None, None), ("-".into(), String::new(), "none".into()));
+    }
+}
+
+#[cfg(test)]
+mod refusal_budget_tests {
+    use super::*;
+
+    fn window(started: Instant, recorded: u32, left_out: u64) -> RefusalWindow {
+        RefusalWindow {
+            started,
+            recorded,
+            left_out,
+        }
+    }
+
+    #[test]
+    fn a_callers_first_refusal_is_recorded() {
+        let now = Instant::now();
+        assert_eq!(
+            refusal_fate(None, now),
+            (
+                RefusalFate::Recorded { left_out_before: 0 },
+                window(now, 1, 0)
+            )
+        );
+    }
+
+    #[test]
+    fn refusals_under_the_budget_are_recorded() {
+        let t0 = Instant::now();
+        let now = t0 + Duration::from_secs(1);
+        let (fate, w) = refusal_fate(Some(window(t0, 59, 0)), now);
+        assert_eq!(fate, RefusalFate::Recorded { left_out_before: 0 });
+        assert_eq!(w, window(t0, 60, 0));
+    }
+
+    #[test]
+    fn refusals_over_the_budget_are_left_out_and_the_first_one_says_so() {
+        let t0 = Instant::now();
+        let now = t0 + Duration::from_secs(1);
+        let (fate, w) = refusal_fate(Some(window(t0, REFUSALS_RECORDED_PER_MINUTE, 0)), now);
+        assert_eq!(fate, RefusalFate::LeftOut { first: true });
+        let (fate, w) = refusal_fate(Some(w), now);
+        assert_eq!(fate, RefusalFate::LeftOut { first: false });
+        assert_eq!(w, window(t0, REFUSALS_RECORDED_PER_MINUTE, 2));
+    }
+
+    #[test]
+    fn the_next_window_records_again_and_says_how_many_were_left_out() {
+        let t0 = Instant::now();
+        let now = t0 + REFUSAL_WINDOW;
+        let (fate, w) = refusal_fate(Some(window(t0, REFUSALS_RECORDED_PER_MINUTE, 7)), now);
+        assert_eq!(fate, RefusalFate::Recorded { left_out_before: 7 });
+        assert_eq!(w, window(now, 1, 0));
     }
 }

@@ -45,6 +45,10 @@ pub struct AdminAuth {
     pub retention: AuditRetention,
     /// When an unauthenticated refusal was last logged, and how many were not since.
     unauthenticated_log: std::sync::Mutex<RefusalLog>,
+    /// Each identified caller's refusals in the current window
+    /// ([`audit::REFUSALS_RECORDED_PER_MINUTE`]), by the entry's principal. Callers are
+    /// bounded by the token file and the certificates our CA signed.
+    refusals: std::sync::Mutex<std::collections::HashMap<String, audit::RefusalWindow>>,
 }
 
 /// Unauthenticated refusals logged and silenced since, for
@@ -73,6 +77,7 @@ impl AdminAuth {
             nonce: std::sync::atomic::AtomicU64::new(first_nonce()),
             retention: settings.audit_retention,
             unauthenticated_log: std::sync::Mutex::default(),
+            refusals: std::sync::Mutex::default(),
         })
     }
 
@@ -84,6 +89,7 @@ impl AdminAuth {
             nonce: std::sync::atomic::AtomicU64::new(first_nonce()),
             retention: AuditRetention::default(),
             unauthenticated_log: std::sync::Mutex::default(),
+            refusals: std::sync::Mutex::default(),
         }
     }
 
@@ -189,6 +195,41 @@ impl AdminAuth {
         }
         let time_ms = crate::reconcile::now_ms();
         let (name, role, auth_method) = audit::who(principal, peer);
+        let mut message = audit::bounded(message, audit::MAX_AUDIT_MESSAGE_BYTES).into_owned();
+        if outcome != "OK" {
+            let fate = {
+                let mut refusals = self
+                    .refusals
+                    .lock()
+                    .unwrap_or_else(std::sync::PoisonError::into_inner);
+                let (fate, window) =
+                    audit::refusal_fate(refusals.get(&name).copied(), std::time::Instant::now());
+                refusals.insert(name.clone(), window);
+                fate
+            };
+            match fate {
+                audit::RefusalFate::Recorded { left_out_before: 0 } => {}
+                audit::RefusalFate::Recorded { left_out_before } => {
+                    message.push_str(&format!(
+                        " [{left_out_before} earlier refused calls of this caller not recorded: over {} a minute]",
+                        audit::REFUSALS_RECORDED_PER_MINUTE
+                    ));
+                }
+                audit::RefusalFate::LeftOut { first } => {
+                    crate::observe::admin_refusal_not_recorded();
+                    if first {
+                        tracing::warn!(
+                            target: audit::AUDIT_TARGET,
+                            principal = %name,
+                            rpc = action.rpc(),
+                            "over {} refused admin calls of one caller this minute: the rest of the minute's refusals are not in the audit trail (counted in wharf_admin_refusals_not_recorded_total; its next entry says how many)",
+                            audit::REFUSALS_RECORDED_PER_MINUTE
+                        );
+                    }
+                    return;
+                }
+            }
+        }
         let entry = crate::model::AuditEntry {
             id: crate::model::AuditEntry::id_for(time_ms, self.next_nonce()),
             time_ms,
@@ -202,7 +243,7 @@ impl AdminAuth {
                 _ => String::new(),
             },
             outcome: outcome.to_owned(),
-            message: audit::bounded(message, audit::MAX_AUDIT_MESSAGE_BYTES).into_owned(),
+            message,
             forwarded_by: forwarded_by.to_owned(),
         };
         audit::record(store, &self.retention, &entry);
