@@ -616,5 +616,42 @@ async fn a_viewers_flood_of_refusals_evicts_nobody_elses_entries() {
         .filter(|l| l.contains("refused admin calls of one caller this minute"))
         .count();
     assert_eq!(lines, 1, "one line for the minute");
+
+    // An operator's refusals over the budget, then a call that is not a plain refusal:
+    // recorded whatever the budget, and it says how many refusals were left out.
+    // Its PauseConnector above was one; 64 more make 5 over the budget.
+    for i in 0..RECORDED + 4 {
+        let r = call(
+            &addr,
+            Some(&otto.token),
+            "PauseConnector",
+            &json!({ "name": format!("nope-{i}") }),
+        );
+        assert_eq!(r.code, NOT_FOUND, "{}", r.err);
+    }
+    let mut exec = executor(dir.path(), "exec-1", "127.0.0.2", &format!("http://{addr}"));
+    exec.listen_addr().await;
+    wait_alive(&addr, &ada.token, 1).await;
+    let created = "made-after-the-flood";
+    let lifecycle = dir.path().join("lifecycle.jsonl");
+    let r = call(
+        &addr,
+        Some(&otto.token),
+        "CreateConnector",
+        &json!({ "name": created, "config": source_config(&lifecycle, 1) }),
+    );
+    assert_eq!(r.code, 0, "{}", r.err);
+    let entry = audit(&addr, &ada.token, created);
+    assert_eq!(
+        summary(&entry),
+        vec![row("otto", "CreateConnector", "", "OK")]
+    );
+    assert!(
+        entry[0]["message"]
+            .as_str()
+            .is_some_and(|m| m.contains("[5 earlier refused calls of this caller not recorded")),
+        "{entry:#?}"
+    );
+    drop(exec);
     cp.terminate(WAIT_DEADLINE).await;
 }

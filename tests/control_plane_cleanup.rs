@@ -285,7 +285,7 @@ async fn a_retry_during_a_slow_cleanup_leaves_the_status_current() {
 
 /// A force while a task's stop(true) runs: that stop is not recalled and completes, but
 /// the connector instance's step, still PENDING behind it, stays skipped as the answer
-/// says: its stop(true) is never sent. The round in flight used to go on to the
+/// says: its stop(true) is never sent; the instance is stopped with false. The round in flight used to go on to the
 /// connector instance after the force (a review saw its cleanup run 3 s after a force
 /// that reported it skipped).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -314,6 +314,21 @@ async fn a_force_during_a_tasks_stop_sends_no_further_stop() {
     let r = c.call("DeleteConnector", json!({ "name": name, "force": true }));
     assert_eq!(r.code, 0, "{}", r.err);
     assert_eq!(r.body["connectorCleanupSkipped"], true, "{}", r.body);
+    // A force skips the cleanup, not the stop: the connector instance is stopped with
+    // false rather than left running on its executor (before, nothing stopped it until a
+    // connector of the same name was created).
+    wait_until(
+        "the connector instance stopped with false",
+        CONVERGE,
+        || async {
+            Lifecycle::read(&lifecycle)
+                .stops(name, None)
+                .into_iter()
+                .any(|s| !s.connector_deleted && s.ok)
+                .then_some(())
+        },
+    )
+    .await;
     // The name is free once the stop in flight has ended (the finalizer's task for it is
     // over): nothing of this deletion runs any more.
     let again = c.source_config(name, 1);

@@ -116,21 +116,57 @@ pub enum RefusalFate {
     },
 }
 
-/// The fate of a refusal at `now` of a caller whose window is `window` (`None`: none
-/// yet), and the window after it.
-pub fn refusal_fate(window: Option<RefusalWindow>, now: Instant) -> (RefusalFate, RefusalWindow) {
-    let fresh = |left_out| RefusalWindow {
+/// Whether an answer with outcome `outcome` (a gRPC code name) is a refusal that changed
+/// nothing, and so counts against the caller's budget ([`REFUSALS_RECORDED_PER_MINUTE`]).
+/// Any other answer is always recorded: `OK`, and the answers a call that took effect
+/// may still get (a `wait` that timed out is DEADLINE_EXCEEDED after the deletion was
+/// recorded; UNAVAILABLE, INTERNAL and the like after a write may have happened).
+pub fn is_budgeted_refusal(outcome: &str) -> bool {
+    matches!(
+        outcome,
+        "PERMISSION_DENIED"
+            | "INVALID_ARGUMENT"
+            | "NOT_FOUND"
+            | "FAILED_PRECONDITION"
+            | "ALREADY_EXISTS"
+            | "OUT_OF_RANGE"
+            | "RESOURCE_EXHAUSTED"
+            | "UNIMPLEMENTED"
+            | "UNAUTHENTICATED"
+    )
+}
+
+/// The fate of an answer at `now` to a caller whose window is `window` (`None`: none
+/// yet), and the window after it: a `budgeted` refusal ([`is_budgeted_refusal`]) is
+/// recorded while the window has room; any other answer is always recorded. Either
+/// recorded entry carries how many refusals were left out before it.
+pub fn refusal_fate(
+    window: Option<RefusalWindow>,
+    now: Instant,
+    budgeted: bool,
+) -> (RefusalFate, RefusalWindow) {
+    let fresh = |recorded, left_out| RefusalWindow {
         started: now,
-        recorded: 1,
+        recorded,
         left_out,
     };
+    let budgeted_count = u32::from(budgeted);
     match window {
-        None => (RefusalFate::Recorded { left_out_before: 0 }, fresh(0)),
+        None => (
+            RefusalFate::Recorded { left_out_before: 0 },
+            fresh(budgeted_count, 0),
+        ),
+        Some(w) if !budgeted => (
+            RefusalFate::Recorded {
+                left_out_before: w.left_out,
+            },
+            RefusalWindow { left_out: 0, ..w },
+        ),
         Some(w) if now.saturating_duration_since(w.started) >= REFUSAL_WINDOW => (
             RefusalFate::Recorded {
                 left_out_before: w.left_out,
             },
-            fresh(0),
+            fresh(1, 0),
         ),
         Some(w) if w.recorded < REFUSALS_RECORDED_PER_MINUTE => (
             RefusalFate::Recorded {
@@ -423,7 +459,7 @@ mod refusal_budget_tests {
     fn a_callers_first_refusal_is_recorded() {
         let now = Instant::now();
         assert_eq!(
-            refusal_fate(None, now),
+            refusal_fate(None, now, true),
             (
                 RefusalFate::Recorded { left_out_before: 0 },
                 window(now, 1, 0)
@@ -435,7 +471,7 @@ mod refusal_budget_tests {
     fn refusals_under_the_budget_are_recorded() {
         let t0 = Instant::now();
         let now = t0 + Duration::from_secs(1);
-        let (fate, w) = refusal_fate(Some(window(t0, 59, 0)), now);
+        let (fate, w) = refusal_fate(Some(window(t0, 59, 0)), now, true);
         assert_eq!(fate, RefusalFate::Recorded { left_out_before: 0 });
         assert_eq!(w, window(t0, 60, 0));
     }
@@ -444,9 +480,9 @@ mod refusal_budget_tests {
     fn refusals_over_the_budget_are_left_out_and_the_first_one_says_so() {
         let t0 = Instant::now();
         let now = t0 + Duration::from_secs(1);
-        let (fate, w) = refusal_fate(Some(window(t0, REFUSALS_RECORDED_PER_MINUTE, 0)), now);
+        let (fate, w) = refusal_fate(Some(window(t0, REFUSALS_RECORDED_PER_MINUTE, 0)), now, true);
         assert_eq!(fate, RefusalFate::LeftOut { first: true });
-        let (fate, w) = refusal_fate(Some(w), now);
+        let (fate, w) = refusal_fate(Some(w), now, true);
         assert_eq!(fate, RefusalFate::LeftOut { first: false });
         assert_eq!(w, window(t0, REFUSALS_RECORDED_PER_MINUTE, 2));
     }
@@ -455,8 +491,43 @@ mod refusal_budget_tests {
     fn the_next_window_records_again_and_says_how_many_were_left_out() {
         let t0 = Instant::now();
         let now = t0 + REFUSAL_WINDOW;
-        let (fate, w) = refusal_fate(Some(window(t0, REFUSALS_RECORDED_PER_MINUTE, 7)), now);
+        let (fate, w) = refusal_fate(Some(window(t0, REFUSALS_RECORDED_PER_MINUTE, 7)), now, true);
         assert_eq!(fate, RefusalFate::Recorded { left_out_before: 7 });
         assert_eq!(w, window(now, 1, 0));
+    }
+
+    #[test]
+    fn an_answer_that_is_no_plain_refusal_is_always_recorded_and_carries_the_count() {
+        let t0 = Instant::now();
+        let now = t0 + Duration::from_secs(1);
+        let full = window(t0, REFUSALS_RECORDED_PER_MINUTE, 4);
+        let (fate, w) = refusal_fate(Some(full), now, false);
+        assert_eq!(fate, RefusalFate::Recorded { left_out_before: 4 });
+        assert_eq!(w, window(t0, REFUSALS_RECORDED_PER_MINUTE, 0));
+        let (fate, w) = refusal_fate(None, now, false);
+        assert_eq!(fate, RefusalFate::Recorded { left_out_before: 0 });
+        assert_eq!(w, window(now, 0, 0));
+    }
+
+    #[test]
+    fn refusals_that_changed_nothing_are_budgeted_and_the_rest_is_not() {
+        for outcome in [
+            "PERMISSION_DENIED",
+            "INVALID_ARGUMENT",
+            "NOT_FOUND",
+            "FAILED_PRECONDITION",
+        ] {
+            assert!(is_budgeted_refusal(outcome), "{outcome}");
+        }
+        for outcome in [
+            "OK",
+            "DEADLINE_EXCEEDED",
+            "UNAVAILABLE",
+            "INTERNAL",
+            "ABORTED",
+            "UNKNOWN",
+        ] {
+            assert!(!is_budgeted_refusal(outcome), "{outcome}");
+        }
     }
 }

@@ -196,22 +196,28 @@ impl AdminAuth {
         let time_ms = crate::reconcile::now_ms();
         let (name, role, auth_method) = audit::who(principal, peer);
         let mut message = audit::bounded(message, audit::MAX_AUDIT_MESSAGE_BYTES).into_owned();
-        if outcome != "OK" {
+        {
             let fate = {
                 let mut refusals = self
                     .refusals
                     .lock()
                     .unwrap_or_else(std::sync::PoisonError::into_inner);
-                let (fate, window) =
-                    audit::refusal_fate(refusals.get(&name).copied(), std::time::Instant::now());
+                let (fate, window) = audit::refusal_fate(
+                    refusals.get(&name).copied(),
+                    std::time::Instant::now(),
+                    audit::is_budgeted_refusal(outcome),
+                );
                 refusals.insert(name.clone(), window);
                 fate
             };
             match fate {
                 audit::RefusalFate::Recorded { left_out_before: 0 } => {}
                 audit::RefusalFate::Recorded { left_out_before } => {
+                    if !message.is_empty() {
+                        message.push(' ');
+                    }
                     message.push_str(&format!(
-                        " [{left_out_before} earlier refused calls of this caller not recorded: over {} a minute]",
+                        "[{left_out_before} earlier refused calls of this caller not recorded: over {} a minute]",
                         audit::REFUSALS_RECORDED_PER_MINUTE
                     ));
                 }

@@ -132,8 +132,12 @@ pub async fn run_finalizer(cluster: Arc<Cluster>, cancel: CancellationToken) {
                         if let Some((_, forced)) = running.get(&d.name) {
                             forced.cancel();
                         }
-                        if let Err(e) = apply_force(&cluster, &d.name) {
-                            warn!(connector = %d.name, error = %e, "forcing the deletion failed; retrying");
+                        match apply_force(&cluster, &d.name) {
+                            Ok(Some(finished)) => stop_forced_instances(cluster.clone(), finished),
+                            Ok(None) => {}
+                            Err(e) => {
+                                warn!(connector = %d.name, error = %e, "forcing the deletion failed; retrying");
+                            }
                         }
                         continue;
                     }
@@ -1117,13 +1121,13 @@ fn apply_retry(cluster: &Cluster, name: &str) -> Result<(), HerderError> {
 }
 
 /// Carries out a recorded force: every step not yet final is skipped (marked forced) and
-/// the deletion finishes. A stop still in flight may finish later; until the finalizer
-/// task of this deletion ended the name is not taken again
-/// ([`Cluster::cleanup_in_flight`]).
-fn apply_force(cluster: &Cluster, name: &str) -> Result<(), HerderError> {
+/// the deletion finishes; returns the record as it finished (`None` when another pass
+/// did). A stop still in flight may finish later; until the finalizer task of this
+/// deletion ended the name is not taken again ([`Cluster::cleanup_in_flight`]).
+fn apply_force(cluster: &Cluster, name: &str) -> Result<Option<DeletionRecord>, HerderError> {
     for _ in 0..INTENT_ATTEMPTS {
         let Some(mut d) = cluster.store.deletion(name)? else {
-            return Ok(());
+            return Ok(None);
         };
         let mut tasks = Vec::new();
         let mut connector = false;
@@ -1142,7 +1146,7 @@ fn apply_force(cluster: &Cluster, name: &str) -> Result<(), HerderError> {
             continue;
         }
         let Some(d) = cluster.store.deletion(name)? else {
-            return Ok(());
+            return Ok(None);
         };
         if cluster.store.finish_deletion(name, d.revision)? {
             warn!(connector = %name, skipped_tasks = ?tasks, connector_skipped = connector,
@@ -1150,10 +1154,66 @@ fn apply_force(cluster: &Cluster, name: &str) -> Result<(), HerderError> {
             crate::observe::deletion_finished("forced");
             cluster.record_finished_deletion(&d);
             cluster.changed(name);
-            return Ok(());
+            return Ok(Some(d));
         }
     }
     Err(HerderError::Contended(name.to_owned()))
+}
+
+/// Where the instance of a step runs, as (executor id, generation): the cleanup-only
+/// instance's once re-hosted, else the one the record sealed.
+fn instance_of(d: &DeletionRecord, step: &CleanupStep) -> (String, u64) {
+    if step.rehosted {
+        (step.executor.clone(), step.generation)
+    } else {
+        let host = host_of(d, step.task);
+        (host.executor.unwrap_or_default(), host.generation)
+    }
+}
+
+/// Stops with `connector_deleted = false` what a force skipped and may still run: each
+/// skipped step's instance on a live executor (tasks first, then the connector instance),
+/// in the background. A force skips the cleanup, not the stop: without this the
+/// connector instance of a deletion forced while its tasks' stops ran kept running on
+/// its executor with nothing left to stop it. An instance already stopped (or stopping
+/// under the stop in flight) answers from the executor's record; nothing runs twice.
+fn stop_forced_instances(cluster: Arc<Cluster>, d: DeletionRecord) {
+    wharf::task::spawn(
+        wharf::task::TaskKind::Detached,
+        "stop forced instances",
+        async move {
+            let view = match cluster.executor_view() {
+                Ok(v) => v,
+                Err(e) => {
+                    warn!(connector = %d.name, error = %e, "forced deletion: its instances are not stopped (store error)");
+                    return;
+                }
+            };
+            let skipped: Vec<&CleanupStep> = d.steps.iter().filter(|s| s.forced).collect();
+            for tasks in [true, false] {
+                let stops = skipped
+                    .iter()
+                    .filter(|s| s.task.is_some() == tasks)
+                    .filter_map(|s| {
+                        let (executor, generation) = instance_of(&d, s);
+                        view.live(&executor)
+                            .map(|e| (s.task, e.clone(), generation))
+                    })
+                    .map(|(task, exec, generation)| {
+                        let d = &d;
+                        let cluster = &cluster;
+                        async move {
+                            let attempt =
+                                stop(cluster, d, task, &exec, generation, false, None).await;
+                            info!(connector = %d.name, task, executor = %exec.id, generation,
+                                stopped = matches!(attempt, Attempt::Done { .. }),
+                                "forced deletion: instance stopped with connector_deleted = false");
+                        }
+                    });
+                futures::future::join_all(stops).await;
+            }
+        },
+    );
 }
 
 /// What a forced deletion skipped, from its final record: task indexes, and whether the
