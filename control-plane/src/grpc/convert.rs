@@ -85,15 +85,33 @@ pub fn check_config_size(config: &HashMap<String, String>) -> Result<(), ApiErro
     Ok(())
 }
 
+/// Whether `c` is drawn as nothing, or reorders or breaks the text around it: zero-width
+/// characters and joiners, bidirectional controls, the soft hyphen, the line and
+/// paragraph separators, the byte order mark. (Unicode's format and separator
+/// characters that occur in practice; `char::is_control` covers none of them.)
+fn is_invisible(c: char) -> bool {
+    matches!(
+        c,
+        '\u{00AD}'
+            | '\u{200B}'..='\u{200F}'
+            | '\u{2028}'..='\u{202E}'
+            | '\u{2060}'..='\u{2064}'
+            | '\u{2066}'..='\u{2069}'
+            | '\u{FEFF}'
+    )
+}
+
 /// Why `key` cannot be a config key, or `None` when it can. Keys are otherwise free
-/// (plugins define their own), but an empty key names nothing, and a control character
-/// or whitespace around a key makes it look like another key (` tasks.max` is not
-/// `tasks.max`) while matching no definition.
+/// (plugins define their own), but an empty key names nothing, and a control or
+/// invisible character or whitespace around a key makes it look like another key
+/// (` tasks.max` or `tasks\u{200B}.max` is not `tasks.max`) while matching no definition.
 pub fn config_key_problem(key: &str) -> Option<&'static str> {
     if key.is_empty() {
         Some("the key is empty")
     } else if key.chars().any(char::is_control) {
         Some("the key has a control character")
+    } else if key.chars().any(is_invisible) {
+        Some("the key has an invisible character (zero-width, bidirectional or a separator)")
     } else if key.trim() != key {
         Some("the key has leading or trailing whitespace")
     } else {
@@ -110,7 +128,7 @@ pub fn bad_key_field(key: &str) -> String {
 /// The message for a key refused by [`config_key_problem`] (`why`), with the rule.
 pub fn bad_key_reason(why: &str) -> String {
     format!(
-        "{why}: config keys are names such as tasks.max, without control characters or surrounding whitespace"
+        "{why}: config keys are names such as tasks.max, without control or invisible characters or surrounding whitespace"
     )
 }
 
@@ -694,6 +712,24 @@ mod tests {
         for bad in [" tasks.max", "tasks.max ", " "] {
             let e = raw("c", &[("connector.class", "p"), (bad, "1")]).unwrap_err();
             assert!(e.to_string().contains("whitespace"), "{bad:?}: {e}");
+            assert_eq!(field(e), format!("config[{bad:?}]"));
+        }
+    }
+
+    #[test]
+    fn a_config_key_with_an_invisible_character_is_refused() {
+        for bad in [
+            "tasks\u{200B}.max",
+            "a\u{2028}b",
+            "\u{202E}xam.sat",
+            "\u{FEFF}topic",
+            "a\u{AD}b",
+        ] {
+            let e = raw("c", &[("connector.class", "p"), (bad, "1")]).unwrap_err();
+            assert!(
+                e.to_string().contains("invisible character"),
+                "{bad:?}: {e}"
+            );
             assert_eq!(field(e), format!("config[{bad:?}]"));
         }
     }
