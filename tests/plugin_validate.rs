@@ -305,3 +305,22 @@ async fn a_plugin_validator_refusal_is_reported_and_refused_before_anything_is_s
     );
     assert_no_secret("the control plane's log", &log);
 }
+
+/// With two executors offering the plugin and one of them just killed (still leased, so
+/// still a candidate), every validate reports the plugin's error: a call that fails at
+/// once moves on to the other executor instead of leaving the checks undone.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_dead_executor_is_passed_over_for_one_that_answers() {
+    let (mut c, _rest) = start(2).await;
+    c.executors[0].kill9();
+    for round in 0..5 {
+        let r = c.call("ValidateConnectorConfig", json!({ "config": bad_config() }));
+        assert_eq!(r.code, 0, "{}", r.err);
+        assert!(
+            !strings(&entry(&r.body, URI)["errors"]).is_empty(),
+            "round {round}: the plugin's check did not run: {}",
+            r.body
+        );
+        assert_no_secret("ValidateConnectorConfig", &r.body.to_string());
+    }
+}

@@ -163,11 +163,14 @@ pub fn without_secrets(
         .collect()
 }
 
-/// Asks one live executor offering `plugin` (live, reachable and verified: one that
-/// work could be placed on) to run the plugin's checks on `config` (whose secrets `def`,
-/// the plugin's full definition, names: see [`without_secrets`]), bounded by
-/// [`VALIDATE_CALL_TIMEOUT_MS`]. Records nothing about the executor's reachability: an
-/// operator's call is not the herder's evidence.
+/// Asks the live executors offering `plugin` (live, reachable and verified: ones that
+/// work could be placed on), one after the other, to run the plugin's checks on `config`
+/// (whose secrets `def`, the plugin's full definition, names: see [`without_secrets`]),
+/// all within [`VALIDATE_CALL_TIMEOUT_MS`]. A call that fails at once (an executor that
+/// predates ValidateConfig, a refused connection) moves on to the next executor; one that
+/// does not answer in time ends the asking (the bound is for the operator's call, not
+/// per executor). Records nothing about the executors' reachability: an operator's call
+/// is not the herder's evidence.
 ///
 /// # Errors
 /// Store errors reading the executors.
@@ -178,31 +181,29 @@ pub async fn ask(
     config: &ConfigMap,
 ) -> Result<Asked, crate::store::StoreError> {
     let view = cluster.executor_view()?;
-    let Some(exec) = view
+    let deadline =
+        tokio::time::Instant::now() + std::time::Duration::from_millis(VALIDATE_CALL_TIMEOUT_MS);
+    let mut last = Asked::NoLiveExecutor;
+    for exec in view
         .placeable
         .iter()
         .filter_map(|id| view.all.get(id))
-        .find(|e| e.has_plugin(plugin))
-    else {
-        return Ok(Asked::NoLiveExecutor);
-    };
-    let executor = exec.id.clone();
-    let call = cluster.clients.validate_config_on(exec, plugin, config);
-    Ok(
-        match tokio::time::timeout(
-            std::time::Duration::from_millis(VALIDATE_CALL_TIMEOUT_MS),
-            call,
-        )
-        .await
-        {
-            Ok(Ok(keys)) => Asked::Answered {
-                executor,
-                keys: without_secrets(def, config, keys),
-            },
+        .filter(|e| e.has_plugin(plugin))
+    {
+        let executor = exec.id.clone();
+        let call = cluster.clients.validate_config_on(exec, plugin, config);
+        last = match tokio::time::timeout_at(deadline, call).await {
+            Ok(Ok(keys)) => {
+                return Ok(Asked::Answered {
+                    executor,
+                    keys: without_secrets(def, config, keys),
+                });
+            }
             Ok(Err(error)) => Asked::Failed { executor, error },
-            Err(_) => Asked::TimedOut { executor },
-        },
-    )
+            Err(_) => return Ok(Asked::TimedOut { executor }),
+        };
+    }
+    Ok(last)
 }
 
 #[cfg(test)]
