@@ -264,22 +264,42 @@ impl<P: opentelemetry_sdk::trace::SpanProcessor> opentelemetry_sdk::trace::SpanP
 /// every batch (every few seconds), and one line a minute says so without flooding.
 pub const EXPORT_WARN_INTERVAL: std::time::Duration = std::time::Duration::from_secs(60);
 
-/// Whether a failed export is logged now: the first failure is, later ones once
-/// [`EXPORT_WARN_INTERVAL`] has passed since the last line (`last`).
-fn warn_now(last: Option<std::time::Instant>, now: std::time::Instant) -> bool {
+/// Whether a throttled log line is due at `now`: the first one is, later ones once
+/// `interval` has passed since the last line (`last`).
+pub fn line_due(
+    last: Option<std::time::Instant>,
+    now: std::time::Instant,
+    interval: std::time::Duration,
+) -> bool {
     match last {
         None => true,
-        Some(t) => now.saturating_duration_since(t) >= EXPORT_WARN_INTERVAL,
+        Some(t) => now.saturating_duration_since(t) >= interval,
     }
 }
 
-/// Failures logged and silenced since, for [`WarnOnFailure`].
+/// A warning written at most once per interval about events that may come by the
+/// thousand (failed span exports, refused callers): the first event gets a line, later
+/// ones one line per interval, which says how many went without one ([`line_due`]).
 #[derive(Debug, Default)]
-struct FailureLog {
-    /// When the last warning was written.
+pub struct Throttle {
+    /// When the last line was written.
     last: Option<std::time::Instant>,
-    /// Failed batches since then, not logged.
+    /// Events since then without a line.
     silenced: u64,
+}
+
+impl Throttle {
+    /// Notes an event at `now`: `Some(n)` when its line is due (write it, saying that `n`
+    /// events went without one since the previous line), `None` when it only counts.
+    pub fn note(&mut self, now: std::time::Instant, interval: std::time::Duration) -> Option<u64> {
+        if line_due(self.last, now, interval) {
+            self.last = Some(now);
+            Some(std::mem::take(&mut self.silenced))
+        } else {
+            self.silenced += 1;
+            None
+        }
+    }
 }
 
 /// A span exporter that logs a warning naming the endpoint when an export fails, at most
@@ -289,7 +309,7 @@ struct FailureLog {
 struct WarnOnFailure<E> {
     inner: E,
     endpoint: String,
-    log: std::sync::Mutex<FailureLog>,
+    log: std::sync::Mutex<Throttle>,
 }
 
 impl<E> WarnOnFailure<E> {
@@ -303,24 +323,20 @@ impl<E> WarnOnFailure<E> {
 
     /// Logs `error` for a batch of `spans` unless a line was written recently.
     fn failed(&self, spans: usize, error: &opentelemetry_sdk::error::OTelSdkError) {
-        let now = std::time::Instant::now();
-        let mut log = self
+        let due = self
             .log
             .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner);
-        if warn_now(log.last, now) {
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .note(std::time::Instant::now(), EXPORT_WARN_INTERVAL);
+        if let Some(silenced) = due {
             tracing::warn!(
                 endpoint = %self.endpoint,
                 spans,
-                failed_batches_not_logged = log.silenced,
+                failed_batches_not_logged = silenced,
                 error = %error,
                 "span export to --otlp-endpoint failed; spans dropped (next such line in {} s at the earliest)",
                 EXPORT_WARN_INTERVAL.as_secs()
             );
-            log.last = Some(now);
-            log.silenced = 0;
-        } else {
-            log.silenced += 1;
         }
     }
 }
@@ -643,19 +659,44 @@ mod tests {
 
     #[test]
     fn the_first_export_failure_is_logged() {
-        assert!(warn_now(None, std::time::Instant::now()));
+        assert!(line_due(
+            None,
+            std::time::Instant::now(),
+            EXPORT_WARN_INTERVAL
+        ));
     }
 
     #[test]
     fn a_failure_soon_after_a_logged_one_is_not_logged() {
         let t = std::time::Instant::now();
-        assert!(!warn_now(Some(t), t + EXPORT_WARN_INTERVAL / 2));
+        assert!(!line_due(
+            Some(t),
+            t + EXPORT_WARN_INTERVAL / 2,
+            EXPORT_WARN_INTERVAL
+        ));
     }
 
     #[test]
     fn a_failure_an_interval_after_a_logged_one_is_logged() {
         let t = std::time::Instant::now();
-        assert!(warn_now(Some(t), t + EXPORT_WARN_INTERVAL));
+        assert!(line_due(
+            Some(t),
+            t + EXPORT_WARN_INTERVAL,
+            EXPORT_WARN_INTERVAL
+        ));
+    }
+
+    #[test]
+    fn a_throttle_says_how_many_events_went_without_a_line() {
+        let t = std::time::Instant::now();
+        let mut throttle = Throttle::default();
+        assert_eq!(throttle.note(t, EXPORT_WARN_INTERVAL), Some(0));
+        assert_eq!(throttle.note(t, EXPORT_WARN_INTERVAL), None);
+        assert_eq!(throttle.note(t, EXPORT_WARN_INTERVAL), None);
+        assert_eq!(
+            throttle.note(t + EXPORT_WARN_INTERVAL, EXPORT_WARN_INTERVAL),
+            Some(2)
+        );
     }
 
     #[test]

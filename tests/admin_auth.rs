@@ -399,10 +399,7 @@ async fn calls_without_credentials_write_nothing_and_evict_nothing_from_a_small_
         ],
     );
     let addr = cp.listen_addr().await;
-    let rest = std::fs::read_to_string(dir.path().join("cp").join("rest.addr"))
-        .expect("rest.addr")
-        .trim()
-        .to_owned();
+    let rest = wharf_harness::rest::rest_addr(&dir.path().join("cp"));
     let victim = "victim";
     let huge = "z".repeat(1_000_000);
 

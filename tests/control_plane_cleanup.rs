@@ -9,6 +9,7 @@
 
 use serde_json::json;
 use wharf_harness::cluster::{CONVERGE, NOT_FOUND, TestCluster};
+use wharf_harness::fault::create_running;
 use wharf_harness::lifecycle::Lifecycle;
 use wharf_harness::wait_until;
 
@@ -237,13 +238,7 @@ async fn a_retry_during_a_slow_cleanup_leaves_the_status_current() {
     let name = "slow-stop";
     let mut cfg = c.source_config(name, 1);
     cfg["test.stop.delay.ms"] = json!("3000");
-    assert_eq!(
-        c.call("CreateConnector", json!({ "name": name, "config": cfg }))
-            .code,
-        0
-    );
-    c.wait_state(name, "STATE_RUNNING", "STATE_RUNNING", 1)
-        .await;
+    create_running(&c, name, cfg, 1).await;
     assert_eq!(c.call("DeleteConnector", json!({ "name": name })).code, 0);
     let step = |s: &serde_json::Value, task: bool| -> serde_json::Value {
         s["deletion"]["steps"]
@@ -294,20 +289,12 @@ async fn a_force_during_a_tasks_stop_sends_no_further_stop() {
     let name = "forced-mid-round";
     let mut cfg = c.source_config(name, 1);
     cfg["test.stop.delay.ms"] = json!("2000");
-    assert_eq!(
-        c.call("CreateConnector", json!({ "name": name, "config": cfg }))
-            .code,
-        0
-    );
-    c.wait_state(name, "STATE_RUNNING", "STATE_RUNNING", 1)
-        .await;
+    create_running(&c, name, cfg, 1).await;
     assert_eq!(c.call("DeleteConnector", json!({ "name": name })).code, 0);
     let lifecycle = c.lifecycle_path(name);
     wait_until("the task's stop(true) to have begun", CONVERGE, || async {
         Lifecycle::read(&lifecycle)
-            .events
-            .iter()
-            .any(|e| e.call == "stop" && e.connector_deleted == Some(true))
+            .a_stop_true_began()
             .then_some(())
     })
     .await;

@@ -89,10 +89,8 @@ async fn a_deletion_interrupted_by_a_control_plane_crash_resumes_after_restart()
     let r = c.call("DeleteConnector", json!({ "name": name }));
     assert_eq!(r.code, 0, "{}", r.err);
     wait_until("a stop(true) to have begun", CONVERGE, || async {
-        let lc = Lifecycle::read(&c.lifecycle_path(name));
-        lc.events
-            .iter()
-            .any(|e| e.call == "stop" && e.connector_deleted == Some(true))
+        Lifecycle::read(&c.lifecycle_path(name))
+            .a_stop_true_began()
             .then_some(())
     })
     .await;

@@ -219,22 +219,19 @@ async fn takes_over_a_pending_deletion(lease_ms: u32, otlp: Option<&TestOtlp>) {
 
     // The operator's tool calls in a trace of its own (a sampled traceparent).
     let mut client = wharf_harness::client::admin(&a_addr, &dial_for(&a_addr));
-    let mut req = tonic::Request::new(wharf::pb::v1::DeleteConnectorRequest {
-        name: name.into(),
-        ..Default::default()
-    });
-    req.metadata_mut().insert(
-        "traceparent",
-        format!("00-{OPERATOR_TRACE}-{OPERATOR_SPAN}-01")
-            .parse()
-            .expect("traceparent"),
+    let req = wharf_harness::client::in_trace(
+        wharf::pb::v1::DeleteConnectorRequest {
+            name: name.into(),
+            ..Default::default()
+        },
+        OPERATOR_TRACE,
+        OPERATOR_SPAN,
+        "01",
     );
     client.delete_connector(req).await.expect("DeleteConnector");
     wait_until("a stop(true) to have begun", CONVERGE, || async {
         Lifecycle::read(&lifecycle)
-            .events
-            .iter()
-            .any(|e| e.call == "stop" && e.connector_deleted == Some(true))
+            .a_stop_true_began()
             .then_some(())
     })
     .await;

@@ -10,14 +10,10 @@
 //!
 //! Build first: `cargo build --workspace --bins`.
 
-use http_body_util::{BodyExt, Full};
-use hyper::body::Bytes;
 use serde_json::{Value, json};
-use wharf_harness::cluster::{
-    CONVERGE, INVALID_ARGUMENT, NOT_FOUND, TEST_HEARTBEAT_INTERVAL_MS, TEST_LEASE_MS, TestCluster,
-    call_at,
-};
-use wharf_harness::{KeepOnFailure, Proc, wait_until};
+use wharf_harness::cluster::{CONVERGE, INVALID_ARGUMENT, NOT_FOUND, call_at};
+use wharf_harness::rest::start_with_rest;
+use wharf_harness::wait_until;
 
 /// The password inside the refused URI: it must appear in no answer.
 const SECRET: &str = "S3cr3t";
@@ -32,87 +28,6 @@ fn bad_config() -> Value {
         "topics": "orders",
         URI: format!("amqp://u:{SECRET}@127.0.0.1:5672/%2f"),
     })
-}
-
-/// An HTTP/1.1 answer: status and JSON body (`Null` when empty).
-#[derive(Debug)]
-struct Answer {
-    status: u16,
-    body: Value,
-}
-
-/// Sends `method path` with a JSON `body` to the REST gateway at `addr`.
-async fn rest(addr: &str, method: &str, path: &str, body: Option<&Value>) -> Answer {
-    let stream = tokio::net::TcpStream::connect(addr)
-        .await
-        .expect("connect to the REST gateway");
-    let (mut sender, conn) =
-        hyper::client::conn::http1::handshake(hyper_util::rt::TokioIo::new(stream))
-            .await
-            .expect("HTTP/1.1 handshake");
-    tokio::spawn(conn);
-    let mut req = hyper::Request::builder()
-        .method(method)
-        .uri(path)
-        .header("host", addr)
-        .header("accept", "application/json");
-    if body.is_some() {
-        req = req.header("content-type", "application/json");
-    }
-    let bytes = body.map(|b| b.to_string().into_bytes()).unwrap_or_default();
-    let resp = sender
-        .send_request(req.body(Full::new(Bytes::from(bytes))).expect("request"))
-        .await
-        .expect("response");
-    let status = resp.status().as_u16();
-    let bytes = resp.into_body().collect().await.expect("body").to_bytes();
-    let body = if bytes.is_empty() {
-        Value::Null
-    } else {
-        serde_json::from_slice(&bytes).expect("JSON body")
-    };
-    Answer { status, body }
-}
-
-/// A cluster whose control plane also serves REST; returns it and the REST address.
-async fn start(executors: usize) -> (TestCluster, String) {
-    let dir = KeepOnFailure::new();
-    let cp_dir = dir.path().join("cp");
-    let mut cp = Proc::spawn_with_env(
-        wharf_harness::bin("wharf-control-plane"),
-        vec![
-            "--listen".into(),
-            "127.0.0.1:0".into(),
-            "--rest-listen".into(),
-            "127.0.0.1:0".into(),
-            "--data-dir".into(),
-            cp_dir.display().to_string(),
-            "--lease-ms".into(),
-            TEST_LEASE_MS.to_string(),
-            "--heartbeat-interval-ms".into(),
-            TEST_HEARTBEAT_INTERVAL_MS.to_string(),
-        ],
-        &cp_dir,
-        &[],
-    );
-    let addr = cp.listen_addr().await;
-    // rest.addr is written before listen.addr.
-    let rest_addr = std::fs::read_to_string(cp_dir.join("rest.addr"))
-        .expect("rest.addr written")
-        .trim()
-        .to_owned();
-    let mut c = TestCluster {
-        dir,
-        cp,
-        addr,
-        executors: Vec::new(),
-        tls: None,
-    };
-    for i in 0..executors {
-        c.add_executor(i).await;
-    }
-    c.wait_alive(executors).await;
-    (c, rest_addr)
 }
 
 /// The entry of `key` in a gRPC ValidateConnectorConfig body.
@@ -139,7 +54,7 @@ fn assert_no_secret(what: &str, text: &str) {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_plugin_validator_refusal_is_reported_and_refused_before_anything_is_stored() {
-    let (mut c, rest_addr) = start(1).await;
+    let (mut c, rest) = start_with_rest(1, &[]).await;
 
     // gRPC validate: the validator's error on rabbitmq.uri, once the executor may be
     // asked (its identity probe follows its registration).
@@ -193,13 +108,13 @@ async fn a_plugin_validator_refusal_is_reported_and_refused_before_anything_is_s
     assert_eq!(r.code, NOT_FOUND, "{}", r.err);
 
     // REST validate: the same error on the same key.
-    let a = rest(
-        &rest_addr,
-        "PUT",
-        "/connector-plugins/rabbitmq-sink/config/validate",
-        Some(&bad_config()),
-    )
-    .await;
+    let a = rest
+        .json(
+            "PUT",
+            "/connector-plugins/rabbitmq-sink/config/validate",
+            &bad_config(),
+        )
+        .await;
     assert_eq!(a.status, 200, "{a:?}");
     assert_no_secret("REST validate", &a.body.to_string());
     assert_eq!(a.body["error_count"], 1, "{a:?}");
@@ -231,25 +146,21 @@ async fn a_plugin_validator_refusal_is_reported_and_refused_before_anything_is_s
     assert!(r.err.contains(&format!("config[{URI}]")), "{}", r.err);
     assert_no_secret("PutConnectorConfig", &r.err);
     // Over REST: Kafka Connect's 400, naming the key.
-    let a = rest(
-        &rest_addr,
-        "POST",
-        "/connectors",
-        Some(&json!({ "name": "creds", "config": bad_config() })),
-    )
-    .await;
+    let a = rest
+        .json(
+            "POST",
+            "/connectors",
+            &json!({ "name": "creds", "config": bad_config() }),
+        )
+        .await;
     assert_eq!(a.status, 400, "{a:?}");
     assert_eq!(a.body["error_code"], 400, "{a:?}");
     let msg = a.body["message"].as_str().unwrap_or_default();
     assert!(msg.contains(&format!("config[{URI}]")), "{a:?}");
     assert_no_secret("POST /connectors", msg);
-    let a = rest(
-        &rest_addr,
-        "PUT",
-        "/connectors/creds/config",
-        Some(&bad_config()),
-    )
-    .await;
+    let a = rest
+        .json("PUT", "/connectors/creds/config", &bad_config())
+        .await;
     assert_eq!(a.status, 400, "{a:?}");
     assert_no_secret("PUT /connectors/creds/config", &a.body.to_string());
 
@@ -258,12 +169,7 @@ async fn a_plugin_validator_refusal_is_reported_and_refused_before_anything_is_s
     let r = c.call("ListConnectors", json!({}));
     assert_eq!(r.code, 0, "{}", r.err);
     assert_eq!(r.body["connectors"], json!([]), "{}", r.body);
-    assert_eq!(
-        rest(&rest_addr, "GET", "/connectors/creds", None)
-            .await
-            .status,
-        404
-    );
+    assert_eq!(rest.get("/connectors/creds").await.status, 404);
     let audit = c.call("ListAuditEntries", json!({ "page_size": 1000 }));
     assert_eq!(audit.code, 0, "{}", audit.err);
     assert_no_secret("the audit trail", &audit.body.to_string());
@@ -311,7 +217,7 @@ async fn a_plugin_validator_refusal_is_reported_and_refused_before_anything_is_s
 /// once moves on to the other executor instead of leaving the checks undone.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_dead_executor_is_passed_over_for_one_that_answers() {
-    let (mut c, _rest) = start(2).await;
+    let (mut c, _rest) = start_with_rest(2, &[]).await;
     c.executors[0].kill9();
     for round in 0..5 {
         let r = c.call("ValidateConnectorConfig", json!({ "config": bad_config() }));

@@ -10,134 +10,14 @@
 use std::path::PathBuf;
 use std::time::Duration;
 
-use http_body_util::{BodyExt, Full};
-use hyper::body::Bytes;
 use serde_json::{Value, json};
-use wharf_harness::cluster::{CONVERGE, TEST_HEARTBEAT_INTERVAL_MS, TEST_LEASE_MS, TestCluster};
-use wharf_harness::{KeepOnFailure, Proc, wait_until};
-
-/// One HTTP answer.
-#[derive(Debug)]
-struct Answer {
-    status: u16,
-    headers: hyper::HeaderMap,
-    /// The body as JSON (`Null` when empty).
-    body: Value,
-}
-
-/// A REST client of one gateway.
-struct Rest {
-    addr: String,
-}
-
-impl Rest {
-    /// Sends one request on a fresh connection. `body` goes as `application/json`
-    /// unless `content_type` says otherwise.
-    async fn send(
-        &self,
-        method: &str,
-        path: &str,
-        body: Option<Vec<u8>>,
-        content_type: Option<&str>,
-    ) -> Answer {
-        let stream = tokio::net::TcpStream::connect(&self.addr)
-            .await
-            .expect("connect to the REST gateway");
-        let (mut sender, conn) =
-            hyper::client::conn::http1::handshake(hyper_util::rt::TokioIo::new(stream))
-                .await
-                .expect("HTTP/1.1 handshake");
-        tokio::spawn(conn);
-        let mut req = hyper::Request::builder()
-            .method(method)
-            .uri(path)
-            .header("host", &self.addr)
-            .header("accept", "application/json");
-        if body.is_some() {
-            req = req.header("content-type", content_type.unwrap_or("application/json"));
-        }
-        let req = req
-            .body(Full::new(Bytes::from(body.unwrap_or_default())))
-            .expect("request");
-        let resp = sender.send_request(req).await.expect("response");
-        let status = resp.status().as_u16();
-        let headers = resp.headers().clone();
-        let bytes = resp.into_body().collect().await.expect("body").to_bytes();
-        let body = if bytes.is_empty() {
-            Value::Null
-        } else {
-            serde_json::from_slice(&bytes).unwrap_or_else(|e| {
-                panic!(
-                    "{method} {path}: body is not JSON ({e}): {}",
-                    String::from_utf8_lossy(&bytes)
-                )
-            })
-        };
-        Answer {
-            status,
-            headers,
-            body,
-        }
-    }
-
-    async fn get(&self, path: &str) -> Answer {
-        self.send("GET", path, None, None).await
-    }
-
-    async fn json(&self, method: &str, path: &str, body: &Value) -> Answer {
-        self.send(method, path, Some(body.to_string().into_bytes()), None)
-            .await
-    }
-
-    async fn empty(&self, method: &str, path: &str) -> Answer {
-        self.send(method, path, None, None).await
-    }
-}
+use wharf_harness::cluster::{CONVERGE, TestCluster};
+use wharf_harness::rest::{Answer, Rest, start_with_rest};
+use wharf_harness::wait_until;
 
 /// A cluster whose control plane also serves REST on a free port.
 async fn start(executors: usize) -> (TestCluster, Rest) {
-    start_with_env(executors, &[]).await
-}
-
-/// [`start`] with `env` in the control plane's environment.
-async fn start_with_env(executors: usize, env: &[(&str, &str)]) -> (TestCluster, Rest) {
-    let dir = KeepOnFailure::new();
-    let cp_dir = dir.path().join("cp");
-    let mut cp = Proc::spawn_with_env(
-        wharf_harness::bin("wharf-control-plane"),
-        vec![
-            "--listen".into(),
-            "127.0.0.1:0".into(),
-            "--rest-listen".into(),
-            "127.0.0.1:0".into(),
-            "--data-dir".into(),
-            cp_dir.display().to_string(),
-            "--lease-ms".into(),
-            TEST_LEASE_MS.to_string(),
-            "--heartbeat-interval-ms".into(),
-            TEST_HEARTBEAT_INTERVAL_MS.to_string(),
-        ],
-        &cp_dir,
-        env,
-    );
-    let addr = cp.listen_addr().await;
-    // rest.addr is written before listen.addr.
-    let rest_addr = std::fs::read_to_string(cp_dir.join("rest.addr"))
-        .expect("rest.addr written")
-        .trim()
-        .to_owned();
-    let mut c = TestCluster {
-        dir,
-        cp,
-        addr,
-        executors: Vec::new(),
-        tls: None,
-    };
-    for i in 0..executors {
-        c.add_executor(i).await;
-    }
-    c.wait_alive(executors).await;
-    (c, Rest { addr: rest_addr })
+    start_with_rest(executors, &[]).await
 }
 
 /// Asserts Connect's error body: `{"error_code": status, "message": non-empty}` and no
@@ -1011,7 +891,7 @@ async fn a_body_cut_short_is_a_bad_request_not_too_large() {
 /// one target to INFO brings that target's INFO lines and nobody else's.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_logger_changed_at_run_time_keeps_what_rust_log_set_for_the_others() {
-    let (c, rest) = start_with_env(1, &[("RUST_LOG", "warn")]).await;
+    let (c, rest) = start_with_rest(1, &[("RUST_LOG", "warn")]).await;
     let a = rest.get("/admin/loggers").await;
     assert_eq!(a.status, 200, "{a:?}");
     assert_eq!(a.body["root"]["level"], "WARN", "{}", a.body);

@@ -245,12 +245,11 @@ async fn one_deletion_is_one_trace_across_two_executors() {
 
     // A read with a sampled traceparent is exported, as a child of the caller's span.
     let mut admin = wharf_harness::client::admin(&c.addr, &c.dial());
-    let mut req = tonic::Request::new(wharf::pb::v1::ListConnectorsRequest::default());
-    req.metadata_mut().insert(
-        "traceparent",
-        format!("00-{USER_TRACE}-{USER_SPAN}-01")
-            .parse()
-            .expect("traceparent"),
+    let req = wharf_harness::client::in_trace(
+        wharf::pb::v1::ListConnectorsRequest::default(),
+        USER_TRACE,
+        USER_SPAN,
+        "01",
     );
     admin
         .list_connectors(req)
@@ -366,15 +365,14 @@ async fn failed_steps_mark_their_round_and_an_unsampled_deletion_exports_nothing
     let quiet = "quiet";
     create_running(&c, quiet, c.source_config(quiet, 2), 2).await;
     let mut admin = wharf_harness::client::admin(&c.addr, &c.dial());
-    let mut req = tonic::Request::new(wharf::pb::v1::DeleteConnectorRequest {
-        name: quiet.into(),
-        ..Default::default()
-    });
-    req.metadata_mut().insert(
-        "traceparent",
-        format!("00-{UNSAMPLED_TRACE}-{USER_SPAN}-00")
-            .parse()
-            .expect("traceparent"),
+    let req = wharf_harness::client::in_trace(
+        wharf::pb::v1::DeleteConnectorRequest {
+            name: quiet.into(),
+            ..Default::default()
+        },
+        UNSAMPLED_TRACE,
+        USER_SPAN,
+        "00",
     );
     admin
         .delete_connector(req)

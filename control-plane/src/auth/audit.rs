@@ -6,7 +6,7 @@
 //! A caller that presented no valid credentials is not written anywhere durable
 //! ([`in_trail`]): a stranger must not be able to grow the store or evict the trail by
 //! retention. Such refusals are counted and logged at most once per
-//! [`UNAUTHENTICATED_LOG_INTERVAL`] ([`log_unauthenticated_now`]). Every caller-supplied
+//! [`UNAUTHENTICATED_LOG_INTERVAL`] ([`wharf::telemetry::Throttle`]). Every caller-supplied
 //! text in an entry or a log line is bounded ([`bounded`]).
 
 use std::borrow::Cow;
@@ -190,15 +190,6 @@ pub fn refusal_fate(
     }
 }
 
-/// Whether a refusal of an unauthenticated caller is logged now: the first one is, later
-/// ones once [`UNAUTHENTICATED_LOG_INTERVAL`] has passed since the last line (`last`).
-pub fn log_unauthenticated_now(last: Option<Instant>, now: Instant) -> bool {
-    match last {
-        None => true,
-        Some(t) => now.saturating_duration_since(t) >= UNAUTHENTICATED_LOG_INTERVAL,
-    }
-}
-
 /// Who an audit entry names, as (principal, role, auth method): the authenticated
 /// principal; for a refused caller that presented a verified client certificate without
 /// an admin role (an executor's, say), that certificate's identity with method
@@ -365,24 +356,30 @@ mod bound_tests {
 
     #[test]
     fn the_first_unauthenticated_refusal_is_logged() {
-        assert!(log_unauthenticated_now(None, Instant::now()));
+        assert!(wharf::telemetry::line_due(
+            None,
+            Instant::now(),
+            UNAUTHENTICATED_LOG_INTERVAL
+        ));
     }
 
     #[test]
     fn an_unauthenticated_refusal_soon_after_a_logged_one_is_not_logged() {
         let t = Instant::now();
-        assert!(!log_unauthenticated_now(
+        assert!(!wharf::telemetry::line_due(
             Some(t),
-            t + UNAUTHENTICATED_LOG_INTERVAL / 2
+            t + UNAUTHENTICATED_LOG_INTERVAL / 2,
+            UNAUTHENTICATED_LOG_INTERVAL
         ));
     }
 
     #[test]
     fn an_unauthenticated_refusal_an_interval_after_a_logged_one_is_logged() {
         let t = Instant::now();
-        assert!(log_unauthenticated_now(
+        assert!(wharf::telemetry::line_due(
             Some(t),
-            t + UNAUTHENTICATED_LOG_INTERVAL
+            t + UNAUTHENTICATED_LOG_INTERVAL,
+            UNAUTHENTICATED_LOG_INTERVAL
         ));
     }
 }

@@ -44,21 +44,11 @@ pub struct AdminAuth {
     /// How much of the audit trail is kept.
     pub retention: AuditRetention,
     /// When an unauthenticated refusal was last logged, and how many were not since.
-    unauthenticated_log: std::sync::Mutex<RefusalLog>,
+    unauthenticated_log: std::sync::Mutex<wharf::telemetry::Throttle>,
     /// Each identified caller's refusals in the current window
     /// ([`audit::REFUSALS_RECORDED_PER_MINUTE`]), by the entry's principal. Callers are
     /// bounded by the token file and the certificates our CA signed.
     refusals: std::sync::Mutex<std::collections::HashMap<String, audit::RefusalWindow>>,
-}
-
-/// Unauthenticated refusals logged and silenced since, for
-/// [`AdminAuth::refused_unauthenticated`].
-#[derive(Debug, Default)]
-struct RefusalLog {
-    /// When the last line was written.
-    last: Option<std::time::Instant>,
-    /// Refusals since then, not logged.
-    silenced: u64,
 }
 
 impl AdminAuth {
@@ -152,27 +142,42 @@ impl AdminAuth {
         error: &AuthError,
     ) {
         crate::observe::admin_call_unauthenticated();
-        let now = std::time::Instant::now();
-        let mut log = self
+        let due = self
             .unauthenticated_log
             .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner);
-        if audit::log_unauthenticated_now(log.last, now) {
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .note(
+                std::time::Instant::now(),
+                audit::UNAUTHENTICATED_LOG_INTERVAL,
+            );
+        if let Some(silenced) = due {
             tracing::warn!(
                 target: audit::AUDIT_TARGET,
                 peer = %remote.map_or_else(|| "-".to_owned(), |a| a.to_string()),
                 rpc,
                 connector = %audit::bounded_name(connector),
                 error = %error,
-                refused_without_a_line_since_the_last = log.silenced,
+                refused_without_a_line_since_the_last = silenced,
                 "admin call refused: no valid credentials (not in the audit trail; counted in wharf_admin_calls_unauthenticated_total; next such line in {} s at the earliest)",
                 audit::UNAUTHENTICATED_LOG_INTERVAL.as_secs()
             );
-            log.last = Some(now);
-            log.silenced = 0;
-        } else {
-            log.silenced += 1;
         }
+    }
+
+    /// The fate of caller `name`'s answer `outcome` under its refusal budget
+    /// ([`audit::refusal_fate`]), its window moved on.
+    fn refusal_fate(&self, name: &str, outcome: &str) -> audit::RefusalFate {
+        let mut refusals = self
+            .refusals
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        let (fate, window) = audit::refusal_fate(
+            refusals.get(name).copied(),
+            std::time::Instant::now(),
+            audit::is_budgeted_refusal(outcome),
+        );
+        refusals.insert(name.to_owned(), window);
+        fate
     }
 
     /// Records a mutating `action`'s outcome in the audit trail (store and log; see
@@ -196,44 +201,29 @@ impl AdminAuth {
         let time_ms = crate::reconcile::now_ms();
         let (name, role, auth_method) = audit::who(principal, peer);
         let mut message = audit::bounded(message, audit::MAX_AUDIT_MESSAGE_BYTES).into_owned();
-        {
-            let fate = {
-                let mut refusals = self
-                    .refusals
-                    .lock()
-                    .unwrap_or_else(std::sync::PoisonError::into_inner);
-                let (fate, window) = audit::refusal_fate(
-                    refusals.get(&name).copied(),
-                    std::time::Instant::now(),
-                    audit::is_budgeted_refusal(outcome),
-                );
-                refusals.insert(name.clone(), window);
-                fate
-            };
-            match fate {
-                audit::RefusalFate::Recorded { left_out_before: 0 } => {}
-                audit::RefusalFate::Recorded { left_out_before } => {
-                    if !message.is_empty() {
-                        message.push(' ');
-                    }
-                    message.push_str(&format!(
-                        "[{left_out_before} earlier refused calls of this caller not recorded: over {} a minute]",
+        match self.refusal_fate(&name, outcome) {
+            audit::RefusalFate::Recorded { left_out_before: 0 } => {}
+            audit::RefusalFate::Recorded { left_out_before } => {
+                if !message.is_empty() {
+                    message.push(' ');
+                }
+                message.push_str(&format!(
+                    "[{left_out_before} earlier refused calls of this caller not recorded: over {} a minute]",
+                    audit::REFUSALS_RECORDED_PER_MINUTE
+                ));
+            }
+            audit::RefusalFate::LeftOut { first } => {
+                crate::observe::admin_refusal_not_recorded();
+                if first {
+                    tracing::warn!(
+                        target: audit::AUDIT_TARGET,
+                        principal = %name,
+                        rpc = action.rpc(),
+                        "over {} refused admin calls of one caller this minute: the rest of the minute's refusals are not in the audit trail (counted in wharf_admin_refusals_not_recorded_total; its next entry says how many)",
                         audit::REFUSALS_RECORDED_PER_MINUTE
-                    ));
+                    );
                 }
-                audit::RefusalFate::LeftOut { first } => {
-                    crate::observe::admin_refusal_not_recorded();
-                    if first {
-                        tracing::warn!(
-                            target: audit::AUDIT_TARGET,
-                            principal = %name,
-                            rpc = action.rpc(),
-                            "over {} refused admin calls of one caller this minute: the rest of the minute's refusals are not in the audit trail (counted in wharf_admin_refusals_not_recorded_total; its next entry says how many)",
-                            audit::REFUSALS_RECORDED_PER_MINUTE
-                        );
-                    }
-                    return;
-                }
+                return;
             }
         }
         let entry = crate::model::AuditEntry {

@@ -131,6 +131,19 @@ pub fn channel(addr: &str, dial: &Dial) -> AuthChannel {
     InterceptedService::new(wharf::tls::channel(endpoint, tls), Authorization(header))
 }
 
+/// `message` as a request sent in the caller's trace: with the W3C header
+/// `traceparent: 00-<trace>-<span>-<flags>` (`flags` `01` sampled, `00` not).
+pub fn in_trace<T>(message: T, trace: &str, span: &str, flags: &str) -> tonic::Request<T> {
+    let mut req = tonic::Request::new(message);
+    req.metadata_mut().insert(
+        "traceparent",
+        format!("00-{trace}-{span}-{flags}")
+            .parse()
+            .expect("traceparent"),
+    );
+    req
+}
+
 /// A typed admin client of the control plane at `addr` (see [`channel`]).
 pub fn admin(addr: &str, dial: &Dial) -> Admin {
     ConnectorAdminClient::new(channel(addr, dial))

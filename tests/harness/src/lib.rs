@@ -22,6 +22,7 @@ pub mod otlp;
 pub mod postgres_tls;
 pub mod prometheus;
 pub mod rabbitmq;
+pub mod rest;
 pub mod test_ca;
 
 // The crates the suites read stores and databases with, so that the root package needs

@@ -68,6 +68,13 @@ impl Lifecycle {
         Self { events }
     }
 
+    /// Whether any stop(true) (a `stop` line with `connector_deleted = true`) has begun.
+    pub fn a_stop_true_began(&self) -> bool {
+        self.events
+            .iter()
+            .any(|e| e.call == "stop" && e.connector_deleted == Some(true))
+    }
+
     /// Events of one connector's task (`Some(i)`) or connector instance (`None`).
     pub fn of(&self, connector: &str, task: Option<u32>) -> Vec<&Event> {
         self.events
