@@ -31,6 +31,7 @@ use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 use tokio::net::{TcpListener, TcpStream};
 use tokio_rustls::{TlsAcceptor, TlsConnector};
 use tokio_util::either::Either;
+use tonic::codegen::http;
 use tonic::transport::server::Connected;
 use tonic::transport::{Channel, Endpoint, Uri};
 
@@ -611,11 +612,32 @@ async fn is_plaintext_client(tcp: &TcpStream) -> bool {
     )
 }
 
-/// What a plaintext client of a TLS listener is told, by the first bytes it sent: an
-/// HTTP/1 request (`curl http://...`) gets a 400 it can show (curl showed "Received
-/// HTTP/0.9 when not allowed" for the alert), anything else (an HTTP/2 preface, a gRPC
-/// client) the TLS alert, which Wharf's own clients turn into their message.
-fn plaintext_answer(first: &[u8]) -> std::borrow::Cow<'static, [u8]> {
+/// The first bytes of the HTTP/2 client preface (RFC 9113, 3.4): what a plaintext gRPC
+/// client (`grpcurl -plaintext`, a tonic `http://` channel) sends first.
+const H2_PREFACE_START: &[u8] = b"PRI * HT";
+/// How long a plaintext HTTP/2 client of a TLS listener is answered before the connection
+/// closes, in ms: enough for a client's first calls, short for an unauthenticated peer.
+const PLAINTEXT_H2_MS: u64 = 3_000;
+/// Streams a plaintext HTTP/2 client may open at once (each gets the refusal).
+const PLAINTEXT_H2_STREAMS: u32 = 8;
+
+/// How a plaintext client of a TLS listener is answered, by the first bytes it sent
+/// ([`plaintext_answer`]).
+#[derive(Debug, PartialEq, Eq)]
+enum PlaintextAnswer {
+    /// An HTTP/1 request (`curl http://...`): a 400 it can show (for a TLS alert curl
+    /// showed "Received HTTP/0.9 when not allowed").
+    Http1,
+    /// An HTTP/2 preface (`grpcurl -plaintext`, a gRPC `http://` channel): HTTP/2 in
+    /// plaintext that answers every call with gRPC UNAVAILABLE and the fix (for a TLS
+    /// alert grpcurl showed only "context deadline exceeded" after 10 s).
+    Http2,
+    /// Anything else: a TLS alert, which a TLS-aware client names.
+    Alert,
+}
+
+/// What a plaintext client whose first bytes are `first` is answered.
+fn plaintext_answer(first: &[u8]) -> PlaintextAnswer {
     const METHODS: [&[u8]; 7] = [
         b"GET ",
         b"POST ",
@@ -626,25 +648,85 @@ fn plaintext_answer(first: &[u8]) -> std::borrow::Cow<'static, [u8]> {
         b"OPTIONS ",
     ];
     if METHODS.iter().any(|m| first.starts_with(m)) {
-        let body = "This port speaks TLS: use https:// and the cluster's CA (docs/security.md).\n";
-        let answer = format!(
-            "HTTP/1.1 400 Bad Request\r\ncontent-type: text/plain\r\nconnection: close\r\ncontent-length: {}\r\n\r\n{body}",
-            body.len()
-        );
-        std::borrow::Cow::Owned(answer.into_bytes())
+        PlaintextAnswer::Http1
+    } else if first.starts_with(H2_PREFACE_START) {
+        PlaintextAnswer::Http2
     } else {
-        std::borrow::Cow::Borrowed(&TLS_ALERT_PROTOCOL_VERSION)
+        PlaintextAnswer::Alert
     }
 }
 
-/// Answers a plaintext client of a TLS listener ([`plaintext_answer`]), drains what it
-/// sent, and closes; logged with its address.
+/// The text a plaintext client of the TLS listener at `local` is told: who speaks TLS
+/// and what to use instead (Wharf's flags, grpcurl's, curl's).
+fn plaintext_refusal(local: Option<std::net::SocketAddr>) -> String {
+    let port = local.map_or_else(|| "This port".to_owned(), |a| a.to_string());
+    format!(
+        "{port} speaks TLS and this client plaintext: use an https:// URL and the cluster's CA \
+         (Wharf: --tls-ca/--tls-cert/--tls-key; grpcurl: -cacert/-cert/-key, not -plaintext; \
+         curl: https:// with --cacert; docs/security.md)"
+    )
+}
+
+/// The 400 an HTTP/1 client gets, with `text` as its body.
+fn http1_refusal(text: &str) -> Vec<u8> {
+    format!(
+        "HTTP/1.1 400 Bad Request\r\ncontent-type: text/plain\r\nconnection: close\r\ncontent-length: {}\r\n\r\n{text}\n",
+        text.len() + 1
+    )
+    .into_bytes()
+}
+
+/// The answer to one call of a plaintext HTTP/2 client: gRPC UNAVAILABLE with `text` for
+/// a gRPC call (`content-type: application/grpc...`), a 400 with `text` for anything else
+/// (`curl --http2-prior-knowledge http://...`).
+fn http2_refusal<B>(request: &http::Request<B>, text: &str) -> http::Response<axum::body::Body> {
+    let grpc = request
+        .headers()
+        .get(http::header::CONTENT_TYPE)
+        .and_then(|v| v.to_str().ok())
+        .is_some_and(|v| v.starts_with("application/grpc"));
+    if grpc {
+        tonic::Status::unavailable(text).into_http()
+    } else {
+        let mut answer = http::Response::new(axum::body::Body::from(format!("{text}\n")));
+        *answer.status_mut() = http::StatusCode::BAD_REQUEST;
+        answer.headers_mut().insert(
+            http::header::CONTENT_TYPE,
+            http::HeaderValue::from_static("text/plain"),
+        );
+        answer
+    }
+}
+
+/// Answers a plaintext client of a TLS listener ([`plaintext_answer`]) and closes; logged
+/// with its address. What the client sent is drained first (closing with unread bytes
+/// sends a reset, which can hide the answer).
 async fn refuse_plaintext(mut tcp: TcpStream, remote: std::net::SocketAddr) {
     use tokio::io::{AsyncReadExt, AsyncWriteExt};
     tracing::warn!(peer = %remote, "plaintext client on a TLS listener refused (it must use https:// and the cluster CA)");
     let mut first = [0u8; 8];
     let seen = tcp.peek(&mut first).await.unwrap_or(0);
-    let _ = tcp.write_all(&plaintext_answer(&first[..seen])).await;
+    let text = plaintext_refusal(tcp.local_addr().ok());
+    match plaintext_answer(&first[..seen]) {
+        PlaintextAnswer::Http2 => {
+            let service = hyper::service::service_fn(move |request: http::Request<_>| {
+                let answer = http2_refusal(&request, &text);
+                async move { Ok::<_, std::convert::Infallible>(answer) }
+            });
+            let mut builder =
+                hyper::server::conn::http2::Builder::new(hyper_util::rt::TokioExecutor::new());
+            builder.max_concurrent_streams(PLAINTEXT_H2_STREAMS);
+            let conn = builder.serve_connection(TokioIo::new(tcp), service);
+            let _ = tokio::time::timeout(Duration::from_millis(PLAINTEXT_H2_MS), conn).await;
+            return;
+        }
+        PlaintextAnswer::Http1 => {
+            let _ = tcp.write_all(&http1_refusal(&text)).await;
+        }
+        PlaintextAnswer::Alert => {
+            let _ = tcp.write_all(&TLS_ALERT_PROTOCOL_VERSION).await;
+        }
+    }
     let _ = tcp.shutdown().await;
     let mut sink = [0u8; 4096];
     let _ = tokio::time::timeout(Duration::from_millis(PLAINTEXT_DRAIN_MS), async {
@@ -1079,12 +1161,18 @@ mod tests {
     use super::*;
 
     #[test]
-    fn a_plaintext_http1_request_is_told_to_use_https() {
-        let answer = plaintext_answer(b"GET /con");
-        let text = std::str::from_utf8(&answer).expect("text");
-        assert!(text.starts_with("HTTP/1.1 400 Bad Request\r\n"), "{text}");
-        assert!(text.ends_with("use https:// and the cluster's CA (docs/security.md).\n"));
-        let (head, body) = text.split_once("\r\n\r\n").expect("head and body");
+    fn a_plaintext_http1_request_gets_a_400() {
+        assert_eq!(plaintext_answer(b"GET /con"), PlaintextAnswer::Http1);
+        assert_eq!(plaintext_answer(b"DELETE /"), PlaintextAnswer::Http1);
+        let text = plaintext_refusal(Some("127.0.0.1:7000".parse().expect("addr")));
+        let answer = http1_refusal(&text);
+        let answer = std::str::from_utf8(&answer).expect("text");
+        assert!(
+            answer.starts_with("HTTP/1.1 400 Bad Request\r\n"),
+            "{answer}"
+        );
+        let (head, body) = answer.split_once("\r\n\r\n").expect("head and body");
+        assert_eq!(body, format!("{text}\n"));
         assert!(
             head.contains(&format!("content-length: {}", body.len())),
             "{head}"
@@ -1092,10 +1180,46 @@ mod tests {
     }
 
     #[test]
-    fn an_http2_or_grpc_client_gets_the_tls_alert() {
-        assert_eq!(&*plaintext_answer(b"PRI * HT"), &TLS_ALERT_PROTOCOL_VERSION);
-        assert_eq!(&*plaintext_answer(b""), &TLS_ALERT_PROTOCOL_VERSION);
-        assert_eq!(&*plaintext_answer(b"GETX"), &TLS_ALERT_PROTOCOL_VERSION);
+    fn an_http2_preface_gets_plaintext_http2() {
+        assert_eq!(plaintext_answer(b"PRI * HT"), PlaintextAnswer::Http2);
+    }
+
+    #[test]
+    fn anything_else_gets_the_tls_alert() {
+        assert_eq!(plaintext_answer(b""), PlaintextAnswer::Alert);
+        assert_eq!(plaintext_answer(b"GETX"), PlaintextAnswer::Alert);
+        assert_eq!(plaintext_answer(b"PRI * "), PlaintextAnswer::Alert);
+    }
+
+    #[test]
+    fn the_refusal_names_the_port_and_each_clients_fix() {
+        let text = plaintext_refusal(Some("127.0.0.1:7000".parse().expect("addr")));
+        assert!(
+            text.starts_with(
+                "127.0.0.1:7000 speaks TLS and this client plaintext: use an https:// URL"
+            ),
+            "{text}"
+        );
+        for fix in ["--tls-ca", "grpcurl: -cacert", "not -plaintext", "--cacert"] {
+            assert!(text.contains(fix), "{fix} in {text}");
+        }
+        assert!(plaintext_refusal(None).starts_with("This port speaks TLS"));
+    }
+
+    #[test]
+    fn a_plaintext_grpc_call_gets_unavailable_and_anything_else_a_400() {
+        let call = http::Request::builder()
+            .header("content-type", "application/grpc+proto")
+            .body(())
+            .expect("request");
+        let answer = http2_refusal(&call, "speaks TLS");
+        assert_eq!(answer.status(), http::StatusCode::OK);
+        assert_eq!(answer.headers()["grpc-status"], "14");
+        assert_eq!(answer.headers()["grpc-message"], "speaks%20TLS");
+        let page = http::Request::builder().body(()).expect("request");
+        let answer = http2_refusal(&page, "speaks TLS");
+        assert_eq!(answer.status(), http::StatusCode::BAD_REQUEST);
+        assert_eq!(answer.headers()["content-type"], "text/plain");
     }
 
     #[test]
