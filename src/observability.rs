@@ -213,6 +213,7 @@ async fn metrics_page(State(p): State<Arc<Probes>>) -> Response {
         probe.render_state(&mut state);
     }
     crate::telemetry::render_span_counts(&mut state);
+    crate::tls::render_peer_refusals(&mut state);
     let mut page = recorder().render();
     page.push_str(&state.into_text());
     (

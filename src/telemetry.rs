@@ -289,6 +289,14 @@ pub struct Throttle {
 }
 
 impl Throttle {
+    /// No line written yet (for a `static`).
+    pub const fn new() -> Self {
+        Self {
+            last: None,
+            silenced: 0,
+        }
+    }
+
     /// Notes an event at `now`: `Some(n)` when its line is due (write it, saying that `n`
     /// events went without one since the previous line), `None` when it only counts.
     pub fn note(&mut self, now: std::time::Instant, interval: std::time::Duration) -> Option<u64> {

@@ -580,18 +580,130 @@ fn accept_loop(
                             };
                             let _ = tx.send(Ok(io)).await;
                         }
-                        Ok(Err(e)) => tracing::warn!(
-                            peer = %remote,
-                            error = %e,
-                            "TLS handshake failed (a plaintext client must use https:// and the cluster CA; a client certificate must chain to --tls-ca)"
-                        ),
-                        Err(_) => tracing::warn!(peer = %remote, "TLS handshake timed out"),
+                        Ok(Err(e)) => {
+                            if let Some(silenced) = peer_refused(PeerRefusal::HandshakeFailed) {
+                                tracing::warn!(
+                                    peer = %remote,
+                                    error = %e,
+                                    refused_without_a_line_since_the_last = silenced,
+                                    "TLS handshake failed (a plaintext client must use https:// and the cluster CA; a client certificate must chain to --tls-ca; at most one such line a minute, all counted in wharf_peers_refused_total)"
+                                );
+                            }
+                        }
+                        Err(_) => {
+                            if let Some(silenced) = peer_refused(PeerRefusal::HandshakeTimedOut) {
+                                tracing::warn!(
+                                    peer = %remote,
+                                    refused_without_a_line_since_the_last = silenced,
+                                    "TLS handshake timed out (at most one such line a minute, all counted in wharf_peers_refused_total)"
+                                );
+                            }
+                        }
                     }
                 },
             );
         }
     });
     tokio_stream::wrappers::ReceiverStream::new(rx)
+}
+
+/// Counter: connections and calls refused before anything ran, for who the peer is or is
+/// not, by `reason` ([`PeerRefusal::reason`]). Strangers cause these by the thousand a
+/// second, so each reason is logged at most once per [`PEER_REFUSAL_LOG_INTERVAL`] and
+/// counted here (docs/observability.md, docs/security.md).
+pub const PEERS_REFUSED: &str = "wharf_peers_refused_total";
+
+/// How often at most one reason of [`PEERS_REFUSED`] gets a WARN line: the first refusal
+/// does, later ones once this has passed, with the number refused without a line since.
+pub const PEER_REFUSAL_LOG_INTERVAL: Duration = Duration::from_secs(60);
+
+/// Why a peer was refused before anything ran (the `reason` of [`PEERS_REFUSED`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum PeerRefusal {
+    /// A plaintext client on a TLS listener.
+    Plaintext,
+    /// A TLS handshake that failed (no or a foreign client certificate, a bad hello).
+    HandshakeFailed,
+    /// A TLS handshake not done within its timeout.
+    HandshakeTimedOut,
+    /// A verified certificate a service does not accept: an `Executor` call not from the
+    /// control plane, a registry call not from the executor it names.
+    Identity,
+}
+
+impl PeerRefusal {
+    /// Every reason, in the order of [`PEER_REFUSALS`].
+    pub const ALL: [Self; 4] = [
+        Self::Plaintext,
+        Self::HandshakeFailed,
+        Self::HandshakeTimedOut,
+        Self::Identity,
+    ];
+
+    /// Its `reason` label.
+    pub fn reason(self) -> &'static str {
+        match self {
+            Self::Plaintext => "plaintext",
+            Self::HandshakeFailed => "handshake_failed",
+            Self::HandshakeTimedOut => "handshake_timed_out",
+            Self::Identity => "identity",
+        }
+    }
+
+    fn index(self) -> usize {
+        match self {
+            Self::Plaintext => 0,
+            Self::HandshakeFailed => 1,
+            Self::HandshakeTimedOut => 2,
+            Self::Identity => 3,
+        }
+    }
+}
+
+/// A reason's count and the throttle of its log lines.
+struct RefusalCount {
+    count: std::sync::atomic::AtomicU64,
+    log: Mutex<crate::telemetry::Throttle>,
+}
+
+/// [`PEERS_REFUSED`] of this process, by [`PeerRefusal::index`].
+static PEER_REFUSALS: [RefusalCount; 4] = [const {
+    RefusalCount {
+        count: std::sync::atomic::AtomicU64::new(0),
+        log: Mutex::new(crate::telemetry::Throttle::new()),
+    }
+}; 4];
+
+/// Counts a refusal for `reason` and says whether its WARN line is due: `Some(n)` (write
+/// it, saying `n` were refused without a line since the previous one) or `None` (counted
+/// only). The caller writes the line, with what it knows of the peer.
+pub fn peer_refused(reason: PeerRefusal) -> Option<u64> {
+    let entry = &PEER_REFUSALS[reason.index()];
+    entry
+        .count
+        .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    entry
+        .log
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner)
+        .note(std::time::Instant::now(), PEER_REFUSAL_LOG_INTERVAL)
+}
+
+/// Adds [`PEERS_REFUSED`] to a metrics page, every reason from 0.
+pub fn render_peer_refusals(out: &mut crate::observability::Exposition) {
+    out.counter(
+        PEERS_REFUSED,
+        "Connections and calls refused before anything ran, for who the peer is, by reason (plaintext, handshake_failed, handshake_timed_out, identity).",
+    );
+    for reason in PeerRefusal::ALL {
+        out.sample(
+            PEERS_REFUSED,
+            &[("reason", reason.reason())],
+            PEER_REFUSALS[reason.index()]
+                .count
+                .load(std::sync::atomic::Ordering::Relaxed) as f64,
+        );
+    }
 }
 
 /// TLS record content type of a ClientHello (handshake).
@@ -703,7 +815,13 @@ fn http2_refusal<B>(request: &http::Request<B>, text: &str) -> http::Response<ax
 /// sends a reset, which can hide the answer).
 async fn refuse_plaintext(mut tcp: TcpStream, remote: std::net::SocketAddr) {
     use tokio::io::{AsyncReadExt, AsyncWriteExt};
-    tracing::warn!(peer = %remote, "plaintext client on a TLS listener refused (it must use https:// and the cluster CA)");
+    if let Some(silenced) = peer_refused(PeerRefusal::Plaintext) {
+        tracing::warn!(
+            peer = %remote,
+            refused_without_a_line_since_the_last = silenced,
+            "plaintext client on a TLS listener refused (it must use https:// and the cluster CA; at most one such line a minute, all counted in wharf_peers_refused_total)"
+        );
+    }
     let mut first = [0u8; 8];
     let seen = tcp.peek(&mut first).await.unwrap_or(0);
     let text = plaintext_refusal(tcp.local_addr().ok());
@@ -1177,6 +1295,17 @@ mod tests {
             head.contains(&format!("content-length: {}", body.len())),
             "{head}"
         );
+    }
+
+    #[test]
+    fn every_peer_refusal_has_its_own_reason_and_slot() {
+        let reasons: std::collections::BTreeSet<_> =
+            PeerRefusal::ALL.iter().map(|r| r.reason()).collect();
+        assert_eq!(reasons.len(), PeerRefusal::ALL.len());
+        for (i, r) in PeerRefusal::ALL.iter().enumerate() {
+            assert_eq!(r.index(), i, "{r:?}");
+        }
+        assert_eq!(PEER_REFUSALS.len(), PeerRefusal::ALL.len());
     }
 
     #[test]

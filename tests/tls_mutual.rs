@@ -655,3 +655,110 @@ async fn a_certificate_replaced_on_disk_is_used_by_new_connections_without_a_res
     drop(exec_a);
     drop(cp);
 }
+
+/// The value of `wharf_peers_refused_total{reason="REASON"}` on the metrics page `page`.
+fn refused(page: &str, reason: &str) -> u64 {
+    let series = format!("wharf_peers_refused_total{{reason=\"{reason}\"}} ");
+    page.lines()
+        .find_map(|l| l.strip_prefix(series.as_str()))
+        .and_then(|v| v.trim().parse().ok())
+        .unwrap_or_else(|| panic!("{series} on the page:\n{page}"))
+}
+
+/// How many lines of `log` contain `text`.
+fn lines_with(log: &str, text: &str) -> usize {
+    log.lines().filter(|l| l.contains(text)).count()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_flood_of_strangers_is_counted_and_logged_once_a_minute() {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let root = KeepOnFailure::new();
+    let certs = Certs::make(root.path());
+    let cp_metrics = wharf_harness::prometheus::free_addr("127.0.0.1");
+    let mut extra = certs.flags("control-plane");
+    extra.extend(["--metrics-listen".into(), cp_metrics.clone()]);
+    let mut cp = spawn_cp(root.path(), extra);
+    let cp_addr = cp.listen_addr().await;
+    let cp_url = format!("https://{cp_addr}");
+    let ex_metrics = wharf_harness::prometheus::free_addr("127.0.0.2");
+    let mut extra = certs.flags("executor-exec-a");
+    extra.extend(["--metrics-listen".into(), ex_metrics.clone()]);
+    let mut exec_a = spawn_executor(root.path(), "exec-a", "127.0.0.2", &cp_url, extra);
+    let ex_addr = exec_a.listen_addr().await;
+
+    const N: u64 = 300;
+    // Bad TLS hellos and plaintext requests to the control plane's port, one connection
+    // each, as an outsider's loop sends them.
+    for i in 0..N {
+        let mut tcp = tokio::net::TcpStream::connect(&cp_addr)
+            .await
+            .expect("connect");
+        let hello: &[u8] = if i % 2 == 0 {
+            b"\x16\x03\x01\x00\x05hello, not a ClientHello at all"
+        } else {
+            b"GET / HTTP/1.1\r\nhost: x\r\n\r\n"
+        };
+        tcp.write_all(hello).await.expect("send");
+        let mut sink = Vec::new();
+        let _ = tokio::time::timeout(Duration::from_secs(5), tcp.read_to_end(&mut sink)).await;
+    }
+    // Executor calls with a verified certificate that is not the control plane's.
+    let mut stranger = ExecutorClient::new(channel(
+        &format!("https://{ex_addr}"),
+        certs.client(&certs.dir, Some("executor-exec-b")),
+    ));
+    for _ in 0..N {
+        let err = stranger
+            .stop_task(pb::StopTaskRequest {
+                task: Some(pb::TaskId {
+                    connector: "victim".into(),
+                    task: 0,
+                }),
+                connector_deleted: true,
+                generation: 1,
+                timeout_ms: 1000,
+                ..Default::default()
+            })
+            .await
+            .expect_err("a stranger's StopTask");
+        assert_eq!(err.code(), tonic::Code::PermissionDenied, "{err}");
+    }
+
+    // Every refusal is counted; each kind got one line.
+    let page = wait_until(
+        "the control plane counts every refusal",
+        WAIT_DEADLINE,
+        || {
+            let (_, page) = wharf_harness::prometheus::http_get(&cp_metrics, "/metrics");
+            async move {
+                (refused(&page, "handshake_failed") == N / 2
+                    && refused(&page, "plaintext") == N / 2)
+                    .then_some(page)
+            }
+        },
+    )
+    .await;
+    assert_eq!(refused(&page, "handshake_timed_out"), 0, "{page}");
+    let page = wait_until("the executor counts every refusal", WAIT_DEADLINE, || {
+        let (_, page) = wharf_harness::prometheus::http_get(&ex_metrics, "/metrics");
+        async move { (refused(&page, "identity") == N).then_some(page) }
+    })
+    .await;
+    assert!(page.contains("# HELP wharf_peers_refused_total "), "{page}");
+    let log = cp.log();
+    assert_eq!(lines_with(&log, "TLS handshake failed"), 1, "{log}");
+    assert_eq!(
+        lines_with(&log, "plaintext client on a TLS listener refused"),
+        1,
+        "{log}"
+    );
+    let log = exec_a.log();
+    assert_eq!(
+        lines_with(&log, "Executor call refused: not the control plane"),
+        1,
+        "{log}"
+    );
+    drop(exec_a);
+    drop(cp);
+}

@@ -5,7 +5,8 @@
 use tonic::{Request, Status};
 
 /// Interceptor of the `Executor` service: UNAUTHENTICATED without a client certificate,
-/// PERMISSION_DENIED for any identity but the control plane's (logged at WARN). A
+/// PERMISSION_DENIED for any identity but the control plane's (counted in
+/// [`wharf::tls::PEERS_REFUSED`], logged at WARN at most once a minute). A
 /// plaintext listener (loopback or `--insecure`) checks nothing.
 ///
 /// # Errors
@@ -16,7 +17,15 @@ pub fn only_control_plane(request: Request<()>) -> Result<Request<()>, Status> {
         Ok(()) => Ok(request),
         Err(e) => {
             let peer = wharf::tls::peer(request.extensions()).and_then(|p| p.remote_addr);
-            tracing::warn!(peer = ?peer, error = %e, "Executor call refused: not the control plane");
+            // Strangers can send these by the thousand: one line a minute, all counted.
+            if let Some(silenced) = wharf::tls::peer_refused(wharf::tls::PeerRefusal::Identity) {
+                tracing::warn!(
+                    peer = ?peer,
+                    error = %e,
+                    refused_without_a_line_since_the_last = silenced,
+                    "Executor call refused: not the control plane (at most one such line a minute, all counted in wharf_peers_refused_total)"
+                );
+            }
             Err(Status::from(e))
         }
     }

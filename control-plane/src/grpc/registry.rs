@@ -41,8 +41,9 @@ impl RegistryService {
     }
 
     /// Refuses a call naming executor `claimed` unless the caller's certificate is that
-    /// executor's (or a replica forwards such a call): PERMISSION_DENIED, logged, before
-    /// anything is read or changed. See `docs/security.md`.
+    /// executor's (or a replica forwards such a call): PERMISSION_DENIED, counted and
+    /// logged at most once a minute ([`wharf::tls::PEERS_REFUSED`]), before anything is
+    /// read or changed. See `docs/security.md`.
     fn check_identity<T>(request: &Request<T>, claimed: &str) -> Result<(), Status> {
         let caller = wharf::tls::caller(request.extensions());
         let forwarded = request
@@ -51,7 +52,17 @@ impl RegistryService {
             .and_then(|v| v.to_str().ok());
         wharf::identity::authorize_executor(&caller, forwarded, claimed).map_err(|e| {
             let peer = wharf::tls::peer(request.extensions()).and_then(|p| p.remote_addr);
-            warn!(executor = %claimed, peer = ?peer, error = %e, "registry call refused: identity");
+            // Strangers can send these by the thousand: one line a minute, all counted;
+            // the id is theirs, so it is cut.
+            if let Some(silenced) = wharf::tls::peer_refused(wharf::tls::PeerRefusal::Identity) {
+                warn!(
+                    executor = %crate::auth::audit::bounded_name(claimed),
+                    peer = ?peer,
+                    error = %e,
+                    refused_without_a_line_since_the_last = silenced,
+                    "registry call refused: identity (at most one such line a minute, all counted in wharf_peers_refused_total)"
+                );
+            }
             Status::from(e)
         })
     }
