@@ -626,8 +626,8 @@ pub enum PeerRefusal {
     HandshakeFailed,
     /// A TLS handshake not done within its timeout.
     HandshakeTimedOut,
-    /// A verified certificate a service does not accept: an `Executor` call not from the
-    /// control plane, a registry call not from the executor it names.
+    /// No client certificate, or a verified one a service does not accept: an `Executor`
+    /// call not from the control plane, a registry call not from the executor it names.
     Identity,
 }
 
