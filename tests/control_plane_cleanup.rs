@@ -3,12 +3,13 @@
 //! `cleanup.max.attempts` the connector stays DELETING with attempts and error visible;
 //! RetryCleanup tries again; `force` finishes and names what it skipped; `keep_resources`
 //! stops everything with `false`; a deletion whose host executor died runs the cleanup
-//! on a live executor in cleanup-only mode once the lease expired.
+//! on a live executor in cleanup-only mode once the lease expired; deleting again in the
+//! other mode is refused and the first mode is what runs.
 //!
 //! Build first: `cargo build -p wharf-control-plane -p wharf-executor`.
 
 use serde_json::json;
-use wharf_harness::cluster::{CONVERGE, NOT_FOUND, TestCluster};
+use wharf_harness::cluster::{CONVERGE, FAILED_PRECONDITION, NOT_FOUND, TestCluster};
 use wharf_harness::fault::create_running;
 use wharf_harness::lifecycle::Lifecycle;
 use wharf_harness::wait_until;
@@ -344,4 +345,54 @@ async fn a_force_during_a_tasks_stop_sends_no_further_stop() {
         connector.is_empty(),
         "the connector instance was reported skipped, and its stop(true) ran: {connector:?}"
     );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn deleting_again_in_the_other_mode_is_refused_and_the_first_mode_runs() {
+    let c = TestCluster::start(1).await;
+    // (connector, keep_resources of the first delete)
+    for (name, keep_first) in [("cleans-first", false), ("keeps-first", true)] {
+        let mut cfg = c.source_config(name, 1);
+        cfg["test.stop.delay.ms"] = json!("2000");
+        create_running(&c, name, cfg, 1).await;
+        let first = c.call(
+            "DeleteConnector",
+            json!({ "name": name, "keep_resources": keep_first }),
+        );
+        assert_eq!(first.code, 0, "{}", first.err);
+        // The same mode again is a retry; the other one is refused while the first runs.
+        let same = c.call(
+            "DeleteConnector",
+            json!({ "name": name, "keep_resources": keep_first }),
+        );
+        assert_eq!(same.code, 0, "{}", same.err);
+        let other = c.call(
+            "DeleteConnector",
+            json!({ "name": name, "keep_resources": !keep_first }),
+        );
+        assert_eq!(other.code, FAILED_PRECONDITION, "{name}: {}", other.err);
+        let recorded = if keep_first {
+            "keep_resources"
+        } else {
+            "cleanup"
+        };
+        assert!(
+            other
+                .err
+                .contains(&format!("already being deleted with {recorded}")),
+            "{name}: {}",
+            other.err
+        );
+        gone(&c, name).await;
+        // What ran is the first mode, on every unit.
+        let lc = Lifecycle::read(&c.lifecycle_path(name));
+        for unit in [Some(0), None] {
+            let stops = lc.stops(name, unit);
+            assert!(!stops.is_empty(), "{name} {unit:?} stopped");
+            assert!(
+                stops.iter().all(|s| s.connector_deleted == !keep_first),
+                "{name} {unit:?}: {stops:?}"
+            );
+        }
+    }
 }

@@ -695,6 +695,18 @@ impl Admin {
         for _ in 0..DELETE_RECORD_ATTEMPTS {
             let rec = self.existing(name)?;
             if rec.deleting {
+                // Deleting again in the other mode would be answered OK while the first
+                // mode goes on: refused, so that the answer and the audit trail say so.
+                let in_progress = cluster.store.deletion(name)?;
+                if let Some(reason) = in_progress
+                    .as_ref()
+                    .and_then(|d| redelete_conflict(d.cleans_up(), opts))
+                {
+                    return Err(ApiError::WrongState {
+                        name: name.to_owned(),
+                        reason,
+                    });
+                }
                 // Deleting again: run failed steps once more now, unless forcing, which
                 // skips them (a retry started first would run one more cleanup).
                 if !opts.force {
@@ -1137,6 +1149,28 @@ fn info_with(rec: &ConnectorRecord, plugins: &BTreeMap<String, KnownPlugin>) -> 
     convert::connector_info(rec, plugins.get(&rec.plugin).map(|p| &p.info))
 }
 
+/// Why deleting again with `opts` cannot go with a deletion in progress that
+/// `recorded_cleanup` (its steps stop with `connector_deleted = true`, or false for
+/// `keep_resources`), or `None` when it can: the same mode is a retry, and a force skips
+/// what is pending whatever the mode (what it skipped stops with false).
+fn redelete_conflict(recorded_cleanup: bool, opts: DeleteOptions) -> Option<String> {
+    match (opts.force, recorded_cleanup, opts.keep_resources) {
+        (true, _, _) | (false, true, false) | (false, false, true) => None,
+        (false, true, true) => Some(
+            "is already being deleted with cleanup (connector_deleted = true); keep_resources \
+             cannot change a deletion in progress: wait for it to finish, or force it (force \
+             skips the cleanup still pending)"
+                .into(),
+        ),
+        (false, false, false) => Some(
+            "is already being deleted with keep_resources (connector_deleted = false: its \
+             resources are kept); a deletion that cleans up cannot change it: once the name \
+             is free, create the connector again and delete it to clean up"
+                .into(),
+        ),
+    }
+}
+
 #[cfg(test)]
 mod tests {
     #[test]
@@ -1148,6 +1182,45 @@ mod tests {
     }
 
     use super::*;
+
+    fn mode(force: bool, keep_resources: bool) -> DeleteOptions {
+        DeleteOptions {
+            force,
+            keep_resources,
+            ..DeleteOptions::default()
+        }
+    }
+
+    #[test]
+    fn deleting_again_in_the_same_mode_is_a_retry() {
+        assert_eq!(redelete_conflict(true, mode(false, false)), None);
+        assert_eq!(redelete_conflict(false, mode(false, true)), None);
+    }
+
+    #[test]
+    fn keep_resources_over_a_cleanup_in_progress_is_refused() {
+        let reason = redelete_conflict(true, mode(false, true)).expect("refused");
+        assert!(reason.contains("being deleted with cleanup"), "{reason}");
+        assert!(reason.contains("force"), "{reason}");
+    }
+
+    #[test]
+    fn a_cleanup_over_a_keep_resources_deletion_is_refused() {
+        let reason = redelete_conflict(false, mode(false, false)).expect("refused");
+        assert!(
+            reason.contains("being deleted with keep_resources"),
+            "{reason}"
+        );
+    }
+
+    #[test]
+    fn a_force_goes_with_either_mode() {
+        for recorded in [true, false] {
+            for keep in [true, false] {
+                assert_eq!(redelete_conflict(recorded, mode(true, keep)), None);
+            }
+        }
+    }
 
     fn map(pairs: &[(&str, &str)]) -> HashMap<String, String> {
         pairs
