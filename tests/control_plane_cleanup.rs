@@ -390,7 +390,7 @@ async fn deleting_again_in_the_other_mode_is_refused_and_the_first_mode_runs() {
             let stops = lc.stops(name, unit);
             assert!(!stops.is_empty(), "{name} {unit:?} stopped");
             assert!(
-                stops.iter().all(|s| s.connector_deleted == !keep_first),
+                stops.iter().all(|s| s.connector_deleted != keep_first),
                 "{name} {unit:?}: {stops:?}"
             );
         }
