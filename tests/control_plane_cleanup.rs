@@ -396,3 +396,45 @@ async fn deleting_again_in_the_other_mode_is_refused_and_the_first_mode_runs() {
         }
     }
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_waiting_delete_names_what_give_up_left_behind() {
+    let c = TestCluster::start(1).await;
+    let name = "leaky";
+    let mut cfg = c.source_config(name, 1);
+    cfg["test.stop.fail.times"] = json!("100");
+    cfg["cleanup.max.attempts"] = json!("1");
+    cfg["cleanup.policy"] = json!("give-up");
+    create_running(&c, name, cfg, 1).await;
+    let r = c.call("DeleteConnector", json!({ "name": name, "wait": true }));
+    assert_eq!(r.code, 0, "{}", r.err);
+    // Gone, as the policy says, and the answer says what may have leaked.
+    assert_eq!(r.body["deleted"], true, "{}", r.body);
+    assert_eq!(r.body["givenUpTasks"], json!([0]), "{}", r.body);
+    assert_eq!(r.body["connectorCleanupGivenUp"], true, "{}", r.body);
+    assert_eq!(
+        r.body["skippedTasks"],
+        json!([]),
+        "nothing forced: {}",
+        r.body
+    );
+    assert_eq!(r.body["connectorCleanupSkipped"], false, "{}", r.body);
+    let log = c.cp_log();
+    assert!(
+        log.lines()
+            .any(|l| l.contains("deletion finished with cleanup given up")
+                && l.contains("given_up=task 0, connector")),
+        "{log}"
+    );
+    // Every unit failed its one stop(true); none was tried again.
+    let lc = Lifecycle::read(&c.lifecycle_path(name));
+    for unit in [Some(0), None] {
+        let trues: Vec<_> = lc
+            .stops(name, unit)
+            .into_iter()
+            .filter(|s| s.connector_deleted)
+            .collect();
+        assert_eq!(trues.len(), 1, "{unit:?}: {trues:?}");
+        assert!(!trues[0].ok, "{unit:?} failed: {trues:?}");
+    }
+}

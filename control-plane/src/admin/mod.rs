@@ -766,6 +766,11 @@ impl Admin {
         } else {
             cluster.store.connector(name)?
         };
+        // A waiting delete that succeeded says what `cleanup.policy = give-up` left.
+        let (given_up_tasks, connector_cleanup_given_up) = match cluster.finished_deletion(name) {
+            Some(d) if opts.wait && rec.is_none() => finalizer::given_up_skips(&d),
+            _ => (Vec::new(), false),
+        };
         Ok(pb::DeleteConnectorResponse {
             deleted: rec.is_none(),
             status: match &rec {
@@ -774,6 +779,8 @@ impl Admin {
             },
             skipped_tasks,
             connector_cleanup_skipped,
+            given_up_tasks,
+            connector_cleanup_given_up,
         })
     }
 

@@ -224,13 +224,14 @@ async fn finish_if_complete(cluster: &Cluster, d: &DeletionRecord) -> Result<boo
         .finish_deletion_batched(&d.name, d.revision)
         .await?
     {
-        let skipped: Vec<_> = d
-            .steps
-            .iter()
-            .filter(|s| s.state == CleanupState::Skipped)
-            .map(|s| s.task)
-            .collect();
-        info!(connector = %d.name, ?skipped, "deletion finished; connector removed");
+        let forced = unit_list(&forced_skips(d));
+        let given_up = unit_list(&given_up_skips(d));
+        if given_up.is_empty() {
+            info!(connector = %d.name, forced = %forced, "deletion finished; connector removed");
+        } else {
+            warn!(connector = %d.name, given_up = %given_up, forced = %forced,
+                "deletion finished with cleanup given up (cleanup.policy=give-up); connector removed, external resources of the given-up units may leak");
+        }
         crate::observe::deletion_finished(if d.cleanup {
             "cleanup"
         } else {
@@ -1011,7 +1012,7 @@ fn classify_stop(
         },
         Ok((StopOutcome::TimedOut, _, error, abandoned)) => Attempt::Failed {
             executor: executor.to_owned(),
-            error: format!("stop timed out after {timeout_ms} ms: {error}"),
+            error: timed_out_error(timeout_ms, error),
             abandoned,
         },
         Err(e) => match e.code() {
@@ -1219,10 +1220,24 @@ fn stop_forced_instances(cluster: Arc<Cluster>, d: DeletionRecord) {
 /// What a forced deletion skipped, from its final record: task indexes, and whether the
 /// connector instance's step was skipped.
 pub fn forced_skips(d: &DeletionRecord) -> (Vec<u32>, bool) {
-    let forced = d.steps.iter().filter(|s| s.forced);
+    units(d.steps.iter().filter(|s| s.forced))
+}
+
+/// What `cleanup.policy = give-up` skipped, from a deletion's final record (steps skipped
+/// but not by force): task indexes, and whether the connector instance's step was one.
+pub fn given_up_skips(d: &DeletionRecord) -> (Vec<u32>, bool) {
+    units(
+        d.steps
+            .iter()
+            .filter(|s| s.state == CleanupState::Skipped && !s.forced),
+    )
+}
+
+/// `steps` as task indexes and whether the connector instance's step is among them.
+fn units<'a>(steps: impl Iterator<Item = &'a crate::model::CleanupStep>) -> (Vec<u32>, bool) {
     let mut tasks = Vec::new();
     let mut connector = false;
-    for s in forced {
+    for s in steps {
         match s.task {
             Some(t) => tasks.push(t),
             None => connector = true,
@@ -1231,9 +1246,51 @@ pub fn forced_skips(d: &DeletionRecord) -> (Vec<u32>, bool) {
     (tasks, connector)
 }
 
+/// Units as a log line or an answer names them: `task 0, task 2, connector`.
+pub fn unit_list((tasks, connector): &(Vec<u32>, bool)) -> String {
+    let mut names: Vec<String> = tasks.iter().map(|t| format!("task {t}")).collect();
+    if *connector {
+        names.push("connector".into());
+    }
+    names.join(", ")
+}
+
+/// The error of an attempt whose stop overran `timeout_ms`: the executor's own text when
+/// it says so already ("stop timed out after ... waiting for ..."), else prefixed.
+fn timed_out_error(timeout_ms: u32, error: String) -> String {
+    if error.starts_with("stop timed out") {
+        error
+    } else if error.is_empty() {
+        format!("stop timed out after {timeout_ms} ms")
+    } else {
+        format!("stop timed out after {timeout_ms} ms: {error}")
+    }
+}
+
 #[cfg(test)]
 mod backoff_tests {
     use super::*;
+
+    #[test]
+    fn a_timed_out_stop_says_so_once() {
+        let executor = "stop timed out after 3000 ms waiting for stop; instance abandoned";
+        assert_eq!(timed_out_error(3000, executor.into()), executor);
+        assert_eq!(
+            timed_out_error(500, "boom".into()),
+            "stop timed out after 500 ms: boom"
+        );
+        assert_eq!(
+            timed_out_error(500, String::new()),
+            "stop timed out after 500 ms"
+        );
+    }
+
+    #[test]
+    fn units_are_named_tasks_first_then_the_connector() {
+        assert_eq!(unit_list(&(vec![0, 2], true)), "task 0, task 2, connector");
+        assert_eq!(unit_list(&(vec![1], false)), "task 1");
+        assert_eq!(unit_list(&(Vec::new(), false)), "");
+    }
 
     #[test]
     fn waits_back_off_doubling_up_to_their_cap() {
