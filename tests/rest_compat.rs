@@ -698,6 +698,23 @@ async fn bad_input_gets_connects_status_and_error_body_and_changes_nothing() {
             400,
             "unknown query parameter \"Force\"",
         ),
+        // A wait bound without wait=true would delete at once: refused, not ignored.
+        (
+            "DELETE",
+            "/connectors/keep?waitTimeoutMs=5",
+            None,
+            None,
+            400,
+            "waitTimeoutMs=\"5\" needs wait=true",
+        ),
+        (
+            "DELETE",
+            "/connectors/keep?wait=false&waitTimeoutMs=5",
+            None,
+            None,
+            400,
+            "waitTimeoutMs=\"5\" needs wait=true",
+        ),
         (
             "PUT",
             "/connectors/keep/pause?force=true",

@@ -971,23 +971,42 @@ async fn delete(
     q: RawQuery,
 ) -> RestResult {
     let name = path_part(p)?;
-    let pairs = query_pairs(&q)?;
-    let wait_timeout_ms = match pairs.iter().rev().find(|(k, _)| k == "waitTimeoutMs") {
-        None => 0,
-        Some((_, v)) => v.parse::<u32>().map_err(|_| {
+    let opts = delete_options(&query_pairs(&q)?)?;
+    g.admin.delete(&name, opts).await?;
+    empty(StatusCode::NO_CONTENT)
+}
+
+/// The [`DeleteOptions`] of a `DELETE /connectors/{name}` query's pairs: `force`,
+/// `keepResources` and `wait` are booleans ([`flag`]); `waitTimeoutMs` is the wait bound
+/// in milliseconds (a `u32`; absent: 0, the default bound) and only taken with
+/// `wait=true`. Pure.
+///
+/// # Errors
+/// A 400 naming the parameter: a boolean that is not `true`/`false`, a `waitTimeoutMs`
+/// that is not a number, or one without `wait=true` (the delete would not wait, so the
+/// caller asked for something else than what would run).
+fn delete_options(pairs: &[(String, String)]) -> Result<DeleteOptions, RestError> {
+    let wait = flag(pairs, "wait")?;
+    let timeout = pairs.iter().rev().find(|(k, _)| k == "waitTimeoutMs");
+    let wait_timeout_ms = match (timeout, wait) {
+        (None, _) => 0,
+        (Some((_, v)), false) => {
+            return Err(RestError::BadRequest(format!(
+                "waitTimeoutMs={v:?} needs wait=true: without it the delete does not wait; add wait=true or leave waitTimeoutMs out"
+            )));
+        }
+        (Some((_, v)), true) => v.parse::<u32>().map_err(|_| {
             RestError::BadRequest(format!(
                 "waitTimeoutMs={v:?} is not a number of milliseconds"
             ))
         })?,
     };
-    let opts = DeleteOptions {
-        force: flag(&pairs, "force")?,
-        wait: flag(&pairs, "wait")?,
+    Ok(DeleteOptions {
+        force: flag(pairs, "force")?,
+        wait,
         wait_timeout_ms,
-        keep_resources: flag(&pairs, "keepResources")?,
-    };
-    g.admin.delete(&name, opts).await?;
-    empty(StatusCode::NO_CONTENT)
+        keep_resources: flag(pairs, "keepResources")?,
+    })
 }
 
 /// Extension: runs failed cleanup steps now; 202 with the status, 204 when the deletion
@@ -1397,6 +1416,50 @@ mod tests {
             delete_mode(Some("force=yes")),
             DeleteMode::ForceKeepResources
         );
+    }
+
+    fn delete_query(q: &str) -> Result<DeleteOptions, RestError> {
+        delete_options(&query_pairs(&RawQuery(Some(q.to_owned()))).unwrap())
+    }
+
+    #[test]
+    fn a_delete_query_without_parameters_deletes_without_waiting() {
+        let o = delete_query("").unwrap();
+        assert!(!o.force && !o.wait && !o.keep_resources && o.wait_timeout_ms == 0);
+    }
+
+    #[test]
+    fn a_delete_query_takes_its_modes_and_a_wait_bound_with_wait() {
+        let o = delete_query("force=true&keepResources=true&wait=true&waitTimeoutMs=5").unwrap();
+        assert!(o.force && o.keep_resources && o.wait);
+        assert_eq!(o.wait_timeout_ms, 5);
+        let o = delete_query("wait=true").unwrap();
+        assert!(o.wait && o.wait_timeout_ms == 0);
+    }
+
+    #[test]
+    fn a_wait_bound_without_wait_true_is_refused_naming_both() {
+        for q in [
+            "waitTimeoutMs=5",
+            "wait=false&waitTimeoutMs=5",
+            "waitTimeoutMs=5&wait=FALSE",
+        ] {
+            let e = delete_query(q).expect_err(q).to_string();
+            assert!(
+                e.contains("waitTimeoutMs=\"5\" needs wait=true"),
+                "{q}: {e}"
+            );
+        }
+    }
+
+    #[test]
+    fn a_wait_bound_that_is_not_a_number_is_refused_naming_it() {
+        for v in ["-1", "5s", "", "4294967296"] {
+            let e = delete_query(&format!("wait=true&waitTimeoutMs={v}"))
+                .expect_err(v)
+                .to_string();
+            assert!(e.contains("is not a number of milliseconds"), "{v}: {e}");
+        }
     }
 
     #[test]
