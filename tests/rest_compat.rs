@@ -814,6 +814,23 @@ async fn bad_input_gets_connects_status_and_error_body_and_changes_nothing() {
             400,
             "invalid config[\" tasks.max\"]: the key has leading or trailing whitespace",
         ),
+        // A body's name that is not the path's: one clean text for PUT and PATCH.
+        (
+            "PUT",
+            "/connectors/keep/config",
+            Some(br#"{"connector.class":"test-source","name":"other"}"#.to_vec()),
+            None,
+            400,
+            "config[name] is \"other\", which does not match the connector name \"keep\" in the path",
+        ),
+        (
+            "PATCH",
+            "/connectors/keep/config",
+            Some(br#"{"name":"other"}"#.to_vec()),
+            None,
+            400,
+            "config[name] is \"other\", which does not match the connector name \"keep\" in the path",
+        ),
         // A required list that names nothing: refused at create, not left to fail when
         // the task starts.
         (

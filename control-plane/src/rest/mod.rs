@@ -613,6 +613,22 @@ fn config_map(v: &Value, what: &str) -> Result<BTreeMap<String, Option<String>>,
         .collect()
 }
 
+/// The 400 of a config body whose `name` key (`given`; `None` for a JSON `null`) is not
+/// the connector name `name` of the path, or `None` when it is. One text for PUT and
+/// PATCH; both names quoted as JSON strings and cut by [`bounded_name`]. Pure.
+fn name_mismatch(given: Option<&str>, name: &str) -> Option<RestError> {
+    let shown = match given {
+        Some(g) if g == name => return None,
+        Some(g) => format!("{:?}", bounded_name(g)),
+        None => "null".to_owned(),
+    };
+    Some(RestError::BadRequest(format!(
+        "config[{}] is {shown}, which does not match the connector name {:?} in the path: leave it out or make them equal",
+        json::NAME_KEY,
+        bounded_name(name)
+    )))
+}
+
 /// A full config (no nulls) without Connect's `name` key, which must match `name`.
 fn full_config(v: &Value, name: &str) -> Result<HashMap<String, String>, RestError> {
     let mut out = HashMap::new();
@@ -623,12 +639,8 @@ fn full_config(v: &Value, name: &str) -> Result<HashMap<String, String>, RestErr
             )));
         };
         if k == json::NAME_KEY {
-            if val != name {
-                return Err(RestError::BadRequest(format!(
-                    "connector name in the config ({:?}) does not match the connector name {:?}",
-                    bounded_name(&val),
-                    bounded_name(name)
-                )));
+            if let Some(e) = name_mismatch(Some(&val), name) {
+                return Err(e);
             }
             continue;
         }
@@ -853,13 +865,9 @@ async fn patch_config(
     let v = json_body(&headers, body).await?;
     let mut patch = config_map(&v, "config")?;
     if let Some(given) = patch.remove(json::NAME_KEY)
-        && given.as_deref() != Some(name.as_str())
+        && let Some(e) = name_mismatch(given.as_deref(), &name)
     {
-        return Err(RestError::BadRequest(format!(
-            "connector name in the config ({:?}) does not match the connector name {:?}",
-            given.as_deref().map(bounded_name),
-            bounded_name(&name)
-        )));
+        return Err(e);
     }
     ok(json::connector_info(
         &g.admin.patch_config(&name, &patch, &caller).await?,
@@ -1521,6 +1529,38 @@ mod tests {
         assert!(full_config(&json!({"name": "other"}), "c").is_err());
         assert!(full_config(&json!({"a": [1]}), "c").is_err());
         assert!(full_config(&json!({"a": null}), "c").is_err());
+    }
+
+    #[test]
+    fn a_matching_name_is_no_mismatch() {
+        assert!(name_mismatch(Some("w2"), "w2").is_none());
+    }
+
+    #[test]
+    fn a_different_name_is_refused_naming_both_as_json_strings() {
+        let e = name_mismatch(Some("other"), "w2").expect("refused");
+        assert_eq!(
+            e.to_string(),
+            "config[name] is \"other\", which does not match the connector name \"w2\" in the path: leave it out or make them equal"
+        );
+        assert!(!e.to_string().contains("Some("), "{e}");
+    }
+
+    #[test]
+    fn a_null_name_is_refused_as_null() {
+        let e = name_mismatch(None, "w2").expect("refused").to_string();
+        assert!(e.starts_with("config[name] is null, which"), "{e}");
+    }
+
+    #[test]
+    fn put_refuses_a_different_name_with_the_same_text_as_patch() {
+        let Err(put) = full_config(&json!({"name": "other"}), "w2") else {
+            panic!("a mismatched name is refused");
+        };
+        assert_eq!(
+            put.to_string(),
+            name_mismatch(Some("other"), "w2").unwrap().to_string()
+        );
     }
 
     #[test]
