@@ -202,9 +202,13 @@ fn unknown_param(
     )))
 }
 
-/// The deletion mode of a `DELETE /connectors/{name}` query. A query the handler will
-/// refuse (400) is authorized as the strictest mode, so a malformed query never lowers
-/// the role needed.
+/// The deletion mode of a `DELETE /connectors/{name}` query, from its `force` and
+/// `keepResources`. When either cannot be read (or the query does not parse) the mode
+/// the caller meant is unknown, so it is authorized as the strictest, never lowering the
+/// role needed. Other parameters do not change the mode: an unknown one or a
+/// `waitTimeoutMs` without `wait=true` is refused (400 naming it) after authorization
+/// for the mode `force` and `keepResources` give, so the 400 tells the caller which
+/// parameter was wrong instead of a 403 for a mode nobody asked for.
 fn delete_mode(query: Option<&str>) -> DeleteMode {
     let pairs = query_pairs(&RawQuery(query.map(str::to_owned)));
     let mode = pairs.and_then(|p| {
@@ -1424,6 +1428,13 @@ mod tests {
             delete_mode(Some("force=yes")),
             DeleteMode::ForceKeepResources
         );
+    }
+
+    #[test]
+    fn a_delete_query_refused_for_another_parameter_keeps_the_mode_of_force_and_keep_resources() {
+        assert_eq!(delete_mode(Some("keepresources=true")), DeleteMode::Cleanup);
+        assert_eq!(delete_mode(Some("force=true&Wait=true")), DeleteMode::Force);
+        assert_eq!(delete_mode(Some("waitTimeoutMs=5")), DeleteMode::Cleanup);
     }
 
     fn delete_query(q: &str) -> Result<DeleteOptions, RestError> {
