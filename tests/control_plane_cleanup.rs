@@ -406,6 +406,20 @@ async fn a_waiting_delete_names_what_give_up_left_behind() {
     cfg["cleanup.max.attempts"] = json!("1");
     cfg["cleanup.policy"] = json!("give-up");
     create_running(&c, name, cfg, 1).await;
+    // A wait bound without wait is refused and deletes nothing.
+    let r = c.call(
+        "DeleteConnector",
+        json!({ "name": name, "wait_timeout_ms": 5000 }),
+    );
+    assert_eq!(
+        r.code,
+        wharf_harness::cluster::INVALID_ARGUMENT,
+        "{}",
+        r.err
+    );
+    assert!(r.err.contains("wait_timeout_ms"), "{}", r.err);
+    c.wait_state(name, "STATE_RUNNING", "STATE_RUNNING", 1)
+        .await;
     let r = c.call("DeleteConnector", json!({ "name": name, "wait": true }));
     assert_eq!(r.code, 0, "{}", r.err);
     // Gone, as the policy says, and the answer says what may have leaked.

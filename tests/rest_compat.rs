@@ -698,6 +698,23 @@ async fn bad_input_gets_connects_status_and_error_body_and_changes_nothing() {
             400,
             "unknown query parameter \"Force\"",
         ),
+        // A wait bound without wait=true would delete at once: refused, not ignored.
+        (
+            "DELETE",
+            "/connectors/keep?waitTimeoutMs=5",
+            None,
+            None,
+            400,
+            "waitTimeoutMs=\"5\" needs wait=true",
+        ),
+        (
+            "DELETE",
+            "/connectors/keep?wait=false&waitTimeoutMs=5",
+            None,
+            None,
+            400,
+            "waitTimeoutMs=\"5\" needs wait=true",
+        ),
         (
             "PUT",
             "/connectors/keep/pause?force=true",
@@ -797,6 +814,41 @@ async fn bad_input_gets_connects_status_and_error_body_and_changes_nothing() {
             400,
             "invalid config[\" tasks.max\"]: the key has leading or trailing whitespace",
         ),
+        // A body's name that is not the path's: one clean text for PUT and PATCH.
+        (
+            "PUT",
+            "/connectors/keep/config",
+            Some(br#"{"connector.class":"test-source","name":"other"}"#.to_vec()),
+            None,
+            400,
+            "config[name] is \"other\", which does not match the connector name \"keep\" in the path",
+        ),
+        (
+            "PATCH",
+            "/connectors/keep/config",
+            Some(br#"{"name":"other"}"#.to_vec()),
+            None,
+            400,
+            "config[name] is \"other\", which does not match the connector name \"keep\" in the path",
+        ),
+        // A required list that names nothing: refused at create, not left to fail when
+        // the task starts.
+        (
+            "POST",
+            "/connectors",
+            Some(br#"{"name":"notopic","config":{"connector.class":"file-sink","file":"out.jsonl","topics":" , "}}"#.to_vec()),
+            None,
+            400,
+            "invalid config[topics]: value \" , \" names no entry",
+        ),
+        (
+            "PUT",
+            "/connectors/notopic/config",
+            Some(br#"{"connector.class":"file-sink","file":"out.jsonl","topics":""}"#.to_vec()),
+            None,
+            400,
+            "invalid config[topics]: value \"\" names no entry",
+        ),
     ];
     for (method, path, body, ct, status, says) in cases {
         let a = rest.send(method, path, body, ct).await;
@@ -826,6 +878,26 @@ async fn bad_input_gets_connects_status_and_error_body_and_changes_nothing() {
     let errors = entry["value"]["errors"].to_string();
     assert!(errors.contains("the key is empty"), "{entry}");
     assert!(a.body["error_count"].as_u64() >= Some(1), "{}", a.body);
+
+    // ... and a required list that names nothing as an error on that list.
+    let a = rest
+        .json(
+            "PUT",
+            "/connector-plugins/file-sink/config/validate",
+            &json!({ "connector.class": "file-sink", "file": "out.jsonl", "topics": "," }),
+        )
+        .await;
+    assert_eq!(a.status, 200, "{:?}", a.body);
+    let entry = a.body["configs"]
+        .as_array()
+        .and_then(|cs| cs.iter().find(|e| e["value"]["name"] == "topics"))
+        .unwrap_or_else(|| panic!("no entry for topics: {}", a.body));
+    assert!(
+        entry["value"]["errors"]
+            .to_string()
+            .contains("names no entry"),
+        "{entry}"
+    );
 
     // PAUSED only with the field spelt right.
     let a = rest

@@ -580,6 +580,31 @@ mod tests {
             .expect("flags parse")
     }
 
+    /// The spellings docs/configuration.md gives for a boolean (the environment variable
+    /// goes through the same parser).
+    #[test]
+    fn insecure_takes_the_documented_boolean_spellings_in_any_case() {
+        for v in ["true", "yes", "on", "1", "y", "t", "Yes", "ON"] {
+            assert_eq!(
+                parse(&[&format!("--insecure={v}")]).insecure,
+                Some(true),
+                "{v}"
+            );
+        }
+        for v in ["false", "no", "off", "0", "n", "f", "NO"] {
+            assert_eq!(
+                parse(&[&format!("--insecure={v}")]).insecure,
+                Some(false),
+                "{v}"
+            );
+        }
+        assert_eq!(parse(&["--insecure"]).insecure, Some(true));
+        let e = Args::try_parse_from(["wharf-control-plane", "--insecure=maybe"])
+            .expect_err("refused")
+            .to_string();
+        assert!(e.contains("invalid value 'maybe' for '--insecure"), "{e}");
+    }
+
     #[test]
     fn file_fills_what_flags_leave_and_flags_win() {
         let dir = tempfile::tempdir().expect("tempdir");

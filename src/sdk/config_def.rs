@@ -181,6 +181,12 @@ impl ConfigKey {
                 "true" | "false" => None,
                 _ => Some("is not true or false".to_owned()),
             },
+            // A required list that names nothing would pass here and fail only when the
+            // task starts (a sink with `topics` " , " has no topic to read).
+            ConfigType::List if self.required && list_is_empty(value) => Some(
+                "names no entry: give at least one comma-separated entry that is not blank"
+                    .to_owned(),
+            ),
             ConfigType::String | ConfigType::List | ConfigType::Password => None,
         };
         if let Some(e) = type_error {
@@ -392,6 +398,12 @@ fn integer_error(value: &str, fits: bool, bits: &str, min: i64, max: i64) -> Opt
     } else {
         Some(format!("is not an integer ({allowed})"))
     }
+}
+
+/// True when the comma-separated list `value` has no entry that is not blank: `""`,
+/// `" "`, `","`, `" , "`.
+fn list_is_empty(value: &str) -> bool {
+    value.split(',').all(|entry| entry.trim().is_empty())
 }
 
 /// Only called once the type check passed, so `value` is a well-formed integer.
@@ -638,6 +650,37 @@ mod tests {
         );
         let too_big = long.validate(&config(&[("n", "9223372036854775808")]));
         assert!(too_big[0].errors[0].contains("is out of range (allowed: a 64-bit integer"));
+    }
+
+    fn list_def(required: bool) -> ConfigDef {
+        let key = ConfigKey::new("topics", ConfigType::List, Importance::High, "t");
+        ConfigDef::new().define(if required { key.required() } else { key })
+    }
+
+    #[test]
+    fn a_required_list_that_names_no_entry_is_refused() {
+        for blank in ["", " ", ",", " , ", ",,\t,"] {
+            let errors = &list_def(true).validate(&config(&[("topics", blank)]))[0].errors;
+            assert_eq!(errors.len(), 1, "{blank:?}: {errors:?}");
+            assert!(
+                errors[0].contains(&format!("{blank:?} names no entry")),
+                "{blank:?}: {errors:?}"
+            );
+        }
+    }
+
+    #[test]
+    fn a_required_list_with_one_entry_is_accepted() {
+        for ok in ["a", "a,b", " , a ,", "a,"] {
+            let values = list_def(true).validate(&config(&[("topics", ok)]));
+            assert!(values[0].errors.is_empty(), "{ok:?}: {values:?}");
+        }
+    }
+
+    #[test]
+    fn an_optional_list_may_name_no_entry() {
+        let values = list_def(false).validate(&config(&[("topics", "")]));
+        assert!(values[0].errors.is_empty(), "{values:?}");
     }
 
     #[test]

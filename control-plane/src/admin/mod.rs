@@ -690,6 +690,16 @@ impl Admin {
     ) -> ApiResult<pb::DeleteConnectorResponse> {
         let cluster = &self.cluster;
         convert::parse_name(name)?;
+        if !opts.wait && opts.wait_timeout_ms != 0 {
+            // A bound on a wait nobody asked for: the caller meant to wait, most likely.
+            return Err(ApiError::InvalidArgument {
+                field: "wait_timeout_ms".into(),
+                reason: format!(
+                    "is {} but wait is false: a wait bound needs wait = true (nothing was deleted)",
+                    opts.wait_timeout_ms
+                ),
+            });
+        }
         let mut changes = cluster.subscribe();
         let mut recorded = false;
         for _ in 0..DELETE_RECORD_ATTEMPTS {

@@ -14,7 +14,7 @@ use wharf::pb::v1::executor_registry_server::ExecutorRegistry;
 
 use super::convert;
 use super::error::ApiError;
-use crate::model::{InstanceEvent, InstanceOf};
+use crate::model::{InstanceEvent, InstanceOf, reported_error};
 use crate::reconcile::Cluster;
 
 /// The registry service.
@@ -143,6 +143,39 @@ fn reported(state: i32) -> Option<InstanceEvent> {
     }
 }
 
+/// The states of a status report that the control plane records, grouped by connector
+/// (each group applied in one read-modify-write in report order, the groups
+/// concurrently: one report shares store commits instead of one commit per task). Each
+/// error is cut by [`reported_error`] before it is stored. Pure.
+fn report_groups(
+    connectors: Vec<pb::ConnectorStatusReport>,
+    tasks: Vec<pb::TaskStatusReport>,
+) -> BTreeMap<String, Vec<Reported>> {
+    let mut groups: BTreeMap<String, Vec<Reported>> = BTreeMap::new();
+    for c in connectors {
+        if let Some(event) = reported(c.state) {
+            groups.entry(c.connector).or_default().push(Reported {
+                task: None,
+                generation: c.generation,
+                event,
+                error: reported_error(c.error),
+            });
+        }
+    }
+    for t in tasks {
+        let Some(task) = t.task else { continue };
+        if let Some(event) = reported(t.state) {
+            groups.entry(task.connector).or_default().push(Reported {
+                task: Some(task.task),
+                generation: t.generation,
+                event,
+                error: reported_error(t.error),
+            });
+        }
+    }
+    groups
+}
+
 #[tonic::async_trait]
 impl ExecutorRegistry for RegistryService {
     async fn register_executor(
@@ -241,31 +274,7 @@ impl ExecutorRegistry for RegistryService {
         let req = request.into_inner();
         self.check_epoch(&req.executor_id, req.epoch)?;
         let id = req.executor_id.clone();
-        // Grouped by connector, each group applied in one read-modify-write in report
-        // order, the groups concurrently: one report shares store commits instead of
-        // one commit per task.
-        let mut groups: BTreeMap<String, Vec<Reported>> = BTreeMap::new();
-        for c in req.connectors {
-            if let Some(event) = reported(c.state) {
-                groups.entry(c.connector).or_default().push(Reported {
-                    task: None,
-                    generation: c.generation,
-                    event,
-                    error: c.error,
-                });
-            }
-        }
-        for t in req.tasks {
-            let Some(task) = t.task else { continue };
-            if let Some(event) = reported(t.state) {
-                groups.entry(task.connector).or_default().push(Reported {
-                    task: Some(task.task),
-                    generation: t.generation,
-                    event,
-                    error: t.error,
-                });
-            }
-        }
+        let groups = report_groups(req.connectors, req.tasks);
         let updates = groups.iter().map(|(name, reports)| {
             let id = id.as_str();
             self.cluster.record_connector_batched(name, move |r| {
@@ -414,6 +423,52 @@ mod tests {
             generation,
             ..Instance::unassigned()
         }
+    }
+
+    #[test]
+    fn a_reported_error_over_the_bound_is_cut_before_it_is_stored() {
+        let huge = "e".repeat(3_000_000);
+        let groups = report_groups(
+            vec![pb::ConnectorStatusReport {
+                connector: "c".into(),
+                generation: 1,
+                state: pb::State::Failed as i32,
+                error: huge.clone(),
+            }],
+            vec![pb::TaskStatusReport {
+                task: Some(pb::TaskId {
+                    connector: "c".into(),
+                    task: 0,
+                }),
+                generation: 1,
+                state: pb::State::Failed as i32,
+                error: huge,
+            }],
+        );
+        let reports = &groups["c"];
+        assert_eq!(reports.len(), 2);
+        for r in reports {
+            assert!(
+                r.error.len() < crate::model::MAX_REPORTED_ERROR_BYTES + 40
+                    && r.error.ends_with("...[cut, 3000000 bytes]"),
+                "{} bytes",
+                r.error.len()
+            );
+        }
+    }
+
+    #[test]
+    fn a_reported_error_within_the_bound_is_stored_whole() {
+        let groups = report_groups(
+            vec![pb::ConnectorStatusReport {
+                connector: "c".into(),
+                generation: 1,
+                state: pb::State::Failed as i32,
+                error: "boom".into(),
+            }],
+            Vec::new(),
+        );
+        assert_eq!(groups["c"][0].error, "boom");
     }
 
     #[test]

@@ -195,6 +195,22 @@ impl InstanceState {
     }
 }
 
+/// Most bytes of an error text from an executor (a status report's `error`, a start's or
+/// a stop's answer) that the control plane stores, so that an executor cannot make every
+/// status read (GetConnectorStatus, REST `trace`) carry megabytes: 16 KiB.
+pub const MAX_REPORTED_ERROR_BYTES: usize = 16 * 1024;
+
+/// `error` as it is stored: unchanged up to [`MAX_REPORTED_ERROR_BYTES`], otherwise its
+/// start followed by `...[cut, N bytes]` (N the length sent), as
+/// [`crate::auth::audit::bounded`] cuts; at most the bound plus the marker (under 40
+/// bytes). Pure.
+pub fn reported_error(error: String) -> String {
+    match crate::auth::audit::bounded(&error, MAX_REPORTED_ERROR_BYTES) {
+        std::borrow::Cow::Borrowed(_) => error,
+        std::borrow::Cow::Owned(cut) => cut,
+    }
+}
+
 /// Where one connector instance or task is placed and how it is doing.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Instance {
@@ -550,6 +566,40 @@ impl ExecutorRecord {
 
 #[cfg(test)]
 mod tests {
+    #[test]
+    fn a_reported_error_within_the_bound_is_kept_whole() {
+        let e = "x".repeat(MAX_REPORTED_ERROR_BYTES);
+        assert_eq!(reported_error(e.clone()), e);
+        assert_eq!(reported_error(String::new()), "");
+    }
+
+    #[test]
+    fn a_reported_error_over_the_bound_keeps_its_start_and_says_how_long_it_was() {
+        let e = format!("boom: {}", "y".repeat(3_000_000));
+        let cut = reported_error(e.clone());
+        assert!(
+            cut.len() <= MAX_REPORTED_ERROR_BYTES + 40,
+            "{} bytes",
+            cut.len()
+        );
+        assert!(cut.starts_with("boom: yyy"), "{}", &cut[..20]);
+        assert!(
+            cut.ends_with(&format!("...[cut, {} bytes]", e.len())),
+            "{}",
+            &cut[cut.len() - 40..]
+        );
+    }
+
+    #[test]
+    fn a_reported_error_is_cut_on_a_char_boundary() {
+        let cut = reported_error("é".repeat(MAX_REPORTED_ERROR_BYTES));
+        assert!(
+            cut.starts_with('é') && cut.contains("...[cut, "),
+            "{}",
+            &cut[..10]
+        );
+    }
+
     #[test]
     fn a_task_confirmed_running_under_target_started_needs_no_herder_pass() {
         assert!(!InstanceState::Running.herder_acts_on(TargetState::Started, InstanceOf::Task));

@@ -70,7 +70,9 @@ use tracing::{debug, error, info, warn};
 
 use super::client::{CallError, ConnectorStart, StopCall, StopOutcome, TaskStart};
 use super::cluster::{CallKind, Cluster, ExecutorView, HerderError, RECONCILE_INTERVAL_MS, now_ms};
-use crate::model::{CleanupState, CleanupStep, DeletionRecord, ExecutorRecord, Instance};
+use crate::model::{
+    CleanupState, CleanupStep, DeletionRecord, ExecutorRecord, Instance, reported_error,
+};
 use crate::plan::unit::{Action, Host, Hosted, Want, decide};
 
 /// First retry delay after a failed cleanup attempt, in milliseconds (doubles per attempt).
@@ -1005,21 +1007,22 @@ fn classify_stop(
         Ok((StopOutcome::Stopped, _, _, _)) => Attempt::Done {
             executor: executor.to_owned(),
         },
+        // The executor's texts are cut before they are stored in the step's last_error.
         Ok((StopOutcome::Failed, _, error, abandoned)) => Attempt::Failed {
             executor: executor.to_owned(),
-            error,
+            error: reported_error(error),
             abandoned,
         },
         Ok((StopOutcome::TimedOut, _, error, abandoned)) => Attempt::Failed {
             executor: executor.to_owned(),
-            error: timed_out_error(timeout_ms, error),
+            error: timed_out_error(timeout_ms, reported_error(error)),
             abandoned,
         },
         Err(e) => match e.code() {
             Some(tonic::Code::NotFound | tonic::Code::FailedPrecondition) => Attempt::Rehost,
             Some(_) => Attempt::Failed {
                 executor: executor.to_owned(),
-                error: e.to_string(),
+                error: reported_error(e.to_string()),
                 abandoned: false,
             },
             None => Attempt::Wait {
@@ -1442,6 +1445,25 @@ mod tests {
             answered(StopOutcome::Failed, true, false),
             Attempt::Failed { error, abandoned: false, .. } if error == "boom"
         ));
+    }
+
+    #[test]
+    fn a_stop_that_failed_with_a_huge_error_is_a_failed_attempt_with_the_error_cut() {
+        let attempt = classify_stop(
+            Ok((StopOutcome::Failed, true, "e".repeat(3_000_000), false)),
+            true,
+            "e1",
+            500,
+        );
+        let Attempt::Failed { error, .. } = attempt else {
+            panic!("a failed attempt");
+        };
+        assert!(
+            error.len() < crate::model::MAX_REPORTED_ERROR_BYTES + 40
+                && error.ends_with("[cut, 3000000 bytes]"),
+            "{} bytes",
+            error.len()
+        );
     }
 
     #[test]

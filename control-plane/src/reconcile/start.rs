@@ -7,7 +7,9 @@ use tracing::{info, warn};
 
 use super::client::{CallError, ConnectorStart, Started, TaskStart};
 use super::cluster::{CallKind, Cluster, ExecutorView, HerderError};
-use crate::model::{ExecutorRecord, InstanceEvent, InstanceOf, InstanceState, TargetState};
+use crate::model::{
+    ExecutorRecord, InstanceEvent, InstanceOf, InstanceState, TargetState, reported_error,
+};
 
 /// A start recorded as intent and to be sent.
 struct Send {
@@ -24,7 +26,7 @@ struct Send {
 fn outcome(result: Result<Started, CallError>) -> Option<(InstanceEvent, String)> {
     match result {
         Ok(Started::Running) => Some((InstanceEvent::Started, String::new())),
-        Ok(Started::Failed(error)) => Some((InstanceEvent::Failed, error)),
+        Ok(Started::Failed(error)) => Some((InstanceEvent::Failed, reported_error(error))),
         Err(
             CallError::Unreachable { .. }
             | CallError::Refused {
@@ -32,7 +34,9 @@ fn outcome(result: Result<Started, CallError>) -> Option<(InstanceEvent, String)
                 ..
             },
         ) => None,
-        Err(e @ CallError::Refused { .. }) => Some((InstanceEvent::Failed, e.to_string())),
+        Err(e @ CallError::Refused { .. }) => {
+            Some((InstanceEvent::Failed, reported_error(e.to_string())))
+        }
     }
 }
 
@@ -274,6 +278,20 @@ mod tests {
         assert_eq!(
             outcome(Ok(Started::Failed("boom".into()))),
             Some((InstanceEvent::Failed, "boom".into()))
+        );
+    }
+
+    #[test]
+    fn a_start_answered_failed_with_a_huge_error_is_recorded_cut() {
+        let huge = "e".repeat(3_000_000);
+        let Some((InstanceEvent::Failed, error)) = outcome(Ok(Started::Failed(huge))) else {
+            panic!("recorded failed");
+        };
+        assert!(
+            error.len() < crate::model::MAX_REPORTED_ERROR_BYTES + 40
+                && error.ends_with("[cut, 3000000 bytes]"),
+            "{} bytes",
+            error.len()
         );
     }
 

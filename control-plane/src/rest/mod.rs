@@ -202,9 +202,13 @@ fn unknown_param(
     )))
 }
 
-/// The deletion mode of a `DELETE /connectors/{name}` query. A query the handler will
-/// refuse (400) is authorized as the strictest mode, so a malformed query never lowers
-/// the role needed.
+/// The deletion mode of a `DELETE /connectors/{name}` query, from its `force` and
+/// `keepResources`. When either cannot be read (or the query does not parse) the mode
+/// the caller meant is unknown, so it is authorized as the strictest, never lowering the
+/// role needed. Other parameters do not change the mode: an unknown one or a
+/// `waitTimeoutMs` without `wait=true` is refused (400 naming it) after authorization
+/// for the mode `force` and `keepResources` give, so the 400 tells the caller which
+/// parameter was wrong instead of a 403 for a mode nobody asked for.
 fn delete_mode(query: Option<&str>) -> DeleteMode {
     let pairs = query_pairs(&RawQuery(query.map(str::to_owned)));
     let mode = pairs.and_then(|p| {
@@ -613,6 +617,22 @@ fn config_map(v: &Value, what: &str) -> Result<BTreeMap<String, Option<String>>,
         .collect()
 }
 
+/// The 400 of a config body whose `name` key (`given`; `None` for a JSON `null`) is not
+/// the connector name `name` of the path, or `None` when it is. One text for PUT and
+/// PATCH; both names quoted as JSON strings and cut by [`bounded_name`]. Pure.
+fn name_mismatch(given: Option<&str>, name: &str) -> Option<RestError> {
+    let shown = match given {
+        Some(g) if g == name => return None,
+        Some(g) => format!("{:?}", bounded_name(g)),
+        None => "null".to_owned(),
+    };
+    Some(RestError::BadRequest(format!(
+        "config[{}] is {shown}, which does not match the connector name {:?} in the path: leave it out or make them equal",
+        json::NAME_KEY,
+        bounded_name(name)
+    )))
+}
+
 /// A full config (no nulls) without Connect's `name` key, which must match `name`.
 fn full_config(v: &Value, name: &str) -> Result<HashMap<String, String>, RestError> {
     let mut out = HashMap::new();
@@ -623,12 +643,8 @@ fn full_config(v: &Value, name: &str) -> Result<HashMap<String, String>, RestErr
             )));
         };
         if k == json::NAME_KEY {
-            if val != name {
-                return Err(RestError::BadRequest(format!(
-                    "connector name in the config ({:?}) does not match the connector name {:?}",
-                    bounded_name(&val),
-                    bounded_name(name)
-                )));
+            if let Some(e) = name_mismatch(Some(&val), name) {
+                return Err(e);
             }
             continue;
         }
@@ -853,13 +869,9 @@ async fn patch_config(
     let v = json_body(&headers, body).await?;
     let mut patch = config_map(&v, "config")?;
     if let Some(given) = patch.remove(json::NAME_KEY)
-        && given.as_deref() != Some(name.as_str())
+        && let Some(e) = name_mismatch(given.as_deref(), &name)
     {
-        return Err(RestError::BadRequest(format!(
-            "connector name in the config ({:?}) does not match the connector name {:?}",
-            given.as_deref().map(bounded_name),
-            bounded_name(&name)
-        )));
+        return Err(e);
     }
     ok(json::connector_info(
         &g.admin.patch_config(&name, &patch, &caller).await?,
@@ -971,23 +983,42 @@ async fn delete(
     q: RawQuery,
 ) -> RestResult {
     let name = path_part(p)?;
-    let pairs = query_pairs(&q)?;
-    let wait_timeout_ms = match pairs.iter().rev().find(|(k, _)| k == "waitTimeoutMs") {
-        None => 0,
-        Some((_, v)) => v.parse::<u32>().map_err(|_| {
+    let opts = delete_options(&query_pairs(&q)?)?;
+    g.admin.delete(&name, opts).await?;
+    empty(StatusCode::NO_CONTENT)
+}
+
+/// The [`DeleteOptions`] of a `DELETE /connectors/{name}` query's pairs: `force`,
+/// `keepResources` and `wait` are booleans ([`flag`]); `waitTimeoutMs` is the wait bound
+/// in milliseconds (a `u32`; absent: 0, the default bound) and only taken with
+/// `wait=true`. Pure.
+///
+/// # Errors
+/// A 400 naming the parameter: a boolean that is not `true`/`false`, a `waitTimeoutMs`
+/// that is not a number, or one without `wait=true` (the delete would not wait, so the
+/// caller asked for something else than what would run).
+fn delete_options(pairs: &[(String, String)]) -> Result<DeleteOptions, RestError> {
+    let wait = flag(pairs, "wait")?;
+    let timeout = pairs.iter().rev().find(|(k, _)| k == "waitTimeoutMs");
+    let wait_timeout_ms = match (timeout, wait) {
+        (None, _) => 0,
+        (Some((_, v)), false) => {
+            return Err(RestError::BadRequest(format!(
+                "waitTimeoutMs={v:?} needs wait=true: without it the delete does not wait; add wait=true or leave waitTimeoutMs out"
+            )));
+        }
+        (Some((_, v)), true) => v.parse::<u32>().map_err(|_| {
             RestError::BadRequest(format!(
                 "waitTimeoutMs={v:?} is not a number of milliseconds"
             ))
         })?,
     };
-    let opts = DeleteOptions {
-        force: flag(&pairs, "force")?,
-        wait: flag(&pairs, "wait")?,
+    Ok(DeleteOptions {
+        force: flag(pairs, "force")?,
+        wait,
         wait_timeout_ms,
-        keep_resources: flag(&pairs, "keepResources")?,
-    };
-    g.admin.delete(&name, opts).await?;
-    empty(StatusCode::NO_CONTENT)
+        keep_resources: flag(pairs, "keepResources")?,
+    })
 }
 
 /// Extension: runs failed cleanup steps now; 202 with the status, 204 when the deletion
@@ -1400,6 +1431,57 @@ mod tests {
     }
 
     #[test]
+    fn a_delete_query_refused_for_another_parameter_keeps_the_mode_of_force_and_keep_resources() {
+        assert_eq!(delete_mode(Some("keepresources=true")), DeleteMode::Cleanup);
+        assert_eq!(delete_mode(Some("force=true&Wait=true")), DeleteMode::Force);
+        assert_eq!(delete_mode(Some("waitTimeoutMs=5")), DeleteMode::Cleanup);
+    }
+
+    fn delete_query(q: &str) -> Result<DeleteOptions, RestError> {
+        delete_options(&query_pairs(&RawQuery(Some(q.to_owned()))).unwrap())
+    }
+
+    #[test]
+    fn a_delete_query_without_parameters_deletes_without_waiting() {
+        let o = delete_query("").unwrap();
+        assert!(!o.force && !o.wait && !o.keep_resources && o.wait_timeout_ms == 0);
+    }
+
+    #[test]
+    fn a_delete_query_takes_its_modes_and_a_wait_bound_with_wait() {
+        let o = delete_query("force=true&keepResources=true&wait=true&waitTimeoutMs=5").unwrap();
+        assert!(o.force && o.keep_resources && o.wait);
+        assert_eq!(o.wait_timeout_ms, 5);
+        let o = delete_query("wait=true").unwrap();
+        assert!(o.wait && o.wait_timeout_ms == 0);
+    }
+
+    #[test]
+    fn a_wait_bound_without_wait_true_is_refused_naming_both() {
+        for q in [
+            "waitTimeoutMs=5",
+            "wait=false&waitTimeoutMs=5",
+            "waitTimeoutMs=5&wait=FALSE",
+        ] {
+            let e = delete_query(q).expect_err(q).to_string();
+            assert!(
+                e.contains("waitTimeoutMs=\"5\" needs wait=true"),
+                "{q}: {e}"
+            );
+        }
+    }
+
+    #[test]
+    fn a_wait_bound_that_is_not_a_number_is_refused_naming_it() {
+        for v in ["-1", "5s", "", "4294967296"] {
+            let e = delete_query(&format!("wait=true&waitTimeoutMs={v}"))
+                .expect_err(v)
+                .to_string();
+            assert!(e.contains("is not a number of milliseconds"), "{v}: {e}");
+        }
+    }
+
+    #[test]
     fn boolean_query_parameters_are_strict() {
         let q = |s: &str| query_pairs(&RawQuery(Some(s.to_owned()))).unwrap();
         assert!(flag(&q("includeTasks=true"), "includeTasks").unwrap());
@@ -1458,6 +1540,38 @@ mod tests {
         assert!(full_config(&json!({"name": "other"}), "c").is_err());
         assert!(full_config(&json!({"a": [1]}), "c").is_err());
         assert!(full_config(&json!({"a": null}), "c").is_err());
+    }
+
+    #[test]
+    fn a_matching_name_is_no_mismatch() {
+        assert!(name_mismatch(Some("w2"), "w2").is_none());
+    }
+
+    #[test]
+    fn a_different_name_is_refused_naming_both_as_json_strings() {
+        let e = name_mismatch(Some("other"), "w2").expect("refused");
+        assert_eq!(
+            e.to_string(),
+            "config[name] is \"other\", which does not match the connector name \"w2\" in the path: leave it out or make them equal"
+        );
+        assert!(!e.to_string().contains("Some("), "{e}");
+    }
+
+    #[test]
+    fn a_null_name_is_refused_as_null() {
+        let e = name_mismatch(None, "w2").expect("refused").to_string();
+        assert!(e.starts_with("config[name] is null, which"), "{e}");
+    }
+
+    #[test]
+    fn put_refuses_a_different_name_with_the_same_text_as_patch() {
+        let Err(put) = full_config(&json!({"name": "other"}), "w2") else {
+            panic!("a mismatched name is refused");
+        };
+        assert_eq!(
+            put.to_string(),
+            name_mismatch(Some("other"), "w2").unwrap().to_string()
+        );
     }
 
     #[test]
