@@ -65,7 +65,12 @@ pub struct Args {
     pub etcd_prefix: Option<String>,
     /// With --store etcd: TTL of the leader election lease, in seconds; a killed leader
     /// is replaced after at most about this long. [default: 10]
-    #[arg(long, env = "WHARF_ETCD_ELECTION_TTL_SECS", value_name = "SECS")]
+    #[arg(
+        long,
+        env = "WHARF_ETCD_ELECTION_TTL_SECS",
+        value_name = "SECS",
+        allow_negative_numbers = true
+    )]
     pub etcd_election_ttl_secs: Option<u32>,
     /// With --store etcd: PEM file of the CA that signed etcd's server certificates.
     /// Required with https:// endpoints, refused with http:// ones.
@@ -113,10 +118,20 @@ pub struct Args {
     )]
     pub insecure: Option<bool>,
     /// Most audit trail entries kept; the oldest are removed beyond it. [default: 100000]
-    #[arg(long, env = "WHARF_AUDIT_MAX_ENTRIES", value_name = "N")]
+    #[arg(
+        long,
+        env = "WHARF_AUDIT_MAX_ENTRIES",
+        value_name = "N",
+        allow_negative_numbers = true
+    )]
     pub audit_max_entries: Option<u64>,
     /// Audit trail entries older than this many days are removed. [default: 90]
-    #[arg(long, env = "WHARF_AUDIT_MAX_AGE_DAYS", value_name = "DAYS")]
+    #[arg(
+        long,
+        env = "WHARF_AUDIT_MAX_AGE_DAYS",
+        value_name = "DAYS",
+        allow_negative_numbers = true
+    )]
     pub audit_max_age_days: Option<u32>,
     /// `--metrics-listen`, `--log-format`, `--otlp-endpoint`.
     #[command(flatten)]
@@ -617,6 +632,24 @@ mod tests {
     fn parse(args: &[&str]) -> Args {
         Args::try_parse_from(std::iter::once("wharf-control-plane").chain(args.iter().copied()))
             .expect("flags parse")
+    }
+
+    #[test]
+    fn a_negative_number_is_refused_naming_its_flag() {
+        let flags =
+            wharf::config::assert_negative_numbers_name_their_flag::<Args>("wharf-control-plane");
+        for flag in [
+            "--lease-ms",
+            "--heartbeat-interval-ms",
+            "--etcd-election-ttl-secs",
+            "--audit-max-entries",
+            "--audit-max-age-days",
+        ] {
+            assert!(
+                flags.iter().any(|f| f == flag),
+                "{flag} not among {flags:?}"
+            );
+        }
     }
 
     #[test]
