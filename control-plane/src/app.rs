@@ -503,6 +503,18 @@ impl App {
         self.probe.clone()
     }
 
+    /// Whether executor `id` may be given work now: live, reachable and verified at its
+    /// advertised address, as placement and the plugins' own config checks require. Dev
+    /// mode asks it of its in-process executor before creating the example.
+    pub fn placeable(&self) -> impl Fn(&str) -> bool + Send + Sync + 'static {
+        let cluster = self.cluster.clone();
+        move |id| {
+            cluster
+                .executor_view()
+                .is_ok_and(|view| view.placeable.contains(id))
+        }
+    }
+
     /// The address actually bound.
     pub fn local_addr(&self) -> SocketAddr {
         self.local_addr
