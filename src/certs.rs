@@ -45,9 +45,117 @@ pub enum CertsError {
     /// `.`/`..`, or holds `/`, whitespace or control characters.
     #[error("{0}")]
     BadIdentity(String),
+    /// A `--host` entry is neither an IP address nor a DNS name (see [`parse_host`]).
+    #[error("--host {entry:?}: {reason}")]
+    BadHost {
+        /// The entry as given (before trimming).
+        entry: String,
+        /// Why it is refused.
+        reason: HostRefusal,
+    },
     /// `init` would overwrite an existing CA.
     #[error("{0} exists; remove it to make a new CA (every certificate must then be re-issued)")]
     CaExists(PathBuf),
+}
+
+/// Longest DNS name, in bytes (RFC 1035 2.3.4, without the final dot).
+pub const MAX_DNS_NAME_LEN: usize = 253;
+/// Longest DNS label, in bytes (RFC 1035 2.3.4).
+pub const MAX_DNS_LABEL_LEN: usize = 63;
+
+/// A `--host` entry as a certificate names it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Host {
+    /// An IP address SAN.
+    Ip(std::net::IpAddr),
+    /// A DNS name SAN (maybe a `*.` wildcard).
+    Dns(String),
+}
+
+/// Why a `--host` entry is refused.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum HostRefusal {
+    /// Nothing (or only blanks) between two commas.
+    #[error("empty entry (two commas in a row, or a comma at an end)")]
+    Empty,
+    /// Dotted digits that do not parse as an IP address (`10.0.0.300`).
+    #[error("not an IP address (and a DNS name's last label cannot be all digits)")]
+    NotAnIp,
+    /// Longer than [`MAX_DNS_NAME_LEN`].
+    #[error("longer than {MAX_DNS_NAME_LEN} bytes")]
+    TooLong,
+    /// A label that is empty (`a..b`, a leading or final dot) or longer than
+    /// [`MAX_DNS_LABEL_LEN`].
+    #[error("label {0:?} is not 1 to {MAX_DNS_LABEL_LEN} bytes")]
+    LabelLength(String),
+    /// A label with a byte other than A-Z a-z 0-9 and `-`, or starting or ending with `-`.
+    #[error(
+        "label {0:?} is not a DNS label (A-Z a-z 0-9 and '-', not at either end; a wildcard only as a whole first label '*.')"
+    )]
+    BadLabel(String),
+}
+
+/// What one `--host` entry names: trimmed; an IP address when it parses as one, else a
+/// DNS name of RFC 1123 labels (A-Z a-z 0-9 and `-`, not at either end, 1 to 63 bytes
+/// each, at most 253 bytes in all; a single leading `*.` wildcard label).
+///
+/// # Errors
+/// [`HostRefusal`]: an empty entry, dotted digits that are no IP address, or a name
+/// outside the rule.
+pub fn parse_host(entry: &str) -> Result<Host, HostRefusal> {
+    let entry = entry.trim();
+    if entry.is_empty() {
+        return Err(HostRefusal::Empty);
+    }
+    if let Ok(ip) = entry.parse::<std::net::IpAddr>() {
+        return Ok(Host::Ip(ip));
+    }
+    if entry.len() > MAX_DNS_NAME_LEN {
+        return Err(HostRefusal::TooLong);
+    }
+    let labels: Vec<&str> = entry.split('.').collect();
+    for (i, label) in labels.iter().enumerate() {
+        if label.is_empty() || label.len() > MAX_DNS_LABEL_LEN {
+            return Err(HostRefusal::LabelLength((*label).to_owned()));
+        }
+        // `*` alone as the first label of a longer name: `*.example.com`.
+        if *label == "*" && i == 0 && labels.len() > 1 {
+            continue;
+        }
+        let bytes = label.as_bytes();
+        let ok = bytes
+            .iter()
+            .all(|b| b.is_ascii_alphanumeric() || *b == b'-')
+            && bytes.first() != Some(&b'-')
+            && bytes.last() != Some(&b'-');
+        if !ok {
+            return Err(HostRefusal::BadLabel((*label).to_owned()));
+        }
+    }
+    // webpki refuses such a name, and it is an IP address mistyped far more often.
+    if labels
+        .last()
+        .is_some_and(|l| l.bytes().all(|b| b.is_ascii_digit()))
+    {
+        return Err(HostRefusal::NotAnIp);
+    }
+    Ok(Host::Dns(entry.to_owned()))
+}
+
+/// [`parse_host`] of every entry, in order.
+///
+/// # Errors
+/// [`CertsError::BadHost`] naming the first refused entry.
+pub fn parse_hosts(entries: &[String]) -> Result<Vec<Host>, CertsError> {
+    entries
+        .iter()
+        .map(|entry| {
+            parse_host(entry).map_err(|reason| CertsError::BadHost {
+                entry: entry.clone(),
+                reason,
+            })
+        })
+        .collect()
 }
 
 fn rc(e: rcgen::Error) -> CertsError {
@@ -141,7 +249,8 @@ pub fn leaf_name(identity: &Identity) -> String {
 /// presents; an admin certificate carries none.
 ///
 /// # Errors
-/// The CA cannot be read; I/O and rcgen errors.
+/// [`CertsError::BadHost`] for a host [`parse_host`] refuses (nothing is written); the CA
+/// cannot be read; I/O and rcgen errors.
 pub fn issue(dir: &Path, identity: &Identity, hosts: &[String]) -> Result<Issued, CertsError> {
     check_nameable(identity)?;
     let name = leaf_name(identity);
@@ -189,6 +298,8 @@ pub fn issue_to(
     cert_path: &Path,
     key_path: &Path,
 ) -> Result<Issued, CertsError> {
+    // Before anything is read or written: a refused host changes nothing.
+    let hosts = parse_hosts(hosts)?;
     let read = |p: PathBuf| {
         std::fs::read_to_string(&p).map_err(|source| CertsError::Io { path: p, source })
     };
@@ -204,14 +315,11 @@ pub fn issue_to(
         .push(SanType::URI(uri.try_into().map_err(rc)?));
     let serves = !matches!(identity, Identity::Admin { .. });
     if serves {
-        for host in LOOPBACK_HOSTS
-            .iter()
-            .map(|h| (*h).to_owned())
-            .chain(hosts.iter().cloned())
-        {
-            let san = match host.parse::<std::net::IpAddr>() {
-                Ok(ip) => SanType::IpAddress(ip),
-                Err(_) => SanType::DnsName(host.try_into().map_err(rc)?),
+        let loopback = LOOPBACK_HOSTS.iter().filter_map(|h| parse_host(h).ok());
+        for host in loopback.chain(hosts) {
+            let san = match host {
+                Host::Ip(ip) => SanType::IpAddress(ip),
+                Host::Dns(name) => SanType::DnsName(name.try_into().map_err(rc)?),
             };
             if !params.subject_alt_names.contains(&san) {
                 params.subject_alt_names.push(san);
@@ -274,6 +382,112 @@ mod tests {
             2,
             "only the CA"
         );
+    }
+
+    fn dns(name: &str) -> Result<Host, HostRefusal> {
+        Ok(Host::Dns(name.into()))
+    }
+
+    #[test]
+    fn a_host_is_trimmed() {
+        assert_eq!(
+            parse_host(" 127.0.0.2"),
+            Ok(Host::Ip([127, 0, 0, 2].into()))
+        );
+        assert_eq!(parse_host("cp.local \t"), dns("cp.local"));
+    }
+
+    #[test]
+    fn a_host_that_parses_as_an_ip_address_is_one() {
+        assert_eq!(parse_host("10.0.0.1"), Ok(Host::Ip([10, 0, 0, 1].into())));
+        assert_eq!(
+            parse_host("::1"),
+            Ok(Host::Ip(std::net::Ipv6Addr::LOCALHOST.into()))
+        );
+    }
+
+    #[test]
+    fn dns_names_and_a_leading_wildcard_are_accepted() {
+        for name in [
+            "localhost",
+            "cp.example.internal",
+            "a-1.B2",
+            "*.example.com",
+            "x1",
+        ] {
+            assert_eq!(parse_host(name), dns(name), "{name}");
+        }
+        let longest = vec!["a".repeat(63); 4].join(".");
+        assert_eq!(longest.len(), 255);
+        let fits = &longest[..253];
+        assert_eq!(parse_host(fits), dns(fits));
+    }
+
+    #[test]
+    fn an_empty_entry_is_refused() {
+        assert_eq!(parse_host(""), Err(HostRefusal::Empty));
+        assert_eq!(parse_host("  "), Err(HostRefusal::Empty));
+    }
+
+    #[test]
+    fn dotted_digits_that_are_no_ip_address_are_refused() {
+        for entry in ["10.0.0.300", "1.2.3", "300", "host.123"] {
+            assert_eq!(parse_host(entry), Err(HostRefusal::NotAnIp), "{entry}");
+        }
+    }
+
+    #[test]
+    fn a_label_with_a_bad_byte_or_an_edge_hyphen_is_refused() {
+        for (entry, label) in [
+            ("bad host!", "bad host!"),
+            ("a b", "a b"),
+            ("under_score.x", "under_score"),
+            ("-a.x", "-a"),
+            ("a-.x", "a-"),
+            ("*.*.x", "*"),
+            ("a.*.x", "*"),
+            ("*", "*"),
+            ("*a.x", "*a"),
+            ("[::1]", "[::1]"),
+        ] {
+            assert_eq!(
+                parse_host(entry),
+                Err(HostRefusal::BadLabel(label.into())),
+                "{entry}"
+            );
+        }
+    }
+
+    #[test]
+    fn an_empty_or_long_label_or_a_long_name_is_refused() {
+        for (entry, label) in [("a..b", ""), (".a", ""), ("a.", "")] {
+            assert_eq!(
+                parse_host(entry),
+                Err(HostRefusal::LabelLength(label.into())),
+                "{entry}"
+            );
+        }
+        let long = "a".repeat(64);
+        assert_eq!(
+            parse_host(&format!("{long}.x")),
+            Err(HostRefusal::LabelLength(long))
+        );
+        let longest = vec!["a".repeat(63); 4].join(".");
+        assert_eq!(parse_host(&longest[..254]), Err(HostRefusal::TooLong));
+    }
+
+    #[test]
+    fn a_refused_host_writes_nothing_and_is_named() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        init_ca(dir.path()).expect("ca");
+        let hosts = ["cp.local".to_owned(), "a,,b".to_owned()];
+        let err = issue(dir.path(), &Identity::ControlPlane, &hosts).expect_err("refused");
+        assert!(
+            err.to_string()
+                .starts_with("--host \"a,,b\": label \"a,,b\""),
+            "{err}"
+        );
+        assert_eq!(std::fs::read_dir(dir.path()).expect("dir").count(), 2);
     }
 
     #[test]

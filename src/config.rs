@@ -148,6 +148,48 @@ pub fn required<T>(
         .ok_or(SettingsError::Missing { flag, env, key })
 }
 
+/// The long flags of `command` whose values are unsigned or signed integers, with their
+/// leading `--`: the flags a binary's tests give a negative number, which must be refused
+/// naming the flag (`allow_negative_numbers` on each), not taken as an unknown argument.
+pub fn numeric_flags(command: &clap::Command) -> Vec<String> {
+    use std::any::TypeId;
+    let numeric = [
+        TypeId::of::<u8>(),
+        TypeId::of::<u16>(),
+        TypeId::of::<u32>(),
+        TypeId::of::<u64>(),
+        TypeId::of::<usize>(),
+        TypeId::of::<i32>(),
+        TypeId::of::<i64>(),
+    ];
+    command
+        .get_arguments()
+        .filter(|a| numeric.iter().any(|t| a.get_value_parser().type_id() == *t))
+        .filter_map(|a| a.get_long().map(|l| format!("--{l}")))
+        .collect()
+}
+
+/// Asserts that `--FLAG -5` is refused naming `--FLAG` for every flag of
+/// [`numeric_flags`]; returns them. For the binaries' tests.
+///
+/// # Panics
+/// When a flag accepts `-5` or its error does not name it.
+pub fn assert_negative_numbers_name_their_flag<P: clap::Parser>(bin: &str) -> Vec<String> {
+    let flags = numeric_flags(&P::command());
+    for flag in &flags {
+        let err = P::try_parse_from([bin, flag.as_str(), "-5"])
+            .err()
+            .unwrap_or_else(|| panic!("{flag} -5 was accepted"));
+        assert_eq!(
+            err.kind(),
+            clap::error::ErrorKind::ValueValidation,
+            "{flag}: {err}"
+        );
+        assert!(err.to_string().contains(flag.as_str()), "{flag}: {err}");
+    }
+    flags
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

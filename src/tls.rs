@@ -121,6 +121,21 @@ pub enum TlsError {
         /// Why.
         source: IdentityError,
     },
+    /// The own certificate does not chain to the CA: every peer would refuse it in the
+    /// handshake (BadSignature, UnknownIssuer).
+    #[error(
+        "--tls-cert {} is not signed by --tls-ca {}: {reason}; peers that trust this CA refuse it at every handshake (issue the certificate from this CA with `wharf-control-plane certs`, or name the CA that issued it)",
+        cert.display(),
+        ca.display()
+    )]
+    NotSignedByCa {
+        /// The certificate file.
+        cert: PathBuf,
+        /// The CA file.
+        ca: PathBuf,
+        /// What the check found ([`check_signed_by`]).
+        reason: String,
+    },
     /// An `https://` URL but no TLS material: the process must not silently speak plaintext.
     #[error(
         "{url} is an https:// URL but no TLS is configured; set --tls-cert, --tls-key and --tls-ca"
@@ -337,10 +352,63 @@ fn config_error(e: impl std::fmt::Display) -> TlsError {
     TlsError::Config(e.to_string())
 }
 
+/// Checks that `chain` (leaf first, then intermediates, as in `--tls-cert`) chains to one
+/// of `cas` (the certificates of `--tls-ca`) by signature: each certificate is signed by
+/// the next of the chain or by a CA, until a CA signed one. Validity dates and usages are
+/// left to the peers' verification; this catches a certificate and a CA that do not
+/// belong together, which peers report only as BadSignature or UnknownIssuer.
+///
+/// # Errors
+/// Why not, for the operator: a certificate that does not parse, or no CA signed it.
+pub fn check_signed_by(
+    chain: &[CertificateDer<'_>],
+    cas: &[CertificateDer<'_>],
+) -> Result<(), String> {
+    fn parse<'a>(
+        der: &'a CertificateDer<'_>,
+    ) -> Result<x509_parser::certificate::X509Certificate<'a>, String> {
+        x509_parser::parse_x509_certificate(der.as_ref())
+            .map(|(_, c)| c)
+            .map_err(|e| format!("a certificate does not parse: {e}"))
+    }
+    let chain = chain.iter().map(parse).collect::<Result<Vec<_>, _>>()?;
+    let cas = cas.iter().map(parse).collect::<Result<Vec<_>, _>>()?;
+    let Some(mut current) = chain.first() else {
+        return Err("no certificate".into());
+    };
+    fn signs(
+        issuer: &x509_parser::certificate::X509Certificate<'_>,
+        cert: &x509_parser::certificate::X509Certificate<'_>,
+    ) -> bool {
+        cert.verify_signature(Some(issuer.public_key())).is_ok()
+    }
+    // Each step moves one certificate up the chain: at most chain.len() steps.
+    for _ in 0..chain.len() {
+        if cas.iter().any(|ca| signs(ca, current)) {
+            return Ok(());
+        }
+        match chain[1..].iter().find(|next| signs(next, current)) {
+            Some(next) => current = next,
+            None => break,
+        }
+    }
+    Err(format!(
+        "no certificate of the CA file signed {} (issuer {})",
+        chain[0].subject(),
+        current.issuer()
+    ))
+}
+
 fn load_material(files: &TlsFiles) -> Result<Material, TlsError> {
     let certs = read_certs(&files.cert)?;
     let key = read_key(&files.key)?;
     let roots = Arc::new(read_roots(&files.ca)?);
+    // Refused here rather than by every peer, which says only BadSignature.
+    check_signed_by(&certs, &read_certs(&files.ca)?).map_err(|reason| TlsError::NotSignedByCa {
+        cert: files.cert.clone(),
+        ca: files.ca.clone(),
+        reason,
+    })?;
     let identity = Identity::from_cert_der(&certs[0], DEFAULT_TRUST_DOMAIN).map_err(|source| {
         TlsError::Identity {
             path: files.cert.clone(),
@@ -1408,6 +1476,110 @@ mod tests {
             matches!(err, ServerIdentityError::NoCertificate { .. }),
             "{err}"
         );
+    }
+
+    /// A CA in `dir` and a control-plane certificate it issued: (cert, key, ca).
+    fn issued(dir: &Path) -> TlsFiles {
+        crate::certs::init_ca(dir).expect("ca");
+        let i = crate::certs::issue(dir, &Identity::ControlPlane, &[]).expect("issue");
+        TlsFiles {
+            cert: i.cert,
+            key: i.key,
+            ca: dir.join(crate::certs::CA_CERT),
+        }
+    }
+
+    fn pem(path: &Path) -> Vec<CertificateDer<'static>> {
+        read_certs(path).expect("pem")
+    }
+
+    #[test]
+    fn a_certificate_issued_by_the_ca_is_signed_by_it() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let f = issued(dir.path());
+        assert_eq!(check_signed_by(&pem(&f.cert), &pem(&f.ca)), Ok(()));
+    }
+
+    #[test]
+    fn a_certificate_of_another_ca_is_not() {
+        let (a, b) = (
+            tempfile::tempdir().expect("a"),
+            tempfile::tempdir().expect("b"),
+        );
+        let (fa, fb) = (issued(a.path()), issued(b.path()));
+        let err = check_signed_by(&pem(&fa.cert), &pem(&fb.ca)).expect_err("other CA");
+        assert!(
+            err.contains("no certificate of the CA file signed"),
+            "{err}"
+        );
+    }
+
+    #[test]
+    fn one_ca_of_several_in_the_file_is_enough() {
+        let (a, b) = (
+            tempfile::tempdir().expect("a"),
+            tempfile::tempdir().expect("b"),
+        );
+        let (fa, fb) = (issued(a.path()), issued(b.path()));
+        let both: Vec<_> = pem(&fb.ca).into_iter().chain(pem(&fa.ca)).collect();
+        assert_eq!(check_signed_by(&pem(&fa.cert), &both), Ok(()));
+    }
+
+    #[test]
+    fn an_intermediate_in_the_certificate_file_leads_to_the_ca() {
+        use rcgen::{BasicConstraints, CertificateParams, IsCa, Issuer, KeyPair};
+        let root_key = KeyPair::generate().expect("key");
+        let mut root = CertificateParams::new(Vec::<String>::new()).expect("params");
+        root.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
+        let root_cert = root.self_signed(&root_key).expect("root");
+        let root_issuer = Issuer::new(root, root_key);
+        let mid_key = KeyPair::generate().expect("key");
+        let mut mid = CertificateParams::new(Vec::<String>::new()).expect("params");
+        mid.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
+        let mid_cert = mid.signed_by(&mid_key, &root_issuer).expect("intermediate");
+        let mid_issuer = Issuer::new(mid, mid_key);
+        let leaf_key = KeyPair::generate().expect("key");
+        let leaf = CertificateParams::new(vec!["localhost".into()])
+            .expect("params")
+            .signed_by(&leaf_key, &mid_issuer)
+            .expect("leaf");
+        let ca = vec![root_cert.der().clone()];
+        let chain = vec![leaf.der().clone(), mid_cert.der().clone()];
+        assert_eq!(check_signed_by(&chain, &ca), Ok(()));
+        assert!(check_signed_by(&chain[..1], &ca).is_err(), "without it");
+    }
+
+    #[test]
+    fn a_pair_of_another_ca_does_not_load_nor_replace_the_loaded_one() {
+        let (a, b) = (
+            tempfile::tempdir().expect("a"),
+            tempfile::tempdir().expect("b"),
+        );
+        let (fa, fb) = (issued(a.path()), issued(b.path()));
+        let mixed = TlsFiles {
+            ca: fb.ca.clone(),
+            ..fa.clone()
+        };
+        let err = Tls::load(mixed).expect_err("refused");
+        let msg = err.to_string();
+        assert!(matches!(err, TlsError::NotSignedByCa { .. }), "{msg}");
+        assert!(
+            msg.contains(&format!(
+                "--tls-cert {} is not signed by --tls-ca {}",
+                fa.cert.display(),
+                fb.ca.display()
+            )),
+            "{msg}"
+        );
+        // A reload of such a pair keeps the material in use.
+        let tls = Tls::load(fa.clone()).expect("loads");
+        let before = tls.server_config();
+        std::fs::copy(&fb.ca, &fa.ca).expect("replace the CA");
+        assert!(matches!(
+            tls.reload_if_changed(),
+            Err(TlsError::NotSignedByCa { .. })
+        ));
+        assert!(Arc::ptr_eq(&before, &tls.server_config()));
     }
 
     #[test]

@@ -9,7 +9,7 @@ use serde_json::json;
 use wharf_harness::cluster::{CONVERGE, NOT_FOUND, TestCluster};
 use wharf_harness::lifecycle::Lifecycle;
 use wharf_harness::prometheus::{free_addr, http_get};
-use wharf_harness::wait_until;
+use wharf_harness::{KeepOnFailure, Proc, WAIT_DEADLINE, wait_until};
 
 /// The INFO line of a herder that caught up (docs/lifecycle.md, "After a restart").
 const CAUGHT_UP: &str = "herder caught up";
@@ -126,4 +126,37 @@ async fn a_deletion_interrupted_by_a_control_plane_crash_resumes_after_restart()
         1,
         "connector: one completed stop(true): {conn:?}"
     );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_store_key_missing_beside_a_store_refuses_the_start_and_makes_no_new_key() {
+    let root = KeepOnFailure::new();
+    let dir = root.path().join("cp");
+    let args = vec![
+        "--listen".into(),
+        "127.0.0.1:0".into(),
+        "--data-dir".into(),
+        dir.display().to_string(),
+    ];
+    // A first start makes the key and the store.
+    let mut cp = Proc::spawn(wharf_harness::bin("wharf-control-plane"), args, &dir);
+    cp.listen_addr().await;
+    cp.terminate(WAIT_DEADLINE).await;
+    let key = dir.join("store.key");
+    assert!(key.exists() && dir.join("state.redb").exists());
+    std::fs::remove_file(&key).expect("lose store.key");
+
+    cp.restart();
+    let mut child = cp.child.take().expect("spawned");
+    let status = wait_until("the control plane to exit by itself", WAIT_DEADLINE, || {
+        let r = child.try_wait().ok().flatten();
+        async move { r }
+    })
+    .await;
+    let log = cp.log();
+    assert_eq!(status.code(), Some(1), "{log}");
+    let want = format!("store.key is missing from {}", dir.display());
+    assert!(log.contains(&want), "{want}: {log}");
+    assert!(log.contains("restore store.key"), "{log}");
+    assert!(!key.exists(), "a new key was written");
 }

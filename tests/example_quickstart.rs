@@ -203,6 +203,11 @@ async fn a_deletion_left_pending_by_the_last_run_is_said_so_waited_for_and_creat
         !text.contains("connector shop-audit already exists"),
         "not \"already exists, leaving it\":\n{text}"
     );
+    // Created once the in-process executor was placeable: its plugin checked the config.
+    assert!(
+        !text.contains("the plugin's own config checks did not run"),
+        "created before the executor was placeable:\n{text}"
+    );
     wait_until(
         "the new shop-audit and its 2 tasks to run",
         deadline,

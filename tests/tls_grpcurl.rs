@@ -107,11 +107,7 @@ fn refused(line: &str, out: &Output, code: i32, name: &str) {
 
 /// Runs `wharf-control-plane certs ARGS` as an operator would.
 fn certs(args: &[&str]) {
-    let out = std::process::Command::new(wharf_harness::bin("wharf-control-plane"))
-        .arg("certs")
-        .args(args)
-        .output()
-        .expect("wharf-control-plane certs");
+    let out = wharf_harness::certs_command(args);
     assert!(
         out.status.success(),
         "certs {args:?}: {}",

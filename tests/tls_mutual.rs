@@ -761,4 +761,120 @@ async fn a_flood_of_strangers_is_counted_and_logged_once_a_minute() {
     );
     drop(exec_a);
     drop(cp);
+
+/// Runs `wharf-control-plane certs ARGS`; panics when it fails.
+fn certs_ok(args: &[&str]) {
+    let out = wharf_harness::certs_command(args);
+    assert!(
+        out.status.success(),
+        "certs {args:?}: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
+/// `--tls-cert/--tls-key` of `<dir>/<leaf>` with `--tls-ca ca`.
+fn flags_with_ca(dir: &Path, leaf: &str, ca: &Path) -> Vec<String> {
+    vec![
+        "--tls-cert".into(),
+        dir.join(format!("{leaf}.pem")).display().to_string(),
+        "--tls-key".into(),
+        dir.join(format!("{leaf}.key")).display().to_string(),
+        "--tls-ca".into(),
+        ca.display().to_string(),
+    ]
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_certificate_not_signed_by_the_ca_refuses_the_start_and_is_not_reloaded() {
+    let root = KeepOnFailure::new();
+    // Two CAs made as an operator would; each issues a control plane and an executor.
+    let (a, b) = (root.path().join("ca-a"), root.path().join("ca-b"));
+    for d in [&a, &b] {
+        let d = d.display().to_string();
+        certs_ok(&["init", "--dir", &d]);
+        certs_ok(&["control-plane", "--dir", &d]);
+        certs_ok(&[
+            "executor",
+            "--dir",
+            &d,
+            "--id",
+            "exec-a",
+            "--host",
+            "127.0.0.2",
+        ]);
+    }
+    let (ca_a, ca_b) = (a.join("ca.pem"), b.join("ca.pem"));
+    let not_signed = |cert: &Path, ca: &Path| {
+        format!(
+            "--tls-cert {} is not signed by --tls-ca {}",
+            cert.display(),
+            ca.display()
+        )
+    };
+
+    // A's certificates with B's CA: neither process starts.
+    let mut cp = spawn_cp(
+        &root.path().join("cp-mixed"),
+        flags_with_ca(&a, "control-plane", &ca_b),
+    );
+    assert_eq!(exit_code(&mut cp).await, Some(1), "{}", cp.log());
+    let want = not_signed(&a.join("control-plane.pem"), &ca_b);
+    assert!(cp.log().contains(&want), "{want}: {}", cp.log());
+    let mut ex = spawn_executor(
+        root.path(),
+        "ex-mixed",
+        "127.0.0.2",
+        "https://127.0.0.1:1",
+        flags_with_ca(&a, "executor-exec-a", &ca_b),
+    );
+    assert_eq!(exit_code(&mut ex).await, Some(1), "{}", ex.log());
+    let want = not_signed(&a.join("executor-exec-a.pem"), &ca_b);
+    assert!(ex.log().contains(&want), "{want}: {}", ex.log());
+
+    // A good pair, then B's certificate and key written over it: the reload is refused
+    // and the control plane keeps presenting A's.
+    let live = root.path().join("live");
+    std::fs::create_dir_all(&live).expect("dir");
+    for f in ["control-plane.pem", "control-plane.key"] {
+        std::fs::copy(a.join(f), live.join(f)).expect("copy");
+    }
+    let mut cp = spawn_cp(
+        &root.path().join("cp"),
+        flags_with_ca(&live, "control-plane", &ca_a),
+    );
+    let addr = cp.listen_addr().await;
+    let config = wharf::tls::client_config(&ca_a, None).expect("client config");
+    let presented = || {
+        let config = config.clone();
+        let addr = addr.clone();
+        async move {
+            let tcp = tokio::net::TcpStream::connect(&addr)
+                .await
+                .expect("connect");
+            let name = rustls_pki_types::ServerName::try_from("127.0.0.1").expect("name");
+            let tls = tokio_rustls::TlsConnector::from(config)
+                .connect(name, tcp)
+                .await
+                .expect("handshake with the old certificate");
+            tls.get_ref().1.peer_certificates().expect("certs")[0].to_vec()
+        }
+    };
+    let old = pem_der(&live.join("control-plane.pem"));
+    assert_eq!(presented().await, old);
+    for f in ["control-plane.pem", "control-plane.key"] {
+        std::fs::copy(b.join(f), live.join(f)).expect("replace");
+    }
+    let want = not_signed(&live.join("control-plane.pem"), &ca_a);
+    wait_until("the refused reload in the log", WAIT_DEADLINE, || {
+        let log = cp.log();
+        let want = want.clone();
+        async move {
+            (log.contains(&want) && log.contains("the previous certificate stays in use"))
+                .then_some(())
+        }
+    })
+    .await;
+    assert_eq!(presented().await, old, "still A's certificate");
+    let child = cp.child.as_mut().expect("spawned");
+    assert!(child.try_wait().expect("wait").is_none(), "still running");
 }

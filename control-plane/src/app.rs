@@ -18,7 +18,7 @@ use crate::grpc::guard::GuardedAdmin;
 use crate::grpc::registry::RegistryService;
 use crate::reconcile::{Cluster, LeaseConfig, finalizer, run_herder};
 use crate::store::etcd_election::{Election, LeaderRoute, Role};
-use crate::store::seal::Sealer;
+use crate::store::seal::{KEY_FILE_NAME, KeyFate, Sealer, key_fate};
 use crate::store::{EtcdOptions, EtcdStore, RedbStore, STORE_FILE_NAME, StateStore};
 
 /// Default executor lease, in milliseconds.
@@ -123,6 +123,19 @@ pub enum StartError {
     /// The TLS files did not load.
     #[error(transparent)]
     Tls(#[from] wharf::tls::TlsError),
+    /// `store.key` is gone from a data dir whose store holds records sealed with it
+    /// ([`crate::store::seal::KeyFate::RefuseMissing`]); nothing was written.
+    #[error(
+        "store.key is missing from {}, but {} holds records sealed with it: a new key would decrypt none of them, so none was made",
+        dir.display(),
+        store.display()
+    )]
+    StoreKeyMissing {
+        /// The data dir.
+        dir: PathBuf,
+        /// The store file.
+        store: PathBuf,
+    },
 }
 
 impl StartError {
@@ -160,6 +173,11 @@ impl StartError {
             StartError::Tls(_) => Some(
                 "check --tls-cert/--tls-key/--tls-ca (make them with `wharf-control-plane certs`, see docs/security.md)".into(),
             ),
+            StartError::StoreKeyMissing { dir, store } => Some(format!(
+                "restore store.key into {} from a backup (every replica sharing a store needs the same key); to start over with an empty store instead, move {} away (docs/state.md)",
+                dir.display(),
+                store.display()
+            )),
             _ => None,
         }
     }
@@ -375,6 +393,20 @@ impl App {
             path: dir.clone(),
             source,
         })?;
+        // Embedded store only: an etcd store's records are not known before connecting.
+        let store_file = dir.join(STORE_FILE_NAME);
+        let holds_records = matches!(store, StoreOptions::Redb)
+            && std::fs::metadata(&store_file).is_ok_and(|m| m.len() > 0);
+        let key_present = std::fs::symlink_metadata(dir.join(KEY_FILE_NAME)).is_ok();
+        match key_fate(key_present, holds_records) {
+            KeyFate::Load | KeyFate::Create => {}
+            KeyFate::RefuseMissing => {
+                return Err(StartError::StoreKeyMissing {
+                    dir,
+                    store: store_file,
+                });
+            }
+        }
         let sealer = Sealer::load_or_create(&dir)?;
         let (store, etcd): (Arc<dyn StateStore>, _) = match &store {
             StoreOptions::Redb => (
@@ -469,6 +501,18 @@ impl App {
     /// beside an executor's probe in dev mode.
     pub fn probe(&self) -> Arc<dyn wharf::observability::Probe> {
         self.probe.clone()
+    }
+
+    /// Whether executor `id` may be given work now: live, reachable and verified at its
+    /// advertised address, as placement and the plugins' own config checks require. Dev
+    /// mode asks it of its in-process executor before creating the example.
+    pub fn placeable(&self) -> impl Fn(&str) -> bool + Send + Sync + 'static {
+        let cluster = self.cluster.clone();
+        move |id| {
+            cluster
+                .executor_view()
+                .is_ok_and(|view| view.placeable.contains(id))
+        }
     }
 
     /// The address actually bound.

@@ -65,7 +65,12 @@ pub struct Args {
     pub etcd_prefix: Option<String>,
     /// With --store etcd: TTL of the leader election lease, in seconds; a killed leader
     /// is replaced after at most about this long. [default: 10]
-    #[arg(long, env = "WHARF_ETCD_ELECTION_TTL_SECS", value_name = "SECS")]
+    #[arg(
+        long,
+        env = "WHARF_ETCD_ELECTION_TTL_SECS",
+        value_name = "SECS",
+        allow_negative_numbers = true
+    )]
     pub etcd_election_ttl_secs: Option<u32>,
     /// With --store etcd: PEM file of the CA that signed etcd's server certificates.
     /// Required with https:// endpoints, refused with http:// ones.
@@ -113,10 +118,20 @@ pub struct Args {
     )]
     pub insecure: Option<bool>,
     /// Most audit trail entries kept; the oldest are removed beyond it. [default: 100000]
-    #[arg(long, env = "WHARF_AUDIT_MAX_ENTRIES", value_name = "N")]
+    #[arg(
+        long,
+        env = "WHARF_AUDIT_MAX_ENTRIES",
+        value_name = "N",
+        allow_negative_numbers = true
+    )]
     pub audit_max_entries: Option<u64>,
     /// Audit trail entries older than this many days are removed. [default: 90]
-    #[arg(long, env = "WHARF_AUDIT_MAX_AGE_DAYS", value_name = "DAYS")]
+    #[arg(
+        long,
+        env = "WHARF_AUDIT_MAX_AGE_DAYS",
+        value_name = "DAYS",
+        allow_negative_numbers = true
+    )]
     pub audit_max_age_days: Option<u32>,
     /// `--metrics-listen`, `--log-format`, `--otlp-endpoint`.
     #[command(flatten)]
@@ -164,7 +179,7 @@ pub enum CertsCommand {
         #[arg(long, value_name = "DIR")]
         dir: PathBuf,
         /// Host names or IP addresses executors and clients dial, besides localhost,
-        /// 127.0.0.1 and ::1 (comma-separated).
+        /// 127.0.0.1 and ::1 (comma-separated; blanks around an entry are ignored).
         #[arg(long, value_name = "HOSTS", value_delimiter = ',')]
         host: Vec<String>,
     },
@@ -177,7 +192,8 @@ pub enum CertsCommand {
         /// not "." or "..".
         #[arg(long, value_name = "ID")]
         id: String,
-        /// Host names or IP addresses of its advertised address (comma-separated).
+        /// Host names or IP addresses of its advertised address (comma-separated; blanks
+        /// around an entry are ignored).
         #[arg(long, value_name = "HOSTS", value_delimiter = ',')]
         host: Vec<String>,
     },
@@ -203,36 +219,74 @@ pub fn run_command(command: Command) -> std::process::ExitCode {
             Ok(()) => std::process::ExitCode::SUCCESS,
             Err(e) => {
                 eprintln!("wharf-control-plane certs: {e}");
-                std::process::ExitCode::FAILURE
+                std::process::ExitCode::from(e.exit_code())
             }
         },
+    }
+}
+
+/// Why a `certs` subcommand wrote nothing, or not everything.
+#[derive(Debug)]
+pub enum CertsFailure {
+    /// A flag's value is unusable (exit code 2, as clap's usage errors); nothing written.
+    BadFlag(String),
+    /// Anything else: a message for the operator (exit code 1).
+    Failed(String),
+}
+
+impl CertsFailure {
+    /// The process's exit code.
+    pub fn exit_code(&self) -> u8 {
+        match self {
+            CertsFailure::BadFlag(_) => wharf_control_plane::launch::EXIT_BAD_SETTINGS,
+            CertsFailure::Failed(_) => 1,
+        }
+    }
+}
+
+impl std::fmt::Display for CertsFailure {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            CertsFailure::BadFlag(m) | CertsFailure::Failed(m) => f.write_str(m),
+        }
     }
 }
 
 /// Runs a `certs` subcommand; prints the files written.
 ///
 /// # Errors
-/// A message for the operator.
-pub fn run_certs(what: CertsCommand) -> Result<(), String> {
+/// [`CertsFailure::BadFlag`] for a `--host` entry that is neither an IP address nor a DNS
+/// name ([`wharf::certs::parse_host`]); [`CertsFailure::Failed`] otherwise.
+pub fn run_certs(what: CertsCommand) -> Result<(), CertsFailure> {
     use wharf::identity::{AdminRole, Identity};
+    let failed = |e: String| CertsFailure::Failed(e);
     let issued = match what {
         CertsCommand::Init { dir } => wharf::certs::init_ca(&dir),
         CertsCommand::ControlPlane { dir, host } => {
+            check_hosts(&host)?;
             wharf::certs::issue(&dir, &Identity::ControlPlane, &host)
         }
         CertsCommand::Executor { dir, id, host } => {
             // The executor applies the same rule at start, the registry at registration.
-            wharf::ids::check_executor_id(&id).map_err(|e| format!("--id {id:?} {e}"))?;
+            wharf::ids::check_executor_id(&id).map_err(|e| failed(format!("--id {id:?} {e}")))?;
+            check_hosts(&host)?;
             wharf::certs::issue(&dir, &Identity::Executor(id), &host)
         }
         CertsCommand::Admin { dir, name, role } => {
-            let role = AdminRole::parse(&role).map_err(|e| format!("--role: {e}"))?;
+            let role = AdminRole::parse(&role).map_err(|e| failed(format!("--role: {e}")))?;
             wharf::certs::issue(&dir, &Identity::Admin { role, name }, &[])
         }
     }
-    .map_err(|e| e.to_string())?;
+    .map_err(|e| failed(e.to_string()))?;
     println!("{}\n{}", issued.cert.display(), issued.key.display());
     Ok(())
+}
+
+/// Refuses `--host` entries [`wharf::certs::issue`] would refuse, as a bad flag.
+fn check_hosts(host: &[String]) -> Result<(), CertsFailure> {
+    wharf::certs::parse_hosts(host)
+        .map(drop)
+        .map_err(|e| CertsFailure::BadFlag(e.to_string()))
 }
 
 /// The `--config` file: every key optional; unknown keys are an error (a typo must not be
@@ -603,6 +657,24 @@ mod tests {
             .expect_err("refused")
             .to_string();
         assert!(e.contains("invalid value 'maybe' for '--insecure"), "{e}");
+    }
+
+    #[test]
+    fn a_negative_number_is_refused_naming_its_flag() {
+        let flags =
+            wharf::config::assert_negative_numbers_name_their_flag::<Args>("wharf-control-plane");
+        for flag in [
+            "--lease-ms",
+            "--heartbeat-interval-ms",
+            "--etcd-election-ttl-secs",
+            "--audit-max-entries",
+            "--audit-max-age-days",
+        ] {
+            assert!(
+                flags.iter().any(|f| f == flag),
+                "{flag} not among {flags:?}"
+            );
+        }
     }
 
     #[test]

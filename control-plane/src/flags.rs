@@ -28,11 +28,21 @@ pub struct ServerArgs {
     pub data_dir: Option<PathBuf>,
     /// Executor lease in milliseconds: an executor without a heartbeat for this long is
     /// marked lost and its work moves. [default: 10000]
-    #[arg(long, env = "WHARF_LEASE_MS", value_name = "MS")]
+    #[arg(
+        long,
+        env = "WHARF_LEASE_MS",
+        value_name = "MS",
+        allow_negative_numbers = true
+    )]
     pub lease_ms: Option<u32>,
     /// Heartbeat interval handed to executors, in milliseconds (shorter than the lease).
     /// [default: 2000]
-    #[arg(long, env = "WHARF_HEARTBEAT_INTERVAL_MS", value_name = "MS")]
+    #[arg(
+        long,
+        env = "WHARF_HEARTBEAT_INTERVAL_MS",
+        value_name = "MS",
+        allow_negative_numbers = true
+    )]
     pub heartbeat_interval_ms: Option<u32>,
     /// Address of the Kafka Connect REST gateway (HTTP/1.1: Kafka Connect's routes, JSON
     /// and status codes over the same admin logic as gRPC; see docs/rest.md), IP:PORT;

@@ -192,6 +192,17 @@ mod tests {
     }
 
     #[test]
+    fn a_negative_number_is_refused_naming_its_flag() {
+        let flags = wharf::config::assert_negative_numbers_name_their_flag::<Args>("wharf-dev");
+        for flag in ["--lease-ms", "--heartbeat-interval-ms"] {
+            assert!(
+                flags.iter().any(|f| f == flag),
+                "{flag} not among {flags:?}"
+            );
+        }
+    }
+
+    #[test]
     fn test_plugins_are_off_by_default_and_the_flag_wins_over_the_file() {
         let dir = tempfile::tempdir().expect("tempdir");
         let file = dir.path().join("dev.toml");

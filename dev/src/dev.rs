@@ -148,6 +148,7 @@ pub async fn run(
     app.set_log_control(&wharf::telemetry::start_filter(), log_control);
     let addr = app.local_addr();
     let app_rest = app.rest_addr();
+    let placeable = app.placeable();
     let mut metrics = None;
     if let Some(want) = observability.metrics_listen {
         match wharf::observability::bind(want).await {
@@ -217,7 +218,7 @@ pub async fn run(
             ));
             tokio::select! {
                 () = &mut shutdown => return,
-                created = example::create_connectors(addr, paths) => if let Err(e) = created {
+                created = example::create_connectors(addr, paths, || placeable(DEV_EXECUTOR_ID)) => if let Err(e) = created {
                     eprintln!("wharf-dev: {e}");
                     eprintln!("hint: dev mode keeps running; see its log above");
                 },

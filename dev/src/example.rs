@@ -28,6 +28,9 @@ pub const TOPIC: &str = "shop.audit";
 pub const ADMIN_READY_TIMEOUT_MS: u64 = 30_000;
 /// Pause between two connection attempts to the admin API, in milliseconds.
 pub const ADMIN_RETRY_INTERVAL_MS: u64 = 100;
+/// How long to wait, once the plugins are listed, for the in-process executor to be
+/// placeable (verified at its address) before creating anyway, in milliseconds.
+pub const EXECUTOR_READY_TIMEOUT_MS: u64 = 5_000;
 /// How long to wait for a deletion still running from the last run (Ctrl-C during a
 /// deletion) before creating the connector anew, in milliseconds.
 pub const DELETION_WAIT_TIMEOUT_MS: u64 = 60_000;
@@ -107,11 +110,50 @@ pub fn create_database(data_dir: &Path) -> Result<ExamplePaths, ExampleError> {
     })
 }
 
-/// Creates the two connectors through the admin API at `addr` unless they exist.
+/// What the example does after one look at the cluster, before creating.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum BeforeCreate {
+    /// The plugins are listed and the executor is placeable: create (the plugins' own
+    /// config checks run).
+    Create,
+    /// Look again after [`ADMIN_RETRY_INTERVAL_MS`].
+    Wait,
+    /// The executor was not placeable within [`EXECUTOR_READY_TIMEOUT_MS`] of the plugins
+    /// being listed: create anyway (accepted on the declarative checks; placed later).
+    CreateUnchecked,
+    /// The plugins were not listed within [`ADMIN_READY_TIMEOUT_MS`].
+    GiveUp,
+}
+
+/// Decides [`BeforeCreate`]: `offered`, both plugins are listed (a registration seen);
+/// `ready`, the in-process executor is placeable; `admin_late`, past the admin deadline;
+/// `ready_late`, past [`EXECUTOR_READY_TIMEOUT_MS`] since the plugins were first listed.
+pub fn before_create(
+    offered: bool,
+    ready: bool,
+    admin_late: bool,
+    ready_late: bool,
+) -> BeforeCreate {
+    match (offered, ready) {
+        (true, true) => BeforeCreate::Create,
+        (true, false) if ready_late => BeforeCreate::CreateUnchecked,
+        (true, false) => BeforeCreate::Wait,
+        (false, _) if admin_late => BeforeCreate::GiveUp,
+        (false, _) => BeforeCreate::Wait,
+    }
+}
+
+/// Creates the two connectors through the admin API at `addr` unless they exist, once
+/// `executor_ready` (the in-process executor is placeable) or, at the latest,
+/// [`EXECUTOR_READY_TIMEOUT_MS`] after the plugins are listed.
 ///
 /// # Errors
 /// [`ExampleError::AdminUnreachable`], [`ExampleError::Create`].
-pub async fn create_connectors(addr: SocketAddr, paths: &ExamplePaths) -> Result<(), ExampleError> {
+pub async fn create_connectors(
+    addr: SocketAddr,
+    paths: &ExamplePaths,
+    executor_ready: impl Fn() -> bool,
+) -> Result<(), ExampleError> {
     let deadline = Instant::now() + Duration::from_millis(ADMIN_READY_TIMEOUT_MS);
     let mut client = loop {
         match ConnectorAdminClient::connect(format!("http://{addr}")).await {
@@ -125,8 +167,10 @@ pub async fn create_connectors(addr: SocketAddr, paths: &ExamplePaths) -> Result
             Err(_) => tokio::time::sleep(Duration::from_millis(ADMIN_RETRY_INTERVAL_MS)).await,
         }
     };
-    // The in-process executor registers just after the admin API binds: wait until it
-    // offers both plugins, or the creation would fail with "unknown plugin".
+    // The in-process executor registers just after the admin API binds, and is checked
+    // at its address just after: created before, a connector would fail with "unknown
+    // plugin", or be accepted with the plugin's own config checks not run (a WARN).
+    let mut offered_since: Option<Instant> = None;
     loop {
         let offered: Vec<String> = match client
             .list_connector_plugins(ListConnectorPluginsRequest {})
@@ -140,19 +184,34 @@ pub async fn create_connectors(addr: SocketAddr, paths: &ExamplePaths) -> Result
                 .collect(),
             Err(_) => Vec::new(),
         };
-        if ["sqlite-audit", "file-sink"]
+        let offered = ["sqlite-audit", "file-sink"]
             .iter()
-            .all(|name| offered.iter().any(|o| o == name))
-        {
-            break;
+            .all(|name| offered.iter().any(|o| o == name));
+        let now = Instant::now();
+        if offered {
+            offered_since.get_or_insert(now);
         }
-        if Instant::now() >= deadline {
-            return Err(ExampleError::AdminUnreachable {
-                addr,
-                detail: "the in-process executor did not register the sqlite-audit and file-sink plugins".into(),
-            });
+        let ready_late = offered_since.is_some_and(|t| {
+            now.duration_since(t) >= Duration::from_millis(EXECUTOR_READY_TIMEOUT_MS)
+        });
+        match before_create(offered, executor_ready(), now >= deadline, ready_late) {
+            BeforeCreate::Create => break,
+            BeforeCreate::CreateUnchecked => {
+                say(&format!(
+                    "wharf: the in-process executor is not yet reachable after {EXECUTOR_READY_TIMEOUT_MS} ms; creating the connectors anyway (they start once it is)"
+                ));
+                break;
+            }
+            BeforeCreate::GiveUp => {
+                return Err(ExampleError::AdminUnreachable {
+                    addr,
+                    detail: "the in-process executor did not register the sqlite-audit and file-sink plugins".into(),
+                });
+            }
+            BeforeCreate::Wait => {
+                tokio::time::sleep(Duration::from_millis(ADMIN_RETRY_INTERVAL_MS)).await;
+            }
         }
-        tokio::time::sleep(Duration::from_millis(ADMIN_RETRY_INTERVAL_MS)).await;
     }
     let source = [
         (CONNECTOR_CLASS, "sqlite-audit".to_owned()),
@@ -333,6 +392,42 @@ mod tests {
     use super::*;
 
     const ADDR: &str = "127.0.0.1:7000";
+
+    #[test]
+    fn listed_plugins_and_a_placeable_executor_create() {
+        assert_eq!(
+            before_create(true, true, false, false),
+            BeforeCreate::Create
+        );
+        assert_eq!(before_create(true, true, true, true), BeforeCreate::Create);
+    }
+
+    #[test]
+    fn listed_plugins_on_an_executor_not_yet_placeable_wait() {
+        // The second start: the registration is listed before the executor is verified.
+        assert_eq!(before_create(true, false, false, false), BeforeCreate::Wait);
+    }
+
+    #[test]
+    fn an_executor_not_placeable_in_time_creates_unchecked() {
+        assert_eq!(
+            before_create(true, false, false, true),
+            BeforeCreate::CreateUnchecked
+        );
+    }
+
+    #[test]
+    fn unlisted_plugins_wait_until_the_admin_deadline_then_give_up() {
+        assert_eq!(
+            before_create(false, false, false, false),
+            BeforeCreate::Wait
+        );
+        assert_eq!(before_create(false, true, false, false), BeforeCreate::Wait);
+        assert_eq!(
+            before_create(false, false, true, false),
+            BeforeCreate::GiveUp
+        );
+    }
 
     #[test]
     fn next_steps_name_the_example_connector_when_there_is_one() {

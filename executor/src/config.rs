@@ -57,7 +57,12 @@ pub struct Cli {
     pub executor_id: Option<String>,
     /// How long the stops at shutdown may take in all, in milliseconds; also the stop
     /// timeout used when a StopTask/StopConnector request says 0. [default: 10000]
-    #[arg(long, env = "WHARF_GRACEFUL_TIMEOUT_MS", value_name = "MS")]
+    #[arg(
+        long,
+        env = "WHARF_GRACEFUL_TIMEOUT_MS",
+        value_name = "MS",
+        allow_negative_numbers = true
+    )]
     pub graceful_timeout_ms: Option<u64>,
     /// Worker threads of the plugin runtime, which runs the plugin calls of every
     /// connector instance and task (1 to 1024): how many plugin calls run at the same
@@ -488,6 +493,17 @@ fn plaintext_url_with_tls(url: &str, tls: bool) -> Option<String> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_negative_number_is_refused_naming_its_flag() {
+        let flags = wharf::config::assert_negative_numbers_name_their_flag::<Cli>("wharf-executor");
+        for flag in ["--graceful-timeout-ms", "--plugin-threads"] {
+            assert!(
+                flags.iter().any(|f| f == flag),
+                "{flag} not among {flags:?}"
+            );
+        }
+    }
 
     #[test]
     fn a_plaintext_control_plane_url_with_tls_is_refused() {

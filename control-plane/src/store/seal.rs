@@ -29,6 +29,28 @@ pub struct Sealer {
 #[error("sealed store value does not decrypt with the key in store.key")]
 pub struct OpenFailed;
 
+/// What the start does about `store.key`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum KeyFate {
+    /// The file is there: load it.
+    Load,
+    /// A new data dir: make a new random key.
+    Create,
+    /// The file is gone but the store holds records sealed with it: a new key would
+    /// open none of them, so the start is refused and nothing is written.
+    RefuseMissing,
+}
+
+/// Decides [`KeyFate`] from whether `store.key` exists and whether the store already
+/// holds records (for the embedded store: `state.redb` exists and is not empty).
+pub fn key_fate(key_present: bool, store_holds_records: bool) -> KeyFate {
+    match (key_present, store_holds_records) {
+        (true, _) => KeyFate::Load,
+        (false, false) => KeyFate::Create,
+        (false, true) => KeyFate::RefuseMissing,
+    }
+}
+
 impl Sealer {
     /// Loads the key from `dir/store.key`, creating it (mode 0600) when absent.
     ///
@@ -104,5 +126,26 @@ impl Sealer {
         self.cipher
             .decrypt(XNonce::from_slice(nonce), ct)
             .map_err(|_| OpenFailed)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_present_key_is_loaded_whatever_the_store_holds() {
+        assert_eq!(key_fate(true, false), KeyFate::Load);
+        assert_eq!(key_fate(true, true), KeyFate::Load);
+    }
+
+    #[test]
+    fn a_new_data_dir_gets_a_new_key() {
+        assert_eq!(key_fate(false, false), KeyFate::Create);
+    }
+
+    #[test]
+    fn a_missing_key_beside_stored_records_is_refused() {
+        assert_eq!(key_fate(false, true), KeyFate::RefuseMissing);
     }
 }

@@ -65,6 +65,16 @@ pub fn bin(name: &str) -> PathBuf {
     path
 }
 
+/// Runs `wharf-control-plane certs ARGS` as an operator would; its output, whatever the
+/// exit code.
+pub fn certs_command(args: &[&str]) -> std::process::Output {
+    std::process::Command::new(bin("wharf-control-plane"))
+        .arg("certs")
+        .args(args)
+        .output()
+        .expect("run wharf-control-plane certs")
+}
+
 /// A loopback port on `ip` that nothing listens on now and that this test process has not
 /// handed out before: the OS may give a just-released port again, and two picks of one
 /// test (a control plane's `--listen` and its `--metrics-listen`) must not collide.
