@@ -34,9 +34,30 @@ use wharf::sdk::{
     SourceTask, TaskContext, TaskFactory,
 };
 
-/// Longest a single plugin call may take before the check fails, in seconds (the
-/// runtime's default `cleanup.timeout.ms` is 30 s).
+/// Default bound on a plugin call other than a stop (`start`, `task_configs`, `put`,
+/// `flush`), in seconds; [`Kit::call_timeout`] sets another.
 pub const CALL_TIMEOUT_SECS: u64 = 30;
+
+/// Default bound on a plain `stop_with(false)`, in milliseconds: the executor's default
+/// graceful stop timeout (`--graceful-timeout-ms`, `DEFAULT_GRACEFUL_TIMEOUT_MS` in
+/// `executor/src/app.rs`), after which it abandons the instance on a restart, a pause, a
+/// reconfiguration or a shutdown. A copy, not a dependency: the kit does not link the
+/// executor (and its record log and built-in connectors); the example crate's tests
+/// assert that the two agree. [`Kit::stop_timeout`] sets another.
+pub const STOP_TIMEOUT_MS: u64 = 10_000;
+
+/// Default bound on a `stop_with(true)`, in milliseconds: the runtime's default
+/// `cleanup.timeout.ms` ([`wharf::sdk::DEFAULT_CLEANUP_TIMEOUT_MS`]), after which the
+/// attempt counts as failed and the instance is abandoned. [`Kit::cleanup_timeout`] sets
+/// another (a connector may set `cleanup.timeout.ms` up to 24 h).
+pub const CLEANUP_TIMEOUT_MS: u64 = wharf::sdk::DEFAULT_CLEANUP_TIMEOUT_MS as u64;
+
+/// Worker threads of the kit's plugin runtime. A call that blocks its thread holds one
+/// until it returns; the kit's own timer runs elsewhere, so it still fires.
+const PLUGIN_WORKERS: usize = 4;
+
+/// Name of the kit's plugin runtime threads (shown in a plugin's panic message).
+pub const PLUGIN_THREAD_NAME: &str = "wharf-testkit-plugin";
 
 /// Incarnation id of the first connector of a name in every check.
 pub const FIRST_INCARNATION: &str = "incarnation-1";
@@ -123,6 +144,99 @@ pub type CheckResult = Result<(), CheckFailed>;
 /// names can follow them).
 pub type ConfigFor = Arc<dyn Fn(&str) -> ConfigMap + Send + Sync>;
 
+/// How long each kind of plugin call may take before the check fails.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Bounds {
+    /// `start`, `task_configs`, `put`, `flush` (default [`CALL_TIMEOUT_SECS`]).
+    pub call: Duration,
+    /// `stop_with(false)` (default [`STOP_TIMEOUT_MS`]).
+    pub stop: Duration,
+    /// `stop_with(true)` (default [`CLEANUP_TIMEOUT_MS`]).
+    pub cleanup: Duration,
+}
+
+impl Default for Bounds {
+    fn default() -> Self {
+        Self {
+            call: Duration::from_secs(CALL_TIMEOUT_SECS),
+            stop: Duration::from_millis(STOP_TIMEOUT_MS),
+            cleanup: Duration::from_millis(CLEANUP_TIMEOUT_MS),
+        }
+    }
+}
+
+/// A plugin call, as far as its bound goes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum CallKind {
+    /// `start`, `task_configs`, `put`, `flush`.
+    Other,
+    /// `stop_with(connector_deleted)`.
+    Stop { deleted: bool },
+}
+
+/// The bound on a call of `kind` under `bounds`, and which runtime setting it stands for
+/// (the text a failure shows). Pure.
+fn bound_of(kind: CallKind, bounds: &Bounds) -> (Duration, &'static str) {
+    match kind {
+        CallKind::Other => (
+            bounds.call,
+            "the kit's bound on a plugin call (Kit::call_timeout)",
+        ),
+        CallKind::Stop { deleted: false } => (
+            bounds.stop,
+            "the executor's graceful stop timeout (--graceful-timeout-ms, default 10000): past it the executor abandons the instance; Kit::stop_timeout sets another bound for a plugin that documents one",
+        ),
+        CallKind::Stop { deleted: true } => (
+            bounds.cleanup,
+            "the connector's cleanup.timeout.ms (default 30000): past it the cleanup attempt counts as failed and the instance is abandoned; Kit::cleanup_timeout sets another bound for a plugin that documents one",
+        ),
+    }
+}
+
+/// Why a check failed when call `what` overran `bound` (`setting`: what the bound stands
+/// for). Pure.
+fn overrun_text(what: &str, bound: Duration, setting: &str) -> String {
+    format!(
+        "{what} did not return within {} ms, {setting}; a call that blocks its thread (std::thread::sleep, synchronous I/O) must move that work to tokio::task::spawn_blocking",
+        bound.as_millis()
+    )
+}
+
+/// The kit's own multi-thread runtime where every plugin call runs, so that a call that
+/// blocks its thread cannot stop the timer of the check (which runs on the caller's
+/// runtime, often a current-thread one), as the executor runs plugin calls on a plugin
+/// runtime apart from its own work. Started at the first call; shut down without waiting
+/// when the kit is dropped (a blocked call may still hold a worker).
+#[derive(Default)]
+struct PluginRuntime(std::sync::OnceLock<Result<tokio::runtime::Runtime, String>>);
+
+impl PluginRuntime {
+    fn handle(&self) -> Result<&tokio::runtime::Handle, String> {
+        self.0
+            .get_or_init(|| {
+                tokio::runtime::Builder::new_multi_thread()
+                    .worker_threads(PLUGIN_WORKERS)
+                    .thread_name(PLUGIN_THREAD_NAME)
+                    .enable_all()
+                    .build()
+                    .map_err(|e| e.to_string())
+            })
+            .as_ref()
+            .map(tokio::runtime::Runtime::handle)
+            .map_err(Clone::clone)
+    }
+}
+
+impl Drop for PluginRuntime {
+    fn drop(&mut self) {
+        // Never a blocking drop: it would wait for a plugin call stuck in its thread, and
+        // dropping a runtime inside the caller's async test panics.
+        if let Some(Ok(rt)) = self.0.take() {
+            rt.shutdown_background();
+        }
+    }
+}
+
 /// The kit for one plugin.
 pub struct Kit<P> {
     plugin: Plugin,
@@ -130,9 +244,20 @@ pub struct Kit<P> {
     probe: P,
     tasks_max: u32,
     prefix: String,
+    bounds: Bounds,
+    runtime: PluginRuntime,
     /// The task configs each connector incarnation (name, incarnation) last produced, as
     /// its deletion record keeps them.
     last_task_configs: std::sync::Mutex<BTreeMap<(String, String), Vec<ConfigMap>>>,
+}
+
+/// A plugin instance shared with the call running on the plugin runtime. A call that
+/// overran keeps it locked, so nothing calls that instance again (as the executor never
+/// calls an abandoned one).
+type Shared<T> = Arc<tokio::sync::Mutex<T>>;
+
+fn shared<T>(value: T) -> Shared<T> {
+    Arc::new(tokio::sync::Mutex::new(value))
 }
 
 enum Task {
@@ -154,14 +279,30 @@ impl Task {
             Task::Sink(t) => t.stop_with(deleted).await,
         }
     }
+
+    /// `put` of a sink task (the kit calls it only on one).
+    async fn put(&mut self, records: Vec<SinkRecord>) -> PluginResult<()> {
+        match self {
+            Task::Sink(t) => t.put(records).await,
+            Task::Source(_) => Err("put called on a source task".into()),
+        }
+    }
+
+    /// `flush` of a sink task (the kit calls it only on one).
+    async fn flush(&mut self, offsets: &BTreeMap<String, u64>) -> PluginResult<()> {
+        match self {
+            Task::Sink(t) => t.flush(offsets).await,
+            Task::Source(_) => Err("flush called on a source task".into()),
+        }
+    }
 }
 
 /// A started connector instance with its tasks, as one executor would host them.
 struct Running {
     name: String,
     config: ConfigMap,
-    connector: Box<dyn Connector>,
-    tasks: Vec<Task>,
+    connector: Shared<Box<dyn Connector>>,
+    tasks: Vec<Shared<Task>>,
 }
 
 impl<P: Probe> Kit<P> {
@@ -179,6 +320,8 @@ impl<P: Probe> Kit<P> {
             config_for: Arc::new(config_for),
             probe,
             tasks_max: 2,
+            bounds: Bounds::default(),
+            runtime: PluginRuntime::default(),
             last_task_configs: std::sync::Mutex::new(BTreeMap::new()),
         }
     }
@@ -194,6 +337,33 @@ impl<P: Probe> Kit<P> {
     pub fn name_prefix(mut self, prefix: impl Into<String>) -> Self {
         self.prefix = prefix.into();
         self
+    }
+
+    /// Bound on `start`, `task_configs`, `put` and `flush` (default [`CALL_TIMEOUT_SECS`]).
+    pub fn call_timeout(mut self, bound: Duration) -> Self {
+        self.bounds.call = bound;
+        self
+    }
+
+    /// Bound on a plain `stop_with(false)` (default [`STOP_TIMEOUT_MS`], the executor's
+    /// default `--graceful-timeout-ms`). Raise it only for a plugin whose documentation
+    /// tells operators to raise `--graceful-timeout-ms` as much.
+    pub fn stop_timeout(mut self, bound: Duration) -> Self {
+        self.bounds.stop = bound;
+        self
+    }
+
+    /// Bound on a `stop_with(true)` (default [`CLEANUP_TIMEOUT_MS`], the default
+    /// `cleanup.timeout.ms`). Raise it only for a plugin whose documentation tells
+    /// operators to set `cleanup.timeout.ms` as high.
+    pub fn cleanup_timeout(mut self, bound: Duration) -> Self {
+        self.bounds.cleanup = bound;
+        self
+    }
+
+    /// The bounds in force.
+    pub fn bounds(&self) -> Bounds {
+        self.bounds
     }
 
     fn name(&self, check: &str, which: &str) -> String {
@@ -214,32 +384,48 @@ impl<P: Probe> Kit<P> {
         }
     }
 
-    async fn call<T>(
+    /// Runs one plugin call like [`Kit::call_raw`]; a plugin error fails the check too.
+    async fn call<T: Send + 'static>(
+        &self,
         check: &'static str,
         what: String,
-        fut: impl Future<Output = PluginResult<T>>,
+        kind: CallKind,
+        fut: impl Future<Output = PluginResult<T>> + Send + 'static,
     ) -> Result<T, CheckFailed> {
-        match Self::call_raw(check, &what, fut).await? {
+        match self.call_raw(check, &what, kind, fut).await? {
             Ok(v) => Ok(v),
             Err(e) => Err(fail(check, format!("{what} failed: {e}"))),
         }
     }
 
-    /// Runs one plugin call under [`CALL_TIMEOUT_SECS`]: `Err` when it overran, else the
+    /// Runs one plugin call on the kit's plugin runtime under the bound of `kind`
+    /// ([`Bounds`]): `Err` when it overran (the call is cancelled at its next await; one
+    /// that blocks goes on in its thread, abandoned) or did not complete, else the
     /// plugin's own answer.
-    async fn call_raw<T>(
+    async fn call_raw<T: Send + 'static>(
+        &self,
         check: &'static str,
         what: &str,
-        fut: impl Future<Output = PluginResult<T>>,
+        kind: CallKind,
+        fut: impl Future<Output = PluginResult<T>> + Send + 'static,
     ) -> Result<PluginResult<T>, CheckFailed> {
-        tokio::time::timeout(Duration::from_secs(CALL_TIMEOUT_SECS), fut)
-            .await
-            .map_err(|_| {
-                fail(
-                    check,
-                    format!("{what} did not return within {CALL_TIMEOUT_SECS} s"),
-                )
-            })
+        let runtime = self.runtime.handle().map_err(|e| {
+            fail(
+                check,
+                format!("the kit could not start its plugin runtime for {what}: {e}"),
+            )
+        })?;
+        let handle = runtime.spawn(fut);
+        let abort = handle.abort_handle();
+        let (bound, setting) = bound_of(kind, &self.bounds);
+        match tokio::time::timeout(bound, handle).await {
+            Ok(Ok(answer)) => Ok(answer),
+            Ok(Err(e)) => Err(fail(check, format!("{what} did not complete: {e}"))),
+            Err(_) => {
+                abort.abort();
+                Err(fail(check, overrun_text(what, bound, setting)))
+            }
+        }
     }
 
     /// Starts the connector instance and its tasks as incarnation `incarnation` (all
@@ -267,7 +453,7 @@ impl<P: Probe> Kit<P> {
         Running {
             name: name.to_owned(),
             config: self.config(name, tasks_max),
-            connector: (self.plugin.connector)(),
+            connector: shared((self.plugin.connector)()),
             tasks: Vec::new(),
         }
     }
@@ -295,8 +481,14 @@ impl<P: Probe> Kit<P> {
             Arc::new(|| {}),
         );
         let what = format!("connector {name} start ({incarnation}, cleanup_only={cleanup_only})");
-        if let Err(e) = Self::call_raw(check, &what, r.connector.start(ctx, config.clone())).await?
-        {
+        let connector = r.connector.clone();
+        let start_config = config.clone();
+        let started = self
+            .call_raw(check, &what, CallKind::Other, async move {
+                connector.lock().await.start(ctx, start_config).await
+            })
+            .await?;
+        if let Err(e) = started {
             return Ok(Some(format!("{what} failed: {e}")));
         }
         let task_configs = if cleanup_only {
@@ -310,7 +502,13 @@ impl<P: Probe> Kit<P> {
                 .unwrap_or_default()
         } else {
             let what = format!("connector {name} task_configs({tasks_max})");
-            let t = match Self::call_raw(check, &what, r.connector.task_configs(tasks_max)).await? {
+            let connector = r.connector.clone();
+            let asked = self
+                .call_raw(check, &what, CallKind::Other, async move {
+                    connector.lock().await.task_configs(tasks_max).await
+                })
+                .await?;
+            let t = match asked {
                 Ok(t) => t,
                 Err(e) => return Ok(Some(format!("{what} failed: {e}"))),
             };
@@ -331,9 +529,14 @@ impl<P: Probe> Kit<P> {
                 offsets: BTreeMap::new(),
                 cancel: CancellationToken::new(),
             };
-            let mut task = self.new_task();
+            let task = shared(self.new_task());
             let what = format!("task {name}/{i} start ({incarnation})");
-            let started = Self::call_raw(check, &what, task.start(ctx, tc)).await?;
+            let t = task.clone();
+            let started = self
+                .call_raw(check, &what, CallKind::Other, async move {
+                    t.lock().await.start(ctx, tc).await
+                })
+                .await?;
             r.tasks.push(task);
             if let Err(e) = started {
                 return Ok(Some(format!("{what} failed: {e}")));
@@ -343,20 +546,52 @@ impl<P: Probe> Kit<P> {
     }
 
     /// Stops every task, then the connector instance, with `deleted`.
-    async fn stop(check: &'static str, r: &mut Running, deleted: bool) -> CheckResult {
-        for (i, t) in r.tasks.iter_mut().enumerate() {
-            Self::call(
+    async fn stop(&self, check: &'static str, r: &mut Running, deleted: bool) -> CheckResult {
+        for (i, t) in r.tasks.iter().enumerate() {
+            self.stop_task(
                 check,
                 format!("task {}/{i} stop({deleted})", r.name),
-                t.stop_with(deleted),
+                t,
+                deleted,
             )
             .await?;
         }
-        Self::call(
+        self.stop_connector(
             check,
             format!("connector {} stop({deleted})", r.name),
-            r.connector.stop_with(deleted),
+            &r.connector,
+            deleted,
         )
+        .await
+    }
+
+    /// `stop_with(deleted)` on one task, under the bound of that stop.
+    async fn stop_task(
+        &self,
+        check: &'static str,
+        what: String,
+        task: &Shared<Task>,
+        deleted: bool,
+    ) -> CheckResult {
+        let t = task.clone();
+        self.call(check, what, CallKind::Stop { deleted }, async move {
+            t.lock().await.stop_with(deleted).await
+        })
+        .await
+    }
+
+    /// `stop_with(deleted)` on a connector instance, under the bound of that stop.
+    async fn stop_connector(
+        &self,
+        check: &'static str,
+        what: String,
+        connector: &Shared<Box<dyn Connector>>,
+        deleted: bool,
+    ) -> CheckResult {
+        let c = connector.clone();
+        self.call(check, what, CallKind::Stop { deleted }, async move {
+            c.lock().await.stop_with(deleted).await
+        })
         .await
     }
 
@@ -453,7 +688,7 @@ impl<P: Probe> Kit<P> {
     /// Deletes `r` (tasks then connector, stop(true)) and checks nothing it owned is
     /// left.
     async fn delete(&self, check: &'static str, r: &mut Running) -> CheckResult {
-        Self::stop(check, r, true).await?;
+        self.stop(check, r, true).await?;
         self.expect_empty(
             check,
             "the deletion (stop(true) on every task, then the connector)",
@@ -473,7 +708,7 @@ impl<P: Probe> Kit<P> {
         const CHECK: &str = "plain_stops_keep_resources";
         let name = self.name("plain", "a");
         let (mut r, before) = self.provisioned(CHECK, &name, self.tasks_max).await?;
-        Self::stop(CHECK, &mut r, false).await?;
+        self.stop(CHECK, &mut r, false).await?;
         self.expect_kept(
             CHECK,
             "stop(false) on every task and the connector",
@@ -487,7 +722,7 @@ impl<P: Probe> Kit<P> {
                 .await?;
             self.expect_kept(CHECK, &format!("the start after {step}"), &again, &before)
                 .await?;
-            Self::stop(CHECK, &mut again, false).await?;
+            self.stop(CHECK, &mut again, false).await?;
             self.expect_kept(CHECK, &format!("{step} (stop(false))"), &again, &before)
                 .await?;
         }
@@ -506,7 +741,7 @@ impl<P: Probe> Kit<P> {
         const CHECK: &str = "lower_tasks_max_keeps_resources";
         let name = self.name("shrink", "a");
         let (mut r, before) = self.provisioned(CHECK, &name, self.tasks_max).await?;
-        Self::stop(CHECK, &mut r, false).await?;
+        self.stop(CHECK, &mut r, false).await?;
         let fewer = self.tasks_max.saturating_sub(1).max(1);
         let mut smaller = self
             .start(CHECK, &name, FIRST_INCARNATION, fewer, false)
@@ -518,7 +753,7 @@ impl<P: Probe> Kit<P> {
             &before,
         )
         .await?;
-        Self::stop(CHECK, &mut smaller, false).await?;
+        self.stop(CHECK, &mut smaller, false).await?;
         self.expect_kept(
             CHECK,
             "stop(false) after lowering tasks.max",
@@ -555,7 +790,7 @@ impl<P: Probe> Kit<P> {
         let pre = self.pre_existing(CHECK, &name).await?;
         let (mut r, _) = self.provisioned(CHECK, &name, self.tasks_max).await?;
         self.delete(CHECK, &mut r).await?;
-        Self::stop(CHECK, &mut r, true).await.map_err(|e| {
+        self.stop(CHECK, &mut r, true).await.map_err(|e| {
             fail(
                 CHECK,
                 format!("a second stop(true) on the same instances: {}", e.message),
@@ -565,7 +800,7 @@ impl<P: Probe> Kit<P> {
         let mut fresh = self
             .start(CHECK, &name, FIRST_INCARNATION, self.tasks_max, true)
             .await?;
-        Self::stop(CHECK, &mut fresh, true).await.map_err(|e| {
+        self.stop(CHECK, &mut fresh, true).await.map_err(|e| {
             fail(
                 CHECK,
                 format!(
@@ -600,7 +835,7 @@ impl<P: Probe> Kit<P> {
                 ),
             ));
         }
-        Self::stop(CHECK, &mut r, true).await?;
+        self.stop(CHECK, &mut r, true).await?;
         self.expect_empty(CHECK, "a cleanup of a connector that never started", &r)
             .await?;
         self.expect_pre_existing(CHECK, &name, &pre).await
@@ -616,7 +851,7 @@ impl<P: Probe> Kit<P> {
         const CHECK: &str = "cleanup_after_half_start_succeeds";
         let name = self.name("half", "a");
         let (mut r, owned) = self.provisioned(CHECK, &name, self.tasks_max).await?;
-        Self::stop(CHECK, &mut r, false).await?;
+        self.stop(CHECK, &mut r, false).await?;
         if let Some(first) = owned.iter().next() {
             self.probe
                 .remove(first)
@@ -626,7 +861,7 @@ impl<P: Probe> Kit<P> {
         let mut cleanup = self
             .start(CHECK, &name, FIRST_INCARNATION, self.tasks_max, true)
             .await?;
-        Self::stop(CHECK, &mut cleanup, true).await?;
+        self.stop(CHECK, &mut cleanup, true).await?;
         self.expect_empty(
             CHECK,
             "the cleanup after a half-made provisioning",
@@ -661,7 +896,7 @@ impl<P: Probe> Kit<P> {
         let name = self.name("user", "a");
         let pre = self.pre_existing(CHECK, &name).await?;
         let (mut r, _) = self.provisioned(CHECK, &name, self.tasks_max).await?;
-        Self::stop(CHECK, &mut r, false).await?;
+        self.stop(CHECK, &mut r, false).await?;
         self.expect_pre_existing(CHECK, &name, &pre).await?;
         let mut again = self
             .start(CHECK, &name, FIRST_INCARNATION, self.tasks_max, false)
@@ -709,7 +944,7 @@ impl<P: Probe> Kit<P> {
         const CHECK: &str = "late_cleanup_leaves_a_re_created_connector";
         let name = self.name("late", "a");
         let pre = self.pre_existing(CHECK, &name).await?;
-        let (mut abandoned, _) = self.provisioned(CHECK, &name, self.tasks_max).await?;
+        let (abandoned, _) = self.provisioned(CHECK, &name, self.tasks_max).await?;
         let mut cleanup = self
             .start(CHECK, &name, FIRST_INCARNATION, self.tasks_max, true)
             .await?;
@@ -738,11 +973,12 @@ impl<P: Probe> Kit<P> {
                 ),
             ));
         }
-        for (i, t) in abandoned.tasks.iter_mut().enumerate() {
-            Self::call(
+        for (i, t) in abandoned.tasks.iter().enumerate() {
+            self.stop_task(
                 CHECK,
                 format!("the late stop(true) of {FIRST_INCARNATION}'s task {name}/{i}"),
-                t.stop_with(true),
+                t,
+                true,
             )
             .await?;
             self.expect_other_incarnation_kept(
@@ -754,10 +990,11 @@ impl<P: Probe> Kit<P> {
             )
             .await?;
         }
-        Self::call(
+        self.stop_connector(
             CHECK,
             format!("the late stop(true) of {FIRST_INCARNATION}'s connector instance {name}"),
-            abandoned.connector.stop_with(true),
+            &abandoned.connector,
+            true,
         )
         .await?;
         self.expect_other_incarnation_kept(
@@ -771,14 +1008,14 @@ impl<P: Probe> Kit<P> {
         let mut retried = self
             .start(CHECK, &name, FIRST_INCARNATION, self.tasks_max, true)
             .await?;
-        Self::stop(CHECK, &mut retried, true).await?;
+        self.stop(CHECK, &mut retried, true).await?;
         self.expect_other_incarnation_kept(
             CHECK,
             &format!("a retried cleanup of {FIRST_INCARNATION} (stop(true) on fresh cleanup-only instances)"),
             &second,
             &made, &made_by)
         .await?;
-        Self::stop(CHECK, &mut second, false).await?;
+        self.stop(CHECK, &mut second, false).await?;
         let mut restarted = self
             .start(CHECK, &name, SECOND_INCARNATION, self.tasks_max, false)
             .await
@@ -824,7 +1061,7 @@ impl<P: Probe> Kit<P> {
         let name = self.name("kept", "a");
         let pre = self.pre_existing(CHECK, &name).await?;
         let (mut first, kept) = self.provisioned(CHECK, &name, self.tasks_max).await?;
-        Self::stop(CHECK, &mut first, false).await?;
+        self.stop(CHECK, &mut first, false).await?;
         self.expect_kept(
             CHECK,
             "a deletion with keep_resources (stop(false))",
@@ -861,7 +1098,7 @@ impl<P: Probe> Kit<P> {
             &made_by,
         )
         .await?;
-        Self::stop(CHECK, &mut second, true).await.map_err(|e| {
+        self.stop(CHECK, &mut second, true).await.map_err(|e| {
             fail(
                 CHECK,
                 format!(
@@ -881,7 +1118,7 @@ impl<P: Probe> Kit<P> {
         let mut rehosted = self
             .start(CHECK, &name, SECOND_INCARNATION, self.tasks_max, true)
             .await?;
-        Self::stop(CHECK, &mut rehosted, true).await?;
+        self.stop(CHECK, &mut rehosted, true).await?;
         self.expect_other_incarnation_kept(
             CHECK,
             &format!(
@@ -950,8 +1187,10 @@ impl<P: Probe> Kit<P> {
             .unwrap_or("kit")
             .to_owned();
         let mut sent = Vec::new();
-        for (i, task) in r.tasks.iter_mut().enumerate() {
-            let Task::Sink(sink) = task else { continue };
+        for (i, task) in r.tasks.iter().enumerate() {
+            if !matches!(*task.lock().await, Task::Sink(_)) {
+                continue;
+            }
             let records: Vec<SinkRecord> = (0..RECORDS_PER_TASK)
                 .map(|offset| SinkRecord {
                     topic: topic.clone(),
@@ -965,15 +1204,24 @@ impl<P: Probe> Kit<P> {
             sent.extend(records.iter().map(|r| r.value.clone()));
             let (first, second) = records.split_at(records.len() / 2);
             for batch in [first, second] {
-                Self::call(
+                let (t, batch) = (task.clone(), batch.to_vec());
+                self.call(
                     CHECK,
                     format!("task {name}/{i} put({} records)", batch.len()),
-                    sink.put(batch.to_vec()),
+                    CallKind::Other,
+                    async move { t.lock().await.put(batch).await },
                 )
                 .await?;
             }
             let next = BTreeMap::from([(topic.clone(), (i as u64 + 1) * RECORDS_PER_TASK)]);
-            Self::call(CHECK, format!("task {name}/{i} flush"), sink.flush(&next)).await?;
+            let t = task.clone();
+            self.call(
+                CHECK,
+                format!("task {name}/{i} flush"),
+                CallKind::Other,
+                async move { t.lock().await.flush(&next).await },
+            )
+            .await?;
         }
         if sent.is_empty() {
             return Err(fail(
@@ -1034,4 +1282,57 @@ impl<P: Probe> Kit<P> {
 
 fn fail(check: &'static str, message: String) -> CheckFailed {
     CheckFailed { check, message }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn each_call_kind_gets_its_own_bound_naming_the_runtime_setting() {
+        let b = Bounds {
+            call: Duration::from_secs(1),
+            stop: Duration::from_secs(2),
+            cleanup: Duration::from_secs(3),
+        };
+        let (d, why) = bound_of(CallKind::Other, &b);
+        assert_eq!(d, Duration::from_secs(1));
+        assert!(why.contains("Kit::call_timeout"), "{why}");
+        let (d, why) = bound_of(CallKind::Stop { deleted: false }, &b);
+        assert_eq!(d, Duration::from_secs(2));
+        assert!(
+            why.contains("--graceful-timeout-ms") && why.contains("Kit::stop_timeout"),
+            "{why}"
+        );
+        let (d, why) = bound_of(CallKind::Stop { deleted: true }, &b);
+        assert_eq!(d, Duration::from_secs(3));
+        assert!(
+            why.contains("cleanup.timeout.ms") && why.contains("Kit::cleanup_timeout"),
+            "{why}"
+        );
+    }
+
+    #[test]
+    fn the_default_bounds_follow_the_runtime_defaults() {
+        let b = Bounds::default();
+        assert_eq!(b.stop, Duration::from_millis(10_000));
+        assert_eq!(
+            b.cleanup,
+            Duration::from_millis(u64::from(wharf::sdk::DEFAULT_CLEANUP_TIMEOUT_MS))
+        );
+    }
+
+    #[test]
+    fn an_overrun_names_the_call_the_bound_and_the_remedy() {
+        let t = overrun_text(
+            "task c/0 stop(false)",
+            Duration::from_millis(1500),
+            "SETTING",
+        );
+        assert!(
+            t.starts_with("task c/0 stop(false) did not return within 1500 ms, SETTING;")
+                && t.contains("spawn_blocking"),
+            "{t}"
+        );
+    }
 }

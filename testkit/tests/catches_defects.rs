@@ -5,6 +5,7 @@
 use std::collections::BTreeSet;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
+use std::time::{Duration, Instant};
 
 use async_trait::async_trait;
 use wharf::sdk::{
@@ -29,7 +30,13 @@ enum Defect {
     /// Only its tasks' cleanup ignores incarnations: a task's stop(true) removes its
     /// file whoever owns the directory.
     TaskIgnoresIncarnation,
+    /// Its connector's stop(false) blocks its thread for [`BLOCK`] (std::thread::sleep),
+    /// then succeeds.
+    BlocksPlainStop,
 }
+
+/// How long [`Defect::BlocksPlainStop`] blocks.
+const BLOCK: Duration = Duration::from_secs(5);
 
 /// Config key: the root directory.
 const ROOT: &str = "root";
@@ -85,6 +92,10 @@ impl Connector for DirConnector {
 
     async fn stop_with(&mut self, deleted: bool) -> PluginResult<()> {
         let dir = self.dir.clone().ok_or("not started")?;
+        if !deleted && self.defect == Defect::BlocksPlainStop {
+            std::thread::sleep(BLOCK);
+            return Ok(());
+        }
         if !deleted && self.defect != Defect::DropsOnPlainStop {
             return Ok(());
         }
@@ -311,6 +322,49 @@ async fn a_task_cleanup_that_ignores_incarnations_fails_late_cleanup_leaves_a_re
     kit.start_refuses_what_another_incarnation_kept()
         .await
         .unwrap();
+}
+
+// A current-thread runtime, as in the guide: before, the kit's timer ran on the thread
+// the plugin blocked, so it could not fire (a 35 s stop passed a 30 s bound).
+#[tokio::test]
+async fn a_stop_false_that_blocks_its_thread_fails_at_the_stop_bound() {
+    let (_tmp, kit) = kit(Defect::BlocksPlainStop);
+    let kit = kit.stop_timeout(Duration::from_millis(500));
+    let began = Instant::now();
+    let err = kit.plain_stops_keep_resources().await.unwrap_err();
+    assert!(
+        began.elapsed() < BLOCK,
+        "the check waited for the blocked stop ({:?}): {err}",
+        began.elapsed()
+    );
+    assert_eq!(err.check, "plain_stops_keep_resources");
+    assert!(
+        err.message
+            .contains("connector kit-dir-source-plain-a stop(false) did not return within 500 ms")
+            && err.message.contains("--graceful-timeout-ms")
+            && err.message.contains("spawn_blocking"),
+        "{err}"
+    );
+}
+
+#[test]
+fn the_default_bounds_are_the_runtimes() {
+    let (_tmp, kit) = kit(Defect::None);
+    let b = kit.bounds();
+    assert_eq!(
+        b.stop,
+        Duration::from_secs(10),
+        "--graceful-timeout-ms default"
+    );
+    assert_eq!(
+        b.cleanup,
+        Duration::from_secs(30),
+        "cleanup.timeout.ms default"
+    );
+    assert_eq!(
+        b.call,
+        Duration::from_secs(wharf_testkit::CALL_TIMEOUT_SECS)
+    );
 }
 
 // ---- a sink: records move through put and flush ---------------------------------

@@ -136,3 +136,12 @@ async fn start_refuses_what_another_incarnation_kept() {
         .await
         .unwrap();
 }
+
+#[test]
+fn the_kits_stop_bound_is_the_executors_graceful_timeout() {
+    // The kit keeps a copy (it does not link the executor): they must agree.
+    assert_eq!(
+        wharf_testkit::STOP_TIMEOUT_MS,
+        wharf_executor::app::DEFAULT_GRACEFUL_TIMEOUT_MS
+    );
+}
