@@ -401,7 +401,8 @@ impl<P: Probe> Kit<P> {
     /// Runs one plugin call on the kit's plugin runtime under the bound of `kind`
     /// ([`Bounds`]): `Err` when it overran (the call is cancelled at its next await; one
     /// that blocks goes on in its thread, abandoned) or did not complete, else the
-    /// plugin's own answer.
+    /// plugin's own answer, a panic being an error `plugin panicked: <message>` (the
+    /// executor's text for it).
     async fn call_raw<T: Send + 'static>(
         &self,
         check: &'static str,
@@ -420,6 +421,8 @@ impl<P: Probe> Kit<P> {
         let (bound, setting) = bound_of(kind, &self.bounds);
         match tokio::time::timeout(bound, handle).await {
             Ok(Ok(answer)) => Ok(answer),
+            // A panic is the plugin's failure, reported as the executor reports it.
+            Ok(Err(e)) if e.is_panic() => Ok(Err(panic_text(e.into_panic().as_ref()).into())),
             Ok(Err(e)) => Err(fail(check, format!("{what} did not complete: {e}"))),
             Err(_) => {
                 abort.abort();
@@ -1280,6 +1283,17 @@ impl<P: Probe> Kit<P> {
     }
 }
 
+/// The error text of a plugin call that panicked with `payload`, as the executor words
+/// it (`plugin panicked: <message>`). Pure.
+fn panic_text(payload: &(dyn std::any::Any + Send)) -> String {
+    let msg = payload
+        .downcast_ref::<&str>()
+        .map(|s| (*s).to_owned())
+        .or_else(|| payload.downcast_ref::<String>().cloned())
+        .unwrap_or_else(|| "non-text panic payload".to_owned());
+    format!("plugin panicked: {msg}")
+}
+
 fn fail(check: &'static str, message: String) -> CheckFailed {
     CheckFailed { check, message }
 }
@@ -1319,6 +1333,16 @@ mod tests {
         assert_eq!(
             b.cleanup,
             Duration::from_millis(u64::from(wharf::sdk::DEFAULT_CLEANUP_TIMEOUT_MS))
+        );
+    }
+
+    #[test]
+    fn a_panic_reads_as_the_executor_reports_it() {
+        assert_eq!(panic_text(&"boom"), "plugin panicked: boom");
+        assert_eq!(panic_text(&format!("at {}", 3)), "plugin panicked: at 3");
+        assert_eq!(
+            panic_text(&7_u32),
+            "plugin panicked: non-text panic payload"
         );
     }
 

@@ -33,6 +33,8 @@ enum Defect {
     /// Its connector's stop(false) blocks its thread for [`BLOCK`] (std::thread::sleep),
     /// then succeeds.
     BlocksPlainStop,
+    /// Its connector's stop(true) panics.
+    PanicsOnDelete,
 }
 
 /// How long [`Defect::BlocksPlainStop`] blocks.
@@ -92,6 +94,9 @@ impl Connector for DirConnector {
 
     async fn stop_with(&mut self, deleted: bool) -> PluginResult<()> {
         let dir = self.dir.clone().ok_or("not started")?;
+        if deleted && self.defect == Defect::PanicsOnDelete {
+            panic!("cleanup of {} went wrong", dir.display());
+        }
         if !deleted && self.defect == Defect::BlocksPlainStop {
             std::thread::sleep(BLOCK);
             return Ok(());
@@ -343,6 +348,21 @@ async fn a_stop_false_that_blocks_its_thread_fails_at_the_stop_bound() {
             .contains("connector kit-dir-source-plain-a stop(false) did not return within 500 ms")
             && err.message.contains("--graceful-timeout-ms")
             && err.message.contains("spawn_blocking"),
+        "{err}"
+    );
+}
+
+// Before, the panic unwound through the kit and the test died with a backtrace through
+// Kit::stop instead of a named check.
+#[tokio::test]
+async fn a_plugin_that_panics_fails_the_check_naming_the_call_and_the_panic() {
+    let (_tmp, kit) = kit(Defect::PanicsOnDelete);
+    let err = kit.delete_removes_everything().await.unwrap_err();
+    assert_eq!(err.check, "delete_removes_everything");
+    assert!(
+        err.message.contains(
+            "connector kit-dir-source-delete-a stop(true) failed: plugin panicked: cleanup of "
+        ) && err.message.contains("went wrong"),
         "{err}"
     );
 }
