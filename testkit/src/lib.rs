@@ -700,6 +700,21 @@ impl<P: Probe> Kit<P> {
         .await
     }
 
+    /// [`Kit::delete`] as the tidy-up at the end of a check about something else: a
+    /// failure says it is the cleanup that failed, and which check is about it, so that a
+    /// cleanup bug does not read as a bug of the rule the check is named after.
+    async fn delete_at_end(&self, check: &'static str, r: &mut Running) -> CheckResult {
+        self.delete(check, r).await.map_err(|e| {
+            fail(
+                check,
+                format!(
+                    "the deletion at the end of this check failed: {}; that is a cleanup failure, not one of this check's rule: see check {CLEANUP_CHECK} (Kit::all runs the cleanup checks first)",
+                    e.message
+                ),
+            )
+        })
+    }
+
     /// Start then `stop(false)`, a restart (fresh instances of the same incarnation), a
     /// reconfiguration (the connector recomputes task configs and the tasks restart)
     /// and a pause/STOPPED (`stop(false)` on everything): nothing the probe lists
@@ -732,7 +747,7 @@ impl<P: Probe> Kit<P> {
         let mut cleanup = self
             .start(CHECK, &name, FIRST_INCARNATION, self.tasks_max, false)
             .await?;
-        self.delete(CHECK, &mut cleanup).await
+        self.delete_at_end(CHECK, &mut cleanup).await
     }
 
     /// A lower `tasks.max`: the tasks no longer wanted get `stop(false)` and nothing the
@@ -767,7 +782,7 @@ impl<P: Probe> Kit<P> {
         let mut cleanup = self
             .start(CHECK, &name, FIRST_INCARNATION, self.tasks_max, false)
             .await?;
-        self.delete(CHECK, &mut cleanup).await
+        self.delete_at_end(CHECK, &mut cleanup).await
     }
 
     /// `stop(true)` on the tasks then the connector removes everything the probe lists.
@@ -886,7 +901,7 @@ impl<P: Probe> Kit<P> {
         self.delete(CHECK, &mut ra).await?;
         self.expect_kept(CHECK, &format!("deleting {a}"), &rb, &owned_b)
             .await?;
-        self.delete(CHECK, &mut rb).await
+        self.delete_at_end(CHECK, &mut rb).await
     }
 
     /// A resource the probe marks as pre-existing (made by the user) is never removed:
@@ -904,7 +919,7 @@ impl<P: Probe> Kit<P> {
         let mut again = self
             .start(CHECK, &name, FIRST_INCARNATION, self.tasks_max, false)
             .await?;
-        self.delete(CHECK, &mut again).await?;
+        self.delete_at_end(CHECK, &mut again).await?;
         self.expect_pre_existing(CHECK, &name, &pre).await
     }
 
@@ -1039,7 +1054,7 @@ impl<P: Probe> Kit<P> {
             &made_by,
         )
         .await?;
-        self.delete(CHECK, &mut restarted).await?;
+        self.delete_at_end(CHECK, &mut restarted).await?;
         self.expect_pre_existing(CHECK, &name, &pre).await
     }
 
@@ -1135,7 +1150,7 @@ impl<P: Probe> Kit<P> {
         let mut tidy = self
             .start(CHECK, &name, FIRST_INCARNATION, self.tasks_max, true)
             .await?;
-        self.delete(CHECK, &mut tidy).await?;
+        self.delete_at_end(CHECK, &mut tidy).await?;
         self.expect_pre_existing(CHECK, &name, &pre).await
     }
 
@@ -1258,29 +1273,80 @@ impl<P: Probe> Kit<P> {
                 ),
             ));
         }
-        self.delete(CHECK, &mut r).await
+        self.delete_at_end(CHECK, &mut r).await
     }
 
-    /// Every check, in order; stops at the first failure. For a sink plugin this
+    /// Every check that applies to the plugin's kind, in the order of [`CHECKS`] (the
+    /// cleanup checks first); stops at the first failure. For a sink plugin this
     /// includes [`Kit::sink_acknowledges_only_flushed_records`].
     ///
     /// # Errors
     /// The first [`CheckFailed`].
     pub async fn all(&self) -> CheckResult {
-        if self.plugin.kind() == PluginKind::Sink {
-            self.sink_acknowledges_only_flushed_records().await?;
+        for check in checks_for(self.plugin.kind()) {
+            self.run(check).await?;
         }
-        self.plain_stops_keep_resources().await?;
-        self.lower_tasks_max_keeps_resources().await?;
-        self.delete_removes_everything().await?;
-        self.repeated_cleanup_is_a_no_op().await?;
-        self.cleanup_without_start_succeeds().await?;
-        self.cleanup_after_half_start_succeeds().await?;
-        self.deleting_one_connector_leaves_another().await?;
-        self.pre_existing_resources_survive().await?;
-        self.late_cleanup_leaves_a_re_created_connector().await?;
-        self.start_refuses_what_another_incarnation_kept().await
+        Ok(())
     }
+
+    /// Runs the check named `check` (one of [`CHECKS`]).
+    ///
+    /// # Errors
+    /// The check's [`CheckFailed`]; one naming `check` when no check has that name.
+    pub async fn run(&self, check: &str) -> CheckResult {
+        match check {
+            "delete_removes_everything" => self.delete_removes_everything().await,
+            "repeated_cleanup_is_a_no_op" => self.repeated_cleanup_is_a_no_op().await,
+            "cleanup_without_start_succeeds" => self.cleanup_without_start_succeeds().await,
+            "cleanup_after_half_start_succeeds" => self.cleanup_after_half_start_succeeds().await,
+            "plain_stops_keep_resources" => self.plain_stops_keep_resources().await,
+            "lower_tasks_max_keeps_resources" => self.lower_tasks_max_keeps_resources().await,
+            "deleting_one_connector_leaves_another" => {
+                self.deleting_one_connector_leaves_another().await
+            }
+            "pre_existing_resources_survive" => self.pre_existing_resources_survive().await,
+            "late_cleanup_leaves_a_re_created_connector" => {
+                self.late_cleanup_leaves_a_re_created_connector().await
+            }
+            "start_refuses_what_another_incarnation_kept" => {
+                self.start_refuses_what_another_incarnation_kept().await
+            }
+            "sink_acknowledges_only_flushed_records" => {
+                self.sink_acknowledges_only_flushed_records().await
+            }
+            other => Err(fail(
+                "run",
+                format!("no check is named {other:?}; the checks: {CHECKS:?}"),
+            )),
+        }
+    }
+}
+
+/// The check about deletion itself, which a failed tidy-up deletion points to.
+const CLEANUP_CHECK: &str = "delete_removes_everything";
+
+/// Every check, in the order [`Kit::all`] runs them: the four about cleanup first, so
+/// that a cleanup bug is reported by the check about it rather than by the deletion
+/// that ends a check about plain stops or records (each check but those ends with one).
+pub const CHECKS: [&str; 11] = [
+    CLEANUP_CHECK,
+    "repeated_cleanup_is_a_no_op",
+    "cleanup_without_start_succeeds",
+    "cleanup_after_half_start_succeeds",
+    "plain_stops_keep_resources",
+    "lower_tasks_max_keeps_resources",
+    "deleting_one_connector_leaves_another",
+    "pre_existing_resources_survive",
+    "late_cleanup_leaves_a_re_created_connector",
+    "start_refuses_what_another_incarnation_kept",
+    "sink_acknowledges_only_flushed_records",
+];
+
+/// The checks of [`CHECKS`] that apply to a plugin of `kind`, in order. Pure.
+fn checks_for(kind: PluginKind) -> impl Iterator<Item = &'static str> {
+    CHECKS
+        .into_iter()
+        .filter(move |c| kind == PluginKind::Sink || *c != "sink_acknowledges_only_flushed_records")
 }
 
 /// The error text of a plugin call that panicked with `payload`, as the executor words
@@ -1334,6 +1400,21 @@ mod tests {
             b.cleanup,
             Duration::from_millis(u64::from(wharf::sdk::DEFAULT_CLEANUP_TIMEOUT_MS))
         );
+    }
+
+    #[test]
+    fn the_cleanup_checks_run_first_and_the_sink_check_only_for_a_sink() {
+        let source: Vec<_> = checks_for(PluginKind::Source).collect();
+        let sink: Vec<_> = checks_for(PluginKind::Sink).collect();
+        assert_eq!(&source[..4], &CHECKS[..4]);
+        assert!(
+            source[..4]
+                .iter()
+                .all(|c| c.contains("cleanup") || c.starts_with("delete_"))
+        );
+        assert!(!source.contains(&"sink_acknowledges_only_flushed_records"));
+        assert_eq!(sink.len(), CHECKS.len());
+        assert_eq!(source.len(), CHECKS.len() - 1);
     }
 
     #[test]

@@ -35,6 +35,8 @@ enum Defect {
     BlocksPlainStop,
     /// Its connector's stop(true) panics.
     PanicsOnDelete,
+    /// Its connector's stop(true) always fails.
+    CleanupFails,
 }
 
 /// How long [`Defect::BlocksPlainStop`] blocks.
@@ -94,6 +96,9 @@ impl Connector for DirConnector {
 
     async fn stop_with(&mut self, deleted: bool) -> PluginResult<()> {
         let dir = self.dir.clone().ok_or("not started")?;
+        if deleted && self.defect == Defect::CleanupFails {
+            return Err(format!("cannot remove {}: permission denied", dir.display()).into());
+        }
         if deleted && self.defect == Defect::PanicsOnDelete {
             panic!("cleanup of {} went wrong", dir.display());
         }
@@ -446,14 +451,14 @@ impl wharf::sdk::SinkTask for DirSink {
     }
 }
 
-fn sink_plugin(acks_early: bool) -> Plugin {
+fn sink_plugin(acks_early: bool, defect: Defect) -> Plugin {
     Plugin {
         name: "dir-sink".to_owned(),
         version: "0".to_owned(),
         config_def: ConfigDef::new(),
-        connector: Arc::new(|| {
+        connector: Arc::new(move || {
             Box::new(DirConnector {
-                defect: Defect::None,
+                defect,
                 dir: None,
                 root: None,
                 incarnation: String::new(),
@@ -506,12 +511,16 @@ impl Probe for DirSinkProbe {
 }
 
 fn sink_kit(acks_early: bool) -> (tempfile::TempDir, Kit<DirSinkProbe>) {
+    sink_kit_with(acks_early, Defect::None)
+}
+
+fn sink_kit_with(acks_early: bool, defect: Defect) -> (tempfile::TempDir, Kit<DirSinkProbe>) {
     let tmp = tempfile::tempdir().unwrap();
     let root = tmp.path().to_path_buf();
     std::fs::write(root.join(USER_FILE), b"the user's").unwrap();
     let r = root.display().to_string();
     let kit = Kit::new(
-        sink_plugin(acks_early),
+        sink_plugin(acks_early, defect),
         move |_name| [(ROOT.to_owned(), r.clone())].into(),
         DirSinkProbe(DirProbe { root }),
     );
@@ -546,4 +555,26 @@ async fn the_put_and_flush_check_refuses_a_source_plugin() {
         .await
         .unwrap_err();
     assert!(err.message.contains("not a sink"), "{err}");
+}
+
+// Before, Kit::all ran the sink check first, which ends with a deletion: every cleanup bug
+// of a sink read as [sink_acknowledges_only_flushed_records].
+#[tokio::test]
+async fn a_sink_whose_cleanup_fails_is_reported_by_the_cleanup_check() {
+    let (_tmp, kit) = sink_kit_with(false, Defect::CleanupFails);
+    let err = kit.all().await.unwrap_err();
+    assert_eq!(err.check, "delete_removes_everything", "{err}");
+    assert!(err.message.contains("permission denied"), "{err}");
+    let err = kit
+        .sink_acknowledges_only_flushed_records()
+        .await
+        .unwrap_err();
+    assert_eq!(err.check, "sink_acknowledges_only_flushed_records");
+    assert!(
+        err.message
+            .starts_with("the deletion at the end of this check failed: ")
+            && err.message.contains("see check delete_removes_everything")
+            && err.message.contains("permission denied"),
+        "{err}"
+    );
 }
