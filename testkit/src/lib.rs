@@ -245,6 +245,7 @@ pub struct Kit<P> {
     tasks_max: u32,
     prefix: String,
     bounds: Bounds,
+    cleanup_attempts: u32,
     runtime: PluginRuntime,
     /// The task configs each connector incarnation (name, incarnation) last produced, as
     /// its deletion record keeps them.
@@ -300,6 +301,8 @@ impl Task {
 /// A started connector instance with its tasks, as one executor would host them.
 struct Running {
     name: String,
+    /// The incarnation it was started as (empty until then).
+    incarnation: String,
     config: ConfigMap,
     connector: Shared<Box<dyn Connector>>,
     tasks: Vec<Shared<Task>>,
@@ -321,6 +324,7 @@ impl<P: Probe> Kit<P> {
             probe,
             tasks_max: 2,
             bounds: Bounds::default(),
+            cleanup_attempts: wharf::sdk::DEFAULT_CLEANUP_MAX_ATTEMPTS,
             runtime: PluginRuntime::default(),
             last_task_configs: std::sync::Mutex::new(BTreeMap::new()),
         }
@@ -358,6 +362,19 @@ impl<P: Probe> Kit<P> {
     /// operators to set `cleanup.timeout.ms` as high.
     pub fn cleanup_timeout(mut self, bound: Duration) -> Self {
         self.bounds.cleanup = bound;
+        self
+    }
+
+    /// Attempts of each cleanup step (one task's or the connector instance's
+    /// `stop_with(true)`) before the check fails; default
+    /// [`wharf::sdk::DEFAULT_CLEANUP_MAX_ATTEMPTS`] (5), the runtime's default
+    /// `cleanup.max.attempts`. The first attempt is the stop of the instance; each later
+    /// one, after the runtime's backoff ([`retry_backoff`]), starts a fresh cleanup-only
+    /// instance and stops it with `true`, as the runtime's deletion does. A plugin error
+    /// or panic is retried; an overrun fails the check at once. `1` asks that every
+    /// cleanup succeed at the first try.
+    pub fn cleanup_attempts(mut self, attempts: u32) -> Self {
+        self.cleanup_attempts = attempts.max(1);
         self
     }
 
@@ -455,6 +472,7 @@ impl<P: Probe> Kit<P> {
     fn instance(&self, name: &str, tasks_max: u32) -> Running {
         Running {
             name: name.to_owned(),
+            incarnation: String::new(),
             config: self.config(name, tasks_max),
             connector: shared((self.plugin.connector)()),
             tasks: Vec::new(),
@@ -476,6 +494,7 @@ impl<P: Probe> Kit<P> {
     ) -> Result<Option<String>, CheckFailed> {
         let name = r.name.clone();
         let config = r.config.clone();
+        r.incarnation = incarnation.to_owned();
         let ctx = ConnectorContext::new(
             &name,
             incarnation,
@@ -522,16 +541,7 @@ impl<P: Probe> Kit<P> {
             t
         };
         for (i, tc) in task_configs.into_iter().enumerate() {
-            let ctx = TaskContext {
-                connector: name.clone(),
-                task: i as u32,
-                incarnation: incarnation.to_owned(),
-                cleanup_only,
-                executor_id: KIT_EXECUTOR_ID.to_owned(),
-                connector_config: config.clone(),
-                offsets: BTreeMap::new(),
-                cancel: CancellationToken::new(),
-            };
+            let ctx = task_context(r, i, cleanup_only);
             let task = shared(self.new_task());
             let what = format!("task {name}/{i} start ({incarnation})");
             let t = task.clone();
@@ -548,24 +558,127 @@ impl<P: Probe> Kit<P> {
         Ok(None)
     }
 
-    /// Stops every task, then the connector instance, with `deleted`.
+    /// Stops every task, then the connector instance, with `deleted`. A failed
+    /// `stop_with(true)` is retried on fresh cleanup-only instances, up to
+    /// [`Kit::cleanup_attempts`] in all ([`Kit::cleanup_unit`]).
     async fn stop(&self, check: &'static str, r: &mut Running, deleted: bool) -> CheckResult {
         for (i, t) in r.tasks.iter().enumerate() {
-            self.stop_task(
-                check,
-                format!("task {}/{i} stop({deleted})", r.name),
-                t,
-                deleted,
-            )
-            .await?;
+            let what = format!("task {}/{i} stop({deleted})", r.name);
+            let t = t.clone();
+            let first = self
+                .call_raw(check, &what, CallKind::Stop { deleted }, async move {
+                    t.lock().await.stop_with(deleted).await
+                })
+                .await?;
+            self.cleanup_unit(check, r, Unit::Task(i), &what, deleted, first)
+                .await?;
         }
-        self.stop_connector(
-            check,
-            format!("connector {} stop({deleted})", r.name),
-            &r.connector,
-            deleted,
-        )
-        .await
+        let what = format!("connector {} stop({deleted})", r.name);
+        let c = r.connector.clone();
+        let first = self
+            .call_raw(check, &what, CallKind::Stop { deleted }, async move {
+                c.lock().await.stop_with(deleted).await
+            })
+            .await?;
+        self.cleanup_unit(check, r, Unit::Connector, &what, deleted, first)
+            .await
+    }
+
+    /// Given the outcome `first` of `what` (the stop of `unit` of `r`): done when it
+    /// succeeded; for a failed `stop(true)`, attempts again on fresh cleanup-only
+    /// instances of `unit` until one succeeds or [`Kit::cleanup_attempts`] ran out.
+    async fn cleanup_unit(
+        &self,
+        check: &'static str,
+        r: &Running,
+        unit: Unit,
+        what: &str,
+        deleted: bool,
+        first: PluginResult<()>,
+    ) -> CheckResult {
+        let mut outcome = first;
+        let mut attempts = 1;
+        while let Err(e) = outcome {
+            if !deleted || attempts >= self.cleanup_attempts {
+                return Err(fail(
+                    check,
+                    cleanup_failed_text(what, &e, attempts, deleted),
+                ));
+            }
+            // The runtime's backoff: a transient failure may need the time it gets there.
+            tokio::time::sleep(retry_backoff(attempts)).await;
+            attempts += 1;
+            outcome = self.cleanup_on_fresh(check, r, unit).await?;
+        }
+        Ok(())
+    }
+
+    /// One retried cleanup of `unit` of `r`: a fresh cleanup-only instance (a task gets
+    /// the task config its incarnation last produced) is started, then stopped with
+    /// `true`. `Ok(Err)`: its start or its stop failed; `Err`: a call overran.
+    async fn cleanup_on_fresh(
+        &self,
+        check: &'static str,
+        r: &Running,
+        unit: Unit,
+    ) -> Result<PluginResult<()>, CheckFailed> {
+        let (name, incarnation) = (&r.name, &r.incarnation);
+        let retry = "retried on a fresh cleanup-only instance";
+        match unit {
+            Unit::Task(i) => {
+                let config = self
+                    .last_task_configs
+                    .lock()
+                    .map_err(|_| fail(check, "task config memo poisoned".to_owned()))?
+                    .get(&(name.clone(), incarnation.clone()))
+                    .and_then(|configs| configs.get(i).cloned())
+                    .unwrap_or_default();
+                let ctx = task_context(r, i, true);
+                let task = shared(self.new_task());
+                let what =
+                    format!("task {name}/{i} start ({incarnation}, cleanup_only=true, {retry})");
+                let t = task.clone();
+                let started = self
+                    .call_raw(check, &what, CallKind::Other, async move {
+                        t.lock().await.start(ctx, config).await
+                    })
+                    .await?;
+                if let Err(e) = started {
+                    return Ok(Err(format!("{what} failed: {e}").into()));
+                }
+                let what = format!("task {name}/{i} stop(true) ({retry})");
+                self.call_raw(check, &what, CallKind::Stop { deleted: true }, async move {
+                    task.lock().await.stop_with(true).await
+                })
+                .await
+            }
+            Unit::Connector => {
+                let ctx = ConnectorContext::new(
+                    name,
+                    incarnation,
+                    true,
+                    KIT_EXECUTOR_ID,
+                    Arc::new(|| {}),
+                );
+                let connector = shared((self.plugin.connector)());
+                let what =
+                    format!("connector {name} start ({incarnation}, cleanup_only=true, {retry})");
+                let (c, config) = (connector.clone(), r.config.clone());
+                let started = self
+                    .call_raw(check, &what, CallKind::Other, async move {
+                        c.lock().await.start(ctx, config).await
+                    })
+                    .await?;
+                if let Err(e) = started {
+                    return Ok(Err(format!("{what} failed: {e}").into()));
+                }
+                let what = format!("connector {name} stop(true) ({retry})");
+                self.call_raw(check, &what, CallKind::Stop { deleted: true }, async move {
+                    connector.lock().await.stop_with(true).await
+                })
+                .await
+            }
+        }
     }
 
     /// `stop_with(deleted)` on one task, under the bound of that stop.
@@ -1322,6 +1435,53 @@ impl<P: Probe> Kit<P> {
     }
 }
 
+/// One cleanup step of a deletion, as the runtime's finalizer has them.
+#[derive(Debug, Clone, Copy)]
+enum Unit {
+    /// Task `n`.
+    Task(usize),
+    /// The connector instance.
+    Connector,
+}
+
+/// The context of task `i` of `r` (its incarnation, `cleanup_only` or not).
+fn task_context(r: &Running, i: usize, cleanup_only: bool) -> TaskContext {
+    TaskContext {
+        connector: r.name.clone(),
+        task: i as u32,
+        incarnation: r.incarnation.clone(),
+        cleanup_only,
+        executor_id: KIT_EXECUTOR_ID.to_owned(),
+        connector_config: r.config.clone(),
+        offsets: BTreeMap::new(),
+        cancel: CancellationToken::new(),
+    }
+}
+
+/// How long the runtime waits before attempt `failed + 1` of a cleanup step after
+/// `failed` failed ones: 200 ms doubling, at most 10 s (docs/lifecycle.md, "Deletion").
+/// Pure.
+pub fn retry_backoff(failed: u32) -> Duration {
+    let ms = 200u64.saturating_mul(1u64 << failed.saturating_sub(1).min(16));
+    Duration::from_millis(ms.min(10_000))
+}
+
+/// Why a check failed when `what` failed with `error` after `attempts` attempts (a
+/// `stop(deleted)`). Pure.
+fn cleanup_failed_text(
+    what: &str,
+    error: &dyn std::fmt::Display,
+    attempts: u32,
+    deleted: bool,
+) -> String {
+    if !deleted || attempts <= 1 {
+        return format!("{what} failed: {error}");
+    }
+    format!(
+        "{what} failed: {error}; every one of {attempts} attempts failed (the first on the instance, the others on fresh cleanup-only instances, as the runtime retries a cleanup up to cleanup.max.attempts; Kit::cleanup_attempts sets the number)"
+    )
+}
+
 /// The check about deletion itself, which a failed tidy-up deletion points to.
 const CLEANUP_CHECK: &str = "delete_removes_everything";
 
@@ -1415,6 +1575,28 @@ mod tests {
         assert!(!source.contains(&"sink_acknowledges_only_flushed_records"));
         assert_eq!(sink.len(), CHECKS.len());
         assert_eq!(source.len(), CHECKS.len() - 1);
+    }
+
+    #[test]
+    fn the_retry_backoff_is_the_runtimes() {
+        let ms: Vec<u128> = (1..=8).map(|n| retry_backoff(n).as_millis()).collect();
+        assert_eq!(ms, [200, 400, 800, 1600, 3200, 6400, 10_000, 10_000]);
+        assert_eq!(retry_backoff(u32::MAX), Duration::from_secs(10));
+    }
+
+    #[test]
+    fn a_cleanup_that_failed_every_attempt_says_how_it_was_retried() {
+        let once = cleanup_failed_text("connector c stop(true)", &"gone", 1, true);
+        assert_eq!(once, "connector c stop(true) failed: gone");
+        let plain = cleanup_failed_text("task c/0 stop(false)", &"x", 1, false);
+        assert_eq!(plain, "task c/0 stop(false) failed: x");
+        let five = cleanup_failed_text("connector c stop(true)", &"gone", 5, true);
+        assert!(
+            five.starts_with("connector c stop(true) failed: gone; every one of 5 attempts failed")
+                && five.contains("fresh cleanup-only instances")
+                && five.contains("Kit::cleanup_attempts"),
+            "{five}"
+        );
     }
 
     #[test]

@@ -5,6 +5,7 @@
 use std::collections::BTreeSet;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
 use async_trait::async_trait;
@@ -37,6 +38,9 @@ enum Defect {
     PanicsOnDelete,
     /// Its connector's stop(true) always fails.
     CleanupFails,
+    /// The first two stop(true) calls of its connector instances (of one plugin) fail,
+    /// then they succeed: a transient failure the runtime's retries ride out.
+    CleanupFailsTwice,
 }
 
 /// How long [`Defect::BlocksPlainStop`] blocks.
@@ -64,6 +68,8 @@ fn owner_of(dir: &Path) -> std::io::Result<Option<String>> {
 
 struct DirConnector {
     defect: Defect,
+    /// stop(true) calls so far, shared by every connector instance of the plugin.
+    deletes: Arc<AtomicUsize>,
     dir: Option<PathBuf>,
     root: Option<PathBuf>,
     incarnation: String,
@@ -96,6 +102,12 @@ impl Connector for DirConnector {
 
     async fn stop_with(&mut self, deleted: bool) -> PluginResult<()> {
         let dir = self.dir.clone().ok_or("not started")?;
+        if deleted
+            && self.defect == Defect::CleanupFailsTwice
+            && self.deletes.fetch_add(1, Ordering::SeqCst) < 2
+        {
+            return Err("the directory is locked by a backup; try again".into());
+        }
         if deleted && self.defect == Defect::CleanupFails {
             return Err(format!("cannot remove {}: permission denied", dir.display()).into());
         }
@@ -176,6 +188,11 @@ impl SourceTask for DirTask {
 }
 
 fn plugin(defect: Defect) -> Plugin {
+    plugin_counting(defect, Arc::default())
+}
+
+/// [`plugin`] whose connector instances count their stop(true) calls in `deletes`.
+fn plugin_counting(defect: Defect, deletes: Arc<AtomicUsize>) -> Plugin {
     Plugin {
         name: "dir-source".to_owned(),
         version: "0".to_owned(),
@@ -183,6 +200,7 @@ fn plugin(defect: Defect) -> Plugin {
         connector: Arc::new(move || {
             Box::new(DirConnector {
                 defect,
+                deletes: deletes.clone(),
                 dir: None,
                 root: None,
                 incarnation: String::new(),
@@ -241,12 +259,16 @@ impl Probe for DirProbe {
 }
 
 fn kit(defect: Defect) -> (tempfile::TempDir, Kit<DirProbe>) {
+    kit_of(plugin(defect))
+}
+
+fn kit_of(plugin: Plugin) -> (tempfile::TempDir, Kit<DirProbe>) {
     let tmp = tempfile::tempdir().unwrap();
     let root = tmp.path().to_path_buf();
     std::fs::write(root.join(USER_FILE), b"the user's").unwrap();
     let r = root.display().to_string();
     let kit = Kit::new(
-        plugin(defect),
+        plugin,
         move |_name| [(ROOT.to_owned(), r.clone())].into(),
         DirProbe { root },
     );
@@ -452,6 +474,7 @@ impl wharf::sdk::SinkTask for DirSink {
 }
 
 fn sink_plugin(acks_early: bool, defect: Defect) -> Plugin {
+    let deletes = Arc::new(AtomicUsize::new(0));
     Plugin {
         name: "dir-sink".to_owned(),
         version: "0".to_owned(),
@@ -459,6 +482,7 @@ fn sink_plugin(acks_early: bool, defect: Defect) -> Plugin {
         connector: Arc::new(move || {
             Box::new(DirConnector {
                 defect,
+                deletes: deletes.clone(),
                 dir: None,
                 root: None,
                 incarnation: String::new(),
@@ -575,6 +599,52 @@ async fn a_sink_whose_cleanup_fails_is_reported_by_the_cleanup_check() {
             .starts_with("the deletion at the end of this check failed: ")
             && err.message.contains("see check delete_removes_everything")
             && err.message.contains("permission denied"),
+        "{err}"
+    );
+}
+
+// The runtime retries a failed cleanup on fresh cleanup-only instances (cleanup.max.attempts,
+// docs/lifecycle.md "Deletion"): a cleanup that fails twice then succeeds deletes the
+// connector there, so the kit passes it too (before, it failed at the first error).
+#[tokio::test]
+async fn a_cleanup_that_fails_twice_then_succeeds_passes_as_the_runtime_retries_it() {
+    let deletes = Arc::new(AtomicUsize::new(0));
+    let (_tmp, kit) = kit_of(plugin_counting(Defect::CleanupFailsTwice, deletes.clone()));
+    kit.delete_removes_everything().await.unwrap();
+    assert_eq!(
+        deletes.load(Ordering::SeqCst),
+        3,
+        "two failed attempts, then one on a fresh cleanup-only instance that succeeded"
+    );
+}
+
+#[tokio::test]
+async fn with_one_cleanup_attempt_a_transient_failure_fails_the_check() {
+    let (_tmp, kit) = kit(Defect::CleanupFailsTwice);
+    let err = kit
+        .cleanup_attempts(1)
+        .delete_removes_everything()
+        .await
+        .unwrap_err();
+    assert_eq!(err.check, "delete_removes_everything");
+    assert_eq!(
+        err.message,
+        "connector kit-dir-source-delete-a stop(true) failed: the directory is locked by a backup; try again"
+    );
+}
+
+#[tokio::test]
+async fn a_cleanup_that_always_fails_fails_after_every_attempt() {
+    let (_tmp, kit) = kit(Defect::CleanupFails);
+    let err = kit
+        .cleanup_attempts(3)
+        .delete_removes_everything()
+        .await
+        .unwrap_err();
+    assert!(
+        err.message
+            .starts_with("connector kit-dir-source-delete-a stop(true) failed: cannot remove")
+            && err.message.contains("every one of 3 attempts failed"),
         "{err}"
     );
 }
