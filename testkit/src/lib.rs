@@ -128,6 +128,43 @@ pub struct CheckFailed {
     pub check: &'static str,
     /// What went wrong, with what was expected and seen.
     pub message: String,
+    /// True when the check could not check anything because the probe lacks what it
+    /// needs (no `Probe::pre_existing` resource, a `Probe::remove` that removes nothing):
+    /// the message says what to implement. Called alone, such a check fails; [`Kit::all`]
+    /// reports it as skipped in its [`Report`].
+    pub checked_nothing: bool,
+}
+
+/// A check [`Kit::all`] skipped because it could not check anything.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Skipped {
+    /// The check's name.
+    pub check: &'static str,
+    /// Why, and what to implement in the probe for it to check something.
+    pub reason: String,
+}
+
+/// What [`Kit::all`] ran: the checks that passed and those skipped, in order.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Report {
+    /// Checks that passed.
+    pub passed: Vec<&'static str>,
+    /// Checks that checked nothing (see [`CheckFailed::checked_nothing`]).
+    pub skipped: Vec<Skipped>,
+}
+
+impl std::fmt::Display for Report {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{} checks passed", self.passed.len())?;
+        if self.skipped.is_empty() {
+            return Ok(());
+        }
+        write!(f, ", {} skipped:", self.skipped.len())?;
+        for s in &self.skipped {
+            write!(f, "\n  [{}] {}", s.check, s.reason)?;
+        }
+        Ok(())
+    }
 }
 
 impl std::fmt::Debug for CheckFailed {
@@ -972,30 +1009,46 @@ impl<P: Probe> Kit<P> {
         self.expect_pre_existing(CHECK, &name, &pre).await
     }
 
-    /// After a start that failed halfway (the probe removes one of the resources the
-    /// start made), `stop(true)` on cleanup-only instances removes what exists, without
-    /// error.
+    /// After a start that failed halfway, `stop(true)` on cleanup-only instances removes
+    /// what exists, without error. The half-made state: the kit offers the resources the
+    /// start made to [`Probe::remove`], in order, until it removes one.
     ///
     /// # Errors
-    /// [`CheckFailed`].
+    /// [`CheckFailed`]; with [`CheckFailed::checked_nothing`] when `Probe::remove`
+    /// removed none of them (after deleting the connector, so nothing is left).
     pub async fn cleanup_after_half_start_succeeds(&self) -> CheckResult {
         const CHECK: &str = "cleanup_after_half_start_succeeds";
         let name = self.name("half", "a");
         let (mut r, owned) = self.provisioned(CHECK, &name, self.tasks_max).await?;
         self.stop(CHECK, &mut r, false).await?;
-        if let Some(first) = owned.iter().next() {
-            self.probe
-                .remove(first)
+        let mut removed = None;
+        for resource in &owned {
+            let gone = self
+                .probe
+                .remove(resource)
                 .await
-                .map_err(|e| fail(CHECK, format!("probe could not remove {first}: {e}")))?;
+                .map_err(|e| fail(CHECK, format!("probe could not remove {resource}: {e}")))?;
+            if gone {
+                removed = Some(resource);
+                break;
+            }
         }
         let mut cleanup = self
             .start(CHECK, &name, FIRST_INCARNATION, self.tasks_max, true)
             .await?;
+        let Some(removed) = removed else {
+            self.delete_at_end(CHECK, &mut cleanup).await?;
+            return Err(nothing_checked(
+                CHECK,
+                format!(
+                    "checked nothing: Probe::remove removed none of {owned:?} (it returned Ok(false) for each; the default does), so there was no half-made state to clean up: implement Probe::remove to delete one resource behind the plugin's back the way a start that failed halfway would leave it"
+                ),
+            ));
+        };
         self.stop(CHECK, &mut cleanup, true).await?;
         self.expect_empty(
             CHECK,
-            "the cleanup after a half-made provisioning",
+            &format!("the cleanup after a half-made provisioning (the probe removed {removed})"),
             &cleanup,
         )
         .await
@@ -1021,11 +1074,20 @@ impl<P: Probe> Kit<P> {
     /// not by plain stops, not by the deletion.
     ///
     /// # Errors
-    /// [`CheckFailed`] listing the user's resources that went.
+    /// [`CheckFailed`] listing the user's resources that went; with
+    /// [`CheckFailed::checked_nothing`] when [`Probe::pre_existing`] lists none.
     pub async fn pre_existing_resources_survive(&self) -> CheckResult {
         const CHECK: &str = "pre_existing_resources_survive";
         let name = self.name("user", "a");
         let pre = self.pre_existing(CHECK, &name).await?;
+        if pre.is_empty() {
+            return Err(nothing_checked(
+                CHECK,
+                format!(
+                    "checked nothing: Probe::pre_existing lists no resource for {name} (the default lists none): implement it to list the resources the user made that the connector uses and must never remove (a watched table, a pre-declared queue), or leave this check out when the plugin uses none"
+                ),
+            ));
+        }
         let (mut r, _) = self.provisioned(CHECK, &name, self.tasks_max).await?;
         self.stop(CHECK, &mut r, false).await?;
         self.expect_pre_existing(CHECK, &name, &pre).await?;
@@ -1391,15 +1453,26 @@ impl<P: Probe> Kit<P> {
 
     /// Every check that applies to the plugin's kind, in the order of [`CHECKS`] (the
     /// cleanup checks first); stops at the first failure. For a sink plugin this
-    /// includes [`Kit::sink_acknowledges_only_flushed_records`].
+    /// includes [`Kit::sink_acknowledges_only_flushed_records`]. A check that could not
+    /// check anything ([`CheckFailed::checked_nothing`]: the probe does not list
+    /// pre-existing resources, or cannot remove one) is skipped: listed in the
+    /// [`Report`] and on stderr, the others still run.
     ///
     /// # Errors
-    /// The first [`CheckFailed`].
-    pub async fn all(&self) -> CheckResult {
+    /// The first [`CheckFailed`] that is not a skip.
+    pub async fn all(&self) -> Result<Report, CheckFailed> {
+        let mut report = Report::default();
         for check in checks_for(self.plugin.kind()) {
-            self.run(check).await?;
+            let outcome = self.run(check).await;
+            if let Err(e) = &outcome
+                && e.checked_nothing
+            {
+                // Shown with --nocapture or when the test fails: a skip must not pass unseen.
+                eprintln!("wharf-testkit: skipped {e}");
+            }
+            record(&mut report, check, outcome)?;
         }
-        Ok(())
+        Ok(report)
     }
 
     /// Runs the check named `check` (one of [`CHECKS`]).
@@ -1521,7 +1594,34 @@ fn panic_text(payload: &(dyn std::any::Any + Send)) -> String {
 }
 
 fn fail(check: &'static str, message: String) -> CheckFailed {
-    CheckFailed { check, message }
+    CheckFailed {
+        check,
+        message,
+        checked_nothing: false,
+    }
+}
+
+/// A check that could not check anything: `message` says what to implement.
+fn nothing_checked(check: &'static str, message: String) -> CheckFailed {
+    CheckFailed {
+        check,
+        message,
+        checked_nothing: true,
+    }
+}
+
+/// Adds the outcome of `check` to `report`: a pass, a skip (it checked nothing), or the
+/// failure that ends [`Kit::all`]. Pure.
+fn record(report: &mut Report, check: &'static str, outcome: CheckResult) -> CheckResult {
+    match outcome {
+        Ok(()) => report.passed.push(check),
+        Err(e) if e.checked_nothing => report.skipped.push(Skipped {
+            check: e.check,
+            reason: e.message,
+        }),
+        Err(e) => return Err(e),
+    }
+    Ok(())
 }
 
 #[cfg(test)]
@@ -1596,6 +1696,28 @@ mod tests {
                 && five.contains("fresh cleanup-only instances")
                 && five.contains("Kit::cleanup_attempts"),
             "{five}"
+        );
+    }
+
+    #[test]
+    fn all_records_passes_and_skips_and_stops_at_a_failure() {
+        let mut report = Report::default();
+        assert!(record(&mut report, "a", Ok(())).is_ok());
+        let skip = nothing_checked("b", "checked nothing: implement X".to_owned());
+        assert!(record(&mut report, "b", Err(skip)).is_ok());
+        let failed = record(&mut report, "c", Err(fail("c", "removed y".to_owned())));
+        assert_eq!(failed.unwrap_err().message, "removed y");
+        assert_eq!(report.passed, ["a"]);
+        assert_eq!(
+            report.skipped,
+            [Skipped {
+                check: "b",
+                reason: "checked nothing: implement X".to_owned()
+            }]
+        );
+        assert_eq!(
+            report.to_string(),
+            "1 checks passed, 1 skipped:\n  [b] checked nothing: implement X"
         );
     }
 

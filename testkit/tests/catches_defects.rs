@@ -278,7 +278,9 @@ fn kit_of(plugin: Plugin) -> (tempfile::TempDir, Kit<DirProbe>) {
 #[tokio::test]
 async fn a_correct_plugin_passes_every_check() {
     let (_tmp, kit) = kit(Defect::None);
-    kit.all().await.unwrap();
+    let report = kit.all().await.unwrap();
+    assert!(report.skipped.is_empty(), "{report}");
+    assert_eq!(report.passed, &wharf_testkit::CHECKS[..10]);
 }
 
 #[tokio::test]
@@ -554,7 +556,9 @@ fn sink_kit_with(acks_early: bool, defect: Defect) -> (tempfile::TempDir, Kit<Di
 #[tokio::test]
 async fn a_correct_sink_passes_every_check_including_put_and_flush() {
     let (_tmp, kit) = sink_kit(false);
-    kit.all().await.unwrap();
+    let report = kit.all().await.unwrap();
+    assert!(report.skipped.is_empty(), "{report}");
+    assert_eq!(report.passed, wharf_testkit::CHECKS);
 }
 
 #[tokio::test]
@@ -647,4 +651,64 @@ async fn a_cleanup_that_always_fails_fails_after_every_attempt() {
             && err.message.contains("every one of 3 attempts failed"),
         "{err}"
     );
+}
+
+/// [`DirProbe`] with only `owned`: no pre-existing resource, a `remove` that removes
+/// nothing (the trait's defaults).
+struct BareProbe(DirProbe);
+
+#[async_trait]
+impl Probe for BareProbe {
+    async fn owned(&self, connector: &str, config: &ConfigMap) -> Result<BTreeSet<String>, String> {
+        self.0.owned(connector, config).await
+    }
+}
+
+fn bare_kit() -> (tempfile::TempDir, Kit<BareProbe>) {
+    let tmp = tempfile::tempdir().unwrap();
+    let root = tmp.path().to_path_buf();
+    let r = root.display().to_string();
+    let kit = Kit::new(
+        plugin(Defect::None),
+        move |_name| [(ROOT.to_owned(), r.clone())].into(),
+        BareProbe(DirProbe { root }),
+    );
+    (tmp, kit)
+}
+
+// Before, both passed while comparing an empty set with an empty set, or cleaning up a
+// state that was not half-made.
+#[tokio::test]
+async fn checks_that_cannot_check_anything_say_so_and_all_reports_them_skipped() {
+    let (tmp, kit) = bare_kit();
+    let err = kit.pre_existing_resources_survive().await.unwrap_err();
+    assert!(err.checked_nothing, "{err}");
+    assert!(
+        err.message
+            .starts_with("checked nothing: Probe::pre_existing lists no resource"),
+        "{err}"
+    );
+    let err = kit.cleanup_after_half_start_succeeds().await.unwrap_err();
+    assert!(err.checked_nothing, "{err}");
+    assert!(
+        err.message
+            .starts_with("checked nothing: Probe::remove removed none of")
+            && err.message.contains("implement Probe::remove"),
+        "{err}"
+    );
+    assert_eq!(
+        std::fs::read_dir(tmp.path()).unwrap().count(),
+        0,
+        "the skipped check deleted its connector"
+    );
+    let report = kit.all().await.unwrap();
+    let skipped: Vec<_> = report.skipped.iter().map(|s| s.check).collect();
+    assert_eq!(
+        skipped,
+        [
+            "cleanup_after_half_start_succeeds",
+            "pre_existing_resources_survive"
+        ]
+    );
+    assert_eq!(report.passed.len(), 8, "{report}");
 }
