@@ -5,6 +5,8 @@
 use std::collections::BTreeSet;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::time::{Duration, Instant};
 
 use async_trait::async_trait;
 use wharf::sdk::{
@@ -29,7 +31,20 @@ enum Defect {
     /// Only its tasks' cleanup ignores incarnations: a task's stop(true) removes its
     /// file whoever owns the directory.
     TaskIgnoresIncarnation,
+    /// Its connector's stop(false) blocks its thread for [`BLOCK`] (std::thread::sleep),
+    /// then succeeds.
+    BlocksPlainStop,
+    /// Its connector's stop(true) panics.
+    PanicsOnDelete,
+    /// Its connector's stop(true) always fails.
+    CleanupFails,
+    /// The first two stop(true) calls of its connector instances (of one plugin) fail,
+    /// then they succeed: a transient failure the runtime's retries ride out.
+    CleanupFailsTwice,
 }
+
+/// How long [`Defect::BlocksPlainStop`] blocks.
+const BLOCK: Duration = Duration::from_secs(5);
 
 /// Config key: the root directory.
 const ROOT: &str = "root";
@@ -53,6 +68,8 @@ fn owner_of(dir: &Path) -> std::io::Result<Option<String>> {
 
 struct DirConnector {
     defect: Defect,
+    /// stop(true) calls so far, shared by every connector instance of the plugin.
+    deletes: Arc<AtomicUsize>,
     dir: Option<PathBuf>,
     root: Option<PathBuf>,
     incarnation: String,
@@ -85,6 +102,22 @@ impl Connector for DirConnector {
 
     async fn stop_with(&mut self, deleted: bool) -> PluginResult<()> {
         let dir = self.dir.clone().ok_or("not started")?;
+        if deleted
+            && self.defect == Defect::CleanupFailsTwice
+            && self.deletes.fetch_add(1, Ordering::SeqCst) < 2
+        {
+            return Err("the directory is locked by a backup; try again".into());
+        }
+        if deleted && self.defect == Defect::CleanupFails {
+            return Err(format!("cannot remove {}: permission denied", dir.display()).into());
+        }
+        if deleted && self.defect == Defect::PanicsOnDelete {
+            panic!("cleanup of {} went wrong", dir.display());
+        }
+        if !deleted && self.defect == Defect::BlocksPlainStop {
+            std::thread::sleep(BLOCK);
+            return Ok(());
+        }
         if !deleted && self.defect != Defect::DropsOnPlainStop {
             return Ok(());
         }
@@ -155,6 +188,11 @@ impl SourceTask for DirTask {
 }
 
 fn plugin(defect: Defect) -> Plugin {
+    plugin_counting(defect, Arc::default())
+}
+
+/// [`plugin`] whose connector instances count their stop(true) calls in `deletes`.
+fn plugin_counting(defect: Defect, deletes: Arc<AtomicUsize>) -> Plugin {
     Plugin {
         name: "dir-source".to_owned(),
         version: "0".to_owned(),
@@ -162,6 +200,7 @@ fn plugin(defect: Defect) -> Plugin {
         connector: Arc::new(move || {
             Box::new(DirConnector {
                 defect,
+                deletes: deletes.clone(),
                 dir: None,
                 root: None,
                 incarnation: String::new(),
@@ -220,12 +259,16 @@ impl Probe for DirProbe {
 }
 
 fn kit(defect: Defect) -> (tempfile::TempDir, Kit<DirProbe>) {
+    kit_of(plugin(defect))
+}
+
+fn kit_of(plugin: Plugin) -> (tempfile::TempDir, Kit<DirProbe>) {
     let tmp = tempfile::tempdir().unwrap();
     let root = tmp.path().to_path_buf();
     std::fs::write(root.join(USER_FILE), b"the user's").unwrap();
     let r = root.display().to_string();
     let kit = Kit::new(
-        plugin(defect),
+        plugin,
         move |_name| [(ROOT.to_owned(), r.clone())].into(),
         DirProbe { root },
     );
@@ -235,7 +278,9 @@ fn kit(defect: Defect) -> (tempfile::TempDir, Kit<DirProbe>) {
 #[tokio::test]
 async fn a_correct_plugin_passes_every_check() {
     let (_tmp, kit) = kit(Defect::None);
-    kit.all().await.unwrap();
+    let report = kit.all().await.unwrap();
+    assert!(report.skipped.is_empty(), "{report}");
+    assert_eq!(report.passed, &wharf_testkit::CHECKS[..10]);
 }
 
 #[tokio::test]
@@ -313,6 +358,64 @@ async fn a_task_cleanup_that_ignores_incarnations_fails_late_cleanup_leaves_a_re
         .unwrap();
 }
 
+// A current-thread runtime, as in the guide: before, the kit's timer ran on the thread
+// the plugin blocked, so it could not fire (a 35 s stop passed a 30 s bound).
+#[tokio::test]
+async fn a_stop_false_that_blocks_its_thread_fails_at_the_stop_bound() {
+    let (_tmp, kit) = kit(Defect::BlocksPlainStop);
+    let kit = kit.stop_timeout(Duration::from_millis(500));
+    let began = Instant::now();
+    let err = kit.plain_stops_keep_resources().await.unwrap_err();
+    assert!(
+        began.elapsed() < BLOCK,
+        "the check waited for the blocked stop ({:?}): {err}",
+        began.elapsed()
+    );
+    assert_eq!(err.check, "plain_stops_keep_resources");
+    assert!(
+        err.message
+            .contains("connector kit-dir-source-plain-a stop(false) did not return within 500 ms")
+            && err.message.contains("--graceful-timeout-ms")
+            && err.message.contains("spawn_blocking"),
+        "{err}"
+    );
+}
+
+// Before, the panic unwound through the kit and the test died with a backtrace through
+// Kit::stop instead of a named check.
+#[tokio::test]
+async fn a_plugin_that_panics_fails_the_check_naming_the_call_and_the_panic() {
+    let (_tmp, kit) = kit(Defect::PanicsOnDelete);
+    let err = kit.delete_removes_everything().await.unwrap_err();
+    assert_eq!(err.check, "delete_removes_everything");
+    assert!(
+        err.message.contains(
+            "connector kit-dir-source-delete-a stop(true) failed: plugin panicked: cleanup of "
+        ) && err.message.contains("went wrong"),
+        "{err}"
+    );
+}
+
+#[test]
+fn the_default_bounds_are_the_runtimes() {
+    let (_tmp, kit) = kit(Defect::None);
+    let b = kit.bounds();
+    assert_eq!(
+        b.stop,
+        Duration::from_secs(10),
+        "--graceful-timeout-ms default"
+    );
+    assert_eq!(
+        b.cleanup,
+        Duration::from_secs(30),
+        "cleanup.timeout.ms default"
+    );
+    assert_eq!(
+        b.call,
+        Duration::from_secs(wharf_testkit::CALL_TIMEOUT_SECS)
+    );
+}
+
 // ---- a sink: records move through put and flush ---------------------------------
 
 /// A sink writing one line per record to `dir-<connector>/records`; with `acks_early`
@@ -372,14 +475,16 @@ impl wharf::sdk::SinkTask for DirSink {
     }
 }
 
-fn sink_plugin(acks_early: bool) -> Plugin {
+fn sink_plugin(acks_early: bool, defect: Defect) -> Plugin {
+    let deletes = Arc::new(AtomicUsize::new(0));
     Plugin {
         name: "dir-sink".to_owned(),
         version: "0".to_owned(),
         config_def: ConfigDef::new(),
-        connector: Arc::new(|| {
+        connector: Arc::new(move || {
             Box::new(DirConnector {
-                defect: Defect::None,
+                defect,
+                deletes: deletes.clone(),
                 dir: None,
                 root: None,
                 incarnation: String::new(),
@@ -432,12 +537,16 @@ impl Probe for DirSinkProbe {
 }
 
 fn sink_kit(acks_early: bool) -> (tempfile::TempDir, Kit<DirSinkProbe>) {
+    sink_kit_with(acks_early, Defect::None)
+}
+
+fn sink_kit_with(acks_early: bool, defect: Defect) -> (tempfile::TempDir, Kit<DirSinkProbe>) {
     let tmp = tempfile::tempdir().unwrap();
     let root = tmp.path().to_path_buf();
     std::fs::write(root.join(USER_FILE), b"the user's").unwrap();
     let r = root.display().to_string();
     let kit = Kit::new(
-        sink_plugin(acks_early),
+        sink_plugin(acks_early, defect),
         move |_name| [(ROOT.to_owned(), r.clone())].into(),
         DirSinkProbe(DirProbe { root }),
     );
@@ -447,7 +556,9 @@ fn sink_kit(acks_early: bool) -> (tempfile::TempDir, Kit<DirSinkProbe>) {
 #[tokio::test]
 async fn a_correct_sink_passes_every_check_including_put_and_flush() {
     let (_tmp, kit) = sink_kit(false);
-    kit.all().await.unwrap();
+    let report = kit.all().await.unwrap();
+    assert!(report.skipped.is_empty(), "{report}");
+    assert_eq!(report.passed, wharf_testkit::CHECKS);
 }
 
 #[tokio::test]
@@ -472,4 +583,132 @@ async fn the_put_and_flush_check_refuses_a_source_plugin() {
         .await
         .unwrap_err();
     assert!(err.message.contains("not a sink"), "{err}");
+}
+
+// Before, Kit::all ran the sink check first, which ends with a deletion: every cleanup bug
+// of a sink read as [sink_acknowledges_only_flushed_records].
+#[tokio::test]
+async fn a_sink_whose_cleanup_fails_is_reported_by_the_cleanup_check() {
+    let (_tmp, kit) = sink_kit_with(false, Defect::CleanupFails);
+    let err = kit.all().await.unwrap_err();
+    assert_eq!(err.check, "delete_removes_everything", "{err}");
+    assert!(err.message.contains("permission denied"), "{err}");
+    let err = kit
+        .sink_acknowledges_only_flushed_records()
+        .await
+        .unwrap_err();
+    assert_eq!(err.check, "sink_acknowledges_only_flushed_records");
+    assert!(
+        err.message
+            .starts_with("the deletion at the end of this check failed: ")
+            && err.message.contains("see check delete_removes_everything")
+            && err.message.contains("permission denied"),
+        "{err}"
+    );
+}
+
+// The runtime retries a failed cleanup on fresh cleanup-only instances (cleanup.max.attempts,
+// docs/lifecycle.md "Deletion"): a cleanup that fails twice then succeeds deletes the
+// connector there, so the kit passes it too (before, it failed at the first error).
+#[tokio::test]
+async fn a_cleanup_that_fails_twice_then_succeeds_passes_as_the_runtime_retries_it() {
+    let deletes = Arc::new(AtomicUsize::new(0));
+    let (_tmp, kit) = kit_of(plugin_counting(Defect::CleanupFailsTwice, deletes.clone()));
+    kit.delete_removes_everything().await.unwrap();
+    assert_eq!(
+        deletes.load(Ordering::SeqCst),
+        3,
+        "two failed attempts, then one on a fresh cleanup-only instance that succeeded"
+    );
+}
+
+#[tokio::test]
+async fn with_one_cleanup_attempt_a_transient_failure_fails_the_check() {
+    let (_tmp, kit) = kit(Defect::CleanupFailsTwice);
+    let err = kit
+        .cleanup_attempts(1)
+        .delete_removes_everything()
+        .await
+        .unwrap_err();
+    assert_eq!(err.check, "delete_removes_everything");
+    assert_eq!(
+        err.message,
+        "connector kit-dir-source-delete-a stop(true) failed: the directory is locked by a backup; try again"
+    );
+}
+
+#[tokio::test]
+async fn a_cleanup_that_always_fails_fails_after_every_attempt() {
+    let (_tmp, kit) = kit(Defect::CleanupFails);
+    let err = kit
+        .cleanup_attempts(3)
+        .delete_removes_everything()
+        .await
+        .unwrap_err();
+    assert!(
+        err.message
+            .starts_with("connector kit-dir-source-delete-a stop(true) failed: cannot remove")
+            && err.message.contains("every one of 3 attempts failed"),
+        "{err}"
+    );
+}
+
+/// [`DirProbe`] with only `owned`: no pre-existing resource, a `remove` that removes
+/// nothing (the trait's defaults).
+struct BareProbe(DirProbe);
+
+#[async_trait]
+impl Probe for BareProbe {
+    async fn owned(&self, connector: &str, config: &ConfigMap) -> Result<BTreeSet<String>, String> {
+        self.0.owned(connector, config).await
+    }
+}
+
+fn bare_kit() -> (tempfile::TempDir, Kit<BareProbe>) {
+    let tmp = tempfile::tempdir().unwrap();
+    let root = tmp.path().to_path_buf();
+    let r = root.display().to_string();
+    let kit = Kit::new(
+        plugin(Defect::None),
+        move |_name| [(ROOT.to_owned(), r.clone())].into(),
+        BareProbe(DirProbe { root }),
+    );
+    (tmp, kit)
+}
+
+// Before, both passed while comparing an empty set with an empty set, or cleaning up a
+// state that was not half-made.
+#[tokio::test]
+async fn checks_that_cannot_check_anything_say_so_and_all_reports_them_skipped() {
+    let (tmp, kit) = bare_kit();
+    let err = kit.pre_existing_resources_survive().await.unwrap_err();
+    assert!(err.checked_nothing, "{err}");
+    assert!(
+        err.message
+            .starts_with("checked nothing: Probe::pre_existing lists no resource"),
+        "{err}"
+    );
+    let err = kit.cleanup_after_half_start_succeeds().await.unwrap_err();
+    assert!(err.checked_nothing, "{err}");
+    assert!(
+        err.message
+            .starts_with("checked nothing: Probe::remove removed none of")
+            && err.message.contains("implement Probe::remove"),
+        "{err}"
+    );
+    assert_eq!(
+        std::fs::read_dir(tmp.path()).unwrap().count(),
+        0,
+        "the skipped check deleted its connector"
+    );
+    let report = kit.all().await.unwrap();
+    let skipped: Vec<_> = report.skipped.iter().map(|s| s.check).collect();
+    assert_eq!(
+        skipped,
+        [
+            "cleanup_after_half_start_succeeds",
+            "pre_existing_resources_survive"
+        ]
+    );
+    assert_eq!(report.passed.len(), 8, "{report}");
 }

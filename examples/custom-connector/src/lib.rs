@@ -11,6 +11,11 @@
 //! - Task `stop(true)`: removes its file. Connector `stop(true)`: removes the directory.
 //!   Both check the owner file first (a late cleanup of an earlier incarnation must not
 //!   touch its successor's data), and succeed when things are already gone.
+//!
+//! The file work is synchronous (`std::fs`, `fsync`), so every call runs it with
+//! `tokio::task::spawn_blocking` ([`blocking`]): a plugin call runs on the executor's
+//! shared plugin threads and must await, not block (docs/connector-guide.md, "Where your
+//! code runs").
 
 use std::collections::BTreeMap;
 use std::io::Write;
@@ -66,6 +71,31 @@ pub enum SpoolError {
     /// A call came before a successful start.
     #[error("{0} called before a successful start")]
     NotStarted(&'static str),
+    /// The blocking file work did not complete (it panicked or was cancelled).
+    #[error("the file work of {step} did not complete: {reason}")]
+    Blocking {
+        /// The call whose work it was.
+        step: &'static str,
+        /// The task's error.
+        reason: String,
+    },
+}
+
+/// Runs the synchronous file work `work` of call `step` on tokio's blocking threads, so
+/// that the plugin call awaits instead of holding a plugin thread.
+///
+/// # Errors
+/// `work`'s own error, or [`SpoolError::Blocking`] when it did not complete.
+pub async fn blocking<T: Send + 'static>(
+    step: &'static str,
+    work: impl FnOnce() -> Result<T, SpoolError> + Send + 'static,
+) -> Result<T, SpoolError> {
+    tokio::task::spawn_blocking(work)
+        .await
+        .map_err(|e| SpoolError::Blocking {
+            step,
+            reason: e.to_string(),
+        })?
 }
 
 fn io(step: &'static str, path: &Path) -> impl FnOnce(std::io::Error) -> SpoolError {
@@ -159,26 +189,8 @@ impl Connector for SpoolConnector {
             // Only what the following stop(true) needs: provision nothing.
             return Ok(());
         }
-        match owned(&dir, &self.owner)? {
-            Some(true) => {}
-            Some(false) => {
-                let owner = std::fs::read_to_string(dir.join(OWNER_FILE)).unwrap_or_default();
-                return Err(SpoolError::NotOurs {
-                    path: dir.display().to_string(),
-                    owner,
-                }
-                .into());
-            }
-            None => {
-                // Write the owner file under a temporary name first, so that a start
-                // that fails halfway leaves either nothing or an owned directory.
-                let staging = dir.with_extension("staging");
-                std::fs::create_dir_all(&staging).map_err(io("creating", &staging))?;
-                std::fs::write(staging.join(OWNER_FILE), &self.owner)
-                    .map_err(io("writing the owner file in", &staging))?;
-                std::fs::rename(&staging, &dir).map_err(io("creating", &dir))?;
-            }
-        }
+        let me = self.owner.clone();
+        blocking("start", move || provision(&dir, &me)).await?;
         Ok(())
     }
 
@@ -193,22 +205,77 @@ impl Connector for SpoolConnector {
         }
         let dir = self
             .dir
-            .as_ref()
+            .clone()
             .ok_or(SpoolError::NotStarted("stop_with(true)"))?;
-        // A half-made directory of a failed start is ours too.
-        let staging = dir.with_extension("staging");
-        if staging.exists() {
-            std::fs::remove_dir_all(&staging).map_err(io("removing", &staging))?;
-        }
-        match owned(dir, &self.owner)? {
-            Some(true) => std::fs::remove_dir_all(dir).map_err(io("removing", dir))?,
-            Some(false) => {
-                tracing::warn!(dir = %dir.display(), "spool-sink leaves a directory it does not own")
-            }
-            None => {}
-        }
+        let me = self.owner.clone();
+        blocking("stop_with(true)", move || remove_spool(&dir, &me)).await?;
         Ok(())
     }
+}
+
+/// Makes spool directory `dir` owned by `me`, or refuses one someone else owns.
+fn provision(dir: &Path, me: &str) -> Result<(), SpoolError> {
+    match owned(dir, me)? {
+        Some(true) => Ok(()),
+        Some(false) => {
+            let owner = std::fs::read_to_string(dir.join(OWNER_FILE)).unwrap_or_default();
+            Err(SpoolError::NotOurs {
+                path: dir.display().to_string(),
+                owner,
+            })
+        }
+        None => {
+            // Write the owner file under a temporary name first, so that a start that
+            // fails halfway leaves either nothing or an owned directory.
+            let staging = dir.with_extension("staging");
+            std::fs::create_dir_all(&staging).map_err(io("creating", &staging))?;
+            std::fs::write(staging.join(OWNER_FILE), me)
+                .map_err(io("writing the owner file in", &staging))?;
+            std::fs::rename(&staging, dir).map_err(io("creating", dir))
+        }
+    }
+}
+
+/// Removes spool directory `dir` if `me` owns it, and the staging directory of a start
+/// that failed halfway; nothing there is no error.
+fn remove_spool(dir: &Path, me: &str) -> Result<(), SpoolError> {
+    // A half-made directory of a failed start is ours too.
+    let staging = dir.with_extension("staging");
+    if staging.exists() {
+        std::fs::remove_dir_all(&staging).map_err(io("removing", &staging))?;
+    }
+    match owned(dir, me)? {
+        Some(true) => std::fs::remove_dir_all(dir).map_err(io("removing", dir))?,
+        Some(false) => {
+            tracing::warn!(dir = %dir.display(), "spool-sink leaves a directory it does not own")
+        }
+        None => {}
+    }
+    Ok(())
+}
+
+/// Appends `data` to `path` and syncs it to disk.
+fn append_synced(path: &Path, data: &[u8]) -> Result<(), SpoolError> {
+    let mut f = std::fs::OpenOptions::new()
+        .create(true)
+        .append(true)
+        .open(path)
+        .map_err(io("opening", path))?;
+    f.write_all(data).map_err(io("appending to", path))?;
+    f.sync_data().map_err(io("syncing", path))
+}
+
+/// Removes task file `file` if `me` owns its spool directory `dir`; a missing file is no
+/// error.
+fn remove_task_file(dir: &Path, file: &Path, me: &str) -> Result<(), SpoolError> {
+    if owned(dir, me)? == Some(true) {
+        match std::fs::remove_file(file) {
+            Ok(()) => {}
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+            Err(e) => return Err(io("removing", file)(e)),
+        }
+    }
+    Ok(())
 }
 
 /// A task: appends the records it is given to its own file.
@@ -244,19 +311,21 @@ impl SinkTask for SpoolTask {
     }
 
     async fn flush(&mut self, _offsets: &BTreeMap<String, u64>) -> PluginResult<()> {
-        let path = self.file.as_ref().ok_or(SpoolError::NotStarted("flush"))?;
+        let path = self.file.clone().ok_or(SpoolError::NotStarted("flush"))?;
         if self.buffered.is_empty() {
             return Ok(());
         }
-        let mut f = std::fs::OpenOptions::new()
-            .create(true)
-            .append(true)
-            .open(path)
-            .map_err(io("opening", path))?;
-        f.write_all(&self.buffered)
-            .map_err(io("appending to", path))?;
-        f.sync_data().map_err(io("syncing", path))?;
-        self.buffered.clear();
+        let data = std::mem::take(&mut self.buffered);
+        // The buffer comes back on failure: a failed flush acknowledges nothing.
+        let (data, written) = blocking("flush", move || {
+            let written = append_synced(&path, &data);
+            Ok((data, written))
+        })
+        .await?;
+        if let Err(e) = written {
+            self.buffered = data;
+            return Err(e.into());
+        }
         Ok(())
     }
 
@@ -264,17 +333,44 @@ impl SinkTask for SpoolTask {
         if !connector_deleted {
             return Ok(());
         }
-        let (Some(dir), Some(file)) = (&self.dir, &self.file) else {
+        let (Some(dir), Some(file)) = (self.dir.clone(), self.file.clone()) else {
             return Err(SpoolError::NotStarted("stop_with(true)").into());
         };
-        if owned(dir, &self.owner)? == Some(true) {
-            match std::fs::remove_file(file) {
-                Ok(()) => {}
-                Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
-                Err(e) => return Err(io("removing", file)(e).into()),
-            }
-        }
+        let me = self.owner.clone();
+        blocking("stop_with(true)", move || {
+            remove_task_file(&dir, &file, &me)
+        })
+        .await?;
         Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[tokio::test]
+    async fn file_work_runs_off_the_calling_thread() {
+        let caller = std::thread::current().id();
+        let worker = blocking("test", || Ok(std::thread::current().id()))
+            .await
+            .unwrap();
+        assert_ne!(
+            worker, caller,
+            "the file work blocked the plugin call's thread"
+        );
+    }
+
+    #[tokio::test]
+    async fn file_work_that_panics_is_an_error_naming_the_call() {
+        let e = blocking::<()>("flush", || panic!("disk gone"))
+            .await
+            .unwrap_err();
+        assert!(
+            e.to_string()
+                .starts_with("the file work of flush did not complete"),
+            "{e}"
+        );
     }
 }
 

@@ -12,7 +12,8 @@ use wharf_testkit::{Kit, Probe};
 /// A file the user keeps in the spool root: never to be removed.
 const USER_FILE: &str = "README.txt";
 
-/// Lists a connector's spool directory and the files in it.
+/// Lists a connector's spool directory and the files in it, and the staging directory a
+/// start that failed halfway leaves.
 struct SpoolProbe {
     root: PathBuf,
 }
@@ -22,6 +23,10 @@ impl Probe for SpoolProbe {
     async fn owned(&self, connector: &str, config: &ConfigMap) -> Result<BTreeSet<String>, String> {
         let dir = spool_dir(connector, config).map_err(|e| e.to_string())?;
         let mut out = BTreeSet::new();
+        let staging = dir.with_extension("staging");
+        if staging.exists() {
+            out.insert(staging.display().to_string());
+        }
         if dir.exists() {
             out.insert(dir.display().to_string());
             for entry in std::fs::read_dir(&dir).map_err(|e| e.to_string())? {
@@ -46,13 +51,44 @@ impl Probe for SpoolProbe {
             .collect())
     }
 
+    /// The record values in the task files (`task-<n>.jsonl`, one JSON line per record
+    /// with its value as text).
+    async fn delivered(
+        &self,
+        connector: &str,
+        config: &ConfigMap,
+    ) -> Result<Option<Vec<Vec<u8>>>, String> {
+        let dir = spool_dir(connector, config).map_err(|e| e.to_string())?;
+        let mut values = Vec::new();
+        for entry in std::fs::read_dir(&dir).map_err(|e| format!("{}: {e}", dir.display()))? {
+            let path = entry.map_err(|e| e.to_string())?.path();
+            if path.extension().is_none_or(|e| e != "jsonl") {
+                continue;
+            }
+            let text = std::fs::read_to_string(&path).map_err(|e| e.to_string())?;
+            for line in text.lines().filter(|l| !l.is_empty()) {
+                let record: serde_json::Value =
+                    serde_json::from_str(line).map_err(|e| format!("{}: {e}", path.display()))?;
+                let value = record["value"]
+                    .as_str()
+                    .ok_or_else(|| format!("{}: a line without a text value", path.display()))?;
+                values.push(value.as_bytes().to_vec());
+            }
+        }
+        Ok(Some(values))
+    }
+
+    /// The half-made state spool-sink's start can leave: the spool directory never got
+    /// its final name (the start failed before its rename), so it is still the staging
+    /// directory. A file inside is refused (`Ok(false)`): the start writes the owner file
+    /// before the rename, so no start leaves a spool directory without it.
     async fn remove(&self, resource: &str) -> Result<bool, String> {
         let path = Path::new(resource);
-        if path.is_file() {
-            std::fs::remove_file(path).map_err(|e| e.to_string())?;
-            return Ok(true);
+        if !path.is_dir() || path.extension().is_some_and(|e| e == "staging") {
+            return Ok(false);
         }
-        Ok(false)
+        std::fs::rename(path, path.with_extension("staging")).map_err(|e| e.to_string())?;
+        Ok(true)
     }
 }
 
@@ -106,6 +142,22 @@ async fn cleanup_after_half_start_succeeds() {
 }
 
 #[tokio::test]
+async fn sink_acknowledges_only_flushed_records() {
+    kit()
+        .1
+        .sink_acknowledges_only_flushed_records()
+        .await
+        .unwrap();
+}
+
+#[tokio::test]
+async fn all_checks_pass_and_none_is_skipped() {
+    let report = kit().1.all().await.unwrap();
+    assert!(report.skipped.is_empty(), "{report}");
+    assert_eq!(report.passed, wharf_testkit::CHECKS);
+}
+
+#[tokio::test]
 async fn deleting_one_connector_leaves_another() {
     kit()
         .1
@@ -135,4 +187,13 @@ async fn start_refuses_what_another_incarnation_kept() {
         .start_refuses_what_another_incarnation_kept()
         .await
         .unwrap();
+}
+
+#[test]
+fn the_kits_stop_bound_is_the_executors_graceful_timeout() {
+    // The kit keeps a copy (it does not link the executor): they must agree.
+    assert_eq!(
+        wharf_testkit::STOP_TIMEOUT_MS,
+        wharf_executor::app::DEFAULT_GRACEFUL_TIMEOUT_MS
+    );
 }
