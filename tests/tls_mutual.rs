@@ -761,6 +761,7 @@ async fn a_flood_of_strangers_is_counted_and_logged_once_a_minute() {
     );
     drop(exec_a);
     drop(cp);
+}
 
 /// Runs `wharf-control-plane certs ARGS`; panics when it fails.
 fn certs_ok(args: &[&str]) {
