@@ -1021,3 +1021,40 @@ async fn an_operators_curl_and_jq_script_runs_the_connect_flow() {
         String::from_utf8_lossy(&out.stderr)
     );
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_delete_that_gave_up_its_cleanup_says_so_in_a_header() {
+    let (c, rest) = start(1).await;
+    let name = "rc-leaky";
+    let mut cfg = c.source_config(name, 1);
+    cfg["test.stop.fail.times"] = json!("100");
+    cfg["cleanup.max.attempts"] = json!("1");
+    cfg["cleanup.policy"] = json!("give-up");
+    let a = rest
+        .json(
+            "POST",
+            "/connectors",
+            &json!({ "name": name, "config": cfg }),
+        )
+        .await;
+    assert_eq!(a.status, 201, "{a:?}");
+    wait_connector_state(&rest, name, "RUNNING", 1).await;
+    let a = rest
+        .send(
+            "DELETE",
+            &format!("/connectors/{name}?wait=true"),
+            None,
+            None,
+        )
+        .await;
+    // Connect's 204, and the cleanup the policy gave up named beside it.
+    assert_eq!(a.status, 204, "{a:?}");
+    assert_eq!(
+        a.headers
+            .get("wharf-cleanup-skipped")
+            .and_then(|v| v.to_str().ok()),
+        Some("given up: task 0, connector"),
+        "{a:?}"
+    );
+    assert_eq!(rest.get(&format!("/connectors/{name}")).await.status, 404);
+}

@@ -984,8 +984,40 @@ async fn delete(
 ) -> RestResult {
     let name = path_part(p)?;
     let opts = delete_options(&query_pairs(&q)?)?;
-    g.admin.delete(&name, opts).await?;
-    empty(StatusCode::NO_CONTENT)
+    let answer = g.admin.delete(&name, opts).await?;
+    // Connect's DELETE has no body; what a force or give-up skipped goes in a header.
+    let mut response = StatusCode::NO_CONTENT.into_response();
+    if let Some(skipped) = cleanup_skipped(&answer).and_then(|v| HeaderValue::from_str(&v).ok()) {
+        response
+            .headers_mut()
+            .insert(CLEANUP_SKIPPED_HEADER, skipped);
+    }
+    Ok(response)
+}
+
+/// Header of a `DELETE` answer naming the cleanup that was not done: what a force skipped
+/// and what `cleanup.policy = give-up` gave up (external resources of those units may
+/// remain), for example `forced: task 0, connector` or `given up: task 1`.
+pub const CLEANUP_SKIPPED_HEADER: &str = "wharf-cleanup-skipped";
+
+/// The [`CLEANUP_SKIPPED_HEADER`] value of a deletion's answer, `None` when nothing was
+/// skipped. Pure.
+fn cleanup_skipped(answer: &pb::DeleteConnectorResponse) -> Option<String> {
+    use crate::reconcile::finalizer::unit_list;
+    let forced = unit_list(&(
+        answer.skipped_tasks.clone(),
+        answer.connector_cleanup_skipped,
+    ));
+    let given_up = unit_list(&(
+        answer.given_up_tasks.clone(),
+        answer.connector_cleanup_given_up,
+    ));
+    let parts: Vec<String> = [("forced", forced), ("given up", given_up)]
+        .into_iter()
+        .filter(|(_, units)| !units.is_empty())
+        .map(|(how, units)| format!("{how}: {units}"))
+        .collect();
+    (!parts.is_empty()).then(|| parts.join("; "))
 }
 
 /// The [`DeleteOptions`] of a `DELETE /connectors/{name}` query's pairs: `force`,
@@ -1200,6 +1232,44 @@ async fn set_logger(
 mod tests {
     use super::*;
     use axum::http::Method;
+
+    #[test]
+    fn a_delete_that_skipped_nothing_has_no_skipped_header() {
+        assert_eq!(
+            cleanup_skipped(&pb::DeleteConnectorResponse::default()),
+            None
+        );
+    }
+
+    #[test]
+    fn the_skipped_header_names_what_a_force_and_give_up_left() {
+        let forced = pb::DeleteConnectorResponse {
+            skipped_tasks: vec![0, 2],
+            connector_cleanup_skipped: true,
+            ..Default::default()
+        };
+        assert_eq!(
+            cleanup_skipped(&forced).as_deref(),
+            Some("forced: task 0, task 2, connector")
+        );
+        let given_up = pb::DeleteConnectorResponse {
+            given_up_tasks: vec![1],
+            ..Default::default()
+        };
+        assert_eq!(
+            cleanup_skipped(&given_up).as_deref(),
+            Some("given up: task 1")
+        );
+        let both = pb::DeleteConnectorResponse {
+            skipped_tasks: vec![0],
+            connector_cleanup_given_up: true,
+            ..Default::default()
+        };
+        assert_eq!(
+            cleanup_skipped(&both).as_deref(),
+            Some("forced: task 0; given up: connector")
+        );
+    }
 
     #[test]
     fn a_rest_call_that_changes_something_is_a_change() {
