@@ -596,8 +596,21 @@ fn accept_loop(
             let (tcp, remote) = match accepted {
                 Ok(a) => a,
                 Err(e) => {
-                    // EMFILE and the like: wait a little instead of spinning.
-                    tracing::warn!(error = %e, "accept failed");
+                    // EMFILE and the like: wait a little instead of spinning. Strangers
+                    // holding connections open cause it, so one line a minute.
+                    static ACCEPT_LOG: Mutex<crate::telemetry::Throttle> =
+                        Mutex::new(crate::telemetry::Throttle::new());
+                    let due = ACCEPT_LOG
+                        .lock()
+                        .unwrap_or_else(std::sync::PoisonError::into_inner)
+                        .note(std::time::Instant::now(), PEER_REFUSAL_LOG_INTERVAL);
+                    if let Some(silenced) = due {
+                        tracing::warn!(
+                            error = %e,
+                            failed_without_a_line_since_the_last = silenced,
+                            "accept failed: new connections wait (too many open files: raise the process's open-files limit, or find who holds connections open; at most one such line a minute)"
+                        );
+                    }
                     tokio::time::sleep(Duration::from_millis(ACCEPT_RETRY_BACKOFF_MS)).await;
                     continue;
                 }
@@ -700,7 +713,7 @@ pub enum PeerRefusal {
 }
 
 impl PeerRefusal {
-    /// Every reason, in the order of [`PEER_REFUSALS`].
+    /// Every reason, in the order of their counters.
     pub const ALL: [Self; 4] = [
         Self::Plaintext,
         Self::HandshakeFailed,
@@ -886,6 +899,7 @@ async fn refuse_plaintext(mut tcp: TcpStream, remote: std::net::SocketAddr) {
     if let Some(silenced) = peer_refused(PeerRefusal::Plaintext) {
         tracing::warn!(
             peer = %remote,
+            listener = %tcp.local_addr().map_or_else(|_| "-".to_owned(), |a| a.to_string()),
             refused_without_a_line_since_the_last = silenced,
             "plaintext client on a TLS listener refused (it must use https:// and the cluster CA; at most one such line a minute, all counted in wharf_peers_refused_total)"
         );

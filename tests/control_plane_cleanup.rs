@@ -131,6 +131,11 @@ async fn keep_resources_stops_everything_with_false() {
         json!({ "name": name, "keep_resources": true, "wait": true }),
     );
     assert_eq!(r.body["deleted"], true, "{} {}", r.body, r.err);
+    // Kept on purpose: nothing was given up, and nothing says it may have leaked.
+    assert_eq!(r.body["givenUpTasks"], json!([]), "{}", r.body);
+    assert_eq!(r.body["connectorCleanupGivenUp"], false, "{}", r.body);
+    let log = c.cp_log();
+    assert!(!log.contains("given up"), "{log}");
     let lc = Lifecycle::read(&c.lifecycle_path(name));
     assert!(
         lc.events.iter().all(|e| e.connector_deleted != Some(true)),

@@ -159,4 +159,23 @@ async fn a_store_key_missing_beside_a_store_refuses_the_start_and_makes_no_new_k
     assert!(log.contains(&want), "{want}: {log}");
     assert!(log.contains("restore store.key"), "{log}");
     assert!(!key.exists(), "a new key was written");
+
+    // A link to a key that is not there (an unmounted secret) is missing too, and stays.
+    let nowhere = root.path().join("unmounted").join("store.key");
+    std::os::unix::fs::symlink(&nowhere, &key).expect("dangling link");
+    cp.restart();
+    let mut child = cp.child.take().expect("spawned");
+    let status = wait_until("the control plane to exit by itself", WAIT_DEADLINE, || {
+        let r = child.try_wait().ok().flatten();
+        async move { r }
+    })
+    .await;
+    let log = cp.log();
+    assert_eq!(status.code(), Some(1), "{log}");
+    assert!(log.contains(&want), "{want}: {log}");
+    assert!(
+        std::fs::symlink_metadata(&key).is_ok_and(|m| m.file_type().is_symlink()),
+        "the link was replaced"
+    );
+    assert!(!nowhere.exists(), "a new key was written through the link");
 }

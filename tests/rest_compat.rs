@@ -1057,4 +1057,30 @@ async fn a_delete_that_gave_up_its_cleanup_says_so_in_a_header() {
         "{a:?}"
     );
     assert_eq!(rest.get(&format!("/connectors/{name}")).await.status, 404);
+
+    // Deleting again in the other mode while a slow cleanup runs: Connect's 409.
+    let slow = "rc-slow";
+    let mut cfg = c.source_config(slow, 1);
+    cfg["test.stop.delay.ms"] = json!("2000");
+    let a = rest
+        .json(
+            "POST",
+            "/connectors",
+            &json!({ "name": slow, "config": cfg }),
+        )
+        .await;
+    assert_eq!(a.status, 201, "{a:?}");
+    wait_connector_state(&rest, slow, "RUNNING", 1).await;
+    let path = format!("/connectors/{slow}");
+    assert_eq!(rest.send("DELETE", &path, None, None).await.status, 204);
+    let a = rest
+        .send("DELETE", &format!("{path}?keepResources=true"), None, None)
+        .await;
+    assert_eq!(a.status, 409, "{a:?}");
+    assert!(
+        a.body["message"]
+            .as_str()
+            .is_some_and(|m| m.contains("already being deleted with cleanup")),
+        "{a:?}"
+    );
 }

@@ -397,7 +397,8 @@ impl App {
         let store_file = dir.join(STORE_FILE_NAME);
         let holds_records = matches!(store, StoreOptions::Redb)
             && std::fs::metadata(&store_file).is_ok_and(|m| m.len() > 0);
-        let key_present = std::fs::symlink_metadata(dir.join(KEY_FILE_NAME)).is_ok();
+        // Followed: a link to a key that is not there (an unmounted secret) is missing.
+        let key_present = std::fs::metadata(dir.join(KEY_FILE_NAME)).is_ok();
         match key_fate(key_present, holds_records) {
             KeyFate::Load | KeyFate::Create => {}
             KeyFate::RefuseMissing => {

@@ -38,6 +38,15 @@ pub enum ApiError {
     /// The connector is being deleted.
     #[error("connector {0:?} is being deleted; its name is free once the deletion finishes")]
     StillDeleting(String),
+    /// Deleting again in the other mode than the deletion in progress (`keep_resources`
+    /// or cleanup): FAILED_PRECONDITION, REST 409 as a deletion in progress is.
+    #[error("connector {name:?} {reason}")]
+    DeletionModeConflict {
+        /// Connector.
+        name: String,
+        /// The mode in progress, and what the caller may do.
+        reason: String,
+    },
     /// The connector's state forbids the call.
     #[error("connector {name:?} {reason}")]
     WrongState {

@@ -710,9 +710,9 @@ impl Admin {
                 let in_progress = cluster.store.deletion(name)?;
                 if let Some(reason) = in_progress
                     .as_ref()
-                    .and_then(|d| redelete_conflict(d.cleans_up(), opts))
+                    .and_then(|d| redelete_conflict(d.cleanup, opts))
                 {
-                    return Err(ApiError::WrongState {
+                    return Err(ApiError::DeletionModeConflict {
                         name: name.to_owned(),
                         reason,
                     });

@@ -14,6 +14,7 @@ impl From<ApiError> for tonic::Status {
             | ApiError::TaskNotFound { .. } => tonic::Status::not_found(msg),
             ApiError::AlreadyExists(_) => tonic::Status::already_exists(msg),
             ApiError::StillDeleting(_)
+            | ApiError::DeletionModeConflict { .. }
             | ApiError::WrongState { .. }
             | ApiError::FencedEpoch { .. }
             | ApiError::StaleGeneration { .. }

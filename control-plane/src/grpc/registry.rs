@@ -58,7 +58,11 @@ impl RegistryService {
                 warn!(
                     executor = %crate::auth::audit::bounded_name(claimed),
                     peer = ?peer,
-                    error = %e,
+                    // The error quotes the claimed id too.
+                    error = %crate::auth::audit::bounded(
+                        &e.to_string(),
+                        crate::auth::audit::MAX_AUDIT_MESSAGE_BYTES
+                    ),
                     refused_without_a_line_since_the_last = silenced,
                     "registry call refused: identity (at most one such line a minute, all counted in wharf_peers_refused_total)"
                 );

@@ -518,12 +518,6 @@ impl DeletionRecord {
         }
     }
 
-    /// True when the deletion cleans up (its steps stop with `connector_deleted = true`),
-    /// false when it keeps the resources (`keep_resources`).
-    pub fn cleans_up(&self) -> bool {
-        self.steps.iter().any(|s| s.connector_deleted)
-    }
-
     /// True when every step is done or skipped.
     pub fn is_complete(&self) -> bool {
         self.steps.iter().all(|s| s.state.is_final())

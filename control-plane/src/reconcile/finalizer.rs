@@ -1226,14 +1226,17 @@ pub fn forced_skips(d: &DeletionRecord) -> (Vec<u32>, bool) {
     units(d.steps.iter().filter(|s| s.forced))
 }
 
-/// What `cleanup.policy = give-up` skipped, from a deletion's final record (steps skipped
-/// but not by force): task indexes, and whether the connector instance's step was one.
+/// What `cleanup.policy = give-up` skipped, from a deletion's final record: task
+/// indexes, and whether the connector instance's step was one. Such a step is SKIPPED
+/// with its stop(true) still asked; a `keep_resources` step that stopped with false is
+/// SKIPPED too but asked for no cleanup, and a forced one is the force's.
 pub fn given_up_skips(d: &DeletionRecord) -> (Vec<u32>, bool) {
-    units(
-        d.steps
-            .iter()
-            .filter(|s| s.state == CleanupState::Skipped && !s.forced),
-    )
+    units(d.steps.iter().filter(|s| is_given_up(s)))
+}
+
+/// Whether step `s` was given up under `cleanup.policy = give-up` ([`given_up_skips`]).
+fn is_given_up(s: &CleanupStep) -> bool {
+    s.state == CleanupState::Skipped && s.connector_deleted && !s.forced
 }
 
 /// `steps` as task indexes and whether the connector instance's step is among them.
@@ -1599,6 +1602,28 @@ mod round_due_tests {
             forced: false,
             abandoned: Vec::new(),
         }
+    }
+
+    #[test]
+    fn only_a_skipped_cleanup_that_was_not_forced_is_given_up() {
+        let given_up = step(Some(0), CleanupState::Skipped, i64::MAX);
+        assert!(is_given_up(&given_up));
+        let kept = CleanupStep {
+            connector_deleted: false,
+            ..given_up.clone()
+        };
+        assert!(
+            !is_given_up(&kept),
+            "a keep_resources step that stopped with false"
+        );
+        let forced = CleanupStep {
+            connector_deleted: false,
+            forced: true,
+            ..given_up.clone()
+        };
+        assert!(!is_given_up(&forced), "a forced step is the force's");
+        assert!(!is_given_up(&step(None, CleanupState::Done, i64::MAX)));
+        assert!(!is_given_up(&step(None, CleanupState::Failed, i64::MAX)));
     }
 
     #[test]

@@ -53,6 +53,7 @@ impl RestError {
                 | ApiError::TaskNotFound { .. } => StatusCode::NOT_FOUND,
                 ApiError::AlreadyExists(_)
                 | ApiError::StillDeleting(_)
+                | ApiError::DeletionModeConflict { .. }
                 | ApiError::Contended(_)
                 | ApiError::FencedEpoch { .. }
                 | ApiError::StaleGeneration { .. } => StatusCode::CONFLICT,
@@ -153,6 +154,13 @@ mod tests {
             (ApiError::ConnectorNotFound("c".into()), 404),
             (ApiError::AlreadyExists("c".into()), 409),
             (ApiError::StillDeleting("c".into()), 409),
+            (
+                ApiError::DeletionModeConflict {
+                    name: "c".into(),
+                    reason: "r".into(),
+                },
+                409,
+            ),
             (
                 ApiError::WrongState {
                     name: "c".into(),
