@@ -84,6 +84,13 @@ pub enum HostRefusal {
     /// Longer than [`MAX_DNS_NAME_LEN`].
     #[error("longer than {MAX_DNS_NAME_LEN} bytes")]
     TooLong,
+    /// A fully qualified name with its final dot (`cp.local.`): certificates name hosts
+    /// without it.
+    #[error("ends with '.': write the name without the final dot ({0})")]
+    FinalDot(String),
+    /// An IPv6 address in brackets (`[::1]`), as URLs write it.
+    #[error("an IPv6 address is written without brackets here ({0})")]
+    Bracketed(String),
     /// A label that is empty (`a..b`, a leading or final dot) or longer than
     /// [`MAX_DNS_LABEL_LEN`].
     #[error("label {0:?} is not 1 to {MAX_DNS_LABEL_LEN} bytes")]
@@ -109,6 +116,17 @@ pub fn parse_host(entry: &str) -> Result<Host, HostRefusal> {
     }
     if let Ok(ip) = entry.parse::<std::net::IpAddr>() {
         return Ok(Host::Ip(ip));
+    }
+    // Two habits from elsewhere (DNS zone files, URLs), refused with the fix.
+    if let Some(name) = entry.strip_suffix('.').filter(|n| parse_host(n).is_ok()) {
+        return Err(HostRefusal::FinalDot(name.to_owned()));
+    }
+    if let Some(ip) = entry
+        .strip_prefix('[')
+        .and_then(|e| e.strip_suffix(']'))
+        .filter(|e| e.parse::<std::net::Ipv6Addr>().is_ok())
+    {
+        return Err(HostRefusal::Bracketed(ip.to_owned()));
     }
     if entry.len() > MAX_DNS_NAME_LEN {
         return Err(HostRefusal::TooLong);
@@ -448,7 +466,7 @@ mod tests {
             ("a.*.x", "*"),
             ("*", "*"),
             ("*a.x", "*a"),
-            ("[::1]", "[::1]"),
+            ("[a]", "[a]"),
         ] {
             assert_eq!(
                 parse_host(entry),
@@ -459,8 +477,22 @@ mod tests {
     }
 
     #[test]
+    fn a_final_dot_or_brackets_are_refused_with_the_fix() {
+        assert_eq!(
+            parse_host("cp.local."),
+            Err(HostRefusal::FinalDot("cp.local".into()))
+        );
+        assert_eq!(
+            parse_host("[::1]"),
+            Err(HostRefusal::Bracketed("::1".into()))
+        );
+        let said = parse_host("[::1]").expect_err("refused").to_string();
+        assert!(said.contains("without brackets here (::1)"), "{said}");
+    }
+
+    #[test]
     fn an_empty_or_long_label_or_a_long_name_is_refused() {
-        for (entry, label) in [("a..b", ""), (".a", ""), ("a.", "")] {
+        for (entry, label) in [("a..b", ""), (".a", ""), ("a..", "")] {
             assert_eq!(
                 parse_host(entry),
                 Err(HostRefusal::LabelLength(label.into())),
