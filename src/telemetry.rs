@@ -289,6 +289,18 @@ pub struct Throttle {
 }
 
 impl Throttle {
+    /// [`Throttle::note`] at the current instant, on a throttle shared between threads
+    /// (a `static` or a field behind `&self`); a poisoned lock is used as it is.
+    pub fn note_shared(
+        shared: &std::sync::Mutex<Self>,
+        interval: std::time::Duration,
+    ) -> Option<u64> {
+        shared
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .note(std::time::Instant::now(), interval)
+    }
+
     /// No line written yet (for a `static`).
     pub const fn new() -> Self {
         Self {
@@ -331,11 +343,7 @@ impl<E> WarnOnFailure<E> {
 
     /// Logs `error` for a batch of `spans` unless a line was written recently.
     fn failed(&self, spans: usize, error: &opentelemetry_sdk::error::OTelSdkError) {
-        let due = self
-            .log
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner)
-            .note(std::time::Instant::now(), EXPORT_WARN_INTERVAL);
+        let due = Throttle::note_shared(&self.log, EXPORT_WARN_INTERVAL);
         if let Some(silenced) = due {
             tracing::warn!(
                 endpoint = %self.endpoint,

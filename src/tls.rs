@@ -600,10 +600,10 @@ fn accept_loop(
                     // holding connections open cause it, so one line a minute.
                     static ACCEPT_LOG: Mutex<crate::telemetry::Throttle> =
                         Mutex::new(crate::telemetry::Throttle::new());
-                    let due = ACCEPT_LOG
-                        .lock()
-                        .unwrap_or_else(std::sync::PoisonError::into_inner)
-                        .note(std::time::Instant::now(), PEER_REFUSAL_LOG_INTERVAL);
+                    let due = crate::telemetry::Throttle::note_shared(
+                        &ACCEPT_LOG,
+                        PEER_REFUSAL_LOG_INTERVAL,
+                    );
                     if let Some(silenced) = due {
                         tracing::warn!(
                             error = %e,
@@ -763,11 +763,7 @@ pub fn peer_refused(reason: PeerRefusal) -> Option<u64> {
     entry
         .count
         .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-    entry
-        .log
-        .lock()
-        .unwrap_or_else(std::sync::PoisonError::into_inner)
-        .note(std::time::Instant::now(), PEER_REFUSAL_LOG_INTERVAL)
+    crate::telemetry::Throttle::note_shared(&entry.log, PEER_REFUSAL_LOG_INTERVAL)
 }
 
 /// Adds [`PEERS_REFUSED`] to a metrics page, every reason from 0.

@@ -35,11 +35,7 @@ async fn delete_and_see_deleting(c: &TestCluster, name: &str) -> Value {
 }
 
 fn one_completed_cleanup_stop(lc: &Lifecycle, name: &str, task: Option<u32>, cleanup_only: bool) {
-    let trues: Vec<_> = lc
-        .stops(name, task)
-        .into_iter()
-        .filter(|s| s.connector_deleted)
-        .collect();
+    let trues = lc.cleanups(name, task);
     assert_eq!(
         trues.len(),
         1,
@@ -114,11 +110,7 @@ async fn deleting_a_stopped_paused_or_failed_test_connector_still_cleans_up() {
     .await;
     delete_and_see_deleting(&c, name).await;
     let lc = Lifecycle::read(&c.lifecycle_path(name));
-    let trues: Vec<_> = lc
-        .stops(name, None)
-        .into_iter()
-        .filter(|s| s.connector_deleted)
-        .collect();
+    let trues = lc.cleanups(name, None);
     assert!(
         !trues.is_empty(),
         "the failed connector still got stop(true): {:?}",

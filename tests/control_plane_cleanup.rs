@@ -275,11 +275,7 @@ async fn a_retry_during_a_slow_cleanup_leaves_the_status_current() {
     gone(&c, name).await;
     let lc = Lifecycle::read(&c.lifecycle_path(name));
     for unit in [Some(0), None] {
-        let trues: Vec<_> = lc
-            .stops(name, unit)
-            .into_iter()
-            .filter(|s| s.connector_deleted)
-            .collect();
+        let trues = lc.cleanups(name, unit);
         assert_eq!(trues.len(), 1, "{unit:?}: one stop(true): {trues:?}");
     }
 }
@@ -341,11 +337,7 @@ async fn a_force_during_a_tasks_stop_sends_no_further_stop() {
         1,
         "the task's stop in flight completed: {task:?}"
     );
-    let connector: Vec<_> = lc
-        .stops(name, None)
-        .into_iter()
-        .filter(|s| s.connector_deleted)
-        .collect();
+    let connector = lc.cleanups(name, None);
     assert!(
         connector.is_empty(),
         "the connector instance was reported skipped, and its stop(true) ran: {connector:?}"
@@ -448,11 +440,7 @@ async fn a_waiting_delete_names_what_give_up_left_behind() {
     // Every unit failed its one stop(true); none was tried again.
     let lc = Lifecycle::read(&c.lifecycle_path(name));
     for unit in [Some(0), None] {
-        let trues: Vec<_> = lc
-            .stops(name, unit)
-            .into_iter()
-            .filter(|s| s.connector_deleted)
-            .collect();
+        let trues = lc.cleanups(name, unit);
         assert_eq!(trues.len(), 1, "{unit:?}: {trues:?}");
         assert!(!trues[0].ok, "{unit:?} failed: {trues:?}");
     }

@@ -156,11 +156,7 @@ async fn a_connector_lives_through_pause_resume_stop_restart_reconfigure_and_del
             "removed task {t} never saw stop(true)"
         );
     }
-    let conn_trues: Vec<_> = lc
-        .stops(name, None)
-        .into_iter()
-        .filter(|s| s.connector_deleted)
-        .collect();
+    let conn_trues = lc.cleanups(name, None);
     assert_eq!(
         conn_trues.len(),
         1,

@@ -128,6 +128,20 @@ async fn a_deletion_interrupted_by_a_control_plane_crash_resumes_after_restart()
     );
 }
 
+/// Restarts `cp` and waits for it to exit by itself with code 1; its log.
+async fn restart_refused(cp: &mut Proc) -> String {
+    cp.restart();
+    let mut child = cp.child.take().expect("spawned");
+    let status = wait_until("the control plane to exit by itself", WAIT_DEADLINE, || {
+        let r = child.try_wait().ok().flatten();
+        async move { r }
+    })
+    .await;
+    let log = cp.log();
+    assert_eq!(status.code(), Some(1), "{log}");
+    log
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_store_key_missing_beside_a_store_refuses_the_start_and_makes_no_new_key() {
     let root = KeepOnFailure::new();
@@ -146,15 +160,7 @@ async fn a_store_key_missing_beside_a_store_refuses_the_start_and_makes_no_new_k
     assert!(key.exists() && dir.join("state.redb").exists());
     std::fs::remove_file(&key).expect("lose store.key");
 
-    cp.restart();
-    let mut child = cp.child.take().expect("spawned");
-    let status = wait_until("the control plane to exit by itself", WAIT_DEADLINE, || {
-        let r = child.try_wait().ok().flatten();
-        async move { r }
-    })
-    .await;
-    let log = cp.log();
-    assert_eq!(status.code(), Some(1), "{log}");
+    let log = restart_refused(&mut cp).await;
     let want = format!("store.key is missing from {}", dir.display());
     assert!(log.contains(&want), "{want}: {log}");
     assert!(log.contains("restore store.key"), "{log}");
@@ -163,15 +169,7 @@ async fn a_store_key_missing_beside_a_store_refuses_the_start_and_makes_no_new_k
     // A link to a key that is not there (an unmounted secret) is missing too, and stays.
     let nowhere = root.path().join("unmounted").join("store.key");
     std::os::unix::fs::symlink(&nowhere, &key).expect("dangling link");
-    cp.restart();
-    let mut child = cp.child.take().expect("spawned");
-    let status = wait_until("the control plane to exit by itself", WAIT_DEADLINE, || {
-        let r = child.try_wait().ok().flatten();
-        async move { r }
-    })
-    .await;
-    let log = cp.log();
-    assert_eq!(status.code(), Some(1), "{log}");
+    let log = restart_refused(&mut cp).await;
     assert!(log.contains(&want), "{want}: {log}");
     assert!(
         std::fs::symlink_metadata(&key).is_ok_and(|m| m.file_type().is_symlink()),

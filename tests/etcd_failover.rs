@@ -270,11 +270,7 @@ async fn takes_over_a_pending_deletion(lease_ms: u32, otlp: Option<&TestOtlp>) {
 
     let lc = Lifecycle::read(&lifecycle);
     for unit in [Some(0), Some(1), None] {
-        let deleted: Vec<_> = lc
-            .stops(name, unit)
-            .into_iter()
-            .filter(|s| s.connector_deleted)
-            .collect();
+        let deleted = lc.cleanups(name, unit);
         assert_eq!(
             deleted.len(),
             1,

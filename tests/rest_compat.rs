@@ -74,6 +74,20 @@ async fn create_source(c: &TestCluster, rest: &Rest, name: &str, tasks: u32) {
     assert_eq!(a.status, 201, "{a:?}");
 }
 
+/// Creates connector `name` with config `cfg` over `POST /connectors` (201) and waits
+/// until it and its `tasks` tasks run.
+async fn create_running(rest: &Rest, name: &str, cfg: Value, tasks: usize) {
+    let a = rest
+        .json(
+            "POST",
+            "/connectors",
+            &json!({ "name": name, "config": cfg }),
+        )
+        .await;
+    assert_eq!(a.status, 201, "{a:?}");
+    wait_connector_state(rest, name, "RUNNING", tasks).await;
+}
+
 async fn wait_connector_state(rest: &Rest, name: &str, state: &str, tasks: usize) -> Value {
     wait_until(
         &format!("{name}: connector and {tasks} tasks {state} over REST"),
@@ -1030,15 +1044,7 @@ async fn a_delete_that_gave_up_its_cleanup_says_so_in_a_header() {
     cfg["test.stop.fail.times"] = json!("100");
     cfg["cleanup.max.attempts"] = json!("1");
     cfg["cleanup.policy"] = json!("give-up");
-    let a = rest
-        .json(
-            "POST",
-            "/connectors",
-            &json!({ "name": name, "config": cfg }),
-        )
-        .await;
-    assert_eq!(a.status, 201, "{a:?}");
-    wait_connector_state(&rest, name, "RUNNING", 1).await;
+    create_running(&rest, name, cfg, 1).await;
     let a = rest
         .send(
             "DELETE",
@@ -1062,15 +1068,7 @@ async fn a_delete_that_gave_up_its_cleanup_says_so_in_a_header() {
     let slow = "rc-slow";
     let mut cfg = c.source_config(slow, 1);
     cfg["test.stop.delay.ms"] = json!("2000");
-    let a = rest
-        .json(
-            "POST",
-            "/connectors",
-            &json!({ "name": slow, "config": cfg }),
-        )
-        .await;
-    assert_eq!(a.status, 201, "{a:?}");
-    wait_connector_state(&rest, slow, "RUNNING", 1).await;
+    create_running(&rest, slow, cfg, 1).await;
     let path = format!("/connectors/{slow}");
     assert_eq!(rest.send("DELETE", &path, None, None).await.status, 204);
     let a = rest

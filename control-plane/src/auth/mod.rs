@@ -142,14 +142,10 @@ impl AdminAuth {
         error: &AuthError,
     ) {
         crate::observe::admin_call_unauthenticated();
-        let due = self
-            .unauthenticated_log
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner)
-            .note(
-                std::time::Instant::now(),
-                audit::UNAUTHENTICATED_LOG_INTERVAL,
-            );
+        let due = wharf::telemetry::Throttle::note_shared(
+            &self.unauthenticated_log,
+            audit::UNAUTHENTICATED_LOG_INTERVAL,
+        );
         if let Some(silenced) = due {
             tracing::warn!(
                 target: audit::AUDIT_TARGET,

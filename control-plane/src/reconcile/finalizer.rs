@@ -226,8 +226,10 @@ async fn finish_if_complete(cluster: &Cluster, d: &DeletionRecord) -> Result<boo
         .finish_deletion_batched(&d.name, d.revision)
         .await?
     {
-        let forced = unit_list(&forced_skips(d));
-        let given_up = unit_list(&given_up_skips(d));
+        let (tasks, connector) = forced_skips(d);
+        let forced = unit_list(&tasks, connector);
+        let (tasks, connector) = given_up_skips(d);
+        let given_up = unit_list(&tasks, connector);
         if given_up.is_empty() {
             info!(connector = %d.name, forced = %forced, "deletion finished; connector removed");
         } else {
@@ -1252,10 +1254,11 @@ fn units<'a>(steps: impl Iterator<Item = &'a crate::model::CleanupStep>) -> (Vec
     (tasks, connector)
 }
 
-/// Units as a log line or an answer names them: `task 0, task 2, connector`.
-pub fn unit_list((tasks, connector): &(Vec<u32>, bool)) -> String {
+/// Task indexes `tasks` and the connector instance (when `connector`) as a log line or
+/// an answer names them: `task 0, task 2, connector`.
+pub fn unit_list(tasks: &[u32], connector: bool) -> String {
     let mut names: Vec<String> = tasks.iter().map(|t| format!("task {t}")).collect();
-    if *connector {
+    if connector {
         names.push("connector".into());
     }
     names.join(", ")
@@ -1293,9 +1296,9 @@ mod backoff_tests {
 
     #[test]
     fn units_are_named_tasks_first_then_the_connector() {
-        assert_eq!(unit_list(&(vec![0, 2], true)), "task 0, task 2, connector");
-        assert_eq!(unit_list(&(vec![1], false)), "task 1");
-        assert_eq!(unit_list(&(Vec::new(), false)), "");
+        assert_eq!(unit_list(&[0, 2], true), "task 0, task 2, connector");
+        assert_eq!(unit_list(&[1], false), "task 1");
+        assert_eq!(unit_list(&[], false), "");
     }
 
     #[test]

@@ -1004,14 +1004,8 @@ pub const CLEANUP_SKIPPED_HEADER: &str = "wharf-cleanup-skipped";
 /// skipped. Pure.
 fn cleanup_skipped(answer: &pb::DeleteConnectorResponse) -> Option<String> {
     use crate::reconcile::finalizer::unit_list;
-    let forced = unit_list(&(
-        answer.skipped_tasks.clone(),
-        answer.connector_cleanup_skipped,
-    ));
-    let given_up = unit_list(&(
-        answer.given_up_tasks.clone(),
-        answer.connector_cleanup_given_up,
-    ));
+    let forced = unit_list(&answer.skipped_tasks, answer.connector_cleanup_skipped);
+    let given_up = unit_list(&answer.given_up_tasks, answer.connector_cleanup_given_up);
     let parts: Vec<String> = [("forced", forced), ("given up", given_up)]
         .into_iter()
         .filter(|(_, units)| !units.is_empty())

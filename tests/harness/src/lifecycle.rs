@@ -121,6 +121,14 @@ impl Lifecycle {
             .collect()
     }
 
+    /// [`Lifecycle::stops`] with `connector_deleted = true` (cleanups), in order.
+    pub fn cleanups(&self, connector: &str, task: Option<u32>) -> Vec<Stop> {
+        self.stops(connector, task)
+            .into_iter()
+            .filter(|s| s.connector_deleted)
+            .collect()
+    }
+
     /// `(executor, connector_deleted, ok)` of every stop of one task.
     pub fn stops_for(&self, connector: &str, task: u32) -> Vec<(String, bool, bool)> {
         self.stops(connector, Some(task))
