@@ -133,9 +133,15 @@ fn otlp_provider(otlp: &Otlp) -> Result<opentelemetry_sdk::trace::SdkTracerProvi
         builder =
             builder.with_tls_config(tonic::transport::ClientTlsConfig::new().with_native_roots());
     }
-    let exporter = builder.build().map_err(|e| err(e.to_string()))?;
-    let runtime = tokio::runtime::Handle::try_current()
-        .map_err(|_| err("span export needs a tokio runtime; none is running".into()))?;
+    // Built inside the export runtime, so that the client's connection (where each
+    // batch is encoded and sent) is driven there too.
+    let runtime = background()
+        .map_err(|e| err(format!("span export thread: {e}")))?
+        .clone();
+    let exporter = {
+        let _inside = runtime.enter();
+        builder.build().map_err(|e| err(e.to_string()))?
+    };
     let exporter = OnRuntime::new(WarnOnFailure::new(exporter, otlp.endpoint.clone()), runtime);
     let processor =
         Counted(opentelemetry_sdk::trace::BatchSpanProcessor::builder(exporter).build());
@@ -164,6 +170,64 @@ fn otlp_provider(otlp: &Otlp) -> Result<opentelemetry_sdk::trace::SdkTracerProvi
         .with_span_processor(processor)
         .with_resource(resource)
         .build())
+}
+
+/// The nice value of the threads that export spans and serve the metrics listener (Linux;
+/// 0 is the default, 19 the lowest priority): on a host whose cores are all busy, the
+/// conversion, encoding and sending of finished spans and the rendering of metrics pages
+/// take what the work they describe (a deletion's stops, the herder's passes) leaves,
+/// instead of an equal share. The SDK's queue holds finished spans meanwhile (at most
+/// `OTEL_BSP_MAX_QUEUE_SIZE`; what a full queue drops is counted), and a scrape is
+/// answered a little later. On an idle host it changes nothing (bench/NOTES.md, issue 16).
+pub const BACKGROUND_NICE: i32 = 10;
+
+/// Sets the calling thread's nice value to [`BACKGROUND_NICE`] (on Linux `setpriority`
+/// with `PRIO_PROCESS` and 0 names the calling thread, not the process); elsewhere, or
+/// when refused, the thread keeps its priority.
+fn lower_this_threads_priority() {
+    #[cfg(target_os = "linux")]
+    {
+        // SAFETY: setpriority only reads its integer arguments.
+        let _ = unsafe { libc::setpriority(libc::PRIO_PROCESS, 0, BACKGROUND_NICE) };
+    }
+}
+
+/// The process's runtime for observability work: a current-thread tokio runtime on a
+/// thread of its own (`wharf-observe`) at [`BACKGROUND_NICE`], started on first use and
+/// run until the process exits. Span export and the metrics listener run there.
+///
+/// # Errors
+/// The thread or its runtime could not be started (the text says which).
+pub fn background() -> Result<&'static tokio::runtime::Handle, String> {
+    static RUNTIME: std::sync::OnceLock<Result<tokio::runtime::Handle, String>> =
+        std::sync::OnceLock::new();
+    RUNTIME
+        .get_or_init(|| start_background().map_err(|e| e.to_string()))
+        .as_ref()
+        .map_err(Clone::clone)
+}
+
+fn start_background() -> std::io::Result<tokio::runtime::Handle> {
+    let (tx, rx) = std::sync::mpsc::sync_channel(1);
+    std::thread::Builder::new()
+        .name("wharf-observe".into())
+        .spawn(move || {
+            lower_this_threads_priority();
+            match tokio::runtime::Builder::new_current_thread()
+                .enable_all()
+                .build()
+            {
+                Ok(rt) => {
+                    let _ = tx.send(Ok(rt.handle().clone()));
+                    rt.block_on(std::future::pending::<()>());
+                }
+                Err(e) => {
+                    let _ = tx.send(Err(e));
+                }
+            }
+        })?;
+    rx.recv()
+        .map_err(|_| std::io::Error::other("the thread ended before its runtime ran"))?
 }
 
 /// Spans on their way to `--otlp-endpoint`, counted for the metrics page
@@ -393,9 +457,11 @@ impl<E: opentelemetry_sdk::trace::SpanExporter> opentelemetry_sdk::trace::SpanEx
     }
 }
 
-/// A span exporter whose exports run on a tokio runtime. The SDK's batch processor calls
-/// the exporter from a thread of its own, where tonic's client finds no runtime; each
-/// batch is handed to the runtime and awaited from there. Why not the SDK's processor for
+/// A span exporter whose exports run on a tokio runtime (the `wharf-observe` thread's, see
+/// [`background`]). The SDK's batch processor calls the exporter from a thread of
+/// its own, where tonic's client finds no runtime; each batch is handed to the runtime
+/// and awaited from there, and the calling thread is lowered to [`BACKGROUND_NICE`] too (it
+/// gathers the batches). Why not the SDK's processor for
 /// async runtimes: it wakes its task for every span that ends (about 70 per deletion),
 /// work on the path of the calls that the thread-based one does once per batch
 /// (bench/NOTES.md).
@@ -421,6 +487,12 @@ impl<E: opentelemetry_sdk::trace::SpanExporter + 'static> opentelemetry_sdk::tra
         &self,
         batch: Vec<opentelemetry_sdk::trace::SpanData>,
     ) -> opentelemetry_sdk::error::OTelSdkResult {
+        thread_local! {
+            static LOWERED: std::cell::Cell<bool> = const { std::cell::Cell::new(false) };
+        }
+        if !LOWERED.replace(true) {
+            lower_this_threads_priority();
+        }
         let inner = self.inner.clone();
         self.runtime
             .spawn(async move { inner.export(batch).await })

@@ -700,6 +700,7 @@ fn median_point(runs: &[scale::ScalePoint]) -> scale::ScalePoint {
         restart: None,
         cluster_cpu_ms: (med(|p| p.cluster_cpu_ms.0), med(|p| p.cluster_cpu_ms.1)),
         bench_delete_cpu_ms: med(|p| p.bench_delete_cpu_ms),
+        cp_delete_cpu_ms: med(|p| p.cp_delete_cpu_ms),
     }
 }
 

@@ -108,6 +108,9 @@ pub struct ScalePoint {
     /// CPU time of this benchmark process (its admin client, and the OTLP receiver and
     /// metrics scraper of an "on" run) over the delete, ms.
     pub bench_delete_cpu_ms: f64,
+    /// CPU time of the control plane alone over the delete, ms (the executors' is
+    /// `cluster_cpu_ms.1` minus it).
+    pub cp_delete_cpu_ms: f64,
 }
 
 /// (connector, task) -> (state, executor) over every connector.
@@ -327,7 +330,9 @@ pub async fn run_step(
         snap = after;
     }
 
+    perf_mark(&cluster, observed, "delete start");
     let cpu_before_delete = cluster.cpu_ms();
+    let cp_before_delete = crate::procs::cpu_ms(cluster.cp.pid());
     let bench_before_delete = crate::procs::cpu_ms(std::process::id());
     let t = Instant::now();
     let results: Vec<_> = futures::stream::iter(0..n)
@@ -374,6 +379,8 @@ pub async fn run_step(
     }
     let delete_s = t.elapsed().as_secs_f64();
     let delete_cpu = cluster.cpu_ms() - cpu_before_delete;
+    perf_mark(&cluster, observed, "delete end");
+    let cp_delete_cpu_ms = crate::procs::cpu_ms(cluster.cp.pid()) - cp_before_delete;
     let bench_delete_cpu_ms = crate::procs::cpu_ms(std::process::id()) - bench_before_delete;
 
     Ok(ScalePoint {
@@ -389,7 +396,37 @@ pub async fn run_step(
         restart,
         cluster_cpu_ms: (create_cpu, delete_cpu),
         bench_delete_cpu_ms,
+        cp_delete_cpu_ms,
     })
+}
+
+/// With `WHARF_BENCH_PERF_MARKS` set, names the cluster's processes (by observability,
+/// `on` or `off`) and the start or end of the delete phase on stderr, with the time on
+/// `CLOCK_MONOTONIC` in seconds: the clock of `perf record -a -k CLOCK_MONOTONIC`, so that
+/// `perf script --time START,END` keeps the delete phases only (bench/NOTES.md).
+fn perf_mark(cluster: &Cluster, observed: bool, what: &str) {
+    if std::env::var_os("WHARF_BENCH_PERF_MARKS").is_none() {
+        return;
+    }
+    let mut ts = libc::timespec {
+        tv_sec: 0,
+        tv_nsec: 0,
+    };
+    // SAFETY: `ts` is a valid, writable timespec for the call's duration.
+    unsafe { libc::clock_gettime(libc::CLOCK_MONOTONIC, &mut ts) };
+    let executors: Vec<String> = cluster
+        .executors
+        .iter()
+        .map(|(p, _)| p.pid().to_string())
+        .collect();
+    eprintln!(
+        "[bench] perf: {what} {}.{:09} observability {} control plane {} executors {}",
+        ts.tv_sec,
+        ts.tv_nsec,
+        if observed { "on" } else { "off" },
+        cluster.cp.pid(),
+        executors.join(",")
+    );
 }
 
 /// Restarts the control plane of a cluster where every task runs (`before`, `n`
