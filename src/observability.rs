@@ -328,11 +328,6 @@ pub async fn serve(
 /// Serves the bound metrics listener `(listener, bound)` (from [`bind`]) over `probes`
 /// in a task of `kind` until `shutdown` resolves. A failed accept (too many open files) is
 /// logged and retried: the page changes nothing, and the process goes on without it.
-///
-/// The task runs on the process's observability runtime
-/// ([`crate::telemetry::background`], a thread at a background nice value), so that on
-/// a saturated host rendering pages yields to the work they describe; on the current
-/// runtime when that thread could not be started.
 pub fn spawn_serve(
     kind: crate::task::TaskKind,
     (listener, bound): (TcpListener, SocketAddr),
@@ -340,13 +335,6 @@ pub fn spawn_serve(
     shutdown: impl std::future::Future<Output = ()> + Send + 'static,
 ) -> tokio::task::JoinHandle<()> {
     tracing::info!(addr = %bound, "metrics listener bound (/metrics, /health, /ready)");
-    let _on_background = match crate::telemetry::background() {
-        Ok(runtime) => Some(runtime.enter()),
-        Err(e) => {
-            tracing::warn!(error = %e, "observability thread not started; metrics served at normal priority");
-            None
-        }
-    };
     crate::task::spawn(
         kind,
         "metrics listener",

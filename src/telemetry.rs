@@ -172,13 +172,14 @@ fn otlp_provider(otlp: &Otlp) -> Result<opentelemetry_sdk::trace::SdkTracerProvi
         .build())
 }
 
-/// The nice value of the threads that export spans and serve the metrics listener (Linux;
-/// 0 is the default, 19 the lowest priority): on a host whose cores are all busy, the
-/// conversion, encoding and sending of finished spans and the rendering of metrics pages
-/// take what the work they describe (a deletion's stops, the herder's passes) leaves,
-/// instead of an equal share. The SDK's queue holds finished spans meanwhile (at most
-/// `OTEL_BSP_MAX_QUEUE_SIZE`; what a full queue drops is counted), and a scrape is
-/// answered a little later. On an idle host it changes nothing (bench/NOTES.md, issue 16).
+/// The nice value of the threads that export spans (Linux; 0 is the default, 19 the
+/// lowest priority): on a host whose cores are all busy, the conversion, encoding and
+/// sending of finished spans take what the work they describe (a deletion's stops, the
+/// herder's passes) leaves, instead of an equal share; the SDK's queue holds finished
+/// spans meanwhile (at most `OTEL_BSP_MAX_QUEUE_SIZE`; what a full queue drops is
+/// counted). On an idle host it changes nothing. The metrics listener stays on the
+/// process's runtime: its `/health` must answer while a page render waits on the store
+/// (bench/NOTES.md, issue 16).
 pub const BACKGROUND_NICE: i32 = 10;
 
 /// Sets the calling thread's nice value to [`BACKGROUND_NICE`] (on Linux `setpriority`
@@ -192,9 +193,9 @@ fn lower_this_threads_priority() {
     }
 }
 
-/// The process's runtime for observability work: a current-thread tokio runtime on a
-/// thread of its own (`wharf-observe`) at [`BACKGROUND_NICE`], started on first use and
-/// run until the process exits. Span export and the metrics listener run there.
+/// The process's runtime for span export: a current-thread tokio runtime on a
+/// thread of its own (`wharf-otlp`) at [`BACKGROUND_NICE`], started on first use and
+/// run until the process exits. Span export runs there.
 ///
 /// # Errors
 /// The thread or its runtime could not be started (the text says which).
@@ -210,7 +211,7 @@ pub fn background() -> Result<&'static tokio::runtime::Handle, String> {
 fn start_background() -> std::io::Result<tokio::runtime::Handle> {
     let (tx, rx) = std::sync::mpsc::sync_channel(1);
     std::thread::Builder::new()
-        .name("wharf-observe".into())
+        .name("wharf-otlp".into())
         .spawn(move || {
             lower_this_threads_priority();
             match tokio::runtime::Builder::new_current_thread()
@@ -457,7 +458,7 @@ impl<E: opentelemetry_sdk::trace::SpanExporter> opentelemetry_sdk::trace::SpanEx
     }
 }
 
-/// A span exporter whose exports run on a tokio runtime (the `wharf-observe` thread's, see
+/// A span exporter whose exports run on a tokio runtime (the `wharf-otlp` thread's, see
 /// [`background`]). The SDK's batch processor calls the exporter from a thread of
 /// its own, where tonic's client finds no runtime; each batch is handed to the runtime
 /// and awaited from there, and the calling thread is lowered to [`BACKGROUND_NICE`] too (it
