@@ -170,11 +170,13 @@ pub fn numeric_flags(command: &clap::Command) -> Vec<String> {
 }
 
 /// Asserts that `--FLAG -5` is refused naming `--FLAG` for every flag of
-/// [`numeric_flags`]; returns them. For the binaries' tests.
+/// [`numeric_flags`], and that each of `expected` is one of them (so that a flag the
+/// test names cannot silently stop being checked). For the binaries' tests.
 ///
 /// # Panics
-/// When a flag accepts `-5` or its error does not name it.
-pub fn assert_negative_numbers_name_their_flag<P: clap::Parser>(bin: &str) -> Vec<String> {
+/// When a flag accepts `-5`, its error does not name it, or an `expected` flag is not
+/// numeric.
+pub fn assert_negative_numbers_name_their_flag<P: clap::Parser>(bin: &str, expected: &[&str]) {
     let flags = numeric_flags(&P::command());
     for flag in &flags {
         let err = P::try_parse_from([bin, flag.as_str(), "-5"])
@@ -187,7 +189,12 @@ pub fn assert_negative_numbers_name_their_flag<P: clap::Parser>(bin: &str) -> Ve
         );
         assert!(err.to_string().contains(flag.as_str()), "{flag}: {err}");
     }
-    flags
+    for flag in expected {
+        assert!(
+            flags.iter().any(|f| f == flag),
+            "{flag} not among {flags:?}"
+        );
+    }
 }
 
 #[cfg(test)]

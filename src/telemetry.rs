@@ -135,9 +135,7 @@ fn otlp_provider(otlp: &Otlp) -> Result<opentelemetry_sdk::trace::SdkTracerProvi
     }
     // Built inside the export runtime, so that the client's connection (where each
     // batch is encoded and sent) is driven there too.
-    let runtime = background()
-        .map_err(|e| err(format!("span export thread: {e}")))?
-        .clone();
+    let runtime = start_export_runtime().map_err(|e| err(format!("span export thread: {e}")))?;
     let exporter = {
         let _inside = runtime.enter();
         builder.build().map_err(|e| err(e.to_string()))?
@@ -180,35 +178,22 @@ fn otlp_provider(otlp: &Otlp) -> Result<opentelemetry_sdk::trace::SdkTracerProvi
 /// counted). On an idle host it changes nothing. The metrics listener stays on the
 /// process's runtime: its `/health` must answer while a page render waits on the store
 /// (bench/NOTES.md, issue 16).
-pub const BACKGROUND_NICE: i32 = 10;
+const EXPORT_NICE: i32 = 10;
 
-/// Sets the calling thread's nice value to [`BACKGROUND_NICE`] (on Linux `setpriority`
+/// Sets the calling thread's nice value to [`EXPORT_NICE`] (on Linux `setpriority`
 /// with `PRIO_PROCESS` and 0 names the calling thread, not the process); elsewhere, or
 /// when refused, the thread keeps its priority.
 fn lower_this_threads_priority() {
     #[cfg(target_os = "linux")]
     {
         // SAFETY: setpriority only reads its integer arguments.
-        let _ = unsafe { libc::setpriority(libc::PRIO_PROCESS, 0, BACKGROUND_NICE) };
+        let _ = unsafe { libc::setpriority(libc::PRIO_PROCESS, 0, EXPORT_NICE) };
     }
 }
 
-/// The process's runtime for span export: a current-thread tokio runtime on a
-/// thread of its own (`wharf-otlp`) at [`BACKGROUND_NICE`], started on first use and
-/// run until the process exits. Span export runs there.
-///
-/// # Errors
-/// The thread or its runtime could not be started (the text says which).
-pub fn background() -> Result<&'static tokio::runtime::Handle, String> {
-    static RUNTIME: std::sync::OnceLock<Result<tokio::runtime::Handle, String>> =
-        std::sync::OnceLock::new();
-    RUNTIME
-        .get_or_init(|| start_background().map_err(|e| e.to_string()))
-        .as_ref()
-        .map_err(Clone::clone)
-}
-
-fn start_background() -> std::io::Result<tokio::runtime::Handle> {
+/// Starts the runtime span export runs on: a current-thread tokio runtime on a thread of
+/// its own (`wharf-otlp`) at [`EXPORT_NICE`], run until the process exits.
+fn start_export_runtime() -> std::io::Result<tokio::runtime::Handle> {
     let (tx, rx) = std::sync::mpsc::sync_channel(1);
     std::thread::Builder::new()
         .name("wharf-otlp".into())
@@ -459,9 +444,9 @@ impl<E: opentelemetry_sdk::trace::SpanExporter> opentelemetry_sdk::trace::SpanEx
 }
 
 /// A span exporter whose exports run on a tokio runtime (the `wharf-otlp` thread's, see
-/// [`background`]). The SDK's batch processor calls the exporter from a thread of
+/// [`start_export_runtime`]). The SDK's batch processor calls the exporter from a thread of
 /// its own, where tonic's client finds no runtime; each batch is handed to the runtime
-/// and awaited from there, and the calling thread is lowered to [`BACKGROUND_NICE`] too (it
+/// and awaited from there, and the calling thread is lowered to [`EXPORT_NICE`] too (it
 /// gathers the batches). Why not the SDK's processor for
 /// async runtimes: it wakes its task for every span that ends (about 70 per deletion),
 /// work on the path of the calls that the thread-based one does once per batch

@@ -1499,6 +1499,17 @@ mod tests {
         }
     }
 
+    /// Two CAs in two temp dirs (kept alive by the first value), each with a control-plane
+    /// certificate it issued.
+    fn two_cas() -> ([tempfile::TempDir; 2], TlsFiles, TlsFiles) {
+        let dirs = [
+            tempfile::tempdir().expect("a"),
+            tempfile::tempdir().expect("b"),
+        ];
+        let (fa, fb) = (issued(dirs[0].path()), issued(dirs[1].path()));
+        (dirs, fa, fb)
+    }
+
     fn pem(path: &Path) -> Vec<CertificateDer<'static>> {
         read_certs(path).expect("pem")
     }
@@ -1512,11 +1523,7 @@ mod tests {
 
     #[test]
     fn a_certificate_of_another_ca_is_not() {
-        let (a, b) = (
-            tempfile::tempdir().expect("a"),
-            tempfile::tempdir().expect("b"),
-        );
-        let (fa, fb) = (issued(a.path()), issued(b.path()));
+        let (_dirs, fa, fb) = two_cas();
         let err = check_signed_by(&pem(&fa.cert), &pem(&fb.ca)).expect_err("other CA");
         assert!(
             err.contains("no certificate of the CA file signed"),
@@ -1526,11 +1533,7 @@ mod tests {
 
     #[test]
     fn one_ca_of_several_in_the_file_is_enough() {
-        let (a, b) = (
-            tempfile::tempdir().expect("a"),
-            tempfile::tempdir().expect("b"),
-        );
-        let (fa, fb) = (issued(a.path()), issued(b.path()));
+        let (_dirs, fa, fb) = two_cas();
         let both: Vec<_> = pem(&fb.ca).into_iter().chain(pem(&fa.ca)).collect();
         assert_eq!(check_signed_by(&pem(&fa.cert), &both), Ok(()));
     }
@@ -1561,11 +1564,7 @@ mod tests {
 
     #[test]
     fn a_pair_of_another_ca_does_not_load_nor_replace_the_loaded_one() {
-        let (a, b) = (
-            tempfile::tempdir().expect("a"),
-            tempfile::tempdir().expect("b"),
-        );
-        let (fa, fb) = (issued(a.path()), issued(b.path()));
+        let (_dirs, fa, fb) = two_cas();
         let mixed = TlsFiles {
             ca: fb.ca.clone(),
             ..fa.clone()

@@ -452,12 +452,7 @@ mod tests {
         let reports = &groups["c"];
         assert_eq!(reports.len(), 2);
         for r in reports {
-            assert!(
-                r.error.len() < crate::model::MAX_REPORTED_ERROR_BYTES + 40
-                    && r.error.ends_with("...[cut, 3000000 bytes]"),
-                "{} bytes",
-                r.error.len()
-            );
+            crate::model::assert_reported_cut(&r.error, 3_000_000);
         }
     }
 

@@ -211,6 +211,18 @@ pub fn reported_error(error: String) -> String {
     }
 }
 
+/// Asserts that `error` is a [`reported_error`] cut of a text of `sent` bytes: within the
+/// bound plus the marker, ending with `...[cut, SENT bytes]`. For tests.
+#[cfg(test)]
+pub(crate) fn assert_reported_cut(error: &str, sent: usize) {
+    assert!(
+        error.len() < MAX_REPORTED_ERROR_BYTES + 40
+            && error.ends_with(&format!("...[cut, {sent} bytes]")),
+        "{} bytes",
+        error.len()
+    );
+}
+
 /// Where one connector instance or task is placed and how it is doing.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Instance {

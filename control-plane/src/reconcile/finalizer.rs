@@ -1464,12 +1464,7 @@ mod tests {
         let Attempt::Failed { error, .. } = attempt else {
             panic!("a failed attempt");
         };
-        assert!(
-            error.len() < crate::model::MAX_REPORTED_ERROR_BYTES + 40
-                && error.ends_with("[cut, 3000000 bytes]"),
-            "{} bytes",
-            error.len()
-        );
+        crate::model::assert_reported_cut(&error, 3_000_000);
     }
 
     #[test]
