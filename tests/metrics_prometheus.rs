@@ -2,7 +2,8 @@
 //! server scrapes a real control plane's metrics listener, and the test asks it PromQL
 //! over its HTTP API. Task counts follow create, pause and delete; a deletion in progress
 //! shows up and its series are gone once it finished; forced deletions and give-up leaks
-//! are counted. Health follows the store: NOT_SERVING while etcd is stopped.
+//! are counted. Health follows the store: NOT_SERVING while etcd is stopped, and `/health`
+//! answers at once even while a page render waits on a frozen etcd.
 
 use serde_json::{Value, json};
 use wharf_harness::cluster::{CONVERGE, NOT_FOUND, TestCluster};
@@ -168,7 +169,9 @@ async fn prometheus_follows_tasks_deletions_forced_deletions_and_leaks() {
 async fn health_is_not_serving_while_etcd_is_stopped() {
     let mut etcd = TestEtcd::start();
     let metrics = free_addr("127.0.0.1");
-    let c = TestCluster::start_with(
+    // Two runtime workers, as on a 2-core host, whatever this machine has: two stalled
+    // page renders would then hold every worker (see the end of the test).
+    let c = TestCluster::start_secured_with_env(
         1,
         vec![
             "--store".into(),
@@ -180,6 +183,8 @@ async fn health_is_not_serving_while_etcd_is_stopped() {
             "--metrics-listen".into(),
             metrics.clone(),
         ],
+        false,
+        &[("TOKIO_WORKER_THREADS", "2")],
     )
     .await;
     wait_until("SERVING with etcd up", CONVERGE, || async {
@@ -205,6 +210,52 @@ async fn health_is_not_serving_while_etcd_is_stopped() {
     })
     .await;
     assert_eq!(http_get(&metrics, "/health").0, 200);
+
+    // A page render reads the store; with etcd frozen (it accepts, never answers) a read
+    // waits for the store's call timeout. Probes must not wait behind renders (they once
+    // did: /health took 4.74 s, past any probe's 1 s timeout), also when two scrapers
+    // (an HA pair of Prometheus servers) render at once on a control plane with two
+    // runtime workers. Every /health and gRPC health check asked meanwhile answers within a
+    // second.
+    etcd.freeze().await;
+    let renders: Vec<_> = (0..2)
+        .map(|_| {
+            let metrics = metrics.clone();
+            std::thread::spawn(move || {
+                let started = std::time::Instant::now();
+                let code = http_get(&metrics, "/metrics").0;
+                (code, started.elapsed())
+            })
+        })
+        .collect();
+    let mut asked_during_renders = 0;
+    while renders.iter().any(|r| !r.is_finished()) {
+        let asked = std::time::Instant::now();
+        let (code, _) = http_get(&metrics, "/health");
+        let took = asked.elapsed();
+        assert!(
+            took < std::time::Duration::from_secs(1),
+            "/health took {took:?} while /metrics renders ran (answered {code})"
+        );
+        let asked = std::time::Instant::now();
+        let serving = grpc_health(&c.addr);
+        let took = asked.elapsed();
+        assert!(
+            took < std::time::Duration::from_secs(1),
+            "grpc.health.v1 took {took:?} while /metrics renders ran (answered {serving:?})"
+        );
+        asked_during_renders += 1;
+    }
+    for r in renders {
+        let (code, took) = r.join().expect("a render's curl");
+        eprintln!("a /metrics render: {code} after {took:?}");
+    }
+    eprintln!("/health and gRPC health answered {asked_during_renders} times meanwhile");
+    etcd.thaw();
+    wait_until("SERVING again with etcd thawed", CONVERGE, || async {
+        (grpc_health(&c.addr) == "SERVING").then_some(())
+    })
+    .await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

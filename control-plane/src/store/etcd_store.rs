@@ -22,7 +22,8 @@
 //!
 //! The [`StateStore`] trait is synchronous; etcd's client is async. Calls run on a small
 //! runtime owned by the store and the caller's thread waits for the answer, bounded by
-//! [`ETCD_CALL_TIMEOUT_MS`] (like a redb commit waits for its fsync).
+//! [`ETCD_CALL_TIMEOUT_MS`] (like a redb commit waits for its fsync); a caller on a tokio
+//! worker hands the worker's other tasks on meanwhile ([`super::wait_off_worker`]).
 
 use std::collections::BTreeMap;
 use std::future::Future;
@@ -294,7 +295,7 @@ impl EtcdStore {
                 });
             let _ = tx.send(out);
         });
-        rx.recv()
+        super::wait_off_worker(|| rx.recv())
             .map_err(|_| StoreError::Unavailable("etcd store runtime stopped".into()))?
     }
 }

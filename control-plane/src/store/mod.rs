@@ -186,3 +186,19 @@ pub trait StateStore: Send + Sync + 'static {
     /// One page of the audit trail, oldest first (see [`AuditQuery`]).
     fn audit_entries(&self, query: &AuditQuery) -> Result<AuditPage, StoreError>;
 }
+
+/// Runs `wait` (a synchronous wait for the store: a redb batch's commit, an etcd call
+/// bounded by [`etcd_store::ETCD_CALL_TIMEOUT_MS`]) so that a caller on a worker of a multi-threaded
+/// tokio runtime (a gRPC handler, a metrics page render) does not hold that worker: its
+/// other tasks move to another thread meanwhile (`block_in_place`). Elsewhere (a plain
+/// thread, a current-thread runtime) it simply waits. Without it, two calls that wait on
+/// a frozen etcd held both workers of a 2-core host for 5 s, `/health` and every gRPC
+/// call with them.
+pub(crate) fn wait_off_worker<T>(wait: impl FnOnce() -> T) -> T {
+    match tokio::runtime::Handle::try_current() {
+        Ok(h) if h.runtime_flavor() == tokio::runtime::RuntimeFlavor::MultiThread => {
+            tokio::task::block_in_place(wait)
+        }
+        Ok(_) | Err(_) => wait(),
+    }
+}

@@ -696,16 +696,9 @@ impl RedbStore {
     fn write(&self, write: Write) -> Answer {
         let (tx, rx) = mpsc::sync_channel(1);
         self.submit(write, Reply::Blocking(tx))?;
-        let wait = || rx.recv().map_err(|_| writer_gone())?;
-        // A caller on a tokio worker (a gRPC handler) waits for a whole batch: hand the
-        // worker's other tasks to another thread meanwhile, so that the herder's writes
-        // queued in the same batch are not held up behind it.
-        match tokio::runtime::Handle::try_current() {
-            Ok(h) if h.runtime_flavor() == tokio::runtime::RuntimeFlavor::MultiThread => {
-                tokio::task::block_in_place(wait)
-            }
-            Ok(_) | Err(_) => wait(),
-        }
+        // A caller on a tokio worker (a gRPC handler) waits for a whole batch; the
+        // herder's writes queued in the same batch must not be held up behind it.
+        super::wait_off_worker(|| rx.recv().map_err(|_| writer_gone())?)
     }
 
     /// Queues `write`; the future resolves once it is committed (or failed).

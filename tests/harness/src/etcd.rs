@@ -74,6 +74,39 @@ impl TestEtcd {
         }
     }
 
+    /// Freezes etcd (SIGSTOP) and waits until every thread of it stopped: its port still
+    /// accepts connections, but no call is answered, so a client waits for its own
+    /// timeout (a stopped etcd refuses at once instead). [`TestEtcd::thaw`] resumes it.
+    pub async fn freeze(&self) {
+        let pid = self.signal("STOP");
+        crate::wait_until("every thread of etcd stopped", crate::WAIT_DEADLINE, || {
+            let stopped = crate::all_threads_stopped(pid);
+            async move { stopped.then_some(()) }
+        })
+        .await;
+    }
+
+    /// Resumes an etcd frozen by [`TestEtcd::freeze`] (SIGCONT).
+    pub fn thaw(&self) {
+        self.signal("CONT");
+    }
+
+    /// Sends `signal` with kill(1) to the running etcd; returns its pid.
+    fn signal(&self, signal: &str) -> i32 {
+        let pid = self
+            .child
+            .as_ref()
+            .map(|c| c.id() as i32)
+            .expect("etcd running");
+        let status = Command::new("kill")
+            .arg(format!("-{signal}"))
+            .arg(pid.to_string())
+            .status()
+            .expect("kill");
+        assert!(status.success(), "kill -{signal} {pid} failed");
+        pid
+    }
+
     /// Starts etcd again on the same ports and data, after [`TestEtcd::stop`]; waits
     /// until it accepts a TCP connection.
     pub fn start_again(&mut self) {

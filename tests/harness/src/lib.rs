@@ -328,7 +328,7 @@ impl Drop for KeepOnFailure {
 
 /// True when `/proc/PID/task` lists at least one thread and every one is in state `T`
 /// (stopped by a signal).
-fn all_threads_stopped(pid: i32) -> bool {
+pub(crate) fn all_threads_stopped(pid: i32) -> bool {
     let Ok(dir) = std::fs::read_dir(format!("/proc/{pid}/task")) else {
         return false;
     };
