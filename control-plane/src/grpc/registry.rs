@@ -256,14 +256,9 @@ impl ExecutorRegistry for RegistryService {
                         t.task.map(|id| (id.connector, Some(id.task), t.generation))
                     }))
                     .collect();
-            // The lease is renewed already; a failed correction is retried next beat.
-            if let Err(e) = self
-                .cluster
-                .reconcile_hosted(&req.executor_id, req.epoch, hosted)
-                .await
-            {
-                warn!(executor = %req.executor_id, error = %e, "status correction from heartbeat failed");
-            }
+            // The lease is renewed already: answer now, correct apart.
+            self.cluster
+                .spawn_hosted_correction(req.executor_id, req.epoch, hosted);
         }
         Ok(Response::new(pb::HeartbeatResponse {
             lease_ms: self.cluster.lease.lease_ms,

@@ -95,6 +95,9 @@ pub struct Cluster {
     verified: Mutex<HashMap<String, u64>>,
     /// Executors whose identity probe runs.
     probing: Mutex<HashSet<String>>,
+    /// Executors whose heartbeat's status correction runs
+    /// ([`Cluster::spawn_hosted_correction`]).
+    correcting: Mutex<HashSet<String>>,
     /// Per executor: the epoch and time of its last heartbeat that reported what it
     /// hosts, and the instances recorded RUNNING there that it did not list
     /// ([`crate::plan::hosted`]).
@@ -113,6 +116,20 @@ pub struct Cluster {
     /// that name must not start before that stop ended (it would remove what the new one
     /// provisioned under the same names).
     cleanups_in_flight: Mutex<HashSet<String>>,
+}
+
+/// Marks an executor's correction ended when dropped
+/// ([`Cluster::spawn_hosted_correction`]).
+struct Correcting<'a>(&'a Cluster, &'a str);
+
+impl Drop for Correcting<'_> {
+    fn drop(&mut self) {
+        self.0
+            .correcting
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .remove(self.1);
+    }
 }
 
 /// An executor's last heartbeat that reported what it hosts.
@@ -313,6 +330,7 @@ impl Cluster {
             reach: Mutex::new(HashMap::new()),
             verified: Mutex::new(HashMap::new()),
             probing: Mutex::new(HashSet::new()),
+            correcting: Mutex::new(HashSet::new()),
             hosted_missing: Mutex::new(HashMap::new()),
             recorded_running: Mutex::new(None),
             lost_since: Mutex::new(HashMap::new()),
@@ -873,13 +891,17 @@ impl Cluster {
 
     /// The instances recorded RUNNING, by executor and epoch: a fresh walk of the cluster,
     /// or the last one while [`hosted::walk_reusable`] says so.
+    /// Not locked across the store read: a heartbeat's correction that waits on the
+    /// store (an etcd that stopped answering: up to its call timeout) must not hold
+    /// the others' threads on the lock (two walks at once cost a read more).
     fn recorded_running(&self) -> Result<Arc<RecordedRunning>, StoreError> {
         let interval = Duration::from_millis(u64::from(self.lease.heartbeat_interval_ms));
-        let mut last = self
-            .recorded_running
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner);
-        if let Some((built, cost, walk)) = &*last
+        let last = || {
+            self.recorded_running
+                .lock()
+                .unwrap_or_else(std::sync::PoisonError::into_inner)
+        };
+        if let Some((built, cost, walk)) = &*last()
             && hosted::walk_reusable(built.elapsed(), *cost, interval)
         {
             return Ok(walk.clone());
@@ -887,8 +909,43 @@ impl Cluster {
         let began = Instant::now();
         let records = self.store.connectors_shared()?;
         let walk = Arc::new(RecordedRunning::walk(records.iter().map(AsRef::as_ref)));
-        *last = Some((began, began.elapsed(), walk.clone()));
+        *last() = Some((began, began.elapsed(), walk.clone()));
         Ok(walk)
+    }
+
+    /// Runs [`Cluster::reconcile_hosted`] for a heartbeat apart from its answer, at most
+    /// one at a time per executor; a heartbeat that finds one running leaves its list
+    /// (the next beat lists again). Why apart: the answer renews the executor's lease,
+    /// and a correction waits on the store (with etcd that stopped answering, up to 5 s,
+    /// as long as the executor waits for the answer); executors whose heartbeats all
+    /// timed out fenced themselves and stopped every task while the control plane held
+    /// their leases.
+    pub fn spawn_hosted_correction(
+        self: &Arc<Self>,
+        executor: String,
+        epoch: u64,
+        hosted: std::collections::BTreeSet<InstanceKey>,
+    ) {
+        let started = self
+            .correcting
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .insert(executor.clone());
+        if !started {
+            return;
+        }
+        let cluster = self.clone();
+        wharf::task::spawn(
+            wharf::task::TaskKind::Detached,
+            "hosted correction",
+            async move {
+                // Ends the correction even when it panicked.
+                let _done = Correcting(&cluster, &executor);
+                if let Err(e) = cluster.reconcile_hosted(&executor, epoch, hosted).await {
+                    warn!(executor = %executor, error = %e, "status correction from heartbeat failed; retried on a later heartbeat");
+                }
+            },
+        );
     }
 
     /// True when `executor`'s last heartbeat at `epoch`, judged after `since`, listed
