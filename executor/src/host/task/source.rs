@@ -56,6 +56,10 @@ enum CommitOutcome {
     PluginFailed(String),
 }
 
+/// Distinct source partitions of one poll that [`SourceCommits::record`] compares as
+/// values before it goes by their encoding.
+const FEW_PARTITIONS: usize = 32;
+
 /// Offset commits of a source task: at most one in flight, the rest coalesced.
 struct SourceCommits {
     /// Source partition -> offset (both as JSON text) of records the log acknowledged and
@@ -83,16 +87,29 @@ impl SourceCommits {
 
     /// Takes the offset after the last record of each source partition in `records`
     /// (which the log acknowledged).
+    /// Linear in the records: the first [`FEW_PARTITIONS`] partitions of a poll are
+    /// compared as values (cheaper than encoding them), any more are found by their
+    /// encoding. (Comparing every record with every partition seen grew with the square
+    /// of a poll's distinct partitions, on a worker of the executor's runtime.)
     fn record(&mut self, records: &[SourceRecord]) {
         self.pending_records += records.len() as u64;
-        let mut seen: Vec<&serde_json::Value> = Vec::new();
+        let mut few: Vec<&serde_json::Value> = Vec::new();
+        let mut many = std::collections::HashSet::new();
         for r in records.iter().rev() {
-            if seen.contains(&&r.source_partition) {
+            let partition = &r.source_partition;
+            if few.contains(&partition) {
                 continue;
             }
-            seen.push(&r.source_partition);
-            self.pending
-                .insert(r.source_partition.to_string(), r.source_offset.to_string());
+            if few.len() < FEW_PARTITIONS {
+                few.push(partition);
+                self.pending
+                    .insert(partition.to_string(), r.source_offset.to_string());
+                continue;
+            }
+            let encoded = partition.to_string();
+            if many.insert(encoded.clone()) {
+                self.pending.insert(encoded, r.source_offset.to_string());
+            }
         }
     }
 
@@ -420,6 +437,24 @@ mod tests {
             (b.to_string(), json!({ "position": 7 }).to_string()),
         ]);
         assert_eq!(commits.pending, expected);
+    }
+
+    #[test]
+    fn many_distinct_partitions_keep_each_ones_last_offset() {
+        let mut commits = SourceCommits::new();
+        let n = 20_000;
+        // Each partition twice, interleaved: the later record of each must win.
+        let records: Vec<_> = (0..2 * n)
+            .map(|i| record(json!({ "file": i % n }), i))
+            .collect();
+        commits.record(&records);
+        assert_eq!(commits.pending.len(), n as usize);
+        for p in [0, 1, n - 1] {
+            assert_eq!(
+                commits.pending.get(&json!({ "file": p }).to_string()),
+                Some(&json!({ "position": p + n }).to_string())
+            );
+        }
     }
 
     #[test]
