@@ -880,7 +880,11 @@ impl Admin {
         &self,
         query: &crate::model::AuditQuery,
     ) -> ApiResult<crate::model::AuditPage> {
-        Ok(self.cluster.store.audit_entries(query)?)
+        // A filtered page may open and parse every entry in its range (up to the
+        // trail's bound): not on a worker the other calls need.
+        Ok(crate::store::wait_off_worker(|| {
+            self.cluster.store.audit_entries(query)
+        })?)
     }
 
     /// ListExecutors: every registered executor with what it hosts.

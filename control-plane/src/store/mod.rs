@@ -188,7 +188,7 @@ pub trait StateStore: Send + Sync + 'static {
 }
 
 /// Runs `wait` (a synchronous wait for the store: a redb batch's commit, an etcd call
-/// bounded by [`etcd_store::ETCD_CALL_TIMEOUT_MS`]) so that a caller on a worker of a multi-threaded
+/// bounded by [`etcd_store::ETCD_CALL_TIMEOUT_MS`], a scan of the audit trail) so that a caller on a worker of a multi-threaded
 /// tokio runtime (a gRPC handler, a metrics page render) does not hold that worker: its
 /// other tasks move to another thread meanwhile (`block_in_place`). Elsewhere (a plain
 /// thread, a current-thread runtime) it simply waits. Without it, two calls that wait on
