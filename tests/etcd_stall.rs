@@ -16,8 +16,9 @@ use wharf_harness::etcd::TestEtcd;
 use wharf_harness::lifecycle::Lifecycle;
 use wharf_harness::wait_until;
 
-/// Election TTL of the control plane, in seconds: longer than the stall, so that the
-/// leader keeps leading through it (a stall past the TTL is a failover, tests/etcd_failover.rs).
+/// Election TTL of the control plane, in seconds: the leader keeps leading through the
+/// stall (it steps down between a third and two thirds of the TTL into one, docs/state.md;
+/// past that a stall is a failover, tests/etcd_failover.rs).
 const ELECTION_TTL_SECS: &str = "60";
 
 /// The control plane's log line of a herder pass that failed (its store read timed out

@@ -5,7 +5,8 @@
 //! keeps it alive; it becomes leader by creating the key `<prefix>leader` (value: its
 //! URL) on that lease in a `Txn` that requires the key to be absent. The leader's lease
 //! going away (process killed, partition) deletes the key and another replica creates
-//! it on its next try. The leader fences its store writes on the key's
+//! it on its next try; a follower watches the key and tries as soon as it is deleted
+//! (a leader that resigns revokes its lease), else every third of the TTL. The leader fences its store writes on the key's
 //! `create_revision` ([`super::etcd_store::Fence`]) and steps down, stopping its loops,
 //! as soon as it cannot confirm its lease within the TTL (minus a safety margin), so a
 //! deposed leader neither writes nor calls executors once a successor may exist.
@@ -22,7 +23,9 @@ use std::sync::{Arc, Mutex};
 use std::task::{Context, Poll};
 use std::time::{Duration, Instant};
 
-use etcd_client::{Client, Compare, CompareOp, PutOptions, Txn, TxnOp, TxnOpResponse};
+use etcd_client::{
+    Client, Compare, CompareOp, EventType, PutOptions, Txn, TxnOp, TxnOpResponse, WatchStream,
+};
 use tokio::sync::watch;
 use tokio_util::sync::CancellationToken;
 use tonic::body::Body;
@@ -33,8 +36,8 @@ use tracing::{info, warn};
 use super::etcd_store::{EtcdStore, Fence, LEADER_KEY, WriteFence};
 use crate::auth::{FORWARDED_PRINCIPAL_HEADER, forwarded_principal_value, peer_identity};
 
-/// Default TTL of the election lease, in seconds: how long a killed leader holds up
-/// the herder at most (plus one campaign interval).
+/// Default TTL of the election lease, in seconds: about how long a killed leader holds
+/// up the herder at most (followers watch the leader key and campaign once it is gone).
 pub const DEFAULT_ELECTION_TTL_SECS: u32 = 10;
 /// Pause after a failed election step (etcd unreachable), in milliseconds.
 const ELECTION_RETRY_MS: u64 = 500;
@@ -137,6 +140,9 @@ impl Election {
                     .await;
                 continue;
             };
+            // Without it a follower would wait up to a third of the TTL after a leader
+            // resigned (a rolling restart) or its lease expired (a killed leader).
+            let mut leader_key = self.client.clone().watch(self.key.clone(), None).await.ok();
             loop {
                 match self.campaign(lease, fence).await {
                     Ok(f) => fence = f,
@@ -145,6 +151,7 @@ impl Election {
                 tokio::select! {
                     () = cancel.cancelled() => break,
                     () = tokio::time::sleep(tick) => {}
+                    () = deleted(&mut leader_key), if fence.is_none() => {}
                 }
                 let sent = Instant::now();
                 let renewed = tokio::time::timeout(tick, async {
@@ -234,6 +241,30 @@ impl Election {
             None => Ok(None), // deleted in between: next try
         }
     }
+}
+
+/// Resolves when `watch` (of the leader key) reports the key deleted. A watch that
+/// ended or failed is dropped (`None`) and never resolves: the campaign interval still
+/// runs.
+async fn deleted(watch: &mut Option<WatchStream>) {
+    let Some(stream) = watch.as_mut() else {
+        return std::future::pending().await;
+    };
+    loop {
+        match stream.message().await {
+            Ok(Some(r))
+                if r.events()
+                    .iter()
+                    .any(|e| e.event_type() == EventType::Delete) =>
+            {
+                return;
+            }
+            Ok(Some(_)) => {}
+            Ok(None) | Err(_) => break,
+        }
+    }
+    *watch = None;
+    std::future::pending().await
 }
 
 /// Routes a gRPC service's requests by role (see the module doc).
