@@ -72,7 +72,7 @@ impl RegistryService {
     }
 
     fn check_epoch(&self, executor: &str, epoch: u64) -> Result<(), ApiError> {
-        if self.cluster.holds_lease(executor, epoch) {
+        if self.cluster.holds_lease(executor, epoch) || self.cluster.adopt_lease(executor, epoch) {
             Ok(())
         } else {
             Err(ApiError::FencedEpoch {
@@ -239,7 +239,9 @@ impl ExecutorRegistry for RegistryService {
     ) -> Result<Response<pb::HeartbeatResponse>, Status> {
         Self::check_identity(&request, &request.get_ref().executor_id)?;
         let req = request.into_inner();
-        if !self.cluster.renew_lease(&req.executor_id, req.epoch) {
+        if !self.cluster.renew_lease(&req.executor_id, req.epoch)
+            && !self.cluster.adopt_lease(&req.executor_id, req.epoch)
+        {
             warn!(executor = %req.executor_id, epoch = req.epoch, "heartbeat from fenced epoch refused");
             return Err(ApiError::FencedEpoch {
                 executor: req.executor_id,

@@ -485,6 +485,44 @@ impl Cluster {
         }
     }
 
+    /// Grants `id` a lease at `epoch` when this process holds none for it at all and the
+    /// store has it registered at `epoch`, not lost; true when it did. Why: a replica
+    /// that just became leader grants the term's leases from the store right after its
+    /// role changed ([`Cluster::new`] does the same at a start), and a heartbeat or an
+    /// offset commit arriving in between was refused as fenced, which fenced the
+    /// executor and restarted its work (seen 1 ms into a term in an operator's rolling
+    /// restart). An executor whose lease ran out keeps its entry until the store marks it
+    /// lost, so it is never adopted back; a store that does not answer adopts nothing.
+    pub fn adopt_lease(&self, id: &str, epoch: u64) -> bool {
+        if self.leases().contains_key(id) {
+            return false;
+        }
+        match self.store.executor(id) {
+            Ok(Some(e)) if e.epoch == epoch && !e.lost => {
+                // Not over a lease granted meanwhile (the term's grants, a registration).
+                let mut leases = self.leases();
+                if leases.contains_key(id) {
+                    return leases.get(id).is_some_and(|l| l.epoch == epoch);
+                }
+                leases.insert(
+                    id.to_owned(),
+                    Lease {
+                        epoch,
+                        expires: Instant::now()
+                            + Duration::from_millis(u64::from(self.lease.lease_ms)),
+                        last_heartbeat_ms: now_ms(),
+                        last_seen: Instant::now(),
+                    },
+                );
+                drop(leases);
+                info!(executor = %id, epoch, "lease adopted from the store (new term)");
+                self.wake();
+                true
+            }
+            Ok(_) | Err(_) => false,
+        }
+    }
+
     /// True when `id` holds a current lease at `epoch`.
     pub fn holds_lease(&self, id: &str, epoch: u64) -> bool {
         self.leases()
@@ -1155,5 +1193,36 @@ mod tests {
         // Random values outside [0, 1] are clamped.
         assert_eq!(ms(1, 7.0), REACH_BACKOFF_BASE_MS);
         assert_eq!(ms(1, -3.0), REACH_BACKOFF_BASE_MS / 2);
+    }
+
+    #[test]
+    fn a_lease_is_adopted_only_for_an_executor_registered_at_that_epoch_and_not_lost() {
+        let dir = tempfile::tempdir().unwrap();
+        let sealer = crate::store::seal::Sealer::load_or_create(dir.path()).unwrap();
+        let store: Arc<dyn crate::store::StateStore> =
+            Arc::new(crate::store::RedbStore::open(&dir.path().join("s.redb"), sealer).unwrap());
+        let cluster = Cluster::new(
+            store.clone(),
+            LeaseConfig {
+                lease_ms: 10_000,
+                heartbeat_interval_ms: 1_000,
+            },
+        )
+        .unwrap();
+        // Registered after this process granted its leases (through another replica).
+        let e = store
+            .register_executor("e1", "http://127.0.0.2:1", Vec::new())
+            .unwrap();
+        assert!(!cluster.holds_lease("e1", e.epoch));
+        assert!(!cluster.adopt_lease("e1", e.epoch + 1), "another epoch");
+        assert!(!cluster.adopt_lease("e2", e.epoch), "not registered");
+        assert!(cluster.adopt_lease("e1", e.epoch));
+        assert!(cluster.holds_lease("e1", e.epoch));
+        // Lost in the store, and no lease here: not adopted back.
+        let e3 = store
+            .register_executor("e3", "http://127.0.0.4:1", Vec::new())
+            .unwrap();
+        assert!(store.mark_executor_lost("e3", e3.epoch).unwrap());
+        assert!(!cluster.adopt_lease("e3", e3.epoch));
     }
 }

@@ -169,7 +169,12 @@ impl Election {
                     Err(_) => warn!("election: lease renewal timed out"),
                 }
                 if confirmed.elapsed() + margin >= ttl {
-                    warn!("election: lease not confirmed in time; stepping down");
+                    if fence.is_some() {
+                        warn!("election: lease not confirmed in time; stepping down");
+                    } else {
+                        // A follower has nothing to step down from.
+                        warn!("election: lease not confirmed in time; a new one is taken");
+                    }
                     break;
                 }
             }
