@@ -186,6 +186,19 @@ pub fn check_file_value(value: &str) -> Result<(), String> {
     ))
 }
 
+/// The `topic` key's validator: a topic has a name (Kafka Connect's `FileStreamSource`
+/// declares its `topic` a non-empty string too), so that create refuses `config[topic]`
+/// rather than records going to a topic named "".
+///
+/// # Errors
+/// When `value` is empty.
+pub fn check_topic_value(value: &str) -> Result<(), String> {
+    if value.is_empty() {
+        return Err("value \"\" is empty; name the topic the lines are written to".into());
+    }
+    Ok(())
+}
+
 /// The `file-source` plugin, confined to `root`.
 pub fn source_plugin(root: FileRoot) -> Plugin {
     Plugin {
@@ -209,7 +222,8 @@ pub fn source_plugin(root: FileRoot) -> Plugin {
                     Importance::High,
                     "Topic the lines are written to.",
                 )
-                .required(),
+                .required()
+                .validator(check_topic_value),
             ),
         connector: {
             let root = root.clone();
@@ -544,6 +558,13 @@ mod tests {
                 "{bad}: {e}"
             );
         }
+    }
+
+    #[test]
+    fn the_topic_validator_refuses_only_an_empty_value() {
+        let e = check_topic_value("").expect_err("empty");
+        assert!(e.contains("empty"), "{e}");
+        assert_eq!(check_topic_value("audit.customers"), Ok(()));
     }
 
     #[test]
