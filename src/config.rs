@@ -125,7 +125,31 @@ pub fn read_file<T: DeserializeOwned + Default>(path: Option<&Path>) -> Result<T
     })?;
     toml::from_str(&text).map_err(|e| FileError::Parse {
         path: path.to_owned(),
-        message: e.to_string(),
+        message: name_the_key::<T>(&text).unwrap_or_else(|| e.to_string()),
+    })
+}
+
+/// The first top-level key of `text` that alone does not deserialize into `T`, named with
+/// its line and the reason: `key lease_ms (line 2): invalid type: string "abc", expected
+/// u32`. Why: the binaries' file settings gather shared groups with `#[serde(flatten)]`,
+/// through which toml loses its key paths and spans, and a wrong value was reported at
+/// line 1 without its key. `None` when no single key fails (a syntax error, whose own
+/// message names its line).
+fn name_the_key<T: DeserializeOwned>(text: &str) -> Option<String> {
+    let table: toml::Table = text.parse().ok()?;
+    table.iter().find_map(|(key, value)| {
+        let alone = toml::Table::from_iter([(key.clone(), value.clone())]);
+        let e = toml::Value::Table(alone).try_into::<T>().err()?;
+        let line = text
+            .lines()
+            .position(|l| {
+                l.trim_start()
+                    .strip_prefix(key.as_str())
+                    .is_some_and(|rest| rest.trim_start().starts_with('='))
+            })
+            .map(|i| format!(" (line {})", i + 1))
+            .unwrap_or_default();
+        Some(format!("key {key}{line}: {}", e.message()))
     })
 }
 
@@ -223,6 +247,42 @@ mod tests {
             assert!(text.contains(part), "{text}");
         }
         assert_eq!(required(None, Some(2), ("--a", "A", "a")).expect("file"), 2);
+    }
+
+    /// Shaped like the binaries' file settings: a group gathered with `flatten`.
+    #[derive(Debug, Default, serde::Deserialize)]
+    #[serde(deny_unknown_fields)]
+    struct Flattened {
+        a: Option<u32>,
+        #[serde(flatten)]
+        group: Group,
+    }
+
+    #[derive(Debug, Default, serde::Deserialize)]
+    struct Group {
+        lease_ms: Option<u32>,
+    }
+
+    #[test]
+    fn a_wrong_value_behind_flatten_names_its_key_and_line() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let file = dir.path().join("x.toml");
+        for (text, key, line) in [
+            ("a = 1\nlease_ms = \"abc\"\n", "lease_ms", 2),
+            ("lease_ms = 5\n\n  a = -5\n", "a", 3),
+            ("a = 1\nzz = 2\n", "zz", 2),
+        ] {
+            std::fs::write(&file, text).expect("write");
+            let err = read_file::<Flattened>(Some(&file)).expect_err(text);
+            let msg = err.to_string();
+            assert!(
+                msg.contains(&format!("key {key} (line {line}):")),
+                "{text:?}: {msg}"
+            );
+        }
+        std::fs::write(&file, "a = 1\nlease_ms = 7\n").expect("write");
+        let ok = read_file::<Flattened>(Some(&file)).expect("valid");
+        assert_eq!((ok.a, ok.group.lease_ms), (Some(1), Some(7)));
     }
 
     #[test]
