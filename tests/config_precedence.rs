@@ -41,9 +41,9 @@ async fn flag_beats_env_beats_file() {
     .expect("write config");
     let cp = wharf_harness::bin("wharf-control-plane");
 
-    // File alone: refused, naming the setting.
+    // File alone: refused as bad settings (exit code 2), naming the setting.
     let (code, stderr) = output(Command::new(&cp).arg("--config").arg(&file));
-    assert_eq!(code, 1, "{stderr}");
+    assert_eq!(code, 2, "{stderr}");
     assert!(stderr.contains("--heartbeat-interval-ms"), "{stderr}");
 
     // Flag over env: the flag's unusable value wins over the env's good one.
@@ -54,7 +54,7 @@ async fn flag_beats_env_beats_file() {
             .args(["--heartbeat-interval-ms", "7000"])
             .env("WHARF_HEARTBEAT_INTERVAL_MS", "1000"),
     );
-    assert_eq!(code, 1, "{stderr}");
+    assert_eq!(code, 2, "{stderr}");
     assert!(stderr.contains("--heartbeat-interval-ms"), "{stderr}");
 
     // Env over file: starts, on the file's data dir and address.

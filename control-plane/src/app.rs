@@ -139,6 +139,17 @@ pub enum StartError {
 }
 
 impl StartError {
+    /// The process's exit code for this error: [`crate::launch::EXIT_BAD_SETTINGS`] for
+    /// a setting out of range (as for one that does not parse), 1 otherwise.
+    pub fn exit_code(&self) -> std::process::ExitCode {
+        match self {
+            StartError::InvalidSetting { .. } => {
+                std::process::ExitCode::from(crate::launch::EXIT_BAD_SETTINGS)
+            }
+            _ => std::process::ExitCode::FAILURE,
+        }
+    }
+
     /// What the operator can do about a start failure.
     pub fn hint(&self) -> Option<String> {
         match self {

@@ -102,7 +102,7 @@ pub async fn run(settings: Settings) -> ExitCode {
             if let Some(hint) = e.hint() {
                 eprintln!("hint: {hint}");
             }
-            ExitCode::FAILURE
+            e.exit_code()
         }
     }
 }

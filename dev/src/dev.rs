@@ -99,7 +99,10 @@ pub async fn run_to_exit(
             if let Some(hint) = e.hint() {
                 eprintln!("hint: {hint}");
             }
-            std::process::ExitCode::FAILURE
+            match e {
+                DevError::ControlPlane(e) => e.exit_code(),
+                _ => std::process::ExitCode::FAILURE,
+            }
         }
     }
 }
