@@ -370,31 +370,20 @@ impl TraceContext {
 
     /// Injects this context as `traceparent` into `metadata`.
     pub fn inject(&self, metadata: &mut MetadataMap) {
-        let span = self.0.span();
-        let sc = span.span_context();
-        if !sc.is_valid() {
-            return;
+        if self.is_valid() {
+            TraceContextPropagator::new().inject_context(&self.0, &mut MetadataInjector(metadata));
         }
-        // A context without `tracestate` (every one Wharf makes) is written directly: the
-        // propagator formats it through `format!` and parses the header name on every
-        // call, on the path of each of a deletion's stops.
-        if sc.trace_state().header().is_empty()
-            && let Ok(mut v) = MetadataValue::try_from(traceparent_v00(sc).as_str())
-        {
-            v.set_sensitive(true);
-            metadata.insert(MetadataKey::from_static(TRACEPARENT), v);
-            return;
-        }
-        TraceContextPropagator::new().inject_context(&self.0, &mut MetadataInjector(metadata));
     }
 
     /// Its W3C `traceparent` value (`00-<trace id>-<span id>-<flags>`, 55 characters),
     /// sampled or not, to be kept where a later process reads it ([`TraceContext::
     /// from_traceparent`]); `None` when it names no trace.
     pub fn traceparent(&self) -> Option<String> {
-        let span = self.0.span();
-        let sc = span.span_context();
-        sc.is_valid().then(|| traceparent_v00(sc))
+        let mut carrier = std::collections::HashMap::new();
+        if self.is_valid() {
+            TraceContextPropagator::new().inject_context(&self.0, &mut carrier);
+        }
+        carrier.remove(TRACEPARENT)
     }
 
     /// The context a `traceparent` value names (as kept by [`TraceContext::traceparent`],
@@ -403,9 +392,6 @@ impl TraceContext {
     pub fn from_traceparent(value: &str) -> Self {
         if value.is_empty() {
             return Self::default();
-        }
-        if let Some(sc) = parse_traceparent_v00(value) {
-            return Self(opentelemetry::Context::current().with_remote_span_context(sc));
         }
         let carrier = std::collections::HashMap::from([(TRACEPARENT.to_owned(), value.to_owned())]);
         Self(TraceContextPropagator::new().extract(&carrier))
@@ -510,147 +496,18 @@ const TRACESTATE: &str = "tracestate";
 /// headers; empty when there is none or it does not parse.
 pub fn parent_from_headers(headers: &http::HeaderMap) -> TraceContext {
     // Most calls carry none (pollers, heartbeats, an untraced herder's starts, every call
-    // with export off): no propagator work for them. The names are looked up as
-    // `HeaderName`s: a `&str` is parsed and hashed anew on each lookup.
+    // with export off): no propagator work for them. The name is looked up as a
+    // `HeaderName`: a `&str` is parsed and hashed anew on each lookup.
     static TRACEPARENT_NAME: http::HeaderName = http::HeaderName::from_static(TRACEPARENT);
-    static TRACESTATE_NAME: http::HeaderName = http::HeaderName::from_static(TRACESTATE);
-    let Some(value) = headers.get(&TRACEPARENT_NAME) else {
+    if !headers.contains_key(&TRACEPARENT_NAME) {
         return TraceContext::default();
-    };
-    // The form Wharf sends (version 00, lowercase, no `tracestate`) is read directly;
-    // anything else goes to the SDK's propagator, which knows every rule of the format.
-    if !headers.contains_key(&TRACESTATE_NAME)
-        && let Some(sc) = value.to_str().ok().and_then(parse_traceparent_v00)
-    {
-        return TraceContext(opentelemetry::Context::current().with_remote_span_context(sc));
     }
     TraceContext(TraceContextPropagator::new().extract(&HeaderExtractor(headers)))
-}
-
-/// The W3C `traceparent` of `sc` (version 00: `00-<32 hex>-<16 hex>-<2 hex>`, 55 bytes,
-/// lowercase; only the sampled flag is kept), as the SDK's propagator writes it.
-fn traceparent_v00(sc: &opentelemetry::trace::SpanContext) -> String {
-    fn push_hex(out: &mut String, bytes: &[u8]) {
-        const HEX: &[u8; 16] = b"0123456789abcdef";
-        for b in bytes {
-            out.push(char::from(HEX[usize::from(b >> 4)]));
-            out.push(char::from(HEX[usize::from(b & 0x0f)]));
-        }
-    }
-    let flags = (sc.trace_flags() & opentelemetry::trace::TraceFlags::SAMPLED).to_u8();
-    let mut out = String::with_capacity(55);
-    out.push_str("00");
-    for part in [
-        &sc.trace_id().to_bytes()[..],
-        &sc.span_id().to_bytes()[..],
-        &[flags][..],
-    ] {
-        out.push('-');
-        push_hex(&mut out, part);
-    }
-    out
-}
-
-/// The remote span context of a version-00 `traceparent` in its canonical form (55 bytes,
-/// lowercase hex, trace and parent ids not all zero); `None` for anything else, which the
-/// SDK's propagator then reads (other versions, uppercase, malformed values). Only the
-/// sampled flag is kept, as the propagator does.
-fn parse_traceparent_v00(value: &str) -> Option<opentelemetry::trace::SpanContext> {
-    fn hex<const N: usize>(s: &[u8]) -> Option<[u8; N]> {
-        let digit = |c: u8| match c {
-            b'0'..=b'9' => Some(c - b'0'),
-            b'a'..=b'f' => Some(c - b'a' + 10),
-            _ => None,
-        };
-        let mut out = [0u8; N];
-        for (i, pair) in s.chunks_exact(2).enumerate() {
-            *out.get_mut(i)? = digit(pair[0])? << 4 | digit(pair[1])?;
-        }
-        Some(out)
-    }
-    let b = value.as_bytes();
-    if b.len() != 55 || &b[..3] != b"00-" || b[35] != b'-' || b[52] != b'-' {
-        return None;
-    }
-    let trace_id = opentelemetry::trace::TraceId::from_bytes(hex::<16>(&b[3..35])?);
-    let span_id = opentelemetry::trace::SpanId::from_bytes(hex::<8>(&b[36..52])?);
-    let [flags] = hex::<1>(&b[53..55])?;
-    let sc = opentelemetry::trace::SpanContext::new(
-        trace_id,
-        span_id,
-        opentelemetry::trace::TraceFlags::new(flags) & opentelemetry::trace::TraceFlags::SAMPLED,
-        true,
-        opentelemetry::trace::TraceState::default(),
-    );
-    sc.is_valid().then_some(sc)
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    /// What the SDK's propagator reads from a `traceparent` alone.
-    fn by_propagator(value: &str) -> opentelemetry::trace::SpanContext {
-        let carrier = std::collections::HashMap::from([(TRACEPARENT.to_owned(), value.to_owned())]);
-        TraceContextPropagator::new()
-            .extract(&carrier)
-            .span()
-            .span_context()
-            .clone()
-    }
-
-    #[test]
-    fn a_canonical_traceparent_is_read_as_the_propagator_reads_it() {
-        for value in [
-            "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01",
-            "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-00",
-            // Flags other than sampled are dropped, as the propagator drops them.
-            "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-03",
-            "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-02",
-            "00-00000000000000000000000000000001-0000000000000001-01",
-        ] {
-            let fast = parse_traceparent_v00(value).expect(value);
-            assert_eq!(fast, by_propagator(value), "{value}");
-        }
-    }
-
-    #[test]
-    fn any_other_traceparent_is_left_to_the_propagator() {
-        for value in [
-            "",
-            "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331",
-            "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01-",
-            "00-0AF7651916CD43DD8448EB211C80319C-b7ad6b7169203331-01",
-            "00-00000000000000000000000000000000-b7ad6b7169203331-01",
-            "00-0af7651916cd43dd8448eb211c80319c-0000000000000000-01",
-            "01-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01",
-            "ff-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01",
-            "00_0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01",
-            "00-0af7651916cd43dd8448eb211c80319g-b7ad6b7169203331-01",
-            "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-0x",
-            "00-+af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01",
-        ] {
-            assert_eq!(parse_traceparent_v00(value), None, "{value:?}");
-        }
-    }
-
-    #[test]
-    fn a_written_traceparent_is_what_the_propagator_writes() {
-        for value in [
-            "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01",
-            "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-00",
-            "00-ffffffffffffffffffffffffffffffff-ffffffffffffffff-01",
-        ] {
-            let sc = by_propagator(value);
-            let mut carrier = std::collections::HashMap::new();
-            TraceContextPropagator::new().inject_context(
-                &opentelemetry::Context::new().with_remote_span_context(sc.clone()),
-                &mut carrier,
-            );
-            assert_eq!(traceparent_v00(&sc), carrier[TRACEPARENT]);
-            assert_eq!(traceparent_v00(&sc), value);
-        }
-    }
 
     /// The spans a test's tracer ended, in order.
     #[derive(Debug, Clone, Default)]

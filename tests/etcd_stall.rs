@@ -19,7 +19,7 @@ use wharf_harness::wait_until;
 /// Election TTL of the control plane, in seconds: the leader keeps leading through the
 /// stall (it steps down between a third and two thirds of the TTL into one, docs/state.md;
 /// past that a stall is a failover, tests/etcd_failover.rs).
-const ELECTION_TTL_SECS: &str = "60";
+const ELECTION_TTL_SECS: u32 = 60;
 
 /// The control plane's log line of a herder pass that failed (its store read timed out
 /// while etcd was frozen).
@@ -28,18 +28,7 @@ const PASS_FAILED: &str = "herder pass failed";
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_frozen_etcd_stops_no_task_while_the_leader_holds_the_leases() {
     let etcd = TestEtcd::start();
-    let c = TestCluster::start_with(
-        1,
-        vec![
-            "--store".into(),
-            "etcd".into(),
-            "--etcd-endpoints".into(),
-            etcd.endpoint.clone(),
-            "--etcd-election-ttl-secs".into(),
-            ELECTION_TTL_SECS.into(),
-        ],
-    )
-    .await;
+    let c = TestCluster::start_with(1, etcd.store_flags(ELECTION_TTL_SECS)).await;
     let name = "steady";
     let r = c.call(
         "CreateConnector",

@@ -173,16 +173,11 @@ async fn health_is_not_serving_while_etcd_is_stopped() {
     // page renders would then hold every worker (see the end of the test).
     let c = TestCluster::start_secured_with_env(
         1,
-        vec![
-            "--store".into(),
-            "etcd".into(),
-            "--etcd-endpoints".into(),
-            etcd.endpoint.clone(),
-            "--etcd-election-ttl-secs".into(),
-            "2".into(),
-            "--metrics-listen".into(),
-            metrics.clone(),
-        ],
+        [
+            etcd.store_flags(2),
+            vec!["--metrics-listen".into(), metrics.clone()],
+        ]
+        .concat(),
         false,
         &[("TOKIO_WORKER_THREADS", "2")],
     )

@@ -105,6 +105,9 @@ pub struct Cluster {
     /// The last walk of the instances recorded RUNNING: when it began, what it cost, and
     /// what it found (shared by heartbeats, [`hosted::walk_reusable`]).
     recorded_running: Mutex<Option<(Instant, Duration, Arc<RecordedRunning>)>>,
+    /// Held by the one correction that walks; the others wait for its walk without
+    /// holding a thread ([`Cluster::recorded_running`]).
+    walking: tokio::sync::Mutex<()>,
     /// Lost executors (with the lost epoch) and since when this process saw them lost.
     lost_since: Mutex<HashMap<String, (u64, Instant)>>,
     /// Final records of recently finished deletions, by connector name, with when they
@@ -333,6 +336,7 @@ impl Cluster {
             correcting: Mutex::new(HashSet::new()),
             hosted_missing: Mutex::new(HashMap::new()),
             recorded_running: Mutex::new(None),
+            walking: tokio::sync::Mutex::new(()),
             lost_since: Mutex::new(HashMap::new()),
         }))
     }
@@ -452,16 +456,19 @@ impl Cluster {
     /// registration resets it in [`Cluster::verify`], before the probe that may record
     /// a failure again.
     pub fn grant_lease(&self, id: &str, epoch: u64) {
-        self.leases().insert(
-            id.to_owned(),
-            Lease {
-                epoch,
-                expires: Instant::now() + Duration::from_millis(u64::from(self.lease.lease_ms)),
-                last_heartbeat_ms: now_ms(),
-                last_seen: Instant::now(),
-            },
-        );
+        self.leases()
+            .insert(id.to_owned(), self.lease_from_now(epoch));
         self.wake();
+    }
+
+    /// A lease at `epoch` that runs one lease length from now, heard from now.
+    fn lease_from_now(&self, epoch: u64) -> Lease {
+        Lease {
+            epoch,
+            expires: Instant::now() + Duration::from_millis(u64::from(self.lease.lease_ms)),
+            last_heartbeat_ms: now_ms(),
+            last_seen: Instant::now(),
+        }
     }
 
     /// Renews the lease of `id` at `epoch`; false when that epoch holds no lease (fenced
@@ -499,22 +506,15 @@ impl Cluster {
         }
         match self.store.executor(id) {
             Ok(Some(e)) if e.epoch == epoch && !e.lost => {
-                // Not over a lease granted meanwhile (the term's grants, a registration).
-                let mut leases = self.leases();
-                if leases.contains_key(id) {
-                    return leases.get(id).is_some_and(|l| l.epoch == epoch);
+                match self.leases().entry(id.to_owned()) {
+                    // Granted meanwhile (the term's grants, a registration): not replaced.
+                    std::collections::hash_map::Entry::Occupied(held) => {
+                        return held.get().epoch == epoch;
+                    }
+                    std::collections::hash_map::Entry::Vacant(free) => {
+                        free.insert(self.lease_from_now(epoch));
+                    }
                 }
-                leases.insert(
-                    id.to_owned(),
-                    Lease {
-                        epoch,
-                        expires: Instant::now()
-                            + Duration::from_millis(u64::from(self.lease.lease_ms)),
-                        last_heartbeat_ms: now_ms(),
-                        last_seen: Instant::now(),
-                    },
-                );
-                drop(leases);
                 info!(executor = %id, epoch, "lease adopted from the store (new term)");
                 self.wake();
                 true
@@ -928,11 +928,12 @@ impl Cluster {
     }
 
     /// The instances recorded RUNNING, by executor and epoch: a fresh walk of the cluster,
-    /// or the last one while [`hosted::walk_reusable`] says so.
-    /// Not locked across the store read: a heartbeat's correction that waits on the
-    /// store (an etcd that stopped answering: up to its call timeout) must not hold
-    /// the others' threads on the lock (two walks at once cost a read more).
-    fn recorded_running(&self) -> Result<Arc<RecordedRunning>, StoreError> {
+    /// or the last one while [`hosted::walk_reusable`] says so. One correction walks at a
+    /// time and the others reuse its walk; they wait on an async lock, so a walk that
+    /// waits on the store (an etcd that stopped answering: up to its call timeout) holds
+    /// no other thread.
+    async fn recorded_running(&self) -> Result<Arc<RecordedRunning>, StoreError> {
+        let _walking = self.walking.lock().await;
         let interval = Duration::from_millis(u64::from(self.lease.heartbeat_interval_ms));
         let last = || {
             self.recorded_running
@@ -1009,7 +1010,10 @@ impl Cluster {
         epoch: u64,
         hosted: std::collections::BTreeSet<InstanceKey>,
     ) -> Result<(), HerderError> {
-        let now = self.recorded_running()?.missing(executor, epoch, &hosted);
+        let now = self
+            .recorded_running()
+            .await?
+            .missing(executor, epoch, &hosted);
         let gone = {
             let mut map = self
                 .hosted_missing

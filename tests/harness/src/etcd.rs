@@ -74,6 +74,19 @@ impl TestEtcd {
         }
     }
 
+    /// A control plane's flags for this etcd (plaintext, default prefix) with an election
+    /// TTL of `election_ttl_secs`, to add to a [`crate::cluster::TestCluster`]'s.
+    pub fn store_flags(&self, election_ttl_secs: u32) -> Vec<String> {
+        vec![
+            "--store".into(),
+            "etcd".into(),
+            "--etcd-endpoints".into(),
+            self.endpoint.clone(),
+            "--etcd-election-ttl-secs".into(),
+            election_ttl_secs.to_string(),
+        ]
+    }
+
     /// Freezes etcd (SIGSTOP) and waits until every thread of it stopped: its port still
     /// accepts connections, but no call is answered, so a client waits for its own
     /// timeout (a stopped etcd refuses at once instead). [`TestEtcd::thaw`] resumes it.
