@@ -56,10 +56,9 @@ pub struct ExecutorConfig {
     /// Worker threads of the plugin runtime, which runs the plugin calls of every instance
     /// (docs/architecture.md, "Connector SDK").
     pub plugin_threads: NonZeroUsize,
-    /// NATS URL of the JetStream record log; `None` uses the embedded log in the data dir.
-    pub nats_url: Option<String>,
-    /// TLS and credentials of the NATS connection (docs/security.md).
-    pub nats_security: crate::log::NatsSecurity,
+    /// The record log and its backend's settings (`--record-log`); [`ExecutorConfig::new`]
+    /// sets the embedded log in `<data_dir>/log` (set it again after changing `data_dir`).
+    pub record_log: LogConfig,
     /// Plugins this executor runs.
     pub plugins: Vec<Plugin>,
     /// The file plugins' root (`--file-root`), canonical; `None`: no file plugins. The
@@ -90,16 +89,16 @@ impl ExecutorConfig {
         control_plane: impl Into<String>,
         data_dir: impl Into<PathBuf>,
     ) -> Self {
+        let data_dir = data_dir.into();
         Self {
             listen,
             control_plane: control_plane.into(),
-            data_dir: data_dir.into(),
+            record_log: LogConfig::embedded(&data_dir),
+            data_dir,
             advertise: None,
             executor_id: None,
             graceful_timeout: Duration::from_millis(DEFAULT_GRACEFUL_TIMEOUT_MS),
             plugin_threads: DEFAULT_PLUGIN_THREADS,
-            nats_url: None,
-            nats_security: crate::log::NatsSecurity::default(),
             plugins: wharf_connectors::builtin_plugins(None),
             file_root: None,
             tls: None,
@@ -207,7 +206,7 @@ impl AppError {
                 path.display()
             )),
             AppError::RecordLog(_) => Some(
-                "without --nats-url: another executor may be using this --data-dir (stop it or choose another); with it: check that NATS runs with JetStream enabled (nats-server -js) at that URL".into(),
+                "with the embedded log (--record-log embedded, the default): another executor may be using this --data-dir (stop it or choose another); with --record-log nats://... (or --nats-url): check that NATS runs with JetStream enabled (nats-server -js) at that URL".into(),
             ),
             AppError::Registry(_) => Some(
                 "check --control-plane: a URL like http://127.0.0.1:7000 (https:// needs --tls-cert/--tls-key/--tls-ca)".into(),
@@ -243,8 +242,7 @@ impl ExecutorApp {
             executor_id,
             graceful_timeout,
             plugin_threads,
-            nats_url,
-            nats_security,
+            record_log,
             plugins,
             file_root,
             tls,
@@ -253,42 +251,20 @@ impl ExecutorApp {
             log_format: _,
             otlp_endpoint: _,
         } = config;
-        match wharf::tls::bind_decision(&listen, tls.is_some(), insecure) {
-            wharf::tls::BindDecision::Tls | wharf::tls::BindDecision::PlaintextLoopback => {}
-            wharf::tls::BindDecision::PlaintextInsecure => tracing::warn!(
-                addr = %listen,
-                "--insecure: plaintext listener on a non-loopback address; anyone who reaches it can stop this executor's work"
-            ),
-            wharf::tls::BindDecision::Refuse => return Err(AppError::Insecure(listen)),
-        }
-        let tls = tls
-            .map(wharf::tls::Tls::load)
-            .transpose()
-            .map_err(|e| AppError::Tls(e.to_string()))?;
-        let cert_id = match tls.as_ref().map(|t| t.identity()) {
-            None => None,
-            Some(wharf::identity::Identity::Executor(id)) => Some(id),
-            Some(other) => {
-                return Err(AppError::Tls(format!(
-                    "--tls-cert names {other}, not an executor (spiffe://wharf/executor/<id>)"
-                )));
-            }
-        };
+        let tls = listener_tls(listen, tls, insecure)?;
+        let cert_id = certificate_executor_id(tls.as_ref())?;
         std::fs::create_dir_all(&data_dir).map_err(|source| AppError::DataDir {
             path: data_dir.clone(),
             source,
         })?;
         let executor_id = resolve_executor_id(executor_id, cert_id, &data_dir)?;
-        let listener = tokio::net::TcpListener::bind(listen)
-            .await
-            .map_err(|source| AppError::Bind {
-                addr: listen,
-                source,
-            })?;
-        let local_addr = listener.local_addr().map_err(|source| AppError::Bind {
-            addr: listen,
-            source,
-        })?;
+        let (listener, local_addr) =
+            wharf::observability::bind(listen)
+                .await
+                .map_err(|source| AppError::Bind {
+                    addr: listen,
+                    source,
+                })?;
         let metrics = match metrics_listen {
             None => None,
             Some(addr) => Some(
@@ -302,17 +278,9 @@ impl ExecutorApp {
             || default_advertise(local_addr, scheme),
             |a| with_scheme(&a, scheme),
         );
-
-        let log_spec = nats_url.as_deref().unwrap_or("embedded");
-        let mut log_config =
-            LogConfig::from_spec(log_spec, &data_dir).map_err(AppError::RecordLog)?;
-        if let LogConfig::JetStream { options, .. } = &mut log_config {
-            options.security = nats_security;
-        }
-        let log = crate::log::open(&log_config)
+        let log = crate::log::open(&record_log)
             .await
             .map_err(AppError::RecordLog)?;
-
         let plugin_infos = plugins.iter().map(wharf::wire::plugin_info).collect();
         let registry = Arc::new(
             Registry::with_tls(
@@ -338,67 +306,27 @@ impl ExecutorApp {
                 source,
             })?,
         );
-
-        // Each handler makes its call's spans, exported and for the log lines
-        // (wharf::trace::DirectSpan::server).
-        let router =
-            tonic::transport::Server::builder().add_service(ExecutorServer::with_interceptor(
-                ExecutorService::new(host.clone()),
-                crate::peer_auth::only_control_plane,
-            ));
-        let (router, health) = wharf::server::add_common_services(
-            router,
-            &[wharf::pb::v1::executor_server::SERVICE_NAME],
-        )
-        .map_err(|e| AppError::Reflection(e.to_string()))?;
+        let (router, health) = executor_router(host.clone())?;
         write_listen_addr(&data_dir, local_addr)?;
         let cancel = CancellationToken::new();
         let probe = Arc::new(crate::observe::ExecutorProbe::new(
             host.clone(),
             registry.clone(),
         ));
-        // grpc.health.v1 follows the registration: NOT_SERVING until registered, and
-        // while fenced (docs/observability.md, "Health").
-        let health_loop = spawn(TaskKind::Service, "health", {
-            let registry = registry.clone();
-            wharf::observability::watch_health(
-                "registered",
-                std::time::Duration::from_millis(crate::observe::HEALTH_INTERVAL_MS),
-                move || std::future::ready(crate::observe::registry_health(&registry)),
-                health,
-                &[wharf::pb::v1::executor_server::SERVICE_NAME],
-                cancel.child_token(),
-            )
-        });
         let metrics_addr = metrics.as_ref().map(|(_, bound)| *bound);
-        let metrics_loop = metrics.map(|bound| {
+        let mut loops = vec![spawn_health_loop(&registry, health, &cancel)];
+        loops.extend(metrics.map(|bound| {
             wharf::observability::spawn_serve(
                 TaskKind::Service,
                 bound,
                 vec![probe.clone()],
                 cancel.child_token().cancelled_owned(),
             )
-        });
-        let server_cancel = cancel.child_token();
-        let server_tls = tls.clone();
-        let mut loops_extra = Vec::new();
-        if let Some(t) = &tls {
-            loops_extra.push(t.spawn_reloader(cancel.child_token()));
-        }
-        let server = spawn(TaskKind::Service, "executor grpc server", async move {
-            // TCP_NODELAY: without it a second small answer on a connection waits for the
-            // peer's delayed ACK (about 40 ms on Linux), as StopTask answers in a fan-out did.
-            let incoming = wharf::tls::serve_incoming(listener, server_tls);
-            if let Err(e) = router
-                .serve_with_incoming_shutdown(incoming, server_cancel.cancelled_owned())
-                .await
-            {
-                tracing::error!(error = %e, "executor gRPC server failed");
-            }
-        });
+        }));
+        loops.extend(tls.as_ref().map(|t| t.spawn_reloader(cancel.child_token())));
+        let server = spawn_server(router, listener, tls, cancel.child_token());
         let hosted = host.clone();
         registry.report_hosted(Arc::new(move || crate::grpc::hosted_wire(&hosted)));
-        let mut loops = Vec::new();
         if let Some(fences) = registry.take_fences() {
             loops.push(spawn(
                 TaskKind::Service,
@@ -407,11 +335,8 @@ impl ExecutorApp {
             ));
         }
         loops.extend(registry.run(cancel.child_token()));
-        loops.extend(loops_extra);
-        loops.push(health_loop);
-        loops.extend(metrics_loop);
         tracing::info!(executor = %executor_id, listen = %local_addr, advertised = %advertised, control_plane = %control_plane,
-            record_log = log_spec, plugin_threads = plugin_threads.get(),
+            record_log = %record_log, plugin_threads = plugin_threads.get(),
             file_root = %file_root.as_deref().map_or_else(|| "none (no file plugins)".into(), |p| p.display().to_string()),
             "executor serving");
         Ok(RunningExecutor {
@@ -427,6 +352,109 @@ impl ExecutorApp {
             loops,
         })
     }
+}
+
+/// The TLS of the Executor listener on `listen`, loaded; refuses a plaintext listener on
+/// a non-loopback address without `insecure` (and warns with it).
+///
+/// # Errors
+/// [`AppError::Insecure`], or [`AppError::Tls`] when the files do not load.
+fn listener_tls(
+    listen: SocketAddr,
+    tls: Option<wharf::tls::TlsFiles>,
+    insecure: bool,
+) -> Result<Option<Arc<wharf::tls::Tls>>, AppError> {
+    match wharf::tls::bind_decision(&listen, tls.is_some(), insecure) {
+        wharf::tls::BindDecision::Tls | wharf::tls::BindDecision::PlaintextLoopback => {}
+        wharf::tls::BindDecision::PlaintextInsecure => tracing::warn!(
+            addr = %listen,
+            "--insecure: plaintext listener on a non-loopback address; anyone who reaches it can stop this executor's work"
+        ),
+        wharf::tls::BindDecision::Refuse => return Err(AppError::Insecure(listen)),
+    }
+    tls.map(wharf::tls::Tls::load)
+        .transpose()
+        .map_err(|e| AppError::Tls(e.to_string()))
+}
+
+/// The executor id the certificate names, if TLS is on.
+///
+/// # Errors
+/// [`AppError::Tls`] when the certificate names something other than an executor.
+fn certificate_executor_id(tls: Option<&Arc<wharf::tls::Tls>>) -> Result<Option<String>, AppError> {
+    match tls.map(|t| t.identity()) {
+        None => Ok(None),
+        Some(wharf::identity::Identity::Executor(id)) => Ok(Some(id)),
+        Some(other) => Err(AppError::Tls(format!(
+            "--tls-cert names {other}, not an executor (spiffe://wharf/executor/<id>)"
+        ))),
+    }
+}
+
+/// The gRPC router: the Executor service (only the control plane may call it), with
+/// reflection and health beside it.
+///
+/// # Errors
+/// [`AppError::Reflection`] (a build defect).
+fn executor_router(
+    host: Arc<Host>,
+) -> Result<
+    (
+        tonic::transport::server::Router,
+        tonic_health::server::HealthReporter,
+    ),
+    AppError,
+> {
+    // Each handler makes its call's spans, exported and for the log lines
+    // (wharf::trace::DirectSpan::server).
+    let router = tonic::transport::Server::builder().add_service(ExecutorServer::with_interceptor(
+        ExecutorService::new(host),
+        crate::peer_auth::only_control_plane,
+    ));
+    wharf::server::add_common_services(router, &[wharf::pb::v1::executor_server::SERVICE_NAME])
+        .map_err(|e| AppError::Reflection(e.to_string()))
+}
+
+/// grpc.health.v1 follows the registration: NOT_SERVING until registered, and while
+/// fenced (docs/observability.md, "Health").
+fn spawn_health_loop(
+    registry: &Arc<Registry>,
+    health: tonic_health::server::HealthReporter,
+    cancel: &CancellationToken,
+) -> JoinHandle<()> {
+    let registry = registry.clone();
+    spawn(
+        TaskKind::Service,
+        "health",
+        wharf::observability::watch_health(
+            "registered",
+            Duration::from_millis(crate::observe::HEALTH_INTERVAL_MS),
+            move || std::future::ready(crate::observe::registry_health(&registry)),
+            health,
+            &[wharf::pb::v1::executor_server::SERVICE_NAME],
+            cancel.child_token(),
+        ),
+    )
+}
+
+/// Serves `router` on `listener` until `cancel`.
+fn spawn_server(
+    router: tonic::transport::server::Router,
+    listener: tokio::net::TcpListener,
+    tls: Option<Arc<wharf::tls::Tls>>,
+    cancel: CancellationToken,
+) -> JoinHandle<()> {
+    spawn(TaskKind::Service, "executor grpc server", async move {
+        // TCP_NODELAY: without it a second small answer on a connection waits for the
+        // peer's delayed ACK (about 40 ms on Linux), as StopTask answers in a fan-out did.
+        let incoming = wharf::tls::serve_incoming(listener, tls);
+        if let Err(e) = router
+            .serve_with_incoming_shutdown(incoming, cancel.cancelled_owned())
+            .await
+        {
+            tracing::error!(error = %e, "executor gRPC server failed");
+        }
+    })
 }
 
 /// A started executor.

@@ -4,7 +4,7 @@
 
 use std::net::SocketAddr;
 use std::num::NonZeroUsize;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use clap::Parser;
@@ -17,6 +17,7 @@ use wharf::config::{layer, required};
 use crate::app::{
     DEFAULT_GRACEFUL_TIMEOUT_MS, DEFAULT_PLUGIN_THREADS, ExecutorConfig, MAX_PLUGIN_THREADS,
 };
+use crate::log::{LogConfig, LogError, NatsCredentials, NatsSecurity};
 
 /// Wharf executor: runs connector instances and tasks assigned by the control plane and
 /// stops them with connector_deleted=true only when their connector was deleted
@@ -75,27 +76,32 @@ pub struct Cli {
         allow_negative_numbers = true
     )]
     pub plugin_threads: Option<usize>,
-    /// NATS URL for the JetStream record log (needed when executors run on several
-    /// hosts); without it records go to the embedded log under <data-dir>/log.
-    /// [default: none, embedded log]
+    /// The record log between source and sink tasks: `embedded` (files in
+    /// <data-dir>/log, for executors on one host) or
+    /// `nats://HOST:PORT[,nats://HOST:PORT...][?replicas=N]` (NATS JetStream, needed as
+    /// soon as executors run on several hosts; tls:// for TLS). [default: embedded]
+    #[arg(long, env = "WHARF_RECORD_LOG", value_name = "SPEC")]
+    pub record_log: Option<String>,
+    /// Alias of --record-log for a NATS URL (kept from before --record-log); given with
+    /// a different --record-log, the start is refused.
     #[arg(long, env = "WHARF_NATS_URL", value_name = "URL")]
     pub nats_url: Option<String>,
-    /// With --nats-url: PEM CA of the NATS server's certificate; the connection then
+    /// With a NATS record log: PEM CA of the NATS server's certificate; the connection then
     /// requires TLS (a tls:// URL too).
     #[arg(long, env = "WHARF_NATS_CACERT", value_name = "FILE")]
     pub nats_cacert: Option<PathBuf>,
-    /// With --nats-url: PEM client certificate, for a server whose tls block has
+    /// With a NATS record log: PEM client certificate, for a server whose tls block has
     /// `verify: true` (with --nats-key).
     #[arg(long, env = "WHARF_NATS_CERT", value_name = "FILE")]
     pub nats_cert: Option<PathBuf>,
-    /// With --nats-url: PEM private key of --nats-cert.
+    /// With a NATS record log: PEM private key of --nats-cert.
     #[arg(long, env = "WHARF_NATS_KEY", value_name = "FILE")]
     pub nats_key: Option<PathBuf>,
-    /// With --nats-url: NATS credentials file (JWT and NKey seed, as `nsc` writes it).
+    /// With a NATS record log: NATS credentials file (JWT and NKey seed, as `nsc` writes it).
     /// Not with --nats-user.
     #[arg(long, env = "WHARF_NATS_CREDS", value_name = "FILE")]
     pub nats_creds: Option<PathBuf>,
-    /// With --nats-url: NATS user; its password comes from --nats-password-file or the
+    /// With a NATS record log: NATS user; its password comes from --nats-password-file or the
     /// WHARF_NATS_PASSWORD variable.
     #[arg(long, env = "WHARF_NATS_USER", value_name = "NAME")]
     pub nats_user: Option<String>,
@@ -158,7 +164,9 @@ pub struct FileConfig {
     pub graceful_timeout_ms: Option<u64>,
     /// See `--plugin-threads`.
     pub plugin_threads: Option<usize>,
-    /// See `--nats-url`.
+    /// See `--record-log`.
+    pub record_log: Option<String>,
+    /// See `--nats-url` (an alias of `record_log`).
     pub nats_url: Option<String>,
     /// See `--nats-cacert`.
     pub nats_cacert: Option<PathBuf>,
@@ -237,6 +245,7 @@ impl Cli {
             executor_id,
             graceful_timeout_ms,
             plugin_threads,
+            record_log,
             nats_url,
             nats_cacert,
             nats_cert,
@@ -259,6 +268,7 @@ impl Cli {
             executor_id: file_executor_id,
             graceful_timeout_ms: file_graceful_timeout_ms,
             plugin_threads: file_plugin_threads,
+            record_log: file_record_log,
             nats_url: file_nats_url,
             nats_cacert: file_nats_cacert,
             nats_cert: file_nats_cert,
@@ -293,23 +303,7 @@ impl Cli {
             file_control_plane,
             ("--control-plane", "WHARF_CONTROL_PLANE", "control_plane"),
         )?;
-        let urls: Vec<&str> = control_plane.split(',').map(str::trim).collect();
-        for url in &urls {
-            if !(url.starts_with("http://") || url.starts_with("https://")) {
-                return Err(ConfigError::Invalid {
-                    field: "--control-plane",
-                    reason: format!(
-                        "{url:?} is not a URL; write it like http://127.0.0.1:7000 (several: separated by commas)"
-                    ),
-                });
-            }
-            if let Some(reason) = plaintext_url_with_tls(url, tls.is_some()) {
-                return Err(ConfigError::Invalid {
-                    field: "--control-plane",
-                    reason,
-                });
-            }
-        }
+        check_control_plane_urls(&control_plane, tls.is_some())?;
         let data_dir = required(
             data_dir,
             file_data_dir,
@@ -329,7 +323,6 @@ impl Cli {
             plugin_threads_setting(layer(plugin_threads, file_plugin_threads, || {
                 DEFAULT_PLUGIN_THREADS.get()
             }))?;
-        out.nats_url = nats_url.or(file_nats_url);
         let password = match (
             nats_password_file.or(file_nats_password_file),
             nats_password_env,
@@ -345,16 +338,19 @@ impl Cli {
                 });
             }
         };
-        out.nats_security = nats_security(
-            out.nats_url.is_some(),
-            NatsSettings {
-                ca: nats_cacert.or(file_nats_cacert),
-                cert: nats_cert.or(file_nats_cert),
-                key: nats_key.or(file_nats_key),
-                creds: nats_creds.or(file_nats_creds),
-                user: nats_user.or(file_nats_user),
-                password,
-            },
+        let nats = nats_security(NatsSettings {
+            ca: nats_cacert.or(file_nats_cacert),
+            cert: nats_cert.or(file_nats_cert),
+            key: nats_key.or(file_nats_key),
+            creds: nats_creds.or(file_nats_creds),
+            user: nats_user.or(file_nats_user),
+            password,
+        })?;
+        out.record_log = record_log_setting(
+            record_log.or(file_record_log),
+            nats_url.or(file_nats_url),
+            &out.data_dir,
+            nats,
         )?;
         out.plugins = plugins;
         out.file_root = file_root.map(|r| r.path().to_path_buf());
@@ -401,13 +397,48 @@ struct NatsSettings {
     password: Option<String>,
 }
 
-/// Decides the NATS link's TLS and credentials: they need `--nats-url`; a certificate
-/// comes with its key; a creds file or a user with its password, not both.
-fn nats_security(
-    has_url: bool,
-    given: NatsSettings,
-) -> Result<crate::log::NatsSecurity, ConfigError> {
-    use crate::log::{NatsCredentials, NatsSecurity};
+/// The record log: `--record-log` or its alias `--nats-url` (each flag > environment >
+/// file), read by [`LogConfig::parse`] with the NATS link's TLS and credentials; neither
+/// given, the embedded log in `data_dir`.
+///
+/// # Errors
+/// [`ConfigError::Invalid`] naming the flag whose value is wrong, or both flags when they
+/// are given with different values.
+fn record_log_setting(
+    record_log: Option<String>,
+    nats_url: Option<String>,
+    data_dir: &Path,
+    nats: NatsSecurity,
+) -> Result<LogConfig, ConfigError> {
+    let (spec, field) = match (record_log, nats_url) {
+        (Some(spec), Some(alias)) if spec.trim() != alias.trim() => {
+            return Err(ConfigError::Invalid {
+                field: "--record-log",
+                reason: format!(
+                    "{spec:?} and --nats-url {alias:?} (its alias) are both given and differ: give the record log once, with --record-log"
+                ),
+            });
+        }
+        (Some(spec), _) => (spec, "--record-log"),
+        (None, Some(alias)) => (alias, "--nats-url"),
+        (None, None) => ("embedded".to_owned(), "--record-log"),
+    };
+    LogConfig::parse(&spec, data_dir, nats).map_err(|e| invalid_log(field, e))
+}
+
+/// A record log setting the log refused, as a settings error naming `field`.
+fn invalid_log(field: &'static str, err: LogError) -> ConfigError {
+    let reason = match err {
+        LogError::InvalidConfig(reason) => reason,
+        other => other.to_string(),
+    };
+    ConfigError::Invalid { field, reason }
+}
+
+/// Decides the NATS link's TLS and credentials: a certificate comes with its key; a
+/// creds file or a user with its password, not both. Whether the record log takes them
+/// is [`LogConfig::parse`]'s decision.
+fn nats_security(given: NatsSettings) -> Result<NatsSecurity, ConfigError> {
     let NatsSettings {
         ca,
         cert,
@@ -451,18 +482,11 @@ fn nats_security(
             ));
         }
     };
-    let security = NatsSecurity {
+    Ok(NatsSecurity {
         ca,
         client_cert,
         credentials,
-    };
-    if !has_url && (security.tls() || security.credentials.is_some()) {
-        return Err(invalid(
-            "--nats-url",
-            "is required with the --nats-* TLS and credential options (without it records go to the embedded log)",
-        ));
-    }
-    Ok(security)
+    })
 }
 
 /// Checks `--plugin-threads`: at least one worker, and at most [`MAX_PLUGIN_THREADS`]
@@ -476,6 +500,31 @@ fn plugin_threads_setting(n: usize) -> Result<NonZeroUsize, ConfigError> {
                 "{n} is out of range: give 1 to {MAX_PLUGIN_THREADS} worker threads (default {DEFAULT_PLUGIN_THREADS})"
             ),
         })
+}
+
+/// Checks `--control-plane`: one or more http(s) URLs separated by commas, each fitting
+/// the TLS setting ([`plaintext_url_with_tls`]).
+///
+/// # Errors
+/// [`ConfigError::Invalid`] naming `--control-plane` and quoting the bad entry.
+fn check_control_plane_urls(urls: &str, tls: bool) -> Result<(), ConfigError> {
+    for url in urls.split(',').map(str::trim) {
+        if !(url.starts_with("http://") || url.starts_with("https://")) {
+            return Err(ConfigError::Invalid {
+                field: "--control-plane",
+                reason: format!(
+                    "{url:?} is not a URL; write it like http://127.0.0.1:7000 (several: separated by commas)"
+                ),
+            });
+        }
+        if let Some(reason) = plaintext_url_with_tls(url, tls) {
+            return Err(ConfigError::Invalid {
+                field: "--control-plane",
+                reason,
+            });
+        }
+    }
+    Ok(())
 }
 
 /// Why a control-plane URL does not fit the TLS setting: an `http://` URL with TLS
@@ -561,7 +610,11 @@ mod tests {
         let config = cli.build().expect("builds");
         assert_eq!(config.listen.to_string(), "127.0.0.2:7070");
         assert_eq!(config.executor_id.as_deref(), Some("from-flag"));
-        assert_eq!(config.nats_url.as_deref(), Some("nats://127.0.0.1:4222"));
+        assert_eq!(
+            config.record_log,
+            LogConfig::Nats(crate::log::NatsConfig::new(["nats://127.0.0.1:4222"])),
+            "nats_url in the file is the record log"
+        );
         assert_eq!(
             config.graceful_timeout,
             Duration::from_millis(DEFAULT_GRACEFUL_TIMEOUT_MS)
@@ -630,6 +683,7 @@ mod tests {
             executor_id: None,
             graceful_timeout_ms: None,
             plugin_threads: None,
+            record_log: None,
             nats_url: None,
             nats_cacert: None,
             nats_cert: None,
@@ -656,113 +710,211 @@ mod tests {
 
     #[test]
     fn nats_tls_and_credentials_need_a_nats_url() {
-        let err = nats_security(
-            false,
-            NatsSettings {
-                ca: Some("/ca.pem".into()),
-                ..NatsSettings::default()
-            },
-        )
-        .expect_err("no url");
+        let ca = nats_security(NatsSettings {
+            ca: Some("/ca.pem".into()),
+            ..NatsSettings::default()
+        })
+        .expect("a CA alone");
+        let err = record_log_setting(None, None, Path::new("/data"), ca).expect_err("no url");
         assert!(err.to_string().contains("--nats-url"), "{err}");
-        let none = nats_security(false, NatsSettings::default()).expect("nothing given");
+        let none = nats_security(NatsSettings::default()).expect("nothing given");
         assert!(!none.tls() && none.credentials.is_none());
+    }
+
+    fn record_log(
+        record_log: Option<&str>,
+        nats_url: Option<&str>,
+    ) -> Result<LogConfig, ConfigError> {
+        record_log_setting(
+            record_log.map(str::to_owned),
+            nats_url.map(str::to_owned),
+            Path::new("/data"),
+            NatsSecurity::default(),
+        )
+    }
+
+    fn nats_log(url: &str) -> LogConfig {
+        LogConfig::Nats(crate::log::NatsConfig::new([url]))
+    }
+
+    #[test]
+    fn without_a_record_log_setting_the_log_is_embedded_in_the_data_dir() {
+        assert_eq!(
+            record_log(None, None).expect("default"),
+            LogConfig::embedded(Path::new("/data"))
+        );
+    }
+
+    #[test]
+    fn record_log_takes_embedded_or_a_nats_url() {
+        assert_eq!(
+            record_log(Some("embedded"), None).expect("embedded"),
+            LogConfig::embedded(Path::new("/data"))
+        );
+        assert_eq!(
+            record_log(Some("nats://n:4222"), None).expect("nats"),
+            nats_log("nats://n:4222")
+        );
+    }
+
+    #[test]
+    fn nats_url_alone_is_the_record_log() {
+        assert_eq!(
+            record_log(None, Some("nats://n:4222")).expect("alias"),
+            nats_log("nats://n:4222")
+        );
+    }
+
+    #[test]
+    fn record_log_and_nats_url_may_both_give_the_same_log() {
+        assert_eq!(
+            record_log(Some("nats://n:4222"), Some(" nats://n:4222")).expect("same"),
+            nats_log("nats://n:4222")
+        );
+    }
+
+    #[test]
+    fn record_log_and_nats_url_that_differ_are_refused_naming_both() {
+        for (spec, alias) in [
+            ("embedded", "nats://n:4222"),
+            ("nats://a:4222", "nats://b:4222"),
+        ] {
+            let err = record_log(Some(spec), Some(alias)).expect_err("they differ");
+            let text = err.to_string();
+            assert!(
+                matches!(err, ConfigError::Invalid { .. })
+                    && text.contains("--record-log")
+                    && text.contains("--nats-url")
+                    && text.contains(spec)
+                    && text.contains(alias),
+                "{text}"
+            );
+        }
+    }
+
+    #[test]
+    fn a_bad_record_log_is_refused_naming_the_flag_and_the_accepted_forms() {
+        let text = record_log(Some("kafka://k:9092"), None)
+            .expect_err("not yet a backend")
+            .to_string();
+        assert!(
+            text.contains("--record-log")
+                && text.contains("kafka://k:9092")
+                && text.contains(crate::log::RECORD_LOG_FORMS),
+            "{text}"
+        );
+    }
+
+    #[test]
+    fn a_bad_nats_url_is_refused_naming_the_alias() {
+        let text = record_log(None, Some("nats://n:4222?replicas=9"))
+            .expect_err("replicas out of range")
+            .to_string();
+        assert!(
+            text.contains("--nats-url") && text.contains("replicas"),
+            "{text}"
+        );
+    }
+
+    #[test]
+    fn the_record_log_comes_from_the_file_and_the_flag_wins() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let file = dir.path().join("ex.toml");
+        std::fs::write(
+            &file,
+            "listen = \"127.0.0.2:7070\"\ncontrol_plane = \"http://127.0.0.1:7000\"\ndata_dir = \"/tmp/e\"\nrecord_log = \"nats://f:4222\"\n",
+        )
+        .expect("write");
+        let path = file.to_str().expect("utf8");
+        let from_file = Cli::try_parse_from(["wharf-executor", "--config", path])
+            .expect("parses")
+            .build()
+            .expect("builds");
+        assert_eq!(from_file.record_log, nats_log("nats://f:4222"));
+        let flag = Cli::try_parse_from([
+            "wharf-executor",
+            "--config",
+            path,
+            "--record-log",
+            "embedded",
+        ])
+        .expect("parses")
+        .build()
+        .expect("builds");
+        assert_eq!(
+            flag.record_log,
+            LogConfig::embedded(Path::new("/tmp/e")),
+            "the flag wins over the file"
+        );
     }
 
     #[test]
     fn a_nats_client_certificate_needs_its_key_and_the_reverse() {
-        let err = nats_security(
-            true,
-            NatsSettings {
-                cert: Some("/c".into()),
-                ..NatsSettings::default()
-            },
-        )
+        let err = nats_security(NatsSettings {
+            cert: Some("/c".into()),
+            ..NatsSettings::default()
+        })
         .expect_err("no key");
         assert!(err.to_string().contains("--nats-key"), "{err}");
-        let err = nats_security(
-            true,
-            NatsSettings {
-                key: Some("/k".into()),
-                ..NatsSettings::default()
-            },
-        )
+        let err = nats_security(NatsSettings {
+            key: Some("/k".into()),
+            ..NatsSettings::default()
+        })
         .expect_err("no cert");
         assert!(err.to_string().contains("--nats-cert"), "{err}");
-        let ok = nats_security(
-            true,
-            NatsSettings {
-                ca: Some("/ca".into()),
-                cert: Some("/c".into()),
-                key: Some("/k".into()),
-                ..NatsSettings::default()
-            },
-        )
+        let ok = nats_security(NatsSettings {
+            ca: Some("/ca".into()),
+            cert: Some("/c".into()),
+            key: Some("/k".into()),
+            ..NatsSettings::default()
+        })
         .expect("mutual TLS");
         assert!(ok.tls() && ok.client_cert.is_some());
     }
 
     #[test]
     fn nats_credentials_are_a_creds_file_or_a_user_with_a_password() {
-        let creds = nats_security(
-            true,
-            NatsSettings {
-                creds: Some("/w.creds".into()),
-                ..NatsSettings::default()
-            },
-        )
+        let creds = nats_security(NatsSettings {
+            creds: Some("/w.creds".into()),
+            ..NatsSettings::default()
+        })
         .expect("creds");
         assert!(matches!(
             creds.credentials,
             Some(crate::log::NatsCredentials::CredsFile(_))
         ));
-        let both = nats_security(
-            true,
-            NatsSettings {
-                creds: Some("/w.creds".into()),
-                user: Some("u".into()),
-                password: Some("p".into()),
-                ..NatsSettings::default()
-            },
-        )
+        let both = nats_security(NatsSettings {
+            creds: Some("/w.creds".into()),
+            user: Some("u".into()),
+            password: Some("p".into()),
+            ..NatsSettings::default()
+        })
         .expect_err("both");
         assert!(both.to_string().contains("--nats-creds"), "{both}");
-        let no_pw = nats_security(
-            true,
-            NatsSettings {
-                user: Some("u".into()),
-                ..NatsSettings::default()
-            },
-        )
+        let no_pw = nats_security(NatsSettings {
+            user: Some("u".into()),
+            ..NatsSettings::default()
+        })
         .expect_err("no password");
         assert!(no_pw.to_string().contains("password"), "{no_pw}");
-        let no_user = nats_security(
-            true,
-            NatsSettings {
-                password: Some("p".into()),
-                ..NatsSettings::default()
-            },
-        )
+        let no_user = nats_security(NatsSettings {
+            password: Some("p".into()),
+            ..NatsSettings::default()
+        })
         .expect_err("no user");
         assert!(no_user.to_string().contains("--nats-user"), "{no_user}");
-        let empty = nats_security(
-            true,
-            NatsSettings {
-                user: Some("u".into()),
-                password: Some(String::new()),
-                ..NatsSettings::default()
-            },
-        )
+        let empty = nats_security(NatsSettings {
+            user: Some("u".into()),
+            password: Some(String::new()),
+            ..NatsSettings::default()
+        })
         .expect_err("empty");
         assert!(empty.to_string().contains("empty"), "{empty}");
-        let user = nats_security(
-            true,
-            NatsSettings {
-                user: Some("u".into()),
-                password: Some("nats-s3cret".into()),
-                ..NatsSettings::default()
-            },
-        )
+        let user = nats_security(NatsSettings {
+            user: Some("u".into()),
+            password: Some("nats-s3cret".into()),
+            ..NatsSettings::default()
+        })
         .expect("user");
         assert!(!format!("{user:?}").contains("nats-s3cret"), "{user:?}");
     }

@@ -7,22 +7,24 @@
 //! Delivery is therefore at least once.
 //!
 //! Backends: [`EmbeddedLog`] (redb files under the data dir, one process) and
-//! [`JetStreamLog`] (NATS JetStream, several hosts). [`open`] picks one from a
-//! [`LogConfig`]; [`LogConfig::from_spec`] reads the one-word form a command line gives.
+//! [`JetStreamLog`] (NATS JetStream, several hosts). [`LogConfig::parse`] reads
+//! `--record-log` into a [`LogConfig`] holding the chosen backend's settings, and [`open`]
+//! opens it; every backend passes one contract suite (`executor/tests/log_contract.rs`).
 
 pub mod codec;
+pub mod config;
 pub mod embedded;
 pub mod jetstream;
 
-use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Duration;
 
 use async_trait::async_trait;
 use wharf::sdk::{SinkRecord, SourceRecord};
 
+pub use config::{EmbeddedConfig, LogConfig, RECORD_LOG_FORMS};
 pub use embedded::EmbeddedLog;
-pub use jetstream::{JetStreamLog, JetStreamOptions, NatsCredentials, NatsSecurity};
+pub use jetstream::{JetStreamLog, JetStreamOptions, NatsConfig, NatsCredentials, NatsSecurity};
 
 /// Default for [`LogLimits::max_fetch_records`]: records one fetch returns at most.
 pub const DEFAULT_MAX_FETCH_RECORDS: usize = 500;
@@ -84,79 +86,14 @@ impl LogLimits {
     }
 }
 
-/// Which record log an executor uses; the one place that decides is [`open`].
-#[derive(Debug, Clone, PartialEq)]
-pub enum LogConfig {
-    /// Embedded redb files in `dir` (conventionally `<data-dir>/log`); one process only.
-    Embedded {
-        /// Directory of the log's files (created when missing).
-        dir: PathBuf,
-        /// Fetch and in-flight bounds.
-        limits: LogLimits,
-    },
-    /// NATS JetStream at `url` (for example `nats://127.0.0.1:4222`).
-    JetStream {
-        /// Server URL(s), comma separated.
-        url: String,
-        /// Naming, replication and bounds.
-        options: JetStreamOptions,
-    },
-}
-
-impl LogConfig {
-    /// Reads a command-line spec: `embedded` (files in `<data_dir>/log`) or a NATS URL
-    /// `nats://host:port[,nats://host2:port]` with an optional `?replicas=N`.
-    pub fn from_spec(spec: &str, data_dir: &Path) -> Result<Self, LogError> {
-        let spec = spec.trim();
-        if spec == "embedded" {
-            return Ok(Self::Embedded {
-                dir: data_dir.join("log"),
-                limits: LogLimits::default(),
-            });
-        }
-        if !(spec.starts_with("nats://") || spec.starts_with("tls://")) {
-            return Err(LogError::InvalidConfig(format!(
-                "record log spec must be `embedded` or a nats:// URL, got {spec:?}"
-            )));
-        }
-        let (url, query) = spec.split_once('?').unwrap_or((spec, ""));
-        let mut options = JetStreamOptions::default();
-        for pair in query.split('&').filter(|p| !p.is_empty()) {
-            match pair.split_once('=') {
-                Some(("replicas", n)) => {
-                    options.replicas =
-                        n.parse()
-                            .ok()
-                            .filter(|n| (1..=5).contains(n))
-                            .ok_or_else(|| {
-                                LogError::InvalidConfig(format!(
-                                    "replicas must be 1..=5, got {n:?}"
-                                ))
-                            })?;
-                }
-                _ => {
-                    return Err(LogError::InvalidConfig(format!(
-                        "unknown record log option {pair:?} (known: replicas)"
-                    )));
-                }
-            }
-        }
-        Ok(Self::JetStream {
-            url: url.to_string(),
-            options,
-        })
-    }
-}
-
-/// Opens the configured backend.
+/// Opens the configured backend: the one place that turns a [`LogConfig`] into a log.
+///
+/// # Errors
+/// The backend's [`LogError`].
 pub async fn open(config: &LogConfig) -> Result<Arc<dyn RecordLog>, LogError> {
     match config {
-        LogConfig::Embedded { dir, limits } => {
-            Ok(Arc::new(EmbeddedLog::open_with(dir, *limits).await?))
-        }
-        LogConfig::JetStream { url, options } => {
-            Ok(Arc::new(JetStreamLog::connect(url, options.clone()).await?))
-        }
+        LogConfig::Embedded(c) => Ok(Arc::new(EmbeddedLog::open_with(&c.dir, c.limits).await?)),
+        LogConfig::Nats(c) => Ok(Arc::new(JetStreamLog::connect(c.clone()).await?)),
     }
 }
 
@@ -277,48 +214,4 @@ pub trait LogConsumer: Send {
 
     /// Acknowledges the given records: they will not be delivered again.
     async fn ack(&mut self, tokens: &[AckToken]) -> Result<(), LogError>;
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn embedded_spec_puts_the_log_under_the_data_dir() {
-        let config = LogConfig::from_spec("embedded", Path::new("/data")).expect("spec");
-        assert_eq!(
-            config,
-            LogConfig::Embedded {
-                dir: PathBuf::from("/data/log"),
-                limits: LogLimits::default(),
-            }
-        );
-    }
-
-    #[test]
-    fn nats_spec_takes_servers_and_replicas() {
-        let config =
-            LogConfig::from_spec("nats://a:4222,nats://b:4222?replicas=3", Path::new("/data"))
-                .expect("spec");
-        let LogConfig::JetStream { url, options } = config else {
-            panic!("not JetStream: {config:?}");
-        };
-        assert_eq!(url, "nats://a:4222,nats://b:4222");
-        assert_eq!(options.replicas, 3);
-    }
-
-    #[test]
-    fn bad_specs_name_what_is_wrong() {
-        for (spec, needle) in [
-            ("kafka://x", "embedded"),
-            ("nats://x?replicas=0", "replicas"),
-            ("nats://x?replicas=seven", "replicas"),
-            ("nats://x?speed=fast", "speed"),
-        ] {
-            match LogConfig::from_spec(spec, Path::new("/data")) {
-                Err(LogError::InvalidConfig(msg)) => assert!(msg.contains(needle), "{msg}"),
-                other => panic!("{spec}: {other:?}"),
-            }
-        }
-    }
 }
