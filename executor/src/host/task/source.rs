@@ -56,9 +56,55 @@ enum CommitOutcome {
     PluginFailed(String),
 }
 
-/// Distinct source partitions of one poll that [`SourceCommits::record`] compares as
-/// values before it goes by their encoding.
+/// Distinct source partitions of one poll that [`split_poll`] compares as values before
+/// it goes by their encoding.
 const FEW_PARTITIONS: usize = 32;
+
+/// The offsets of one poll, taken out before its records go on.
+#[derive(Debug, Default, PartialEq)]
+struct PollOffsets {
+    /// Source partition -> the offset of its last record in the poll (both as JSON text).
+    offsets: BTreeMap<String, String>,
+    /// Records the poll returned (for the commit count).
+    records: u64,
+}
+
+/// Splits a poll into its records, to be appended, and its offsets, to be committed after
+/// the log acknowledged the append: a step in between may drop or change records, and
+/// the poll's offsets are committed all the same (the offset of a dropped record too).
+///
+/// Linear in the records: the first [`FEW_PARTITIONS`] partitions of a poll are compared
+/// as values (cheaper than encoding them), any more are found by their encoding.
+/// (Comparing every record with every partition seen grows with the square of a poll's
+/// distinct partitions, on a worker of the executor's runtime.)
+fn split_poll(records: Vec<SourceRecord>) -> (Vec<SourceRecord>, PollOffsets) {
+    let mut offsets = BTreeMap::new();
+    let mut few: Vec<&serde_json::Value> = Vec::new();
+    let mut many = std::collections::HashSet::new();
+    for r in records.iter().rev() {
+        let partition = &r.source_partition;
+        if few.contains(&partition) {
+            continue;
+        }
+        if few.len() < FEW_PARTITIONS {
+            few.push(partition);
+            offsets.insert(partition.to_string(), r.source_offset.to_string());
+            continue;
+        }
+        let encoded = partition.to_string();
+        if many.insert(encoded.clone()) {
+            offsets.insert(encoded, r.source_offset.to_string());
+        }
+    }
+    let records_polled = records.len() as u64;
+    (
+        records,
+        PollOffsets {
+            offsets,
+            records: records_polled,
+        },
+    )
+}
 
 /// Offset commits of a source task: at most one in flight, the rest coalesced.
 struct SourceCommits {
@@ -85,32 +131,11 @@ impl SourceCommits {
         }
     }
 
-    /// Takes the offset after the last record of each source partition in `records`
-    /// (which the log acknowledged).
-    /// Linear in the records: the first [`FEW_PARTITIONS`] partitions of a poll are
-    /// compared as values (cheaper than encoding them), any more are found by their
-    /// encoding. (Comparing every record with every partition seen grew with the square
-    /// of a poll's distinct partitions, on a worker of the executor's runtime.)
-    fn record(&mut self, records: &[SourceRecord]) {
-        self.pending_records += records.len() as u64;
-        let mut few: Vec<&serde_json::Value> = Vec::new();
-        let mut many = std::collections::HashSet::new();
-        for r in records.iter().rev() {
-            let partition = &r.source_partition;
-            if few.contains(&partition) {
-                continue;
-            }
-            if few.len() < FEW_PARTITIONS {
-                few.push(partition);
-                self.pending
-                    .insert(partition.to_string(), r.source_offset.to_string());
-                continue;
-            }
-            let encoded = partition.to_string();
-            if many.insert(encoded.clone()) {
-                self.pending.insert(encoded, r.source_offset.to_string());
-            }
-        }
+    /// Takes a poll's offsets, once the log acknowledged what was appended of its
+    /// records; they replace older pending offsets of the same partitions.
+    fn take(&mut self, poll: PollOffsets) {
+        self.pending_records += poll.records;
+        self.pending.extend(poll.offsets);
     }
 
     /// Puts back the offsets of a commit that did not land, unless newer ones are pending.
@@ -267,11 +292,15 @@ impl TaskInstance {
                     }
                     // The next poll runs while these records are appended.
                     *poll = Some(self.spawn_poll(cell));
+                    // The offsets first: whatever happens to the records between here and
+                    // the append (a transform may drop or change them), the poll's offsets
+                    // are committed once the log acknowledged what was appended.
+                    let (records, offsets) = split_poll(records);
                     if let Err(exit) = self.append_all(&records).await {
                         return exit;
                     }
                     self.stats.add_written(records.len());
-                    commits.record(&records);
+                    commits.take(offsets);
                 }
             }
         }
@@ -422,16 +451,24 @@ mod tests {
         }
     }
 
+    /// What the loop does with a poll whose records all reached the log.
+    fn appended(commits: &mut SourceCommits, records: Vec<SourceRecord>) {
+        commits.take(split_poll(records).1);
+    }
+
     #[test]
     fn commits_keep_the_last_offset_of_each_partition() {
         let mut commits = SourceCommits::new();
         let (a, b) = (json!({ "file": "a" }), json!({ "file": "b" }));
-        commits.record(&[
-            record(a.clone(), 1),
-            record(b.clone(), 7),
-            record(a.clone(), 2),
-        ]);
-        commits.record(&[record(a.clone(), 3)]);
+        appended(
+            &mut commits,
+            vec![
+                record(a.clone(), 1),
+                record(b.clone(), 7),
+                record(a.clone(), 2),
+            ],
+        );
+        appended(&mut commits, vec![record(a.clone(), 3)]);
         let expected = BTreeMap::from([
             (a.to_string(), json!({ "position": 3 }).to_string()),
             (b.to_string(), json!({ "position": 7 }).to_string()),
@@ -447,7 +484,7 @@ mod tests {
         let records: Vec<_> = (0..2 * n)
             .map(|i| record(json!({ "file": i % n }), i))
             .collect();
-        commits.record(&records);
+        appended(&mut commits, records);
         assert_eq!(commits.pending.len(), n as usize);
         for p in [0, 1, n - 1] {
             assert_eq!(
@@ -461,9 +498,12 @@ mod tests {
     fn a_refused_commit_does_not_overwrite_newer_offsets() {
         let mut commits = SourceCommits::new();
         let (a, b) = (json!({ "file": "a" }), json!({ "file": "b" }));
-        commits.record(&[record(a.clone(), 5), record(b.clone(), 5)]);
+        appended(
+            &mut commits,
+            vec![record(a.clone(), 5), record(b.clone(), 5)],
+        );
         let refused = std::mem::take(&mut commits.pending);
-        commits.record(&[record(a.clone(), 9)]);
+        appended(&mut commits, vec![record(a.clone(), 9)]);
         commits.restore(refused);
         assert_eq!(
             commits.pending.get(&a.to_string()),
@@ -479,15 +519,78 @@ mod tests {
     fn a_commit_is_due_only_with_pending_offsets_and_none_in_flight() {
         let mut commits = SourceCommits::new();
         assert_eq!(commits.due(), None);
-        commits.record(&[record(json!({ "file": "a" }), 1)]);
+        appended(&mut commits, vec![record(json!({ "file": "a" }), 1)]);
         assert_eq!(commits.due(), Some(commits.next_at));
     }
 
     #[tokio::test]
     async fn no_second_commit_starts_while_one_is_in_flight() {
         let mut commits = SourceCommits::new();
-        commits.record(&[record(json!({ "file": "a" }), 1)]);
+        appended(&mut commits, vec![record(json!({ "file": "a" }), 1)]);
         commits.in_flight = Some(tokio::spawn(async { CommitOutcome::Committed }));
         assert_eq!(commits.due(), None);
+    }
+
+    #[test]
+    fn records_dropped_between_poll_and_append_still_have_their_offsets_committed() {
+        let mut commits = SourceCommits::new();
+        let (a, b) = (json!({ "file": "a" }), json!({ "file": "b" }));
+        let (mut records, offsets) = split_poll(vec![
+            record(a.clone(), 1),
+            record(b.clone(), 7),
+            record(a.clone(), 2),
+        ]);
+        // A filter between poll and append drops the last record of each partition.
+        records.retain(|r| r.source_offset != json!({ "position": 2 }) && r.source_partition != b);
+        let left: usize = by_topic(&records)
+            .iter()
+            .map(|(_, batch)| batch.len())
+            .sum();
+        assert_eq!(left, 1, "one record left to append");
+        commits.take(offsets);
+        assert_eq!(
+            commits.pending,
+            BTreeMap::from([
+                (a.to_string(), json!({ "position": 2 }).to_string()),
+                (b.to_string(), json!({ "position": 7 }).to_string()),
+            ]),
+            "the poll's last offsets, dropped records' included"
+        );
+        assert_eq!(
+            commits.pending_records, 3,
+            "every polled record is committed"
+        );
+    }
+
+    #[test]
+    fn a_poll_whose_records_are_all_dropped_still_commits_its_offsets() {
+        let mut commits = SourceCommits::new();
+        let a = json!({ "file": "a" });
+        let (mut records, offsets) = split_poll(vec![record(a.clone(), 4)]);
+        records.clear();
+        assert!(by_topic(&records).is_empty(), "nothing to append");
+        commits.take(offsets);
+        assert_eq!(
+            commits.pending.get(&a.to_string()),
+            Some(&json!({ "position": 4 }).to_string())
+        );
+        assert!(commits.due().is_some(), "a commit follows");
+    }
+
+    #[test]
+    fn splitting_a_poll_keeps_its_records_as_they_were() {
+        let polled = vec![
+            record(json!({ "file": "a" }), 1),
+            record(json!({ "file": "b" }), 2),
+        ];
+        let (records, offsets) = split_poll(polled.clone());
+        assert_eq!(records, polled);
+        assert_eq!(offsets.records, 2);
+        assert_eq!(offsets.offsets.len(), 2);
+    }
+
+    #[test]
+    fn an_empty_poll_has_no_offsets() {
+        assert_eq!(split_poll(Vec::new()), (Vec::new(), PollOffsets::default()));
     }
 }
