@@ -438,7 +438,7 @@ class Cluster:
             d = os.path.join(w, name)
             self.procs.start(name, [
                 f"{self.bin_dir}/wharf-executor", "--listen", f"{ip}:0", "--control-plane",
-                f"http://{cp}", "--data-dir", d, "--executor-id", name, "--nats-url", nats_url,
+                f"http://{cp}", "--data-dir", d, "--executor-id", name, "--record-log", nats_url,
                 "--file-root", w, "--enable-test-plugins", "--graceful-timeout-ms", "5000",
                 "--metrics-listen", self.metrics[name]], env)
             self._addr_file(os.path.join(d, "listen.addr"), name)

@@ -134,7 +134,7 @@ say "    a call without a token or client certificate: Unauthenticated"
 declare -A exec_pid
 for i in 1 2 3; do
   RUST_LOG="${RUST_LOG:-info}" "$bin/wharf-executor" --listen "127.0.0.$((i + 1)):0" --control-plane "https://$cp" \
-    --data-dir "$work/exec-$i" --executor-id "exec-$i" --nats-url "$nats_url" --graceful-timeout-ms 5000 \
+    --data-dir "$work/exec-$i" --executor-id "exec-$i" --record-log "$nats_url" --graceful-timeout-ms 5000 \
     --file-root "$work" $(tls "executor-exec-$i") \
     >"$work/exec-$i.log" 2>&1 &
   pids+=($!)

@@ -446,7 +446,8 @@ fn spawn_server(
 ) -> JoinHandle<()> {
     spawn(TaskKind::Service, "executor grpc server", async move {
         // TCP_NODELAY: without it a second small answer on a connection waits for the
-        // peer's delayed ACK (about 40 ms on Linux), as StopTask answers in a fan-out did.
+        // peer's delayed ACK (about 40 ms on Linux), which each StopTask answer of a
+        // fan-out would pay.
         let incoming = wharf::tls::serve_incoming(listener, tls);
         if let Err(e) = router
             .serve_with_incoming_shutdown(incoming, cancel.cancelled_owned())

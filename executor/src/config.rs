@@ -82,8 +82,8 @@ pub struct Cli {
     /// soon as executors run on several hosts; tls:// for TLS). [default: embedded]
     #[arg(long, env = "WHARF_RECORD_LOG", value_name = "SPEC")]
     pub record_log: Option<String>,
-    /// Alias of --record-log for a NATS URL (kept from before --record-log); given with
-    /// a different --record-log, the start is refused.
+    /// Alias of --record-log, for a NATS URL; given with a different --record-log, the
+    /// start is refused.
     #[arg(long, env = "WHARF_NATS_URL", value_name = "URL")]
     pub nats_url: Option<String>,
     /// With a NATS record log: PEM CA of the NATS server's certificate; the connection then
