@@ -4,7 +4,7 @@
 //! Adding a backend: a variant of [`LogConfig`] holding its settings, a module of its
 //! own under `log/` (with the settings' reader), an arm in [`LogConfig::parse`], a form in
 //! [`RECORD_LOG_FORMS`], and its arm in [`super::open`] (the compiler asks for it); then
-//! the backend joins the contract suite (`executor/tests/log_contract.rs`).
+//! the backend joins the contract suite (`executor/tests/log/contract.rs`).
 
 use std::path::{Path, PathBuf};
 

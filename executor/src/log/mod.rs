@@ -9,7 +9,7 @@
 //! Backends: [`EmbeddedLog`] (redb files under the data dir, one process) and
 //! [`JetStreamLog`] (NATS JetStream, several hosts). [`LogConfig::parse`] reads
 //! `--record-log` into a [`LogConfig`] holding the chosen backend's settings, and [`open`]
-//! opens it; every backend passes one contract suite (`executor/tests/log_contract.rs`).
+//! opens it; every backend passes one contract suite (`executor/tests/log/contract.rs`).
 
 pub mod codec;
 pub mod config;
