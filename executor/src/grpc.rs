@@ -28,7 +28,9 @@ impl ExecutorService {
 
 impl From<HostError> for Status {
     fn from(e: HostError) -> Self {
-        crate::observe::refused(&e);
+        if let Some(reason) = e.refusal_reason() {
+            crate::counters::refused(reason);
+        }
         let msg = e.to_string();
         match e {
             HostError::InvalidArgument { .. } => Status::invalid_argument(msg),

@@ -284,7 +284,7 @@ impl Registry {
     async fn fence(&self, epoch: u64, reason: String, cancel: &CancellationToken) {
         tracing::warn!(executor = %self.executor_id, epoch, reason = %reason,
             "fencing myself: stopping every instance with connector_deleted=false, then registering again");
-        crate::observe::fenced();
+        crate::counters::fenced();
         self.epoch.store(0, Ordering::SeqCst);
         *lock(&self.lease_until) = None;
         let (done, stopped) = oneshot::channel();

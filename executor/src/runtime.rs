@@ -290,7 +290,7 @@ impl PluginPool {
                     "calls of abandoned instances hold half of the plugin runtime's workers or more: \
                      it is written off, new instances run on a fresh one, and it shuts down once its instances ended"
                 );
-                crate::observe::plugin_runtime_written_off();
+                crate::counters::plugin_runtime_written_off();
                 old.retire();
             }
             // runtime_fate never shuts the current runtime down.

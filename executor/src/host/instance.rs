@@ -195,7 +195,7 @@ impl Lifecycle {
     pub fn finish(&self, outcome: StopOutcome, error: &Option<String>) {
         if outcome == StopOutcome::TimedOut {
             self.abandoned.store(true, Ordering::SeqCst);
-            crate::observe::abandoned();
+            crate::counters::abandoned();
         }
         self.set_state(match outcome {
             StopOutcome::Stopped => InstanceState::Stopped,

@@ -22,6 +22,7 @@
 //! superseding generation) reports UNASSIGNED.
 
 mod connector;
+mod error;
 mod instance;
 mod task;
 mod validate;
@@ -40,6 +41,7 @@ use crate::log::RecordLog;
 use crate::registry_client::{LeaseStanding, Registry};
 use crate::runtime::PluginPool;
 
+pub use error::HostError;
 pub use instance::{InstanceState, StopOutcome, StopRecord, StopResult};
 pub use task::{
     LOG_RETRY_BACKOFF_MS, OFFSET_COMMIT_INTERVAL_MS, OFFSET_COMMIT_RETRY_BACKOFF_MS,
@@ -55,119 +57,6 @@ use task::TaskInstance;
 pub const MIN_STOP_TIMEOUT_MS: u64 = 100;
 
 use wharf::sdk::CONNECTOR_CLASS;
-
-/// Errors of the task host, one variant per refused request; mapped to gRPC statuses in
-/// `grpc.rs`.
-#[derive(Debug, thiserror::Error)]
-pub enum HostError {
-    /// A request field is missing or malformed.
-    #[error("invalid {field}: {reason}")]
-    InvalidArgument {
-        /// The offending field.
-        field: String,
-        /// What is wrong with it.
-        reason: String,
-    },
-    /// `connector.class` names a plugin this executor does not have.
-    #[error("plugin {0:?} is not installed on this executor")]
-    UnknownPlugin(String),
-    /// The request's generation is older than the newest seen for the instance.
-    #[error("stale generation {requested} for {what}: generation {newest} was already seen")]
-    StaleGeneration {
-        /// Which connector or task.
-        what: String,
-        /// Generation in the request.
-        requested: u64,
-        /// Newest generation seen.
-        newest: u64,
-    },
-    /// The request addresses another registration epoch of this executor.
-    #[error("executor epoch {requested} does not match the current epoch {current}")]
-    EpochMismatch {
-        /// Epoch in the request.
-        requested: u64,
-        /// This executor's current epoch.
-        current: u64,
-    },
-    /// A start for a generation whose instance was already stopped.
-    #[error("{what} generation {generation} was already stopped; start a new generation")]
-    GenerationStopped {
-        /// Which connector or task.
-        what: String,
-        /// The generation.
-        generation: u64,
-    },
-    /// The request was decided for another incarnation of the connector than the one
-    /// hosted (a late stop of a deleted connector reaching its successor).
-    #[error(
-        "stale incarnation {requested:?} for {what}: the hosted instance belongs to incarnation {hosted:?}"
-    )]
-    StaleIncarnation {
-        /// Which connector or task.
-        what: String,
-        /// Incarnation in the request.
-        requested: String,
-        /// Incarnation of the hosted instance.
-        hosted: String,
-    },
-    /// The executor's lease may have expired: it refuses destructive stops and starts and
-    /// is fencing itself (its instances get `stop(false)`, then it registers again).
-    #[error(
-        "refused {what}: this executor's lease may have expired ({standing}); it is fencing itself and registers again"
-    )]
-    LeaseMayHaveExpired {
-        /// What was refused.
-        what: String,
-        /// Where the executor stands (`not registered` or `lease may have expired`).
-        standing: &'static str,
-    },
-    /// No plugin runtime could take the instance: the current one had to be written off
-    /// (calls of abandoned instances hold half of its workers or more) and a fresh one
-    /// could not be started (the OS refused its threads). Nothing ran.
-    #[error("cannot run {what}: {reason}")]
-    PluginRuntime {
-        /// Which connector or task.
-        what: String,
-        /// The cause.
-        reason: String,
-    },
-    /// A stop names a generation newer than any this executor was assigned for the
-    /// instance, without the incarnation of the instance it hosts: a stop decided for
-    /// someone else's assignment, or made up (issue 14, defence in depth). Nothing runs.
-    #[error(
-        "{what} generation {requested} was never assigned to this executor (newest assigned: {newest}); refused, nothing ran"
-    )]
-    NeverAssigned {
-        /// Which connector or task.
-        what: String,
-        /// Generation in the request.
-        requested: u64,
-        /// Newest generation this executor was assigned for it.
-        newest: u64,
-    },
-    /// The executor never hosted the instance (or not that generation).
-    #[error("{0} is not hosted on this executor")]
-    NotHosted(String),
-    /// The instance exists but is not running (failed, stopping or stopped).
-    #[error("{what} is not running (state {state})")]
-    NotRunning {
-        /// Which connector.
-        what: String,
-        /// Its state.
-        state: String,
-    },
-    /// The executor is shutting down and starts nothing new.
-    #[error("executor is shutting down")]
-    ShuttingDown,
-    /// The plugin's `task_configs` failed.
-    #[error("task_configs of {connector} failed: {error}")]
-    TaskConfigsFailed {
-        /// Connector name.
-        connector: String,
-        /// The plugin's error text.
-        error: String,
-    },
-}
 
 /// A StartConnector request, validated.
 #[derive(Debug, Clone)]
@@ -777,8 +666,8 @@ impl Host {
     /// Record counts of the tasks [`Host::assignments`] lists (abandoned ones left out:
     /// their work loop ended), one entry per task summed over its generations, with
     /// whether it is a source.
-    pub fn task_stats(&self) -> Vec<(TaskKey, bool, crate::observe::RecordStats)> {
-        let mut out: Vec<(TaskKey, bool, crate::observe::RecordStats)> = Vec::new();
+    pub fn task_stats(&self) -> Vec<(TaskKey, bool, crate::counters::RecordStats)> {
+        let mut out: Vec<(TaskKey, bool, crate::counters::RecordStats)> = Vec::new();
         let tasks = lock(&self.tasks);
         let mut keys: Vec<&TaskKey> = tasks.keys().collect();
         keys.sort_by(|a, b| (&a.connector, a.task).cmp(&(&b.connector, b.task)));
@@ -789,7 +678,7 @@ impl Host {
                 .filter(|i| !i.life.stop_claimed())
                 .collect();
             let Some(first) = live.first() else { continue };
-            let sum = crate::observe::RecordStats::default();
+            let sum = crate::counters::RecordStats::default();
             for i in &live {
                 i.stats.add_into(&sum);
             }

@@ -82,7 +82,7 @@ pub(crate) struct TaskInstance {
     work: Mutex<Option<JoinHandle<()>>>,
     shared: Arc<Shared>,
     /// Record counts of the work loop, for the metrics listener.
-    pub stats: crate::observe::RecordStats,
+    pub stats: crate::counters::RecordStats,
 }
 
 impl TaskInstance {
@@ -107,7 +107,7 @@ impl TaskInstance {
             stop_began: OnceLock::new(),
             work: Mutex::new(None),
             shared,
-            stats: crate::observe::RecordStats::default(),
+            stats: crate::counters::RecordStats::default(),
         })
     }
 

@@ -145,7 +145,7 @@ impl TaskInstance {
                 records.len(),
                 records
                     .iter()
-                    .map(|r| crate::observe::record_bytes(r.key.as_ref(), &r.value))
+                    .map(|r| crate::counters::record_bytes(r.key.as_ref(), &r.value))
                     .sum::<usize>(),
             );
             // put is not cancelled: the stop waits for it (bounded).
@@ -158,7 +158,7 @@ impl TaskInstance {
                 g.put(records)
                     .await
                     .map_err(|e| format!("put failed: {e}"))?;
-                crate::observe::took(crate::observe::SINK_PUT_SECONDS, started);
+                crate::counters::took(crate::counters::SINK_PUT_SECONDS, started);
                 Ok(true)
             });
             let prefetch = async {
@@ -233,7 +233,7 @@ impl TaskInstance {
                     .flush(&offsets)
                     .await
                     .map_err(|e| format!("flush failed: {e}"));
-                crate::observe::took(crate::observe::SINK_FLUSH_SECONDS, started);
+                crate::counters::took(crate::counters::SINK_FLUSH_SECONDS, started);
                 flushed
             })
             .await
