@@ -10,7 +10,8 @@ use wharf::pb::v1 as pb;
 use wharf::trace::DirectSpan;
 
 use crate::host::{
-    Host, HostError, InstanceState, StartConnector, StartTask, StopOutcome, StopRequest, StopResult,
+    Host, HostError, InstanceState, StartConnector, StartTask, StopCause, StopOutcome, StopRequest,
+    StopResult,
 };
 use crate::registry_client::LeaseStanding;
 
@@ -118,12 +119,23 @@ fn elapsed_ms(r: &StopResult) -> u64 {
     u64::try_from(r.record.elapsed.as_millis()).unwrap_or(u64::MAX)
 }
 
+/// The cause of a stop the control plane asks for, from the wire's `connector_deleted`:
+/// true only for a deletion; everything else it stops (restart, reconfiguration, a move,
+/// pause, STOPPED, a deletion keeping the resources) comes as false.
+fn stop_cause(connector_deleted: bool) -> StopCause {
+    if connector_deleted {
+        StopCause::Deleted
+    } else {
+        StopCause::Requested
+    }
+}
+
 /// The validated stop of a `StopTaskRequest` or `ExecutorStopConnectorRequest` (same
 /// fields).
 macro_rules! stop_request {
     ($r:expr) => {
         StopRequest {
-            connector_deleted: $r.connector_deleted,
+            cause: stop_cause($r.connector_deleted),
             generation: $r.generation,
             timeout_ms: $r.timeout_ms,
             incarnation: $r.incarnation,
@@ -155,8 +167,8 @@ macro_rules! stop_response {
 // trace the control plane's `deletion round` above it and the plugin's `plugin stop`
 // below it say the rest, and the log lines name what they are about. The span is made
 // with the OpenTelemetry API, not through `tracing`: a deletion makes about 18 spans on
-// executors, and the bridge cost about 6 us each on the path of the stops
-// (bench/NOTES.md, issue 16).
+// executors, and the bridge costs about 6 us each on the path of the stops
+// (bench/NOTES.md).
 #[tonic::async_trait]
 impl pb::executor_server::Executor for ExecutorService {
     async fn start_connector(
@@ -344,4 +356,21 @@ pub fn hosted_wire(host: &Host) -> (Vec<pb::HostedConnector>, Vec<pb::HostedTask
             })
             .collect(),
     )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_stop_with_connector_deleted_is_a_deletion() {
+        assert_eq!(stop_cause(true), StopCause::Deleted);
+        assert!(stop_cause(true).connector_deleted());
+    }
+
+    #[test]
+    fn a_stop_without_connector_deleted_is_a_requested_stop() {
+        assert_eq!(stop_cause(false), StopCause::Requested);
+        assert!(!stop_cause(false).connector_deleted());
+    }
 }

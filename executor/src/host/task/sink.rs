@@ -268,6 +268,8 @@ mod tests {
 
     use super::super::TOPICS;
     use super::*;
+    use crate::host::instance::{Instance, start};
+    use crate::host::stop::{StopCause, stop};
     use crate::host::{InstanceState, Shared, StartTask};
     use crate::log::{EmbeddedLog, LogRecord, RecordLog};
     use crate::registry_client::Registry;
@@ -395,7 +397,7 @@ mod tests {
             executor_epoch: 0,
         };
         let task = Arc::new(TaskInstance::new(&plugin, &req, shared).expect("plugin slot"));
-        assert_eq!(task.clone().start(req).await, InstanceState::Running);
+        assert_eq!(start(task.clone(), req).await, InstanceState::Running);
         if fail_flush {
             wait_for("the failed flush", || {
                 matches!(task.life.state(), InstanceState::Failed(_))
@@ -407,7 +409,7 @@ mod tests {
             })
             .await;
         }
-        let _ = task.stop(false, WAIT, false).await;
+        let _ = stop(&task, StopCause::Requested, WAIT).await;
         let mut reader = log
             .consumer(
                 &sink_consumer_name("c"),
