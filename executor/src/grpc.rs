@@ -10,8 +10,8 @@ use wharf::pb::v1 as pb;
 use wharf::trace::DirectSpan;
 
 use crate::host::{
-    Host, HostError, InstanceState, StartConnector, StartTask, StopCause, StopOutcome, StopRequest,
-    StopResult,
+    Assignment, Host, HostError, InstanceState, StartConnector, StartTask, StopCause, StopOutcome,
+    StopRequest, StopResult,
 };
 use crate::registry_client::LeaseStanding;
 
@@ -119,6 +119,24 @@ fn elapsed_ms(r: &StopResult) -> u64 {
     u64::try_from(r.record.elapsed.as_millis()).unwrap_or(u64::MAX)
 }
 
+/// The validated assignment of a `StartConnectorRequest` or `StartTaskRequest` (same
+/// fields).
+fn assignment(
+    generation: u64,
+    target_state: i32,
+    cleanup_only: bool,
+    incarnation: String,
+    executor_epoch: u64,
+) -> Result<Assignment, HostError> {
+    Ok(Assignment {
+        generation,
+        paused: paused(target_state)?,
+        cleanup_only,
+        incarnation,
+        executor_epoch,
+    })
+}
+
 /// The cause of a stop the control plane asks for, from the wire's `connector_deleted`:
 /// true only for a deletion; everything else it stops (restart, reconfiguration, a move,
 /// pause, STOPPED, a deletion keeping the resources) comes as false.
@@ -181,11 +199,13 @@ impl pb::executor_server::Executor for ExecutorService {
             let req = StartConnector {
                 connector: connector_name(&r.connector, "connector")?,
                 config: r.config.into_iter().collect(),
-                generation: r.generation,
-                paused: paused(r.target_state)?,
-                cleanup_only: r.cleanup_only,
-                incarnation: r.incarnation,
-                executor_epoch: r.executor_epoch,
+                assignment: assignment(
+                    r.generation,
+                    r.target_state,
+                    r.cleanup_only,
+                    r.incarnation,
+                    r.executor_epoch,
+                )?,
             };
             let (state, error) = wire_state(&self.host.start_connector(req).await?);
             Ok(Response::new(pb::StartConnectorResponse { state, error }))
@@ -246,12 +266,14 @@ impl pb::executor_server::Executor for ExecutorService {
                 task: task_key(r.task)?,
                 connector_config: r.connector_config.into_iter().collect(),
                 task_config: r.task_config.into_iter().collect(),
-                generation: r.generation,
-                paused: paused(r.target_state)?,
-                cleanup_only: r.cleanup_only,
                 offsets: offsets(r.offsets)?,
-                incarnation: r.incarnation,
-                executor_epoch: r.executor_epoch,
+                assignment: assignment(
+                    r.generation,
+                    r.target_state,
+                    r.cleanup_only,
+                    r.incarnation,
+                    r.executor_epoch,
+                )?,
             };
             let (state, error) = wire_state(&self.host.start_task(req).await?);
             Ok(Response::new(pb::StartTaskResponse { state, error }))

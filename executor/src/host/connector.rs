@@ -32,9 +32,7 @@ impl Instance for ConnectorInstance {
     fn start_facts(req: &StartConnector) -> StartFacts<'_, String> {
         StartFacts {
             key: &req.connector,
-            generation: req.generation,
-            executor_epoch: req.executor_epoch,
-            paused: req.paused,
+            assignment: &req.assignment,
             config: (&req.config, "config"),
         }
     }
@@ -44,15 +42,12 @@ impl Instance for ConnectorInstance {
     }
 
     fn new(plugin: &Plugin, req: &StartConnector, shared: Arc<Shared>) -> Result<Self, String> {
-        let slot = shared
-            .pool
-            .slot()
-            .map_err(|e| format!("cannot start a fresh plugin runtime: {e}"))?;
+        let slot = shared.plugin_slot()?;
         Ok(Self {
             name: req.connector.clone(),
             kind: plugin.kind(),
-            life: Lifecycle::new(req.generation, req.cleanup_only),
-            incarnation: req.incarnation.clone(),
+            life: Lifecycle::new(&req.assignment),
+            incarnation: req.assignment.incarnation.clone(),
             plugin: PluginCell::new((plugin.connector)()),
             slot,
             shared,
@@ -81,13 +76,13 @@ impl Instance for ConnectorInstance {
 
     fn spawn_start(&self, req: &StartConnector) -> tokio::task::JoinHandle<Result<(), String>> {
         let registry = self.shared.registry.clone();
-        let (name, generation) = (req.connector.clone(), req.generation);
+        let (name, generation) = (req.connector.clone(), req.assignment.generation);
         let reconfigure: Arc<dyn Fn() + Send + Sync> =
             Arc::new(move || registry.request_task_reconfiguration(&name, generation));
         let ctx = ConnectorContext::new(
             req.connector.clone(),
-            req.incarnation.clone(),
-            req.cleanup_only,
+            req.assignment.incarnation.clone(),
+            req.assignment.cleanup_only,
             self.shared.executor_id.clone(),
             reconfigure,
         );

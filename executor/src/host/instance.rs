@@ -17,7 +17,7 @@ use wharf::task::{TaskKind, spawn};
 
 use super::plugin::CellStop;
 use super::stop::{StopCause, StopOutcome, StopRecord, StopResult};
-use super::{Shared, lock, panic_text};
+use super::{Assignment, Shared, lock, panic_text};
 use crate::runtime::PluginSlot;
 
 /// State of one instance on this executor.
@@ -64,10 +64,11 @@ pub(crate) struct Lifecycle {
 }
 
 impl Lifecycle {
-    pub fn new(generation: u64, cleanup_only: bool) -> Self {
+    /// The lifecycle of a new instance for `assignment`, starting.
+    pub fn new(assignment: &Assignment) -> Self {
         Self {
-            generation,
-            cleanup_only,
+            generation: assignment.generation,
+            cleanup_only: assignment.cleanup_only,
             state: Mutex::new(InstanceState::Starting),
             claimed: AtomicBool::new(false),
             abandoned: AtomicBool::new(false),
@@ -188,12 +189,8 @@ impl InstanceId<'_> {
 pub(crate) struct StartFacts<'a, K> {
     /// Where the instance is kept in the host.
     pub key: &'a K,
-    /// Assignment generation.
-    pub generation: u64,
-    /// The epoch addressed; 0 skips the check.
-    pub executor_epoch: u64,
-    /// True when the target state is PAUSED.
-    pub paused: bool,
+    /// Generation, target state, mode, incarnation, epoch.
+    pub assignment: &'a Assignment,
     /// The config naming `connector.class`, and the request field it came in.
     pub config: (&'a ConfigMap, &'static str),
 }
@@ -272,7 +269,7 @@ pub(crate) async fn start<I: Instance>(instance: Arc<I>, req: I::Start) -> Insta
         .await
         .unwrap_or_else(|e| Err(panic_text(e)));
     let state = match result {
-        Ok(()) if I::start_facts(&req).paused => InstanceState::Paused,
+        Ok(()) if I::start_facts(&req).assignment.paused => InstanceState::Paused,
         Ok(()) => InstanceState::Running,
         Err(e) => InstanceState::Failed(e),
     };

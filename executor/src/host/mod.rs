@@ -49,7 +49,7 @@ use wharf::task::{TaskKind, spawn};
 
 use crate::log::RecordLog;
 use crate::registry_client::{LeaseStanding, Registry};
-use crate::runtime::PluginPool;
+use crate::runtime::{PluginPool, PluginSlot};
 
 pub use error::HostError;
 pub use instance::InstanceState;
@@ -71,6 +71,22 @@ pub const MIN_STOP_TIMEOUT_MS: u64 = 100;
 
 use wharf::sdk::CONNECTOR_CLASS;
 
+/// What a start request says of the assignment, the same for connector instances and
+/// tasks.
+#[derive(Debug, Clone)]
+pub struct Assignment {
+    /// Assignment generation.
+    pub generation: u64,
+    /// True when the target state is PAUSED: started, but no poll or put.
+    pub paused: bool,
+    /// Start only for a following stop(true): no poll or put.
+    pub cleanup_only: bool,
+    /// The connector's incarnation id.
+    pub incarnation: String,
+    /// The epoch addressed; 0 skips the check.
+    pub executor_epoch: u64,
+}
+
 /// A StartConnector request, validated.
 #[derive(Debug, Clone)]
 pub struct StartConnector {
@@ -78,16 +94,8 @@ pub struct StartConnector {
     pub connector: String,
     /// Full connector config.
     pub config: ConfigMap,
-    /// Assignment generation.
-    pub generation: u64,
-    /// True when the target state is PAUSED.
-    pub paused: bool,
-    /// Start only for a following stop(true).
-    pub cleanup_only: bool,
-    /// The connector's incarnation id.
-    pub incarnation: String,
-    /// The epoch addressed; 0 skips the check.
-    pub executor_epoch: u64,
+    /// Generation, target state, mode, incarnation, epoch.
+    pub assignment: Assignment,
 }
 
 /// A StartTask request, validated.
@@ -99,18 +107,10 @@ pub struct StartTask {
     pub connector_config: ConfigMap,
     /// The task's config.
     pub task_config: ConfigMap,
-    /// Assignment generation.
-    pub generation: u64,
-    /// True when the target state is PAUSED: started, but no poll or put.
-    pub paused: bool,
-    /// Start only for a following stop(true): no poll or put.
-    pub cleanup_only: bool,
     /// Committed offsets, keyed by the canonical JSON text of the partition.
     pub offsets: BTreeMap<String, serde_json::Value>,
-    /// The connector's incarnation id.
-    pub incarnation: String,
-    /// The epoch addressed; 0 skips the check.
-    pub executor_epoch: u64,
+    /// Generation, target state, mode, incarnation, epoch.
+    pub assignment: Assignment,
 }
 
 /// A StopTask or StopConnector request, validated.
@@ -180,6 +180,19 @@ pub(crate) struct Shared {
     pub log: Arc<dyn RecordLog>,
     /// Where the instances' plugin calls run.
     pub pool: PluginPool,
+}
+
+impl Shared {
+    /// A slot of the plugin runtime for a new instance.
+    ///
+    /// # Errors
+    /// The runtime had to be written off and a fresh one could not be started (text of
+    /// the cause).
+    pub fn plugin_slot(&self) -> Result<PluginSlot, String> {
+        self.pool
+            .slot()
+            .map_err(|e| format!("cannot start a fresh plugin runtime: {e}"))
+    }
 }
 
 /// The connector instances and tasks of this executor.
@@ -405,9 +418,9 @@ impl Host {
         req: I::Start,
     ) -> Result<InstanceState, HostError> {
         let facts = I::start_facts(&req);
-        let (key, generation) = (facts.key.clone(), facts.generation);
+        let (key, generation) = (facts.key.clone(), facts.assignment.generation);
         let what = I::id_of(&key).what();
-        self.check_epoch(facts.executor_epoch, &format!("start of {what}"))?;
+        self.check_epoch(facts.assignment.executor_epoch, &format!("start of {what}"))?;
         let plugin = self.plugin_for(facts.config.0, facts.config.1)?;
         let (instance, superseded) = {
             let mut slots = lock(slots);

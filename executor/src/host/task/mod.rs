@@ -92,9 +92,7 @@ impl Instance for TaskInstance {
     fn start_facts(req: &StartTask) -> StartFacts<'_, TaskKey> {
         StartFacts {
             key: &req.task,
-            generation: req.generation,
-            executor_epoch: req.executor_epoch,
-            paused: req.paused,
+            assignment: &req.assignment,
             config: (&req.connector_config, "connector_config"),
         }
     }
@@ -104,18 +102,15 @@ impl Instance for TaskInstance {
     }
 
     fn new(plugin: &Plugin, req: &StartTask, shared: Arc<Shared>) -> Result<Self, String> {
-        let slot = shared
-            .pool
-            .slot()
-            .map_err(|e| format!("cannot start a fresh plugin runtime: {e}"))?;
+        let slot = shared.plugin_slot()?;
         let plugin = match &plugin.task {
             TaskFactory::Source(make) => TaskPlugin::Source(PluginCell::new(make())),
             TaskFactory::Sink(make) => TaskPlugin::Sink(PluginCell::new(make())),
         };
         Ok(Self {
             key: req.task.clone(),
-            life: Lifecycle::new(req.generation, req.cleanup_only),
-            incarnation: req.incarnation.clone(),
+            life: Lifecycle::new(&req.assignment),
+            incarnation: req.assignment.incarnation.clone(),
             plugin,
             slot,
             cancel: CancellationToken::new(),
@@ -150,8 +145,8 @@ impl Instance for TaskInstance {
         let ctx = TaskContext {
             connector: req.task.connector.clone(),
             task: req.task.task,
-            incarnation: req.incarnation.clone(),
-            cleanup_only: req.cleanup_only,
+            incarnation: req.assignment.incarnation.clone(),
+            cleanup_only: req.assignment.cleanup_only,
             executor_id: self.shared.executor_id.clone(),
             connector_config: req.connector_config.clone(),
             offsets: req.offsets.clone(),

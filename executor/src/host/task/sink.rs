@@ -270,7 +270,7 @@ mod tests {
     use super::*;
     use crate::host::instance::{Instance, start};
     use crate::host::stop::{StopCause, stop};
-    use crate::host::{InstanceState, Shared, StartTask};
+    use crate::host::{Assignment, InstanceState, Shared, StartTask};
     use crate::log::{EmbeddedLog, LogRecord, RecordLog};
     use crate::registry_client::Registry;
 
@@ -389,12 +389,14 @@ mod tests {
             },
             connector_config: ConfigMap::new(),
             task_config: ConfigMap::from([(TOPICS.to_string(), "t".to_string())]),
-            generation: 1,
-            paused: false,
-            cleanup_only: false,
             offsets: BTreeMap::new(),
-            incarnation: "i".into(),
-            executor_epoch: 0,
+            assignment: Assignment {
+                generation: 1,
+                paused: false,
+                cleanup_only: false,
+                incarnation: "i".into(),
+                executor_epoch: 0,
+            },
         };
         let task = Arc::new(TaskInstance::new(&plugin, &req, shared).expect("plugin slot"));
         assert_eq!(start(task.clone(), req).await, InstanceState::Running);
