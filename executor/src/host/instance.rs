@@ -208,7 +208,7 @@ pub(crate) trait Instance: Send + Sync + Sized + 'static {
 
     /// The fields of `req` every kind has.
     fn start_facts(req: &Self::Start) -> StartFacts<'_, Self::Key>;
-    /// `what` for a request naming `key`.
+    /// Which instance a request naming `key` addresses.
     fn id_of(key: &Self::Key) -> InstanceId<'_>;
     /// A new instance of `plugin` for `req`, on a slot of the plugin runtime.
     ///
