@@ -13,7 +13,7 @@ use wharf::pb::v1::executor_server::ExecutorServer;
 use wharf::sdk::Plugin;
 
 use crate::grpc::ExecutorService;
-use crate::host::Host;
+use crate::host::{Host, StopCause};
 use crate::log::{LogConfig, LogError};
 use crate::registry_client::{Fence, Registry, RegistryError};
 use wharf::task::{TaskKind, spawn};
@@ -500,7 +500,9 @@ impl RunningExecutor {
         tracing::info!(executor = %self.executor_id, graceful_timeout_ms = self.graceful_timeout.as_millis() as u64,
             "shutting down: stopping every instance with connector_deleted=false");
         self.host.close();
-        self.host.stop_all(self.graceful_timeout).await;
+        self.host
+            .stop_all(StopCause::Shutdown, self.graceful_timeout)
+            .await;
         self.registry
             .drain_reports(Duration::from_millis(REPORT_DRAIN_TIMEOUT_MS))
             .await;
@@ -532,7 +534,7 @@ async fn carry_out_fences(
         };
         tracing::warn!(executor = %host.executor_id(), epoch = fence.epoch, reason = %fence.reason,
             "fenced: stopping every instance with connector_deleted=false");
-        host.stop_all(stop_timeout).await;
+        host.stop_all(StopCause::Fenced, stop_timeout).await;
         let _ = fence.done.send(());
     }
 }

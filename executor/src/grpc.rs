@@ -10,7 +10,8 @@ use wharf::pb::v1 as pb;
 use wharf::trace::DirectSpan;
 
 use crate::host::{
-    Host, HostError, InstanceState, StartConnector, StartTask, StopOutcome, StopRequest, StopResult,
+    Assignment, Host, HostError, InstanceState, StartConnector, StartTask, StopCause, StopOutcome,
+    StopRequest, StopResult,
 };
 use crate::registry_client::LeaseStanding;
 
@@ -28,7 +29,9 @@ impl ExecutorService {
 
 impl From<HostError> for Status {
     fn from(e: HostError) -> Self {
-        crate::observe::refused(&e);
+        if let Some(reason) = e.refusal_reason() {
+            crate::counters::refused(reason);
+        }
         let msg = e.to_string();
         match e {
             HostError::InvalidArgument { .. } => Status::invalid_argument(msg),
@@ -116,12 +119,41 @@ fn elapsed_ms(r: &StopResult) -> u64 {
     u64::try_from(r.record.elapsed.as_millis()).unwrap_or(u64::MAX)
 }
 
+/// The validated assignment of a `StartConnectorRequest` or `StartTaskRequest` (same
+/// fields).
+fn assignment(
+    generation: u64,
+    target_state: i32,
+    cleanup_only: bool,
+    incarnation: String,
+    executor_epoch: u64,
+) -> Result<Assignment, HostError> {
+    Ok(Assignment {
+        generation,
+        paused: paused(target_state)?,
+        cleanup_only,
+        incarnation,
+        executor_epoch,
+    })
+}
+
+/// The cause of a stop the control plane asks for, from the wire's `connector_deleted`:
+/// true only for a deletion; everything else it stops (restart, reconfiguration, a move,
+/// pause, STOPPED, a deletion keeping the resources) comes as false.
+fn stop_cause(connector_deleted: bool) -> StopCause {
+    if connector_deleted {
+        StopCause::Deleted
+    } else {
+        StopCause::Requested
+    }
+}
+
 /// The validated stop of a `StopTaskRequest` or `ExecutorStopConnectorRequest` (same
 /// fields).
 macro_rules! stop_request {
     ($r:expr) => {
         StopRequest {
-            connector_deleted: $r.connector_deleted,
+            cause: stop_cause($r.connector_deleted),
             generation: $r.generation,
             timeout_ms: $r.timeout_ms,
             incarnation: $r.incarnation,
@@ -153,8 +185,8 @@ macro_rules! stop_response {
 // trace the control plane's `deletion round` above it and the plugin's `plugin stop`
 // below it say the rest, and the log lines name what they are about. The span is made
 // with the OpenTelemetry API, not through `tracing`: a deletion makes about 18 spans on
-// executors, and the bridge cost about 6 us each on the path of the stops
-// (bench/NOTES.md, issue 16).
+// executors, and the bridge costs about 6 us each on the path of the stops
+// (bench/NOTES.md).
 #[tonic::async_trait]
 impl pb::executor_server::Executor for ExecutorService {
     async fn start_connector(
@@ -167,11 +199,13 @@ impl pb::executor_server::Executor for ExecutorService {
             let req = StartConnector {
                 connector: connector_name(&r.connector, "connector")?,
                 config: r.config.into_iter().collect(),
-                generation: r.generation,
-                paused: paused(r.target_state)?,
-                cleanup_only: r.cleanup_only,
-                incarnation: r.incarnation,
-                executor_epoch: r.executor_epoch,
+                assignment: assignment(
+                    r.generation,
+                    r.target_state,
+                    r.cleanup_only,
+                    r.incarnation,
+                    r.executor_epoch,
+                )?,
             };
             let (state, error) = wire_state(&self.host.start_connector(req).await?);
             Ok(Response::new(pb::StartConnectorResponse { state, error }))
@@ -232,12 +266,14 @@ impl pb::executor_server::Executor for ExecutorService {
                 task: task_key(r.task)?,
                 connector_config: r.connector_config.into_iter().collect(),
                 task_config: r.task_config.into_iter().collect(),
-                generation: r.generation,
-                paused: paused(r.target_state)?,
-                cleanup_only: r.cleanup_only,
                 offsets: offsets(r.offsets)?,
-                incarnation: r.incarnation,
-                executor_epoch: r.executor_epoch,
+                assignment: assignment(
+                    r.generation,
+                    r.target_state,
+                    r.cleanup_only,
+                    r.incarnation,
+                    r.executor_epoch,
+                )?,
             };
             let (state, error) = wire_state(&self.host.start_task(req).await?);
             Ok(Response::new(pb::StartTaskResponse { state, error }))
@@ -342,4 +378,21 @@ pub fn hosted_wire(host: &Host) -> (Vec<pb::HostedConnector>, Vec<pb::HostedTask
             })
             .collect(),
     )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_stop_with_connector_deleted_is_a_deletion() {
+        assert_eq!(stop_cause(true), StopCause::Deleted);
+        assert!(stop_cause(true).connector_deleted());
+    }
+
+    #[test]
+    fn a_stop_without_connector_deleted_is_a_requested_stop() {
+        assert_eq!(stop_cause(false), StopCause::Requested);
+        assert!(!stop_cause(false).connector_deleted());
+    }
 }

@@ -7,6 +7,7 @@
 
 pub mod app;
 pub mod config;
+pub mod counters;
 pub mod grpc;
 pub mod host;
 pub mod launcher;

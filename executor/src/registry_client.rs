@@ -52,8 +52,9 @@ pub const HEARTBEAT_RETRY_MIN_MS: u64 = 100;
 /// Wait before the next heartbeat, in milliseconds: the interval after a success
 /// (`failures` = 0); after a failure that did not refuse the epoch (the control plane
 /// restarting, a connection reset) from [`HEARTBEAT_RETRY_MIN_MS`], doubling, at most the
-/// interval. A full interval after a failure wasted a third of a 3 s lease: a control
-/// plane restarted in 1.5 s found every executor fenced (bench/NOTES.md, issue 19).
+/// interval, so that a short control-plane outage does not eat the lease: with a full
+/// interval after a failure, a control plane restarted within half a 3 s lease still found
+/// every executor fenced (bench/NOTES.md).
 pub fn next_heartbeat_ms(interval_ms: u64, failures: u32) -> u64 {
     match failures {
         0 => interval_ms,
@@ -246,7 +247,7 @@ impl Registry {
     }
 
     /// Makes every heartbeat carry what `source` lists, so that the control plane corrects
-    /// a status that lost its instance (issue 15, point 7); the first call wins.
+    /// a status whose instance is gone from this executor; the first call wins.
     pub fn report_hosted(&self, source: HostedSource) {
         let _ = self.hosted.set(source);
     }
@@ -284,7 +285,7 @@ impl Registry {
     async fn fence(&self, epoch: u64, reason: String, cancel: &CancellationToken) {
         tracing::warn!(executor = %self.executor_id, epoch, reason = %reason,
             "fencing myself: stopping every instance with connector_deleted=false, then registering again");
-        crate::observe::fenced();
+        crate::counters::fenced();
         self.epoch.store(0, Ordering::SeqCst);
         *lock(&self.lease_until) = None;
         let (done, stopped) = oneshot::channel();
@@ -528,7 +529,7 @@ impl Registry {
                     () = self.beat_now.notified() => {}
                 }
                 // What it hosts rides along, so that the control plane corrects a status
-                // that lost its instance (issue 15, point 7).
+                // whose instance is gone from this executor.
                 let hosted = self.hosted.get().map(|source| source());
                 let reports_hosted = hosted.is_some();
                 let (connectors, tasks) = hosted.unwrap_or_default();

@@ -9,12 +9,11 @@
 //! handle. An idle instance holds no thread; a call holds a worker only while it runs
 //! between two awaits.
 //!
-//! Why a pool: every instance used to have an OS thread of its own (a current-thread
-//! runtime each), and 3,000 connectors x 10 tasks on 10 executors needed 33,000 threads,
-//! more than the machine's `pid_max` (bench/NOTES.md). The pool bounds the plugin threads
-//! whatever the number of instances, and keeps what issue 15 (point 5) asked of the
-//! thread per instance: plugin code never runs on the process runtime, so a plugin that
-//! blocks cannot starve the gRPC service, the heartbeats or ListAssignments.
+//! Why a pool: the plugin threads stay bounded whatever the number of instances (a thread
+//! per instance would need 33,000 threads for 3,000 connectors x 10 tasks on 10
+//! executors, more than a machine's `pid_max`; bench/NOTES.md), while plugin code still
+//! never runs on the process runtime, so a plugin that blocks cannot starve the gRPC
+//! service, the heartbeats or ListAssignments.
 //!
 //! What a blocking plugin costs its neighbours: a call that blocks its thread
 //! (`std::thread::sleep`, synchronous I/O outside `spawn_blocking`) holds one worker for as
@@ -290,7 +289,7 @@ impl PluginPool {
                     "calls of abandoned instances hold half of the plugin runtime's workers or more: \
                      it is written off, new instances run on a fresh one, and it shuts down once its instances ended"
                 );
-                crate::observe::plugin_runtime_written_off();
+                crate::counters::plugin_runtime_written_off();
                 old.retire();
             }
             // runtime_fate never shuts the current runtime down.

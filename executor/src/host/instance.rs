@@ -1,19 +1,24 @@
-//! What connector instances and tasks share: their state, and the stop that runs at most
-//! once and is replayed to every later caller.
+//! What connector instances and tasks share: their state, the stop that runs at most
+//! once and is replayed to every later caller, the [`Instance`] trait that says where the
+//! two kinds differ, and the one start path both take ([`start`]).
 
+use std::hash::Hash;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use tokio::sync::{Mutex as AsyncMutex, OwnedMutexGuard, watch};
+use tokio::sync::watch;
 use tokio::task::JoinHandle;
 use tokio::time::Instant;
+use wharf::ids::TaskKey;
 use wharf::pb::v1 as pb;
-use wharf::sdk::{ConfigMap, PluginResult};
-
-use super::{lock, panic_text};
-use crate::runtime::PluginSlot;
+use wharf::sdk::{ConfigMap, Plugin};
 use wharf::task::{TaskKind, spawn};
+
+use super::plugin::CellStop;
+use super::stop::{StopCause, StopOutcome, StopRecord, StopResult};
+use super::{Assignment, Shared, lock, panic_text};
+use crate::runtime::PluginSlot;
 
 /// State of one instance on this executor.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -45,62 +50,6 @@ impl InstanceState {
     }
 }
 
-/// How a stop ended.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum StopOutcome {
-    /// The plugin's stop returned Ok.
-    Stopped,
-    /// The plugin's stop returned an error or panicked.
-    Failed,
-    /// The stop overran its timeout: the instance was abandoned and its output fenced.
-    TimedOut,
-}
-
-/// What an instance tells the control plane once its stop ended.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum AfterStop {
-    /// It stopped on its own initiative (not on a control-plane request): report it
-    /// UNASSIGNED so that the control plane places it again.
-    ReportUnassigned,
-    /// Stopped as asked: the stop's answer says so, nothing more to report.
-    Nothing,
-    /// The stop failed or timed out: report the instance's state (FAILED).
-    ReportState,
-}
-
-/// The decision behind [`AfterStop`], the same for connector instances and tasks.
-pub fn after_stop(outcome: StopOutcome, self_initiated: bool) -> AfterStop {
-    match outcome {
-        StopOutcome::Stopped if self_initiated => AfterStop::ReportUnassigned,
-        StopOutcome::Stopped => AfterStop::Nothing,
-        StopOutcome::Failed | StopOutcome::TimedOut => AfterStop::ReportState,
-    }
-}
-
-/// What happened when an instance was stopped; kept so that a repeated stop reports it.
-#[derive(Debug, Clone)]
-pub struct StopRecord {
-    /// How it ended.
-    pub outcome: StopOutcome,
-    /// The flag the stop ran with.
-    pub connector_deleted: bool,
-    /// The plugin's error text, or why the stop timed out.
-    pub error: Option<String>,
-    /// Generation of the stopped instance.
-    pub generation: u64,
-    /// Time the stop took.
-    pub elapsed: Duration,
-}
-
-/// A stop's record and whether this caller only replayed it.
-#[derive(Debug, Clone)]
-pub struct StopResult {
-    /// The record of the one stop that ran.
-    pub record: StopRecord,
-    /// True when this request found the stop already claimed: nothing ran for it.
-    pub replayed: bool,
-}
-
 /// State and stop bookkeeping of one instance.
 pub(crate) struct Lifecycle {
     /// Generation of the assignment.
@@ -115,10 +64,11 @@ pub(crate) struct Lifecycle {
 }
 
 impl Lifecycle {
-    pub fn new(generation: u64, cleanup_only: bool) -> Self {
+    /// The lifecycle of a new instance for `assignment`, starting.
+    pub fn new(assignment: &Assignment) -> Self {
         Self {
-            generation,
-            cleanup_only,
+            generation: assignment.generation,
+            cleanup_only: assignment.cleanup_only,
             state: Mutex::new(InstanceState::Starting),
             claimed: AtomicBool::new(false),
             abandoned: AtomicBool::new(false),
@@ -195,7 +145,7 @@ impl Lifecycle {
     pub fn finish(&self, outcome: StopOutcome, error: &Option<String>) {
         if outcome == StopOutcome::TimedOut {
             self.abandoned.store(true, Ordering::SeqCst);
-            crate::observe::abandoned();
+            crate::counters::abandoned();
         }
         self.set_state(match outcome {
             StopOutcome::Stopped => InstanceState::Stopped,
@@ -206,249 +156,135 @@ impl Lifecycle {
     }
 }
 
-/// The calls every plugin instance has, whatever its kind: start (with its kind's
-/// context) and the one stop. Lets one [`PluginCell`] serve sources, sinks and connectors.
-#[async_trait::async_trait]
-pub(crate) trait PluginCalls: Send + 'static {
-    /// `TaskContext` or `ConnectorContext`.
-    type Context: Send + 'static;
-    /// The plugin's `start`.
-    async fn start_call(&mut self, ctx: Self::Context, config: ConfigMap) -> PluginResult<()>;
-    /// The plugin's `stop_with`.
-    async fn stop_call(&mut self, connector_deleted: bool) -> PluginResult<()>;
-    /// What stays in the plugin's place after its stop (the plugin itself is dropped).
-    fn dropped() -> Self;
+/// Which instance: for log lines, error texts and status reports.
+#[derive(Debug, Clone, Copy)]
+pub(crate) enum InstanceId<'a> {
+    /// The connector instance of this connector.
+    Connector(&'a str),
+    /// This task.
+    Task(&'a TaskKey),
 }
 
-macro_rules! plugin_calls {
-    ($trait:ident, $ctx:ty) => {
-        #[async_trait::async_trait]
-        impl PluginCalls for Box<dyn wharf::sdk::$trait> {
-            type Context = $ctx;
-            async fn start_call(&mut self, ctx: $ctx, config: ConfigMap) -> PluginResult<()> {
-                self.start(ctx, config).await
-            }
-            async fn stop_call(&mut self, connector_deleted: bool) -> PluginResult<()> {
-                self.stop_with(connector_deleted).await
-            }
-            fn dropped() -> Self {
-                Box::new(Dropped)
-            }
+impl InstanceId<'_> {
+    /// `connector NAME` or `task NAME-N`, as errors and log lines name it.
+    pub fn what(self) -> String {
+        match self {
+            InstanceId::Connector(name) => format!("connector {name}"),
+            InstanceId::Task(key) => format!("task {key}"),
         }
+    }
+
+    /// Reports `state` of this instance's `generation` to the control plane.
+    pub fn report(self, shared: &Shared, generation: u64, state: pb::State, error: String) {
+        match self {
+            InstanceId::Connector(name) => shared
+                .registry
+                .report_connector(name, generation, state, error),
+            InstanceId::Task(key) => shared.registry.report_task(key, generation, state, error),
+        }
+    }
+}
+
+/// What a start request says that both kinds read the same way.
+pub(crate) struct StartFacts<'a, K> {
+    /// Where the instance is kept in the host.
+    pub key: &'a K,
+    /// Generation, target state, mode, incarnation, epoch.
+    pub assignment: &'a Assignment,
+    /// The config naming `connector.class`, and the request field it came in.
+    pub config: (&'a ConfigMap, &'static str),
+}
+
+/// A hosted instance, connector or task: what the one start path ([`start`], `Host`'s
+/// start) and the one stop path (`super::stop`) need of it. The two kinds differ only
+/// here.
+pub(crate) trait Instance: Send + Sync + Sized + 'static {
+    /// Its start request (`StartConnector` or `StartTask`).
+    type Start: Send + 'static;
+    /// What the host keys its instances by (the connector's name or the task's key).
+    type Key: Clone + Eq + Hash + Send + Sync + 'static;
+    /// Name of the spawned start, for the task list.
+    const START: &'static str;
+
+    /// The fields of `req` every kind has.
+    fn start_facts(req: &Self::Start) -> StartFacts<'_, Self::Key>;
+    /// Which instance a request naming `key` addresses.
+    fn id_of(key: &Self::Key) -> InstanceId<'_>;
+    /// A new instance of `plugin` for `req`, on a slot of the plugin runtime.
+    ///
+    /// # Errors
+    /// No plugin runtime could take it (text of the cause).
+    fn new(plugin: &Plugin, req: &Self::Start, shared: Arc<Shared>) -> Result<Self, String>;
+
+    /// Which instance it is.
+    fn id(&self) -> InstanceId<'_>;
+    /// Its state and stop bookkeeping.
+    fn life(&self) -> &Lifecycle;
+    /// Incarnation of the connector it runs for.
+    fn incarnation(&self) -> &str;
+    /// Where its plugin calls run.
+    fn slot(&self) -> &PluginSlot;
+    /// What the executor's instances share.
+    fn shared(&self) -> &Shared;
+
+    /// Spawns the plugin's start for `req` on its slot.
+    fn spawn_start(&self, req: &Self::Start) -> JoinHandle<Result<(), String>>;
+    /// What follows a start that left the instance in `state` (a running task's work
+    /// loop); nothing by default.
+    fn after_start(_instance: &Arc<Self>, _state: &InstanceState, _req: &Self::Start) {}
+
+    /// Begins the stop before the plugin's own: ends the instance's work, and returns
+    /// the work the stop waits for (a task's work loop); nothing by default.
+    fn begin_stop(&self, _cause: StopCause, _started: Instant) -> Option<JoinHandle<()>> {
+        None
+    }
+    /// The stop side of its plugin cell, and what a stop waits for while a call of the
+    /// plugin is in progress (`start or poll to return`).
+    fn plugin_stop(&self) -> (&dyn CellStop, &'static str);
+    /// The log consumer the runtime deletes after this instance's deletion-aware stop
+    /// returned Ok (a sink connector's); none by default.
+    fn consumer_deleted_with_it(&self) -> Option<String> {
+        None
+    }
+
+    /// True while abandoned: the stop timed out and the plugin's call has not returned.
+    fn abandoned(&self) -> bool {
+        self.life().abandoned() && !self.slot().exited()
+    }
+}
+
+/// Reports `state` of `instance` to the control plane.
+pub(crate) fn report_state<I: Instance>(instance: &I, state: &InstanceState) {
+    let (state, error) = state.to_wire();
+    instance
+        .id()
+        .report(instance.shared(), instance.life().generation, state, error);
+}
+
+/// Runs the plugin's start once, then what follows for its kind ([`Instance::after_start`]):
+/// the start's state, or the stop's when a stop began meanwhile.
+pub(crate) async fn start<I: Instance>(instance: Arc<I>, req: I::Start) -> InstanceState {
+    let result = instance
+        .spawn_start(&req)
+        .await
+        .unwrap_or_else(|e| Err(panic_text(e)));
+    let state = match result {
+        Ok(()) if I::start_facts(&req).assignment.paused => InstanceState::Paused,
+        Ok(()) => InstanceState::Running,
+        Err(e) => InstanceState::Failed(e),
     };
-}
-
-plugin_calls!(SourceTask, wharf::sdk::TaskContext);
-plugin_calls!(SinkTask, wharf::sdk::TaskContext);
-plugin_calls!(Connector, wharf::sdk::ConnectorContext);
-
-/// A plugin instance behind an async mutex (whoever holds it is the one call in progress,
-/// which is how calls never overlap), locked from creation until `start` ran so that a
-/// stop arriving during start waits for it.
-pub(crate) struct PluginCell<P> {
-    pub cell: Arc<AsyncMutex<P>>,
-    start_guard: Mutex<Option<OwnedMutexGuard<P>>>,
-}
-
-impl<P: PluginCalls> PluginCell<P> {
-    pub fn new(plugin: P) -> Self {
-        let cell = Arc::new(AsyncMutex::new(plugin));
-        let guard = cell.clone().try_lock_owned().ok();
-        Self {
-            cell,
-            start_guard: Mutex::new(guard),
-        }
+    let life = instance.life();
+    let (generation, cleanup_only) = (life.generation, life.cleanup_only);
+    match instance.id() {
+        InstanceId::Connector(name) => tracing::info!(connector = %name, generation,
+            cleanup_only, state = ?state, "connector started"),
+        InstanceId::Task(key) => tracing::info!(connector = %key.connector, task = key.task,
+            generation, cleanup_only, state = ?state, "task started"),
     }
-
-    /// Runs the plugin's start on the instance's `slot`.
-    pub fn spawn_start(
-        &self,
-        slot: &PluginSlot,
-        ctx: P::Context,
-        config: ConfigMap,
-    ) -> JoinHandle<Result<(), String>> {
-        let guard = lock(&self.start_guard).take();
-        let cell = self.cell.clone();
-        slot.spawn("plugin start", async move {
-            let mut g = match guard {
-                Some(g) => g,
-                None => cell.lock_owned().await,
-            };
-            g.start_call(ctx, config).await.map_err(|e| e.to_string())
-        })
+    if !life.set_state_unless_stopping(state.clone()) {
+        return life.state();
     }
-
-    /// Waits (until `deadline`) for the call in progress, then runs the plugin's stop on
-    /// `slot` and drops the plugin after it; `None` when the deadline passed first. The
-    /// flag is decided by `flag` once the wait is over (a destructive stop is confirmed
-    /// against the lease at the last moment) and returned with the handle.
-    pub async fn spawn_stop(
-        &self,
-        slot: &PluginSlot,
-        flag: impl FnOnce() -> bool,
-        deadline: Instant,
-    ) -> Option<(bool, JoinHandle<Result<(), String>>)> {
-        let mut g = tokio::time::timeout_at(deadline, self.cell.clone().lock_owned())
-            .await
-            .ok()?;
-        let connector_deleted = flag();
-        // The plugin's own stop, exported as a span under the request that stopped it
-        // (wharf::trace::DirectSpan), and a span of the log lines inside it.
-        let exported = wharf::trace::DirectSpan::child(
-            &wharf::trace::TraceContext::current(),
-            "plugin stop",
-            [wharf::trace::KeyValue::new(
-                "connector_deleted",
-                connector_deleted,
-            )],
-        );
-        let span = tracing::info_span!("plugin stop", connector_deleted);
-        let handle = slot.spawn(
-            "plugin stop",
-            tracing::Instrument::instrument(
-                exported.around(async move {
-                    let result = g
-                        .stop_call(connector_deleted)
-                        .await
-                        .map_err(|e| e.to_string());
-                    // After stop the instance is dropped (SDK guarantee).
-                    *g = P::dropped();
-                    result
-                }),
-                span,
-            ),
-        );
-        Some((connector_deleted, handle))
-    }
-
-    /// Ends the instance's plugin calls once its stop ended with `outcome`: every call still
-    /// pending is cancelled. When the stop timed out the instance is abandoned: a call
-    /// stuck in a blocked thread counts against the plugin runtime's workers (the
-    /// write-off, `crate::runtime`) until it returns, and then the plugin is dropped (an
-    /// abandoned instance gets no stop; dropping it closes what it holds, such as a
-    /// database connection and the task that drives it).
-    pub fn end_calls(&self, slot: &PluginSlot, outcome: StopOutcome) {
-        match outcome {
-            StopOutcome::Stopped | StopOutcome::Failed => slot.shut_down(),
-            StopOutcome::TimedOut => {
-                slot.abandon();
-                let cell = self.cell.clone();
-                spawn(TaskKind::Detached, "drop abandoned plugin", async move {
-                    let mut plugin = cell.lock_owned().await;
-                    let abandoned = std::mem::replace(&mut *plugin, P::dropped());
-                    drop(plugin);
-                    // Plugin code (its Drop), kept off the executor's workers.
-                    drop(tokio::task::spawn_blocking(move || drop(abandoned)));
-                });
-            }
-        }
-    }
-}
-
-/// Awaits a spawned plugin stop until `deadline`; on overrun the call is aborted (it may
-/// still hold its plugin worker: the instance is abandoned either way).
-pub(crate) async fn await_plugin_stop(
-    handle: JoinHandle<Result<(), String>>,
-    deadline: Instant,
-    timeout: Duration,
-) -> (StopOutcome, Option<String>) {
-    let abort = handle.abort_handle();
-    match tokio::time::timeout_at(deadline, handle).await {
-        Ok(Ok(Ok(()))) => (StopOutcome::Stopped, None),
-        Ok(Ok(Err(e))) => (StopOutcome::Failed, Some(e)),
-        Ok(Err(join)) => (StopOutcome::Failed, Some(panic_text(join))),
-        Err(_) => {
-            abort.abort();
-            (StopOutcome::TimedOut, Some(timed_out_text(timeout, "stop")))
-        }
-    }
-}
-
-/// Why a stop timed out.
-pub(crate) fn timed_out_text(timeout: Duration, waiting_for: &str) -> String {
-    format!(
-        "stop timed out after {} ms waiting for {waiting_for}; instance abandoned and its output fenced",
-        timeout.as_millis()
-    )
-}
-
-/// What stays in an instance's place once its stop returned: the plugin itself is
-/// dropped then (its connections closed), and nothing calls this placeholder.
-pub(crate) struct Dropped;
-
-const DROPPED: &str = "the instance was stopped and dropped";
-
-#[async_trait::async_trait]
-impl wharf::sdk::SourceTask for Dropped {
-    async fn start(
-        &mut self,
-        _ctx: wharf::sdk::TaskContext,
-        _config: wharf::sdk::ConfigMap,
-    ) -> wharf::sdk::PluginResult<()> {
-        Err(DROPPED.into())
-    }
-
-    async fn poll(&mut self) -> wharf::sdk::PluginResult<Vec<wharf::sdk::SourceRecord>> {
-        Err(DROPPED.into())
-    }
-}
-
-#[async_trait::async_trait]
-impl wharf::sdk::SinkTask for Dropped {
-    async fn start(
-        &mut self,
-        _ctx: wharf::sdk::TaskContext,
-        _config: wharf::sdk::ConfigMap,
-    ) -> wharf::sdk::PluginResult<()> {
-        Err(DROPPED.into())
-    }
-
-    async fn put(&mut self, _records: Vec<wharf::sdk::SinkRecord>) -> wharf::sdk::PluginResult<()> {
-        Err(DROPPED.into())
-    }
-}
-
-#[async_trait::async_trait]
-impl wharf::sdk::Connector for Dropped {
-    async fn start(
-        &mut self,
-        _ctx: wharf::sdk::ConnectorContext,
-        _config: wharf::sdk::ConfigMap,
-    ) -> wharf::sdk::PluginResult<()> {
-        Err(DROPPED.into())
-    }
-
-    async fn task_configs(
-        &mut self,
-        _max_tasks: u32,
-    ) -> wharf::sdk::PluginResult<Vec<wharf::sdk::ConfigMap>> {
-        Err(DROPPED.into())
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn a_self_initiated_clean_stop_is_reported_unassigned() {
-        assert_eq!(
-            after_stop(StopOutcome::Stopped, true),
-            AfterStop::ReportUnassigned
-        );
-    }
-
-    #[test]
-    fn a_requested_clean_stop_reports_nothing_more() {
-        assert_eq!(after_stop(StopOutcome::Stopped, false), AfterStop::Nothing);
-    }
-
-    #[test]
-    fn a_failed_or_timed_out_stop_reports_the_state_either_way() {
-        for outcome in [StopOutcome::Failed, StopOutcome::TimedOut] {
-            for self_initiated in [true, false] {
-                assert_eq!(after_stop(outcome, self_initiated), AfterStop::ReportState);
-            }
-        }
-    }
+    report_state(&*instance, &state);
+    I::after_start(&instance, &state, &req);
+    state
 }

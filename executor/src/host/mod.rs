@@ -20,9 +20,20 @@
 //! stop asked for by the control plane reports only a failure or a timeout (the StopTask
 //! response carries the rest); a stop the executor decides itself (shutdown, fencing, a
 //! superseding generation) reports UNASSIGNED.
+//!
+//! Connector instances and tasks take one start path ([`Host`]'s `start_instance`, then
+//! `instance::start`) and one stop path (`stop::stop`, with its [`StopCause`]); they
+//! differ only where the `instance::Instance` trait says. The files: `admission` (may a
+//! stop run, and on which instance), `instance` (state, the trait, the start),
+//! `plugin` (a plugin in its cell), `stop` (the stop and its report), `connector` and
+//! `task` (the two kinds), `validate` (config checks), `error`.
 
+mod admission;
 mod connector;
+mod error;
 mod instance;
+mod plugin;
+mod stop;
 mod task;
 mod validate;
 
@@ -38,16 +49,20 @@ use wharf::task::{TaskKind, spawn};
 
 use crate::log::RecordLog;
 use crate::registry_client::{LeaseStanding, Registry};
-use crate::runtime::PluginPool;
+use crate::runtime::{PluginPool, PluginSlot};
 
-pub use instance::{InstanceState, StopOutcome, StopRecord, StopResult};
+pub use error::HostError;
+pub use instance::InstanceState;
+pub use stop::{StopCause, StopOutcome, StopRecord, StopResult};
 pub use task::{
     LOG_RETRY_BACKOFF_MS, OFFSET_COMMIT_INTERVAL_MS, OFFSET_COMMIT_RETRY_BACKOFF_MS,
     SINK_BATCH_MAX_RECORDS, SINK_FETCH_WAIT_MS, SINK_FLUSH_INTERVAL_MS, SINK_FLUSH_MAX_RECORDS,
     STOP_DRAIN_TIMEOUT_MS, TOPICS,
 };
 
+use admission::{StopAdmission, lease_refusal, listed, pick_for_stop, stop_admission};
 use connector::ConnectorInstance;
+use instance::Instance;
 use task::TaskInstance;
 
 /// Least time a connector instance gets for its stop when the tasks used up the shutdown
@@ -56,117 +71,20 @@ pub const MIN_STOP_TIMEOUT_MS: u64 = 100;
 
 use wharf::sdk::CONNECTOR_CLASS;
 
-/// Errors of the task host, one variant per refused request; mapped to gRPC statuses in
-/// `grpc.rs`.
-#[derive(Debug, thiserror::Error)]
-pub enum HostError {
-    /// A request field is missing or malformed.
-    #[error("invalid {field}: {reason}")]
-    InvalidArgument {
-        /// The offending field.
-        field: String,
-        /// What is wrong with it.
-        reason: String,
-    },
-    /// `connector.class` names a plugin this executor does not have.
-    #[error("plugin {0:?} is not installed on this executor")]
-    UnknownPlugin(String),
-    /// The request's generation is older than the newest seen for the instance.
-    #[error("stale generation {requested} for {what}: generation {newest} was already seen")]
-    StaleGeneration {
-        /// Which connector or task.
-        what: String,
-        /// Generation in the request.
-        requested: u64,
-        /// Newest generation seen.
-        newest: u64,
-    },
-    /// The request addresses another registration epoch of this executor.
-    #[error("executor epoch {requested} does not match the current epoch {current}")]
-    EpochMismatch {
-        /// Epoch in the request.
-        requested: u64,
-        /// This executor's current epoch.
-        current: u64,
-    },
-    /// A start for a generation whose instance was already stopped.
-    #[error("{what} generation {generation} was already stopped; start a new generation")]
-    GenerationStopped {
-        /// Which connector or task.
-        what: String,
-        /// The generation.
-        generation: u64,
-    },
-    /// The request was decided for another incarnation of the connector than the one
-    /// hosted (a late stop of a deleted connector reaching its successor).
-    #[error(
-        "stale incarnation {requested:?} for {what}: the hosted instance belongs to incarnation {hosted:?}"
-    )]
-    StaleIncarnation {
-        /// Which connector or task.
-        what: String,
-        /// Incarnation in the request.
-        requested: String,
-        /// Incarnation of the hosted instance.
-        hosted: String,
-    },
-    /// The executor's lease may have expired: it refuses destructive stops and starts and
-    /// is fencing itself (its instances get `stop(false)`, then it registers again).
-    #[error(
-        "refused {what}: this executor's lease may have expired ({standing}); it is fencing itself and registers again"
-    )]
-    LeaseMayHaveExpired {
-        /// What was refused.
-        what: String,
-        /// Where the executor stands (`not registered` or `lease may have expired`).
-        standing: &'static str,
-    },
-    /// No plugin runtime could take the instance: the current one had to be written off
-    /// (calls of abandoned instances hold half of its workers or more) and a fresh one
-    /// could not be started (the OS refused its threads). Nothing ran.
-    #[error("cannot run {what}: {reason}")]
-    PluginRuntime {
-        /// Which connector or task.
-        what: String,
-        /// The cause.
-        reason: String,
-    },
-    /// A stop names a generation newer than any this executor was assigned for the
-    /// instance, without the incarnation of the instance it hosts: a stop decided for
-    /// someone else's assignment, or made up (issue 14, defence in depth). Nothing runs.
-    #[error(
-        "{what} generation {requested} was never assigned to this executor (newest assigned: {newest}); refused, nothing ran"
-    )]
-    NeverAssigned {
-        /// Which connector or task.
-        what: String,
-        /// Generation in the request.
-        requested: u64,
-        /// Newest generation this executor was assigned for it.
-        newest: u64,
-    },
-    /// The executor never hosted the instance (or not that generation).
-    #[error("{0} is not hosted on this executor")]
-    NotHosted(String),
-    /// The instance exists but is not running (failed, stopping or stopped).
-    #[error("{what} is not running (state {state})")]
-    NotRunning {
-        /// Which connector.
-        what: String,
-        /// Its state.
-        state: String,
-    },
-    /// The executor is shutting down and starts nothing new.
-    #[error("executor is shutting down")]
-    ShuttingDown,
-    /// The plugin's `task_configs` failed.
-    #[error("task_configs of {connector} failed: {error}")]
-    TaskConfigsFailed {
-        /// Connector name.
-        connector: String,
-        /// The plugin's error text.
-        error: String,
-    },
+/// What a start request says of the assignment, the same for connector instances and
+/// tasks.
+#[derive(Debug, Clone)]
+pub struct Assignment {
+    /// Assignment generation.
+    pub generation: u64,
+    /// True when the target state is PAUSED: started, but no poll or put.
+    pub paused: bool,
+    /// Start only for a following stop(true): no poll or put.
+    pub cleanup_only: bool,
+    /// The connector's incarnation id.
+    pub incarnation: String,
+    /// The epoch addressed; 0 skips the check.
+    pub executor_epoch: u64,
 }
 
 /// A StartConnector request, validated.
@@ -176,16 +94,8 @@ pub struct StartConnector {
     pub connector: String,
     /// Full connector config.
     pub config: ConfigMap,
-    /// Assignment generation.
-    pub generation: u64,
-    /// True when the target state is PAUSED.
-    pub paused: bool,
-    /// Start only for a following stop(true).
-    pub cleanup_only: bool,
-    /// The connector's incarnation id.
-    pub incarnation: String,
-    /// The epoch addressed; 0 skips the check.
-    pub executor_epoch: u64,
+    /// Generation, target state, mode, incarnation, epoch.
+    pub assignment: Assignment,
 }
 
 /// A StartTask request, validated.
@@ -197,25 +107,18 @@ pub struct StartTask {
     pub connector_config: ConfigMap,
     /// The task's config.
     pub task_config: ConfigMap,
-    /// Assignment generation.
-    pub generation: u64,
-    /// True when the target state is PAUSED: started, but no poll or put.
-    pub paused: bool,
-    /// Start only for a following stop(true): no poll or put.
-    pub cleanup_only: bool,
     /// Committed offsets, keyed by the canonical JSON text of the partition.
     pub offsets: BTreeMap<String, serde_json::Value>,
-    /// The connector's incarnation id.
-    pub incarnation: String,
-    /// The epoch addressed; 0 skips the check.
-    pub executor_epoch: u64,
+    /// Generation, target state, mode, incarnation, epoch.
+    pub assignment: Assignment,
 }
 
 /// A StopTask or StopConnector request, validated.
-#[derive(Debug, Clone, Default)]
+#[derive(Debug, Clone)]
 pub struct StopRequest {
-    /// True only for a deletion.
-    pub connector_deleted: bool,
+    /// Why the control plane stops it: [`StopCause::Deleted`] or
+    /// [`StopCause::Requested`] (the wire's `connector_deleted`, converted in `grpc.rs`).
+    pub cause: StopCause,
     /// Generation of the assignment being stopped.
     pub generation: u64,
     /// Bound on the plugin's stop, in milliseconds; 0 means the default.
@@ -241,20 +144,6 @@ pub struct Hosted<K> {
     pub abandoned: bool,
     /// Incarnation of the connector.
     pub incarnation: String,
-}
-
-/// Whether [`Host::assignments`] lists an instance: until its stop ended, and after that
-/// while it is abandoned (its plugin call has not returned).
-fn listed(stop_claimed: bool, state: &InstanceState, abandoned: bool) -> bool {
-    match state {
-        _ if !stop_claimed || abandoned => true,
-        InstanceState::Stopping => true,
-        InstanceState::Starting
-        | InstanceState::Running
-        | InstanceState::Paused
-        | InstanceState::Failed(_)
-        | InstanceState::Stopped => false,
-    }
 }
 
 /// A stop's result and whether the instance is abandoned now.
@@ -294,41 +183,16 @@ pub(crate) struct Shared {
 }
 
 impl Shared {
-    /// The flag a stop runs with, decided just before the plugin's stop is called: a
-    /// destructive stop runs only while the lease certainly holds; otherwise it runs with
-    /// `false` (the deletion then re-hosts its cleanup) and a heartbeat is asked for, which
-    /// fences this executor.
-    pub fn confirm_deleted(&self, connector_deleted: bool, what: &str) -> bool {
-        if !connector_deleted {
-            return false;
-        }
-        match self.registry.lease_standing() {
-            LeaseStanding::Held => true,
-            standing @ (LeaseStanding::Unregistered | LeaseStanding::MayHaveExpired) => {
-                tracing::warn!(
-                    what,
-                    ?standing,
-                    "lease may have expired before the plugin's stop(true): stopping with connector_deleted=false instead"
-                );
-                self.registry.beat_now();
-                false
-            }
-        }
+    /// A slot of the plugin runtime for a new instance.
+    ///
+    /// # Errors
+    /// The runtime had to be written off and a fresh one could not be started (text of
+    /// the cause).
+    pub fn plugin_slot(&self) -> Result<PluginSlot, String> {
+        self.pool
+            .slot()
+            .map_err(|e| format!("cannot start a fresh plugin runtime: {e}"))
     }
-}
-
-/// Why a request is refused under `standing`, or `None` when it may go on. Destructive
-/// stops and starts that address an epoch need a lease that certainly holds.
-fn lease_refusal(standing: LeaseStanding, what: &str) -> Option<HostError> {
-    let standing = match standing {
-        LeaseStanding::Held => return None,
-        LeaseStanding::Unregistered => "not registered",
-        LeaseStanding::MayHaveExpired => "lease may have expired",
-    };
-    Some(HostError::LeaseMayHaveExpired {
-        what: what.to_owned(),
-        standing,
-    })
 }
 
 /// The connector instances and tasks of this executor.
@@ -448,7 +312,7 @@ impl Host {
                 current,
             });
         }
-        if !req.connector_deleted {
+        if !req.cause.connector_deleted() {
             return Ok(());
         }
         match lease_refusal(self.shared.registry.lease_standing(), what) {
@@ -468,22 +332,21 @@ impl Host {
     /// [`stop_admission`]). Every other stop passes every check (epoch, lease,
     /// generation, incarnation), then gets the instance [`pick_for_stop`] chooses. A
     /// refusal is logged here, once, with what the request named: nothing ran for it.
-    fn admit_stop<K, I>(
+    fn admit_stop<I: Instance>(
         &self,
         req: &StopRequest,
         what: &str,
-        slots: &Mutex<HashMap<K, Slot<I>>>,
-        key: &K,
-    ) -> Result<Arc<I>, HostError>
-    where
-        K: std::hash::Hash + Eq,
-        I: StopFacts,
-    {
+        slots: &Mutex<HashMap<I::Key, Slot<I>>>,
+        key: &I::Key,
+    ) -> Result<Arc<I>, HostError> {
         let replay = {
             let map = lock(slots);
             map.get(key)
                 .and_then(|slot| slot.instances.get(&req.generation))
-                .filter(|i| stop_admission(req, Some(&***i)) == StopAdmission::Replay)
+                .filter(|i| {
+                    stop_admission(req, Some(&***i as &dyn admission::StopFacts))
+                        == StopAdmission::Replay
+                })
                 .cloned()
         };
         if let Some(instance) = replay {
@@ -491,7 +354,7 @@ impl Host {
                 what,
                 generation = req.generation,
                 executor_epoch = req.executor_epoch,
-                connector_deleted = req.connector_deleted,
+                cause = req.cause.as_str(),
                 "stop of this generation already claimed: answered from its record, nothing runs again"
             );
             return Ok(instance);
@@ -503,7 +366,9 @@ impl Host {
                 let slot = map
                     .get(key)
                     .ok_or_else(|| HostError::NotHosted(what.to_owned()))?;
-                pick_for_stop(slot, req, what, |i: &I| (i.stop_claimed(), i.incarnation()))
+                pick_for_stop(slot, req, what, |i: &I| {
+                    (i.life().stop_claimed(), i.incarnation())
+                })
             });
         if let Err(e) = &admitted {
             // NOT_FOUND is an ordinary answer (the control plane re-hosts the cleanup);
@@ -514,7 +379,7 @@ impl Host {
                 tracing::info!(what, generation = req.generation, error = %e, "stop refused");
             } else {
                 tracing::warn!(what, generation = req.generation, incarnation = %req.incarnation,
-                    executor_epoch = req.executor_epoch, connector_deleted = req.connector_deleted,
+                    executor_epoch = req.executor_epoch, cause = req.cause.as_str(),
                     error = %e, "stop refused; nothing ran");
             }
         }
@@ -542,59 +407,87 @@ impl Host {
         }
     }
 
+    /// Starts an instance of the kind `I` in `slots` (or returns the state of the same
+    /// generation already started): the one start path of tasks and connector
+    /// instances. Older generations still running are stopped first
+    /// ([`StopCause::Superseded`]); the start is spawned so that a cancelled request does
+    /// not cut it in half.
+    async fn start_instance<I: Instance>(
+        &self,
+        slots: &Mutex<HashMap<I::Key, Slot<I>>>,
+        req: I::Start,
+    ) -> Result<InstanceState, HostError> {
+        let facts = I::start_facts(&req);
+        let (key, generation) = (facts.key.clone(), facts.assignment.generation);
+        let what = I::id_of(&key).what();
+        self.check_epoch(facts.assignment.executor_epoch, &format!("start of {what}"))?;
+        let plugin = self.plugin_for(facts.config.0, facts.config.1)?;
+        let (instance, superseded) = {
+            let mut slots = lock(slots);
+            let slot = slots.entry(key).or_default();
+            if generation < slot.newest {
+                return Err(HostError::StaleGeneration {
+                    what,
+                    requested: generation,
+                    newest: slot.newest,
+                });
+            }
+            if let Some(existing) = slot.instances.get(&generation) {
+                if existing.life().stop_claimed() {
+                    return Err(HostError::GenerationStopped { what, generation });
+                }
+                return Ok(existing.life().state());
+            }
+            let superseded: Vec<_> = slot
+                .instances
+                .values()
+                .filter(|i| !i.life().stop_claimed())
+                .cloned()
+                .collect();
+            let instance = Arc::new(
+                I::new(&plugin, &req, self.shared.clone())
+                    .map_err(|reason| HostError::PluginRuntime { what, reason })?,
+            );
+            slot.newest = generation;
+            slot.instances.insert(generation, instance.clone());
+            (instance, superseded)
+        };
+        let timeout = self.default_stop_timeout;
+        let handle = spawn(TaskKind::Awaited, I::START, async move {
+            for old in superseded {
+                stop::stop(&old, StopCause::Superseded, timeout).await;
+            }
+            instance::start(instance, req).await
+        });
+        Ok(handle
+            .await
+            .unwrap_or_else(|e| InstanceState::Failed(panic_text(e))))
+    }
+
+    /// Stops the instance keyed `key` in `slots` as `req` says (its timeout 0: the
+    /// default), once admitted: the one stop path of a control plane's request.
+    async fn stop_instance<I: Instance>(
+        &self,
+        slots: &Mutex<HashMap<I::Key, Slot<I>>>,
+        key: &I::Key,
+        req: &StopRequest,
+    ) -> Result<StopAnswer, HostError> {
+        let what = I::id_of(key).what();
+        let instance = self.admit_stop(req, &what, slots, key)?;
+        let result = stop::stop(&instance, req.cause, self.stop_timeout(req.timeout_ms)).await;
+        Ok(StopAnswer {
+            result,
+            abandoned: instance.abandoned(),
+        })
+    }
+
     /// Starts a task (or returns the state of the same generation already started).
     ///
     /// # Errors
     /// Epoch mismatch, stale or stopped generation, unknown plugin. A plugin failure is
     /// not an error: the state says FAILED.
     pub async fn start_task(&self, req: StartTask) -> Result<InstanceState, HostError> {
-        let what = format!("task {}", req.task);
-        self.check_epoch(req.executor_epoch, &format!("start of {what}"))?;
-        let plugin = self.plugin_for(&req.connector_config, "connector_config")?;
-        let (instance, superseded) = {
-            let mut tasks = lock(&self.tasks);
-            let slot = tasks.entry(req.task.clone()).or_default();
-            if req.generation < slot.newest {
-                return Err(HostError::StaleGeneration {
-                    what,
-                    requested: req.generation,
-                    newest: slot.newest,
-                });
-            }
-            if let Some(existing) = slot.instances.get(&req.generation) {
-                if existing.life.stop_claimed() {
-                    return Err(HostError::GenerationStopped {
-                        what,
-                        generation: req.generation,
-                    });
-                }
-                return Ok(existing.life.state());
-            }
-            let superseded: Vec<_> = slot
-                .instances
-                .values()
-                .filter(|i| !i.life.stop_claimed())
-                .cloned()
-                .collect();
-            let instance = Arc::new(
-                TaskInstance::new(&plugin, &req, self.shared.clone())
-                    .map_err(|reason| HostError::PluginRuntime { what, reason })?,
-            );
-            slot.newest = req.generation;
-            slot.instances.insert(req.generation, instance.clone());
-            (instance, superseded)
-        };
-        let timeout = self.default_stop_timeout;
-        // Spawned so that a cancelled request does not cut the start in half.
-        let handle = spawn(TaskKind::Awaited, "start task", async move {
-            for old in superseded {
-                old.stop(false, timeout, true).await;
-            }
-            instance.start(req).await
-        });
-        Ok(handle
-            .await
-            .unwrap_or_else(|e| InstanceState::Failed(panic_text(e))))
+        self.start_instance(&self.tasks, req).await
     }
 
     /// Stops a task as `req` says (its timeout 0: the default).
@@ -609,19 +502,7 @@ impl Host {
         task: &TaskKey,
         req: &StopRequest,
     ) -> Result<StopAnswer, HostError> {
-        let what = format!("task {task}");
-        let instance = self.admit_stop(req, &what, &self.tasks, task)?;
-        let result = instance
-            .stop(
-                req.connector_deleted,
-                self.stop_timeout(req.timeout_ms),
-                false,
-            )
-            .await;
-        Ok(StopAnswer {
-            result,
-            abandoned: instance.abandoned(),
-        })
+        self.stop_instance(&self.tasks, task, req).await
     }
 
     /// Starts a connector instance (or returns the state of the same generation).
@@ -629,52 +510,7 @@ impl Host {
     /// # Errors
     /// As [`Host::start_task`].
     pub async fn start_connector(&self, req: StartConnector) -> Result<InstanceState, HostError> {
-        let what = format!("connector {}", req.connector);
-        self.check_epoch(req.executor_epoch, &format!("start of {what}"))?;
-        let plugin = self.plugin_for(&req.config, "config")?;
-        let (instance, superseded) = {
-            let mut connectors = lock(&self.connectors);
-            let slot = connectors.entry(req.connector.clone()).or_default();
-            if req.generation < slot.newest {
-                return Err(HostError::StaleGeneration {
-                    what,
-                    requested: req.generation,
-                    newest: slot.newest,
-                });
-            }
-            if let Some(existing) = slot.instances.get(&req.generation) {
-                if existing.life.stop_claimed() {
-                    return Err(HostError::GenerationStopped {
-                        what,
-                        generation: req.generation,
-                    });
-                }
-                return Ok(existing.life.state());
-            }
-            let superseded: Vec<_> = slot
-                .instances
-                .values()
-                .filter(|i| !i.life.stop_claimed())
-                .cloned()
-                .collect();
-            let instance = Arc::new(
-                ConnectorInstance::new(&plugin, &req, self.shared.clone())
-                    .map_err(|reason| HostError::PluginRuntime { what, reason })?,
-            );
-            slot.newest = req.generation;
-            slot.instances.insert(req.generation, instance.clone());
-            (instance, superseded)
-        };
-        let timeout = self.default_stop_timeout;
-        let handle = spawn(TaskKind::Awaited, "start connector", async move {
-            for old in superseded {
-                old.stop(false, timeout, true).await;
-            }
-            instance.start(req).await
-        });
-        Ok(handle
-            .await
-            .unwrap_or_else(|e| InstanceState::Failed(panic_text(e))))
+        self.start_instance(&self.connectors, req).await
     }
 
     /// Asks a running connector instance for at most `max_tasks` task configs.
@@ -718,67 +554,22 @@ impl Host {
         connector: &str,
         req: &StopRequest,
     ) -> Result<StopAnswer, HostError> {
-        let what = format!("connector {connector}");
-        let instance = self.admit_stop(req, &what, &self.connectors, &connector.to_owned())?;
-        let result = instance
-            .stop(
-                req.connector_deleted,
-                self.stop_timeout(req.timeout_ms),
-                false,
-            )
-            .await;
-        Ok(StopAnswer {
-            result,
-            abandoned: instance.abandoned(),
-        })
+        self.stop_instance(&self.connectors, &connector.to_owned(), req)
+            .await
     }
 
     /// Connector instances and tasks not yet stopped (a stop under way included: the
     /// instance still holds what it holds until its stop returned or timed out), and those
     /// abandoned whose plugin call has not returned (`abandoned = true`).
     pub fn assignments(&self) -> (Vec<Hosted<String>>, Vec<Hosted<TaskKey>>) {
-        let connectors = lock(&self.connectors)
-            .iter()
-            .flat_map(|(name, slot)| {
-                slot.instances
-                    .values()
-                    .map(move |i| (name.clone(), i.clone()))
-            })
-            .filter(|(_, i)| listed(i.life.stop_claimed(), &i.life.state(), i.abandoned()))
-            .map(|(key, i)| Hosted {
-                key,
-                generation: i.life.generation,
-                state: i.life.state(),
-                cleanup_only: i.life.cleanup_only,
-                abandoned: i.abandoned(),
-                incarnation: i.incarnation.clone(),
-            })
-            .collect();
-        let tasks = lock(&self.tasks)
-            .iter()
-            .flat_map(|(key, slot)| {
-                slot.instances
-                    .values()
-                    .map(move |i| (key.clone(), i.clone()))
-            })
-            .filter(|(_, i)| listed(i.life.stop_claimed(), &i.life.state(), i.abandoned()))
-            .map(|(key, i)| Hosted {
-                key,
-                generation: i.life.generation,
-                state: i.life.state(),
-                cleanup_only: i.life.cleanup_only,
-                abandoned: i.abandoned(),
-                incarnation: i.incarnation.clone(),
-            })
-            .collect();
-        (connectors, tasks)
+        (hosted(&self.connectors), hosted(&self.tasks))
     }
 
     /// Record counts of the tasks [`Host::assignments`] lists (abandoned ones left out:
     /// their work loop ended), one entry per task summed over its generations, with
     /// whether it is a source.
-    pub fn task_stats(&self) -> Vec<(TaskKey, bool, crate::observe::RecordStats)> {
-        let mut out: Vec<(TaskKey, bool, crate::observe::RecordStats)> = Vec::new();
+    pub fn task_stats(&self) -> Vec<(TaskKey, bool, crate::counters::RecordStats)> {
+        let mut out: Vec<(TaskKey, bool, crate::counters::RecordStats)> = Vec::new();
         let tasks = lock(&self.tasks);
         let mut keys: Vec<&TaskKey> = tasks.keys().collect();
         keys.sort_by(|a, b| (&a.connector, a.task).cmp(&(&b.connector, b.task)));
@@ -786,10 +577,10 @@ impl Host {
             let live: Vec<_> = tasks[key]
                 .instances
                 .values()
-                .filter(|i| !i.life.stop_claimed())
+                .filter(|i| !i.life().stop_claimed())
                 .collect();
             let Some(first) = live.first() else { continue };
-            let sum = crate::observe::RecordStats::default();
+            let sum = crate::counters::RecordStats::default();
             for i in &live {
                 i.stats.add_into(&sum);
             }
@@ -798,148 +589,50 @@ impl Host {
         out
     }
 
-    /// Stops every instance with `connector_deleted = false` (shutdown, fencing): tasks
-    /// first, then connector instances, in parallel, all within `timeout`.
-    pub async fn stop_all(&self, timeout: Duration) {
+    /// Stops every instance for `cause`, a stop this executor decided ([`StopCause::Shutdown`]
+    /// or [`StopCause::Fenced`]: `connector_deleted = false`): tasks first, then connector
+    /// instances, in parallel, all within `timeout`.
+    pub async fn stop_all(&self, cause: StopCause, timeout: Duration) {
+        debug_assert!(cause.executor_decided(), "{cause:?} is the control plane's");
         let deadline = tokio::time::Instant::now() + timeout;
-        let tasks: Vec<_> = lock(&self.tasks)
-            .values()
-            .flat_map(|s| s.instances.values().cloned())
-            .filter(|i| !i.life.stop_claimed())
-            .collect();
-        join_all(tasks.iter().map(|t| t.stop(false, timeout, true))).await;
-        let connectors: Vec<_> = lock(&self.connectors)
-            .values()
-            .flat_map(|s| s.instances.values().cloned())
-            .filter(|i| !i.life.stop_claimed())
-            .collect();
+        let tasks = running(&self.tasks);
+        join_all(tasks.iter().map(|t| stop::stop(t, cause, timeout))).await;
+        let connectors = running(&self.connectors);
         let remaining = deadline
             .saturating_duration_since(tokio::time::Instant::now())
             .max(Duration::from_millis(MIN_STOP_TIMEOUT_MS));
-        join_all(connectors.iter().map(|c| c.stop(false, remaining, true))).await;
+        join_all(connectors.iter().map(|c| stop::stop(c, cause, remaining))).await;
     }
 }
 
-/// What a stop's admission needs to know of an instance: whether its stop was claimed
-/// (it ran, or runs now) and the incarnation it belongs to.
-trait StopFacts {
-    fn stop_claimed(&self) -> bool;
-    fn incarnation(&self) -> &str;
+/// The instances in `slots` whose stop was not claimed yet.
+fn running<I: Instance>(slots: &Mutex<HashMap<I::Key, Slot<I>>>) -> Vec<Arc<I>> {
+    lock(slots)
+        .values()
+        .flat_map(|s| s.instances.values().cloned())
+        .filter(|i| !i.life().stop_claimed())
+        .collect()
 }
 
-impl StopFacts for TaskInstance {
-    fn stop_claimed(&self) -> bool {
-        self.life.stop_claimed()
-    }
-    fn incarnation(&self) -> &str {
-        &self.incarnation
-    }
-}
-
-impl StopFacts for ConnectorInstance {
-    fn stop_claimed(&self) -> bool {
-        self.life.stop_claimed()
-    }
-    fn incarnation(&self) -> &str {
-        &self.incarnation
-    }
-}
-
-/// How a stop is admitted.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum StopAdmission {
-    /// The instance's stop was already claimed: answer from its record (waiting for it
-    /// if it still runs), before any staleness check; nothing runs again.
-    Replay,
-    /// Nothing to replay: every staleness check applies, then [`pick_for_stop`].
-    Check,
-}
-
-/// The replay rule (docs/contract.md, "Executor self-fencing"): a stop of a generation
-/// whose instance here already had its stop claimed is answered from that stop's record,
-/// whatever epoch it names and wherever the lease stands, because answering what
-/// happened runs nothing, while refusing it would make the control plane run the cleanup
-/// a second time in a cleanup-only instance (a retried stop after a control-plane
-/// failover, or after this executor fenced itself and registered again). A stop of
-/// another incarnation never gets another connector's record. `at_generation` is the
-/// instance of the stop's generation, if this executor has one.
-fn stop_admission(req: &StopRequest, at_generation: Option<&dyn StopFacts>) -> StopAdmission {
-    match at_generation {
-        None => StopAdmission::Check,
-        Some(i) => match (
-            i.stop_claimed(),
-            incarnation_matches(&req.incarnation, i.incarnation()),
-        ) {
-            (true, true) => StopAdmission::Replay,
-            (true, false) | (false, true | false) => StopAdmission::Check,
-        },
-    }
-}
-
-/// The instance a stop applies to, and whether it may run at all.
-///
-/// - A generation this executor was assigned: that generation's instance (a replay when
-///   already stopped), if the stop names its incarnation or none.
-/// - An older generation it was not assigned: stale.
-/// - A newer generation: it was never assigned here, so the stop is refused unless it
-///   names the incarnation of the instance still running. That one exception is the
-///   control plane's record running ahead of this executor (a start it recorded whose
-///   request never arrived); the record's stop must still reach the instance that runs
-///   (docs/contract.md, "Executor self-fencing"). A stop without an incarnation, or with
-///   another one, for a generation never assigned here runs nothing (issue 14: any
-///   caller could otherwise stop, or drop the resources of, a live connector with
-///   "current generation + 1000").
-///
-/// `facts` says of an instance whether its stop was claimed, and its incarnation.
-fn pick_for_stop<'a, I: 'a>(
-    slot: &'a Slot<I>,
-    req: &StopRequest,
-    what: &str,
-    facts: impl Fn(&'a I) -> (bool, &'a str),
-) -> Result<Arc<I>, HostError> {
-    let generation = req.generation;
-    if let Some(i) = slot.instances.get(&generation) {
-        check_incarnation(&req.incarnation, facts(i).1, what)?;
-        return Ok(i.clone());
-    }
-    if generation < slot.newest {
-        return Err(HostError::StaleGeneration {
-            what: what.to_owned(),
-            requested: generation,
-            newest: slot.newest,
-        });
-    }
-    let running = slot.instances.values().rev().find(|i| !facts(i).0);
-    match running {
-        None => Err(HostError::NotHosted(format!(
-            "{what} generation {generation}"
-        ))),
-        Some(i) if !req.incarnation.is_empty() && req.incarnation == facts(i).1 => Ok(i.clone()),
-        Some(_) => Err(HostError::NeverAssigned {
-            what: what.to_owned(),
-            requested: generation,
-            newest: slot.newest,
-        }),
-    }
-}
-
-/// Refuses a request decided for incarnation `requested` when the instance belongs to
-/// `hosted` (either empty: not known, no check).
-fn check_incarnation(requested: &str, hosted: &str, what: &str) -> Result<(), HostError> {
-    if incarnation_matches(requested, hosted) {
-        return Ok(());
-    }
-    Err(HostError::StaleIncarnation {
-        what: what.to_owned(),
-        requested: requested.to_owned(),
-        hosted: hosted.to_owned(),
-    })
-}
-
-/// True when a request for incarnation `requested` may address an instance of `hosted`
-/// (either empty: not known, no check).
-fn incarnation_matches(requested: &str, hosted: &str) -> bool {
-    requested.is_empty() || hosted.is_empty() || requested == hosted
+/// The instances in `slots` that [`Host::assignments`] lists ([`listed`]).
+fn hosted<I: Instance>(slots: &Mutex<HashMap<I::Key, Slot<I>>>) -> Vec<Hosted<I::Key>> {
+    lock(slots)
+        .iter()
+        .flat_map(|(key, slot)| {
+            slot.instances
+                .values()
+                .map(move |i| (key.clone(), i.clone()))
+        })
+        .filter(|(_, i)| listed(i.life().stop_claimed(), &i.life().state(), i.abandoned()))
+        .map(|(key, i)| Hosted {
+            key,
+            generation: i.life().generation,
+            state: i.life().state(),
+            cleanup_only: i.life().cleanup_only,
+            abandoned: i.abandoned(),
+            incarnation: i.incarnation().to_owned(),
+        })
+        .collect()
 }
 
 /// Text of a failed plugin call's join error (a panic message, or a cancellation).
@@ -954,217 +647,4 @@ pub(crate) fn panic_text(e: tokio::task::JoinError) -> String {
         .or_else(|| payload.downcast_ref::<String>().cloned())
         .unwrap_or_else(|| "non-text panic payload".into());
     format!("plugin panicked: {msg}")
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn an_instance_is_listed_until_its_stop_ended() {
-        let running = [
-            InstanceState::Starting,
-            InstanceState::Running,
-            InstanceState::Paused,
-            InstanceState::Failed("boom".into()),
-        ];
-        for s in &running {
-            assert!(listed(false, s, false), "{s:?}");
-        }
-        // A stop under way (the plugin's call may still run): still listed.
-        assert!(listed(true, &InstanceState::Stopping, false));
-        // The stop ended: gone.
-        assert!(!listed(true, &InstanceState::Stopped, false));
-        assert!(!listed(
-            true,
-            &InstanceState::Failed("timed out".into()),
-            false
-        ));
-    }
-
-    #[test]
-    fn an_abandoned_instance_is_listed_until_its_call_returned() {
-        assert!(listed(
-            true,
-            &InstanceState::Failed("timed out".into()),
-            true
-        ));
-    }
-
-    /// Incarnation of every instance in [`slot`].
-    const INC: &str = "inc-1";
-
-    /// A slot whose instances are just "stop claimed" flags (incarnation [`INC`]), by
-    /// generation.
-    fn slot(instances: &[(u64, bool)]) -> Slot<(bool, &'static str)> {
-        Slot {
-            newest: instances.iter().map(|(g, _)| *g).max().unwrap_or(0),
-            instances: instances
-                .iter()
-                .map(|(g, c)| (*g, Arc::new((*c, INC))))
-                .collect(),
-        }
-    }
-
-    /// The "stop claimed" flag of the instance picked for a stop of `generation` naming
-    /// `incarnation`.
-    fn pick_named(
-        slot: &Slot<(bool, &'static str)>,
-        generation: u64,
-        incarnation: &str,
-    ) -> Result<bool, HostError> {
-        let req = StopRequest {
-            generation,
-            incarnation: incarnation.to_owned(),
-            ..StopRequest::default()
-        };
-        pick_for_stop(slot, &req, "task t-0", |i| (i.0, i.1)).map(|i| i.0)
-    }
-
-    fn pick(slot: &Slot<(bool, &'static str)>, generation: u64) -> Result<bool, HostError> {
-        pick_named(slot, generation, INC)
-    }
-
-    impl StopFacts for (bool, &'static str) {
-        fn stop_claimed(&self) -> bool {
-            self.0
-        }
-        fn incarnation(&self) -> &str {
-            self.1
-        }
-    }
-
-    fn admission(claimed_here: Option<bool>, incarnation: &str) -> StopAdmission {
-        let req = StopRequest {
-            generation: 3,
-            incarnation: incarnation.to_owned(),
-            // Stale on purpose: a replay is decided before any epoch check.
-            executor_epoch: 1,
-            connector_deleted: true,
-            ..StopRequest::default()
-        };
-        let instance = claimed_here.map(|c| (c, INC));
-        stop_admission(&req, instance.as_ref().map(|i| i as &dyn StopFacts))
-    }
-
-    #[test]
-    fn a_stop_whose_generation_was_already_stopped_here_is_answered_from_the_record() {
-        assert_eq!(admission(Some(true), INC), StopAdmission::Replay);
-    }
-
-    #[test]
-    fn a_replay_without_an_incarnation_is_answered_from_the_record() {
-        assert_eq!(admission(Some(true), ""), StopAdmission::Replay);
-    }
-
-    #[test]
-    fn a_stop_of_another_incarnation_never_gets_the_record() {
-        assert_eq!(admission(Some(true), "inc-0"), StopAdmission::Check);
-    }
-
-    #[test]
-    fn a_first_stop_of_a_running_instance_passes_every_check() {
-        assert_eq!(admission(Some(false), INC), StopAdmission::Check);
-    }
-
-    #[test]
-    fn a_stop_of_a_generation_this_executor_has_no_instance_of_passes_every_check() {
-        // The record is gone (this process never had it, or restarted): refused or
-        // NOT_FOUND by the checks, and the control plane runs the cleanup again (at least
-        // once).
-        assert_eq!(admission(None, INC), StopAdmission::Check);
-    }
-
-    #[test]
-    fn a_stop_of_another_incarnation_is_refused() {
-        assert!(matches!(
-            check_incarnation("old", "new", "task t-0"),
-            Err(HostError::StaleIncarnation { .. })
-        ));
-    }
-
-    #[test]
-    fn a_stop_of_the_same_or_an_unknown_incarnation_goes_on() {
-        assert!(check_incarnation("i", "i", "task t-0").is_ok());
-        assert!(check_incarnation("", "i", "task t-0").is_ok());
-        assert!(check_incarnation("i", "", "task t-0").is_ok());
-    }
-
-    #[test]
-    fn only_a_lease_that_certainly_holds_lets_a_destructive_request_through() {
-        assert!(lease_refusal(LeaseStanding::Held, "x").is_none());
-        assert!(matches!(
-            lease_refusal(LeaseStanding::MayHaveExpired, "x"),
-            Some(HostError::LeaseMayHaveExpired {
-                standing: "lease may have expired",
-                ..
-            })
-        ));
-        assert!(matches!(
-            lease_refusal(LeaseStanding::Unregistered, "x"),
-            Some(HostError::LeaseMayHaveExpired {
-                standing: "not registered",
-                ..
-            })
-        ));
-    }
-
-    #[test]
-    fn a_stop_for_a_known_generation_gets_that_instance_even_when_already_stopped() {
-        let s = slot(&[(1, true), (2, false)]);
-        assert!(pick(&s, 1).unwrap(), "replays go to the stopped generation");
-        assert!(!pick(&s, 2).unwrap());
-    }
-
-    #[test]
-    fn a_stop_for_an_older_unknown_generation_is_stale() {
-        let s = slot(&[(3, false)]);
-        assert!(matches!(
-            pick(&s, 2),
-            Err(HostError::StaleGeneration { newest: 3, .. })
-        ));
-    }
-
-    #[test]
-    fn a_stop_for_a_newer_generation_with_the_running_incarnation_reaches_that_instance() {
-        let s = slot(&[(3, false)]);
-        assert!(!pick(&s, 4).unwrap());
-        let all_stopped = slot(&[(3, true)]);
-        assert!(matches!(
-            pick(&all_stopped, 4),
-            Err(HostError::NotHosted(_))
-        ));
-    }
-
-    #[test]
-    fn a_stop_for_a_generation_never_assigned_without_the_incarnation_is_refused() {
-        let s = slot(&[(3, false)]);
-        assert!(matches!(
-            pick_named(&s, 1003, ""),
-            Err(HostError::NeverAssigned {
-                requested: 1003,
-                newest: 3,
-                ..
-            })
-        ));
-    }
-
-    #[test]
-    fn a_stop_for_a_generation_never_assigned_with_another_incarnation_is_refused() {
-        let s = slot(&[(3, false)]);
-        assert!(matches!(
-            pick_named(&s, 4, "inc-0"),
-            Err(HostError::NeverAssigned { .. })
-        ));
-    }
-
-    #[test]
-    fn a_stop_for_an_assigned_generation_of_another_incarnation_is_refused() {
-        let s = slot(&[(3, false)]);
-        assert!(matches!(
-            pick_named(&s, 3, "inc-0"),
-            Err(HostError::StaleIncarnation { .. })
-        ));
-        assert!(!pick_named(&s, 3, "").unwrap(), "no incarnation: no check");
-    }
 }

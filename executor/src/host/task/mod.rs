@@ -24,14 +24,12 @@ use tokio::task::JoinHandle;
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 use wharf::ids::TaskKey;
-use wharf::pb::v1 as pb;
 use wharf::sdk::{Plugin, SinkTask, SourceTask, TaskContext, TaskFactory};
 
-use super::instance::{
-    InstanceState, Lifecycle, PluginCell, StopOutcome, StopRecord, StopResult, await_plugin_stop,
-    timed_out_text,
-};
-use super::{Shared, StartTask, lock, panic_text};
+use super::instance::{Instance, InstanceId, InstanceState, Lifecycle, StartFacts, report_state};
+use super::plugin::{CellStop, PluginCell};
+use super::stop::StopCause;
+use super::{Shared, StartTask, lock};
 use crate::runtime::PluginSlot;
 use wharf::task::{TaskKind, spawn};
 
@@ -64,11 +62,12 @@ pub fn sink_consumer_name(connector: &str) -> String {
     format!("wharf-sink-{connector}")
 }
 
+/// A task on this executor.
 pub(crate) struct TaskInstance {
     key: TaskKey,
-    pub life: Lifecycle,
+    life: Lifecycle,
     /// Incarnation of the connector this task runs for.
-    pub incarnation: String,
+    incarnation: String,
     plugin: TaskPlugin,
     /// Runs every plugin call of this instance on the plugin runtime (the work loop runs
     /// on the executor's runtime).
@@ -82,35 +81,128 @@ pub(crate) struct TaskInstance {
     work: Mutex<Option<JoinHandle<()>>>,
     shared: Arc<Shared>,
     /// Record counts of the work loop, for the metrics listener.
-    pub stats: crate::observe::RecordStats,
+    pub stats: crate::counters::RecordStats,
 }
 
-impl TaskInstance {
-    /// # Errors
-    /// No plugin runtime could take it (text of the cause).
-    pub fn new(plugin: &Plugin, req: &StartTask, shared: Arc<Shared>) -> Result<Self, String> {
-        let slot = shared
-            .pool
-            .slot()
-            .map_err(|e| format!("cannot start a fresh plugin runtime: {e}"))?;
+impl Instance for TaskInstance {
+    type Start = StartTask;
+    type Key = TaskKey;
+    const START: &'static str = "start task";
+
+    fn start_facts(req: &StartTask) -> StartFacts<'_, TaskKey> {
+        StartFacts {
+            key: &req.task,
+            assignment: &req.assignment,
+            config: (&req.connector_config, "connector_config"),
+        }
+    }
+
+    fn id_of(key: &TaskKey) -> InstanceId<'_> {
+        InstanceId::Task(key)
+    }
+
+    fn new(plugin: &Plugin, req: &StartTask, shared: Arc<Shared>) -> Result<Self, String> {
+        let slot = shared.plugin_slot()?;
         let plugin = match &plugin.task {
             TaskFactory::Source(make) => TaskPlugin::Source(PluginCell::new(make())),
             TaskFactory::Sink(make) => TaskPlugin::Sink(PluginCell::new(make())),
         };
         Ok(Self {
             key: req.task.clone(),
-            life: Lifecycle::new(req.generation, req.cleanup_only),
-            incarnation: req.incarnation.clone(),
+            life: Lifecycle::new(&req.assignment),
+            incarnation: req.assignment.incarnation.clone(),
             plugin,
             slot,
             cancel: CancellationToken::new(),
             stop_began: OnceLock::new(),
             work: Mutex::new(None),
             shared,
-            stats: crate::observe::RecordStats::default(),
+            stats: crate::counters::RecordStats::default(),
         })
     }
 
+    fn id(&self) -> InstanceId<'_> {
+        InstanceId::Task(&self.key)
+    }
+
+    fn life(&self) -> &Lifecycle {
+        &self.life
+    }
+
+    fn incarnation(&self) -> &str {
+        &self.incarnation
+    }
+
+    fn slot(&self) -> &PluginSlot {
+        &self.slot
+    }
+
+    fn shared(&self) -> &Shared {
+        &self.shared
+    }
+
+    fn spawn_start(&self, req: &StartTask) -> JoinHandle<Result<(), String>> {
+        let ctx = TaskContext {
+            connector: req.task.connector.clone(),
+            task: req.task.task,
+            incarnation: req.assignment.incarnation.clone(),
+            cleanup_only: req.assignment.cleanup_only,
+            executor_id: self.shared.executor_id.clone(),
+            connector_config: req.connector_config.clone(),
+            offsets: req.offsets.clone(),
+            cancel: self.cancel.clone(),
+        };
+        let config = req.task_config.clone();
+        match &self.plugin {
+            TaskPlugin::Source(p) => p.spawn_start(&self.slot, ctx, config),
+            TaskPlugin::Sink(p) => p.spawn_start(&self.slot, ctx, config),
+        }
+    }
+
+    /// A running task that is not cleanup-only gets its work loop.
+    fn after_start(task: &Arc<Self>, state: &InstanceState, req: &StartTask) {
+        if *state != InstanceState::Running || task.life.cleanup_only {
+            return;
+        }
+        let mut work = lock(&task.work);
+        if task.cancel.is_cancelled() {
+            return;
+        }
+        let me = task.clone();
+        // The loop itself runs on the executor's runtime: it only awaits the plugin
+        // calls it spawns on the plugin runtime, so it still sees the stop (and
+        // fences the output) while a plugin call blocks its plugin worker.
+        *work = Some(match &task.plugin {
+            TaskPlugin::Source(p) => spawn(
+                TaskKind::Awaited,
+                "source task loop",
+                me.source_loop(p.cell.clone()),
+            ),
+            TaskPlugin::Sink(p) => spawn(
+                TaskKind::Awaited,
+                "sink task loop",
+                me.sink_loop(p.cell.clone(), topics_of(req)),
+            ),
+        });
+    }
+
+    /// Ends the work loop (and any pending poll): the loop drains what it may, bounded
+    /// by [`STOP_DRAIN_TIMEOUT_MS`], and the stop waits for it.
+    fn begin_stop(&self, cause: StopCause, started: Instant) -> Option<JoinHandle<()>> {
+        let _ = self.stop_began.set((started, cause.connector_deleted()));
+        self.cancel.cancel();
+        lock(&self.work).take()
+    }
+
+    fn plugin_stop(&self) -> (&dyn CellStop, &'static str) {
+        match &self.plugin {
+            TaskPlugin::Source(p) => (p, "start or poll to return"),
+            TaskPlugin::Sink(p) => (p, "start, put or flush to return"),
+        }
+    }
+}
+
+impl TaskInstance {
     /// True for a source task, false for a sink task.
     pub fn is_source(&self) -> bool {
         match self.plugin {
@@ -119,78 +211,12 @@ impl TaskInstance {
         }
     }
 
-    /// True while abandoned: the stop timed out and the plugin's call has not returned.
-    pub fn abandoned(&self) -> bool {
-        self.life.abandoned() && !self.slot.exited()
-    }
-
-    fn report(&self, state: &InstanceState) {
-        let (state, error) = state.to_wire();
-        self.shared
-            .registry
-            .report_task(&self.key, self.life.generation, state, error);
-    }
-
-    /// Runs the plugin's start once and, when it succeeded and the task is neither paused
-    /// nor cleanup-only, its work loop.
-    pub async fn start(self: Arc<Self>, req: StartTask) -> InstanceState {
-        let ctx = TaskContext {
-            connector: req.task.connector.clone(),
-            task: req.task.task,
-            incarnation: req.incarnation.clone(),
-            cleanup_only: req.cleanup_only,
-            executor_id: self.shared.executor_id.clone(),
-            connector_config: req.connector_config.clone(),
-            offsets: req.offsets.clone(),
-            cancel: self.cancel.clone(),
-        };
-        let config = req.task_config.clone();
-        let handle = match &self.plugin {
-            TaskPlugin::Source(p) => p.spawn_start(&self.slot, ctx, config),
-            TaskPlugin::Sink(p) => p.spawn_start(&self.slot, ctx, config),
-        };
-        let result = handle.await.unwrap_or_else(|e| Err(panic_text(e)));
-        let state = match result {
-            Ok(()) if req.paused => InstanceState::Paused,
-            Ok(()) => InstanceState::Running,
-            Err(e) => InstanceState::Failed(e),
-        };
-        tracing::info!(connector = %self.key.connector, task = self.key.task, generation = self.life.generation,
-            cleanup_only = self.life.cleanup_only, state = ?state, "task started");
-        if !self.life.set_state_unless_stopping(state.clone()) {
-            return self.life.state();
-        }
-        self.report(&state);
-        if state == InstanceState::Running && !self.life.cleanup_only {
-            let mut work = lock(&self.work);
-            if !self.cancel.is_cancelled() {
-                let me = self.clone();
-                // The loop itself runs on the executor's runtime: it only awaits the plugin
-                // calls it spawns on the plugin runtime, so it still sees the stop (and
-                // fences the output) while a plugin call blocks its plugin worker.
-                *work = Some(match &self.plugin {
-                    TaskPlugin::Source(p) => spawn(
-                        TaskKind::Awaited,
-                        "source task loop",
-                        me.source_loop(p.cell.clone()),
-                    ),
-                    TaskPlugin::Sink(p) => spawn(
-                        TaskKind::Awaited,
-                        "sink task loop",
-                        me.sink_loop(p.cell.clone(), topics_of(&req)),
-                    ),
-                });
-            }
-        }
-        state
-    }
-
     fn fail(&self, error: String) {
         tracing::warn!(connector = %self.key.connector, task = self.key.task, generation = self.life.generation,
             error = %error, "task failed");
         let state = InstanceState::Failed(error);
         if self.life.set_state_unless_stopping(state.clone()) {
-            self.report(&state);
+            report_state(self, &state);
         }
     }
 
@@ -214,94 +240,6 @@ impl TaskInstance {
         tokio::select! {
             () = self.cancel.cancelled() => false,
             () = tokio::time::sleep(Duration::from_millis(LOG_RETRY_BACKOFF_MS)) => true,
-        }
-    }
-
-    /// Stops the instance once (see `Lifecycle::stop_once`). `self_initiated` marks a stop
-    /// the executor decided (shutdown, fencing, a newer generation).
-    pub async fn stop(
-        self: &Arc<Self>,
-        connector_deleted: bool,
-        timeout: Duration,
-        self_initiated: bool,
-    ) -> StopResult {
-        let me = self.clone();
-        self.life
-            .stop_once(move || async move {
-                me.run_stop(connector_deleted, timeout, self_initiated)
-                    .await
-            })
-            .await
-    }
-
-    async fn run_stop(
-        &self,
-        mut connector_deleted: bool,
-        timeout: Duration,
-        self_initiated: bool,
-    ) -> StopRecord {
-        let started = Instant::now();
-        let deadline = started + timeout;
-        let _ = self.stop_began.set((started, connector_deleted));
-        self.cancel.cancel();
-        let work = lock(&self.work).take();
-        let (outcome, error) = 'stop: {
-            if let Some(h) = work
-                && tokio::time::timeout_at(deadline, h).await.is_err()
-            {
-                break 'stop (
-                    StopOutcome::TimedOut,
-                    Some(timed_out_text(timeout, "the work loop")),
-                );
-            }
-            let what = format!("task {}", self.key);
-            let flag = || self.shared.confirm_deleted(connector_deleted, &what);
-            let (stopped, waited_for) = match &self.plugin {
-                TaskPlugin::Source(p) => (
-                    p.spawn_stop(&self.slot, flag, deadline).await,
-                    "start or poll to return",
-                ),
-                TaskPlugin::Sink(p) => (
-                    p.spawn_stop(&self.slot, flag, deadline).await,
-                    "start, put or flush to return",
-                ),
-            };
-            let Some((confirmed, handle)) = stopped else {
-                break 'stop (
-                    StopOutcome::TimedOut,
-                    Some(timed_out_text(timeout, waited_for)),
-                );
-            };
-            connector_deleted = confirmed;
-            await_plugin_stop(handle, deadline, timeout).await
-        };
-        // Pending calls are cancelled; an abandoned one stuck in its call ends when it returns.
-        match &self.plugin {
-            TaskPlugin::Source(p) => p.end_calls(&self.slot, outcome),
-            TaskPlugin::Sink(p) => p.end_calls(&self.slot, outcome),
-        }
-        let elapsed = started.elapsed();
-        self.life.finish(outcome, &error);
-        tracing::info!(connector = %self.key.connector, task = self.key.task, generation = self.life.generation,
-            connector_deleted, outcome = ?outcome, elapsed_ms = elapsed.as_millis() as u64, error = error.as_deref(), "task stopped");
-        match super::instance::after_stop(outcome, self_initiated) {
-            super::instance::AfterStop::ReportUnassigned => {
-                self.shared.registry.report_task(
-                    &self.key,
-                    self.life.generation,
-                    pb::State::Unassigned,
-                    String::new(),
-                );
-            }
-            super::instance::AfterStop::Nothing => {}
-            super::instance::AfterStop::ReportState => self.report(&self.life.state()),
-        }
-        StopRecord {
-            outcome,
-            connector_deleted,
-            error,
-            generation: self.life.generation,
-            elapsed,
         }
     }
 }

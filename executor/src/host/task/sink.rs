@@ -145,7 +145,7 @@ impl TaskInstance {
                 records.len(),
                 records
                     .iter()
-                    .map(|r| crate::observe::record_bytes(r.key.as_ref(), &r.value))
+                    .map(|r| crate::counters::record_bytes(r.key.as_ref(), &r.value))
                     .sum::<usize>(),
             );
             // put is not cancelled: the stop waits for it (bounded).
@@ -158,7 +158,7 @@ impl TaskInstance {
                 g.put(records)
                     .await
                     .map_err(|e| format!("put failed: {e}"))?;
-                crate::observe::took(crate::observe::SINK_PUT_SECONDS, started);
+                crate::counters::took(crate::counters::SINK_PUT_SECONDS, started);
                 Ok(true)
             });
             let prefetch = async {
@@ -233,7 +233,7 @@ impl TaskInstance {
                     .flush(&offsets)
                     .await
                     .map_err(|e| format!("flush failed: {e}"));
-                crate::observe::took(crate::observe::SINK_FLUSH_SECONDS, started);
+                crate::counters::took(crate::counters::SINK_FLUSH_SECONDS, started);
                 flushed
             })
             .await
@@ -268,7 +268,9 @@ mod tests {
 
     use super::super::TOPICS;
     use super::*;
-    use crate::host::{InstanceState, Shared, StartTask};
+    use crate::host::instance::{Instance, start};
+    use crate::host::stop::{StopCause, stop};
+    use crate::host::{Assignment, InstanceState, Shared, StartTask};
     use crate::log::{EmbeddedLog, LogRecord, RecordLog};
     use crate::registry_client::Registry;
 
@@ -387,15 +389,17 @@ mod tests {
             },
             connector_config: ConfigMap::new(),
             task_config: ConfigMap::from([(TOPICS.to_string(), "t".to_string())]),
-            generation: 1,
-            paused: false,
-            cleanup_only: false,
             offsets: BTreeMap::new(),
-            incarnation: "i".into(),
-            executor_epoch: 0,
+            assignment: Assignment {
+                generation: 1,
+                paused: false,
+                cleanup_only: false,
+                incarnation: "i".into(),
+                executor_epoch: 0,
+            },
         };
         let task = Arc::new(TaskInstance::new(&plugin, &req, shared).expect("plugin slot"));
-        assert_eq!(task.clone().start(req).await, InstanceState::Running);
+        assert_eq!(start(task.clone(), req).await, InstanceState::Running);
         if fail_flush {
             wait_for("the failed flush", || {
                 matches!(task.life.state(), InstanceState::Failed(_))
@@ -407,7 +411,7 @@ mod tests {
             })
             .await;
         }
-        let _ = task.stop(false, WAIT, false).await;
+        let _ = stop(&task, StopCause::Requested, WAIT).await;
         let mut reader = log
             .consumer(
                 &sink_consumer_name("c"),

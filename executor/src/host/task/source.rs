@@ -284,7 +284,7 @@ impl TaskInstance {
                     }
                     self.stats.add_records(
                         records.len(),
-                        records.iter().map(|r| crate::observe::record_bytes(r.key.as_ref(), &r.value)).sum(),
+                        records.iter().map(|r| crate::counters::record_bytes(r.key.as_ref(), &r.value)).sum(),
                     );
                     // Fenced: nothing polled after the stop began reaches the log.
                     if self.cancel.is_cancelled() {
@@ -348,7 +348,7 @@ impl TaskInstance {
                 .registry
                 .commit_offsets(&me.key, me.life.generation, wire)
                 .await;
-            crate::observe::took(crate::observe::SOURCE_COMMIT_SECONDS, started);
+            crate::counters::took(crate::counters::SOURCE_COMMIT_SECONDS, started);
             if let Err(e) = landed {
                 return CommitOutcome::Refused(offsets, e.to_string());
             }
