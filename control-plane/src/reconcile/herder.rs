@@ -238,7 +238,7 @@ pub async fn run_herder(cluster: Arc<Cluster>, cancel: CancellationToken) {
                 cluster.has_dirty(),
                 reconciling,
                 &memory.live,
-                |id, epoch| cluster.hosted_confirmed(id, epoch, began),
+                |id, epoch| cluster.executors.hosted_confirmed(id, epoch, began),
             );
             if state == CatchUp::Done {
                 caught_up = true;
@@ -330,14 +330,14 @@ fn herder_pass(
     // Executors not yet found at their advertised address are probed first, each in its
     // own task; they take new work once that succeeded.
     for e in view.all.values() {
-        if view.health.get(&e.id) == Some(&Host::Live) && cluster.probe_due(e) {
+        if view.health.get(&e.id) == Some(&Host::Live) && cluster.executors.probe_due(e) {
             let (cluster, exec) = (cluster.clone(), e.clone());
             wharf::task::spawn(
                 wharf::task::TaskKind::Detached,
                 "executor probe",
                 async move {
                     cluster.verify(&exec, false).await;
-                    cluster.probe_done(&exec.id);
+                    cluster.executors.probe_done(&exec.id);
                 },
             );
         }
@@ -726,7 +726,7 @@ fn start_or_keep(
     if !start {
         return Next::Keep;
     }
-    if to.is_some_and(|id| cluster.reach_blocked(id)) {
+    if to.is_some_and(|id| cluster.executors.reach_blocked(id)) {
         return Next::Wait;
     }
     Next::Start {
@@ -754,7 +754,7 @@ async fn settle(
             if inst
                 .executor
                 .as_deref()
-                .is_some_and(|e| cluster.reach_blocked(e))
+                .is_some_and(|e| cluster.executors.reach_blocked(e))
             {
                 // Its calls wait for their backoff: looked at again on a later pass.
                 return Ok(false);
@@ -862,7 +862,7 @@ async fn compute_task_configs(
     let Some(exec) = rec.connector.executor.as_deref().and_then(|e| view.live(e)) else {
         return Ok(());
     };
-    if cluster.reach_blocked(&exec.id) {
+    if cluster.executors.reach_blocked(&exec.id) {
         // Asked again once its calls' backoff ends.
         return Ok(());
     }
