@@ -8,7 +8,7 @@
 //! executor, so that a pass costs what changed) and hands every connector that needs work
 //! to its own task; the loop never waits for those tasks, so a
 //! call to a frozen or slow executor delays only the connector that made it, and lease
-//! expiry is noticed on time (issue 15, point 3). A connector whose task still runs is
+//! expiry is noticed on time. A connector whose task still runs is
 //! looked at again on the next pass after it ended. Inside a task, each unit's action
 //! comes from the pure table [`crate::plan::unit::decide`].
 //!
@@ -26,7 +26,8 @@ use tracing::{info, warn};
 
 use super::client::{CallError, StopCall};
 use super::cluster::{
-    CallKind, Cluster, ExecutorView, FULL_PASS_INTERVAL_MS, HerderError, RECONCILE_INTERVAL_MS,
+    CallKind, Cluster, Dirty, ExecutorView, FULL_PASS_INTERVAL_MS, HerderError,
+    RECONCILE_INTERVAL_MS,
 };
 use super::start::start_units;
 use crate::model::{ConnectorRecord, Instance, InstanceEvent, InstanceState, TargetState};
@@ -48,12 +49,12 @@ struct HerderMemory {
 
 /// Longest pause after a pass before the next one, in milliseconds. The herder pauses
 /// as long as its last pass took (at most this), so that its loop takes at most about
-/// half a core during a burst of changes (issue 19) and a quiet cluster waits for nothing.
+/// half a core during a burst of changes and a quiet cluster waits for nothing.
 const MAX_PASS_PAUSE_MS: u64 = 50;
 
 /// How many times its own duration a full pass waits at least before the next one that
 /// only the clock asks for: full passes take at most about 1/10 of a core, however large
-/// the cluster (issue 19: at 10,000 x 10 one takes a good part of a second).
+/// the cluster (at 10,000 connectors x 10 tasks one takes a good part of a second).
 const FULL_PASS_COST_FACTOR: u32 = 10;
 
 /// Whether this pass covers every connector. A pass must when a connector may have been
@@ -83,7 +84,7 @@ fn covers_everything(
 
 /// Units per executor of each connector, and their sum, kept between passes so that a
 /// pass over a few changed connectors knows the load the others put on each executor
-/// without walking the cluster (issue 19). Rebuilt on every full pass; a partial pass
+/// without walking the cluster. Rebuilt on every full pass; a partial pass
 /// replaces the entries of the connectors it planned with where it placed them. An entry
 /// that a change did not mark stays stale until the next full pass (within
 /// [`FULL_PASS_INTERVAL_MS`] or so): the load only weighs where new units go.
@@ -163,8 +164,8 @@ struct Reconciling {
     /// Connectors whose reconcile task runs.
     running: HashSet<String>,
     /// Of those, the ones that changed meanwhile: marked for the herder again when their
-    /// task ends, not planned on every pass while it runs (issue 19: during a mass create
-    /// most connectors wait for task starts, and each pass rebuilt all their units).
+    /// task ends, not planned on every pass while it runs (during a mass create most
+    /// connectors wait for task starts, and each pass would rebuild all their units).
     again: HashSet<String>,
 }
 
@@ -177,8 +178,8 @@ fn lock(set: &InFlight) -> std::sync::MutexGuard<'_, Reconciling> {
 
 /// What the herder still waits for before it has caught up with the cluster since it
 /// started (the process started, or it won a leadership term): until then the status it
-/// serves is what the store recorded, not yet what the executors confirmed (issue 19's
-/// "herder caught up" after a control-plane restart).
+/// serves is what the store recorded, not yet what the executors confirmed (the "herder
+/// caught up" log line and metric after a control-plane restart).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum CatchUp {
     /// No pass over every connector has run yet.
@@ -310,38 +311,10 @@ fn herder_pass(
     in_flight: &InFlight,
     timer: bool,
 ) -> Result<(), HerderError> {
-    // Taken first: a change after this point marks its connector for the next pass.
-    let mut dirty = cluster.take_dirty();
-    // A connector still being reconciled is planned once its task ended (it is marked
-    // again then), not on this pass.
-    {
-        let mut reconciling = lock(in_flight);
-        let Reconciling { running, again } = &mut *reconciling;
-        dirty.names.retain(|name| {
-            let deferred = running.contains(name);
-            if deferred {
-                again.insert(name.clone());
-            }
-            !deferred
-        });
-    }
+    let dirty = take_marked(cluster, in_flight);
     cluster.expire_leases()?;
     let view = cluster.executor_view()?;
-    // Executors not yet found at their advertised address are probed first, each in its
-    // own task; they take new work once that succeeded.
-    for e in view.all.values() {
-        if view.health.get(&e.id) == Some(&Host::Live) && cluster.executors.probe_due(e) {
-            let (cluster, exec) = (cluster.clone(), e.clone());
-            wharf::task::spawn(
-                wharf::task::TaskKind::Detached,
-                "executor probe",
-                async move {
-                    cluster.verify(&exec, false).await;
-                    cluster.executors.probe_done(&exec.id);
-                },
-            );
-        }
-    }
+    spawn_probes(cluster, &view);
     let live_now: Vec<(String, u64)> = view
         .all
         .values()
@@ -357,8 +330,8 @@ fn herder_pass(
     );
     memory.live = live_now;
     let began = Instant::now();
-    // A full pass reads every connector; another only the ones that changed (issue 19:
-    // a pass costs what changed, not the cluster).
+    // A full pass reads every connector; another only the ones that changed, so that a
+    // pass costs what changed, not the cluster.
     let connectors: Vec<Arc<ConnectorRecord>> = if full {
         cluster.store.connectors_shared()?
     } else {
@@ -367,18 +340,69 @@ fn herder_pass(
     .into_iter()
     .filter(|c| !c.deleting)
     .collect();
+    let units = units_of(&connectors, &view);
+    let desired = plan_units(&units, &view, full, &memory.load, &dirty.names);
+    update_load(&mut memory.load, full, &dirty.names, &desired);
+    spawn_reconciles(cluster, &connectors, desired, Arc::new(view), in_flight);
+    tracing::debug!(
+        full,
+        connectors = connectors.len(),
+        units = units.len(),
+        elapsed_us = began.elapsed().as_micros() as u64,
+        "herder pass"
+    );
+    if full {
+        memory.last_full = Some(began);
+        memory.last_full_cost = began.elapsed();
+    }
+    Ok(())
+}
 
-    // One plan over every connector on a full pass, so that load evens out; on another
-    // pass only the connectors that changed are planned, beside the load the others put
-    // on each executor (kept between passes in [`LoadIndex`]). A unit stays on an executor
-    // that holds its lease (even a silent one: its lease decides); new work goes only to
-    // live, reachable executors.
-    let current = |i: &Instance| match host_of(i, &view) {
+/// Takes the connectors marked for this pass. Taken first: a change after this point
+/// marks its connector for the next pass. A connector still being reconciled is planned
+/// once its task ended (it is marked again then), not on this pass.
+fn take_marked(cluster: &Cluster, in_flight: &InFlight) -> Dirty {
+    let mut dirty = cluster.take_dirty();
+    let mut reconciling = lock(in_flight);
+    let Reconciling { running, again } = &mut *reconciling;
+    dirty.names.retain(|name| {
+        let deferred = running.contains(name);
+        if deferred {
+            again.insert(name.clone());
+        }
+        !deferred
+    });
+    dirty
+}
+
+/// Probes the live executors not yet found at their advertised address, each in its own
+/// task; they take new work once that succeeded.
+fn spawn_probes(cluster: &Arc<Cluster>, view: &ExecutorView) {
+    for e in view.all.values() {
+        if view.health.get(&e.id) == Some(&Host::Live) && cluster.executors.probe_due(e) {
+            let (cluster, exec) = (cluster.clone(), e.clone());
+            wharf::task::spawn(
+                wharf::task::TaskKind::Detached,
+                "executor probe",
+                async move {
+                    cluster.verify(&exec, false).await;
+                    cluster.executors.probe_done(&exec.id);
+                },
+            );
+        }
+    }
+}
+
+/// The units of `connectors` that should run (none of a STOPPED connector), each with the
+/// executor it stays on: a unit stays on an executor that holds its lease (even a silent
+/// one: its lease decides).
+fn units_of(connectors: &[Arc<ConnectorRecord>], view: &ExecutorView) -> Vec<Unit> {
+    let current = |i: &Instance| match host_of(i, view) {
         Host::Live | Host::Unresponsive => i.executor.clone(),
         Host::Lost => None,
     };
     let mut units = Vec::new();
-    for c in &connectors {
+    for c in connectors {
         if c.target == TargetState::Stopped {
             continue;
         }
@@ -401,6 +425,20 @@ fn herder_pass(
             });
         }
     }
+    units
+}
+
+/// Where each unit should run, by connector. One plan over every connector on a `full`
+/// pass, so that load evens out; on another pass only the units that need a host are
+/// planned, beside the load the others put on each executor (`load`, kept between passes,
+/// without the connectors `planned` now). New work goes only to live, reachable executors.
+fn plan_units(
+    units: &[Unit],
+    view: &ExecutorView,
+    full: bool,
+    load: &LoadIndex,
+    planned: &HashSet<String>,
+) -> HashMap<String, BTreeMap<Option<u32>, Option<String>>> {
     let plan_execs: Vec<LiveExecutor> = view
         .all
         .values()
@@ -416,16 +454,16 @@ fn herder_pass(
         .map(|u| (u.key.clone(), u.current.clone()))
         .collect();
     let moves = if full {
-        plan::plan_assignments(&units, &plan_execs)
+        plan::plan_assignments(units, &plan_execs)
     } else if units.iter().any(|u| needs_host(u, &plan_execs)) {
-        // Only the units that need a host are planned: with evening off the others stay
-        // where they are anyway, and they count in the load of the executors that hold
-        // them. During a mass create most units of a changed connector already run.
+        // With evening off the others stay where they are anyway, and they count in the
+        // load of the executors that hold them. During a mass create most units of a
+        // changed connector already run.
         let (needy, placed): (Vec<Unit>, Vec<Unit>) = units
             .iter()
             .cloned()
             .partition(|u| needs_host(u, &plan_execs));
-        let mut base = memory.load.without(&dirty.names);
+        let mut base = load.without(planned);
         for u in &placed {
             if let Some(e) = plan_execs
                 .iter()
@@ -442,31 +480,47 @@ fn herder_pass(
     for m in moves {
         desired.insert(m.key, m.to);
     }
-    let mut desired = by_connector(desired);
+    by_connector(desired)
+}
 
-    // The load index follows the plan: rebuilt on a full pass, the planned connectors'
-    // entries replaced on another (a stopped, deleting or deleted one puts nothing).
+/// The load index follows the plan: rebuilt on a full pass, the `planned` connectors'
+/// entries replaced on another (a stopped, deleting or deleted one puts nothing).
+fn update_load(
+    load: &mut LoadIndex,
+    full: bool,
+    planned: &HashSet<String>,
+    desired: &HashMap<String, BTreeMap<Option<u32>, Option<String>>>,
+) {
     if full {
-        memory.load = LoadIndex::default();
+        *load = LoadIndex::default();
     }
-    let mut ids: HashMap<String, Arc<str>> = memory
-        .load
+    let mut ids: HashMap<String, Arc<str>> = load
         .total
         .keys()
         .map(|e| (e.to_string(), e.clone()))
         .collect();
     if !full {
-        for name in &dirty.names {
-            memory.load.remove(name);
+        for name in planned {
+            load.remove(name);
         }
     }
-    for (name, placed) in &desired {
+    for (name, placed) in desired {
         let per = per_executor(placed, &mut ids);
-        memory.load.set(name, per);
+        load.set(name, per);
     }
+}
 
-    let view = Arc::new(view);
-    for c in &connectors {
+/// Hands every connector of the pass to a reconcile task of its own, not awaited (the
+/// in-flight set says when it ended); a connector whose task still runs is marked to be
+/// planned again once it ended.
+fn spawn_reconciles(
+    cluster: &Arc<Cluster>,
+    connectors: &[Arc<ConnectorRecord>],
+    mut desired: HashMap<String, BTreeMap<Option<u32>, Option<String>>>,
+    view: Arc<ExecutorView>,
+    in_flight: &InFlight,
+) {
+    for c in connectors {
         {
             let mut reconciling = lock(in_flight);
             if !reconciling.running.insert(c.name.clone()) {
@@ -483,7 +537,6 @@ fn herder_pass(
             in_flight.clone(),
             c.name.clone(),
         );
-        // Not awaited: the in-flight set says when it ended.
         wharf::task::spawn(
             wharf::task::TaskKind::Detached,
             "reconcile connector",
@@ -511,22 +564,10 @@ fn herder_pass(
             },
         );
     }
-    tracing::debug!(
-        full,
-        connectors = connectors.len(),
-        units = units.len(),
-        elapsed_us = began.elapsed().as_micros() as u64,
-        "herder pass"
-    );
-    if full {
-        memory.last_full = Some(began);
-        memory.last_full_cost = began.elapsed();
-    }
-    Ok(())
 }
 
 /// Where each unit should run, grouped by connector: one walk over the plan, so that a
-/// pass costs O(units) rather than O(units) for every connector it reconciles (issue 19).
+/// pass costs O(units) rather than O(units) for every connector it reconciles.
 fn by_connector(
     desired: HashMap<UnitKey, Option<String>>,
 ) -> HashMap<String, BTreeMap<Option<u32>, Option<String>>> {
