@@ -65,11 +65,6 @@ impl Executors {
         self.table.lock().unwrap_or_else(PoisonError::into_inner)
     }
 
-    /// The lease settings.
-    pub fn config(&self) -> LeaseConfig {
-        self.config
-    }
-
     /// Starts a lease for `id` at a newly registered `epoch`, heard from at `heartbeat_ms`
     /// (Unix ms).
     pub fn grant_lease(&self, id: &str, epoch: u64, heartbeat_ms: i64) {
