@@ -16,6 +16,7 @@ pub mod fault;
 pub mod finalizer;
 pub mod herder;
 mod hosted;
+mod load;
 pub mod start;
 
 pub use crate::executors::{ExecutorView, Lease, LeaseConfig};
