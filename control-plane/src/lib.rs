@@ -2,11 +2,13 @@
 //! admin API.
 //!
 //! Layout: [`model`] is data, [`plan`] decides, [`reconcile`] acts, [`store`] persists,
-//! [`grpc`] adapts; [`auth`] says who may call the admin API; [`app`] composes them.
+//! [`grpc`] adapts; [`executors`] is the one table of what is known about each executor;
+//! [`auth`] says who may call the admin API; [`app`] composes them.
 
 pub mod admin;
 pub mod app;
 pub mod auth;
+pub mod executors;
 pub mod flags;
 pub mod grpc;
 pub mod launch;

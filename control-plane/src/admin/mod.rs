@@ -265,7 +265,7 @@ impl Admin {
         check_cleanup_policy(caller, AdminAction::CreateConnector, false, &config)?;
         self.plugin_accepts(&plugins, name, &spec).await?;
         let rec = ConnectorRecord::new(&spec, target);
-        if cluster.cleanup_in_flight(name) {
+        if cluster.deletions.in_flight(name) {
             // A forced deletion of this name still has a skipped cleanup stop in flight.
             return Err(ApiError::StillDeleting(name.to_owned()));
         }
@@ -333,7 +333,7 @@ impl Admin {
         for _ in 0..2 {
             match cluster.store.connector(name)? {
                 None => {
-                    if cluster.cleanup_in_flight(name) {
+                    if cluster.deletions.in_flight(name) {
                         return Err(ApiError::StillDeleting(name.to_owned()));
                     }
                     let rec = ConnectorRecord::new(&spec, TargetState::Started);
@@ -750,7 +750,7 @@ impl Admin {
             // The finalizer carries the force out on its next pass (at once: it was woken).
             let deadline = tokio::time::Instant::now() + Duration::from_millis(FORCE_WAIT_MS);
             wait_gone(cluster, &mut changes, name, deadline).await?;
-            if let Some(d) = cluster.finished_deletion(name) {
+            if let Some(d) = cluster.deletions.finished(name) {
                 (skipped_tasks, connector_cleanup_skipped) = finalizer::forced_skips(&d);
             }
         }
@@ -777,7 +777,7 @@ impl Admin {
             cluster.store.connector(name)?
         };
         // A waiting delete that succeeded says what `cleanup.policy = give-up` left.
-        let (given_up_tasks, connector_cleanup_given_up) = match cluster.finished_deletion(name) {
+        let (given_up_tasks, connector_cleanup_given_up) = match cluster.deletions.finished(name) {
             Some(d) if opts.wait && rec.is_none() => finalizer::given_up_skips(&d),
             _ => (Vec::new(), false),
         };

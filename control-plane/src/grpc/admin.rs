@@ -337,7 +337,7 @@ impl ConnectorAdmin for AdminService {
                         Ok(Some(rec)) => admin.status_of(&rec),
                         Ok(None) => {
                             // The last status seen, with the deletion's steps as they ended.
-                            let fin = admin.cluster().finished_deletion(&name).map(|d| {
+                            let fin = admin.cluster().deletions.finished(&name).map(|d| {
                                 let mut s = last.clone();
                                 s.deletion = Some(convert::deletion_status(&d));
                                 s

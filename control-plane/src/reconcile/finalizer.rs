@@ -56,7 +56,7 @@
 //!   asked (silent, or lost) does a re-hosted attempt run the plugin's cleanup a second
 //!   time (at least once).
 //! - `force` skips what is left even if a stop is in flight; that stop may still finish.
-//!   Until it has ended the name cannot be taken again ([`Cluster::cleanup_in_flight`]).
+//!   Until it has ended the name cannot be taken again ([`super::deletions::Deletions::in_flight`]).
 //! - A stop sent to a frozen executor holds up that deletion (not others) until that
 //!   executor's lease expires (the call is then abandoned: the host is fenced), at most
 //!   until the call's deadline, `max(cleanup.timeout.ms, 15 s) + 5 s`.
@@ -159,7 +159,7 @@ pub async fn run_finalizer(cluster: Arc<Cluster>, cancel: CancellationToken) {
                     let name = d.name.clone();
                     let forced = CancellationToken::new();
                     let forced_in_task = forced.clone();
-                    cluster.set_cleanup_in_flight(&name, true);
+                    cluster.deletions.set_in_flight(&name, true);
                     // Not awaited: a later pass sees it finished; aborted at shutdown.
                     // One span per round, in the trace of the DeleteConnector call (its
                     // traceparent is in the record; a trace of its own when none is).
@@ -179,7 +179,7 @@ pub async fn run_finalizer(cluster: Arc<Cluster>, cancel: CancellationToken) {
                         "deletion step",
                         async move {
                             let result = span.around(advance(&c, &name, &forced_in_task)).await;
-                            c.set_cleanup_in_flight(&name, false);
+                            c.deletions.set_in_flight(&name, false);
                             match result {
                                 // It wrote while this pass skipped it: look again now.
                                 Ok(true) => c.finalizer_wake.notify_one(),
@@ -204,7 +204,7 @@ pub async fn run_finalizer(cluster: Arc<Cluster>, cancel: CancellationToken) {
     }
     for (name, (h, _)) in running {
         h.abort();
-        cluster.set_cleanup_in_flight(&name, false);
+        cluster.deletions.set_in_flight(&name, false);
     }
 }
 
@@ -220,7 +220,7 @@ async fn finish_if_complete(cluster: &Cluster, d: &DeletionRecord) -> Result<boo
     // Every step is final: nothing of this deletion runs any more, so the name may be
     // taken again as soon as the removal below is visible (cleared first, so that a
     // client who sees the name gone can create it at once).
-    cluster.set_cleanup_in_flight(&d.name, false);
+    cluster.deletions.set_in_flight(&d.name, false);
     if cluster
         .store
         .finish_deletion_batched(&d.name, d.revision)
@@ -241,7 +241,7 @@ async fn finish_if_complete(cluster: &Cluster, d: &DeletionRecord) -> Result<boo
         } else {
             "keep_resources"
         });
-        cluster.record_finished_deletion(d);
+        cluster.deletions.record_finished(d);
         cluster.changed(&d.name);
         return Ok(true);
     }
@@ -1129,7 +1129,7 @@ fn apply_retry(cluster: &Cluster, name: &str) -> Result<(), HerderError> {
 /// Carries out a recorded force: every step not yet final is skipped (marked forced) and
 /// the deletion finishes; returns the record as it finished (`None` when another pass
 /// did). A stop still in flight may finish later; until the finalizer task of this
-/// deletion ended the name is not taken again ([`Cluster::cleanup_in_flight`]).
+/// deletion ended the name is not taken again ([`super::deletions::Deletions::in_flight`]).
 fn apply_force(cluster: &Cluster, name: &str) -> Result<Option<DeletionRecord>, HerderError> {
     for _ in 0..INTENT_ATTEMPTS {
         let Some(mut d) = cluster.store.deletion(name)? else {
@@ -1158,7 +1158,7 @@ fn apply_force(cluster: &Cluster, name: &str) -> Result<Option<DeletionRecord>, 
             warn!(connector = %name, skipped_tasks = ?tasks, connector_skipped = connector,
                 "deletion forced: remaining cleanup skipped; external resources may remain");
             crate::observe::deletion_finished("forced");
-            cluster.record_finished_deletion(&d);
+            cluster.deletions.record_finished(&d);
             cluster.changed(name);
             return Ok(Some(d));
         }

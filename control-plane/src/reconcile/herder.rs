@@ -8,7 +8,7 @@
 //! executor, so that a pass costs what changed) and hands every connector that needs work
 //! to its own task; the loop never waits for those tasks, so a
 //! call to a frozen or slow executor delays only the connector that made it, and lease
-//! expiry is noticed on time (issue 15, point 3). A connector whose task still runs is
+//! expiry is noticed on time. A connector whose task still runs is
 //! looked at again on the next pass after it ended. Inside a task, each unit's action
 //! comes from the pure table [`crate::plan::unit::decide`].
 //!
@@ -26,8 +26,10 @@ use tracing::{info, warn};
 
 use super::client::{CallError, StopCall};
 use super::cluster::{
-    CallKind, Cluster, ExecutorView, FULL_PASS_INTERVAL_MS, HerderError, RECONCILE_INTERVAL_MS,
+    CallKind, Cluster, Dirty, ExecutorView, FULL_PASS_INTERVAL_MS, HerderError,
+    RECONCILE_INTERVAL_MS,
 };
+use super::load::{LoadIndex, per_executor};
 use super::start::start_units;
 use crate::model::{ConnectorRecord, Instance, InstanceEvent, InstanceState, TargetState};
 use crate::plan::unit::{Action, Host, Hosted, Want, decide};
@@ -48,12 +50,12 @@ struct HerderMemory {
 
 /// Longest pause after a pass before the next one, in milliseconds. The herder pauses
 /// as long as its last pass took (at most this), so that its loop takes at most about
-/// half a core during a burst of changes (issue 19) and a quiet cluster waits for nothing.
+/// half a core during a burst of changes and a quiet cluster waits for nothing.
 const MAX_PASS_PAUSE_MS: u64 = 50;
 
 /// How many times its own duration a full pass waits at least before the next one that
 /// only the clock asks for: full passes take at most about 1/10 of a core, however large
-/// the cluster (issue 19: at 10,000 x 10 one takes a good part of a second).
+/// the cluster (at 10,000 connectors x 10 tasks one takes a good part of a second).
 const FULL_PASS_COST_FACTOR: u32 = 10;
 
 /// Whether this pass covers every connector. A pass must when a connector may have been
@@ -81,90 +83,14 @@ fn covers_everything(
     }
 }
 
-/// Units per executor of each connector, and their sum, kept between passes so that a
-/// pass over a few changed connectors knows the load the others put on each executor
-/// without walking the cluster (issue 19). Rebuilt on every full pass; a partial pass
-/// replaces the entries of the connectors it planned with where it placed them. An entry
-/// that a change did not mark stays stale until the next full pass (within
-/// [`FULL_PASS_INTERVAL_MS`] or so): the load only weighs where new units go.
-#[derive(Debug, Default)]
-struct LoadIndex {
-    /// Units per executor, by connector.
-    by_connector: HashMap<String, Vec<(Arc<str>, usize)>>,
-    /// The sum over every connector, per executor.
-    total: HashMap<Arc<str>, usize>,
-}
-
-impl LoadIndex {
-    /// Replaces what `connector` puts on each executor (an empty `per_executor`: nothing).
-    fn set(&mut self, connector: &str, per_executor: Vec<(Arc<str>, usize)>) {
-        self.remove(connector);
-        if per_executor.is_empty() {
-            return;
-        }
-        for (e, n) in &per_executor {
-            *self.total.entry(e.clone()).or_default() += n;
-        }
-        self.by_connector.insert(connector.to_owned(), per_executor);
-    }
-
-    fn remove(&mut self, connector: &str) {
-        let Some(old) = self.by_connector.remove(connector) else {
-            return;
-        };
-        for (e, n) in old {
-            if let Some(t) = self.total.get_mut(&e) {
-                *t = t.saturating_sub(n);
-                if *t == 0 {
-                    self.total.remove(&e);
-                }
-            }
-        }
-    }
-
-    /// Units per executor of every connector but `names`.
-    fn without<'a>(&'a self, names: &HashSet<String>) -> HashMap<&'a str, usize> {
-        let mut out: HashMap<&str, usize> = self.total.iter().map(|(e, n)| (&**e, *n)).collect();
-        for name in names {
-            for (e, n) in self.by_connector.get(name).into_iter().flatten() {
-                if let Some(t) = out.get_mut(&**e) {
-                    *t = t.saturating_sub(*n);
-                }
-            }
-        }
-        out
-    }
-}
-
-/// Units per executor of one connector's planned placement (units with no host left out).
-fn per_executor(
-    placed: &BTreeMap<Option<u32>, Option<String>>,
-    ids: &mut HashMap<String, Arc<str>>,
-) -> Vec<(Arc<str>, usize)> {
-    let mut out: Vec<(Arc<str>, usize)> = Vec::new();
-    for e in placed.values().flatten() {
-        match out.iter_mut().find(|(id, _)| **id == **e) {
-            Some((_, n)) => *n += 1,
-            None => {
-                let id = ids
-                    .entry(e.clone())
-                    .or_insert_with(|| Arc::from(e.as_str()))
-                    .clone();
-                out.push((id, 1));
-            }
-        }
-    }
-    out
-}
-
 /// Connectors whose reconcile task runs, shared with those tasks.
 #[derive(Debug, Default)]
 struct Reconciling {
     /// Connectors whose reconcile task runs.
     running: HashSet<String>,
     /// Of those, the ones that changed meanwhile: marked for the herder again when their
-    /// task ends, not planned on every pass while it runs (issue 19: during a mass create
-    /// most connectors wait for task starts, and each pass rebuilt all their units).
+    /// task ends, not planned on every pass while it runs (during a mass create most
+    /// connectors wait for task starts, and each pass would rebuild all their units).
     again: HashSet<String>,
 }
 
@@ -177,8 +103,8 @@ fn lock(set: &InFlight) -> std::sync::MutexGuard<'_, Reconciling> {
 
 /// What the herder still waits for before it has caught up with the cluster since it
 /// started (the process started, or it won a leadership term): until then the status it
-/// serves is what the store recorded, not yet what the executors confirmed (issue 19's
-/// "herder caught up" after a control-plane restart).
+/// serves is what the store recorded, not yet what the executors confirmed (the "herder
+/// caught up" log line and metric after a control-plane restart).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum CatchUp {
     /// No pass over every connector has run yet.
@@ -238,7 +164,7 @@ pub async fn run_herder(cluster: Arc<Cluster>, cancel: CancellationToken) {
                 cluster.has_dirty(),
                 reconciling,
                 &memory.live,
-                |id, epoch| cluster.hosted_confirmed(id, epoch, began),
+                |id, epoch| cluster.executors.hosted_confirmed(id, epoch, began),
             );
             if state == CatchUp::Done {
                 caught_up = true;
@@ -310,38 +236,10 @@ fn herder_pass(
     in_flight: &InFlight,
     timer: bool,
 ) -> Result<(), HerderError> {
-    // Taken first: a change after this point marks its connector for the next pass.
-    let mut dirty = cluster.take_dirty();
-    // A connector still being reconciled is planned once its task ended (it is marked
-    // again then), not on this pass.
-    {
-        let mut reconciling = lock(in_flight);
-        let Reconciling { running, again } = &mut *reconciling;
-        dirty.names.retain(|name| {
-            let deferred = running.contains(name);
-            if deferred {
-                again.insert(name.clone());
-            }
-            !deferred
-        });
-    }
+    let dirty = take_marked(cluster, in_flight);
     cluster.expire_leases()?;
     let view = cluster.executor_view()?;
-    // Executors not yet found at their advertised address are probed first, each in its
-    // own task; they take new work once that succeeded.
-    for e in view.all.values() {
-        if view.health.get(&e.id) == Some(&Host::Live) && cluster.probe_due(e) {
-            let (cluster, exec) = (cluster.clone(), e.clone());
-            wharf::task::spawn(
-                wharf::task::TaskKind::Detached,
-                "executor probe",
-                async move {
-                    cluster.verify(&exec, false).await;
-                    cluster.probe_done(&exec.id);
-                },
-            );
-        }
-    }
+    spawn_probes(cluster, &view);
     let live_now: Vec<(String, u64)> = view
         .all
         .values()
@@ -357,8 +255,8 @@ fn herder_pass(
     );
     memory.live = live_now;
     let began = Instant::now();
-    // A full pass reads every connector; another only the ones that changed (issue 19:
-    // a pass costs what changed, not the cluster).
+    // A full pass reads every connector; another only the ones that changed, so that a
+    // pass costs what changed, not the cluster.
     let connectors: Vec<Arc<ConnectorRecord>> = if full {
         cluster.store.connectors_shared()?
     } else {
@@ -367,18 +265,69 @@ fn herder_pass(
     .into_iter()
     .filter(|c| !c.deleting)
     .collect();
+    let units = units_of(&connectors, &view);
+    let desired = plan_units(&units, &view, full, &memory.load, &dirty.names);
+    update_load(&mut memory.load, full, &dirty.names, &desired);
+    spawn_reconciles(cluster, &connectors, desired, Arc::new(view), in_flight);
+    tracing::debug!(
+        full,
+        connectors = connectors.len(),
+        units = units.len(),
+        elapsed_us = began.elapsed().as_micros() as u64,
+        "herder pass"
+    );
+    if full {
+        memory.last_full = Some(began);
+        memory.last_full_cost = began.elapsed();
+    }
+    Ok(())
+}
 
-    // One plan over every connector on a full pass, so that load evens out; on another
-    // pass only the connectors that changed are planned, beside the load the others put
-    // on each executor (kept between passes in [`LoadIndex`]). A unit stays on an executor
-    // that holds its lease (even a silent one: its lease decides); new work goes only to
-    // live, reachable executors.
-    let current = |i: &Instance| match host_of(i, &view) {
+/// Takes the connectors marked for this pass. Taken first: a change after this point
+/// marks its connector for the next pass. A connector still being reconciled is planned
+/// once its task ended (it is marked again then), not on this pass.
+fn take_marked(cluster: &Cluster, in_flight: &InFlight) -> Dirty {
+    let mut dirty = cluster.take_dirty();
+    let mut reconciling = lock(in_flight);
+    let Reconciling { running, again } = &mut *reconciling;
+    dirty.names.retain(|name| {
+        let deferred = running.contains(name);
+        if deferred {
+            again.insert(name.clone());
+        }
+        !deferred
+    });
+    dirty
+}
+
+/// Probes the live executors not yet found at their advertised address, each in its own
+/// task; they take new work once that succeeded.
+fn spawn_probes(cluster: &Arc<Cluster>, view: &ExecutorView) {
+    for e in view.all.values() {
+        if view.health.get(&e.id) == Some(&Host::Live) && cluster.executors.probe_due(e) {
+            let (cluster, exec) = (cluster.clone(), e.clone());
+            wharf::task::spawn(
+                wharf::task::TaskKind::Detached,
+                "executor probe",
+                async move {
+                    cluster.verify(&exec, false).await;
+                    cluster.executors.probe_done(&exec.id);
+                },
+            );
+        }
+    }
+}
+
+/// The units of `connectors` that should run (none of a STOPPED connector), each with the
+/// executor it stays on: a unit stays on an executor that holds its lease (even a silent
+/// one: its lease decides).
+fn units_of(connectors: &[Arc<ConnectorRecord>], view: &ExecutorView) -> Vec<Unit> {
+    let current = |i: &Instance| match host_of(i, view) {
         Host::Live | Host::Unresponsive => i.executor.clone(),
         Host::Lost => None,
     };
     let mut units = Vec::new();
-    for c in &connectors {
+    for c in connectors {
         if c.target == TargetState::Stopped {
             continue;
         }
@@ -401,6 +350,20 @@ fn herder_pass(
             });
         }
     }
+    units
+}
+
+/// Where each unit should run, by connector. One plan over every connector on a `full`
+/// pass, so that load evens out; on another pass only the units that need a host are
+/// planned, beside the load the others put on each executor (`load`, kept between passes,
+/// without the connectors `planned` now). New work goes only to live, reachable executors.
+fn plan_units(
+    units: &[Unit],
+    view: &ExecutorView,
+    full: bool,
+    load: &LoadIndex,
+    planned: &HashSet<String>,
+) -> HashMap<String, BTreeMap<Option<u32>, Option<String>>> {
     let plan_execs: Vec<LiveExecutor> = view
         .all
         .values()
@@ -416,16 +379,16 @@ fn herder_pass(
         .map(|u| (u.key.clone(), u.current.clone()))
         .collect();
     let moves = if full {
-        plan::plan_assignments(&units, &plan_execs)
+        plan::plan_assignments(units, &plan_execs)
     } else if units.iter().any(|u| needs_host(u, &plan_execs)) {
-        // Only the units that need a host are planned: with evening off the others stay
-        // where they are anyway, and they count in the load of the executors that hold
-        // them. During a mass create most units of a changed connector already run.
+        // With evening off the others stay where they are anyway, and they count in the
+        // load of the executors that hold them. During a mass create most units of a
+        // changed connector already run.
         let (needy, placed): (Vec<Unit>, Vec<Unit>) = units
             .iter()
             .cloned()
             .partition(|u| needs_host(u, &plan_execs));
-        let mut base = memory.load.without(&dirty.names);
+        let mut base = load.without(planned);
         for u in &placed {
             if let Some(e) = plan_execs
                 .iter()
@@ -442,31 +405,47 @@ fn herder_pass(
     for m in moves {
         desired.insert(m.key, m.to);
     }
-    let mut desired = by_connector(desired);
+    by_connector(desired)
+}
 
-    // The load index follows the plan: rebuilt on a full pass, the planned connectors'
-    // entries replaced on another (a stopped, deleting or deleted one puts nothing).
+/// The load index follows the plan: rebuilt on a full pass, the `planned` connectors'
+/// entries replaced on another (a stopped, deleting or deleted one puts nothing).
+fn update_load(
+    load: &mut LoadIndex,
+    full: bool,
+    planned: &HashSet<String>,
+    desired: &HashMap<String, BTreeMap<Option<u32>, Option<String>>>,
+) {
     if full {
-        memory.load = LoadIndex::default();
+        *load = LoadIndex::default();
     }
-    let mut ids: HashMap<String, Arc<str>> = memory
-        .load
+    let mut ids: HashMap<String, Arc<str>> = load
         .total
         .keys()
         .map(|e| (e.to_string(), e.clone()))
         .collect();
     if !full {
-        for name in &dirty.names {
-            memory.load.remove(name);
+        for name in planned {
+            load.remove(name);
         }
     }
-    for (name, placed) in &desired {
+    for (name, placed) in desired {
         let per = per_executor(placed, &mut ids);
-        memory.load.set(name, per);
+        load.set(name, per);
     }
+}
 
-    let view = Arc::new(view);
-    for c in &connectors {
+/// Hands every connector of the pass to a reconcile task of its own, not awaited (the
+/// in-flight set says when it ended); a connector whose task still runs is marked to be
+/// planned again once it ended.
+fn spawn_reconciles(
+    cluster: &Arc<Cluster>,
+    connectors: &[Arc<ConnectorRecord>],
+    mut desired: HashMap<String, BTreeMap<Option<u32>, Option<String>>>,
+    view: Arc<ExecutorView>,
+    in_flight: &InFlight,
+) {
+    for c in connectors {
         {
             let mut reconciling = lock(in_flight);
             if !reconciling.running.insert(c.name.clone()) {
@@ -483,7 +462,6 @@ fn herder_pass(
             in_flight.clone(),
             c.name.clone(),
         );
-        // Not awaited: the in-flight set says when it ended.
         wharf::task::spawn(
             wharf::task::TaskKind::Detached,
             "reconcile connector",
@@ -511,22 +489,10 @@ fn herder_pass(
             },
         );
     }
-    tracing::debug!(
-        full,
-        connectors = connectors.len(),
-        units = units.len(),
-        elapsed_us = began.elapsed().as_micros() as u64,
-        "herder pass"
-    );
-    if full {
-        memory.last_full = Some(began);
-        memory.last_full_cost = began.elapsed();
-    }
-    Ok(())
 }
 
 /// Where each unit should run, grouped by connector: one walk over the plan, so that a
-/// pass costs O(units) rather than O(units) for every connector it reconciles (issue 19).
+/// pass costs O(units) rather than O(units) for every connector it reconciles.
 fn by_connector(
     desired: HashMap<UnitKey, Option<String>>,
 ) -> HashMap<String, BTreeMap<Option<u32>, Option<String>>> {
@@ -726,7 +692,7 @@ fn start_or_keep(
     if !start {
         return Next::Keep;
     }
-    if to.is_some_and(|id| cluster.reach_blocked(id)) {
+    if to.is_some_and(|id| cluster.executors.reach_blocked(id)) {
         return Next::Wait;
     }
     Next::Start {
@@ -754,7 +720,7 @@ async fn settle(
             if inst
                 .executor
                 .as_deref()
-                .is_some_and(|e| cluster.reach_blocked(e))
+                .is_some_and(|e| cluster.executors.reach_blocked(e))
             {
                 // Its calls wait for their backoff: looked at again on a later pass.
                 return Ok(false);
@@ -862,7 +828,7 @@ async fn compute_task_configs(
     let Some(exec) = rec.connector.executor.as_deref().and_then(|e| view.live(e)) else {
         return Ok(());
     };
-    if cluster.reach_blocked(&exec.id) {
+    if cluster.executors.reach_blocked(&exec.id) {
         // Asked again once its calls' backoff ends.
         return Ok(());
     }
@@ -1119,42 +1085,6 @@ mod tests {
             ));
             assert!(covers_everything(false, false, timer, Some(wait), cost));
         }
-    }
-
-    fn placed(units: &[(Option<u32>, Option<&str>)]) -> BTreeMap<Option<u32>, Option<String>> {
-        units
-            .iter()
-            .map(|(t, e)| (*t, e.map(str::to_owned)))
-            .collect()
-    }
-
-    #[test]
-    fn the_load_index_counts_each_connector_once_and_leaves_out_the_ones_planned_now() {
-        let mut ids = HashMap::new();
-        let mut load = LoadIndex::default();
-        let a = placed(&[
-            (None, Some("e1")),
-            (Some(0), Some("e1")),
-            (Some(1), Some("e2")),
-        ]);
-        let b = placed(&[(None, Some("e2")), (Some(0), None)]);
-        load.set("a", per_executor(&a, &mut ids));
-        load.set("b", per_executor(&b, &mut ids));
-        let all = load.without(&HashSet::new());
-        assert_eq!(all, HashMap::from([("e1", 2), ("e2", 2)]));
-        let without_a = load.without(&HashSet::from(["a".to_owned()]));
-        assert_eq!(without_a, HashMap::from([("e1", 0), ("e2", 1)]));
-        // Planned again elsewhere: replaced, not added.
-        load.set("a", per_executor(&placed(&[(None, Some("e3"))]), &mut ids));
-        assert_eq!(
-            load.without(&HashSet::new()),
-            HashMap::from([("e2", 1), ("e3", 1)])
-        );
-        // Stopped or deleted: puts nothing.
-        load.remove("b");
-        load.set("a", Vec::new());
-        assert!(load.without(&HashSet::new()).is_empty());
-        assert!(load.by_connector.is_empty());
     }
 
     #[test]

@@ -1,7 +1,8 @@
 //! Acting on decisions: the herder ([`herder`]), its start path ([`start`]), the deletion
-//! finalizer ([`finalizer`]), the executor client ([`client`]) and the state they share
-//! ([`cluster`]: store, leases, executor health, wake-ups). Decisions themselves are pure
-//! functions in [`crate::plan`].
+//! finalizer ([`finalizer`]) and the record of its deletions ([`deletions`]), the executor
+//! client ([`client`]), status corrections from heartbeats (`hosted.rs`) and the state they
+//! share ([`cluster`]: store, the executor table of [`crate::executors`], wake-ups).
+//! Decisions themselves are pure functions in [`crate::plan`] and [`crate::executors`].
 //!
 //! The herder never touches a connector marked deleting; the finalizer owns it then. The
 //! herder's and the finalizer's writes go through the store's batched writes
@@ -10,13 +11,14 @@
 
 pub mod client;
 pub mod cluster;
+pub mod deletions;
 pub mod fault;
 pub mod finalizer;
 pub mod herder;
+mod hosted;
+mod load;
 pub mod start;
 
-pub use cluster::{
-    Cluster, ExecutorView, FULL_PASS_INTERVAL_MS, HerderError, Lease, LeaseConfig,
-    RECONCILE_INTERVAL_MS, now_ms,
-};
+pub use crate::executors::{ExecutorView, Lease, LeaseConfig};
+pub use cluster::{Cluster, FULL_PASS_INTERVAL_MS, HerderError, RECONCILE_INTERVAL_MS, now_ms};
 pub use herder::run_herder;

@@ -40,6 +40,19 @@ fn outcome(result: Result<Started, CallError>) -> Option<(InstanceEvent, String)
     }
 }
 
+/// What the intent write leaves to send: the starts, and what every start of the
+/// connector carries.
+struct Intent {
+    sends: Vec<Send>,
+    target: TargetState,
+    config: wharf::sdk::ConfigMap,
+    incarnation: String,
+}
+
+/// One start's answer to record: task index (`None`: the connector instance), the
+/// generation it was sent at, and how it ended ([`outcome`]).
+type Answer = (Option<usize>, u64, InstanceEvent, String);
+
 /// Starts units of connector `name`: `starts` lists each unit (task index, or `None` for
 /// the connector instance) and the executor the placement chose (`None`: nowhere to run,
 /// recorded unassigned once). One write records every intent, the starts go out together
@@ -56,7 +69,29 @@ pub async fn start_units(
     if starts.is_empty() {
         return Ok(());
     }
-    let intent = cluster
+    let Some(intent) = record_intents(cluster, name, starts, view).await? else {
+        return Ok(());
+    };
+    if intent.sends.is_empty() {
+        return Ok(());
+    }
+    let answers = send_starts(cluster, name, &intent).await?;
+    if answers.is_empty() {
+        return Ok(());
+    }
+    record_answers(cluster, name, &answers).await
+}
+
+/// Records every start as intent in one write (executor, epoch, new generation, state
+/// RESTARTING; a unit with nowhere to run is recorded unassigned, once). `None` when
+/// nothing was written.
+async fn record_intents(
+    cluster: &Cluster,
+    name: &str,
+    starts: &[(Option<usize>, Option<String>)],
+    view: &ExecutorView,
+) -> Result<Option<Intent>, HerderError> {
+    cluster
         .modify_connector_batched(name, |r| {
             if r.deleting {
                 return None;
@@ -112,37 +147,45 @@ pub async fn start_units(
                     r.config_changed = false;
                 }
             }
-            wrote.then(|| (sends, r.target, r.config.clone(), r.incarnation.clone()))
+            wrote.then(|| Intent {
+                sends,
+                target: r.target,
+                config: r.config.clone(),
+                incarnation: r.incarnation.clone(),
+            })
         })
-        .await?;
-    let Some((sends, target, config, incarnation)) = intent else {
-        return Ok(());
-    };
-    if sends.is_empty() {
-        return Ok(());
-    }
+        .await
+}
+
+/// Sends the recorded starts together (task starts bounded over all connectors) and
+/// returns the answers whose outcome is known.
+async fn send_starts(
+    cluster: &Cluster,
+    name: &str,
+    intent: &Intent,
+) -> Result<Vec<Answer>, HerderError> {
     // Tasks of a PAUSED connector are not started; the connector instance runs.
-    let paused = match target {
+    let paused = match intent.target {
         TargetState::Paused => true,
         TargetState::Started | TargetState::Stopped => false,
     };
-    let offsets = if sends.iter().any(|s| s.task.is_some()) {
+    let offsets = if intent.sends.iter().any(|s| s.task.is_some()) {
         cluster.store.offsets(name)?
     } else {
         Vec::new()
     };
-    let calls = sends.iter().map(|s| {
-        let (config, incarnation, offsets) = (&config, &incarnation, &offsets);
+    let calls = intent.sends.iter().map(|s| {
+        let offsets = &offsets;
         async move {
             let result = match s.task {
                 None => {
                     let start = ConnectorStart {
                         connector: name.to_owned(),
-                        config: config.clone(),
+                        config: intent.config.clone(),
                         generation: s.generation,
                         paused,
                         cleanup_only: false,
-                        incarnation: incarnation.clone(),
+                        incarnation: intent.incarnation.clone(),
                     };
                     cluster
                         .call(
@@ -156,13 +199,13 @@ pub async fn start_units(
                     let start = TaskStart {
                         connector: name.to_owned(),
                         task: t as u32,
-                        connector_config: config.clone(),
+                        connector_config: intent.config.clone(),
                         task_config: s.task_config.clone(),
                         generation: s.generation,
                         paused,
                         cleanup_only: false,
                         offsets: offsets.clone(),
-                        incarnation: incarnation.clone(),
+                        incarnation: intent.incarnation.clone(),
                     };
                     // Never closed; without a permit the start goes out anyway.
                     let _permit = cluster.task_starts.acquire().await.ok();
@@ -193,17 +236,21 @@ pub async fn start_units(
             (s.task, s.generation, out)
         }
     });
-    let results: Vec<(Option<usize>, u64, InstanceEvent, String)> =
-        futures::future::join_all(calls)
-            .await
-            .into_iter()
-            .filter_map(|(task, generation, out)| {
-                out.map(|(event, error)| (task, generation, event, error))
-            })
-            .collect();
-    if results.is_empty() {
-        return Ok(());
-    }
+    Ok(futures::future::join_all(calls)
+        .await
+        .into_iter()
+        .filter_map(|(task, generation, out)| {
+            out.map(|(event, error)| (task, generation, event, error))
+        })
+        .collect())
+}
+
+/// Records the starts' answers in one write.
+async fn record_answers(
+    cluster: &Cluster,
+    name: &str,
+    answers: &[Answer],
+) -> Result<(), HerderError> {
     cluster
         .record_connector_batched(name, |r| {
             if r.deleting {
@@ -212,7 +259,7 @@ pub async fn start_units(
             let target = r.target;
             let mut wrote = false;
             let mut herder_acts = false;
-            for (task, generation, event, error) in &results {
+            for (task, generation, event, error) in answers {
                 let connector_started = task.is_none() && *event == InstanceEvent::Started;
                 let already_stale = r.task_configs_stale;
                 let cur = match task {
