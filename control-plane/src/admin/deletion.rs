@@ -7,7 +7,7 @@ use tracing::info;
 use wharf::pb::v1 as pb;
 
 use crate::grpc::convert;
-use crate::model::DeletionRecord;
+use crate::model::{DeletionMode, DeletionRecord};
 use crate::reconcile::{Cluster, finalizer, now_ms};
 
 use super::{Admin, ApiError, ApiResult};
@@ -46,8 +46,9 @@ pub struct DeleteOptions {
     pub wait: bool,
     /// Wait bound in milliseconds; 0 means [`DEFAULT_DELETE_WAIT_MS`].
     pub wait_timeout_ms: u32,
-    /// Stop with `connector_deleted = false`: keep what the plugin provisioned.
-    pub keep_resources: bool,
+    /// Clean up (the default), or keep what the plugin provisioned (the request's
+    /// `keep_resources`: every stop passes `connector_deleted = false`).
+    pub mode: DeletionMode,
 }
 
 impl Admin {
@@ -84,7 +85,7 @@ impl Admin {
                 let in_progress = cluster.store.deletion(name)?;
                 if let Some(reason) = in_progress
                     .as_ref()
-                    .and_then(|d| redelete_conflict(d.cleanup, opts))
+                    .and_then(|d| redelete_conflict(d.mode, opts))
                 {
                     return Err(ApiError::DeletionModeConflict {
                         name: name.to_owned(),
@@ -100,7 +101,7 @@ impl Admin {
                 break;
             }
             let offsets = cluster.store.offsets(name)?;
-            let mut d = DeletionRecord::seal(&rec, offsets, !opts.keep_resources, now_ms());
+            let mut d = DeletionRecord::seal(&rec, offsets, opts.mode, now_ms());
             // In the record itself: every round continues this call's trace, the first
             // one included (a finalizer pass may see the record before this call goes
             // on), on whichever replica runs it. Deleting again keeps the first trace.
@@ -109,7 +110,7 @@ impl Admin {
                 .unwrap_or_default();
             if cluster.store.start_deletion(&rec, &d)? {
                 info!(connector = %name, generation_next = rec.next_generation,
-                    cleanup = !opts.keep_resources, "deletion recorded");
+                    mode = opts.mode.label(), "deletion recorded");
                 cluster.changed(name);
                 recorded = true;
                 break;
@@ -212,19 +213,20 @@ fn pending_detail(d: Option<&DeletionRecord>) -> String {
 }
 
 /// Why deleting again with `opts` cannot go with a deletion in progress that
-/// `recorded_cleanup` (its steps stop with `connector_deleted = true`, or false for
-/// `keep_resources`), or `None` when it can: the same mode is a retry, and a force skips
+/// was recorded in mode `recorded` (its steps stop with `connector_deleted = true`, or
+/// false when it keeps resources), or `None` when it can: the same mode is a retry, and a force skips
 /// what is pending whatever the mode (what it skipped stops with false).
-fn redelete_conflict(recorded_cleanup: bool, opts: DeleteOptions) -> Option<String> {
-    match (opts.force, recorded_cleanup, opts.keep_resources) {
-        (true, _, _) | (false, true, false) | (false, false, true) => None,
-        (false, true, true) => Some(
+fn redelete_conflict(recorded: DeletionMode, opts: DeleteOptions) -> Option<String> {
+    use DeletionMode::{Cleanup, KeepResources};
+    match (opts.force, recorded, opts.mode) {
+        (true, _, _) | (false, Cleanup, Cleanup) | (false, KeepResources, KeepResources) => None,
+        (false, Cleanup, KeepResources) => Some(
             "is already being deleted with cleanup (connector_deleted = true); keep_resources \
              cannot change a deletion in progress: wait for it to finish, or force it (force \
              skips the cleanup still pending)"
                 .into(),
         ),
-        (false, false, false) => Some(
+        (false, KeepResources, Cleanup) => Some(
             "is already being deleted with keep_resources (connector_deleted = false: its \
              resources are kept); a deletion that cleans up cannot change it: once the name \
              is free, create the connector again and delete it to clean up"
@@ -236,31 +238,32 @@ fn redelete_conflict(recorded_cleanup: bool, opts: DeleteOptions) -> Option<Stri
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::model::DeletionMode::{Cleanup, KeepResources};
 
     fn mode(force: bool, keep_resources: bool) -> DeleteOptions {
         DeleteOptions {
             force,
-            keep_resources,
+            mode: DeletionMode::keeping_resources(keep_resources),
             ..DeleteOptions::default()
         }
     }
 
     #[test]
     fn deleting_again_in_the_same_mode_is_a_retry() {
-        assert_eq!(redelete_conflict(true, mode(false, false)), None);
-        assert_eq!(redelete_conflict(false, mode(false, true)), None);
+        assert_eq!(redelete_conflict(Cleanup, mode(false, false)), None);
+        assert_eq!(redelete_conflict(KeepResources, mode(false, true)), None);
     }
 
     #[test]
     fn keep_resources_over_a_cleanup_in_progress_is_refused() {
-        let reason = redelete_conflict(true, mode(false, true)).expect("refused");
+        let reason = redelete_conflict(Cleanup, mode(false, true)).expect("refused");
         assert!(reason.contains("being deleted with cleanup"), "{reason}");
         assert!(reason.contains("force"), "{reason}");
     }
 
     #[test]
     fn a_cleanup_over_a_keep_resources_deletion_is_refused() {
-        let reason = redelete_conflict(false, mode(false, false)).expect("refused");
+        let reason = redelete_conflict(KeepResources, mode(false, false)).expect("refused");
         assert!(
             reason.contains("being deleted with keep_resources"),
             "{reason}"
@@ -269,7 +272,7 @@ mod tests {
 
     #[test]
     fn a_force_goes_with_either_mode() {
-        for recorded in [true, false] {
+        for recorded in [Cleanup, KeepResources] {
             for keep in [true, false] {
                 assert_eq!(redelete_conflict(recorded, mode(true, keep)), None);
             }

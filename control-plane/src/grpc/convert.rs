@@ -469,7 +469,7 @@ pub fn connector_status(
 pub fn deletion_status(d: &crate::model::DeletionRecord) -> pb::DeletionStatus {
     pb::DeletionStatus {
         requested_at_ms: d.requested_at_ms,
-        cleanup: d.cleanup,
+        cleanup: d.mode == crate::model::DeletionMode::Cleanup,
         steps: d
             .steps
             .iter()
