@@ -100,7 +100,7 @@ impl Admin {
     ) -> ApiResult<pb::ConnectorInfo> {
         let cluster = &self.cluster;
         convert::parse_name(name)?;
-        // Decoded once per call (every executor's plugin descriptors; issue 19).
+        // Decoded once per call (every executor's plugin descriptors).
         let plugins = self.plugins()?;
         let config = Self::with_kept_secrets(&plugins, None, config)?;
         let spec = Self::checked_spec(&plugins, name, &config)?;

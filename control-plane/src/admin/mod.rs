@@ -113,7 +113,7 @@ impl Admin {
     }
 
     /// [`Admin::status_of`] with the known plugins already read: a list reads them once
-    /// for every connector (they are decoded from every executor record, issue 19).
+    /// for every connector (they are decoded from every executor record).
     fn status_with(
         &self,
         rec: &ConnectorRecord,
@@ -145,8 +145,8 @@ impl Admin {
 
     /// Every connector (DELETING ones too), sorted by name, with its info (secrets
     /// redacted) when `with_info` and its status when `with_status`: a listing of names
-    /// redacts no config (issue 19: at 10,000 x 10 the redaction was a quarter of the
-    /// control plane's time under a status poller that asked for none).
+    /// redacts no config (redaction is costly at scale, and a status poller asks for
+    /// none; bench/NOTES.md).
     ///
     /// # Errors
     /// Store errors.
@@ -157,7 +157,7 @@ impl Admin {
         } else {
             BTreeMap::new()
         };
-        // Each plugin's full definition once per call, not once per connector (issue 19).
+        // Each plugin's full definition once per call, not once per connector.
         let mut defs: HashMap<String, wharf::sdk::ConfigDef> = HashMap::new();
         let mut out = Vec::new();
         for rec in self.cluster.store.connectors_shared()? {

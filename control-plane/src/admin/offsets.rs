@@ -109,13 +109,6 @@ mod tests {
     use crate::grpc::convert::RawConnector;
     use crate::model::ConnectorSpec;
 
-    fn map(pairs: &[(&str, &str)]) -> HashMap<String, String> {
-        pairs
-            .iter()
-            .map(|(k, v)| ((*k).to_owned(), (*v).to_owned()))
-            .collect()
-    }
-
     #[test]
     fn offsets_must_be_json_objects() {
         assert!(check_json_object("p".into(), "{\"a\":1}").is_ok());
@@ -127,7 +120,7 @@ mod tests {
     fn a_running_connector_refuses_offset_changes() {
         let spec = ConnectorSpec::try_from(RawConnector {
             name: "c",
-            config: &map(&[("connector.class", "p")]),
+            config: &HashMap::from([("connector.class".to_owned(), "p".to_owned())]),
         })
         .unwrap();
         let rec = ConnectorRecord::new(&spec, TargetState::Started);

@@ -161,8 +161,8 @@ impl InstanceState {
     /// Whether recording an instance in this state, of a connector with target
     /// `target`, gives the herder anything to do: a task confirmed RUNNING where the
     /// connector should run is where the herder wanted it, so the write needs no herder
-    /// pass (issue 19: at 10,000 x 10, each start answer and status report of a task made
-    /// the herder rebuild the units of its connector). Watchers and the finalizer are
+    /// pass (otherwise each start answer and status report of a task would make the
+    /// herder rebuild the units of its connector). Watchers and the finalizer are
     /// told of every write either way.
     pub fn herder_acts_on(self, target: TargetState, of: InstanceOf) -> bool {
         match (self, target, of) {

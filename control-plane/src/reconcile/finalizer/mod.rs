@@ -57,7 +57,7 @@
 //!   deletion waits at most about one lease for a host that went silent.
 //! - A stop(true) that the executor completed but whose answer was lost is sent again;
 //!   the executor replays the recorded outcome, also after it fenced itself and
-//!   registered again (it is asked at the recorded epoch, [`ask_record_first`]). Only
+//!   registered again (it is asked at the recorded epoch, `step::ask_record_first`). Only
 //!   where that record is gone (the executor process restarted) or the host cannot be
 //!   asked (silent, or lost) does a re-hosted attempt run the plugin's cleanup a second
 //!   time (at least once).

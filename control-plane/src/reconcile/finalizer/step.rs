@@ -603,6 +603,21 @@ pub fn unit_list(tasks: &[u32], connector: bool) -> String {
     }
     names.join(", ")
 }
+/// A deletion in `mode` of a connector `c1` of plugin `test-source` whose one task was
+/// recorded as `task` (revision 0), for the tests below.
+#[cfg(test)]
+fn one_task_deletion(mode: DeletionMode, task: Instance) -> DeletionRecord {
+    let spec = crate::model::ConnectorSpec {
+        name: wharf::ids::ConnectorName::parse("c1").expect("name"),
+        plugin: "test-source".into(),
+        tasks_max: std::num::NonZeroU32::new(1).expect("one"),
+        config: Default::default(),
+    };
+    let mut rec = crate::model::ConnectorRecord::new(&spec, crate::model::TargetState::Started);
+    rec.tasks = vec![task];
+    DeletionRecord::seal(&rec, vec![], mode, 1_000)
+}
+
 #[cfg(test)]
 mod backoff_tests {
     use super::*;
@@ -653,15 +668,7 @@ mod tests {
 
     /// A deletion of one task, as the round read it (revision 7).
     fn base_record() -> DeletionRecord {
-        let spec = crate::model::ConnectorSpec {
-            name: wharf::ids::ConnectorName::parse("c1").expect("name"),
-            plugin: "test-source".into(),
-            tasks_max: std::num::NonZeroU32::new(1).expect("one"),
-            config: Default::default(),
-        };
-        let mut rec = crate::model::ConnectorRecord::new(&spec, crate::model::TargetState::Started);
-        rec.tasks = vec![Instance::unassigned()];
-        let mut d = DeletionRecord::seal(&rec, vec![], DeletionMode::Cleanup, 1_000);
+        let mut d = one_task_deletion(DeletionMode::Cleanup, Instance::unassigned());
         d.revision = 7;
         d
     }
@@ -1054,23 +1061,16 @@ mod plan_tests {
     /// A deletion in `mode` of one task recorded in `state` on e1 at the recorded epoch
     /// (unassigned when `state` is UNASSIGNED).
     fn deletion(mode: DeletionMode, state: InstanceState) -> DeletionRecord {
-        let spec = crate::model::ConnectorSpec {
-            name: wharf::ids::ConnectorName::parse("c1").expect("name"),
-            plugin: "test-source".into(),
-            tasks_max: std::num::NonZeroU32::new(1).expect("one"),
-            config: Default::default(),
-        };
-        let mut rec = crate::model::ConnectorRecord::new(&spec, crate::model::TargetState::Started);
         let assigned = state != InstanceState::Unassigned;
-        rec.tasks = vec![Instance {
+        let task = Instance {
             executor: assigned.then(|| "e1".to_owned()),
             epoch: RECORDED,
             generation: GENERATION,
             state,
             error: String::new(),
             restart: false,
-        }];
-        DeletionRecord::seal(&rec, vec![], mode, 1_000)
+        };
+        one_task_deletion(mode, task)
     }
 
     /// `d` with its task step re-hosted to a cleanup-only instance on e2 (generation 12),
@@ -1247,15 +1247,7 @@ mod record_tests {
 
     /// A deletion in `mode` of one unassigned task, at most 3 attempts per step.
     fn deletion(mode: DeletionMode, gives_up: bool) -> DeletionRecord {
-        let spec = crate::model::ConnectorSpec {
-            name: wharf::ids::ConnectorName::parse("c1").expect("name"),
-            plugin: "test-source".into(),
-            tasks_max: std::num::NonZeroU32::new(1).expect("one"),
-            config: Default::default(),
-        };
-        let mut rec = crate::model::ConnectorRecord::new(&spec, crate::model::TargetState::Started);
-        rec.tasks = vec![Instance::unassigned()];
-        let mut d = DeletionRecord::seal(&rec, vec![], mode, 1_000);
+        let mut d = one_task_deletion(mode, Instance::unassigned());
         d.sealed.cleanup_max_attempts = 3;
         d.sealed.gives_up = gives_up;
         d
