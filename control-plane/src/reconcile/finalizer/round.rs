@@ -90,7 +90,13 @@ pub(super) async fn run_round(
     for (idx, attempt) in &mut outcomes {
         match (mode, &*attempt) {
             (DeletionMode::Cleanup, Attempt::Rehost) => {}
-            (DeletionMode::KeepResources, _)
+            (
+                DeletionMode::KeepResources,
+                Attempt::Done { .. }
+                | Attempt::Rehost
+                | Attempt::Failed { .. }
+                | Attempt::Wait { .. },
+            )
             | (
                 DeletionMode::Cleanup,
                 Attempt::Done { .. } | Attempt::Failed { .. } | Attempt::Wait { .. },

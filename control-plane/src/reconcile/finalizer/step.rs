@@ -186,7 +186,14 @@ pub(super) fn plan_step(d: &DeletionRecord, idx: usize, view: &ExecutorView) -> 
 /// again rather than another one started.
 fn plan_rehosted(mode: DeletionMode, step: &CleanupStep, view: &ExecutorView) -> Plan {
     match (mode, step.state) {
-        (DeletionMode::KeepResources, _) => Plan::Outcome(Attempt::Done {
+        (
+            DeletionMode::KeepResources,
+            CleanupState::Pending
+            | CleanupState::Running
+            | CleanupState::Failed
+            | CleanupState::Done
+            | CleanupState::Skipped,
+        ) => Plan::Outcome(Attempt::Done {
             executor: String::new(),
         }),
         (DeletionMode::Cleanup, CleanupState::Running) => {
@@ -386,14 +393,16 @@ impl StepEvent {
     /// The `outcome` label of [`crate::observe::CLEANUP_ATTEMPTS`] under `mode`; `None`
     /// for a wait, which is not an attempt.
     pub(super) fn counted(self, mode: DeletionMode) -> Option<&'static str> {
-        match (self, mode) {
-            (StepEvent::Done, DeletionMode::Cleanup) => Some("done"),
-            (StepEvent::Done, DeletionMode::KeepResources) => Some("skipped"),
-            (StepEvent::Rehost, _) => Some("rehost"),
-            (StepEvent::Failed, _) => Some("failed"),
-            (StepEvent::GivenUp, _) => Some("given_up"),
-            (StepEvent::Exhausted, _) => Some("exhausted"),
-            (StepEvent::Waiting { .. }, _) => None,
+        match self {
+            StepEvent::Done => match mode {
+                DeletionMode::Cleanup => Some("done"),
+                DeletionMode::KeepResources => Some("skipped"),
+            },
+            StepEvent::Rehost => Some("rehost"),
+            StepEvent::Failed => Some("failed"),
+            StepEvent::GivenUp => Some("given_up"),
+            StepEvent::Exhausted => Some("exhausted"),
+            StepEvent::Waiting { .. } => None,
         }
     }
 }
