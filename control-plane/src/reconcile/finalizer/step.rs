@@ -3,6 +3,9 @@
 //! now, what a step's first call is, which attempt an executor's answer is, and what an
 //! attempt does to its step. No I/O, no clock, no randomness, no logging or metrics here:
 //! what to log and count comes back as a [`StepEvent`] that the loop reports.
+//!
+//! Of the executors, the decisions read one snapshot, [`ExecutorView`]: its `host` and
+//! `live` answers, and its maps in two helpers only ([`registered`], [`cleanup_host`]).
 
 use super::super::client::{CallError, StopOutcome, Stopped};
 use super::super::cluster::ExecutorView;
@@ -197,7 +200,7 @@ fn plan_rehosted(mode: DeletionMode, step: &CleanupStep, view: &ExecutorView) ->
             executor: String::new(),
         }),
         (DeletionMode::Cleanup, CleanupState::Running) => {
-            let epoch = view.all.get(&step.executor).map_or(0, |e| e.epoch);
+            let epoch = registered(view, &step.executor).map_or(0, |(epoch, _)| epoch);
             match (
                 view.host(Some(&step.executor), epoch),
                 view.live(&step.executor),
