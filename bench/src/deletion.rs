@@ -428,7 +428,12 @@ fn store_commits(store: &RedbStore, i: usize, lifecycle: &Path) -> anyhow::Resul
         .collect();
     store.create_connector(&rec)?;
     let rec = store.connector(&name)?.context("floor record")?;
-    let d = DeletionRecord::seal(&rec, Vec::new(), true, 0);
+    let d = DeletionRecord::seal(
+        &rec,
+        Vec::new(),
+        wharf_control_plane::model::DeletionMode::Cleanup,
+        0,
+    );
     let t = Instant::now();
     if !store.start_deletion(&rec, &d)? {
         bail!("floor: start_deletion refused");

@@ -103,7 +103,12 @@ fn contract(s: &dyn StateStore) {
 
     // Deletion: only on the connector's current revision, only once.
     let a = s.connector("a").unwrap().unwrap();
-    let d = DeletionRecord::seal(&a, s.offsets("a").unwrap(), true, 0);
+    let d = DeletionRecord::seal(
+        &a,
+        s.offsets("a").unwrap(),
+        wharf_control_plane::model::DeletionMode::Cleanup,
+        0,
+    );
     let mut stale = a.clone();
     stale.revision = a.revision + 1000;
     assert!(!s.start_deletion(&stale, &d).unwrap());

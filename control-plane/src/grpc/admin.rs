@@ -13,7 +13,7 @@ use super::convert;
 use super::error::ApiError;
 use crate::admin::{Admin, DeleteOptions, RestartScope};
 use crate::auth::Principal;
-use crate::model::TargetState;
+use crate::model::{DeletionMode, TargetState};
 use crate::reconcile::{Cluster, now_ms};
 
 pub use crate::admin::DEFAULT_DELETE_WAIT_MS;
@@ -225,7 +225,7 @@ impl ConnectorAdmin for AdminService {
             force: req.force,
             wait: req.wait,
             wait_timeout_ms: req.wait_timeout_ms,
-            keep_resources: req.keep_resources,
+            mode: DeletionMode::keeping_resources(req.keep_resources),
         };
         Ok(Response::new(self.admin.delete(&req.name, opts).await?))
     }

@@ -201,8 +201,8 @@ pub struct KnownPlugin {
 }
 
 /// The decoded plugin descriptors of each executor registration, so that a create or a
-/// status does not decode every executor's descriptors again (issue 19: at 10,000 x 10
-/// that decoding was 9% of the control plane's time during the creation). An entry is
+/// status does not decode every executor's descriptors again (a measurable share of the
+/// control plane's time at scale; bench/NOTES.md). An entry is
 /// used only while the registration's raw descriptors are byte for byte the ones it was
 /// decoded from; entries of executors no longer registered are dropped.
 #[derive(Debug, Default)]
@@ -407,7 +407,7 @@ pub fn connector_info(rec: &ConnectorRecord, plugin: Option<&pb::PluginInfo>) ->
 }
 
 /// [`connector_info`] with the plugin's [`full_def`] already made (a list makes it once
-/// per plugin, not once per connector: issue 19).
+/// per plugin, not once per connector).
 pub fn connector_info_with(
     rec: &ConnectorRecord,
     plugin: Option<&pb::PluginInfo>,
@@ -469,7 +469,7 @@ pub fn connector_status(
 pub fn deletion_status(d: &crate::model::DeletionRecord) -> pb::DeletionStatus {
     pb::DeletionStatus {
         requested_at_ms: d.requested_at_ms,
-        cleanup: d.cleanup,
+        cleanup: d.mode == crate::model::DeletionMode::Cleanup,
         steps: d
             .steps
             .iter()

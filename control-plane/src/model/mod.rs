@@ -161,8 +161,8 @@ impl InstanceState {
     /// Whether recording an instance in this state, of a connector with target
     /// `target`, gives the herder anything to do: a task confirmed RUNNING where the
     /// connector should run is where the herder wanted it, so the write needs no herder
-    /// pass (issue 19: at 10,000 x 10, each start answer and status report of a task made
-    /// the herder rebuild the units of its connector). Watchers and the finalizer are
+    /// pass (otherwise each start answer and status report of a task would make the
+    /// herder rebuild the units of its connector). Watchers and the finalizer are
     /// told of every write either way.
     pub fn herder_acts_on(self, target: TargetState, of: InstanceOf) -> bool {
         match (self, target, of) {
@@ -442,6 +442,65 @@ pub struct SealedContext {
     pub gives_up: bool,
 }
 
+/// How a deletion treats what the connector provisioned outside (the operator's choice,
+/// per delete): the one name of that choice from the admin request to the executor's stop.
+/// The wire keeps its own names (`keep_resources` in the request, `connector_deleted` in
+/// the stops, `cleanup` in the deletion's status), converted at the gRPC edge and in the
+/// executor client.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum DeletionMode {
+    /// Every instance is stopped with `connector_deleted = true`: the plugins remove what
+    /// they provisioned (the default).
+    #[default]
+    Cleanup,
+    /// Every instance is stopped with `connector_deleted = false`: external resources stay.
+    KeepResources,
+}
+
+impl DeletionMode {
+    /// The mode a request's `keep_resources` flag asks for.
+    pub fn keeping_resources(keep_resources: bool) -> Self {
+        if keep_resources {
+            DeletionMode::KeepResources
+        } else {
+            DeletionMode::Cleanup
+        }
+    }
+
+    /// The `connector_deleted` flag the plugins' stops get under this mode.
+    pub fn connector_deleted(self) -> bool {
+        match self {
+            DeletionMode::Cleanup => true,
+            DeletionMode::KeepResources => false,
+        }
+    }
+
+    /// Its name in logs, metrics and the audit trail: `cleanup`, `keep_resources`.
+    pub fn label(self) -> &'static str {
+        match self {
+            DeletionMode::Cleanup => "cleanup",
+            DeletionMode::KeepResources => "keep_resources",
+        }
+    }
+}
+
+/// The stored form of a [`DeletionMode`]: the boolean `cleanup` field that deletion
+/// records have always had (true: [`DeletionMode::Cleanup`]), so that a record written by
+/// an older control plane loads, and one written now loads on an older one.
+mod cleanup_flag {
+    use serde::{Deserialize, Deserializer, Serializer};
+
+    use super::DeletionMode;
+
+    pub fn serialize<S: Serializer>(mode: &DeletionMode, s: S) -> Result<S::Ok, S::Error> {
+        s.serialize_bool(mode.connector_deleted())
+    }
+
+    pub fn deserialize<'de, D: Deserializer<'de>>(d: D) -> Result<DeletionMode, D::Error> {
+        Ok(DeletionMode::keeping_resources(!bool::deserialize(d)?))
+    }
+}
+
 /// A deletion in progress; removed from the store only by a conditional write on its
 /// revision once every step is final.
 #[derive(Debug, Clone, Serialize, Deserialize)]
@@ -450,8 +509,10 @@ pub struct DeletionRecord {
     pub name: String,
     /// When the deletion was recorded, Unix milliseconds.
     pub requested_at_ms: i64,
-    /// False when the operator chose to keep external resources.
-    pub cleanup: bool,
+    /// Whether the plugins clean up or keep their external resources (stored as the
+    /// boolean `cleanup`).
+    #[serde(rename = "cleanup", with = "cleanup_flag")]
+    pub mode: DeletionMode,
     /// Sealed cleanup context.
     pub sealed: SealedContext,
     /// Steps: one per task in index order, then the connector instance.
@@ -481,7 +542,7 @@ impl DeletionRecord {
     pub fn seal(
         rec: &ConnectorRecord,
         offsets: Vec<(String, String)>,
-        cleanup: bool,
+        mode: DeletionMode,
         now_ms: i64,
     ) -> Self {
         let step = |task: Option<u32>, host: &Instance| CleanupStep {
@@ -491,7 +552,7 @@ impl DeletionRecord {
             attempts: 0,
             last_error: String::new(),
             rehosted: false,
-            connector_deleted: cleanup,
+            connector_deleted: mode.connector_deleted(),
             generation: host.generation,
             next_attempt_ms: 0,
             waits: 0,
@@ -508,7 +569,7 @@ impl DeletionRecord {
         Self {
             name: rec.name.clone(),
             requested_at_ms: now_ms,
-            cleanup,
+            mode,
             sealed: SealedContext {
                 config: rec.config.clone(),
                 plugin: rec.plugin.clone(),
@@ -670,9 +731,65 @@ mod tests {
         };
         let mut rec = ConnectorRecord::new(&spec, TargetState::Started);
         rec.tasks = vec![Instance::unassigned(), Instance::unassigned()];
-        let d = DeletionRecord::seal(&rec, vec![], true, 0);
+        let d = DeletionRecord::seal(&rec, vec![], DeletionMode::Cleanup, 0);
         let tasks: Vec<_> = d.steps.iter().map(|s| s.task).collect();
         assert_eq!(tasks, vec![Some(0), Some(1), None]);
         assert!(!d.is_complete());
+    }
+
+    /// A deletion record as the stores hold it (JSON), in the shape written before the
+    /// mode had a name of its own: `"cleanup": false` for a delete that keeps resources.
+    fn stored_deletion(cleanup: bool) -> String {
+        format!(
+            r#"{{"name":"c1","requested_at_ms":5,"cleanup":{cleanup},
+            "sealed":{{"config":{{}},"plugin":"p","incarnation":"i1","task_configs":[],
+              "task_hosts":[],"connector_host":{{"executor":null,"epoch":0,"generation":0,
+              "state":"Unassigned","error":"","restart":false}},"offsets":[],
+              "cleanup_timeout_ms":1000,"cleanup_max_attempts":3,"gives_up":false}},
+            "steps":[{{"task":null,"state":"Pending","executor":"","attempts":0,
+              "last_error":"","rehosted":false,"connector_deleted":{cleanup},
+              "generation":0,"next_attempt_ms":0}}],
+            "next_generation":1,"retry_requested":false,"force_requested":false}}"#
+        )
+    }
+
+    #[test]
+    fn a_stored_deletion_that_keeps_resources_loads_as_keep_resources() {
+        let d: DeletionRecord = serde_json::from_str(&stored_deletion(false)).unwrap();
+        assert_eq!(d.mode, DeletionMode::KeepResources);
+        let d: DeletionRecord = serde_json::from_str(&stored_deletion(true)).unwrap();
+        assert_eq!(d.mode, DeletionMode::Cleanup);
+    }
+
+    #[test]
+    fn a_deletion_is_stored_with_the_boolean_cleanup_field() {
+        for (mode, cleanup) in [
+            (DeletionMode::Cleanup, true),
+            (DeletionMode::KeepResources, false),
+        ] {
+            let d: DeletionRecord = serde_json::from_str(&stored_deletion(true)).unwrap();
+            let d = DeletionRecord { mode, ..d };
+            let json: serde_json::Value = serde_json::to_value(&d).unwrap();
+            assert_eq!(json["cleanup"], serde_json::Value::Bool(cleanup));
+            assert!(json.get("mode").is_none());
+        }
+    }
+
+    #[test]
+    fn a_request_keeping_resources_is_the_keep_resources_mode_and_stops_with_false() {
+        assert_eq!(
+            DeletionMode::keeping_resources(true),
+            DeletionMode::KeepResources
+        );
+        assert!(!DeletionMode::KeepResources.connector_deleted());
+    }
+
+    #[test]
+    fn a_plain_request_is_the_cleanup_mode_and_stops_with_true() {
+        assert_eq!(
+            DeletionMode::keeping_resources(false),
+            DeletionMode::Cleanup
+        );
+        assert!(DeletionMode::Cleanup.connector_deleted());
     }
 }

@@ -14,7 +14,7 @@ use wharf::pb::v1 as pb;
 use wharf::pb::v1::executor_client::ExecutorClient;
 use wharf::sdk::ConfigMap;
 
-use crate::model::ExecutorRecord;
+use crate::model::{DeletionMode, ExecutorRecord};
 
 /// How long connecting to an executor may take, in milliseconds.
 pub const CONNECT_TIMEOUT_MS: u64 = 2_000;
@@ -267,8 +267,10 @@ pub struct StopCall {
     pub task: Option<u32>,
     /// Generation of the instance to stop.
     pub generation: u64,
-    /// The flag the plugin's stop gets (KIP-883).
-    pub connector_deleted: bool,
+    /// The deletion this stop is part of, in its mode; `None` for every other stop (a
+    /// pause, a restart, a move, a forced deletion's leftovers). Sent as the wire's
+    /// `connector_deleted` (KIP-883): true only for a deletion that cleans up.
+    pub deletion: Option<DeletionMode>,
     /// How long the plugin's stop may take, in ms (0: the executor's default).
     pub timeout_ms: u32,
     /// Incarnation the stop was decided for (the executor refuses another one's stop;
@@ -278,6 +280,13 @@ pub struct StopCall {
     /// current one: a stop retried after the executor registered again, which only a
     /// stop it already claimed answers (from its record); `None` sends the current one.
     pub executor_epoch: Option<u64>,
+}
+
+impl StopCall {
+    /// The wire's `connector_deleted` flag of this stop.
+    pub fn connector_deleted(&self) -> bool {
+        self.deletion.is_some_and(DeletionMode::connector_deleted)
+    }
 }
 
 /// How the plugin's stop ended.
@@ -416,7 +425,7 @@ impl ExecutorClients {
                             connector: s.connector.clone(),
                             task,
                         }),
-                        connector_deleted: s.connector_deleted,
+                        connector_deleted: s.connector_deleted(),
                         generation: s.generation,
                         timeout_ms: s.timeout_ms,
                         incarnation: s.incarnation.clone(),
@@ -430,7 +439,7 @@ impl ExecutorClients {
                     exec,
                     pb::ExecutorStopConnectorRequest {
                         connector: s.connector.clone(),
-                        connector_deleted: s.connector_deleted,
+                        connector_deleted: s.connector_deleted(),
                         generation: s.generation,
                         timeout_ms: s.timeout_ms,
                         incarnation: s.incarnation.clone(),

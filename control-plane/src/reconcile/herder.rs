@@ -791,7 +791,7 @@ async fn stop_false(
         connector: name.to_owned(),
         task,
         generation: inst.generation,
-        connector_deleted: false,
+        deletion: None,
         timeout_ms: 0,
         incarnation: rec.incarnation.clone(),
         executor_epoch: None,

@@ -29,7 +29,7 @@ use crate::admin::guard::{Caller, Guard, Outcome};
 use crate::admin::{Admin, DeleteOptions, RestartScope};
 use crate::auth::audit::bounded_name;
 use crate::auth::{AdminAction, DeleteMode, Principal};
-use crate::model::TargetState;
+use crate::model::{DeletionMode, TargetState};
 
 /// Largest request body the gateway reads, in bytes (a config is at most 256 KiB, see
 /// `grpc::convert`; offsets bodies are the larger ones).
@@ -1043,7 +1043,7 @@ fn delete_options(pairs: &[(String, String)]) -> Result<DeleteOptions, RestError
         force: flag(pairs, "force")?,
         wait,
         wait_timeout_ms,
-        keep_resources: flag(pairs, "keepResources")?,
+        mode: DeletionMode::keeping_resources(flag(pairs, "keepResources")?),
     })
 }
 
@@ -1508,13 +1508,13 @@ mod tests {
     #[test]
     fn a_delete_query_without_parameters_deletes_without_waiting() {
         let o = delete_query("").unwrap();
-        assert!(!o.force && !o.wait && !o.keep_resources && o.wait_timeout_ms == 0);
+        assert!(!o.force && !o.wait && o.mode == DeletionMode::Cleanup && o.wait_timeout_ms == 0);
     }
 
     #[test]
     fn a_delete_query_takes_its_modes_and_a_wait_bound_with_wait() {
         let o = delete_query("force=true&keepResources=true&wait=true&waitTimeoutMs=5").unwrap();
-        assert!(o.force && o.keep_resources && o.wait);
+        assert!(o.force && o.mode == DeletionMode::KeepResources && o.wait);
         assert_eq!(o.wait_timeout_ms, 5);
         let o = delete_query("wait=true").unwrap();
         assert!(o.wait && o.wait_timeout_ms == 0);

@@ -1035,7 +1035,12 @@ mod tests {
         s.put_offsets("ab", &[("{\"p\":1}".into(), "{\"o\":3}".into())])
             .unwrap();
         let r = s.connector("a").unwrap().unwrap();
-        let d = DeletionRecord::seal(&r, s.offsets("a").unwrap(), true, 0);
+        let d = DeletionRecord::seal(
+            &r,
+            s.offsets("a").unwrap(),
+            crate::model::DeletionMode::Cleanup,
+            0,
+        );
         assert!(s.start_deletion(&r, &d).unwrap());
         assert_eq!(
             s.create_connector(&rec("a")).unwrap(),
