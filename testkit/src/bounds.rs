@@ -76,6 +76,7 @@ pub(crate) fn overrun_text(what: &str, bound: Duration, setting: &str) -> String
 pub(crate) struct PluginRuntime(std::sync::OnceLock<Result<tokio::runtime::Runtime, String>>);
 
 impl PluginRuntime {
+    /// The runtime's handle, the runtime started at the first call.
     pub(crate) fn handle(&self) -> Result<&tokio::runtime::Handle, String> {
         self.0
             .get_or_init(|| {

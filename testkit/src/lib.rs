@@ -3,10 +3,10 @@
 //! external system, the way an executor does (tasks stopped before the connector
 //! instance, a stop only after its start returned).
 //!
-//! The author supplies the [`Plugin`](wharf_sdk::Plugin), a config per connector name and a [`Probe`] that
-//! lists the external resources a connector owns (and those the user made). Each rule
-//! is one method of [`Kit`] returning `Result<(), CheckFailed>`, so that every rule is
-//! its own ordinary test:
+//! The author supplies the [`Plugin`](wharf_sdk::Plugin), a config per connector name
+//! and a [`Probe`] that lists the external resources a connector owns (and those the
+//! user made). Each rule is one method of [`Kit`] returning `Result<(), CheckFailed>`,
+//! so that every rule is its own ordinary test:
 //!
 //! ```no_run
 //! # async fn demo(kit: wharf_testkit::Kit<impl wharf_testkit::Probe>) {

@@ -39,7 +39,8 @@ pub trait Probe: Send + Sync {
     /// For a sink plugin: the record values the external system holds for connector
     /// `connector` right now (a queue's messages, a table's rows), in any order, each as
     /// often as it is there. `Ok(None)` (the default) when the probe cannot read them;
-    /// [`Kit::sink_acknowledges_only_flushed_records`] then fails and says so.
+    /// [`Kit::sink_acknowledges_only_flushed_records`](crate::Kit::sink_acknowledges_only_flushed_records)
+    /// then fails and says so.
     ///
     /// # Errors
     /// As [`Probe::owned`].

@@ -13,12 +13,12 @@ pub struct CheckFailed {
     pub message: String,
     /// True when the check could not check anything because the probe lacks what it
     /// needs (no `Probe::pre_existing` resource, a `Probe::remove` that removes nothing):
-    /// the message says what to implement. Called alone, such a check fails; [`Kit::all`]
-    /// reports it as skipped in its [`Report`].
+    /// the message says what to implement. Called alone, such a check fails;
+    /// [`Kit::all`](crate::Kit::all) reports it as skipped in its [`Report`].
     pub checked_nothing: bool,
 }
 
-/// A check [`Kit::all`] skipped because it could not check anything.
+/// A check [`Kit::all`](crate::Kit::all) skipped because it could not check anything.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Skipped {
     /// The check's name.
@@ -27,7 +27,7 @@ pub struct Skipped {
     pub reason: String,
 }
 
-/// What [`Kit::all`] ran: the checks that passed and those skipped, in order.
+/// What [`Kit::all`](crate::Kit::all) ran: the checks that passed and those skipped, in order.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct Report {
     /// Checks that passed.
@@ -63,9 +63,10 @@ pub type CheckResult = Result<(), CheckFailed>;
 /// The check about deletion itself, which a failed tidy-up deletion points to.
 pub(crate) const CLEANUP_CHECK: &str = "delete_removes_everything";
 
-/// Every check, in the order [`Kit::all`] runs them: the four about cleanup first, so
-/// that a cleanup bug is reported by the check about it rather than by the deletion
-/// that ends a check about plain stops or records (each check but those ends with one).
+/// Every check, in the order [`Kit::all`](crate::Kit::all) runs them: the four about
+/// cleanup first, so that a cleanup bug is reported by the check about it rather than by
+/// the deletion that ends a check about plain stops or records (each check but those
+/// ends with one).
 pub const CHECKS: [&str; 11] = [
     CLEANUP_CHECK,
     "repeated_cleanup_is_a_no_op",
@@ -106,7 +107,7 @@ pub(crate) fn nothing_checked(check: &'static str, message: String) -> CheckFail
 }
 
 /// Adds the outcome of `check` to `report`: a pass, a skip (it checked nothing), or the
-/// failure that ends [`Kit::all`]. Pure.
+/// failure that ends [`Kit::all`](crate::Kit::all). Pure.
 pub(crate) fn record(
     report: &mut Report,
     check: &'static str,

@@ -39,10 +39,12 @@ pub struct Kit<P> {
 /// calls an abandoned one).
 type Shared<T> = Arc<tokio::sync::Mutex<T>>;
 
+/// `value` made shareable with the calls the kit runs on its plugin runtime.
 fn shared<T>(value: T) -> Shared<T> {
     Arc::new(tokio::sync::Mutex::new(value))
 }
 
+/// A task instance of either kind, as the plugin's factory made it.
 enum Task {
     Source(Box<dyn SourceTask>),
     Sink(Box<dyn SinkTask>),
@@ -125,21 +127,24 @@ impl<P: Probe> Kit<P> {
         self
     }
 
-    /// Bound on `start`, `task_configs`, `put` and `flush` (default [`CALL_TIMEOUT_SECS`]).
+    /// Bound on `start`, `task_configs`, `put` and `flush` (default
+    /// [`CALL_TIMEOUT_SECS`](crate::CALL_TIMEOUT_SECS)).
     pub fn call_timeout(mut self, bound: Duration) -> Self {
         self.bounds.call = bound;
         self
     }
 
-    /// Bound on a plain `stop_with(false)` (default [`STOP_TIMEOUT_MS`], the executor's
-    /// default `--graceful-timeout-ms`). Raise it only for a plugin whose documentation
-    /// tells operators to raise `--graceful-timeout-ms` as much.
+    /// Bound on a plain `stop_with(false)` (default
+    /// [`STOP_TIMEOUT_MS`](crate::STOP_TIMEOUT_MS), the executor's default
+    /// `--graceful-timeout-ms`). Raise it only for a plugin whose documentation tells
+    /// operators to raise `--graceful-timeout-ms` as much.
     pub fn stop_timeout(mut self, bound: Duration) -> Self {
         self.bounds.stop = bound;
         self
     }
 
-    /// Bound on a `stop_with(true)` (default [`CLEANUP_TIMEOUT_MS`], the default
+    /// Bound on a `stop_with(true)` (default
+    /// [`CLEANUP_TIMEOUT_MS`](crate::CLEANUP_TIMEOUT_MS), the default
     /// `cleanup.timeout.ms`). Raise it only for a plugin whose documentation tells
     /// operators to set `cleanup.timeout.ms` as high.
     pub fn cleanup_timeout(mut self, bound: Duration) -> Self {
