@@ -2,21 +2,25 @@
 //! guaranteed to reach every task with `connector_deleted = true` (KIP-883, KIP-901).
 //!
 //! This crate is shared by the control plane and the executors: the generated gRPC
-//! wire types ([`pb`]), the connector SDK ([`sdk`]), small shared types ([`ids`]) and the
-//! plumbing every binary uses ([`server`], [`http`], [`task`], [`config`], [`telemetry`], [`tls`],
-//! [`identity`], [`certs`], [`observability`]).
+//! wire types ([`pb`]) and the plumbing every binary uses ([`server`], [`http`], [`task`],
+//! [`config`], [`telemetry`], [`tls`], [`identity`], [`certs`], [`observability`]). The
+//! connector SDK and the shared ids live in the light `wharf-sdk` crate, which a plugin
+//! author depends on alone; they are re-exported here as [`sdk`] and [`ids`].
 
 pub mod certs;
 pub mod config;
 pub mod http;
 pub mod identity;
-pub mod ids;
 pub mod observability;
 pub mod pb;
-pub mod sdk;
 pub mod server;
 pub mod task;
 pub mod telemetry;
 pub mod tls;
 pub mod trace;
 pub mod wire;
+
+/// The connector SDK (the `wharf-sdk` crate).
+pub use wharf_sdk as sdk;
+/// Identifiers shared by plugins, the control plane and the executors (`wharf_sdk::ids`).
+pub use wharf_sdk::ids;

@@ -3,7 +3,7 @@
 //! `authorization: Bearer …` (what operators send), tokens minted by the real
 //! `wharf-control-plane token` subcommand.
 //!
-//! Build first: `cargo build -p wharf-control-plane -p wharf-executor`, then
+//! Build first: `cargo build -p wharf-control-plane -p wharf-executor-stock`, then
 //! `cargo test --test admin_auth`.
 
 use std::path::{Path, PathBuf};

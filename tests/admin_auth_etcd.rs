@@ -6,7 +6,7 @@
 //! the follower that forwarded the call.
 //!
 //! Needs the `etcd` binary (Debian `etcd-server`, scripts/setup-services).
-//! Build first: `cargo build -p wharf-control-plane -p wharf-executor`, then
+//! Build first: `cargo build -p wharf-control-plane -p wharf-executor-stock`, then
 //! `cargo test --test admin_auth_etcd`.
 
 use std::path::Path;

@@ -13,7 +13,7 @@
 //!   control plane re-hosts the cleanup and afterwards `pg_trigger`, `pg_proc` and
 //!   `pg_class` (or `sqlite_master`) hold nothing the connector created.
 //!
-//! Build first: `cargo build -p wharf-control-plane -p wharf-executor`.
+//! Build first: `cargo build -p wharf-control-plane -p wharf-executor-stock`.
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};

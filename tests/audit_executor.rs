@@ -4,7 +4,7 @@
 //! grants epochs and records offset commits (what the executors acknowledged through
 //! their record logs).
 //!
-//! Build the binary first: `cargo build -p wharf-executor`.
+//! Build the binary first: `cargo build -p wharf-executor-stock`.
 
 use std::collections::HashMap;
 use std::path::Path;

@@ -15,7 +15,7 @@
 //! writer stops every inserted row reaches the sink at least once, and the rows written
 //! before the first crash step exactly once.
 //!
-//! Build first: `cargo build -p wharf-control-plane -p wharf-executor`.
+//! Build first: `cargo build -p wharf-control-plane -p wharf-executor-stock`.
 
 use std::collections::HashMap;
 use std::path::Path;

@@ -5,7 +5,7 @@
 //! the real PostgreSQL catalog.
 //!
 //! Needs PostgreSQL on 127.0.0.1:5432 (trust auth, database `test`). Build first:
-//! `cargo build -p wharf-control-plane -p wharf-executor`.
+//! `cargo build -p wharf-control-plane -p wharf-executor-stock`.
 
 use serde_json::{Value, json};
 use wharf_harness::cluster::{CONVERGE, NOT_FOUND, TestCluster};

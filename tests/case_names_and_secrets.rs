@@ -5,7 +5,7 @@
 //! or the control plane's store file (encrypted at rest, see docs/lifecycle.md).
 //!
 //! Needs PostgreSQL on 127.0.0.1:5432 (trust auth, database `test`). Build first:
-//! `cargo build -p wharf-control-plane -p wharf-executor`.
+//! `cargo build -p wharf-control-plane -p wharf-executor-stock`.
 
 use proptest::prelude::*;
 use proptest::test_runner::{Config as ProptestConfig, TestRunner};

@@ -6,7 +6,7 @@
 //! committing offsets, ListAssignments shows the abandoned instances until their calls
 //! return, and the deletion's final steps name them.
 //!
-//! Build first: `cargo build -p wharf-control-plane -p wharf-executor`.
+//! Build first: `cargo build -p wharf-control-plane -p wharf-executor-stock`.
 
 use std::time::{Duration, Instant};
 

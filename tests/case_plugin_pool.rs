@@ -9,7 +9,7 @@
 //!   worker of the old runtime, which is shut down once its last instance ended.
 //! - An executor hosting 200 tasks runs them on a bounded number of threads.
 //!
-//! Build first: `cargo build -p wharf-control-plane -p wharf-executor`.
+//! Build first: `cargo build -p wharf-control-plane -p wharf-executor-stock`.
 
 use std::time::{Duration, Instant};
 

@@ -9,7 +9,7 @@
 //! commit, then resumed. Also: a deleted sink's log consumer is forgotten, so a sink created
 //! again under its name reads the topic from the start.
 //!
-//! Build first: `cargo build -p wharf-control-plane -p wharf-executor`.
+//! Build first: `cargo build -p wharf-control-plane -p wharf-executor-stock`.
 
 use wharf_harness::lines::sink_numbers;
 

@@ -4,7 +4,7 @@
 //! run than tasks.max allows. Real control plane, two real executors, the typed admin
 //! client.
 //!
-//! Build first: `cargo build -p wharf-control-plane -p wharf-executor`.
+//! Build first: `cargo build -p wharf-control-plane -p wharf-executor-stock`.
 
 use serde_json::json;
 use wharf_harness::cluster::TestCluster;

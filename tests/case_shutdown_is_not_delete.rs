@@ -11,7 +11,7 @@
 //! executor, resumes after its last committed offset, and every audit row reaches the
 //! sink; starting instances where the objects already exist succeeds.
 //!
-//! Build first: `cargo build -p wharf-control-plane -p wharf-executor`.
+//! Build first: `cargo build -p wharf-control-plane -p wharf-executor-stock`.
 
 use std::collections::BTreeSet;
 use std::path::Path;

@@ -12,7 +12,7 @@
 //! the frozen executor must fence itself (its old instance gets stop(false), it registers
 //! again) and run no stop(true); no instance of the new connector gets a stop(true).
 //!
-//! Build first: `cargo build -p wharf-control-plane -p wharf-executor`.
+//! Build first: `cargo build -p wharf-control-plane -p wharf-executor-stock`.
 
 use std::time::Duration;
 

@@ -9,7 +9,7 @@
 //! timeout and its cleanup re-runs on a fresh cleanup-only instance, while other
 //! connectors' admin calls are answered normally.
 //!
-//! Build first: `cargo build -p wharf-control-plane -p wharf-executor`.
+//! Build first: `cargo build -p wharf-control-plane -p wharf-executor-stock`.
 
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 

@@ -2,7 +2,7 @@
 //! TOML file, in that order of precedence (docs/configuration.md), and a bad setting
 //! stops them with exit code 2 and a message naming it.
 //!
-//! Build first: `cargo build -p wharf-control-plane -p wharf-executor`.
+//! Build first: `cargo build -p wharf-control-plane -p wharf-executor-stock`.
 
 use std::process::{Command, Stdio};
 use std::time::Duration;

@@ -3,7 +3,7 @@
 //! and the store unchanged (same answers, same offsets) but for the audit trail, which
 //! records each refused mutating call with its code.
 //!
-//! Build first: `cargo build -p wharf-control-plane -p wharf-executor`.
+//! Build first: `cargo build -p wharf-control-plane -p wharf-executor-stock`.
 
 use serde_json::{Value, json};
 use wharf_harness::cluster::{

@@ -6,7 +6,7 @@
 //! on a live executor in cleanup-only mode once the lease expired; deleting again in the
 //! other mode is refused and the first mode is what runs.
 //!
-//! Build first: `cargo build -p wharf-control-plane -p wharf-executor`.
+//! Build first: `cargo build -p wharf-control-plane -p wharf-executor-stock`.
 
 use serde_json::json;
 use wharf_harness::cluster::{CONVERGE, FAILED_PRECONDITION, NOT_FOUND, TestCluster};

@@ -5,7 +5,7 @@
 //! waiting state once per change instead of twice per pass. Real control plane, real
 //! executors, the typed admin client.
 //!
-//! Build first: `cargo build -p wharf-control-plane -p wharf-executor`.
+//! Build first: `cargo build -p wharf-control-plane -p wharf-executor-stock`.
 
 use serde_json::json;
 use wharf_harness::cluster::{CONVERGE, NOT_FOUND, TestCluster};

@@ -5,7 +5,7 @@
 //! triggers from the database the connector provisioned. Real control plane, real
 //! executor, the typed admin client, a real SQLite file.
 //!
-//! Build first: `cargo build -p wharf-control-plane -p wharf-executor`.
+//! Build first: `cargo build -p wharf-control-plane -p wharf-executor-stock`.
 
 use std::path::Path;
 use std::time::Duration;

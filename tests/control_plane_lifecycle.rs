@@ -1,7 +1,7 @@
 //! End to end: a real control plane and three real executors on 127.0.0.2-4, driven through
 //! the typed admin client; outcomes read from the test plugin's lifecycle file.
 //!
-//! Build first: `cargo build -p wharf-control-plane -p wharf-executor`.
+//! Build first: `cargo build -p wharf-control-plane -p wharf-executor-stock`.
 
 use std::collections::BTreeSet;
 

@@ -2,7 +2,7 @@
 //! only when STOPPED; a resumed task continues from the altered offset) and
 //! WatchConnector streaming a snapshot, state changes and the final DELETED event.
 //!
-//! Build first: `cargo build -p wharf-control-plane -p wharf-executor`.
+//! Build first: `cargo build -p wharf-control-plane -p wharf-executor-stock`.
 
 use serde_json::json;
 use wharf_harness::cluster::{CONVERGE, FAILED_PRECONDITION, NOT_FOUND, TestCluster};

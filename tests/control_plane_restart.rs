@@ -3,7 +3,7 @@
 //! completed stop(true) per task. A restarted control plane catches up with what runs
 //! without stopping or starting any of it again, and says when it did.
 //!
-//! Build first: `cargo build -p wharf-control-plane -p wharf-executor`.
+//! Build first: `cargo build -p wharf-control-plane -p wharf-executor-stock`.
 
 use serde_json::json;
 use wharf_harness::cluster::{CONVERGE, NOT_FOUND, TestCluster};

@@ -3,7 +3,7 @@
 //! arrives exactly once in order in the happy path; across kill -9 of the executor every
 //! line arrives at least once, in order of first arrival, with nothing skipped.
 //!
-//! Build first: `cargo build -p wharf-control-plane -p wharf-executor`. The executor uses
+//! Build first: `cargo build -p wharf-control-plane -p wharf-executor-stock`. The executor uses
 //! the embedded log unless `WHARF_NATS_URL` is set in the environment.
 
 use wharf_harness::lines::{append_lines, first_arrivals, sink_numbers};

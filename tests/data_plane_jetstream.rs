@@ -6,7 +6,7 @@
 //!
 //! The nats-server is the test's own (`nats-server -js` on a free loopback port with a temp
 //! store), so killing it disturbs nothing else. Build first:
-//! `cargo build -p wharf-control-plane -p wharf-executor`.
+//! `cargo build -p wharf-control-plane -p wharf-executor-stock`.
 
 use wharf_harness::lines::{append_lines, first_arrivals, sink_numbers};
 

@@ -15,7 +15,7 @@
 //! call the dead leader answered.
 //!
 //! Needs the `etcd` binary (Debian `etcd-server`, see scripts/setup-services). Build
-//! first: `cargo build -p wharf-control-plane -p wharf-executor`, then
+//! first: `cargo build -p wharf-control-plane -p wharf-executor-stock`, then
 //! `cargo test -p wharf --test etcd_failover`.
 
 use std::collections::BTreeSet;

@@ -8,7 +8,7 @@
 //! false`) and started them again once etcd answered.
 //!
 //! Needs the `etcd` binary (Debian `etcd-server`, see scripts/setup-services). Build
-//! first: `cargo build -p wharf-control-plane -p wharf-executor`.
+//! first: `cargo build -p wharf-control-plane -p wharf-executor-stock`.
 
 use serde_json::json;
 use wharf_harness::cluster::{CONVERGE, TEST_LEASE_MS, TestCluster};

@@ -11,7 +11,7 @@
 //!   never echoes the password.
 //!
 //! Needs the `etcd` binary (Debian `etcd-server`, scripts/setup-services).
-//! Build first: `cargo build -p wharf-control-plane -p wharf-executor`.
+//! Build first: `cargo build -p wharf-control-plane -p wharf-executor-stock`.
 
 use std::path::Path;
 

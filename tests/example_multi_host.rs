@@ -7,7 +7,7 @@
 //! runs with mutual TLS (certificates from `wharf-control-plane certs`), admin calls carry
 //! a bearer token or the admin client certificate, and a call with neither is refused.
 //!
-//! Build first: `cargo build -p wharf-control-plane -p wharf-executor`.
+//! Build first: `cargo build -p wharf-control-plane -p wharf-executor-stock`.
 
 use std::path::Path;
 use std::process::{Command, Stdio};

@@ -3,7 +3,7 @@
 //! reports and commits). Each test proves its outcome from the test plugin's lifecycle
 //! file: which instance saw `stop(false)` or `stop(true)`, and how many times.
 //!
-//! Build the binary first: `cargo build -p wharf-executor`.
+//! Build the binary first: `cargo build -p wharf-executor-stock`.
 
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};

@@ -8,7 +8,7 @@
 //! `control-plane/src/reconcile/fault.rs`; a crash "during StopTask" with a real kill -9 is
 //! `control_plane_restart.rs`.
 //!
-//! Build first: `cargo build -p wharf-control-plane -p wharf-executor`.
+//! Build first: `cargo build -p wharf-control-plane -p wharf-executor-stock`.
 
 use serde_json::json;
 use wharf_harness::cluster::{CONVERGE, TestCluster};

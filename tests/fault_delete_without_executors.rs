@@ -7,7 +7,7 @@
 //! UNASSIGNED (created while no executor was alive) is
 //! `control_plane_cleanup::deleting_an_unassigned_connector_waits_for_a_capable_executor`.
 //!
-//! Build first: `cargo build -p wharf-control-plane -p wharf-executor`.
+//! Build first: `cargo build -p wharf-control-plane -p wharf-executor-stock`.
 
 use serde_json::json;
 use wharf_harness::cluster::CONVERGE;

@@ -5,7 +5,7 @@
 //! A kill -9 just *before* the delete is
 //! `control_plane_cleanup::cleanup_of_a_dead_executors_tasks_runs_cleanup_only_elsewhere_after_its_lease`.
 //!
-//! Build first: `cargo build -p wharf-control-plane -p wharf-executor`.
+//! Build first: `cargo build -p wharf-control-plane -p wharf-executor-stock`.
 
 use serde_json::{Value, json};
 use wharf_harness::cluster::{CONVERGE, TEST_LEASE_MS, TestCluster};

@@ -4,7 +4,7 @@
 //! executor that lost an instance without the control plane seeing it, lost executors
 //! that are forgotten, and cleanup steps that say whether they still retry.
 //!
-//! Build first: `cargo build -p wharf-control-plane -p wharf-executor`.
+//! Build first: `cargo build -p wharf-control-plane -p wharf-executor-stock`.
 
 use std::time::{Duration, Instant};
 

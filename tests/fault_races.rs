@@ -7,7 +7,7 @@
 //! which creates) that lands after the deletion already finished is a legitimate winner
 //! too: it makes a new incarnation that starts only after the old one's cleanup ended.
 //!
-//! Build first: `cargo build -p wharf-control-plane -p wharf-executor`.
+//! Build first: `cargo build -p wharf-control-plane -p wharf-executor-stock`.
 
 use std::sync::{Arc, Barrier};
 

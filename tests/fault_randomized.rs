@@ -12,7 +12,7 @@
 //! The seed is printed; set `WHARF_RANDOMIZED_SEED` to replay one, and
 //! `WHARF_RANDOMIZED_STEPS` to change the length (default [`DEFAULT_STEPS`]).
 //!
-//! Build first: `cargo build -p wharf-control-plane -p wharf-executor`.
+//! Build first: `cargo build -p wharf-control-plane -p wharf-executor-stock`.
 
 use std::collections::BTreeMap;
 use std::path::PathBuf;

@@ -12,7 +12,7 @@
 //! flight, has ended: a connector created again under that name must not have what it
 //! provisions removed by its predecessor's late stop(true).
 //!
-//! Build first: `cargo build -p wharf-control-plane -p wharf-executor`.
+//! Build first: `cargo build -p wharf-control-plane -p wharf-executor-stock`.
 
 use serde_json::{Value, json};
 use wharf_harness::cluster::{CONVERGE, FAILED_PRECONDITION};

@@ -4,7 +4,7 @@
 //! writes nothing outside; an executor started without a root does not offer them, and
 //! validation says why.
 //!
-//! Build first: `cargo build -p wharf-control-plane -p wharf-executor`.
+//! Build first: `cargo build -p wharf-control-plane -p wharf-executor-stock`.
 
 use std::process::{Command, Stdio};
 

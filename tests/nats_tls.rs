@@ -8,7 +8,7 @@
 //! - An executor without any TLS setting (a plaintext client) is refused: its log says it
 //!   cannot connect to NATS, why, and which flag to set.
 //!
-//! Build first: `cargo build -p wharf-control-plane -p wharf-executor`.
+//! Build first: `cargo build -p wharf-control-plane -p wharf-executor-stock`.
 
 use std::path::Path;
 

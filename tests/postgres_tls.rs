@@ -15,7 +15,7 @@
 //! - a bad `connection.sslmode` value is refused at create, naming the key, and so is
 //!   `verify-full` without `connection.sslrootcert` (ValidateConnectorConfig says why).
 //!
-//! Build first: `cargo build -p wharf-control-plane -p wharf-executor`.
+//! Build first: `cargo build -p wharf-control-plane -p wharf-executor-stock`.
 
 use serde_json::{Value, json};
 use wharf_harness::cluster::{CONVERGE, INVALID_ARGUMENT, NOT_FOUND, TestCluster};

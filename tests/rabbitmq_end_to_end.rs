@@ -10,7 +10,7 @@
 //! - deleting the connector removes its queue and owner record from the broker; a second
 //!   sink pointed at a queue the user declared beforehand leaves that queue at deletion.
 //!
-//! Build first: `cargo build -p wharf-control-plane -p wharf-executor`.
+//! Build first: `cargo build -p wharf-control-plane -p wharf-executor-stock`.
 
 use std::collections::BTreeSet;
 use std::io::Write;

@@ -3,7 +3,7 @@
 //! curl with `Authorization: Bearer …` (as an operator calls Kafka Connect), the typed admin
 //! client for the gRPC side, tokens minted by `wharf-control-plane token`.
 //!
-//! Build first: `cargo build -p wharf-control-plane -p wharf-executor`, then
+//! Build first: `cargo build -p wharf-control-plane -p wharf-executor-stock`, then
 //! `cargo test --test rest_auth`.
 
 use std::path::Path;

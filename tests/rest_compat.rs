@@ -5,7 +5,7 @@
 //! body and nothing changed; and the same flow as an operator's curl + jq script
 //! (tests/rest_curl.sh). Real control plane with `--rest-listen`, real executors.
 //!
-//! Build first: `cargo build -p wharf-control-plane -p wharf-executor`.
+//! Build first: `cargo build -p wharf-control-plane -p wharf-executor-stock`.
 
 use std::path::PathBuf;
 use std::time::Duration;

@@ -3,7 +3,7 @@
 //! `WHARF_ENABLE_TEST_PLUGINS`) does not offer them, so a connector on them cannot be
 //! created; an executor started with the flag offers them, and only that one.
 //!
-//! Build first: `cargo build -p wharf-dev -p wharf-executor`.
+//! Build first: `cargo build -p wharf-dev -p wharf-executor-stock`.
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};

@@ -6,7 +6,7 @@
 //! plane's certificate (to HTTP/1.1 and HTTP/2 clients alike), and a plaintext
 //! non-loopback `--rest-listen` refuses to start.
 //!
-//! Build first: `cargo build -p wharf-control-plane -p wharf-executor`. grpcurl comes
+//! Build first: `cargo build -p wharf-control-plane -p wharf-executor-stock`. grpcurl comes
 //! from `$GRPCURL` (scripts/test sets it) or `PATH`. It stays grpcurl here (the other
 //! suites use the typed clients): the page's grpcurl lines, as typed, are the point.
 

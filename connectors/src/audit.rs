@@ -32,7 +32,7 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 use serde::{Deserialize, Serialize};
-use wharf::sdk::{
+use wharf_sdk::{
     ConfigDef, ConfigKey, ConfigMap, ConfigType, Connector, ConnectorContext, Importance,
     PluginResult, SourceRecord, SourceTask, TaskContext,
 };

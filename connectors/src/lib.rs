@@ -1,7 +1,13 @@
-//! Built-in connector plugins: `file-source` and `file-sink` for the quickstart, the audit
-//! sources and `rabbitmq-sink` of the KIP's examples, and the
-//! lifecycle-recording `test-source` / `test-sink` that tests use to assert the exact
-//! sequence of calls (start, poll..., stop(true)) an instance received.
+//! Built-in connector plugins, written on the SDK (`wharf-sdk`) like any third-party
+//! plugin: `file-source` and `file-sink` for the quickstart, the audit sources
+//! `sqlite-audit` and `postgres-audit` and the queue-provisioning `rabbitmq-sink` of the
+//! KIP's examples, and the fault-injecting `test-source` / `test-sink`, which record every
+//! lifecycle call (start, poll..., stop(true)) for the tests to assert and fail, block or
+//! ignore cancellation on request.
+//!
+//! The stock `wharf-executor` binary (crate `wharf-executor-stock`) and `wharf-dev` offer
+//! them; the executor library links none, so an author's executor offers them only when
+//! it adds them.
 
 pub mod audit;
 pub mod audit_names;
@@ -12,7 +18,7 @@ pub mod rabbitmq_sink;
 pub mod sqlite_audit;
 pub mod test_plugin;
 
-use wharf::sdk::Plugin;
+use wharf_sdk::Plugin;
 
 /// The production plugins built into Wharf, as an executor advertises them:
 /// `postgres-audit`, `sqlite-audit`, `rabbitmq-sink`, and `file-source`, `file-sink` only when the
@@ -23,7 +29,6 @@ pub fn builtin_plugins(file_root: Option<&file::FileRoot>) -> Vec<Plugin> {
         plugins.push(file::source_plugin(root.clone()));
         plugins.push(file::sink_plugin(root.clone()));
     }
-    // Audit sources (sqlite-audit, postgres-audit) are added here, one line each.
     plugins.push(postgres_audit::plugin());
     plugins.push(sqlite_audit::plugin());
     plugins.push(rabbitmq_sink::plugin());
@@ -42,7 +47,7 @@ pub fn test_plugins() -> Vec<Plugin> {
 /// # Errors
 /// A message naming `key` when the value does not parse.
 pub(crate) fn parse_opt<T: std::str::FromStr>(
-    config: &wharf::sdk::ConfigMap,
+    config: &wharf_sdk::ConfigMap,
     key: &str,
 ) -> Result<Option<T>, String> {
     match config.get(key) {
@@ -59,10 +64,7 @@ pub(crate) fn parse_opt<T: std::str::FromStr>(
 ///
 /// # Errors
 /// A message naming `key` when it is missing.
-pub(crate) fn required<'a>(
-    config: &'a wharf::sdk::ConfigMap,
-    key: &str,
-) -> Result<&'a str, String> {
+pub(crate) fn required<'a>(config: &'a wharf_sdk::ConfigMap, key: &str) -> Result<&'a str, String> {
     config
         .get(key)
         .map(String::as_str)

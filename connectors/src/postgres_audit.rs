@@ -43,7 +43,7 @@ use std::time::Duration;
 use async_trait::async_trait;
 use tokio_postgres::tls::{MakeTlsConnect, TlsConnect};
 use tokio_postgres::{Client, NoTls, Socket};
-use wharf::sdk::{
+use wharf_sdk::{
     ConfigDef, ConfigKey, ConfigMap, ConfigType, Connector, Importance, Plugin, SourceTask,
     TaskFactory,
 };
@@ -189,7 +189,7 @@ struct Secret(String);
 
 impl std::fmt::Debug for Secret {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str(wharf::sdk::REDACTED)
+        f.write_str(wharf_sdk::REDACTED)
     }
 }
 
@@ -899,7 +899,7 @@ impl AuditBackend for Postgres {
     }
 }
 
-/// The offsets a [`TaskContext`](wharf::sdk::TaskContext) expects, from `(table, last id)` pairs: keyed by the
+/// The offsets a [`TaskContext`](wharf_sdk::TaskContext) expects, from `(table, last id)` pairs: keyed by the
 /// canonical JSON text of the source partition. For tests and tools.
 pub fn offsets_for(pairs: &[(TableName, i64)]) -> BTreeMap<String, serde_json::Value> {
     pairs

@@ -45,7 +45,7 @@ use lapin::{
 };
 use serde::{Deserialize, Serialize};
 use tokio_util::sync::CancellationToken;
-use wharf::sdk::{
+use wharf_sdk::{
     ConfigDef, ConfigKey, ConfigMap, ConfigType, Connector, ConnectorContext, Importance, Plugin,
     PluginResult, SinkRecord, SinkTask, TaskContext, TaskFactory,
 };
@@ -1242,7 +1242,7 @@ mod tests {
         ]));
         let uri = values.iter().find(|v| v.name == keys::URI).unwrap();
         assert_eq!(uri.errors.len(), 1);
-        assert_eq!(uri.value.as_deref(), Some(wharf::sdk::REDACTED));
+        assert_eq!(uri.value.as_deref(), Some(wharf_sdk::REDACTED));
         assert!(!uri.errors[0].contains("s3cret"), "{:?}", uri.errors);
         let s = Settings::parse(
             "c",

@@ -33,7 +33,7 @@ use std::time::{Duration, Instant};
 
 use async_trait::async_trait;
 use rusqlite::{Connection, ErrorCode, OpenFlags, TransactionBehavior};
-use wharf::sdk::{
+use wharf_sdk::{
     ConfigDef, ConfigKey, ConfigMap, ConfigType, Connector, Importance, Plugin, SourceTask,
     TaskFactory,
 };

@@ -22,7 +22,7 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 use serde_json::json;
-use wharf::sdk::{
+use wharf_sdk::{
     ConfigDef, ConfigKey, ConfigMap, ConfigType, Connector, ConnectorContext, Importance, Plugin,
     PluginResult, SinkRecord, SinkTask, SourceRecord, SourceTask, TaskContext, TaskFactory,
 };

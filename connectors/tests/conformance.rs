@@ -8,9 +8,9 @@ use std::sync::atomic::{AtomicU32, Ordering};
 
 use async_trait::async_trait;
 use tokio_postgres::NoTls;
-use wharf::sdk::ConfigMap;
 use wharf_connectors::audit_names::{derived_name, quote_ident};
 use wharf_connectors::{postgres_audit, sqlite_audit};
+use wharf_sdk::ConfigMap;
 use wharf_testkit::{Kit, Probe};
 
 /// Watched tables every kit connector uses: the user's, never to be removed.

@@ -9,9 +9,9 @@ use std::time::{Duration, Instant};
 
 use tokio_postgres::{Client, NoTls};
 use tokio_util::sync::CancellationToken;
-use wharf::sdk::{ConfigMap, Connector, ConnectorContext, SourceRecord, SourceTask, TaskContext};
 use wharf_connectors::audit_names::TableName;
 use wharf_connectors::postgres_audit::{self, PgAuditConnector, PgAuditTask, keys};
+use wharf_sdk::{ConfigMap, Connector, ConnectorContext, SourceRecord, SourceTask, TaskContext};
 
 const PG_HOST: &str = "127.0.0.1";
 const PG_PORT: u16 = 5432;
@@ -616,7 +616,7 @@ async fn the_password_never_appears_in_debug_output_or_errors() {
         .into_iter()
         .find(|v| v.name == keys::PASSWORD)
         .unwrap();
-    assert_eq!(shown.value.as_deref(), Some(wharf::sdk::REDACTED));
+    assert_eq!(shown.value.as_deref(), Some(wharf_sdk::REDACTED));
     assert!(def.key(keys::PASSWORD).unwrap().secret);
 }
 

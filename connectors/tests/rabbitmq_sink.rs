@@ -17,8 +17,8 @@ use lapin::options::{
 };
 use lapin::types::FieldTable;
 use lapin::{Connection, ConnectionProperties, ExchangeKind};
-use wharf::sdk::ConfigMap;
 use wharf_connectors::rabbitmq_sink::{self, default_queue, keys, owner_queue};
+use wharf_sdk::ConfigMap;
 use wharf_testkit::{Kit, Probe};
 
 const BROKER: &str = "amqp://guest:guest@127.0.0.1:5672/%2f";
@@ -342,7 +342,7 @@ async fn rabbitmq_sink_start_refuses_what_another_incarnation_kept() {
 /// keep_resources) is refused at start and left by a stale cleanup.
 #[tokio::test]
 async fn another_incarnations_queue_is_refused_and_left() {
-    use wharf::sdk::ConnectorContext;
+    use wharf_sdk::ConnectorContext;
     let (_user, _kit) = kit().await;
     let name = format!("kit-rmq-{}-incarnations", std::process::id());
     let config: ConfigMap = [(keys::TOPICS.to_owned(), "t".to_owned())].into();

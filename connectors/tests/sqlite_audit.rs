@@ -8,8 +8,8 @@ use std::time::{Duration, Instant};
 
 use rusqlite::Connection;
 use tokio_util::sync::CancellationToken;
-use wharf::sdk::{ConfigMap, Connector, ConnectorContext, SourceRecord, SourceTask, TaskContext};
 use wharf_connectors::sqlite_audit::{SqliteAuditConnector, SqliteAuditTask, keys};
+use wharf_sdk::{ConfigMap, Connector, ConnectorContext, SourceRecord, SourceTask, TaskContext};
 
 /// How long a test waits for records to show up, in seconds.
 const RECORDS_DEADLINE_SECS: u64 = 20;

@@ -197,7 +197,7 @@ pub async fn run(
     exec_config.plugins = wharf_connectors::builtin_plugins(Some(&root));
     exec_config.file_root = Some(root.path().to_path_buf());
     if enable_test_plugins {
-        exec_config.enable_test_plugins();
+        exec_config.plugins.extend(wharf_connectors::test_plugins());
     }
     let executor = ExecutorApp::start(exec_config).await?;
     info!(executor = DEV_EXECUTOR_ID, addr = %executor.local_addr(), "dev executor started in process");

@@ -84,7 +84,7 @@ for tool in "$grpcurl" jq psql "$nats_server"; do
 done
 if [[ ! -x "$bin/wharf-control-plane" || ! -x "$bin/wharf-executor" ]]; then
   say "    building wharf-control-plane and wharf-executor (cargo shows progress)"
-  (cd "$repo" && cargo build -p wharf-control-plane -p wharf-executor) || fail "cargo build failed (see above)"
+  (cd "$repo" && cargo build -p wharf-control-plane -p wharf-executor-stock) || fail "cargo build failed (see above)"
 fi
 pg_user=""
 for user in ${PGUSER:-postgres root}; do

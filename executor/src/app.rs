@@ -18,8 +18,9 @@ use crate::log::{LogConfig, LogError};
 use crate::registry_client::{Fence, Registry, RegistryError};
 use wharf::task::{TaskKind, spawn};
 
-/// Default bound on the stops run at shutdown (SIGTERM), in milliseconds.
-pub const DEFAULT_GRACEFUL_TIMEOUT_MS: u64 = 10_000;
+/// Default bound on the stops run at shutdown (SIGTERM), in milliseconds: the SDK's
+/// bound on a plain stop, which the conformance kit reads too.
+pub const DEFAULT_GRACEFUL_TIMEOUT_MS: u64 = wharf::sdk::DEFAULT_STOP_TIMEOUT_MS;
 
 /// Default worker threads of the plugin runtime (`--plugin-threads`): how many plugin
 /// calls run at the same moment; a plugin call that blocks its thread holds one of them.
@@ -82,8 +83,8 @@ pub struct ExecutorConfig {
 }
 
 impl ExecutorConfig {
-    /// A config with the production built-in plugins (no test plugins), the embedded log
-    /// and the default timeout.
+    /// A config with no plugins (set [`ExecutorConfig::plugins`]), the embedded log and
+    /// the default timeout.
     pub fn new(
         listen: SocketAddr,
         control_plane: impl Into<String>,
@@ -99,23 +100,13 @@ impl ExecutorConfig {
             executor_id: None,
             graceful_timeout: Duration::from_millis(DEFAULT_GRACEFUL_TIMEOUT_MS),
             plugin_threads: DEFAULT_PLUGIN_THREADS,
-            plugins: wharf_connectors::builtin_plugins(None),
+            plugins: Vec::new(),
             file_root: None,
             tls: None,
             insecure: false,
             metrics_listen: None,
             log_format: wharf::telemetry::LogFormat::Text,
             otlp_endpoint: None,
-        }
-    }
-
-    /// Adds the fault-injecting `test-source` / `test-sink` plugins
-    /// (`--enable-test-plugins`); a no-op when they are already there.
-    pub fn enable_test_plugins(&mut self) {
-        for plugin in wharf_connectors::test_plugins() {
-            if !self.plugins.iter().any(|p| p.name == plugin.name) {
-                self.plugins.push(plugin);
-            }
         }
     }
 }

@@ -17,6 +17,7 @@ use wharf::config::{layer, required};
 use crate::app::{
     DEFAULT_GRACEFUL_TIMEOUT_MS, DEFAULT_PLUGIN_THREADS, ExecutorConfig, MAX_PLUGIN_THREADS,
 };
+use crate::launcher::{PluginSettings, no_plugins};
 use crate::log::{LogConfig, LogError, NatsCredentials, NatsSecurity};
 
 /// Wharf executor: runs connector instances and tasks assigned by the control plane and
@@ -220,21 +221,19 @@ impl Cli {
     ///
     /// # Errors
     /// [`ConfigError`].
+    /// Offers no plugins ([`no_plugins`]).
     pub fn build(self) -> Result<ExecutorConfig, ConfigError> {
-        self.build_with(|root| Ok(wharf_connectors::builtin_plugins(root)))
+        self.build_with(no_plugins)
     }
 
-    /// As [`Cli::build`], offering what `plugins` returns for the file root (the
-    /// built-in file plugins need it) instead of the built-in ones (the test plugins are
-    /// added on top when enabled).
+    /// As [`Cli::build`], offering what `plugins` returns for the settings it reads
+    /// (`--file-root`, `--enable-test-plugins`; see [`PluginSettings`]).
     ///
     /// # Errors
-    /// [`ConfigError`]; an error of `plugins` is `Invalid { field: "plugins" }`.
+    /// [`ConfigError`], an error of `plugins` included.
     pub fn build_with(
         self,
-        plugins: impl FnOnce(
-            Option<&wharf_connectors::file::FileRoot>,
-        ) -> Result<Vec<wharf::sdk::Plugin>, String>,
+        plugins: impl FnOnce(&PluginSettings) -> Result<Vec<wharf::sdk::Plugin>, ConfigError>,
     ) -> Result<ExecutorConfig, ConfigError> {
         let Cli {
             config,
@@ -284,19 +283,11 @@ impl Cli {
         } = config.read()?;
         let tls = tls.layer(file_tls)?;
         let insecure = insecure || file_insecure.unwrap_or(false);
-        let file_root = file_root
-            .or(file_file_root)
-            .map(|dir| {
-                wharf_connectors::file::FileRoot::new(&dir).map_err(|reason| ConfigError::Invalid {
-                    field: "--file-root",
-                    reason,
-                })
-            })
-            .transpose()?;
-        let plugins = plugins(file_root.as_ref()).map_err(|reason| ConfigError::Invalid {
-            field: "plugins",
-            reason,
-        })?;
+        let plugin_settings = PluginSettings {
+            file_root: file_root.or(file_file_root),
+            test_plugins: layer(enable_test_plugins, file_enable_test_plugins, || false),
+        };
+        let plugins = plugins(&plugin_settings)?;
         let listen = required(listen, file_listen, ("--listen", "WHARF_LISTEN", "listen"))?;
         let control_plane = required(
             control_plane,
@@ -353,16 +344,16 @@ impl Cli {
             nats,
         )?;
         out.plugins = plugins;
-        out.file_root = file_root.map(|r| r.path().to_path_buf());
+        // The source checked the root; the start log line shows it resolved.
+        out.file_root = plugin_settings
+            .file_root
+            .map(|dir| std::fs::canonicalize(&dir).unwrap_or(dir));
         out.tls = tls;
         out.insecure = insecure;
         let observability = observability.layer(file_observability, None)?;
         out.metrics_listen = observability.metrics_listen;
         out.log_format = observability.log_format;
         out.otlp_endpoint = observability.otlp_endpoint;
-        if layer(enable_test_plugins, file_enable_test_plugins, || false) {
-            out.enable_test_plugins();
-        }
         Ok(out)
     }
 }
@@ -917,107 +908,6 @@ mod tests {
         })
         .expect("user");
         assert!(!format!("{user:?}").contains("nats-s3cret"), "{user:?}");
-    }
-
-    #[test]
-    fn the_file_plugins_are_offered_only_under_an_existing_file_root() {
-        let dir = tempfile::tempdir().expect("tempdir");
-        let root = dir.path().display().to_string();
-        let base = [
-            "wharf-executor",
-            "--listen",
-            "127.0.0.2:7070",
-            "--control-plane",
-            "http://127.0.0.1:7000",
-            "--data-dir",
-            "/tmp/e",
-        ];
-        let none = Cli::try_parse_from(base)
-            .expect("parses")
-            .build()
-            .expect("builds");
-        assert_eq!(none.file_root, None);
-        assert!(!plugin_names(&none).iter().any(|n| n.starts_with("file-")));
-        let rooted = Cli::try_parse_from(base.iter().copied().chain(["--file-root", &root]))
-            .expect("parses")
-            .build()
-            .expect("builds");
-        let names = plugin_names(&rooted);
-        assert!(names.iter().any(|n| n == "file-source") && names.iter().any(|n| n == "file-sink"));
-        let missing = dir.path().join("missing").display().to_string();
-        let err = Cli::try_parse_from(base.iter().copied().chain(["--file-root", &missing]))
-            .expect("parses")
-            .build()
-            .err()
-            .expect("a root that does not exist");
-        assert!(err.to_string().contains("--file-root"), "{err}");
-    }
-
-    fn plugin_names(config: &ExecutorConfig) -> Vec<String> {
-        config.plugins.iter().map(|p| p.name.clone()).collect()
-    }
-
-    #[test]
-    fn test_plugins_are_offered_only_when_enabled_and_the_flag_wins_over_the_file() {
-        let dir = tempfile::tempdir().expect("tempdir");
-        let file = dir.path().join("ex.toml");
-        std::fs::write(
-            &file,
-            "listen = \"127.0.0.2:7070\"\ncontrol_plane = \"http://127.0.0.1:7000\"\ndata_dir = \"/tmp/e\"\nenable_test_plugins = true\n",
-        )
-        .expect("write");
-        let base = [
-            "wharf-executor",
-            "--listen",
-            "127.0.0.2:7070",
-            "--control-plane",
-            "http://127.0.0.1:7000",
-            "--data-dir",
-            "/tmp/e",
-        ];
-        let default = Cli::try_parse_from(base)
-            .expect("parses")
-            .build()
-            .expect("builds");
-        let names = plugin_names(&default);
-        assert!(names.iter().any(|n| n == "sqlite-audit"), "{names:?}");
-        assert!(
-            !names.iter().any(|n| n.starts_with("test-")),
-            "test plugins offered by default: {names:?}"
-        );
-
-        let flag = Cli::try_parse_from(base.iter().copied().chain(["--enable-test-plugins"]))
-            .expect("parses")
-            .build()
-            .expect("builds");
-        let names = plugin_names(&flag);
-        assert!(
-            names.iter().any(|n| n == "test-source") && names.iter().any(|n| n == "test-sink"),
-            "{names:?}"
-        );
-
-        let path = file.to_str().expect("utf8");
-        let from_file = Cli::try_parse_from(["wharf-executor", "--config", path])
-            .expect("parses")
-            .build()
-            .expect("builds");
-        assert!(plugin_names(&from_file).iter().any(|n| n == "test-sink"));
-
-        let flag_off = Cli::try_parse_from([
-            "wharf-executor",
-            "--config",
-            path,
-            "--enable-test-plugins=false",
-        ])
-        .expect("parses")
-        .build()
-        .expect("builds");
-        assert!(
-            !plugin_names(&flag_off)
-                .iter()
-                .any(|n| n.starts_with("test-")),
-            "the flag must win over the file"
-        );
     }
 
     #[test]

@@ -1,11 +1,12 @@
 //! The executor as a library: [`Executor::builder`] takes a connector author's plugins
-//! next to (or instead of) the built-in ones and runs with exactly the flags, `WHARF_*`
-//! environment variables and `--config` file of `wharf-executor`, which is itself built
-//! with it. See docs/connector-guide.md.
+//! and runs with exactly the flags, `WHARF_*` environment variables and `--config` file
+//! of `wharf-executor`. The library links no plugin: the stock `wharf-executor` binary
+//! (crate `wharf-executor-stock`) is this builder with the built-in plugins added through
+//! [`ExecutorBuilder::plugins_from`]. See docs/connector-guide.md.
 //!
 //! ```no_run
 //! use std::process::ExitCode;
-//! # fn my_plugin() -> wharf::sdk::Plugin { wharf_connectors::sqlite_audit::plugin() }
+//! # fn my_plugin() -> wharf_sdk::Plugin { unimplemented!() }
 //!
 //! fn main() -> ExitCode {
 //!     wharf_executor::Executor::builder()
@@ -16,6 +17,7 @@
 //! ```
 
 use std::ffi::OsString;
+use std::path::PathBuf;
 use std::process::ExitCode;
 use std::time::Duration;
 
@@ -23,7 +25,7 @@ use clap::{CommandFactory, FromArgMatches};
 use wharf::sdk::Plugin;
 
 use crate::app::{AppError, ExecutorApp, ExecutorConfig};
-use crate::config::Cli;
+use crate::config::{Cli, ConfigError};
 
 /// Worker threads of the executor's own runtime (gRPC service, heartbeats, reports, the
 /// tasks' work loops). Plugin calls run on the plugin runtime instead (`runtime.rs`,
@@ -46,16 +48,61 @@ pub const EXIT_BAD_CONFIG: u8 = 2;
 pub struct Executor;
 
 impl Executor {
-    /// A builder that offers the built-in plugins (file-source, file-sink,
-    /// postgres-audit, sqlite-audit) and no others until [`ExecutorBuilder::plugin`] adds
-    /// some.
+    /// A builder that offers no plugin until [`ExecutorBuilder::plugin`] adds some (or
+    /// [`ExecutorBuilder::plugins_from`] a source of them).
     pub fn builder() -> ExecutorBuilder {
         ExecutorBuilder {
             name: "wharf-executor",
-            builtins: true,
+            source: no_plugins,
             plugins: Vec::new(),
         }
     }
+}
+
+/// What an executor's settings say about the plugins that depend on them, read like
+/// every other setting (flag, `WHARF_*` variable, `--config` file) and handed to the
+/// builder's [`PluginSource`]: the built-in file plugins need a root, the fault-injecting
+/// test plugins an opt-in.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct PluginSettings {
+    /// `--file-root` as given, not checked yet: the directory file plugins are confined
+    /// to.
+    pub file_root: Option<PathBuf>,
+    /// `--enable-test-plugins`: also offer the fault-injecting test plugins.
+    pub test_plugins: bool,
+}
+
+/// Makes the plugins that depend on the settings (the stock binary passes
+/// `wharf_executor_stock::builtin_plugins`). An error names the setting it refuses.
+pub type PluginSource = fn(&PluginSettings) -> Result<Vec<Plugin>, ConfigError>;
+
+/// The source of an executor built without one: it offers nothing, and refuses the
+/// settings only a source reads rather than ignore them. Pure.
+///
+/// # Errors
+/// [`ConfigError::Invalid`] naming `--file-root` or `--enable-test-plugins` when set.
+pub fn no_plugins(settings: &PluginSettings) -> Result<Vec<Plugin>, ConfigError> {
+    let PluginSettings {
+        file_root,
+        test_plugins,
+    } = settings;
+    if let Some(dir) = file_root {
+        return Err(ConfigError::Invalid {
+            field: "--file-root",
+            reason: format!(
+                "{} is given, but this executor offers no file plugins (it is built without the built-in ones)",
+                dir.display()
+            ),
+        });
+    }
+    if *test_plugins {
+        return Err(ConfigError::Invalid {
+            field: "--enable-test-plugins",
+            reason: "this executor offers no test plugins (it is built without the built-in ones)"
+                .to_owned(),
+        });
+    }
+    Ok(Vec::new())
 }
 
 /// Why a builder's plugin list was refused.
@@ -78,13 +125,14 @@ pub enum BuilderError {
 #[derive(Debug)]
 pub struct ExecutorBuilder {
     name: &'static str,
-    builtins: bool,
+    source: PluginSource,
     plugins: Vec<Plugin>,
 }
 
 impl ExecutorBuilder {
     /// Adds a plugin, advertised to the control plane under [`Plugin::name`] next to the
-    /// others; its name MUST differ from every other plugin's (built-in ones included).
+    /// others; its name MUST differ from every other plugin's (those of the source
+    /// included).
     pub fn plugin(mut self, plugin: Plugin) -> Self {
         self.plugins.push(plugin);
         self
@@ -96,10 +144,12 @@ impl ExecutorBuilder {
         self
     }
 
-    /// Offers only the plugins added with [`ExecutorBuilder::plugin`], not the built-in
-    /// ones (`--enable-test-plugins` still adds the test plugins).
-    pub fn without_builtin_plugins(mut self) -> Self {
-        self.builtins = false;
+    /// Offers, before those added with [`ExecutorBuilder::plugin`], what `source` makes
+    /// from the settings (`--file-root`, `--enable-test-plugins`): an author's executor
+    /// that should also offer the built-in plugins passes
+    /// `wharf_executor_stock::builtin_plugins`. Without it those two settings are refused.
+    pub fn plugins_from(mut self, source: PluginSource) -> Self {
+        self.source = source;
         self
     }
 
@@ -113,31 +163,19 @@ impl ExecutorBuilder {
         Cli::command().name(self.name).bin_name(self.name)
     }
 
-    /// The plugins this executor offers, built-in ones first (the file plugins only
-    /// with a `file_root`, see `--file-root`).
+    /// The plugins this executor offers under `settings`: the source's first, then those
+    /// added with [`ExecutorBuilder::plugin`].
     ///
     /// # Errors
-    /// [`BuilderError`] when two share a name or one has none.
-    pub fn plugin_list(
-        &self,
-        file_root: Option<&wharf_connectors::file::FileRoot>,
-    ) -> Result<Vec<Plugin>, BuilderError> {
-        let mut all = if self.builtins {
-            wharf_connectors::builtin_plugins(file_root)
-        } else {
-            Vec::new()
-        };
+    /// The source's [`ConfigError`]; `Invalid { field: "plugins" }` with a
+    /// [`BuilderError`] when two plugins share a name or one has none.
+    pub fn plugin_list(&self, settings: &PluginSettings) -> Result<Vec<Plugin>, ConfigError> {
+        let mut all = (self.source)(settings)?;
         all.extend(self.plugins.iter().cloned());
-        for (i, p) in all.iter().enumerate() {
-            if p.name.is_empty() {
-                return Err(BuilderError::EmptyName);
-            }
-            if all[..i].iter().any(|q| q.name == p.name) {
-                return Err(BuilderError::DuplicatePlugin {
-                    name: p.name.clone(),
-                });
-            }
-        }
+        check_names(&all).map_err(|e| ConfigError::Invalid {
+            field: "plugins",
+            reason: e.to_string(),
+        })?;
         Ok(all)
     }
 
@@ -156,7 +194,7 @@ impl ExecutorBuilder {
             .try_get_matches_from(args)
             .map_err(|e| e.render().to_string())?;
         let cli = Cli::from_arg_matches(&matches).map_err(|e| e.render().to_string())?;
-        cli.build_with(|root| self.plugin_list(root).map_err(|e| e.to_string()))
+        cli.build_with(|settings| self.plugin_list(settings))
             .map_err(|e| format!("{e}\n(see --help and docs/configuration.md)"))
     }
 
@@ -184,7 +222,7 @@ impl ExecutorBuilder {
         let built = Cli::from_arg_matches(&matches)
             .map_err(|e| e.to_string())
             .and_then(|cli| {
-                cli.build_with(|root| self.plugin_list(root).map_err(|e| e.to_string()))
+                cli.build_with(|settings| self.plugin_list(settings))
                     .map_err(|e| e.to_string())
             });
         let config = match built {
@@ -196,6 +234,25 @@ impl ExecutorBuilder {
         };
         run_config(self.name, config)
     }
+}
+
+/// Refuses a plugin list where two plugins share a name (`connector.class` would be
+/// ambiguous) or one has none. Pure.
+///
+/// # Errors
+/// The first [`BuilderError`] in list order.
+fn check_names(all: &[Plugin]) -> Result<(), BuilderError> {
+    for (i, p) in all.iter().enumerate() {
+        if p.name.is_empty() {
+            return Err(BuilderError::EmptyName);
+        }
+        if all[..i].iter().any(|q| q.name == p.name) {
+            return Err(BuilderError::DuplicatePlugin {
+                name: p.name.clone(),
+            });
+        }
+    }
+    Ok(())
 }
 
 /// Runs an executor with `config` on its own runtime until a shutdown signal.
@@ -265,89 +322,177 @@ async fn run(config: ExecutorConfig) -> Result<(), AppError> {
 
 #[cfg(test)]
 mod tests {
+    use std::sync::Arc;
+
+    use async_trait::async_trait;
+    use wharf::sdk::{
+        ConfigDef, ConfigMap, Connector, ConnectorContext, PluginResult, SinkRecord, SinkTask,
+        TaskContext, TaskFactory,
+    };
+
     use super::*;
+
+    struct Idle;
+
+    #[async_trait]
+    impl Connector for Idle {
+        async fn start(&mut self, _: ConnectorContext, _: ConfigMap) -> PluginResult<()> {
+            Ok(())
+        }
+        async fn task_configs(&mut self, _: u32) -> PluginResult<Vec<ConfigMap>> {
+            Ok(Vec::new())
+        }
+    }
+
+    #[async_trait]
+    impl SinkTask for Idle {
+        async fn start(&mut self, _: TaskContext, _: ConfigMap) -> PluginResult<()> {
+            Ok(())
+        }
+        async fn put(&mut self, _: Vec<SinkRecord>) -> PluginResult<()> {
+            Ok(())
+        }
+    }
+
+    /// A plugin that does nothing, named `name`.
+    fn idle(name: &str) -> Plugin {
+        Plugin {
+            name: name.to_owned(),
+            version: "1".to_owned(),
+            config_def: ConfigDef::new(),
+            connector: Arc::new(|| Box::new(Idle)),
+            task: TaskFactory::Sink(Arc::new(|| Box::new(Idle))),
+        }
+    }
+
+    /// A source that says what it was given: `root` with a file root, `test` with the
+    /// test plugins.
+    fn echo(settings: &PluginSettings) -> Result<Vec<Plugin>, ConfigError> {
+        let mut out = vec![idle("from-source")];
+        if settings.file_root.is_some() {
+            out.push(idle("root"));
+        }
+        if settings.test_plugins {
+            out.push(idle("test"));
+        }
+        Ok(out)
+    }
 
     fn names(plugins: &[Plugin]) -> Vec<&str> {
         plugins.iter().map(|p| p.name.as_str()).collect()
     }
 
-    fn root() -> (tempfile::TempDir, wharf_connectors::file::FileRoot) {
-        let dir = tempfile::tempdir().unwrap();
-        let root = wharf_connectors::file::FileRoot::new(dir.path()).unwrap();
-        (dir, root)
-    }
+    const FLAGS: [&str; 7] = [
+        "my-executor",
+        "--listen",
+        "127.0.0.1:0",
+        "--control-plane",
+        "http://127.0.0.1:7000",
+        "--data-dir",
+        "/tmp/x",
+    ];
 
     #[test]
-    fn an_authors_plugin_is_offered_next_to_the_builtin_ones() {
-        let (_dir, root) = root();
-        let mut mine = wharf_connectors::file::sink_plugin(root);
-        mine.name = "my-sink".to_owned();
+    fn an_authors_plugin_is_offered_after_the_sources_and_alone_without_one() {
+        let settings = PluginSettings::default();
         let list = Executor::builder()
-            .plugin(mine.clone())
-            .plugin_list(None)
+            .plugins_from(echo)
+            .plugin(idle("my-sink"))
+            .plugin_list(&settings)
             .unwrap();
-        assert!(names(&list).contains(&"sqlite-audit"));
-        assert_eq!(names(&list).last(), Some(&"my-sink"));
+        assert_eq!(names(&list), ["from-source", "my-sink"]);
         let only = Executor::builder()
-            .without_builtin_plugins()
-            .plugin(mine)
-            .plugin_list(None)
+            .plugin(idle("my-sink"))
+            .plugin_list(&settings)
             .unwrap();
         assert_eq!(names(&only), ["my-sink"]);
     }
 
     #[test]
-    fn a_plugin_named_like_a_builtin_one_is_refused() {
-        let (_dir, root) = root();
+    fn a_plugin_named_like_another_or_unnamed_is_refused() {
+        let settings = PluginSettings::default();
         let err = Executor::builder()
-            .plugin(wharf_connectors::file::sink_plugin(root.clone()))
-            .plugin_list(Some(&root))
+            .plugins_from(echo)
+            .plugin(idle("from-source"))
+            .plugin_list(&settings)
             .unwrap_err();
         assert!(
-            err.to_string().contains("\"file-sink\" is offered twice"),
+            err.to_string().contains("\"from-source\" is offered twice"),
+            "{err}"
+        );
+        let err = Executor::builder()
+            .plugin(idle(""))
+            .plugin_list(&settings)
+            .unwrap_err();
+        assert!(err.to_string().contains("empty name"), "{err}");
+    }
+
+    #[test]
+    fn without_a_source_no_plugin_is_offered_and_its_settings_are_refused() {
+        assert!(no_plugins(&PluginSettings::default()).unwrap().is_empty());
+        let root = PluginSettings {
+            file_root: Some("/srv/files".into()),
+            test_plugins: false,
+        };
+        let err = no_plugins(&root).unwrap_err();
+        assert!(
+            matches!(
+                err,
+                ConfigError::Invalid {
+                    field: "--file-root",
+                    ..
+                }
+            ) && err.to_string().contains("/srv/files"),
+            "{err}"
+        );
+        let test = PluginSettings {
+            file_root: None,
+            test_plugins: true,
+        };
+        let err = no_plugins(&test).unwrap_err();
+        assert!(
+            matches!(
+                err,
+                ConfigError::Invalid {
+                    field: "--enable-test-plugins",
+                    ..
+                }
+            ),
             "{err}"
         );
     }
 
     #[test]
     fn the_builder_reads_the_same_flags_as_wharf_executor() {
-        let (dir, root) = root();
-        let mut mine = wharf_connectors::file::sink_plugin(root);
-        mine.name = "my-sink".to_owned();
+        let dir = tempfile::tempdir().unwrap();
+        let root = dir.path().display().to_string();
+        let args = FLAGS
+            .into_iter()
+            .chain(["--enable-test-plugins", "--file-root", &root]);
         let config = Executor::builder()
             .name("my-executor")
-            .plugin(mine)
-            .config_from([
-                "my-executor",
-                "--listen",
-                "127.0.0.1:0",
-                "--control-plane",
-                "http://127.0.0.1:7000",
-                "--data-dir",
-                "/tmp/x",
-                "--enable-test-plugins",
-                "--file-root",
-                &dir.path().display().to_string(),
-            ])
+            .plugins_from(echo)
+            .plugin(idle("my-sink"))
+            .config_from(args)
             .unwrap();
-        let n = names(&config.plugins);
-        assert!(n.contains(&"my-sink") && n.contains(&"test-source") && n.contains(&"file-source"));
-        let no_root = Executor::builder()
-            .config_from([
-                "my-executor",
-                "--listen",
-                "127.0.0.1:0",
-                "--control-plane",
-                "http://127.0.0.1:7000",
-                "--data-dir",
-                "/tmp/x",
-            ])
-            .unwrap();
-        let n = names(&no_root.plugins);
-        assert!(
-            !n.contains(&"file-source") && !n.contains(&"file-sink") && n.contains(&"sqlite-audit"),
-            "without --file-root no file plugin: {n:?}"
+        assert_eq!(
+            names(&config.plugins),
+            ["from-source", "root", "test", "my-sink"]
         );
+        assert_eq!(
+            config.file_root,
+            Some(std::fs::canonicalize(dir.path()).unwrap())
+        );
+        let plain = Executor::builder()
+            .plugins_from(echo)
+            .config_from(FLAGS)
+            .unwrap();
+        assert_eq!(names(&plain.plugins), ["from-source"]);
+        let err = Executor::builder()
+            .config_from(FLAGS.into_iter().chain(["--enable-test-plugins"]))
+            .err()
+            .expect("no source reads --enable-test-plugins");
+        assert!(err.contains("--enable-test-plugins"), "{err}");
         let err = Executor::builder()
             .name("my-executor")
             .config_from(["my-executor", "--listen", "127.0.0.1:0"])

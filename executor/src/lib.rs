@@ -1,9 +1,11 @@
 //! Wharf executor: hosts connector instances and tasks for the control plane and runs
 //! their lifecycle, including the deletion-aware stops of KIP-883/KIP-901.
 //!
-//! The binary (`main.rs`) is one call to [`Executor::builder`], the same builder a
-//! connector author uses to build an executor with their own plugins ([`launcher`]); the
-//! control plane's `--dev` mode runs the same [`app::ExecutorApp`] in-process.
+//! This library links no plugin. A connector author builds an executor with their own
+//! plugins through [`Executor::builder`] ([`launcher`]); the stock `wharf-executor`
+//! binary (crate `wharf-executor-stock`) is the same builder with the built-in plugins of
+//! `wharf-connectors` added, and `wharf-dev` runs the same [`app::ExecutorApp`]
+//! in-process with them.
 
 pub mod app;
 pub mod config;
@@ -17,4 +19,6 @@ pub mod peer_auth;
 pub mod registry_client;
 pub(crate) mod runtime;
 
-pub use launcher::{BuilderError, Executor, ExecutorBuilder};
+pub use launcher::{
+    BuilderError, Executor, ExecutorBuilder, PluginSettings, PluginSource, no_plugins,
+};

@@ -9,7 +9,7 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
 use async_trait::async_trait;
-use wharf::sdk::{
+use wharf_sdk::{
     ConfigDef, ConfigMap, Connector, ConnectorContext, Plugin, PluginResult, SourceRecord,
     SourceTask, TaskContext, TaskFactory,
 };
@@ -446,13 +446,13 @@ impl DirSink {
 }
 
 #[async_trait]
-impl wharf::sdk::SinkTask for DirSink {
+impl wharf_sdk::SinkTask for DirSink {
     async fn start(&mut self, ctx: TaskContext, _config: ConfigMap) -> PluginResult<()> {
         self.file = Some(dir_of(&ctx.connector, &ctx.connector_config).join("records"));
         Ok(())
     }
 
-    async fn put(&mut self, records: Vec<wharf::sdk::SinkRecord>) -> PluginResult<()> {
+    async fn put(&mut self, records: Vec<wharf_sdk::SinkRecord>) -> PluginResult<()> {
         self.buffer.extend(records.into_iter().map(|r| r.value));
         Ok(())
     }
@@ -495,7 +495,7 @@ fn sink_plugin(acks_early: bool, defect: Defect) -> Plugin {
                 acks_early,
                 file: None,
                 buffer: Vec::new(),
-            }) as Box<dyn wharf::sdk::SinkTask>
+            }) as Box<dyn wharf_sdk::SinkTask>
         })),
     }
 }

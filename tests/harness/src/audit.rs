@@ -2,7 +2,7 @@
 //! plane and real executors sharing a test-owned NATS JetStream record log, driven with
 //! the typed admin client, plus PostgreSQL helpers.
 //!
-//! Build the binaries first: `cargo build -p wharf-control-plane -p wharf-executor`.
+//! Build the binaries first: `cargo build -p wharf-control-plane -p wharf-executor-stock`.
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};

@@ -2,7 +2,7 @@
 //! `wharf-executor` processes on 127.0.0.2-4, driven through the typed tonic clients of
 //! [`crate::client`].
 //!
-//! Build the binaries first: `cargo build -p wharf-control-plane -p wharf-executor`.
+//! Build the binaries first: `cargo build -p wharf-control-plane -p wharf-executor-stock`.
 
 use std::path::{Path, PathBuf};
 use std::time::Duration;

@@ -6,6 +6,7 @@ use std::process::ExitCode;
 fn main() -> ExitCode {
     wharf_executor::Executor::builder()
         .name("spool-executor")
+        .plugins_from(wharf_executor_stock::builtin_plugins)
         .plugin(wharf_example_custom_connector::plugin())
         .run_from_args()
 }

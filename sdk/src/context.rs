@@ -64,7 +64,7 @@ pub struct TaskContext {
     /// Connector name.
     pub connector: String,
     /// Task index, from 0: the position of this task's config in
-    /// [`Connector::task_configs`](super::Connector::task_configs). Name per-task
+    /// [`Connector::task_configs`](crate::Connector::task_configs). Name per-task
     /// resources with it.
     pub task: u32,
     /// Identifies the connector's incarnation (see [`ConnectorContext::incarnation`]):
@@ -76,7 +76,7 @@ pub struct TaskContext {
     /// Id of the executor hosting this task.
     pub executor_id: String,
     /// The connector's full config (the task config holds only the task's share).
-    pub connector_config: super::ConfigMap,
+    pub connector_config: crate::ConfigMap,
     /// Last committed source offsets, keyed by the canonical JSON text of the partition.
     pub offsets: BTreeMap<String, serde_json::Value>,
     /// Cancelled when the task is being stopped; long waits inside the plugin can select

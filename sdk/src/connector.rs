@@ -1,10 +1,10 @@
 use async_trait::async_trait;
 
-use super::{ConfigMap, ConnectorContext, PluginResult};
+use crate::{ConfigMap, ConnectorContext, PluginResult};
 
 /// A connector instance: validates config, provisions what its tasks share and splits the
 /// work into task configs (Kafka Connect's `Connector`). One instance per connector runs
-/// on one executor at a time; see the [module docs](super) for the lifecycle guarantees.
+/// on one executor at a time; see the [crate docs](crate) for the lifecycle guarantees.
 #[async_trait]
 pub trait Connector: Send {
     /// Starts the instance with the connector's config (every key the operator set,

@@ -5,8 +5,8 @@ use std::collections::BTreeSet;
 use std::path::{Path, PathBuf};
 
 use async_trait::async_trait;
-use wharf::sdk::ConfigMap;
 use wharf_example_custom_connector::{keys, plugin, spool_dir};
+use wharf_sdk::ConfigMap;
 use wharf_testkit::{Kit, Probe};
 
 /// A file the user keeps in the spool root: never to be removed.
@@ -187,13 +187,4 @@ async fn start_refuses_what_another_incarnation_kept() {
         .start_refuses_what_another_incarnation_kept()
         .await
         .unwrap();
-}
-
-#[test]
-fn the_kits_stop_bound_is_the_executors_graceful_timeout() {
-    // The kit keeps a copy (it does not link the executor): they must agree.
-    assert_eq!(
-        wharf_testkit::STOP_TIMEOUT_MS,
-        wharf_executor::app::DEFAULT_GRACEFUL_TIMEOUT_MS
-    );
 }

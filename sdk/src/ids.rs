@@ -1,4 +1,5 @@
-//! Identifiers shared by the control plane and the executors.
+//! Identifiers and their rules, shared by plugins (a connector name is safe in a file name
+//! or an SQL identifier), the control plane and the executors.
 
 use std::fmt;
 

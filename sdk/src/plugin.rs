@@ -1,6 +1,6 @@
 use std::sync::Arc;
 
-use super::{ConfigDef, Connector, SinkTask, SourceTask};
+use crate::{ConfigDef, Connector, SinkTask, SourceTask};
 
 /// Whether a plugin is a source or a sink.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -30,7 +30,7 @@ pub struct Plugin {
     /// Plugin version.
     pub version: String,
     /// The plugin's own config keys (the runtime's are in
-    /// [`runtime_config_def`](super::runtime_config_def)).
+    /// [`runtime_config_def`](crate::runtime_config_def)).
     pub config_def: ConfigDef,
     /// Makes a fresh connector instance.
     pub connector: Arc<dyn Fn() -> Box<dyn Connector> + Send + Sync>,

@@ -2,7 +2,7 @@ use std::collections::BTreeMap;
 
 use async_trait::async_trait;
 
-use super::{ConfigMap, PluginResult, SinkRecord, TaskContext};
+use crate::{ConfigMap, PluginResult, SinkRecord, TaskContext};
 
 /// A sink task: writes records to an external system (Kafka Connect's `SinkTask`).
 #[async_trait]

@@ -1,13 +1,13 @@
 use async_trait::async_trait;
 
-use super::{ConfigMap, PluginResult, SourceRecord, TaskContext};
+use crate::{ConfigMap, PluginResult, SourceRecord, TaskContext};
 
 /// A source task: reads from an external system and returns records (Kafka Connect's
 /// `SourceTask`).
 #[async_trait]
 pub trait SourceTask: Send {
     /// Starts the task with its task config (an element of
-    /// [`Connector::task_configs`](super::Connector::task_configs)). Called once, first.
+    /// [`Connector::task_configs`](crate::Connector::task_configs)). Called once, first.
     /// It SHOULD resume from [`TaskContext::offset`]. In cleanup-only mode `poll` is never
     /// called and it MUST provision nothing.
     ///

@@ -1,7 +1,7 @@
 //! Config definitions, as Kafka Connect's `ConfigDef`: what keys a plugin takes, and the
 //! per-key validation that `ValidateConnectorConfig` reports.
 
-use super::ConfigMap;
+use crate::ConfigMap;
 
 /// What a secret value is shown as, in every response and log line.
 pub const REDACTED: &str = "[hidden]";
@@ -418,7 +418,7 @@ fn positive_int(value: &str) -> Result<(), String> {
 /// Bounds of [`CLEANUP_TIMEOUT_MS`], in milliseconds: below 100 ms no real cleanup (a
 /// connection, a `DROP`) can finish, so every attempt would fail by construction; above
 /// 24 h a stuck stop would hide for a day. Every value in range fits the `u32` the
-/// runtime reads it into (a larger one used to be stored and then read as the default).
+/// runtime reads it into.
 pub const CLEANUP_TIMEOUT_MS_RANGE: std::ops::RangeInclusive<i64> = 100..=86_400_000;
 
 /// Only called once the type check passed, so `value` is a well-formed integer.
@@ -447,6 +447,11 @@ pub const CLEANUP_POLICY: &str = "cleanup.policy";
 pub const DEFAULT_CLEANUP_TIMEOUT_MS: u32 = 30_000;
 /// Default of [`CLEANUP_MAX_ATTEMPTS`].
 pub const DEFAULT_CLEANUP_MAX_ATTEMPTS: u32 = 5;
+/// Default bound on a plain stop (`connector_deleted = false`: a restart, a pause, a
+/// reconfiguration, a shutdown), in milliseconds: the executor's `--graceful-timeout-ms`
+/// default, after which it abandons the instance, and the conformance kit's default
+/// stop bound.
+pub const DEFAULT_STOP_TIMEOUT_MS: u64 = 10_000;
 
 /// The keys every connector takes, whatever its plugin: `connector.class`, `tasks.max`
 /// and the runtime's cleanup settings (lifecycle contract, points 6 and 12).

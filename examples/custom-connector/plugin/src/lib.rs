@@ -23,7 +23,7 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use async_trait::async_trait;
-use wharf::sdk::{
+use wharf_sdk::{
     ConfigDef, ConfigKey, ConfigMap, ConfigType, Connector, ConnectorContext, Importance, Plugin,
     PluginResult, SinkRecord, SinkTask, TaskContext, TaskFactory,
 };
@@ -373,8 +373,3 @@ mod tests {
         );
     }
 }
-
-/// The connector guide (docs/connector-guide.md), here so that its code blocks compile
-/// and run as doctests of this crate.
-#[doc = include_str!("../../../docs/connector-guide.md")]
-pub mod guide {}

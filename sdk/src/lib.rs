@@ -1,8 +1,12 @@
 //! The connector SDK: what a plugin implements, in the shape of Kafka Connect's API with
-//! the deletion-aware stops of KIP-883 (connector) and KIP-901 (tasks). This module is
-//! the public surface a connector author depends on (semver-relevant changes are listed
-//! in CHANGELOG.md); docs/connector-guide.md walks through writing a source and a sink,
-//! and `wharf-testkit` checks a plugin against the contract below.
+//! the deletion-aware stops of KIP-883 (connector) and KIP-901 (tasks). This crate is
+//! the one a connector author depends on (semver-relevant changes are listed in
+//! CHANGELOG.md): the traits, the records, the config definitions and the runtime's own
+//! config keys ([`CONNECTOR_CLASS`], ...), the contexts an instance is started with, the
+//! [`Plugin`] an executor registers, and the shared [`ids`]. It links no server code (no
+//! TLS, gRPC, HTTP or telemetry crates); an executor that offers a plugin is built with
+//! `wharf_executor::Executor::builder()`. docs/connector-guide.md walks through writing a
+//! source and a sink, and `wharf-testkit` checks a plugin against the contract below.
 //!
 //! # Guarantees the runtime gives every plugin instance
 //! - `start` is called once, before anything else;
@@ -62,6 +66,7 @@
 mod config_def;
 mod connector;
 mod context;
+pub mod ids;
 mod plugin;
 mod record;
 mod sink;
@@ -70,7 +75,7 @@ mod source;
 pub use config_def::{
     CLEANUP_MAX_ATTEMPTS, CLEANUP_POLICY, CLEANUP_TIMEOUT_MS, CONNECTOR_CLASS, ConfigDef,
     ConfigKey, ConfigType, ConfigValue, DEFAULT_CLEANUP_MAX_ATTEMPTS, DEFAULT_CLEANUP_TIMEOUT_MS,
-    Importance, REDACTED, RequiredWhen, TASKS_MAX, runtime_config_def,
+    DEFAULT_STOP_TIMEOUT_MS, Importance, REDACTED, RequiredWhen, TASKS_MAX, runtime_config_def,
 };
 pub use connector::Connector;
 pub use context::{ConnectorContext, TaskContext};
@@ -78,6 +83,9 @@ pub use plugin::{Plugin, PluginKind, TaskFactory};
 pub use record::{SinkRecord, SourceRecord};
 pub use sink::SinkTask;
 pub use source::SourceTask;
+/// The token in [`TaskContext::cancel`]: a plugin selects on its `cancelled()` in a long
+/// wait, without a dependency of its own on `tokio-util`.
+pub use tokio_util::sync::CancellationToken;
 
 /// Config as given by the operator or produced by a connector: key to value, both text.
 pub type ConfigMap = std::collections::BTreeMap<String, String>;
