@@ -4,10 +4,12 @@
 //! This crate is shared by the control plane and the executors: the generated gRPC
 //! wire types ([`pb`]), the connector SDK ([`sdk`]), small shared types ([`ids`]) and the
 //! plumbing every binary uses ([`server`], [`http`], [`task`], [`config`], [`telemetry`], [`tls`],
-//! [`identity`], [`certs`], [`observability`]).
+//! [`identity`], [`certs`], [`observability`], [`trace`]) and
+//! their leaves ([`exposition`], [`throttle`]).
 
 pub mod certs;
 pub mod config;
+pub mod exposition;
 pub mod http;
 pub mod identity;
 pub mod ids;
@@ -17,6 +19,7 @@ pub mod sdk;
 pub mod server;
 pub mod task;
 pub mod telemetry;
+pub mod throttle;
 pub mod tls;
 pub mod trace;
 pub mod wire;

@@ -76,6 +76,10 @@ pub enum StoreOptions {
     },
 }
 
+/// Exit code of bad settings (as clap's usage errors), one that does not parse or one
+/// out of range ([`StartError::exit_code`]).
+pub const EXIT_BAD_SETTINGS: u8 = 2;
+
 /// Why the control plane could not start.
 #[derive(Debug, thiserror::Error)]
 pub enum StartError {
@@ -139,13 +143,11 @@ pub enum StartError {
 }
 
 impl StartError {
-    /// The process's exit code for this error: [`crate::launch::EXIT_BAD_SETTINGS`] for
+    /// The process's exit code for this error: [`EXIT_BAD_SETTINGS`] for
     /// a setting out of range (as for one that does not parse), 1 otherwise.
     pub fn exit_code(&self) -> std::process::ExitCode {
         match self {
-            StartError::InvalidSetting { .. } => {
-                std::process::ExitCode::from(crate::launch::EXIT_BAD_SETTINGS)
-            }
+            StartError::InvalidSetting { .. } => std::process::ExitCode::from(EXIT_BAD_SETTINGS),
             _ => std::process::ExitCode::FAILURE,
         }
     }

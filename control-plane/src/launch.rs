@@ -12,8 +12,7 @@ use crate::auth::{Role, token};
 /// The binary's name, as its messages start.
 const NAME: &str = "wharf-control-plane";
 
-/// Exit code of bad settings (as clap's usage errors).
-pub const EXIT_BAD_SETTINGS: u8 = 2;
+pub use crate::app::EXIT_BAD_SETTINGS;
 
 /// Everything `wharf-control-plane` runs with.
 #[derive(Debug)]
