@@ -177,7 +177,7 @@ fn otlp_provider(otlp: &Otlp) -> Result<opentelemetry_sdk::trace::SdkTracerProvi
 /// spans meanwhile (at most `OTEL_BSP_MAX_QUEUE_SIZE`; what a full queue drops is
 /// counted). On an idle host it changes nothing. The metrics listener stays on the
 /// process's runtime: its `/health` must answer while a page render waits on the store
-/// (bench/NOTES.md, issue 16).
+/// (bench/NOTES.md, "Observability on vs off").
 const EXPORT_NICE: i32 = 10;
 
 /// Sets the calling thread's nice value to [`EXPORT_NICE`] (on Linux `setpriority`
@@ -316,7 +316,7 @@ pub const EXPORT_WARN_INTERVAL: std::time::Duration = std::time::Duration::from_
 
 /// A span exporter that logs a warning naming the endpoint when an export fails, at most
 /// once per [`EXPORT_WARN_INTERVAL`] (the SDK itself reports nothing without its
-/// `internal-logs` feature, so an unreachable `--otlp-endpoint` was silent).
+/// `internal-logs` feature, so an unreachable `--otlp-endpoint` would be silent).
 #[derive(Debug)]
 struct WarnOnFailure<E> {
     inner: E,

@@ -9,7 +9,7 @@
 //! `tracing` span beside it for the log lines inside (with the span's `trace_id`). They
 //! are not made through the `tracing-opentelemetry` bridge: a deletion makes about 20
 //! spans on the path of its calls, and each cost 5 to 6 times as much through the bridge
-//! (bench/NOTES.md, issue 16).
+//! (bench/NOTES.md, "Observability on vs off").
 
 use std::borrow::Cow;
 
@@ -40,7 +40,7 @@ pub(crate) fn set_tracer(tracer: opentelemetry_sdk::trace::SdkTracer) {
 /// A span made with the OpenTelemetry API, with the `tracing` span of its log lines: the
 /// `tracing-opentelemetry` bridge builds, visits, stores and converts each span on the
 /// path of the call, which cost about 6 us per span there against about 1 us this way
-/// (cold caches; bench/NOTES.md, issue 16). Its exported half is empty (every method a
+/// (cold caches; bench/NOTES.md, "Observability on vs off"). Its exported half is empty (every method a
 /// no-op) without export or outside a sampled trace. Ends at [`DirectSpan::around`]'s or
 /// [`DirectSpan::run`]'s end, or when its last context is dropped.
 #[derive(Debug)]
@@ -576,7 +576,7 @@ static LOGS_SHOW_INFO_SPANS: std::sync::atomic::AtomicBool =
 /// somewhere: a log line shows only the spans its filter enables (per-layer filtering),
 /// so at `RUST_LOG=warn` no line carries an INFO span's fields, and recording its trace
 /// id (an attribute again on the exported span) is work for nothing
-/// ([`DirectSpan::started`]; bench/NOTES.md, issue 16).
+/// ([`DirectSpan::started`]; bench/NOTES.md, "Observability on vs off").
 pub fn logs_show_info_spans() -> bool {
     LOGS_SHOW_INFO_SPANS.load(std::sync::atomic::Ordering::Relaxed)
 }

@@ -25,6 +25,10 @@
 //! retried cleanup. [`decide_start`] and [`decide_cleanup`] are the one place ownership is
 //! decided. The declared queue also carries the arguments `x-wharf-connector` and
 //! `x-wharf-incarnation`, so `rabbitmqctl list_queues name arguments` shows who made it.
+//!
+//! Files: `config.rs` (the settings and their checks), `ownership.rs` (the owner record
+//! and the two decisions), `broker.rs` (the declares, probes and deletes of a start or a
+//! cleanup); this file holds the plugin, its connector and its task.
 
 use std::collections::BTreeMap;
 use std::sync::Arc;

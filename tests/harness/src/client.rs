@@ -1,5 +1,5 @@
-//! Typed tonic clients of the Wharf services for the suites (issue 13: the suites drive
-//! the API through the generated clients, not a grpcurl process): a channel over
+//! Typed tonic clients of the Wharf services for the suites (the suites drive the API
+//! through the generated clients, not a grpcurl process): a channel over
 //! plaintext or mutual TLS (`wharf::tls`, docs/security.md), an optional bearer token
 //! (`--admin-tokens`, docs/security.md), and [`rpc`], the JSON-in, JSON-out call most
 //! suites assert with.

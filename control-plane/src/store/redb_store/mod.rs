@@ -66,7 +66,8 @@ const MAX_BATCH: usize = 1024;
 
 /// Bytes of redb's page cache, 64 MiB. Reads never go to the file (the cache above holds
 /// every decoded record), so redb's cache only serves the pages a commit rewrites; its
-/// default of 1 GiB let the control plane grow to 1.62 GiB at 10,000 x 10 (issue 19).
+/// default of 1 GiB let the control plane grow to 1.62 GiB at 10,000 x 10 (bench/NOTES.md,
+/// "Scale").
 const PAGE_CACHE_BYTES: usize = 64 * 1024 * 1024;
 
 #[derive(Serialize, Deserialize)]
