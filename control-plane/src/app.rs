@@ -15,9 +15,10 @@ use wharf::task::{TaskKind, spawn};
 
 use crate::auth::{AdminAuth, AuthSettings};
 use crate::grpc::guard::GuardedAdmin;
+use crate::grpc::leader_route::LeaderRoute;
 use crate::grpc::registry::RegistryService;
 use crate::reconcile::{Cluster, LeaseConfig, finalizer, run_herder};
-use crate::store::etcd_election::{Election, LeaderRoute, Role};
+use crate::store::etcd_election::{Election, Role};
 use crate::store::seal::{KEY_FILE_NAME, KeyFate, Sealer, key_fate};
 use crate::store::{EtcdOptions, EtcdStore, RedbStore, STORE_FILE_NAME, StateStore};
 

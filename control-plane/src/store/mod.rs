@@ -12,7 +12,8 @@ mod redb_store;
 pub mod seal;
 
 pub use etcd_store::{
-    DEFAULT_ETCD_PREFIX, EtcdOptions, EtcdStore, EtcdTls, EtcdUser, Fence, Password, WriteFence,
+    DEFAULT_ETCD_PREFIX, ETCD_CONNECT_TIMEOUT_MS, EtcdOptions, EtcdStore, EtcdTls, EtcdUser, Fence,
+    Password, WriteFence,
 };
 pub use redb_store::RedbStore;
 
