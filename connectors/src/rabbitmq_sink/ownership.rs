@@ -27,7 +27,7 @@ pub struct OwnerRecord {
 pub struct Claim {
     /// Connector name.
     pub connector: String,
-    /// Connector incarnation ([`ConnectorContext::incarnation`]).
+    /// Connector incarnation ([`wharf::sdk::ConnectorContext::incarnation`]).
     pub incarnation: String,
 }
 

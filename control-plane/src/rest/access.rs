@@ -81,7 +81,7 @@ pub fn rest_access(
 /// The query parameters `method` on `route` (axum's matched path) takes: Kafka Connect's
 /// own, Wharf's extensions (docs/rest.md), and `forward`, which Connect's workers send
 /// each other and Wharf accepts and ignores on every route (one control plane answers).
-/// Pure; a parameter outside this list is a 400 naming it ([`unknown_param`]), so a typo
+/// Pure; a parameter outside this list is a 400 naming it (`unknown_param`), so a typo
 /// such as `?Force=true` is refused instead of running a plain delete.
 pub fn known_params(method: &axum::http::Method, route: &str) -> &'static [&'static str] {
     use axum::http::Method;

@@ -121,7 +121,7 @@ pub const OFFSET_ENTRY_FIELDS: &[&str] = &["partition", "offset"];
 pub const SET_LOGGER_FIELDS: &[&str] = &["level"];
 
 /// The 400 for the first field of the JSON object `body` (`what` names it in the
-/// message: "the body", "offsets[0]") that is not one of `known`, suggesting the known
+/// message: "the body", `offsets[0]`) that is not one of `known`, suggesting the known
 /// field it differs from only in case, `_` or `-` (`initialState` for `initial_state`);
 /// `None` when every field is known or `body` is not an object (its handler says what
 /// it must be). Pure. Kafka Connect refuses unknown fields the same way (Jackson's
