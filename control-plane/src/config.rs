@@ -776,6 +776,96 @@ mod tests {
         ]
     }
 
+    /// No etcd option given anywhere.
+    fn no_etcd() -> EtcdGiven {
+        EtcdGiven {
+            endpoints: None,
+            prefix: None,
+            election_ttl_secs: None,
+            cacert: None,
+            cert: None,
+            key: None,
+            user: None,
+            password_file: None,
+            password_env: None,
+        }
+    }
+
+    #[test]
+    fn no_etcd_option_given_names_none() {
+        assert_eq!(no_etcd().first_given(), None);
+    }
+
+    #[test]
+    fn each_etcd_option_given_is_named_by_its_flag() {
+        type Give = fn(&mut EtcdGiven);
+        let cases: [(&str, Give); 9] = [
+            ("--etcd-endpoints", |e| e.endpoints = Some(Vec::new())),
+            ("--etcd-prefix", |e| e.prefix = Some("p/".into())),
+            ("--etcd-election-ttl-secs", |e| {
+                e.election_ttl_secs = Some(5)
+            }),
+            ("--etcd-cacert", |e| e.cacert = Some("/ca".into())),
+            ("--etcd-cert", |e| e.cert = Some("/c".into())),
+            ("--etcd-key", |e| e.key = Some("/k".into())),
+            ("--etcd-user", |e| e.user = Some("w".into())),
+            ("--etcd-password-file", |e| {
+                e.password_file = Some("/pw".into())
+            }),
+            ("WHARF_ETCD_PASSWORD", |e| {
+                e.password_env = Some(Password::new("pw"));
+            }),
+        ];
+        for (name, give) in cases {
+            let mut etcd = no_etcd();
+            give(&mut etcd);
+            assert_eq!(etcd.first_given(), Some(name));
+        }
+    }
+
+    #[test]
+    fn the_first_of_several_etcd_options_is_named() {
+        let etcd = EtcdGiven {
+            user: Some("w".into()),
+            cacert: Some("/ca".into()),
+            ..no_etcd()
+        };
+        assert_eq!(etcd.first_given(), Some("--etcd-cacert"));
+    }
+
+    #[test]
+    fn redb_is_the_default_backend_and_another_name_is_refused() {
+        assert!(matches!(
+            store_options(None, no_etcd(), None),
+            Ok(app::StoreOptions::Redb)
+        ));
+        assert!(matches!(
+            store_options(Some("redb"), no_etcd(), None),
+            Ok(app::StoreOptions::Redb)
+        ));
+        let err = store_options(Some("sqlite"), no_etcd(), None).expect_err("no backend");
+        assert!(
+            err.to_string().contains("\"sqlite\" is not a backend"),
+            "{err}"
+        );
+    }
+
+    #[test]
+    fn the_etcd_store_needs_endpoints_and_an_election_ttl_of_at_least_2() {
+        let err = store_options(Some("etcd"), no_etcd(), None).expect_err("no endpoints");
+        assert!(err.to_string().contains("--etcd-endpoints"), "{err}");
+        let short = EtcdGiven {
+            endpoints: Some(vec!["http://127.0.0.1:2379".into()]),
+            election_ttl_secs: Some(1),
+            ..no_etcd()
+        };
+        let err = store_options(Some("etcd"), short, None).expect_err("ttl 1");
+        assert!(
+            err.to_string().contains("--etcd-election-ttl-secs"),
+            "{err}"
+        );
+    }
+
     #[test]
     fn an_etcd_option_without_the_etcd_store_is_refused_naming_it() {
         let err = parse(&[
