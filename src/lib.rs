@@ -3,12 +3,14 @@
 //!
 //! This crate is shared by the control plane and the executors: the generated gRPC
 //! wire types ([`pb`]) and the plumbing every binary uses ([`server`], [`http`], [`task`],
-//! [`config`], [`telemetry`], [`tls`], [`identity`], [`certs`], [`observability`]). The
-//! connector SDK and the shared ids live in the light `wharf-sdk` crate, which a plugin
-//! author depends on alone; they are re-exported here as [`sdk`] and [`ids`].
+//! [`config`], [`telemetry`], [`tls`], [`identity`], [`certs`], [`observability`],
+//! [`trace`]) and their leaves ([`exposition`], [`throttle`]). The connector SDK and the
+//! shared ids live in the light `wharf-sdk` crate, which a plugin author depends on
+//! alone; they are re-exported here as [`sdk`] and [`ids`].
 
 pub mod certs;
 pub mod config;
+pub mod exposition;
 pub mod http;
 pub mod identity;
 pub mod observability;
@@ -16,6 +18,7 @@ pub mod pb;
 pub mod server;
 pub mod task;
 pub mod telemetry;
+pub mod throttle;
 pub mod tls;
 pub mod trace;
 pub mod wire;

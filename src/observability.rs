@@ -11,7 +11,6 @@
 //!   vanish the moment it is gone (Kafka's REST proxy kept reporting deleted connectors,
 //!   confluentinc/kafka-rest#999) and costs nothing when nobody scrapes.
 
-use std::fmt::Write as _;
 use std::net::SocketAddr;
 use std::sync::{Arc, OnceLock};
 
@@ -22,6 +21,8 @@ use axum::response::{IntoResponse, Response};
 use axum::routing::get;
 use metrics_exporter_prometheus::{PrometheusBuilder, PrometheusHandle};
 use tokio::net::TcpListener;
+
+pub use crate::exposition::Exposition;
 
 /// Bucket bounds of every histogram, in seconds: 1 ms to 60 s, about three per decade
 /// (cleanup steps run from milliseconds to the plugin's stop timeout).
@@ -114,69 +115,6 @@ pub trait Probe: Send + Sync + 'static {
     /// on the page from the first scrape and `increase()` sees their first event. Called
     /// by [`serve`] once the recorder is installed.
     fn register_events(&self) {}
-}
-
-/// A Prometheus text-format writer for state gauges: one `# HELP`/`# TYPE` header per
-/// family, then its samples, label values escaped.
-#[derive(Debug, Default)]
-pub struct Exposition {
-    text: String,
-}
-
-impl Exposition {
-    /// Starts the gauge family `name` with its help text.
-    pub fn gauge(&mut self, name: &str, help: &str) -> &mut Self {
-        let _ = writeln!(self.text, "# HELP {name} {help}\n# TYPE {name} gauge");
-        self
-    }
-
-    /// Starts the counter family `name` (ending in `_total`) with its help text: a count
-    /// kept by something that lives only as long as its series (a task instance), so it
-    /// is rendered at scrape time like a gauge and `rate()` sees a reset when the instance
-    /// is replaced.
-    pub fn counter(&mut self, name: &str, help: &str) -> &mut Self {
-        let _ = writeln!(self.text, "# HELP {name} {help}\n# TYPE {name} counter");
-        self
-    }
-
-    /// One sample of the current family.
-    pub fn sample(&mut self, name: &str, labels: &[(&str, &str)], value: f64) -> &mut Self {
-        self.text.push_str(name);
-        if !labels.is_empty() {
-            self.text.push('{');
-            for (i, (k, v)) in labels.iter().enumerate() {
-                if i > 0 {
-                    self.text.push(',');
-                }
-                let _ = write!(self.text, "{k}=\"{}\"", escape_label(v));
-            }
-            self.text.push('}');
-        }
-        let _ = writeln!(self.text, " {value}");
-        self
-    }
-
-    /// The text written so far.
-    pub fn into_text(self) -> String {
-        self.text
-    }
-}
-
-/// Escapes a label value as the text format requires (`\`, `"`, newline).
-fn escape_label(v: &str) -> std::borrow::Cow<'_, str> {
-    if !v.contains(['\\', '"', '\n']) {
-        return v.into();
-    }
-    let mut s = String::with_capacity(v.len() + 2);
-    for c in v.chars() {
-        match c {
-            '\\' => s.push_str("\\\\"),
-            '"' => s.push_str("\\\""),
-            '\n' => s.push_str("\\n"),
-            c => s.push(c),
-        }
-    }
-    s.into()
 }
 
 /// Several probes on one listener (dev mode: the control plane's and the executor's).
@@ -355,17 +293,6 @@ mod tests {
     use tokio::net::TcpStream;
 
     use super::*;
-
-    #[test]
-    fn samples_escape_label_values() {
-        let mut e = Exposition::default();
-        e.gauge("wharf_x", "help")
-            .sample("wharf_x", &[("connector", "a\"b\\c")], 2.0);
-        assert_eq!(
-            e.into_text(),
-            "# HELP wharf_x help\n# TYPE wharf_x gauge\nwharf_x{connector=\"a\\\"b\\\\c\"} 2\n"
-        );
-    }
 
     #[test]
     fn a_size_histogram_gets_count_buckets_and_a_duration_seconds_buckets() {

@@ -177,7 +177,7 @@ fn otlp_provider(otlp: &Otlp) -> Result<opentelemetry_sdk::trace::SdkTracerProvi
 /// spans meanwhile (at most `OTEL_BSP_MAX_QUEUE_SIZE`; what a full queue drops is
 /// counted). On an idle host it changes nothing. The metrics listener stays on the
 /// process's runtime: its `/health` must answer while a page render waits on the store
-/// (bench/NOTES.md, issue 16).
+/// (bench/NOTES.md, "Observability on vs off").
 const EXPORT_NICE: i32 = 10;
 
 /// Sets the calling thread's nice value to [`EXPORT_NICE`] (on Linux `setpriority`
@@ -247,7 +247,7 @@ pub const SPANS_EXPORTED: &str = "wharf_trace_spans_exported_total";
 /// Adds the span export counters to a metrics page, when span export is on: [`SPANS_ENDED`]
 /// minus both outcomes of [`SPANS_EXPORTED`] is what waits in the queue (at most
 /// `OTEL_BSP_MAX_QUEUE_SIZE`, 2,048 by default) plus what a full queue dropped.
-pub fn render_span_counts(out: &mut crate::observability::Exposition) {
+pub fn render_span_counts(out: &mut crate::exposition::Exposition) {
     use std::sync::atomic::Ordering::Relaxed;
     if !SPAN_COUNTS.exporting.load(Relaxed) {
         return;
@@ -314,72 +314,14 @@ impl<P: opentelemetry_sdk::trace::SpanProcessor> opentelemetry_sdk::trace::SpanP
 /// every batch (every few seconds), and one line a minute says so without flooding.
 pub const EXPORT_WARN_INTERVAL: std::time::Duration = std::time::Duration::from_secs(60);
 
-/// Whether a throttled log line is due at `now`: the first one is, later ones once
-/// `interval` has passed since the last line (`last`).
-pub fn line_due(
-    last: Option<std::time::Instant>,
-    now: std::time::Instant,
-    interval: std::time::Duration,
-) -> bool {
-    match last {
-        None => true,
-        Some(t) => now.saturating_duration_since(t) >= interval,
-    }
-}
-
-/// A warning written at most once per interval about events that may come by the
-/// thousand (failed span exports, refused callers): the first event gets a line, later
-/// ones one line per interval, which says how many went without one ([`line_due`]).
-#[derive(Debug, Default)]
-pub struct Throttle {
-    /// When the last line was written.
-    last: Option<std::time::Instant>,
-    /// Events since then without a line.
-    silenced: u64,
-}
-
-impl Throttle {
-    /// [`Throttle::note`] at the current instant, on a throttle shared between threads
-    /// (a `static` or a field behind `&self`); a poisoned lock is used as it is.
-    pub fn note_shared(
-        shared: &std::sync::Mutex<Self>,
-        interval: std::time::Duration,
-    ) -> Option<u64> {
-        shared
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner)
-            .note(std::time::Instant::now(), interval)
-    }
-
-    /// No line written yet (for a `static`).
-    pub const fn new() -> Self {
-        Self {
-            last: None,
-            silenced: 0,
-        }
-    }
-
-    /// Notes an event at `now`: `Some(n)` when its line is due (write it, saying that `n`
-    /// events went without one since the previous line), `None` when it only counts.
-    pub fn note(&mut self, now: std::time::Instant, interval: std::time::Duration) -> Option<u64> {
-        if line_due(self.last, now, interval) {
-            self.last = Some(now);
-            Some(std::mem::take(&mut self.silenced))
-        } else {
-            self.silenced += 1;
-            None
-        }
-    }
-}
-
 /// A span exporter that logs a warning naming the endpoint when an export fails, at most
 /// once per [`EXPORT_WARN_INTERVAL`] (the SDK itself reports nothing without its
-/// `internal-logs` feature, so an unreachable `--otlp-endpoint` was silent).
+/// `internal-logs` feature, so an unreachable `--otlp-endpoint` would be silent).
 #[derive(Debug)]
 struct WarnOnFailure<E> {
     inner: E,
     endpoint: String,
-    log: std::sync::Mutex<Throttle>,
+    log: std::sync::Mutex<crate::throttle::Throttle>,
 }
 
 impl<E> WarnOnFailure<E> {
@@ -393,7 +335,7 @@ impl<E> WarnOnFailure<E> {
 
     /// Logs `error` for a batch of `spans` unless a line was written recently.
     fn failed(&self, spans: usize, error: &opentelemetry_sdk::error::OTelSdkError) {
-        let due = Throttle::note_shared(&self.log, EXPORT_WARN_INTERVAL);
+        let due = crate::throttle::Throttle::note_shared(&self.log, EXPORT_WARN_INTERVAL);
         if let Some(silenced) = due {
             tracing::warn!(
                 endpoint = %self.endpoint,
@@ -509,88 +451,9 @@ impl<E: opentelemetry_sdk::trace::SpanExporter + 'static> opentelemetry_sdk::tra
     }
 }
 
-/// A `tracing` layer that adds each event it sees (the caller filters: warnings and
-/// errors) to the current OpenTelemetry span, when one is active (inside a
-/// [`crate::trace::DirectSpan`]): its message as the event's name, its other fields as
-/// attributes, and its level as `level`. So a trace shows where a deletion's step failed
-/// without the logs.
-struct SpanEvents;
-
-impl<S: tracing::Subscriber> tracing_subscriber::Layer<S> for SpanEvents {
-    fn on_event(&self, event: &tracing::Event<'_>, _: tracing_subscriber::layer::Context<'_, S>) {
-        use opentelemetry::trace::TraceContextExt as _;
-        let cx = opentelemetry::Context::current();
-        if !cx.has_active_span() {
-            return;
-        }
-        let mut fields = EventFields::default();
-        event.record(&mut fields);
-        fields.attributes.push(opentelemetry::KeyValue::new(
-            "level",
-            event.metadata().level().as_str(),
-        ));
-        cx.span().add_event(fields.message, fields.attributes);
-    }
-}
-
-/// The layer that copies warnings and errors into the current exported span
-/// ([`SpanEvents`]).
-pub(crate) fn span_events<S>() -> impl tracing_subscriber::Layer<S>
-where
-    S: tracing::Subscriber + for<'a> tracing_subscriber::registry::LookupSpan<'a>,
-{
-    use tracing_subscriber::Layer as _;
-    SpanEvents.with_filter(tracing::level_filters::LevelFilter::WARN)
-}
-
-/// An event's fields as OpenTelemetry attributes, its `message` apart.
-#[derive(Default)]
-struct EventFields {
-    message: String,
-    attributes: Vec<opentelemetry::KeyValue>,
-}
-
-impl EventFields {
-    fn keep(&mut self, field: &tracing::field::Field, value: String) {
-        if field.name() == "message" {
-            self.message = value;
-        } else {
-            self.attributes
-                .push(opentelemetry::KeyValue::new(field.name(), value));
-        }
-    }
-}
-
-impl tracing::field::Visit for EventFields {
-    fn record_str(&mut self, field: &tracing::field::Field, value: &str) {
-        self.keep(field, value.to_owned());
-    }
-
-    fn record_debug(&mut self, field: &tracing::field::Field, value: &dyn std::fmt::Debug) {
-        self.keep(field, format!("{value:?}"));
-    }
-}
-
-/// Whether the log filter lets any INFO span into the log lines (see
-/// [`logs_show_info_spans`]); true until a filter is installed.
-static LOGS_SHOW_INFO_SPANS: std::sync::atomic::AtomicBool =
-    std::sync::atomic::AtomicBool::new(true);
-
-/// True when the installed log filter (`RUST_LOG`, or its reload) may show an INFO span
-/// somewhere: a log line shows only the spans its filter enables (per-layer filtering),
-/// so at `RUST_LOG=warn` no line carries an INFO span's fields, and recording its trace
-/// id (an attribute again on the exported span) is work for nothing
-/// ([`crate::trace::DirectSpan::started`]; bench/NOTES.md, issue 16).
-pub fn logs_show_info_spans() -> bool {
-    LOGS_SHOW_INFO_SPANS.load(std::sync::atomic::Ordering::Relaxed)
-}
-
-/// Notes what `filter` lets into the logs, for [`logs_show_info_spans`].
+/// Notes what `filter` lets into the logs, for [`crate::trace::logs_show_info_spans`].
 fn note_log_filter(filter: &tracing_subscriber::EnvFilter) {
-    LOGS_SHOW_INFO_SPANS.store(
-        shows_info_spans(filter),
-        std::sync::atomic::Ordering::Relaxed,
-    );
+    crate::trace::note_logs_show_info_spans(shows_info_spans(filter));
 }
 
 /// Whether `filter` may enable an INFO span anywhere (any directive at INFO or finer;
@@ -640,7 +503,7 @@ pub fn init_traced(format: LogFormat, otlp: Option<&Otlp>) -> Result<Telemetry, 
     let otel = provider.as_ref().map(|p| {
         use opentelemetry::trace::TracerProvider as _;
         crate::trace::set_tracer(p.tracer("wharf"));
-        span_events()
+        crate::trace::span_events()
     });
     let filter = tracing_subscriber::EnvFilter::builder()
         .with_default_directive(tracing::Level::INFO.into())
@@ -729,48 +592,6 @@ mod tests {
         });
         assert!(result.is_ok());
         assert_eq!(*exporter.inner.0.lock().unwrap(), vec![(0, true)]);
-    }
-
-    #[test]
-    fn the_first_export_failure_is_logged() {
-        assert!(line_due(
-            None,
-            std::time::Instant::now(),
-            EXPORT_WARN_INTERVAL
-        ));
-    }
-
-    #[test]
-    fn a_failure_soon_after_a_logged_one_is_not_logged() {
-        let t = std::time::Instant::now();
-        assert!(!line_due(
-            Some(t),
-            t + EXPORT_WARN_INTERVAL / 2,
-            EXPORT_WARN_INTERVAL
-        ));
-    }
-
-    #[test]
-    fn a_failure_an_interval_after_a_logged_one_is_logged() {
-        let t = std::time::Instant::now();
-        assert!(line_due(
-            Some(t),
-            t + EXPORT_WARN_INTERVAL,
-            EXPORT_WARN_INTERVAL
-        ));
-    }
-
-    #[test]
-    fn a_throttle_says_how_many_events_went_without_a_line() {
-        let t = std::time::Instant::now();
-        let mut throttle = Throttle::default();
-        assert_eq!(throttle.note(t, EXPORT_WARN_INTERVAL), Some(0));
-        assert_eq!(throttle.note(t, EXPORT_WARN_INTERVAL), None);
-        assert_eq!(throttle.note(t, EXPORT_WARN_INTERVAL), None);
-        assert_eq!(
-            throttle.note(t + EXPORT_WARN_INTERVAL, EXPORT_WARN_INTERVAL),
-            Some(2)
-        );
     }
 
     #[test]

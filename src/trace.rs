@@ -9,7 +9,7 @@
 //! `tracing` span beside it for the log lines inside (with the span's `trace_id`). They
 //! are not made through the `tracing-opentelemetry` bridge: a deletion makes about 20
 //! spans on the path of its calls, and each cost 5 to 6 times as much through the bridge
-//! (bench/NOTES.md, issue 16).
+//! (bench/NOTES.md, "Observability on vs off").
 
 use std::borrow::Cow;
 
@@ -40,7 +40,7 @@ pub(crate) fn set_tracer(tracer: opentelemetry_sdk::trace::SdkTracer) {
 /// A span made with the OpenTelemetry API, with the `tracing` span of its log lines: the
 /// `tracing-opentelemetry` bridge builds, visits, stores and converts each span on the
 /// path of the call, which cost about 6 us per span there against about 1 us this way
-/// (cold caches; bench/NOTES.md, issue 16). Its exported half is empty (every method a
+/// (cold caches; bench/NOTES.md, "Observability on vs off"). Its exported half is empty (every method a
 /// no-op) without export or outside a sampled trace. Ends at [`DirectSpan::around`]'s or
 /// [`DirectSpan::run`]'s end, or when its last context is dropped.
 #[derive(Debug)]
@@ -139,7 +139,7 @@ impl DirectSpan {
         let cx = parent
             .0
             .with_span(builder.start_with_context(tracer, &parent.0));
-        if !log.is_disabled() && crate::telemetry::logs_show_info_spans() {
+        if !log.is_disabled() && logs_show_info_spans() {
             log.record(
                 "trace_id",
                 cx.span().span_context().trace_id().to_string().as_str(),
@@ -505,6 +505,88 @@ pub fn parent_from_headers(headers: &http::HeaderMap) -> TraceContext {
     TraceContext(TraceContextPropagator::new().extract(&HeaderExtractor(headers)))
 }
 
+/// A `tracing` layer that adds each event it sees (the caller filters: warnings and
+/// errors) to the current OpenTelemetry span, when one is active (inside a
+/// [`crate::trace::DirectSpan`]): its message as the event's name, its other fields as
+/// attributes, and its level as `level`. So a trace shows where a deletion's step failed
+/// without the logs.
+struct SpanEvents;
+
+impl<S: tracing::Subscriber> tracing_subscriber::Layer<S> for SpanEvents {
+    fn on_event(&self, event: &tracing::Event<'_>, _: tracing_subscriber::layer::Context<'_, S>) {
+        use opentelemetry::trace::TraceContextExt as _;
+        let cx = opentelemetry::Context::current();
+        if !cx.has_active_span() {
+            return;
+        }
+        let mut fields = EventFields::default();
+        event.record(&mut fields);
+        fields.attributes.push(opentelemetry::KeyValue::new(
+            "level",
+            event.metadata().level().as_str(),
+        ));
+        cx.span().add_event(fields.message, fields.attributes);
+    }
+}
+
+/// The layer that copies warnings and errors into the current exported span
+/// ([`SpanEvents`]).
+pub(crate) fn span_events<S>() -> impl tracing_subscriber::Layer<S>
+where
+    S: tracing::Subscriber + for<'a> tracing_subscriber::registry::LookupSpan<'a>,
+{
+    use tracing_subscriber::Layer as _;
+    SpanEvents.with_filter(tracing::level_filters::LevelFilter::WARN)
+}
+
+/// An event's fields as OpenTelemetry attributes, its `message` apart.
+#[derive(Default)]
+struct EventFields {
+    message: String,
+    attributes: Vec<opentelemetry::KeyValue>,
+}
+
+impl EventFields {
+    fn keep(&mut self, field: &tracing::field::Field, value: String) {
+        if field.name() == "message" {
+            self.message = value;
+        } else {
+            self.attributes
+                .push(opentelemetry::KeyValue::new(field.name(), value));
+        }
+    }
+}
+
+impl tracing::field::Visit for EventFields {
+    fn record_str(&mut self, field: &tracing::field::Field, value: &str) {
+        self.keep(field, value.to_owned());
+    }
+
+    fn record_debug(&mut self, field: &tracing::field::Field, value: &dyn std::fmt::Debug) {
+        self.keep(field, format!("{value:?}"));
+    }
+}
+
+/// Whether the log filter lets any INFO span into the log lines (see
+/// [`logs_show_info_spans`]); true until a filter is installed.
+static LOGS_SHOW_INFO_SPANS: std::sync::atomic::AtomicBool =
+    std::sync::atomic::AtomicBool::new(true);
+
+/// True when the installed log filter (`RUST_LOG`, or its reload) may show an INFO span
+/// somewhere: a log line shows only the spans its filter enables (per-layer filtering),
+/// so at `RUST_LOG=warn` no line carries an INFO span's fields, and recording its trace
+/// id (an attribute again on the exported span) is work for nothing
+/// ([`DirectSpan::started`]; bench/NOTES.md, "Observability on vs off").
+pub fn logs_show_info_spans() -> bool {
+    LOGS_SHOW_INFO_SPANS.load(std::sync::atomic::Ordering::Relaxed)
+}
+
+/// Notes whether the installed log filter may show an INFO span (the logging setup calls
+/// it whenever the filter changes).
+pub(crate) fn note_logs_show_info_spans(shows: bool) {
+    LOGS_SHOW_INFO_SPANS.store(shows, std::sync::atomic::Ordering::Relaxed);
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -753,7 +835,7 @@ mod tests {
     fn a_warning_inside_an_exported_span_is_one_of_its_events() {
         use tracing_subscriber::layer::SubscriberExt as _;
         recording_tracer();
-        let subscriber = tracing_subscriber::registry().with(crate::telemetry::span_events());
+        let subscriber = tracing_subscriber::registry().with(span_events());
         let mut md = MetadataMap::new();
         md.insert(
             "traceparent",

@@ -36,7 +36,6 @@
 //! TLS: `connection.sslmode` disable / require / verify-full with `connection.sslrootcert`
 //! for a private CA, as libpq's settings of those names ([`crate::pg_tls`]).
 
-use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -54,8 +53,8 @@ use crate::audit::{
     required,
 };
 use crate::audit_names::{
-    TableName, derived_name, parse_single_table, parse_table_list, quote_ident, source_partition,
-    stable_hash, validate_single_table, validate_table_list,
+    TableName, derived_name, parse_single_table, parse_table_list, quote_ident, stable_hash,
+    validate_single_table, validate_table_list,
 };
 use crate::pg_tls::{SslMode, TlsPlan};
 
@@ -567,24 +566,44 @@ async fn provision(
     adopt: Adopt,
 ) -> Result<i64, PgAuditError> {
     let n = &cfg.names;
-    let fail = |step: &'static str| {
-        move |e: tokio_postgres::Error| PgAuditError::ProvisionFailed {
-            step,
-            detail: pg_detail(&e),
-        }
-    };
     let tx = client
         .transaction()
         .await
-        .map_err(fail("beginning the transaction"))?;
+        .map_err(provision_failed("beginning the transaction"))?;
     tx.execute("SELECT pg_advisory_xact_lock($1)", &[&n.provision_lock])
         .await
-        .map_err(fail("taking the provisioning lock"))?;
-
-    // Ownership, decided in one place: never adopt a table somebody else made.
-    let existing = found(&tx, &n.audit_table)
+        .map_err(provision_failed("taking the provisioning lock"))?;
+    let start_after = claim_audit_table(&tx, n, claim, adopt).await?;
+    let previous = install_function(&tx, n).await?;
+    drop_stale(&tx, cfg, claim, previous).await?;
+    install_triggers(&tx, cfg).await?;
+    tx.commit()
         .await
-        .map_err(fail("reading the audit table's owner"))?;
+        .map_err(provision_failed("committing the transaction"))?;
+    Ok(start_after)
+}
+
+/// Maps a failed statement of [`provision`] to [`PgAuditError::ProvisionFailed`] naming
+/// `step`.
+fn provision_failed(step: &'static str) -> impl Fn(tokio_postgres::Error) -> PgAuditError {
+    move |e| PgAuditError::ProvisionFailed {
+        step,
+        detail: pg_detail(&e),
+    }
+}
+
+/// Creates, reuses or adopts the audit table as [`decide_provision`] decides (never a
+/// table somebody else made); returns the id the tasks start after.
+async fn claim_audit_table(
+    tx: &tokio_postgres::Transaction<'_>,
+    n: &Names,
+    claim: &Claim,
+    adopt: Adopt,
+) -> Result<i64, PgAuditError> {
+    // Ownership, decided in one place: never adopt a table somebody else made.
+    let existing = found(tx, &n.audit_table)
+        .await
+        .map_err(provision_failed("reading the audit table's owner"))?;
     let audit = n.audit_table.quoted();
     let start_after = match decide_provision(&existing, claim, adopt) {
         ProvisionStep::Refuse(why) => return Err(why.into_error(&n.audit_table)),
@@ -600,10 +619,10 @@ async fn provision(
                      tx_time timestamptz NOT NULL DEFAULT now())"
             ))
             .await
-            .map_err(fail("creating the audit table"))?;
-            write_owner(&tx, &n.audit_table, &owner)
+            .map_err(provision_failed("creating the audit table"))?;
+            write_owner(tx, &n.audit_table, &owner)
                 .await
-                .map_err(fail("recording the owner"))?;
+                .map_err(provision_failed("recording the owner"))?;
             owner.start_after
         }
         ProvisionStep::Reuse { start_after } => start_after,
@@ -611,19 +630,28 @@ async fn provision(
             let start_after: i64 = if from_end {
                 tx.query_one(&format!("SELECT coalesce(max(id), 0) FROM {audit}"), &[])
                     .await
-                    .map_err(fail("reading the highest audit id"))?
+                    .map_err(provision_failed("reading the highest audit id"))?
                     .get(0)
             } else {
                 0
             };
-            write_owner(&tx, &n.audit_table, &claim.record(start_after))
+            write_owner(tx, &n.audit_table, &claim.record(start_after))
                 .await
-                .map_err(fail("recording the owner"))?;
+                .map_err(provision_failed("recording the owner"))?;
             tracing::info!(table = %n.audit_table, from_end, start_after, "postgres-audit adopted a kept audit table");
             start_after
         }
     };
+    Ok(start_after)
+}
 
+/// Creates or replaces the trigger function; returns the trigger functions found before
+/// (with their audit tables), so that what an earlier `audit.table` left can go.
+async fn install_function(
+    tx: &tokio_postgres::Transaction<'_>,
+    n: &Names,
+) -> Result<Vec<(TableName, Option<TableName>)>, PgAuditError> {
+    let audit = n.audit_table.quoted();
     let body = format!(
         "BEGIN
            PERFORM pg_catalog.pg_advisory_xact_lock({lock});
@@ -635,9 +663,9 @@ async fn provision(
          END",
         lock = n.order_lock
     );
-    let previous = our_functions(&tx, n)
+    let previous = our_functions(tx, n)
         .await
-        .map_err(fail("listing the trigger functions"))?;
+        .map_err(provision_failed("listing the trigger functions"))?;
     tx.batch_execute(&format!(
         "CREATE OR REPLACE FUNCTION {function}() RETURNS trigger
            LANGUAGE plpgsql SET search_path = pg_catalog AS {body};
@@ -647,11 +675,23 @@ async fn provision(
         comment = pg_literal(&function_comment(n))
     ))
     .await
-    .map_err(fail("creating the trigger function"))?;
+    .map_err(provision_failed("creating the trigger function"))?;
+    Ok(previous)
+}
 
-    let present = our_triggers(&tx, n)
+/// Drops our triggers on tables no longer watched (or of another name or function), and
+/// the function and audit table of an earlier `audit.table` (`previous`), the table only
+/// when `claim` owns it.
+async fn drop_stale(
+    tx: &tokio_postgres::Transaction<'_>,
+    cfg: &PgAuditConfig,
+    claim: &Claim,
+    previous: Vec<(TableName, Option<TableName>)>,
+) -> Result<(), PgAuditError> {
+    let n = &cfg.names;
+    let present = our_triggers(tx, n)
         .await
-        .map_err(fail("listing the triggers"))?;
+        .map_err(provision_failed("listing the triggers"))?;
     let stale: Vec<FoundTrigger> = present
         .into_iter()
         .filter(|t| {
@@ -660,25 +700,38 @@ async fn provision(
                 || Some(t.function_schema.as_str()) != n.function.schema.as_deref()
         })
         .collect();
-    drop_triggers(&tx, &stale)
-        .await
-        .map_err(fail("dropping triggers of tables no longer watched"))?;
+    drop_triggers(tx, &stale).await.map_err(provision_failed(
+        "dropping triggers of tables no longer watched",
+    ))?;
     // What an earlier audit.table left: its function (elsewhere) and its audit table.
     for (function, audit) in previous {
         if function != n.function {
             tx.batch_execute(&format!("DROP FUNCTION IF EXISTS {}()", function.quoted()))
                 .await
-                .map_err(fail(
+                .map_err(provision_failed(
                     "dropping a trigger function of an earlier audit.table",
                 ))?;
         }
         if let Some(audit) = audit.filter(|a| *a != n.audit_table) {
-            drop_audit_table_if_ours(&tx, &audit, claim)
+            drop_audit_table_if_ours(tx, &audit, claim)
                 .await
-                .map_err(fail("dropping the audit table of an earlier audit.table"))?;
+                .map_err(provision_failed(
+                    "dropping the audit table of an earlier audit.table",
+                ))?;
         }
     }
+    Ok(())
+}
 
+/// Creates the trigger on every watched table that lacks it.
+///
+/// # Errors
+/// [`PgAuditError::TableMissing`] for a watched table that does not exist.
+async fn install_triggers(
+    tx: &tokio_postgres::Transaction<'_>,
+    cfg: &PgAuditConfig,
+) -> Result<(), PgAuditError> {
+    let n = &cfg.names;
     for table in &cfg.tables {
         let schema = table.schema.as_deref().unwrap_or(DEFAULT_SCHEMA);
         let found = tx
@@ -691,7 +744,7 @@ async fn provision(
                 &[&schema, &table.name, &n.trigger],
             )
             .await
-            .map_err(fail("looking up a watched table"))?;
+            .map_err(provision_failed("looking up a watched table"))?;
         let Some(row) = found else {
             return Err(PgAuditError::TableMissing {
                 table: table.to_string(),
@@ -707,13 +760,10 @@ async fn provision(
                 function = n.function.quoted()
             ))
             .await
-            .map_err(fail("creating a trigger"))?;
+            .map_err(provision_failed("creating a trigger"))?;
         }
     }
-    tx.commit()
-        .await
-        .map_err(fail("committing the transaction"))?;
-    Ok(start_after)
+    Ok(())
 }
 
 /// Drops our triggers on `only` (all tables when `None`), and with `everything` also the
@@ -897,20 +947,6 @@ impl AuditBackend for Postgres {
     fn close(&mut self) {
         self.client = None;
     }
-}
-
-/// The offsets a [`TaskContext`](wharf_sdk::TaskContext) expects, from `(table, last id)` pairs: keyed by the
-/// canonical JSON text of the source partition. For tests and tools.
-pub fn offsets_for(pairs: &[(TableName, i64)]) -> BTreeMap<String, serde_json::Value> {
-    pairs
-        .iter()
-        .map(|(t, id)| {
-            (
-                source_partition(t).to_string(),
-                serde_json::json!({ "id": id }),
-            )
-        })
-        .collect()
 }
 
 #[cfg(test)]

@@ -15,9 +15,10 @@ use wharf::task::{TaskKind, spawn};
 
 use crate::auth::{AdminAuth, AuthSettings};
 use crate::grpc::guard::GuardedAdmin;
+use crate::grpc::leader_route::LeaderRoute;
 use crate::grpc::registry::RegistryService;
 use crate::reconcile::{Cluster, LeaseConfig, finalizer, run_herder};
-use crate::store::etcd_election::{Election, LeaderRoute, Role};
+use crate::store::etcd_election::{Election, Role};
 use crate::store::seal::{KEY_FILE_NAME, KeyFate, Sealer, key_fate};
 use crate::store::{EtcdOptions, EtcdStore, RedbStore, STORE_FILE_NAME, StateStore};
 
@@ -75,6 +76,10 @@ pub enum StoreOptions {
         advertise: Option<String>,
     },
 }
+
+/// Exit code of bad settings (as clap's usage errors), one that does not parse or one
+/// out of range ([`StartError::exit_code`]).
+pub const EXIT_BAD_SETTINGS: u8 = 2;
 
 /// Why the control plane could not start.
 #[derive(Debug, thiserror::Error)]
@@ -139,13 +144,11 @@ pub enum StartError {
 }
 
 impl StartError {
-    /// The process's exit code for this error: [`crate::launch::EXIT_BAD_SETTINGS`] for
+    /// The process's exit code for this error: [`EXIT_BAD_SETTINGS`] for
     /// a setting out of range (as for one that does not parse), 1 otherwise.
     pub fn exit_code(&self) -> std::process::ExitCode {
         match self {
-            StartError::InvalidSetting { .. } => {
-                std::process::ExitCode::from(crate::launch::EXIT_BAD_SETTINGS)
-            }
+            StartError::InvalidSetting { .. } => std::process::ExitCode::from(EXIT_BAD_SETTINGS),
             _ => std::process::ExitCode::FAILURE,
         }
     }

@@ -395,115 +395,26 @@ impl Args {
             tls: file_tls,
         } = config.read()?;
         let tls = tls.layer(file_tls)?;
-        let store = match store.or(file_store).as_deref() {
-            None | Some("redb") => {
-                // An etcd option without `--store etcd` would be silently unused: the
-                // operator meant etcd, and the control plane would keep its state alone.
-                let etcd_given = [
-                    (
-                        "--etcd-endpoints",
-                        !etcd_endpoints.is_empty() || file_etcd_endpoints.is_some(),
-                    ),
-                    (
-                        "--etcd-prefix",
-                        etcd_prefix.is_some() || file_etcd_prefix.is_some(),
-                    ),
-                    (
-                        "--etcd-election-ttl-secs",
-                        etcd_election_ttl_secs.is_some() || file_etcd_election_ttl_secs.is_some(),
-                    ),
-                    (
-                        "--etcd-cacert",
-                        etcd_cacert.is_some() || file_etcd_cacert.is_some(),
-                    ),
-                    (
-                        "--etcd-cert",
-                        etcd_cert.is_some() || file_etcd_cert.is_some(),
-                    ),
-                    ("--etcd-key", etcd_key.is_some() || file_etcd_key.is_some()),
-                    (
-                        "--etcd-user",
-                        etcd_user.is_some() || file_etcd_user.is_some(),
-                    ),
-                    (
-                        "--etcd-password-file",
-                        etcd_password_file.is_some() || file_etcd_password_file.is_some(),
-                    ),
-                    ("WHARF_ETCD_PASSWORD", etcd_password_env.is_some()),
-                ];
-                if let Some((option, _)) = etcd_given.iter().find(|(_, given)| *given) {
-                    return Err(ConfigError::Invalid {
-                        field: "--store",
-                        reason: format!(
-                            "is redb, but {option} is given: add --store etcd (or drop the etcd options)"
-                        ),
-                    });
-                }
-                app::StoreOptions::Redb
-            }
-            Some("etcd") => {
-                let endpoints = if etcd_endpoints.is_empty() {
-                    file_etcd_endpoints.unwrap_or_default()
-                } else {
-                    etcd_endpoints
-                };
-                if endpoints.is_empty() {
-                    return Err(ConfigError::Missing {
-                        flag: "--etcd-endpoints",
-                        env: "WHARF_ETCD_ENDPOINTS",
-                        key: "etcd_endpoints",
-                    });
-                }
-                let election_ttl_secs =
-                    layer(etcd_election_ttl_secs, file_etcd_election_ttl_secs, || {
-                        wharf_control_plane::store::etcd_election::DEFAULT_ELECTION_TTL_SECS
-                    });
-                if election_ttl_secs < 2 {
-                    return Err(ConfigError::Invalid {
-                        field: "--etcd-election-ttl-secs",
-                        reason: "must be at least 2 (etcd's shortest lease)".into(),
-                    });
-                }
-                let tls = etcd_tls(
-                    &endpoints,
-                    etcd_cacert.or(file_etcd_cacert),
-                    etcd_cert.or(file_etcd_cert),
-                    etcd_key.or(file_etcd_key),
-                )?;
-                let password_file = etcd_password_file.or(file_etcd_password_file);
-                let password = match (&password_file, etcd_password_env) {
-                    (Some(path), None) => Some(PasswordSource::File(read_password(path)?)),
-                    (None, Some(p)) => Some(PasswordSource::Env(p)),
-                    (None, None) => None,
-                    (Some(_), Some(_)) => {
-                        return Err(ConfigError::Invalid {
-                            field: "--etcd-password-file",
-                            reason:
-                                "and WHARF_ETCD_PASSWORD are both set: give the password one way"
-                                    .into(),
-                        });
-                    }
-                };
-                app::StoreOptions::Etcd {
-                    etcd: wharf_control_plane::store::EtcdOptions {
-                        endpoints,
-                        prefix: layer(etcd_prefix, file_etcd_prefix, || {
-                            wharf_control_plane::store::DEFAULT_ETCD_PREFIX.into()
-                        }),
-                        tls,
-                        user: etcd_user_auth(etcd_user.or(file_etcd_user), password)?,
-                    },
-                    election_ttl_secs,
-                    advertise: advertise.or(file_advertise),
-                }
-            }
-            Some(other) => {
-                return Err(ConfigError::Invalid {
-                    field: "--store",
-                    reason: format!("{other:?} is not a backend; use redb or etcd"),
-                });
-            }
+        let etcd = EtcdGiven {
+            endpoints: if etcd_endpoints.is_empty() {
+                file_etcd_endpoints
+            } else {
+                Some(etcd_endpoints)
+            },
+            prefix: etcd_prefix.or(file_etcd_prefix),
+            election_ttl_secs: etcd_election_ttl_secs.or(file_etcd_election_ttl_secs),
+            cacert: etcd_cacert.or(file_etcd_cacert),
+            cert: etcd_cert.or(file_etcd_cert),
+            key: etcd_key.or(file_etcd_key),
+            user: etcd_user.or(file_etcd_user),
+            password_file: etcd_password_file.or(file_etcd_password_file),
+            password_env: etcd_password_env,
         };
+        let store = store_options(
+            store.or(file_store).as_deref(),
+            etcd,
+            advertise.or(file_advertise),
+        )?;
         let server = server.layer(file_server, None)?;
         Ok(Settings {
             config: Config {
@@ -541,6 +452,119 @@ enum PasswordSource {
     File(Password),
     /// `WHARF_ETCD_PASSWORD`.
     Env(Password),
+}
+/// The etcd options, each from the command line (or the environment) before the config
+/// file; `None` when given nowhere.
+struct EtcdGiven {
+    endpoints: Option<Vec<String>>,
+    prefix: Option<String>,
+    election_ttl_secs: Option<u32>,
+    cacert: Option<PathBuf>,
+    cert: Option<PathBuf>,
+    key: Option<PathBuf>,
+    user: Option<String>,
+    password_file: Option<PathBuf>,
+    password_env: Option<Password>,
+}
+
+impl EtcdGiven {
+    /// The first etcd option given, by its flag (the password from the environment by its
+    /// variable): with the redb store it would be silently unused.
+    fn first_given(&self) -> Option<&'static str> {
+        [
+            ("--etcd-endpoints", self.endpoints.is_some()),
+            ("--etcd-prefix", self.prefix.is_some()),
+            ("--etcd-election-ttl-secs", self.election_ttl_secs.is_some()),
+            ("--etcd-cacert", self.cacert.is_some()),
+            ("--etcd-cert", self.cert.is_some()),
+            ("--etcd-key", self.key.is_some()),
+            ("--etcd-user", self.user.is_some()),
+            ("--etcd-password-file", self.password_file.is_some()),
+            ("WHARF_ETCD_PASSWORD", self.password_env.is_some()),
+        ]
+        .into_iter()
+        .find_map(|(option, given)| given.then_some(option))
+    }
+}
+
+/// The store backend `backend` names (`redb` when none) with its options.
+///
+/// # Errors
+/// An unknown backend; an etcd option with redb (the operator meant etcd, and the control
+/// plane would keep its state alone); a missing or invalid etcd option.
+fn store_options(
+    backend: Option<&str>,
+    etcd: EtcdGiven,
+    advertise: Option<String>,
+) -> Result<app::StoreOptions, ConfigError> {
+    match backend {
+        None | Some("redb") => match etcd.first_given() {
+            Some(option) => Err(ConfigError::Invalid {
+                field: "--store",
+                reason: format!(
+                    "is redb, but {option} is given: add --store etcd (or drop the etcd options)"
+                ),
+            }),
+            None => Ok(app::StoreOptions::Redb),
+        },
+        Some("etcd") => etcd_store(etcd, advertise),
+        Some(other) => Err(ConfigError::Invalid {
+            field: "--store",
+            reason: format!("{other:?} is not a backend; use redb or etcd"),
+        }),
+    }
+}
+
+/// The etcd store's options from `etcd`: endpoints required, an election TTL of at least
+/// 2 s, TLS matching the endpoints' scheme, the password given one way.
+///
+/// # Errors
+/// [`ConfigError`] naming the option that is missing or wrong.
+fn etcd_store(
+    etcd: EtcdGiven,
+    advertise: Option<String>,
+) -> Result<app::StoreOptions, ConfigError> {
+    let endpoints = etcd.endpoints.unwrap_or_default();
+    if endpoints.is_empty() {
+        return Err(ConfigError::Missing {
+            flag: "--etcd-endpoints",
+            env: "WHARF_ETCD_ENDPOINTS",
+            key: "etcd_endpoints",
+        });
+    }
+    let election_ttl_secs = etcd
+        .election_ttl_secs
+        .unwrap_or(wharf_control_plane::store::etcd_election::DEFAULT_ELECTION_TTL_SECS);
+    if election_ttl_secs < 2 {
+        return Err(ConfigError::Invalid {
+            field: "--etcd-election-ttl-secs",
+            reason: "must be at least 2 (etcd's shortest lease)".into(),
+        });
+    }
+    let tls = etcd_tls(&endpoints, etcd.cacert, etcd.cert, etcd.key)?;
+    let password = match (&etcd.password_file, etcd.password_env) {
+        (Some(path), None) => Some(PasswordSource::File(read_password(path)?)),
+        (None, Some(p)) => Some(PasswordSource::Env(p)),
+        (None, None) => None,
+        (Some(_), Some(_)) => {
+            return Err(ConfigError::Invalid {
+                field: "--etcd-password-file",
+                reason: "and WHARF_ETCD_PASSWORD are both set: give the password one way".into(),
+            });
+        }
+    };
+    Ok(app::StoreOptions::Etcd {
+        etcd: wharf_control_plane::store::EtcdOptions {
+            endpoints,
+            prefix: etcd
+                .prefix
+                .unwrap_or_else(|| wharf_control_plane::store::DEFAULT_ETCD_PREFIX.into()),
+            tls,
+            user: etcd_user_auth(etcd.user, password)?,
+        },
+        election_ttl_secs,
+        advertise,
+    })
 }
 
 /// Reads `--etcd-password-file`: the first line, without its line ending.
@@ -750,6 +774,96 @@ mod tests {
             "https://10.0.0.1:2379".into(),
             "https://10.0.0.2:2379".into(),
         ]
+    }
+
+    /// No etcd option given anywhere.
+    fn no_etcd() -> EtcdGiven {
+        EtcdGiven {
+            endpoints: None,
+            prefix: None,
+            election_ttl_secs: None,
+            cacert: None,
+            cert: None,
+            key: None,
+            user: None,
+            password_file: None,
+            password_env: None,
+        }
+    }
+
+    #[test]
+    fn no_etcd_option_given_names_none() {
+        assert_eq!(no_etcd().first_given(), None);
+    }
+
+    #[test]
+    fn each_etcd_option_given_is_named_by_its_flag() {
+        type Give = fn(&mut EtcdGiven);
+        let cases: [(&str, Give); 9] = [
+            ("--etcd-endpoints", |e| e.endpoints = Some(Vec::new())),
+            ("--etcd-prefix", |e| e.prefix = Some("p/".into())),
+            ("--etcd-election-ttl-secs", |e| {
+                e.election_ttl_secs = Some(5)
+            }),
+            ("--etcd-cacert", |e| e.cacert = Some("/ca".into())),
+            ("--etcd-cert", |e| e.cert = Some("/c".into())),
+            ("--etcd-key", |e| e.key = Some("/k".into())),
+            ("--etcd-user", |e| e.user = Some("w".into())),
+            ("--etcd-password-file", |e| {
+                e.password_file = Some("/pw".into())
+            }),
+            ("WHARF_ETCD_PASSWORD", |e| {
+                e.password_env = Some(Password::new("pw"));
+            }),
+        ];
+        for (name, give) in cases {
+            let mut etcd = no_etcd();
+            give(&mut etcd);
+            assert_eq!(etcd.first_given(), Some(name));
+        }
+    }
+
+    #[test]
+    fn the_first_of_several_etcd_options_is_named() {
+        let etcd = EtcdGiven {
+            user: Some("w".into()),
+            cacert: Some("/ca".into()),
+            ..no_etcd()
+        };
+        assert_eq!(etcd.first_given(), Some("--etcd-cacert"));
+    }
+
+    #[test]
+    fn redb_is_the_default_backend_and_another_name_is_refused() {
+        assert!(matches!(
+            store_options(None, no_etcd(), None),
+            Ok(app::StoreOptions::Redb)
+        ));
+        assert!(matches!(
+            store_options(Some("redb"), no_etcd(), None),
+            Ok(app::StoreOptions::Redb)
+        ));
+        let err = store_options(Some("sqlite"), no_etcd(), None).expect_err("no backend");
+        assert!(
+            err.to_string().contains("\"sqlite\" is not a backend"),
+            "{err}"
+        );
+    }
+
+    #[test]
+    fn the_etcd_store_needs_endpoints_and_an_election_ttl_of_at_least_2() {
+        let err = store_options(Some("etcd"), no_etcd(), None).expect_err("no endpoints");
+        assert!(err.to_string().contains("--etcd-endpoints"), "{err}");
+        let short = EtcdGiven {
+            endpoints: Some(vec!["http://127.0.0.1:2379".into()]),
+            election_ttl_secs: Some(1),
+            ..no_etcd()
+        };
+        let err = store_options(Some("etcd"), short, None).expect_err("ttl 1");
+        assert!(
+            err.to_string().contains("--etcd-election-ttl-secs"),
+            "{err}"
+        );
     }
 
     #[test]

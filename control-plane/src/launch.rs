@@ -12,8 +12,7 @@ use crate::auth::{Role, token};
 /// The binary's name, as its messages start.
 const NAME: &str = "wharf-control-plane";
 
-/// Exit code of bad settings (as clap's usage errors).
-pub const EXIT_BAD_SETTINGS: u8 = 2;
+pub use crate::app::EXIT_BAD_SETTINGS;
 
 /// Everything `wharf-control-plane` runs with.
 #[derive(Debug)]
@@ -36,7 +35,8 @@ pub async fn run(settings: Settings) -> ExitCode {
         observability,
     } = settings;
     // Bound first, so that the span export names this replica by the address it serves
-    // on (two replicas started with --listen 127.0.0.1:0 were both `127.0.0.1:0`).
+    // on: with `--listen 127.0.0.1:0` the flag names no port, and every replica started
+    // so would have the same name.
     let admin = match crate::app::bind_admin(config.listen).await {
         Ok(l) => l,
         Err(e) => {

@@ -6,7 +6,7 @@
 //! A caller that presented no valid credentials is not written anywhere durable
 //! ([`in_trail`]): a stranger must not be able to grow the store or evict the trail by
 //! retention. Such refusals are counted and logged at most once per
-//! [`UNAUTHENTICATED_LOG_INTERVAL`] ([`wharf::telemetry::Throttle`]). Every caller-supplied
+//! [`UNAUTHENTICATED_LOG_INTERVAL`] ([`wharf::throttle::Throttle`]). Every caller-supplied
 //! text in an entry or a log line is bounded ([`bounded`]).
 
 use std::borrow::Cow;
@@ -14,6 +14,7 @@ use std::time::{Duration, Instant};
 
 use tracing::{error, info};
 
+pub use crate::model::text::bounded;
 use crate::model::{AuditEntry, AuditRetention};
 use crate::store::StateStore;
 
@@ -37,21 +38,6 @@ pub const MAX_AUDIT_MESSAGE_BYTES: usize = 1024;
 /// then one line per interval says how many more were refused since. A flood of such
 /// calls costs a counter increment each, not a log line each.
 pub const UNAUTHENTICATED_LOG_INTERVAL: Duration = Duration::from_secs(60);
-
-/// `text` as it may be quoted: unchanged when at most `max_bytes` long, otherwise its
-/// longest prefix of at most `max_bytes` bytes that ends on a char boundary, followed by
-/// `...[cut, N bytes]` with `N` the original length in bytes. The result is at most
-/// `max_bytes` plus the marker (under 40 bytes) long.
-pub fn bounded(text: &str, max_bytes: usize) -> Cow<'_, str> {
-    if text.len() <= max_bytes {
-        return Cow::Borrowed(text);
-    }
-    let mut end = max_bytes;
-    while !text.is_char_boundary(end) {
-        end -= 1;
-    }
-    Cow::Owned(format!("{}...[cut, {} bytes]", &text[..end], text.len()))
-}
 
 /// A caller-supplied connector name as it may be quoted: [`bounded`] to
 /// [`MAX_QUOTED_NAME_BYTES`].
@@ -306,13 +292,6 @@ mod bound_tests {
     }
 
     #[test]
-    fn a_name_is_cut_on_a_char_boundary() {
-        // 'é' is two bytes: a cut at 5 would split the third one.
-        let cut = bounded("éééé", 5);
-        assert_eq!(cut, "éé...[cut, 8 bytes]");
-    }
-
-    #[test]
     fn a_message_is_bounded_by_its_own_limit() {
         let msg = "m".repeat(MAX_AUDIT_MESSAGE_BYTES + 1);
         assert!(bounded(&msg, MAX_AUDIT_MESSAGE_BYTES).ends_with("...[cut, 1025 bytes]"));
@@ -356,7 +335,7 @@ mod bound_tests {
 
     #[test]
     fn the_first_unauthenticated_refusal_is_logged() {
-        assert!(wharf::telemetry::line_due(
+        assert!(wharf::throttle::line_due(
             None,
             Instant::now(),
             UNAUTHENTICATED_LOG_INTERVAL
@@ -366,7 +345,7 @@ mod bound_tests {
     #[test]
     fn an_unauthenticated_refusal_soon_after_a_logged_one_is_not_logged() {
         let t = Instant::now();
-        assert!(!wharf::telemetry::line_due(
+        assert!(!wharf::throttle::line_due(
             Some(t),
             t + UNAUTHENTICATED_LOG_INTERVAL / 2,
             UNAUTHENTICATED_LOG_INTERVAL
@@ -376,7 +355,7 @@ mod bound_tests {
     #[test]
     fn an_unauthenticated_refusal_an_interval_after_a_logged_one_is_logged() {
         let t = Instant::now();
-        assert!(wharf::telemetry::line_due(
+        assert!(wharf::throttle::line_due(
             Some(t),
             t + UNAUTHENTICATED_LOG_INTERVAL,
             UNAUTHENTICATED_LOG_INTERVAL

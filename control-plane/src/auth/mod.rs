@@ -44,7 +44,7 @@ pub struct AdminAuth {
     /// How much of the audit trail is kept.
     pub retention: AuditRetention,
     /// When an unauthenticated refusal was last logged, and how many were not since.
-    unauthenticated_log: std::sync::Mutex<wharf::telemetry::Throttle>,
+    unauthenticated_log: std::sync::Mutex<wharf::throttle::Throttle>,
     /// Each identified caller's refusals in the current window
     /// ([`audit::REFUSALS_RECORDED_PER_MINUTE`]), by the entry's principal. Callers are
     /// bounded by the token file and the certificates our CA signed.
@@ -142,7 +142,7 @@ impl AdminAuth {
         error: &AuthError,
     ) {
         crate::observe::admin_call_unauthenticated();
-        let due = wharf::telemetry::Throttle::note_shared(
+        let due = wharf::throttle::Throttle::note_shared(
             &self.unauthenticated_log,
             audit::UNAUTHENTICATED_LOG_INTERVAL,
         );

@@ -15,8 +15,8 @@ use super::admin::AdminService;
 use crate::admin::guard::{Caller, Guard, Outcome};
 use crate::auth::audit::code_name;
 use crate::auth::{AdminAction, AdminAuth, DeleteMode, peer_identity};
+use crate::grpc::leader_route::FORWARDED_HEADER;
 use crate::reconcile::Cluster;
-use crate::store::etcd_election::FORWARDED_HEADER;
 
 /// [`AdminService`] behind the admin [`Guard`].
 pub struct GuardedAdmin {

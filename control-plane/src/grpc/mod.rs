@@ -7,4 +7,5 @@ pub mod admin;
 pub mod convert;
 pub mod error;
 pub mod guard;
+pub mod leader_route;
 pub mod registry;

@@ -3,6 +3,7 @@
 //! these.
 
 mod audit;
+pub mod text;
 
 pub use audit::{
     AuditEntry, AuditPage, AuditQuery, AuditRetention, DEFAULT_AUDIT_MAX_AGE_DAYS,
@@ -202,10 +203,10 @@ pub const MAX_REPORTED_ERROR_BYTES: usize = 16 * 1024;
 
 /// `error` as it is stored: unchanged up to [`MAX_REPORTED_ERROR_BYTES`], otherwise its
 /// start followed by `...[cut, N bytes]` (N the length sent), as
-/// [`crate::auth::audit::bounded`] cuts; at most the bound plus the marker (under 40
+/// [`text::bounded`] cuts; at most the bound plus the marker (under 40
 /// bytes). Pure.
 pub fn reported_error(error: String) -> String {
-    match crate::auth::audit::bounded(&error, MAX_REPORTED_ERROR_BYTES) {
+    match text::bounded(&error, MAX_REPORTED_ERROR_BYTES) {
         std::borrow::Cow::Borrowed(_) => error,
         std::borrow::Cow::Owned(cut) => cut,
     }

@@ -9,6 +9,11 @@ use std::sync::Mutex;
 use serde_json::{Value, json};
 
 use super::error::RestError;
+use super::request::{SET_LOGGER_FIELDS, json_body, ok, path_part, query_pairs, unknown_field};
+use super::{Gateway, RestResult};
+use axum::body::Body;
+use axum::extract::{Path, RawQuery, State};
+use axum::http::HeaderMap;
 
 /// Installs a filter given as tracing directives (`info,wharf_control_plane::reconcile=debug`).
 pub type Apply = Box<dyn Fn(&str) -> Result<(), String> + Send + Sync>;
@@ -166,6 +171,59 @@ fn directives(kept: &[String], levels: &BTreeMap<String, (String, Option<i64>)>)
 
 fn now_ms() -> i64 {
     crate::reconcile::now_ms()
+}
+
+// ---- the /admin/loggers routes ----
+
+pub(super) async fn all_loggers(State(g): State<Gateway>) -> RestResult {
+    ok(g.loggers.all())
+}
+
+pub(super) async fn logger(
+    State(g): State<Gateway>,
+    p: Result<Path<String>, axum::extract::rejection::PathRejection>,
+) -> RestResult {
+    let name = path_part(p)?;
+    match g.loggers.get(&name) {
+        Some(v) => ok(v),
+        None => Err(RestError::Api(crate::admin::ApiError::InvalidArgument {
+            field: "logger".into(),
+            reason: format!(
+                "logger {name:?} has no level set; GET /admin/loggers lists those that do"
+            ),
+        })),
+    }
+}
+
+/// `PUT /admin/loggers/{logger}` `{"level": "DEBUG"}`: 200 with the loggers changed.
+pub(super) async fn set_logger(
+    State(g): State<Gateway>,
+    p: Result<Path<String>, axum::extract::rejection::PathRejection>,
+    q: RawQuery,
+    headers: HeaderMap,
+    body: Body,
+) -> RestResult {
+    let name = path_part(p)?;
+    let pairs = query_pairs(&q)?;
+    if let Some((_, scope)) = pairs.iter().rev().find(|(k, _)| k == "scope")
+        && !scope.eq_ignore_ascii_case("worker")
+        && !scope.eq_ignore_ascii_case("cluster")
+    {
+        return Err(RestError::BadRequest(format!(
+            "scope={scope:?}: scope is worker or cluster"
+        )));
+    }
+    let v = json_body(&headers, body).await?;
+    if let Some(e) = unknown_field(&v, "the body", SET_LOGGER_FIELDS) {
+        return Err(e);
+    }
+    let Some(Value::String(level)) = v.get("level") else {
+        return Err(RestError::BadRequest(
+            "the body must be {\"level\": \"DEBUG\"}".into(),
+        ));
+    };
+    let changed = g.loggers.set(&name, level)?;
+    ok(json!(changed))
 }
 
 #[cfg(test)]

@@ -12,7 +12,8 @@ mod redb_store;
 pub mod seal;
 
 pub use etcd_store::{
-    DEFAULT_ETCD_PREFIX, EtcdOptions, EtcdStore, EtcdTls, EtcdUser, Fence, Password, WriteFence,
+    DEFAULT_ETCD_PREFIX, ETCD_CONNECT_TIMEOUT_MS, EtcdOptions, EtcdStore, EtcdTls, EtcdUser, Fence,
+    Password, WriteFence,
 };
 pub use redb_store::RedbStore;
 
@@ -81,7 +82,7 @@ pub trait StateStore: Send + Sync + 'static {
     /// The connectors named in `names` that exist, shared (for read-only use), in no
     /// particular order. The default reads every connector and keeps the named ones; a
     /// backend that holds its records in memory looks each name up, so that a herder pass
-    /// over a few changed connectors does not walk the cluster (issue 19).
+    /// over a few changed connectors does not walk the cluster (bench/NOTES.md, "Scale").
     fn connectors_named(
         &self,
         names: &std::collections::HashSet<String>,
@@ -120,7 +121,7 @@ pub trait StateStore: Send + Sync + 'static {
     /// The deletions `keep` accepts, copied; the others are not copied. The finalizer's
     /// pass looks at every deletion and acts on few (most have a round in flight): at
     /// 10,000 deletions in progress, copying all of them on every pass was a fifth of the
-    /// control plane (issue 19, bench/NOTES.md). The default reads every one.
+    /// control plane (bench/NOTES.md, "Scale"). The default reads every one.
     ///
     /// # Errors
     /// As [`StateStore::deletions`].

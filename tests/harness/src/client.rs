@@ -1,5 +1,5 @@
-//! Typed tonic clients of the Wharf services for the suites (issue 13: the suites drive
-//! the API through the generated clients, not a grpcurl process): a channel over
+//! Typed tonic clients of the Wharf services for the suites (the suites drive the API
+//! through the generated clients, not a grpcurl process): a channel over
 //! plaintext or mutual TLS (`wharf::tls`, docs/security.md), an optional bearer token
 //! (`--admin-tokens`, docs/security.md), and [`rpc`], the JSON-in, JSON-out call most
 //! suites assert with.
@@ -244,15 +244,21 @@ pub fn rpc(addr: &str, dial: &Dial, method: &str, body: &Value) -> Call {
     }
 }
 
-/// Request JSON of `service.name` into the generated type `T`.
-fn request<T: Message + Default>(service: &str, name: &str, body: &Value) -> Result<T, String> {
+/// The descriptor of method `service/name`.
+fn method(service: &str, name: &str) -> Result<prost_reflect::MethodDescriptor, String> {
     let svc = pool()
         .get_service_by_name(service)
         .ok_or_else(|| format!("no service {service}"))?;
-    let m = svc
-        .methods()
+    svc.methods()
         .find(|m| m.name() == name)
-        .ok_or_else(|| format!("no method {service}/{name}"))?;
+        .ok_or_else(|| format!("no method {service}/{name}"))
+}
+
+/// Request JSON `body` of method `m` into the generated type `T`.
+fn request<T: Message + Default>(
+    m: &prost_reflect::MethodDescriptor,
+    body: &Value,
+) -> Result<T, String> {
     let dynamic = DynamicMessage::deserialize(m.input(), body.clone())
         .map_err(|e| format!("request JSON {body} for {}: {e}", m.input().full_name()))?;
     T::decode(dynamic.encode_to_vec().as_slice()).map_err(|e| e.to_string())
@@ -322,19 +328,27 @@ fn map_key(k: &prost_reflect::MapKey) -> String {
     }
 }
 
-/// One typed unary call: `Ok(Call)` for any answer, `Err` for a test bug.
-macro_rules! unary {
-    ($client:expr, $method:ident, $service:expr, $name:expr, $body:expr, $req:ty, $resp:literal) => {{
-        let req: $req = request($service, $name, $body)?;
-        Ok(match $client.$method(req).await {
-            Ok(r) => Call {
-                code: 0,
-                body: response(&r.into_inner(), $resp),
-                err: String::new(),
-            },
-            Err(s) => Call::failed(&s),
-        })
-    }};
+/// One typed unary call of method `m` with request JSON `body`, `call` sending the
+/// typed request: `Ok(Call)` for any answer, `Err` for a test bug.
+async fn unary<Req, Resp, Fut>(
+    m: &prost_reflect::MethodDescriptor,
+    body: &Value,
+    call: impl FnOnce(Req) -> Fut,
+) -> Result<Call, String>
+where
+    Req: Message + Default,
+    Resp: Message,
+    Fut: std::future::Future<Output = Result<tonic::Response<Resp>, Status>>,
+{
+    let req: Req = request(m, body)?;
+    Ok(match call(req).await {
+        Ok(r) => Call {
+            code: 0,
+            body: response(&r.into_inner(), m.output().full_name()),
+            err: String::new(),
+        },
+        Err(s) => Call::failed(&s),
+    })
 }
 
 async fn dispatch(
@@ -343,278 +357,159 @@ async fn dispatch(
     name: &str,
     body: &Value,
 ) -> Result<Call, String> {
-    let b = body;
     match service {
-        "wharf.v1.ConnectorAdmin" => {
-            let mut c = ConnectorAdminClient::new(channel);
-            let s = service;
-            match name {
-                "CreateConnector" => unary!(
-                    c,
-                    create_connector,
-                    s,
-                    name,
-                    b,
-                    pb::CreateConnectorRequest,
-                    "wharf.v1.CreateConnectorResponse"
-                ),
-                "PutConnectorConfig" => unary!(
-                    c,
-                    put_connector_config,
-                    s,
-                    name,
-                    b,
-                    pb::PutConnectorConfigRequest,
-                    "wharf.v1.PutConnectorConfigResponse"
-                ),
-                "GetConnector" => unary!(
-                    c,
-                    get_connector,
-                    s,
-                    name,
-                    b,
-                    pb::GetConnectorRequest,
-                    "wharf.v1.GetConnectorResponse"
-                ),
-                "ListConnectors" => unary!(
-                    c,
-                    list_connectors,
-                    s,
-                    name,
-                    b,
-                    pb::ListConnectorsRequest,
-                    "wharf.v1.ListConnectorsResponse"
-                ),
-                "GetConnectorStatus" => unary!(
-                    c,
-                    get_connector_status,
-                    s,
-                    name,
-                    b,
-                    pb::GetConnectorStatusRequest,
-                    "wharf.v1.GetConnectorStatusResponse"
-                ),
-                "ValidateConnectorConfig" => unary!(
-                    c,
-                    validate_connector_config,
-                    s,
-                    name,
-                    b,
-                    pb::ValidateConnectorConfigRequest,
-                    "wharf.v1.ValidateConnectorConfigResponse"
-                ),
-                "ListConnectorPlugins" => unary!(
-                    c,
-                    list_connector_plugins,
-                    s,
-                    name,
-                    b,
-                    pb::ListConnectorPluginsRequest,
-                    "wharf.v1.ListConnectorPluginsResponse"
-                ),
-                "PauseConnector" => unary!(
-                    c,
-                    pause_connector,
-                    s,
-                    name,
-                    b,
-                    pb::PauseConnectorRequest,
-                    "wharf.v1.PauseConnectorResponse"
-                ),
-                "ResumeConnector" => unary!(
-                    c,
-                    resume_connector,
-                    s,
-                    name,
-                    b,
-                    pb::ResumeConnectorRequest,
-                    "wharf.v1.ResumeConnectorResponse"
-                ),
-                "StopConnector" => unary!(
-                    c,
-                    stop_connector,
-                    s,
-                    name,
-                    b,
-                    pb::StopConnectorRequest,
-                    "wharf.v1.StopConnectorResponse"
-                ),
-                "RestartConnector" => unary!(
-                    c,
-                    restart_connector,
-                    s,
-                    name,
-                    b,
-                    pb::RestartConnectorRequest,
-                    "wharf.v1.RestartConnectorResponse"
-                ),
-                "RestartTask" => unary!(
-                    c,
-                    restart_task,
-                    s,
-                    name,
-                    b,
-                    pb::RestartTaskRequest,
-                    "wharf.v1.RestartTaskResponse"
-                ),
-                "DeleteConnector" => unary!(
-                    c,
-                    delete_connector,
-                    s,
-                    name,
-                    b,
-                    pb::DeleteConnectorRequest,
-                    "wharf.v1.DeleteConnectorResponse"
-                ),
-                "RetryCleanup" => unary!(
-                    c,
-                    retry_cleanup,
-                    s,
-                    name,
-                    b,
-                    pb::RetryCleanupRequest,
-                    "wharf.v1.RetryCleanupResponse"
-                ),
-                "GetOffsets" => unary!(
-                    c,
-                    get_offsets,
-                    s,
-                    name,
-                    b,
-                    pb::GetOffsetsRequest,
-                    "wharf.v1.GetOffsetsResponse"
-                ),
-                "AlterOffsets" => unary!(
-                    c,
-                    alter_offsets,
-                    s,
-                    name,
-                    b,
-                    pb::AlterOffsetsRequest,
-                    "wharf.v1.AlterOffsetsResponse"
-                ),
-                "ResetOffsets" => unary!(
-                    c,
-                    reset_offsets,
-                    s,
-                    name,
-                    b,
-                    pb::ResetOffsetsRequest,
-                    "wharf.v1.ResetOffsetsResponse"
-                ),
-                "ListExecutors" => unary!(
-                    c,
-                    list_executors,
-                    s,
-                    name,
-                    b,
-                    pb::ListExecutorsRequest,
-                    "wharf.v1.ListExecutorsResponse"
-                ),
-                "ListAuditEntries" => unary!(
-                    c,
-                    list_audit_entries,
-                    s,
-                    name,
-                    b,
-                    pb::ListAuditEntriesRequest,
-                    "wharf.v1.ListAuditEntriesResponse"
-                ),
-                other => Err(format!(
-                    "{service}/{other}: not a unary method (WatchConnector: use watch)"
-                )),
-            }
-        }
-        "wharf.v1.Executor" => {
-            let mut c = ExecutorClient::new(channel);
-            let s = service;
-            match name {
-                "StartConnector" => unary!(
-                    c,
-                    start_connector,
-                    s,
-                    name,
-                    b,
-                    pb::StartConnectorRequest,
-                    "wharf.v1.StartConnectorResponse"
-                ),
-                "StopConnector" => unary!(
-                    c,
-                    stop_connector,
-                    s,
-                    name,
-                    b,
-                    pb::ExecutorStopConnectorRequest,
-                    "wharf.v1.ExecutorStopConnectorResponse"
-                ),
-                "ComputeTaskConfigs" => unary!(
-                    c,
-                    compute_task_configs,
-                    s,
-                    name,
-                    b,
-                    pb::ComputeTaskConfigsRequest,
-                    "wharf.v1.ComputeTaskConfigsResponse"
-                ),
-                "StartTask" => unary!(
-                    c,
-                    start_task,
-                    s,
-                    name,
-                    b,
-                    pb::StartTaskRequest,
-                    "wharf.v1.StartTaskResponse"
-                ),
-                "StopTask" => unary!(
-                    c,
-                    stop_task,
-                    s,
-                    name,
-                    b,
-                    pb::StopTaskRequest,
-                    "wharf.v1.StopTaskResponse"
-                ),
-                "ListAssignments" => unary!(
-                    c,
-                    list_assignments,
-                    s,
-                    name,
-                    b,
-                    pb::ListAssignmentsRequest,
-                    "wharf.v1.ListAssignmentsResponse"
-                ),
-                "ValidateConfig" => unary!(
-                    c,
-                    validate_config,
-                    s,
-                    name,
-                    b,
-                    pb::ValidateConfigRequest,
-                    "wharf.v1.ValidateConfigResponse"
-                ),
-                other => Err(format!("{service}/{other}: no such method")),
-            }
-        }
-        // Not in the Wharf descriptor set: its one field each way by hand.
-        "grpc.health.v1.Health" if name == "Check" => {
-            let service_name = body["service"].as_str().unwrap_or_default().to_owned();
-            let mut c = tonic_health::pb::health_client::HealthClient::new(channel);
-            let req = tonic_health::pb::HealthCheckRequest {
-                service: service_name,
-            };
-            Ok(match c.check(req).await {
-                Ok(r) => {
-                    let status = r.into_inner().status();
-                    Call {
-                        code: 0,
-                        body: serde_json::json!({ "status": status.as_str_name() }),
-                        err: String::new(),
-                    }
-                }
-                Err(s) => Call::failed(&s),
-            })
-        }
+        "wharf.v1.ConnectorAdmin" => admin_call(channel, name, body).await,
+        "wharf.v1.Executor" => executor_call(channel, name, body).await,
+        "grpc.health.v1.Health" if name == "Check" => Ok(health_check(channel, body).await),
         other => Err(format!("{other}/{name}: not a service the harness calls")),
+    }
+}
+
+/// A unary call of `wharf.v1.ConnectorAdmin`.
+async fn admin_call(channel: AuthChannel, name: &str, body: &Value) -> Result<Call, String> {
+    let service = "wharf.v1.ConnectorAdmin";
+    let mut c = ConnectorAdminClient::new(channel);
+    let not_unary = || format!("{service}/{name}: not a unary method (WatchConnector: use watch)");
+    let m = method(service, name).map_err(|_| not_unary())?;
+    match name {
+        "CreateConnector" => {
+            unary(&m, body, |r: pb::CreateConnectorRequest| {
+                c.create_connector(r)
+            })
+            .await
+        }
+        "PutConnectorConfig" => {
+            unary(&m, body, |r: pb::PutConnectorConfigRequest| {
+                c.put_connector_config(r)
+            })
+            .await
+        }
+        "GetConnector" => unary(&m, body, |r: pb::GetConnectorRequest| c.get_connector(r)).await,
+        "ListConnectors" => {
+            unary(&m, body, |r: pb::ListConnectorsRequest| {
+                c.list_connectors(r)
+            })
+            .await
+        }
+        "GetConnectorStatus" => {
+            unary(&m, body, |r: pb::GetConnectorStatusRequest| {
+                c.get_connector_status(r)
+            })
+            .await
+        }
+        "ValidateConnectorConfig" => {
+            unary(&m, body, |r: pb::ValidateConnectorConfigRequest| {
+                c.validate_connector_config(r)
+            })
+            .await
+        }
+        "ListConnectorPlugins" => {
+            unary(&m, body, |r: pb::ListConnectorPluginsRequest| {
+                c.list_connector_plugins(r)
+            })
+            .await
+        }
+        "PauseConnector" => {
+            unary(&m, body, |r: pb::PauseConnectorRequest| {
+                c.pause_connector(r)
+            })
+            .await
+        }
+        "ResumeConnector" => {
+            unary(&m, body, |r: pb::ResumeConnectorRequest| {
+                c.resume_connector(r)
+            })
+            .await
+        }
+        "StopConnector" => unary(&m, body, |r: pb::StopConnectorRequest| c.stop_connector(r)).await,
+        "RestartConnector" => {
+            unary(&m, body, |r: pb::RestartConnectorRequest| {
+                c.restart_connector(r)
+            })
+            .await
+        }
+        "RestartTask" => unary(&m, body, |r: pb::RestartTaskRequest| c.restart_task(r)).await,
+        "DeleteConnector" => {
+            unary(&m, body, |r: pb::DeleteConnectorRequest| {
+                c.delete_connector(r)
+            })
+            .await
+        }
+        "RetryCleanup" => unary(&m, body, |r: pb::RetryCleanupRequest| c.retry_cleanup(r)).await,
+        "GetOffsets" => unary(&m, body, |r: pb::GetOffsetsRequest| c.get_offsets(r)).await,
+        "AlterOffsets" => unary(&m, body, |r: pb::AlterOffsetsRequest| c.alter_offsets(r)).await,
+        "ResetOffsets" => unary(&m, body, |r: pb::ResetOffsetsRequest| c.reset_offsets(r)).await,
+        "ListExecutors" => unary(&m, body, |r: pb::ListExecutorsRequest| c.list_executors(r)).await,
+        "ListAuditEntries" => {
+            unary(&m, body, |r: pb::ListAuditEntriesRequest| {
+                c.list_audit_entries(r)
+            })
+            .await
+        }
+        _ => Err(not_unary()),
+    }
+}
+
+/// A unary call of `wharf.v1.Executor`.
+async fn executor_call(channel: AuthChannel, name: &str, body: &Value) -> Result<Call, String> {
+    let service = "wharf.v1.Executor";
+    let mut c = ExecutorClient::new(channel);
+    let m = method(service, name).map_err(|_| format!("{service}/{name}: no such method"))?;
+    match name {
+        "StartConnector" => {
+            unary(&m, body, |r: pb::StartConnectorRequest| {
+                c.start_connector(r)
+            })
+            .await
+        }
+        "StopConnector" => {
+            unary(&m, body, |r: pb::ExecutorStopConnectorRequest| {
+                c.stop_connector(r)
+            })
+            .await
+        }
+        "ComputeTaskConfigs" => {
+            unary(&m, body, |r: pb::ComputeTaskConfigsRequest| {
+                c.compute_task_configs(r)
+            })
+            .await
+        }
+        "StartTask" => unary(&m, body, |r: pb::StartTaskRequest| c.start_task(r)).await,
+        "StopTask" => unary(&m, body, |r: pb::StopTaskRequest| c.stop_task(r)).await,
+        "ListAssignments" => {
+            unary(&m, body, |r: pb::ListAssignmentsRequest| {
+                c.list_assignments(r)
+            })
+            .await
+        }
+        "ValidateConfig" => {
+            unary(&m, body, |r: pb::ValidateConfigRequest| {
+                c.validate_config(r)
+            })
+            .await
+        }
+        other => Err(format!("{service}/{other}: no such method")),
+    }
+}
+
+/// `grpc.health.v1.Health/Check`: not in the Wharf descriptor set, so its one field each
+/// way by hand.
+async fn health_check(channel: AuthChannel, body: &Value) -> Call {
+    let service_name = body["service"].as_str().unwrap_or_default().to_owned();
+    let mut c = tonic_health::pb::health_client::HealthClient::new(channel);
+    let req = tonic_health::pb::HealthCheckRequest {
+        service: service_name,
+    };
+    match c.check(req).await {
+        Ok(r) => {
+            let status = r.into_inner().status();
+            Call {
+                code: 0,
+                body: serde_json::json!({ "status": status.as_str_name() }),
+                err: String::new(),
+            }
+        }
+        Err(s) => Call::failed(&s),
     }
 }
 
@@ -637,7 +532,8 @@ impl Watch {
 /// `WatchConnectorRequest`) on `addr` and returns once the server answered the call (its
 /// first event, the snapshot, is then on the way); the events are kept until the stream ends.
 pub fn watch(addr: &str, dial: &Dial, body: &Value) -> Watch {
-    let req: pb::WatchConnectorRequest = request("wharf.v1.ConnectorAdmin", "WatchConnector", body)
+    let req: pb::WatchConnectorRequest = method("wharf.v1.ConnectorAdmin", "WatchConnector")
+        .and_then(|m| request(&m, body))
         .unwrap_or_else(|e| panic!("{e}"));
     let addr = addr.to_owned();
     let dial = dial.clone();

@@ -41,6 +41,10 @@ use crate::model::{
 };
 use crate::store::seal::Sealer;
 
+mod apply;
+
+use apply::Applied;
+
 const CONNECTORS: TableDefinition<&str, &[u8]> = TableDefinition::new("connectors");
 const DELETIONS: TableDefinition<&str, &[u8]> = TableDefinition::new("deletions");
 const EXECUTORS: TableDefinition<&str, &[u8]> = TableDefinition::new("executors");
@@ -62,7 +66,8 @@ const MAX_BATCH: usize = 1024;
 
 /// Bytes of redb's page cache, 64 MiB. Reads never go to the file (the cache above holds
 /// every decoded record), so redb's cache only serves the pages a commit rewrites; its
-/// default of 1 GiB let the control plane grow to 1.62 GiB at 10,000 x 10 (issue 19).
+/// default of 1 GiB let the control plane grow to 1.62 GiB at 10,000 x 10 (bench/NOTES.md,
+/// "Scale").
 const PAGE_CACHE_BYTES: usize = 64 * 1024 * 1024;
 
 #[derive(Serialize, Deserialize)]
@@ -419,218 +424,35 @@ impl Shared {
     }
 
     /// One write; returns its answer and whether it changed anything.
-    fn apply_one(
-        &self,
-        t: &mut Tables<'_>,
-        view: &mut View<'_>,
-        w: Write,
-    ) -> Result<(Done, bool), StoreError> {
+    fn apply_one(&self, t: &mut Tables<'_>, view: &mut View<'_>, w: Write) -> Applied {
         let sealer = &self.sealer;
         match w {
-            Write::CreateConnector(rec) => {
-                if view.deletion(&rec.name).is_some() {
-                    return Ok((Done::Created(CreateOutcome::StillDeleting), false));
-                }
-                if view.connector(&rec.name).is_some() {
-                    return Ok((Done::Created(CreateOutcome::AlreadyExists), false));
-                }
-                let rev = next_counter(&mut t.meta, REVISION_KEY)?;
-                let floor = t
-                    .meta
-                    .get(GENERATION_FLOOR_KEY)
-                    .map_err(unavailable)?
-                    .map(|v| v.value())
-                    .unwrap_or(0);
-                let mut rec = rec;
-                rec.next_generation = rec.next_generation.max(floor);
-                rec.revision = rev;
-                let bytes = encode(sealer, rev, &rec)?;
-                t.conns
-                    .insert(rec.name.as_str(), bytes.as_slice())
-                    .map_err(unavailable)?;
-                view.overlay
-                    .connectors
-                    .insert(rec.name.clone(), Some(Arc::new(rec)));
-                Ok((Done::Created(CreateOutcome::Created), true))
-            }
-            Write::PutConnector(mut rec) => {
-                if view.connector(&rec.name).map(|c| c.revision) != Some(rec.revision) {
-                    return Ok((Done::Applied(false), false));
-                }
-                let rev = next_counter(&mut t.meta, REVISION_KEY)?;
-                rec.revision = rev;
-                let bytes = encode(sealer, rev, &rec)?;
-                t.conns
-                    .insert(rec.name.as_str(), bytes.as_slice())
-                    .map_err(unavailable)?;
-                view.overlay
-                    .connectors
-                    .insert(rec.name.clone(), Some(Arc::new(rec)));
-                Ok((Done::Applied(true), true))
-            }
-            Write::StartDeletion(pair) => {
-                let (rec, deletion) = *pair;
-                if view.connector(&rec.name).map(|c| c.revision) != Some(rec.revision)
-                    || view.deletion(&rec.name).is_some()
-                {
-                    return Ok((Done::Applied(false), false));
-                }
-                let rev = next_counter(&mut t.meta, REVISION_KEY)?;
-                let mut marked = rec;
-                marked.deleting = true;
-                marked.revision = rev;
-                let mut deletion = deletion;
-                deletion.revision = rev;
-                let c = encode(sealer, rev, &marked)?;
-                let d = encode(sealer, rev, &deletion)?;
-                t.conns
-                    .insert(marked.name.as_str(), c.as_slice())
-                    .map_err(unavailable)?;
-                t.dels
-                    .insert(marked.name.as_str(), d.as_slice())
-                    .map_err(unavailable)?;
-                view.overlay
-                    .deletions
-                    .insert(marked.name.clone(), Some(deletion));
-                view.overlay
-                    .connectors
-                    .insert(marked.name.clone(), Some(Arc::new(marked)));
-                Ok((Done::Applied(true), true))
-            }
-            Write::PutDeletion(mut d) => {
-                if view.deletion(&d.name).map(|s| s.revision) != Some(d.revision) {
-                    return Ok((Done::Applied(false), false));
-                }
-                let rev = next_counter(&mut t.meta, REVISION_KEY)?;
-                d.revision = rev;
-                let bytes = encode(sealer, rev, &d)?;
-                t.dels
-                    .insert(d.name.as_str(), bytes.as_slice())
-                    .map_err(unavailable)?;
-                view.overlay.deletions.insert(d.name.clone(), Some(d));
-                Ok((Done::Applied(true), true))
-            }
+            Write::CreateConnector(rec) => apply::create_connector(sealer, t, view, rec),
+            Write::PutConnector(rec) => apply::put_connector(sealer, t, view, rec),
+            Write::StartDeletion(pair) => apply::start_deletion(sealer, t, view, *pair),
+            Write::PutDeletion(d) => apply::put_deletion(sealer, t, view, d),
             Write::FinishDeletion { name, revision } => {
-                let Some(used) = view
-                    .deletion(&name)
-                    .filter(|d| d.revision == revision)
-                    .map(|d| d.next_generation)
-                else {
-                    return Ok((Done::Applied(false), false));
-                };
-                let floor = t
-                    .meta
-                    .get(GENERATION_FLOOR_KEY)
-                    .map_err(unavailable)?
-                    .map(|v| v.value())
-                    .unwrap_or(0);
-                t.meta
-                    .insert(GENERATION_FLOOR_KEY, floor.max(used))
-                    .map_err(unavailable)?;
-                t.dels.remove(name.as_str()).map_err(unavailable)?;
-                t.conns.remove(name.as_str()).map_err(unavailable)?;
-                let start = offset_key(&name, "");
-                let end = format!("{name}\u{1}");
-                t.offs
-                    .retain_in(start.as_str()..end.as_str(), |_, _| false)
-                    .map_err(unavailable)?;
-                view.overlay.deletions.insert(name.clone(), None);
-                view.overlay.connectors.insert(name, None);
-                Ok((Done::Applied(true), true))
+                apply::finish_deletion(t, view, name, revision)
             }
             Write::RegisterExecutor {
                 id,
                 address,
                 plugins,
-            } => {
-                let epoch = next_counter(&mut t.meta, EPOCH_KEY)?;
-                let rev = next_counter(&mut t.meta, REVISION_KEY)?;
-                let rec = ExecutorRecord {
-                    id,
-                    address,
-                    epoch,
-                    plugins,
-                    lost: false,
-                };
-                let bytes = encode(sealer, rev, &rec)?;
-                t.execs
-                    .insert(rec.id.as_str(), bytes.as_slice())
-                    .map_err(unavailable)?;
-                view.overlay
-                    .executors
-                    .insert(rec.id.clone(), Some(rec.clone()));
-                Ok((Done::Executor(rec), true))
-            }
+            } => apply::register_executor(sealer, t, view, (id, address, plugins)),
             Write::MarkExecutorLost { id, epoch } => {
-                let Some(mut rec) = view
-                    .executor(&id)
-                    .filter(|e| e.epoch == epoch && !e.lost)
-                    .cloned()
-                else {
-                    return Ok((Done::Applied(false), false));
-                };
-                rec.lost = true;
-                let rev = next_counter(&mut t.meta, REVISION_KEY)?;
-                let bytes = encode(sealer, rev, &rec)?;
-                t.execs
-                    .insert(id.as_str(), bytes.as_slice())
-                    .map_err(unavailable)?;
-                view.overlay.executors.insert(id, Some(rec));
-                Ok((Done::Applied(true), true))
+                apply::mark_executor_lost(sealer, t, view, id, epoch)
             }
-            Write::ForgetExecutor { id, epoch } => {
-                if view
-                    .executor(&id)
-                    .is_none_or(|e| e.epoch != epoch || !e.lost)
-                {
-                    return Ok((Done::Applied(false), false));
-                }
-                t.execs.remove(id.as_str()).map_err(unavailable)?;
-                view.overlay.executors.insert(id, None);
-                Ok((Done::Applied(true), true))
-            }
-            Write::PutOffsets { connector, offsets } => {
-                for (partition, offset) in &offsets {
-                    let key = offset_key(&connector, partition);
-                    if offset.is_empty() {
-                        t.offs.remove(key.as_str()).map_err(unavailable)?;
-                    } else {
-                        t.offs
-                            .insert(key.as_str(), offset.as_str())
-                            .map_err(unavailable)?;
-                    }
-                }
-                Ok((Done::Unit, !offsets.is_empty()))
-            }
+            Write::ForgetExecutor { id, epoch } => apply::forget_executor(t, view, id, epoch),
+            Write::PutOffsets { connector, offsets } => apply::put_offsets(t, &connector, &offsets),
             Write::ResetOffsets { connector } => {
-                let start = offset_key(&connector, "");
-                let end = format!("{connector}\u{1}");
-                t.offs
-                    .retain_in(start.as_str()..end.as_str(), |_, _| false)
-                    .map_err(unavailable)?;
+                apply::remove_offsets(&mut t.offs, &connector)?;
                 Ok((Done::Unit, true))
             }
             Write::AppendAudit {
                 entry,
                 retention,
                 now_ms,
-            } => {
-                let json = serde_json::to_vec(&entry).map_err(unavailable)?;
-                let sealed = sealer.seal(&json)?;
-                t.audit
-                    .insert(entry.id.as_str(), sealed.as_slice())
-                    .map_err(unavailable)?;
-                let cutoff = retention.cutoff_id(now_ms);
-                t.audit
-                    .retain_in(..cutoff.as_str(), |_, _| false)
-                    .map_err(unavailable)?;
-                let mut len = t.audit.len().map_err(unavailable)?;
-                while len > retention.max_entries {
-                    t.audit.pop_first().map_err(unavailable)?;
-                    len -= 1;
-                }
-                Ok((Done::Unit, true))
-            }
+            } => apply::append_audit(sealer, t, &entry, retention, now_ms),
         }
     }
 }
