@@ -607,31 +607,16 @@ async fn zero_limits_are_refused_naming_the_field(b: &Backend) {
 /// Runs each named contract test on every backend: `contract::<backend>::<test>`.
 macro_rules! contract {
     ($($test:ident),* $(,)?) => {
-        mod embedded {
+        contract!(@backend embedded: $($test),*);
+        contract!(@backend jetstream: $($test),*);
+        contract!(@backend kafka: $($test),*);
+    };
+    (@backend $backend:ident: $($test:ident),*) => {
+        mod $backend {
             $(
                 #[tokio::test]
                 async fn $test() {
-                    let backend = super::Backend::embedded();
-                    super::$test(&backend).await;
-                    backend.finish().await;
-                }
-            )*
-        }
-        mod jetstream {
-            $(
-                #[tokio::test]
-                async fn $test() {
-                    let backend = super::Backend::jetstream();
-                    super::$test(&backend).await;
-                    backend.finish().await;
-                }
-            )*
-        }
-        mod kafka {
-            $(
-                #[tokio::test]
-                async fn $test() {
-                    let backend = super::Backend::kafka();
+                    let backend = super::Backend::$backend();
                     super::$test(&backend).await;
                     backend.finish().await;
                 }

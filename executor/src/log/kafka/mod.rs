@@ -144,14 +144,9 @@ impl KafkaLog {
             .create_topics([&new], &self.admin_options())
             .await
             .map_err(|e| unavailable(&format!("create topic {topic:?}"), e))?;
-        for result in results {
-            match result {
-                Ok(_) | Err((_, RDKafkaErrorCode::TopicAlreadyExists)) => {}
-                Err((_, code)) => {
-                    return Err(unavailable(&format!("create topic {topic:?}"), code));
-                }
-            }
-        }
+        admin_outcome(results, RDKafkaErrorCode::TopicAlreadyExists, || {
+            format!("create topic {topic:?}")
+        })?;
         self.known_topics().insert(topic.to_string());
         Ok(())
     }
@@ -185,6 +180,22 @@ impl KafkaLog {
                 Err((e, _)) => return Err(unavailable(&format!("produce to {topic:?}"), e)),
             }
         }
+    }
+}
+
+/// The outcome of an admin request: every result succeeded or failed with `done` (the
+/// topic exists already, the group is gone already), else the first other error.
+fn admin_outcome(
+    results: Vec<Result<String, (String, RDKafkaErrorCode)>>,
+    done: RDKafkaErrorCode,
+    what: impl Fn() -> String,
+) -> Result<(), LogError> {
+    match results
+        .into_iter()
+        .find_map(|r| r.err().filter(|(_, code)| *code != done))
+    {
+        Some((_, code)) => Err(unavailable(&what(), code)),
+        None => Ok(()),
     }
 }
 
@@ -264,17 +275,41 @@ impl RecordLog for KafkaLog {
             .delete_groups(&[consumer], &self.admin_options())
             .await
             .map_err(|e| unavailable(&format!("delete consumer group {consumer:?}"), e))?;
-        for result in results {
-            match result {
-                Ok(_) | Err((_, RDKafkaErrorCode::GroupIdNotFound)) => {}
-                Err((_, code)) => {
-                    return Err(unavailable(
-                        &format!("delete consumer group {consumer:?}"),
-                        code,
-                    ));
-                }
+        admin_outcome(results, RDKafkaErrorCode::GroupIdNotFound, || {
+            format!("delete consumer group {consumer:?}")
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn outcome(results: Vec<Result<String, (String, RDKafkaErrorCode)>>) -> Result<(), LogError> {
+        admin_outcome(results, RDKafkaErrorCode::TopicAlreadyExists, || {
+            "create topic \"t\"".to_string()
+        })
+    }
+
+    #[test]
+    fn every_result_succeeding_is_success() {
+        assert!(outcome(vec![Ok("t".into()), Ok("u".into())]).is_ok());
+    }
+
+    #[test]
+    fn the_error_that_means_done_already_is_success() {
+        let exists = Err(("t".into(), RDKafkaErrorCode::TopicAlreadyExists));
+        assert!(outcome(vec![exists, Ok("u".into())]).is_ok());
+    }
+
+    #[test]
+    fn another_error_is_unavailable_naming_the_request() {
+        let refused = Err(("t".into(), RDKafkaErrorCode::TopicAuthorizationFailed));
+        match outcome(vec![Ok("u".into()), refused]) {
+            Err(LogError::Unavailable(msg)) => {
+                assert!(msg.starts_with("create topic \"t\": "), "{msg}");
             }
+            other => panic!("{other:?}"),
         }
-        Ok(())
     }
 }
