@@ -231,16 +231,7 @@ async fn wharf_reads_what_a_plain_producer_wrote_and_commits_its_acknowledged_pr
 
 /// The committed offset of partition 0 of topic `in` for `group`, as a plain client sees it.
 fn committed(kafka: &TestKafka, group: &str) -> Offset {
-    let consumer: BaseConsumer = client(kafka)
-        .set("group.id", group)
-        .create()
-        .expect("consumer");
-    let mut tpl = TopicPartitionList::new();
-    tpl.add_partition("in", 0);
-    let committed = consumer
-        .committed_offsets(tpl, CLIENT_TIMEOUT)
-        .expect("committed offsets");
-    committed.elements()[0].offset()
+    committed_at(kafka, group, 0)
 }
 
 #[tokio::test]
@@ -262,4 +253,61 @@ async fn a_reader_of_a_deleted_consumer_is_told_so() {
         Err(LogError::ConsumerDeleted(name)) => assert_eq!(name, "c"),
         other => panic!("fetch after deletion: {other:?}"),
     }
+}
+
+#[tokio::test]
+async fn every_partition_is_read_and_committed_on_its_own() {
+    let kafka = TestKafka::start();
+    let admin: AdminClient<DefaultClientContext> = client(&kafka).create().expect("admin");
+    let partitions = 3;
+    let topic = NewTopic::new("in", partitions, TopicReplication::Fixed(1));
+    for result in admin
+        .create_topics([&topic], &AdminOptions::new())
+        .await
+        .expect("create topic")
+    {
+        result.expect("topic created");
+    }
+    let log = open(&kafka).await;
+    let records: Vec<LogRecord> = (0..30).map(|i| rec(&format!("k{i}"))).collect();
+    log.append("in", records).await.expect("append");
+    let mut per_partition = [0i64; 3];
+    for i in 0..30 {
+        let p = java_partition(format!("k{i}").as_bytes(), partitions);
+        per_partition[usize::try_from(p).expect("partition")] += 1;
+    }
+
+    let mut reader = log
+        .consumer("connect-sink", &topics(&["in"]), StartPosition::Earliest)
+        .await
+        .expect("consumer");
+    let got = read_and_ack(reader.as_mut(), 30).await;
+    let mut values: Vec<String> = got.into_iter().map(|(_, _, v)| v).collect();
+    values.sort();
+    let mut expected: Vec<String> = (0..30).map(|i| format!("k{i}")).collect();
+    expected.sort();
+    assert_eq!(values, expected, "every record once");
+    for (p, count) in per_partition.iter().enumerate() {
+        let p = i32::try_from(p).expect("partition");
+        assert_eq!(
+            committed_at(&kafka, "connect-sink", p),
+            Offset::Offset(*count),
+            "partition {p}"
+        );
+    }
+}
+
+/// The committed offset of partition `partition` of topic `in` for `group`, as a plain
+/// client sees it.
+fn committed_at(kafka: &TestKafka, group: &str, partition: i32) -> Offset {
+    let consumer: BaseConsumer = client(kafka)
+        .set("group.id", group)
+        .create()
+        .expect("consumer");
+    let mut tpl = TopicPartitionList::new();
+    tpl.add_partition("in", partition);
+    let committed = consumer
+        .committed_offsets(tpl, CLIENT_TIMEOUT)
+        .expect("committed offsets");
+    committed.elements()[0].offset()
 }
