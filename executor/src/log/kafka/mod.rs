@@ -6,7 +6,7 @@
 //!   refused ([`check_topic_name`]). The first append to a topic absent from the brokers
 //!   creates it ([`KafkaConfig::topic_partitions`] partitions, the brokers' default
 //!   replication factor).
-//! - **Records** map one to one onto Kafka records ([`layout`]). A record goes to the
+//! - **Records** map one to one onto Kafka records (`layout.rs`). A record goes to the
 //!   partition librdkafka's `murmur2_random` partitioner picks for its key, which is the
 //!   Java client's default partitioner: per-key order holds and a Kafka Connect producer
 //!   would have picked the same partition. A record's position is its Kafka offset.
@@ -14,7 +14,7 @@
 //!   returns after every record's delivery report succeeded, so a source's offsets are
 //!   committed only after the brokers acknowledged its records (at least once).
 //! - **A named consumer** is the Kafka consumer group of that name, which holds its
-//!   committed offsets (see [`reader`]: partitions are assigned by the log, not by the
+//!   committed offsets (see `reader.rs`: partitions are assigned by the log, not by the
 //!   group protocol; acknowledgements commit each partition's contiguous acknowledged
 //!   prefix). An acknowledgement's token carries the record's partition in its handle.
 //! - **Deleting a consumer** deletes its group (DeleteGroups), so a consumer made again
