@@ -785,12 +785,12 @@ mod tests {
 
     #[test]
     fn a_bad_record_log_is_refused_naming_the_flag_and_the_accepted_forms() {
-        let text = record_log(Some("kafka://k:9092"), None)
-            .expect_err("not yet a backend")
+        let text = record_log(Some("pulsar://k:6650"), None)
+            .expect_err("not a backend")
             .to_string();
         assert!(
             text.contains("--record-log")
-                && text.contains("kafka://k:9092")
+                && text.contains("pulsar://k:6650")
                 && text.contains(crate::log::RECORD_LOG_FORMS),
             "{text}"
         );

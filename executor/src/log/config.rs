@@ -9,10 +9,11 @@
 use std::path::{Path, PathBuf};
 
 use super::jetstream::{NatsConfig, NatsSecurity};
+use super::kafka::KafkaConfig;
 use super::{LogError, LogLimits};
 
 /// The forms `--record-log` accepts, for the messages that refuse another one.
-pub const RECORD_LOG_FORMS: &str = "`embedded` (the default: files in <data-dir>/log, one host) or `nats://HOST:PORT[,nats://HOST:PORT...][?replicas=N]` (NATS JetStream; tls:// for TLS)";
+pub const RECORD_LOG_FORMS: &str = "`embedded` (the default: files in <data-dir>/log, one host) or `nats://HOST:PORT[,nats://HOST:PORT...][?replicas=N]` (NATS JetStream; tls:// for TLS) or `kafka://HOST:PORT[,HOST:PORT...]` (Kafka brokers)";
 
 /// The record log an executor uses, with that backend's settings.
 #[derive(Debug, Clone, PartialEq)]
@@ -21,6 +22,8 @@ pub enum LogConfig {
     Embedded(EmbeddedConfig),
     /// NATS JetStream (executors on several hosts).
     Nats(NatsConfig),
+    /// Kafka brokers (docs/kafka.md).
+    Kafka(KafkaConfig),
 }
 
 /// Settings of the embedded log.
@@ -59,6 +62,7 @@ impl LogConfig {
         let config = match scheme {
             "embedded" if spec == "embedded" => Self::embedded(data_dir),
             "nats" | "tls" => return Ok(Self::Nats(NatsConfig::from_spec(spec, nats)?)),
+            "kafka" => Self::Kafka(KafkaConfig::from_spec(spec)?),
             _ => {
                 return Err(LogError::InvalidConfig(format!(
                     "{spec:?} is not a record log; give {RECORD_LOG_FORMS}"
@@ -80,6 +84,7 @@ impl std::fmt::Display for LogConfig {
         match self {
             LogConfig::Embedded(c) => write!(f, "embedded ({})", c.dir.display()),
             LogConfig::Nats(c) => write!(f, "{c}"),
+            LogConfig::Kafka(c) => write!(f, "{c}"),
         }
     }
 }
@@ -165,26 +170,28 @@ mod tests {
     }
 
     #[test]
-    fn nats_tls_or_credentials_with_the_embedded_log_are_refused() {
-        let security = NatsSecurity {
-            ca: Some("/ca.pem".into()),
-            ..NatsSecurity::default()
-        };
-        let Err(LogError::InvalidConfig(msg)) =
-            LogConfig::parse("embedded", Path::new("/data"), security)
-        else {
-            panic!("accepted");
-        };
-        assert!(
-            msg.contains("--nats-cacert") && msg.contains("nats://"),
-            "{msg}"
-        );
+    fn nats_tls_or_credentials_with_another_log_are_refused() {
+        for spec in ["embedded", "kafka://a:9092"] {
+            let security = NatsSecurity {
+                ca: Some("/ca.pem".into()),
+                ..NatsSecurity::default()
+            };
+            let Err(LogError::InvalidConfig(msg)) =
+                LogConfig::parse(spec, Path::new("/data"), security)
+            else {
+                panic!("accepted with {spec}");
+            };
+            assert!(
+                msg.contains("--nats-cacert") && msg.contains("nats://") && msg.contains(spec),
+                "{msg}"
+            );
+        }
     }
 
     #[test]
     fn an_unknown_form_is_refused_listing_the_accepted_ones() {
         for spec in [
-            "kafka://x:9092",
+            "kafka:/x:9092",
             "",
             "embedded2",
             "nats:/x",
@@ -228,6 +235,22 @@ mod tests {
                 "{spec}: {msg}"
             );
         }
+    }
+
+    #[test]
+    fn kafka_spec_takes_the_brokers() {
+        let config = parse("kafka://a:9092,b:9093").expect("spec");
+        assert_eq!(
+            config,
+            LogConfig::Kafka(KafkaConfig::new(["a:9092", "b:9093"]))
+        );
+        assert_eq!(config.to_string(), "kafka://a:9092,b:9093");
+    }
+
+    #[test]
+    fn a_bad_kafka_broker_is_refused_naming_it() {
+        let msg = refusal("kafka://a:9092,b");
+        assert!(msg.contains("\"b\"") && msg.contains("HOST:PORT"), "{msg}");
     }
 
     #[test]

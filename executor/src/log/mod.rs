@@ -6,8 +6,8 @@
 //! tasks of one sink connector and acknowledge only after the plugin's `flush` returned.
 //! Delivery is therefore at least once.
 //!
-//! Backends: [`EmbeddedLog`] (redb files under the data dir, one process) and
-//! [`JetStreamLog`] (NATS JetStream, several hosts). [`LogConfig::parse`] reads
+//! Backends: [`EmbeddedLog`] (redb files under the data dir, one process),
+//! [`JetStreamLog`] (NATS JetStream, several hosts) and [`KafkaLog`] (Kafka brokers). [`LogConfig::parse`] reads
 //! `--record-log` into a [`LogConfig`] holding the chosen backend's settings, and [`open`]
 //! opens it; every backend passes one contract suite (`executor/tests/log/contract.rs`).
 
@@ -15,6 +15,7 @@ pub mod codec;
 pub mod config;
 pub mod embedded;
 pub mod jetstream;
+pub mod kafka;
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -25,6 +26,7 @@ use wharf::sdk::{SinkRecord, SourceRecord};
 pub use config::{EmbeddedConfig, LogConfig, RECORD_LOG_FORMS};
 pub use embedded::EmbeddedLog;
 pub use jetstream::{JetStreamLog, JetStreamOptions, NatsConfig, NatsCredentials, NatsSecurity};
+pub use kafka::{KafkaConfig, KafkaLog};
 
 /// Default for [`LogLimits::max_fetch_records`]: records one fetch returns at most.
 pub const DEFAULT_MAX_FETCH_RECORDS: usize = 500;
@@ -94,6 +96,7 @@ pub async fn open(config: &LogConfig) -> Result<Arc<dyn RecordLog>, LogError> {
     match config {
         LogConfig::Embedded(c) => Ok(Arc::new(EmbeddedLog::open_with(&c.dir, c.limits).await?)),
         LogConfig::Nats(c) => Ok(Arc::new(JetStreamLog::connect(c.clone()).await?)),
+        LogConfig::Kafka(c) => Ok(Arc::new(KafkaLog::connect(c.clone()).await?)),
     }
 }
 

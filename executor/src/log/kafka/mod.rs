@@ -1,0 +1,315 @@
+//! The Kafka record log (`--record-log kafka://HOST:PORT,...`): Wharf's topics are Kafka
+//! topics, laid out as Kafka Connect lays them out (docs/kafka.md).
+//!
+//! # Mapping
+//! - **Topics** are the brokers' topics under the same name; a name Kafka refuses is
+//!   refused ([`check_topic_name`]). The first append to a topic absent from the brokers
+//!   creates it ([`KafkaConfig::topic_partitions`] partitions, the brokers' default
+//!   replication factor).
+//! - **Records** map one to one onto Kafka records (`layout.rs`). A record goes to the
+//!   partition librdkafka's `murmur2_random` partitioner picks for its key, which is the
+//!   Java client's default partitioner: per-key order holds and a Kafka Connect producer
+//!   would have picked the same partition. A record's position is its Kafka offset.
+//! - **Appends** use an idempotent producer (`enable.idempotence`, `acks=all`): `append`
+//!   returns after every record's delivery report succeeded, so a source's offsets are
+//!   committed only after the brokers acknowledged its records (at least once).
+//! - **A named consumer** is the Kafka consumer group of that name, which holds its
+//!   committed offsets (see `reader.rs`: partitions are assigned by the log, not by the
+//!   group protocol; acknowledgements commit each partition's contiguous acknowledged
+//!   prefix). An acknowledgement's token carries the record's partition in its handle.
+//! - **Deleting a consumer** deletes its group (DeleteGroups), so a consumer made again
+//!   under that name starts from its configured position.
+//!
+//! # Not yet
+//! - Readers on several log handles (executors) of one consumer each read every
+//!   partition: the records are shared only among the readers of one handle. Dividing
+//!   partitions among executors is the control plane's part, not done yet.
+//! - Partitions added to an existing topic are not picked up by an open consumer.
+//! - TLS, SASL, client property passthrough and topic creation settings.
+
+mod layout;
+mod reader;
+mod settings;
+
+use std::collections::{HashMap, HashSet};
+use std::sync::{Arc, Mutex, Weak};
+use std::time::Duration;
+
+use async_trait::async_trait;
+use rdkafka::admin::{AdminClient, AdminOptions, NewTopic, TopicReplication};
+use rdkafka::client::DefaultClientContext;
+use rdkafka::error::{KafkaError, RDKafkaErrorCode};
+use rdkafka::producer::{DeliveryFuture, FutureProducer};
+
+use super::{LogConsumer, LogError, LogRecord, RecordLog, StartPosition};
+use reader::Group;
+pub use reader::{KafkaReader, TOPIC_RECHECK_INTERVAL};
+pub use settings::{
+    DEFAULT_KAFKA_REQUEST_TIMEOUT_MS, DEFAULT_TOPIC_PARTITIONS, KafkaConfig, MAX_TOPIC_NAME_CHARS,
+    check_topic_name,
+};
+
+/// How long librdkafka keeps trying to deliver a record before its append fails
+/// (`delivery.timeout.ms`): Kafka Connect's producer default, two minutes.
+const DELIVERY_TIMEOUT_MS: &str = "120000";
+/// Wait before sending again when librdkafka's send queue is full and this append has
+/// nothing of its own in flight to wait for.
+const QUEUE_FULL_BACKOFF: Duration = Duration::from_millis(10);
+
+fn unavailable(what: &str, err: impl std::fmt::Display) -> LogError {
+    LogError::Unavailable(format!("{what}: {err}"))
+}
+
+/// Named consumers of one handle, by (name, topics): readers share them.
+type Groups = tokio::sync::Mutex<HashMap<(String, Vec<String>), Weak<Group>>>;
+
+/// The Kafka backend. Cheap to clone.
+#[derive(Clone)]
+pub struct KafkaLog {
+    inner: Arc<Inner>,
+}
+
+struct Inner {
+    config: KafkaConfig,
+    producer: FutureProducer,
+    admin: AdminClient<DefaultClientContext>,
+    /// Topics known to exist (created or found by this process).
+    topics: Mutex<HashSet<String>>,
+    groups: Groups,
+}
+
+impl KafkaLog {
+    /// Makes the producer and admin client of `config`'s brokers. They connect on first
+    /// use; calls made while no broker answers fail with [`LogError::Unavailable`] (or,
+    /// for an append, wait for librdkafka's delivery timeout).
+    ///
+    /// # Errors
+    /// [`LogError::InvalidConfig`] when a setting is wrong, [`LogError::Unavailable`] when
+    /// librdkafka refuses the client configuration.
+    pub async fn connect(config: KafkaConfig) -> Result<Self, LogError> {
+        config.validate()?;
+        let producer: FutureProducer = rdkafka::ClientConfig::new()
+            .set("bootstrap.servers", config.bootstrap_servers())
+            .set("enable.idempotence", "true")
+            .set("acks", "all")
+            .set("partitioner", "murmur2_random")
+            .set("delivery.timeout.ms", DELIVERY_TIMEOUT_MS)
+            .set("allow.auto.create.topics", "false")
+            .create()
+            .map_err(|e| unavailable("create Kafka producer", e))?;
+        let admin: AdminClient<DefaultClientContext> = rdkafka::ClientConfig::new()
+            .set("bootstrap.servers", config.bootstrap_servers())
+            .create()
+            .map_err(|e| unavailable("create Kafka admin client", e))?;
+        Ok(Self {
+            inner: Arc::new(Inner {
+                config,
+                producer,
+                admin,
+                topics: Mutex::default(),
+                groups: Groups::default(),
+            }),
+        })
+    }
+
+    fn admin_options(&self) -> AdminOptions {
+        let timeout = Duration::from_millis(self.inner.config.request_timeout_ms);
+        AdminOptions::new()
+            .request_timeout(Some(timeout))
+            .operation_timeout(Some(timeout))
+    }
+
+    fn known_topics(&self) -> std::sync::MutexGuard<'_, HashSet<String>> {
+        self.inner
+            .topics
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner())
+    }
+
+    /// Creates `topic` unless this process already knows it exists (an existing topic
+    /// is used as it is).
+    async fn ensure_topic(&self, topic: &str) -> Result<(), LogError> {
+        if self.known_topics().contains(topic) {
+            return Ok(());
+        }
+        check_topic_name(topic)?;
+        let new = NewTopic::new(
+            topic,
+            self.inner.config.topic_partitions,
+            TopicReplication::Fixed(-1),
+        );
+        let results = self
+            .inner
+            .admin
+            .create_topics([&new], &self.admin_options())
+            .await
+            .map_err(|e| unavailable(&format!("create topic {topic:?}"), e))?;
+        admin_outcome(results, RDKafkaErrorCode::TopicAlreadyExists, || {
+            format!("create topic {topic:?}")
+        })?;
+        self.known_topics().insert(topic.to_string());
+        Ok(())
+    }
+
+    /// Sends `record` to `topic`, waiting for this append's deliveries in flight while
+    /// librdkafka's queue is full.
+    async fn send(
+        &self,
+        topic: &str,
+        record: &LogRecord,
+        in_flight: &mut Vec<DeliveryFuture>,
+        positions: &mut Vec<u64>,
+    ) -> Result<(), LogError> {
+        loop {
+            match self
+                .inner
+                .producer
+                .send_result(layout::to_kafka(topic, record))
+            {
+                Ok(delivery) => {
+                    in_flight.push(delivery);
+                    return Ok(());
+                }
+                Err((KafkaError::MessageProduction(RDKafkaErrorCode::QueueFull), _)) => {
+                    if in_flight.is_empty() {
+                        tokio::time::sleep(QUEUE_FULL_BACKOFF).await;
+                    } else {
+                        await_deliveries(topic, in_flight, positions).await?;
+                    }
+                }
+                Err((e, _)) => return Err(unavailable(&format!("produce to {topic:?}"), e)),
+            }
+        }
+    }
+}
+
+/// The outcome of an admin request: every result succeeded or failed with `done` (the
+/// topic exists already, the group is gone already), else the first other error.
+fn admin_outcome(
+    results: Vec<Result<String, (String, RDKafkaErrorCode)>>,
+    done: RDKafkaErrorCode,
+    what: impl Fn() -> String,
+) -> Result<(), LogError> {
+    match results
+        .into_iter()
+        .find_map(|r| r.err().filter(|(_, code)| *code != done))
+    {
+        Some((_, code)) => Err(unavailable(&what(), code)),
+        None => Ok(()),
+    }
+}
+
+/// Waits for the delivery reports of `in_flight`, in order, adding each offset to
+/// `positions`.
+async fn await_deliveries(
+    topic: &str,
+    in_flight: &mut Vec<DeliveryFuture>,
+    positions: &mut Vec<u64>,
+) -> Result<(), LogError> {
+    for delivery in in_flight.drain(..) {
+        match delivery.await {
+            Ok(Ok(d)) => positions.push(u64::try_from(d.offset).unwrap_or_default()),
+            Ok(Err((e, _))) => return Err(unavailable(&format!("deliver to {topic:?}"), e)),
+            Err(_canceled) => {
+                return Err(LogError::Unavailable(format!(
+                    "deliver to {topic:?}: the producer was closed"
+                )));
+            }
+        }
+    }
+    Ok(())
+}
+
+#[async_trait]
+impl RecordLog for KafkaLog {
+    async fn append(&self, topic: &str, records: Vec<LogRecord>) -> Result<Vec<u64>, LogError> {
+        self.ensure_topic(topic).await?;
+        let per_round = self.inner.config.limits.max_append_in_flight_records;
+        let mut positions = Vec::with_capacity(records.len());
+        let mut in_flight = Vec::with_capacity(per_round.min(records.len()));
+        for chunk in records.chunks(per_round) {
+            for record in chunk {
+                self.send(topic, record, &mut in_flight, &mut positions)
+                    .await?;
+            }
+            await_deliveries(topic, &mut in_flight, &mut positions).await?;
+        }
+        Ok(positions)
+    }
+
+    async fn consumer(
+        &self,
+        consumer: &str,
+        topics: &[String],
+        start: StartPosition,
+    ) -> Result<Box<dyn LogConsumer>, LogError> {
+        for topic in topics {
+            check_topic_name(topic)?;
+        }
+        let key = (consumer.to_string(), topics.to_vec());
+        let mut groups = self.inner.groups.lock().await;
+        groups.retain(|_, group| group.strong_count() > 0);
+        let group = match groups.get(&key).and_then(Weak::upgrade) {
+            Some(group) => group,
+            None => {
+                let group = Group::open(&self.inner.config, consumer, topics, start).await?;
+                groups.insert(key, Arc::downgrade(&group));
+                group
+            }
+        };
+        Ok(Box::new(KafkaReader::new(group)))
+    }
+
+    async fn delete_consumer(&self, consumer: &str) -> Result<(), LogError> {
+        self.inner.groups.lock().await.retain(|(name, _), group| {
+            if name == consumer
+                && let Some(group) = group.upgrade()
+            {
+                group.mark_deleted();
+            }
+            name != consumer
+        });
+        let results = self
+            .inner
+            .admin
+            .delete_groups(&[consumer], &self.admin_options())
+            .await
+            .map_err(|e| unavailable(&format!("delete consumer group {consumer:?}"), e))?;
+        admin_outcome(results, RDKafkaErrorCode::GroupIdNotFound, || {
+            format!("delete consumer group {consumer:?}")
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn outcome(results: Vec<Result<String, (String, RDKafkaErrorCode)>>) -> Result<(), LogError> {
+        admin_outcome(results, RDKafkaErrorCode::TopicAlreadyExists, || {
+            "create topic \"t\"".to_string()
+        })
+    }
+
+    #[test]
+    fn every_result_succeeding_is_success() {
+        assert!(outcome(vec![Ok("t".into()), Ok("u".into())]).is_ok());
+    }
+
+    #[test]
+    fn the_error_that_means_done_already_is_success() {
+        let exists = Err(("t".into(), RDKafkaErrorCode::TopicAlreadyExists));
+        assert!(outcome(vec![exists, Ok("u".into())]).is_ok());
+    }
+
+    #[test]
+    fn another_error_is_unavailable_naming_the_request() {
+        let refused = Err(("t".into(), RDKafkaErrorCode::TopicAuthorizationFailed));
+        match outcome(vec![Ok("u".into()), refused]) {
+            Err(LogError::Unavailable(msg)) => {
+                assert!(msg.starts_with("create topic \"t\": "), "{msg}");
+            }
+            other => panic!("{other:?}"),
+        }
+    }
+}
