@@ -8,7 +8,7 @@ use tracing::{info, warn};
 use wharf::pb::v1 as pb;
 use wharf::sdk::REDACTED;
 
-use super::plugin_check;
+use super::{connect_keys, plugin_check};
 use crate::auth::{AdminAction, AuthError, Principal};
 use crate::grpc::convert::{self, KnownPlugin, RawConnector};
 use crate::model::{ConnectorRecord, ConnectorSpec, TargetState};
@@ -17,7 +17,9 @@ use crate::store::CreateOutcome;
 use super::{Admin, ApiError, ApiResult, info_with};
 
 impl Admin {
-    /// Validates a spec against the plugins registered executors offer.
+    /// Validates a spec against the plugins registered executors offer: a Kafka Connect
+    /// runtime key Wharf does not implement, or a config-provider reference, is refused
+    /// ([`connect_keys`]) before the values are checked.
     fn checked_spec(
         plugins: &BTreeMap<String, KnownPlugin>,
         name: &str,
@@ -30,7 +32,13 @@ impl Admin {
                 reason: unknown_plugin(&spec.plugin),
             });
         };
-        convert::validate_spec(&spec, &convert::full_def(Some(&plugin.info)))?;
+        let def = convert::full_def(Some(&plugin.info));
+        // Refused before the values are checked: a key Wharf would ignore, or a value it
+        // would use literally, is the more fundamental problem.
+        if let Some((field, reason)) = connect_keys::first_refused(&def, spec.config.iter()) {
+            return Err(ApiError::InvalidArgument { field, reason });
+        }
+        convert::validate_spec(&spec, &def)?;
         Ok(spec)
     }
 
@@ -259,7 +267,9 @@ impl Admin {
     }
 
     /// ValidateConnectorConfig / `PUT /connector-plugins/{class}/config/validate`: one
-    /// entry per defined key (errors), then one per key nobody defines (a warning each).
+    /// entry per defined key (errors), then one per key nobody defines (a warning each,
+    /// or an error for a Kafka Connect runtime key Wharf does not implement:
+    /// [`connect_keys`]); a config-provider reference is an error on its key.
     /// The plugin's own checks (validators) run on a live executor offering the plugin
     /// and their errors join their keys; when none could run them, a warning on
     /// `connector.class` says why ([`plugin_check`]).
@@ -296,6 +306,14 @@ impl Admin {
                 warnings: Vec::new(),
             })
             .collect();
+        for c in &mut configs {
+            if config
+                .get(&c.name)
+                .is_some_and(|v| connect_keys::has_provider_reference(v))
+            {
+                c.errors.push(connect_keys::PROVIDER_REFUSAL.to_owned());
+            }
+        }
         if !plugin_name.is_empty()
             && plugin.is_none()
             && let Some(c) = configs
@@ -308,12 +326,16 @@ impl Admin {
         for (k, v) in &redacted {
             if def.key(k).is_none() {
                 // A key create would refuse is an error on that key, not only unknown.
+                let raw = config.get(k).map_or("", String::as_str);
                 let (errors, warnings) = match convert::config_key_problem(k) {
                     Some(why) => (vec![convert::bad_key_reason(why)], Vec::new()),
-                    None => (
-                        Vec::new(),
-                        vec![unknown_key_warning(&def, k, plugin.is_some())],
-                    ),
+                    None => match connect_keys::problem(&def, k, raw) {
+                        Some(why) => (vec![why], Vec::new()),
+                        None => (
+                            Vec::new(),
+                            vec![unknown_key_warning(&def, k, plugin.is_some())],
+                        ),
+                    },
                 };
                 configs.push(pb::ConfigValueInfo {
                     name: k.clone(),
