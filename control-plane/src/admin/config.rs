@@ -468,23 +468,11 @@ fn check_immutable(
     new: &wharf::sdk::ConfigMap,
 ) -> ApiResult<()> {
     let class = crate::model::CONNECTOR_CLASS;
-    let shown = |key: &str, v: Option<&String>| -> String {
-        match v {
-            None => "unset".to_owned(),
-            Some(v) => {
-                let one: wharf::sdk::ConfigMap =
-                    [(key.to_owned(), v.clone())].into_iter().collect();
-                def.redact(&one)
-                    .get(key)
-                    .map_or_else(String::new, |v| format!("{v:?}"))
-            }
-        }
-    };
     if old.get(class) != new.get(class) {
         return Err(ApiError::ImmutableConfig {
             name: name.to_owned(),
             field: format!("config[{class}]"),
-            change: format!("{} -> {}", shown(class, old.get(class)), shown(class, new.get(class))),
+            change: change(old.get(class), new.get(class)).into(),
             why: "the deletion's cleanup would run the new plugin and leave behind what the old one provisioned".into(),
         });
     }
@@ -496,11 +484,7 @@ fn check_immutable(
             return Err(ApiError::ImmutableConfig {
                 name: name.to_owned(),
                 field: format!("config[{}]", key.name),
-                change: format!(
-                    "{} -> {}",
-                    shown(&key.name, was.as_ref()),
-                    shown(&key.name, now.as_ref())
-                ),
+                change: change(was.as_ref(), now.as_ref()).into(),
                 why: format!(
                     "plugin {:?} marks it immutable (it names where the connector's external objects live), and the deletion's cleanup would look only in the new place",
                     old.get(class).map_or("", String::as_str)
@@ -509,6 +493,16 @@ fn check_immutable(
         }
     }
     Ok(())
+}
+
+/// What a config change did to one key, without its values (an error names the key and
+/// the rule, never a value).
+fn change(was: Option<&String>, now: Option<&String>) -> &'static str {
+    match (was, now) {
+        (Some(_), None) => "removed",
+        (None, Some(_)) => "set",
+        (Some(_), Some(_)) | (None, None) => "changed",
+    }
 }
 
 /// The error for a `connector.class` no registered executor offers; for the built-in
@@ -605,6 +599,25 @@ mod tests {
         assert!(w.contains("did you mean \"tasks.max\""), "{w}");
         let w = unknown_key_warning(&def, "colour", true);
         assert!(!w.contains("did you mean"), "{w}");
+    }
+
+    #[test]
+    fn a_change_is_named_without_its_values() {
+        let (a, b) = ("MARKER-a".to_owned(), "MARKER-b".to_owned());
+        assert_eq!(change(Some(&a), None), "removed");
+        assert_eq!(change(None, Some(&b)), "set");
+        assert_eq!(change(Some(&a), Some(&b)), "changed");
+        let def = wharf::sdk::runtime_config_def();
+        let old: wharf::sdk::ConfigMap = [("connector.class".to_owned(), a)].into();
+        let new: wharf::sdk::ConfigMap = [("connector.class".to_owned(), b)].into();
+        let e = check_immutable("c", &def, &old, &new)
+            .unwrap_err()
+            .to_string();
+        assert!(
+            e.contains("config[connector.class] cannot change (changed)"),
+            "{e}"
+        );
+        assert!(!e.contains("MARKER"), "{e}");
     }
 
     #[test]
