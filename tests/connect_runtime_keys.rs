@@ -159,6 +159,37 @@ async fn connect_runtime_keys_wharf_does_not_implement_are_refused_not_ignored()
     assert_eq!(a.status, 201, "{a:?}");
     c.wait_state(name, "STATE_RUNNING", "STATE_RUNNING", 1)
         .await;
+
+    // An update of the running connector is refused the same way and changes nothing:
+    // PUT, PATCH and gRPC's PutConnectorConfig.
+    let stored = rest.get(&format!("/connectors/{name}/config")).await.body;
+    let a = rest
+        .json("PUT", &format!("/connectors/{name}/config"), &issue)
+        .await;
+    assert_eq!(a.status, 400, "{a:?}");
+    let a = rest
+        .json(
+            "PATCH",
+            &format!("/connectors/{name}/config"),
+            &json!({ "transforms": "mask" }),
+        )
+        .await;
+    assert_eq!(a.status, 400, "{a:?}");
+    assert!(
+        a.body["message"]
+            .as_str()
+            .unwrap_or_default()
+            .contains("config[transforms]"),
+        "{a:?}"
+    );
+    let r = c.call(
+        "PutConnectorConfig",
+        json!({ "name": name, "config": with(&fine, &[("errors.tolerance", "all")]) }),
+    );
+    assert_eq!(r.code, INVALID_ARGUMENT, "{}", r.err);
+    assert!(r.err.contains("config[errors.tolerance]"), "{}", r.err);
+    let after = rest.get(&format!("/connectors/{name}/config")).await.body;
+    assert_eq!(after, stored, "the stored config is unchanged");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -199,6 +230,10 @@ async fn a_refused_value_is_in_no_answer_audit_entry_or_log_line() {
     assert!(trail.contains("config[tasks.max]"), "{trail}");
     assert!(!trail.contains("MARKER"), "the audit trail: {trail}");
     let log = c.cp_log();
+    assert!(
+        log.contains("config[tasks.max]"),
+        "the log records the refusals (so their absence of the value means something)"
+    );
     let lines: Vec<&str> = log.lines().filter(|l| l.contains("MARKER")).collect();
     assert!(lines.is_empty(), "the control plane's log: {lines:?}");
 }
