@@ -672,18 +672,7 @@ mod tests {
     fn no_error_message_carries_the_value() {
         let marker = "MARKER password=s3cr3t";
         let def = runtime_config_def()
-            .define(ConfigKey::new(
-                "d",
-                ConfigType::Double,
-                Importance::Low,
-                "d",
-            ))
-            .define(ConfigKey::new(
-                "b",
-                ConfigType::Boolean,
-                Importance::Low,
-                "b",
-            ))
+            .merged(&double_and_boolean_def())
             .define(ConfigKey::new("l", ConfigType::Long, Importance::Low, "l"));
         for key in [
             TASKS_MAX,
@@ -735,9 +724,9 @@ mod tests {
         assert!(values[0].errors.is_empty(), "{values:?}");
     }
 
-    #[test]
-    fn doubles_and_booleans_are_parsed_strictly() {
-        let def = ConfigDef::new()
+    /// A Double key `d` and a Boolean key `b`.
+    fn double_and_boolean_def() -> ConfigDef {
+        ConfigDef::new()
             .define(ConfigKey::new(
                 "d",
                 ConfigType::Double,
@@ -749,7 +738,12 @@ mod tests {
                 ConfigType::Boolean,
                 Importance::Low,
                 "b",
-            ));
+            ))
+    }
+
+    #[test]
+    fn doubles_and_booleans_are_parsed_strictly() {
+        let def = double_and_boolean_def();
         let ok = def.validate(&config(&[("d", "-1.5e3"), ("b", "true")]));
         assert!(ok.iter().all(|v| v.errors.is_empty()), "{ok:?}");
         for (d, b) in [
