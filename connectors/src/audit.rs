@@ -176,10 +176,7 @@ impl Adopt {
             "never" => Ok(Adopt::Never),
             "from-start" => Ok(Adopt::FromStart),
             "from-end" => Ok(Adopt::FromEnd),
-            other => Err(format!(
-                "value {other:?} is not one of: {}",
-                Adopt::VALUES.join(", ")
-            )),
+            _ => Err(format!("value is not one of: {}", Adopt::VALUES.join(", "))),
         }
     }
 }
@@ -418,14 +415,14 @@ pub trait AuditBackend: Sized + Send + Sync + std::fmt::Debug + 'static {
 fn non_negative(value: &str) -> Result<(), String> {
     match value.trim().parse::<i64>() {
         Ok(n) if n >= 0 => Ok(()),
-        _ => Err(format!("value {value:?} is not a non-negative integer")),
+        _ => Err("value is not a non-negative integer".to_owned()),
     }
 }
 
 fn positive(value: &str) -> Result<(), String> {
     match value.trim().parse::<i64>() {
         Ok(n) if n > 0 => Ok(()),
-        _ => Err(format!("value {value:?} is not a positive integer")),
+        _ => Err("value is not a positive integer".to_owned()),
     }
 }
 
@@ -498,7 +495,7 @@ pub fn number<T: std::str::FromStr>(
     check(raw).map_err(invalid)?;
     raw.trim()
         .parse::<T>()
-        .map_err(|_| invalid(format!("value {raw:?} is out of range")))
+        .map_err(|_| invalid("value is out of range".to_owned()))
 }
 
 /// The parsed shared config with the backend.

@@ -219,7 +219,7 @@ pub fn parse_single_table(value: &str) -> Result<TableName, String> {
     let tables = parse_table_list(value)?;
     match tables.as_slice() {
         [one] => Ok(one.clone()),
-        _ => Err(format!("value {value:?} is not exactly one table name")),
+        _ => Err("value is not exactly one table name".to_owned()),
     }
 }
 

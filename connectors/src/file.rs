@@ -182,7 +182,7 @@ pub fn check_file_value(value: &str) -> Result<(), String> {
         return Ok(());
     };
     Err(format!(
-        "value {value:?} {refusal}; file plugins only touch paths under the executor's --file-root, and \"..\" is refused whatever the root"
+        "value {refusal}; file plugins only touch paths under the executor's --file-root, and \"..\" is refused whatever the root"
     ))
 }
 
@@ -554,7 +554,7 @@ mod tests {
         for bad in ["../../etc/evil", "a/../b", "/srv/wharf/../x", ".."] {
             let e = check_file_value(bad).expect_err(bad);
             assert!(
-                e.contains(&format!("{bad:?}")) && e.contains("contains \"..\""),
+                (bad == ".." || !e.contains(bad)) && e.contains("value contains \"..\""),
                 "{bad}: {e}"
             );
         }

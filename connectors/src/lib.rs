@@ -56,7 +56,7 @@ pub(crate) fn parse_opt<T: std::str::FromStr>(
             .trim()
             .parse::<T>()
             .map(Some)
-            .map_err(|_| format!("config {key:?}: cannot parse {v:?}")),
+            .map_err(|_| format!("config {key:?}: cannot parse the value")),
     }
 }
 

@@ -44,10 +44,7 @@ impl SslMode {
             "disable" => Ok(SslMode::Disable),
             "require" => Ok(SslMode::Require),
             "verify-full" => Ok(SslMode::VerifyFull),
-            other => Err(format!(
-                "value {other:?} is not one of {}",
-                SslMode::NAMES.join(", ")
-            )),
+            _ => Err(format!("value is not one of {}", SslMode::NAMES.join(", "))),
         }
     }
 }
@@ -106,7 +103,7 @@ pub fn root_path(value: &str) -> Result<(), String> {
     if v.is_empty() || Path::new(v).is_absolute() {
         Ok(())
     } else {
-        Err(format!("path {v:?} is not absolute"))
+        Err("the path is not absolute".to_owned())
     }
 }
 
@@ -275,9 +272,9 @@ mod tests {
         assert_eq!(SslMode::parse("disable"), Ok(SslMode::Disable));
         assert_eq!(SslMode::parse("require"), Ok(SslMode::Require));
         assert_eq!(SslMode::parse(" verify-full "), Ok(SslMode::VerifyFull));
-        let err = SslMode::parse("verify-ca").unwrap_err();
+        let err = SslMode::parse("verify-x").unwrap_err();
         assert!(
-            err.contains("verify-ca") && err.contains("verify-full"),
+            !err.contains("verify-x") && err.contains("verify-full"),
             "{err}"
         );
     }

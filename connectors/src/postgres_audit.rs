@@ -125,7 +125,7 @@ pub fn plugin() -> Plugin {
 fn port(value: &str) -> Result<(), String> {
     match value.trim().parse::<u16>() {
         Ok(n) if n > 0 => Ok(()),
-        _ => Err(format!("value {value:?} is not a TCP port (1-65535)")),
+        _ => Err("value is not a TCP port (1-65535)".to_owned()),
     }
 }
 

@@ -104,7 +104,7 @@ pub fn plugin() -> Plugin {
 fn non_negative(value: &str) -> Result<(), String> {
     match value.trim().parse::<i64>() {
         Ok(n) if n >= 0 => Ok(()),
-        _ => Err(format!("value {value:?} is not a non-negative integer")),
+        _ => Err("value is not a non-negative integer".to_owned()),
     }
 }
 

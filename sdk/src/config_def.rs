@@ -36,7 +36,8 @@ pub enum Importance {
     Low,
 }
 
-/// A check on one value; returns the error text for the operator.
+/// A check on one value; returns the error text for the operator, which names the rule
+/// and never the value (it reaches answers, the audit trail and logs).
 pub type Validator = fn(&str) -> Result<(), String>;
 
 /// Definition of one config key.
@@ -189,13 +190,14 @@ impl ConfigKey {
             ),
             ConfigType::String | ConfigType::List | ConfigType::Password => None,
         };
+        // Messages name the rule, never the value: they reach the operator's answer, the
+        // audit trail and logs, and a rejected value may hold what should not be there.
         if let Some(e) = type_error {
-            errors.push(format!("value {} {e}", self.shown(value)));
+            errors.push(format!("value {e}"));
         }
         if !self.allowed_values.is_empty() && !self.allowed_values.iter().any(|a| a == value) {
             errors.push(format!(
-                "value {} is not one of: {}",
-                self.shown(value),
+                "value is not one of: {}",
                 self.allowed_values.join(", ")
             ));
         }
@@ -206,14 +208,6 @@ impl ConfigKey {
             errors.push(e);
         }
         errors
-    }
-
-    fn shown(&self, value: &str) -> String {
-        if self.secret {
-            REDACTED.to_owned()
-        } else {
-            format!("{value:?}")
-        }
     }
 }
 
@@ -410,8 +404,8 @@ fn list_is_empty(value: &str) -> bool {
 fn positive_int(value: &str) -> Result<(), String> {
     match value.parse::<i64>() {
         Ok(n) if n > 0 => Ok(()),
-        Ok(_) => Err(format!("value {value:?} must be a positive integer")),
-        Err(_) => Err(format!("value {value:?} is not an integer")),
+        Ok(_) => Err("value must be a positive integer".to_owned()),
+        Err(_) => Err("value is not an integer".to_owned()),
     }
 }
 
@@ -426,7 +420,7 @@ fn cleanup_timeout(value: &str) -> Result<(), String> {
     match value.parse::<i64>() {
         Ok(n) if CLEANUP_TIMEOUT_MS_RANGE.contains(&n) => Ok(()),
         _ => Err(format!(
-            "value {value:?} is out of range: allowed {} to {} milliseconds",
+            "value is out of range: allowed {} to {} milliseconds",
             CLEANUP_TIMEOUT_MS_RANGE.start(),
             CLEANUP_TIMEOUT_MS_RANGE.end()
         )),
@@ -668,10 +662,52 @@ mod tests {
             let errors = &list_def(true).validate(&config(&[("topics", blank)]))[0].errors;
             assert_eq!(errors.len(), 1, "{blank:?}: {errors:?}");
             assert!(
-                errors[0].contains(&format!("{blank:?} names no entry")),
+                errors[0].starts_with("value names no entry"),
                 "{blank:?}: {errors:?}"
             );
         }
+    }
+
+    #[test]
+    fn no_error_message_carries_the_value() {
+        let marker = "MARKER password=s3cr3t";
+        let def = runtime_config_def()
+            .merged(&double_and_boolean_def())
+            .define(ConfigKey::new("l", ConfigType::Long, Importance::Low, "l"));
+        for key in [
+            TASKS_MAX,
+            CLEANUP_TIMEOUT_MS,
+            CLEANUP_MAX_ATTEMPTS,
+            CLEANUP_POLICY,
+            "d",
+            "b",
+            "l",
+        ] {
+            for value in [
+                marker.to_owned(),
+                format!("5 {marker}"),
+                format!("-{marker}"),
+            ] {
+                let values = def.validate(&config(&[(key, &value)]));
+                let errors = &values.iter().find(|v| v.name == key).unwrap().errors;
+                assert!(!errors.is_empty(), "{key}: {value:?}");
+                assert!(
+                    errors.iter().all(|e| !e.contains("MARKER")),
+                    "{key}: {errors:?}"
+                );
+            }
+        }
+        for value in ["0", "-3"] {
+            assert!(
+                tasks_max_errors(value).iter().all(|e| !e.contains(value)),
+                "{value}"
+            );
+        }
+        assert!(
+            cleanup_timeout_errors("99")
+                .iter()
+                .all(|e| !e.contains("99\""))
+        );
     }
 
     #[test]
@@ -688,9 +724,9 @@ mod tests {
         assert!(values[0].errors.is_empty(), "{values:?}");
     }
 
-    #[test]
-    fn doubles_and_booleans_are_parsed_strictly() {
-        let def = ConfigDef::new()
+    /// A Double key `d` and a Boolean key `b`.
+    fn double_and_boolean_def() -> ConfigDef {
+        ConfigDef::new()
             .define(ConfigKey::new(
                 "d",
                 ConfigType::Double,
@@ -702,7 +738,12 @@ mod tests {
                 ConfigType::Boolean,
                 Importance::Low,
                 "b",
-            ));
+            ))
+    }
+
+    #[test]
+    fn doubles_and_booleans_are_parsed_strictly() {
+        let def = double_and_boolean_def();
         let ok = def.validate(&config(&[("d", "-1.5e3"), ("b", "true")]));
         assert!(ok.iter().all(|v| v.errors.is_empty()), "{ok:?}");
         for (d, b) in [

@@ -70,12 +70,10 @@ pub(crate) fn check_name(value: &str) -> Result<(), String> {
             value.len()
         ))
     } else if value.starts_with("amq.") {
-        Err(format!(
-            "value {value:?} starts with \"amq.\", which RabbitMQ reserves"
-        ))
+        Err("value starts with \"amq.\", which RabbitMQ reserves".to_owned())
     } else if value.starts_with(OWNER_QUEUE_PREFIX) {
         Err(format!(
-            "value {value:?} starts with {OWNER_QUEUE_PREFIX:?}, which rabbitmq-sink uses for owner records"
+            "value starts with {OWNER_QUEUE_PREFIX:?}, which rabbitmq-sink uses for owner records"
         ))
     } else {
         Ok(())
@@ -96,9 +94,7 @@ pub(crate) fn check_routing_key(value: &str) -> Result<(), String> {
 pub(crate) fn positive_ms(value: &str) -> Result<(), String> {
     match value.parse::<u64>() {
         Ok(n) if n > 0 => Ok(()),
-        _ => Err(format!(
-            "value {value:?} must be a positive number of milliseconds"
-        )),
+        _ => Err("value must be a positive number of milliseconds".to_owned()),
     }
 }
 
@@ -193,10 +189,7 @@ impl Settings {
         if !EXCHANGE_TYPES.contains(&exchange_type.as_str()) {
             return Err(invalid(
                 keys::EXCHANGE_TYPE,
-                format!(
-                    "value {exchange_type:?} is not one of: {}",
-                    EXCHANGE_TYPES.join(", ")
-                ),
+                format!("value is not one of: {}", EXCHANGE_TYPES.join(", ")),
             ));
         }
         let routing_key =

@@ -8,7 +8,7 @@ use tracing::{info, warn};
 use wharf::pb::v1 as pb;
 use wharf::sdk::REDACTED;
 
-use super::plugin_check;
+use super::{connect_keys, plugin_check};
 use crate::auth::{AdminAction, AuthError, Principal};
 use crate::grpc::convert::{self, KnownPlugin, RawConnector};
 use crate::model::{ConnectorRecord, ConnectorSpec, TargetState};
@@ -17,7 +17,9 @@ use crate::store::CreateOutcome;
 use super::{Admin, ApiError, ApiResult, info_with};
 
 impl Admin {
-    /// Validates a spec against the plugins registered executors offer.
+    /// Validates a spec against the plugins registered executors offer: a Kafka Connect
+    /// runtime key Wharf does not implement, or a config-provider reference, is refused
+    /// ([`connect_keys`]) before the values are checked.
     fn checked_spec(
         plugins: &BTreeMap<String, KnownPlugin>,
         name: &str,
@@ -30,7 +32,13 @@ impl Admin {
                 reason: unknown_plugin(&spec.plugin),
             });
         };
-        convert::validate_spec(&spec, &convert::full_def(Some(&plugin.info)))?;
+        let def = convert::full_def(Some(&plugin.info));
+        // Refused before the values are checked: a key Wharf would ignore, or a value it
+        // would use literally, is the more fundamental problem.
+        if let Some((field, reason)) = connect_keys::first_refused(&def, spec.config.iter()) {
+            return Err(ApiError::InvalidArgument { field, reason });
+        }
+        convert::validate_spec(&spec, &def)?;
         Ok(spec)
     }
 
@@ -259,7 +267,9 @@ impl Admin {
     }
 
     /// ValidateConnectorConfig / `PUT /connector-plugins/{class}/config/validate`: one
-    /// entry per defined key (errors), then one per key nobody defines (a warning each).
+    /// entry per defined key (errors), then one per key nobody defines (a warning each,
+    /// or an error for a Kafka Connect runtime key Wharf does not implement:
+    /// [`connect_keys`]); a config-provider reference is an error on its key.
     /// The plugin's own checks (validators) run on a live executor offering the plugin
     /// and their errors join their keys; when none could run them, a warning on
     /// `connector.class` says why ([`plugin_check`]).
@@ -296,6 +306,14 @@ impl Admin {
                 warnings: Vec::new(),
             })
             .collect();
+        for c in &mut configs {
+            if config
+                .get(&c.name)
+                .is_some_and(|v| connect_keys::has_provider_reference(v))
+            {
+                c.errors.push(connect_keys::PROVIDER_REFUSAL.to_owned());
+            }
+        }
         if !plugin_name.is_empty()
             && plugin.is_none()
             && let Some(c) = configs
@@ -308,12 +326,16 @@ impl Admin {
         for (k, v) in &redacted {
             if def.key(k).is_none() {
                 // A key create would refuse is an error on that key, not only unknown.
+                let raw = config.get(k).map_or("", String::as_str);
                 let (errors, warnings) = match convert::config_key_problem(k) {
                     Some(why) => (vec![convert::bad_key_reason(why)], Vec::new()),
-                    None => (
-                        Vec::new(),
-                        vec![unknown_key_warning(&def, k, plugin.is_some())],
-                    ),
+                    None => match connect_keys::problem(&def, k, raw) {
+                        Some(why) => (vec![why], Vec::new()),
+                        None => (
+                            Vec::new(),
+                            vec![unknown_key_warning(&def, k, plugin.is_some())],
+                        ),
+                    },
                 };
                 configs.push(pb::ConfigValueInfo {
                     name: k.clone(),
@@ -446,23 +468,11 @@ fn check_immutable(
     new: &wharf::sdk::ConfigMap,
 ) -> ApiResult<()> {
     let class = crate::model::CONNECTOR_CLASS;
-    let shown = |key: &str, v: Option<&String>| -> String {
-        match v {
-            None => "unset".to_owned(),
-            Some(v) => {
-                let one: wharf::sdk::ConfigMap =
-                    [(key.to_owned(), v.clone())].into_iter().collect();
-                def.redact(&one)
-                    .get(key)
-                    .map_or_else(String::new, |v| format!("{v:?}"))
-            }
-        }
-    };
     if old.get(class) != new.get(class) {
         return Err(ApiError::ImmutableConfig {
             name: name.to_owned(),
             field: format!("config[{class}]"),
-            change: format!("{} -> {}", shown(class, old.get(class)), shown(class, new.get(class))),
+            change: change(old.get(class), new.get(class)).into(),
             why: "the deletion's cleanup would run the new plugin and leave behind what the old one provisioned".into(),
         });
     }
@@ -474,11 +484,7 @@ fn check_immutable(
             return Err(ApiError::ImmutableConfig {
                 name: name.to_owned(),
                 field: format!("config[{}]", key.name),
-                change: format!(
-                    "{} -> {}",
-                    shown(&key.name, was.as_ref()),
-                    shown(&key.name, now.as_ref())
-                ),
+                change: change(was.as_ref(), now.as_ref()).into(),
                 why: format!(
                     "plugin {:?} marks it immutable (it names where the connector's external objects live), and the deletion's cleanup would look only in the new place",
                     old.get(class).map_or("", String::as_str)
@@ -487,6 +493,16 @@ fn check_immutable(
         }
     }
     Ok(())
+}
+
+/// What a config change did to one key, without its values (an error names the key and
+/// the rule, never a value).
+fn change(was: Option<&String>, now: Option<&String>) -> &'static str {
+    match (was, now) {
+        (Some(_), None) => "removed",
+        (None, Some(_)) => "set",
+        (Some(_), Some(_)) | (None, None) => "changed",
+    }
 }
 
 /// The error for a `connector.class` no registered executor offers; for the built-in
@@ -583,6 +599,25 @@ mod tests {
         assert!(w.contains("did you mean \"tasks.max\""), "{w}");
         let w = unknown_key_warning(&def, "colour", true);
         assert!(!w.contains("did you mean"), "{w}");
+    }
+
+    #[test]
+    fn a_change_is_named_without_its_values() {
+        let (a, b) = ("MARKER-a".to_owned(), "MARKER-b".to_owned());
+        assert_eq!(change(Some(&a), None), "removed");
+        assert_eq!(change(None, Some(&b)), "set");
+        assert_eq!(change(Some(&a), Some(&b)), "changed");
+        let def = wharf::sdk::runtime_config_def();
+        let old: wharf::sdk::ConfigMap = [("connector.class".to_owned(), a)].into();
+        let new: wharf::sdk::ConfigMap = [("connector.class".to_owned(), b)].into();
+        let e = check_immutable("c", &def, &old, &new)
+            .unwrap_err()
+            .to_string();
+        assert!(
+            e.contains("config[connector.class] cannot change (changed)"),
+            "{e}"
+        );
+        assert!(!e.contains("MARKER"), "{e}");
     }
 
     #[test]

@@ -83,7 +83,8 @@ pub enum ApiError {
         name: String,
         /// The key, as `config[<key>]`.
         field: String,
-        /// Old and new value (`[hidden]` when secret).
+        /// What the change did to the key (`set`, `removed`, `changed`), never the
+        /// values: an error names the key and the rule.
         change: String,
         /// What the change would break.
         why: String,

@@ -13,6 +13,7 @@
 //! are code the control plane does not link) before a config is reported valid or stored,
 //! bounded and optional ([`plugin_check`]).
 
+pub mod connect_keys;
 pub mod error;
 pub mod guard;
 pub mod plugin_check;

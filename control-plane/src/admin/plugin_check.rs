@@ -138,9 +138,14 @@ pub fn merge_into(
     }
 }
 
+/// What a plugin's message shows instead of a quoted value it echoed.
+pub const NOT_SHOWN: &str = "(not shown)";
+
 /// `keys` with every value of a secret key (per `def`, or named like a secret) that a
-/// message contains replaced by [`REDACTED`]: the executor already does this; checked
-/// again here because the answer goes to the operator and the audit trail.
+/// message contains replaced by [`REDACTED`], and every other key's value the message
+/// quotes (`"..."`, as `{value:?}` writes it) by [`NOT_SHOWN`]: messages name the rule,
+/// never the value, because the answer goes to the operator, the audit trail and logs.
+/// The executor already redacts secrets; a plugin's validator may still echo a value.
 pub fn without_secrets(
     def: &ConfigDef,
     config: &ConfigMap,
@@ -150,11 +155,12 @@ pub fn without_secrets(
         .map(|(key, errors)| {
             let probe: ConfigMap = [(key.clone(), "x".to_owned())].into_iter().collect();
             let secret = def.redact(&probe).get(&key).is_some_and(|v| v == REDACTED);
-            let value = config.get(&key).filter(|v| secret && !v.is_empty());
+            let given = config.get(&key).filter(|v| !v.is_empty());
             let errors = errors
                 .into_iter()
-                .map(|e| match value {
-                    Some(v) => e.replace(v.as_str(), REDACTED),
+                .map(|e| match given {
+                    Some(v) if secret => e.replace(v.as_str(), REDACTED),
+                    Some(v) => e.replace(&format!("{v:?}"), NOT_SHOWN),
                     None => e,
                 })
                 .collect();
@@ -348,7 +354,7 @@ mod tests {
     }
 
     #[test]
-    fn a_secret_value_in_a_message_is_redacted() {
+    fn a_secret_value_in_a_message_is_redacted_and_a_quoted_value_not_shown() {
         let def = wharf::sdk::runtime_config_def();
         let config: ConfigMap = [
             ("db.password".to_owned(), "S3cr3t".to_owned()),
@@ -361,10 +367,16 @@ mod tests {
             &config,
             keys(&[
                 ("db.password", &["S3cr3t is weak"]),
-                ("label", &["shown is odd"]),
+                ("label", &["shown is odd", "value \"shown\" is odd"]),
             ]),
         );
         assert_eq!(out[0].1, [format!("{REDACTED} is weak")]);
-        assert_eq!(out[1].1, ["shown is odd"]);
+        assert_eq!(
+            out[1].1,
+            [
+                "shown is odd".to_owned(),
+                format!("value {NOT_SHOWN} is odd")
+            ]
+        );
     }
 }
