@@ -224,11 +224,19 @@ async fn stops_stuck_on_every_plugin_worker_write_the_pool_off_and_new_connector
         (threads_of(pid).1 == PLUGIN_THREADS).then_some(())
     })
     .await;
-    assert!(
-        c.executors[0]
-            .log()
-            .contains("retired plugin runtime shut down")
-    );
+    // The line is written before the threads end, but reaches the captured log through a
+    // pipe: wait for it rather than expect it at the moment the threads are gone.
+    wait_until(
+        "the old runtime's shutdown to be logged",
+        CONVERGE,
+        || async {
+            c.executors[0]
+                .log()
+                .contains("retired plugin runtime shut down")
+                .then_some(())
+        },
+    )
+    .await;
     assert_eq!(
         c.first_executor_epoch_and_state(),
         (epoch, "EXECUTOR_STATE_ALIVE".to_owned())

@@ -198,16 +198,25 @@ impl PluginRuntime {
         match runtime_fate(self.load()) {
             RuntimeFate::ShutDown => {
                 if let Some(runtime) = lock(&self.runtime).take() {
-                    tracing::info!(
-                        plugin_runtime = self.number,
-                        "retired plugin runtime shut down: none of its instances remains"
-                    );
-                    runtime.shutdown_background();
+                    self.shut_down(runtime);
                 }
             }
             // Only a retired runtime is ever shut down; a write-off is the pool's to make.
             RuntimeFate::Keep | RuntimeFate::WriteOff => {}
         }
+    }
+
+    /// Shuts `runtime` down without waiting for its workers (one may be stuck in an
+    /// abandoned call). A retired runtime says so whichever way it went: its last instance
+    /// ending, or its last slot dropped while an abandoned call still ran.
+    fn shut_down(&self, runtime: tokio::runtime::Runtime) {
+        if self.retired.load(Ordering::SeqCst) {
+            tracing::info!(
+                plugin_runtime = self.number,
+                "retired plugin runtime shut down: none of its instances remains"
+            );
+        }
+        runtime.shutdown_background();
     }
 
     /// True once shut down.
@@ -221,7 +230,7 @@ impl Drop for PluginRuntime {
     fn drop(&mut self) {
         // Never a blocking drop: a worker may be stuck in an abandoned call.
         if let Some(runtime) = lock(&self.runtime).take() {
-            runtime.shutdown_background();
+            self.shut_down(runtime);
         }
     }
 }
