@@ -172,6 +172,9 @@ pub enum AppError {
         /// The broken part of the rule.
         reason: wharf::ids::InvalidExecutorId,
     },
+    /// Another process holds the data dir (see [`crate::data_dir`]).
+    #[error(transparent)]
+    DataDirLocked(#[from] crate::data_dir::DirLockError),
     /// A non-loopback plaintext listener without `--insecure`.
     #[error(
         "{0} is not a loopback address and no TLS is configured; set --tls-cert/--tls-key/--tls-ca (docs/security.md) or pass --insecure"
@@ -196,6 +199,9 @@ impl AppError {
                 "check that {} is writable and not used by another executor, or choose another --data-dir",
                 path.display()
             )),
+            AppError::DataDirLocked(crate::data_dir::DirLockError::Held { .. }) => Some(
+                "another executor runs on this --data-dir: stop it, or give this one its own --data-dir".into(),
+            ),
             AppError::RecordLog(_) => Some(
                 "with the embedded log (--record-log embedded, the default): another executor may be using this --data-dir (stop it or choose another); with --record-log nats://... (or --nats-url): check that NATS runs with JetStream enabled (nats-server -js) at that URL".into(),
             ),
@@ -249,6 +255,7 @@ impl ExecutorApp {
             source,
         })?;
         let executor_id = resolve_executor_id(executor_id, cert_id, &data_dir)?;
+        let dir_lock = crate::data_dir::DirLock::acquire(&data_dir, &executor_id)?;
         let (listener, local_addr) =
             wharf::observability::bind(listen)
                 .await
@@ -341,6 +348,7 @@ impl ExecutorApp {
             cancel,
             server,
             loops,
+            _dir_lock: dir_lock,
         })
     }
 }
@@ -461,6 +469,8 @@ pub struct RunningExecutor {
     cancel: CancellationToken,
     server: JoinHandle<()>,
     loops: Vec<JoinHandle<()>>,
+    /// Held until this value is dropped (after shutdown).
+    _dir_lock: crate::data_dir::DirLock,
 }
 
 impl RunningExecutor {
