@@ -67,3 +67,100 @@ async fn a_second_executor_on_a_data_dir_in_use_exits_naming_the_holder() {
         c.executors[0].log()
     );
 }
+
+/// Ids of the executors the control plane lists (any state).
+fn listed_executors(c: &TestCluster) -> Vec<String> {
+    let r = c.call("ListExecutors", serde_json::json!({}));
+    r.body["executors"]
+        .as_array()
+        .map(|a| {
+            a.iter()
+                .filter_map(|e| e["id"].as_str().map(str::to_owned))
+                .collect()
+        })
+        .unwrap_or_default()
+}
+
+/// Waits until `p`'s log holds `text`; the log.
+async fn log_shows(p: &Proc, text: &str) -> String {
+    wait_until(&format!("the log to say {text:?}"), EXIT_DEADLINE, || {
+        let log = p.log();
+        async move { log.contains(text).then_some(log) }
+    })
+    .await
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_executor_on_another_record_log_is_refused_at_registration_naming_both_logs() {
+    let mut c = TestCluster::start(0).await;
+    let nats = start_nats(c.dir.path()).await;
+    c.add_executor_with(0, vec!["--nats-url".into(), nats.url.clone()])
+        .await;
+    c.wait_alive(1).await;
+    // exec-2 on its embedded log (the default).
+    c.add_executor(1).await;
+    let log = log_shows(&c.executors[1], "differs from the cluster's record log").await;
+    let nats_identity = format!(
+        "nats://{}?prefix=wharf",
+        nats.url.trim_start_matches("nats://")
+    );
+    let embedded_identity = format!("embedded:{}", c.dir.path().join("exec-2/log").display());
+    assert!(
+        log.contains(&nats_identity)
+            && log.contains(&embedded_identity)
+            && log.contains("exec-1")
+            && log.contains("registration failed; retrying"),
+        "{log}"
+    );
+    assert!(
+        c.cp_log().contains("registration refused: record log"),
+        "{}",
+        c.cp_log()
+    );
+    // Never listed, so never given work; it keeps retrying (the cluster's log may change).
+    assert_eq!(listed_executors(&c), vec!["exec-1".to_owned()]);
+    assert!(c.executors[1].child.is_some());
+    // The code a registration sent by other means gets: FAILED_PRECONDITION.
+    let mut registry =
+        wharf::pb::v1::executor_registry_client::ExecutorRegistryClient::connect(c.cp_url())
+            .await
+            .expect("connect to the registry");
+    let e = registry
+        .register_executor(wharf::pb::v1::RegisterExecutorRequest {
+            executor_id: "exec-9".into(),
+            advertised_address: "http://127.0.0.9:1".into(),
+            record_log: "kafka://k1:9092".into(),
+            ..Default::default()
+        })
+        .await
+        .expect_err("another log");
+    assert_eq!(e.code(), tonic::Code::FailedPrecondition, "{e}");
+    assert!(
+        e.message().contains("kafka://k1:9092") && e.message().contains(&nats_identity),
+        "{e}"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn two_executors_on_their_own_embedded_logs_are_two_logs() {
+    let mut c = TestCluster::start_secured_with_env(
+        0,
+        Vec::new(),
+        false,
+        &[("WHARF_ALLOW_SEPARATE_EMBEDDED_LOGS", "false")],
+    )
+    .await;
+    c.add_executor(0).await;
+    c.wait_alive(1).await;
+    c.add_executor(1).await;
+    let log = log_shows(&c.executors[1], "differs from the cluster's record log").await;
+    assert!(
+        log.contains("alone in its cluster")
+            && log.contains(&format!(
+                "embedded:{}",
+                c.dir.path().join("exec-1/log").display()
+            )),
+        "{log}"
+    );
+    assert_eq!(listed_executors(&c), vec!["exec-1".to_owned()]);
+}

@@ -288,7 +288,8 @@ impl ExecutorApp {
                 plugin_infos,
                 wharf::tls::ClientTls::from_option(tls.as_ref()),
             )
-            .map_err(AppError::Registry)?,
+            .map_err(AppError::Registry)?
+            .with_record_log(record_log.identity()),
         );
         let host = Arc::new(
             Host::new(

@@ -138,6 +138,8 @@ pub struct Registry {
     executor_id: String,
     advertised: String,
     plugins: Vec<pb::PluginInfo>,
+    /// The record log's identity, sent at registration (empty: not reported).
+    record_log: String,
     epoch: AtomicU64,
     /// End of the lease, from the last successful heartbeat or registration.
     lease_until: Mutex<Option<Instant>>,
@@ -187,6 +189,15 @@ impl Registry {
         )
     }
 
+    /// Reports `identity` ([`crate::log::LogConfig::identity`]) as this executor's record
+    /// log at every registration; the control plane refuses a log that differs from the
+    /// live executors' (the refusal is logged and the registration retried).
+    #[must_use]
+    pub fn with_record_log(mut self, identity: String) -> Self {
+        self.record_log = identity;
+        self
+    }
+
     /// As [`Registry::new`], speaking TLS to `https://` URLs with `tls` (an `https://`
     /// URL without TLS is [`RegistryError::InvalidUrl`]: never silently plaintext).
     ///
@@ -227,6 +238,7 @@ impl Registry {
             executor_id,
             advertised,
             plugins,
+            record_log: String::new(),
             epoch: AtomicU64::new(0),
             lease_until: Mutex::new(None),
             fences,
@@ -481,6 +493,7 @@ impl Registry {
             advertised_address: self.advertised.clone(),
             plugins: self.plugins.clone(),
             version: env!("CARGO_PKG_VERSION").to_owned(),
+            record_log: self.record_log.clone(),
         };
         let (used, mut client) = self.client();
         client

@@ -168,6 +168,9 @@ impl Proc {
             // An executor's file plugins may touch the test's temp dir (the parent of
             // its data dir, where the tests put their files) and nothing else.
             .env(FILE_ROOT_ENV, file_root(data_dir))
+            // The suites start several executors on their own embedded logs to test
+            // placement and lifecycle; a test of the one-log rule sets it back to false.
+            .env("WHARF_ALLOW_SEPARATE_EMBEDDED_LOGS", "true")
             .env(
                 "RUST_LOG",
                 std::env::var("RUST_LOG").unwrap_or_else(|_| "info".into()),
