@@ -164,3 +164,40 @@ async fn two_executors_on_their_own_embedded_logs_are_two_logs() {
     );
     assert_eq!(listed_executors(&c), vec!["exec-1".to_owned()]);
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_plaintext_executor_on_a_non_loopback_address_needs_insecure() {
+    let c = TestCluster::start(0).await;
+    let dir = c.dir.path().join("open");
+    let mut refused = Proc::spawn(
+        wharf_harness::bin("wharf-executor"),
+        executor_args(&c, "0.0.0.0:0", &dir),
+        &dir,
+    );
+    let code = exit_code(&mut refused).await;
+    let log = refused.log();
+    assert_eq!(code, Some(2), "{log}");
+    assert!(
+        log.contains("0.0.0.0:0 is not a loopback address") && log.contains("--insecure"),
+        "{log}"
+    );
+    // With --insecure it starts, and says what that means.
+    let mut args = executor_args(&c, "0.0.0.0:0", &dir);
+    args.push("--insecure".into());
+    let mut open = Proc::spawn(wharf_harness::bin("wharf-executor"), args, &dir);
+    open.listen_addr().await;
+    assert!(
+        open.log()
+            .contains("--insecure: plaintext listener on a non-loopback address"),
+        "{}",
+        open.log()
+    );
+    // On loopback no flag is needed.
+    let lo = c.dir.path().join("loopback");
+    let mut loopback = Proc::spawn(
+        wharf_harness::bin("wharf-executor"),
+        executor_args(&c, "127.0.0.4:0", &lo),
+        &lo,
+    );
+    loopback.listen_addr().await;
+}

@@ -183,6 +183,16 @@ pub enum AppError {
 }
 
 impl AppError {
+    /// The process's exit code for this error: 2 (as for a setting that does not parse,
+    /// and as the control plane's) for settings that cannot run together, such as a
+    /// plaintext non-loopback listener without `--insecure`; 1 otherwise.
+    pub fn exit_code(&self) -> u8 {
+        match self {
+            AppError::Insecure(_) => crate::launcher::EXIT_BAD_CONFIG,
+            _ => 1,
+        }
+    }
+
     /// What the operator can do about a start failure.
     pub fn hint(&self) -> Option<String> {
         match self {
@@ -645,6 +655,28 @@ fn write_atomically(path: &Path, text: &str) -> Result<(), AppError> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_plaintext_non_loopback_listener_exits_with_the_bad_settings_code() {
+        let e =
+            listener_tls("0.0.0.0:7070".parse().expect("addr"), None, false).expect_err("refused");
+        assert!(matches!(e, AppError::Insecure(_)), "{e}");
+        assert_eq!(e.exit_code(), crate::launcher::EXIT_BAD_CONFIG);
+        assert!(e.to_string().contains("--insecure"), "{e}");
+    }
+
+    #[test]
+    fn a_plaintext_listener_is_allowed_on_loopback_or_with_insecure() {
+        assert!(listener_tls("127.0.0.1:7070".parse().expect("addr"), None, false).is_ok());
+        assert!(listener_tls("[::1]:7070".parse().expect("addr"), None, false).is_ok());
+        assert!(listener_tls("0.0.0.0:7070".parse().expect("addr"), None, true).is_ok());
+    }
+
+    #[test]
+    fn other_start_failures_exit_with_1() {
+        let e = AppError::Reflection("x".into());
+        assert_eq!(e.exit_code(), 1);
+    }
 
     #[test]
     fn the_planned_id_is_the_given_one_else_the_one_kept_in_the_data_dir() {
