@@ -139,6 +139,25 @@ async fn an_executor_on_another_record_log_is_refused_at_registration_naming_bot
         e.message().contains("kafka://k1:9092") && e.message().contains(&nats_identity),
         "{e}"
     );
+    // The cluster's log is kept in the store: a restarted control plane still refuses.
+    let refusals = |c: &TestCluster| {
+        c.cp_log()
+            .matches("registration refused: record log")
+            .count()
+    };
+    let before = refusals(&c);
+    c.restart_control_plane().await;
+    c.wait_alive(1).await;
+    wait_until(
+        "a refusal by the restarted control plane",
+        EXIT_DEADLINE,
+        || {
+            let more = refusals(&c) > before;
+            async move { more.then_some(()) }
+        },
+    )
+    .await;
+    assert_eq!(listed_executors(&c), vec!["exec-1".to_owned()]);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
