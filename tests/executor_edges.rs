@@ -13,13 +13,7 @@ const EXIT_DEADLINE: Duration = Duration::from_secs(20);
 
 /// Waits until `p` exits by itself; its exit code.
 async fn exit_code(p: &mut Proc) -> Option<i32> {
-    let mut child = p.child.take().expect("running");
-    let status = wait_until("the process to exit by itself", EXIT_DEADLINE, || {
-        let r = child.try_wait().ok().flatten();
-        async move { r }
-    })
-    .await;
-    status.code()
+    p.wait_exit(EXIT_DEADLINE).await
 }
 
 /// Flags of an executor on `listen` with data dir `data_dir`, registering with `c`.
@@ -119,6 +113,11 @@ async fn an_executor_on_another_record_log_is_refused_at_registration_naming_bot
     );
     // Never listed, so never given work; it keeps retrying (the cluster's log may change).
     assert_eq!(listed_executors(&c), vec!["exec-1".to_owned()]);
+    let listed = c.call("ListExecutors", serde_json::json!({}));
+    assert_eq!(
+        listed.body["executors"][0]["recordLog"],
+        nats_identity.as_str()
+    );
     assert!(c.executors[1].child.is_some());
     // The code a registration sent by other means gets: FAILED_PRECONDITION.
     let mut registry =

@@ -261,8 +261,14 @@ impl Proc {
     /// SIGTERM, then wait up to `deadline` for exit; returns the exit code.
     pub async fn terminate(&mut self, deadline: Duration) -> Option<i32> {
         self.signal("TERM");
+        self.wait_exit(deadline).await
+    }
+
+    /// Waits up to `deadline` for the process to exit (panics after it); its exit code
+    /// (`None` when a signal ended it).
+    pub async fn wait_exit(&mut self, deadline: Duration) -> Option<i32> {
         let mut child = self.child.take().expect("running");
-        let status = wait_until("process to exit after SIGTERM", deadline, || {
+        let status = wait_until("the process to exit", deadline, || {
             let r = child.try_wait().ok().flatten();
             async move { r }
         })
