@@ -84,13 +84,7 @@ impl Certs {
 
 /// Waits for `p` to exit on its own; its exit code.
 async fn exit_code(p: &mut Proc) -> Option<i32> {
-    let mut child = p.child.take().expect("running");
-    let status = wait_until("the process to exit by itself", WAIT_DEADLINE, || {
-        let r = child.try_wait().ok().flatten();
-        async move { r }
-    })
-    .await;
-    status.code()
+    p.wait_exit(WAIT_DEADLINE).await
 }
 
 fn channel(url: &str, tls: ClientTls) -> Channel {

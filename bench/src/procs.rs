@@ -368,6 +368,11 @@ impl Cluster {
             opts.heartbeat_ms.to_string(),
         ];
         cp_args.extend(pki.iter().flat_map(|p| p.flags("control-plane")));
+        if opts.nats_url.is_none() {
+            // Each executor on its own embedded log: admitted beside each other
+            // (placement and lifecycle benchmarks; records stay on their executor).
+            cp_args.push("--allow-separate-embedded-logs".into());
+        }
         cp_args.extend(extra);
         let cp_program = bin_dir.join("wharf-control-plane");
         let mut cp = Proc::spawn(&cp_program, &cp_args, &cp_dir)?;

@@ -58,6 +58,10 @@ pub struct Config {
     /// When the REST address is a default rather than asked for (`--dev`'s 8083): a
     /// failed bind is logged and the control plane runs without the gateway.
     pub rest_optional: bool,
+    /// `--allow-separate-embedded-logs`: admit executors on embedded record logs beside
+    /// each other (each keeps its own records; for tests of placement and lifecycle), see
+    /// [`crate::plan::record_log`].
+    pub separate_embedded_logs: bool,
 }
 
 /// Which [`StateStore`] backend to use (`--store`).
@@ -211,6 +215,7 @@ impl Config {
             tls,
             rest_listen,
             rest_optional,
+            separate_embedded_logs,
         } = self;
         let LeaseConfig {
             lease_ms,
@@ -308,6 +313,7 @@ impl Config {
             tls,
             rest_listen,
             rest_optional,
+            separate_embedded_logs,
         })
     }
 }
@@ -324,6 +330,7 @@ pub struct App {
     rest: Option<(TcpListener, SocketAddr)>,
     loggers: Arc<crate::rest::loggers::Loggers>,
     probe: Arc<crate::observe::ControlPlaneProbe>,
+    separate_embedded_logs: bool,
 }
 
 /// Writes `addr` to `dir/file` atomically (a reader never sees half an address).
@@ -496,6 +503,7 @@ impl App {
             auth,
             rest,
             loggers: Arc::new(crate::rest::loggers::Loggers::new("INFO", None)),
+            separate_embedded_logs: config.separate_embedded_logs,
         })
     }
 
@@ -580,7 +588,9 @@ impl App {
         .with_tls(client_tls.clone());
         let registry = LeaderRoute::new(
             ExecutorRegistryServer::new(
-                RegistryService::new(self.cluster.clone()).with_tls(self.tls.is_some()),
+                RegistryService::new(self.cluster.clone())
+                    .with_tls(self.tls.is_some())
+                    .with_separate_embedded_logs(self.separate_embedded_logs),
             )
             .max_decoding_message_size(MAX_REQUEST_BYTES),
             role,

@@ -117,6 +117,20 @@ pub struct Args {
         value_parser = BoolishValueParser::new()
     )]
     pub insecure: Option<bool>,
+    /// Admit executors on embedded record logs beside each other. An embedded log is one
+    /// executor's own files, so by default an executor on it is alone in its cluster;
+    /// with this each keeps its own records and a sink sees only its executor's (for
+    /// tests of placement and lifecycle, never for data). [default: false]
+    #[arg(
+        long,
+        env = "WHARF_ALLOW_SEPARATE_EMBEDDED_LOGS",
+        value_name = "BOOL",
+        num_args = 0..=1,
+        require_equals = true,
+        default_missing_value = "true",
+        value_parser = BoolishValueParser::new()
+    )]
+    pub allow_separate_embedded_logs: Option<bool>,
     /// Most audit trail entries kept; the oldest are removed beyond it. [default: 100000]
     #[arg(
         long,
@@ -321,6 +335,8 @@ pub struct FileConfig {
     pub admin_tokens: Option<PathBuf>,
     /// See `--insecure`.
     pub insecure: Option<bool>,
+    /// See `--allow-separate-embedded-logs`.
+    pub allow_separate_embedded_logs: Option<bool>,
     /// See `--audit-max-entries`.
     pub audit_max_entries: Option<u64>,
     /// See `--audit-max-age-days`.
@@ -364,6 +380,7 @@ impl Args {
             advertise,
             admin_tokens,
             insecure,
+            allow_separate_embedded_logs,
             audit_max_entries,
             audit_max_age_days,
             observability,
@@ -389,6 +406,7 @@ impl Args {
             advertise: file_advertise,
             admin_tokens: file_admin_tokens,
             insecure: file_insecure,
+            allow_separate_embedded_logs: file_allow_separate_embedded_logs,
             audit_max_entries: file_audit_max_entries,
             audit_max_age_days: file_audit_max_age_days,
             observability: file_observability,
@@ -420,6 +438,11 @@ impl Args {
             config: Config {
                 rest_listen: server.rest_listen,
                 rest_optional: false,
+                separate_embedded_logs: layer(
+                    allow_separate_embedded_logs,
+                    file_allow_separate_embedded_logs,
+                    || false,
+                ),
                 listen: server.listen,
                 data_dir: server.data_dir,
                 lease: server.lease,
@@ -759,6 +782,7 @@ mod tests {
             advertise: None,
             admin_tokens: None,
             insecure: None,
+            allow_separate_embedded_logs: None,
             audit_max_entries: None,
             audit_max_age_days: None,
             observability: Default::default(),

@@ -203,6 +203,7 @@ async fn setup(
         tls: None,
         rest_listen: None,
         rest_optional: false,
+        separate_embedded_logs: false,
     })
     .await
     .unwrap();
@@ -229,6 +230,7 @@ async fn setup(
             advertised_address: format!("http://{exec_addr}"),
             plugins: vec![plugin],
             version: "test".into(),
+            record_log: String::new(),
         })
         .await
         .unwrap()

@@ -170,6 +170,16 @@ fn contract(s: &dyn StateStore) {
     assert!(s.executor("x").unwrap().unwrap().lost);
     let ids: Vec<_> = s.executors().unwrap().into_iter().map(|e| e.id).collect();
     assert_eq!(ids, ["x", "y"]);
+
+    // The record log a registration names is kept with the executor, and replaced by
+    // the next registration (none named: empty).
+    let log = "nats://a:4222?prefix=wharf";
+    let y2 = s
+        .register_executor_with_log("y", "http://127.0.0.3:1", vec![], log)
+        .unwrap();
+    assert_eq!(y2.record_log, log);
+    assert_eq!(s.executor("y").unwrap().unwrap().record_log, log);
+    assert_eq!(s.executor("x").unwrap().unwrap().record_log, "");
 }
 
 /// Milliseconds in a day.

@@ -151,6 +151,7 @@ impl Args {
                 // Only the default address may be taken (parallel dev runs); an
                 // asked-for one must bind.
                 rest_optional: server.rest_defaulted,
+                separate_embedded_logs: false,
                 // Dev mode is loopback-only and open: every caller is `anonymous`, admin.
                 auth: Default::default(),
                 listen: server.listen,

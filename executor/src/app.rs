@@ -172,6 +172,9 @@ pub enum AppError {
         /// The broken part of the rule.
         reason: wharf::ids::InvalidExecutorId,
     },
+    /// Another process holds the data dir (see [`crate::data_dir`]).
+    #[error(transparent)]
+    DataDirLocked(#[from] crate::data_dir::DirLockError),
     /// A non-loopback plaintext listener without `--insecure`.
     #[error(
         "{0} is not a loopback address and no TLS is configured; set --tls-cert/--tls-key/--tls-ca (docs/security.md) or pass --insecure"
@@ -180,6 +183,16 @@ pub enum AppError {
 }
 
 impl AppError {
+    /// The process's exit code for this error: 2 (as for a setting that does not parse,
+    /// and as the control plane's) for settings that cannot run together, such as a
+    /// plaintext non-loopback listener without `--insecure`; 1 otherwise.
+    pub fn exit_code(&self) -> u8 {
+        match self {
+            AppError::Insecure(_) => crate::launcher::EXIT_BAD_CONFIG,
+            _ => 1,
+        }
+    }
+
     /// What the operator can do about a start failure.
     pub fn hint(&self) -> Option<String> {
         match self {
@@ -196,6 +209,9 @@ impl AppError {
                 "check that {} is writable and not used by another executor, or choose another --data-dir",
                 path.display()
             )),
+            AppError::DataDirLocked(crate::data_dir::DirLockError::Held { .. }) => Some(
+                "another executor runs on this --data-dir: stop it, or give this one its own --data-dir".into(),
+            ),
             AppError::RecordLog(_) => Some(
                 "with the embedded log (--record-log embedded, the default): another executor may be using this --data-dir (stop it or choose another); with --record-log nats://... (or --nats-url): check that NATS runs with JetStream enabled (nats-server -js) at that URL".into(),
             ),
@@ -249,6 +265,7 @@ impl ExecutorApp {
             source,
         })?;
         let executor_id = resolve_executor_id(executor_id, cert_id, &data_dir)?;
+        let dir_lock = crate::data_dir::DirLock::acquire(&data_dir, &executor_id)?;
         let (listener, local_addr) =
             wharf::observability::bind(listen)
                 .await
@@ -281,7 +298,8 @@ impl ExecutorApp {
                 plugin_infos,
                 wharf::tls::ClientTls::from_option(tls.as_ref()),
             )
-            .map_err(AppError::Registry)?,
+            .map_err(AppError::Registry)?
+            .with_record_log(record_log.identity()),
         );
         let host = Arc::new(
             Host::new(
@@ -341,6 +359,7 @@ impl ExecutorApp {
             cancel,
             server,
             loops,
+            _dir_lock: dir_lock,
         })
     }
 }
@@ -461,6 +480,8 @@ pub struct RunningExecutor {
     cancel: CancellationToken,
     server: JoinHandle<()>,
     loops: Vec<JoinHandle<()>>,
+    /// Held until this value is dropped (after shutdown).
+    _dir_lock: crate::data_dir::DirLock,
 }
 
 impl RunningExecutor {
@@ -634,6 +655,28 @@ fn write_atomically(path: &Path, text: &str) -> Result<(), AppError> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_plaintext_non_loopback_listener_exits_with_the_bad_settings_code() {
+        let e =
+            listener_tls("0.0.0.0:7070".parse().expect("addr"), None, false).expect_err("refused");
+        assert!(matches!(e, AppError::Insecure(_)), "{e}");
+        assert_eq!(e.exit_code(), crate::launcher::EXIT_BAD_CONFIG);
+        assert!(e.to_string().contains("--insecure"), "{e}");
+    }
+
+    #[test]
+    fn a_plaintext_listener_is_allowed_on_loopback_or_with_insecure() {
+        assert!(listener_tls("127.0.0.1:7070".parse().expect("addr"), None, false).is_ok());
+        assert!(listener_tls("[::1]:7070".parse().expect("addr"), None, false).is_ok());
+        assert!(listener_tls("0.0.0.0:7070".parse().expect("addr"), None, true).is_ok());
+    }
+
+    #[test]
+    fn other_start_failures_exit_with_1() {
+        let e = AppError::Reflection("x".into());
+        assert_eq!(e.exit_code(), 1);
+    }
 
     #[test]
     fn the_planned_id_is_the_given_one_else_the_one_kept_in_the_data_dir() {

@@ -308,7 +308,7 @@ fn run_config(name: &str, config: ExecutorConfig) -> ExitCode {
             if let Some(hint) = e.hint() {
                 eprintln!("hint: {hint}");
             }
-            ExitCode::FAILURE
+            ExitCode::from(e.exit_code())
         }
     }
 }

@@ -10,6 +10,7 @@
 pub mod app;
 pub mod config;
 pub mod counters;
+pub mod data_dir;
 pub mod grpc;
 pub mod host;
 pub mod launcher;

@@ -39,6 +39,20 @@ pub const REGISTRY_CONNECT_TIMEOUT_MS: u64 = 2_000;
 /// Wait before retrying a failed registration or report, in milliseconds.
 pub const REGISTRY_RETRY_BACKOFF_MS: u64 = 500;
 
+/// Wait before retrying a registration the control plane refused for a setting of this
+/// executor (FAILED_PRECONDITION: a record log that differs from the cluster's), in
+/// milliseconds: the refusal stands until the cluster changes, so it is retried (and
+/// logged) less often than a failure to reach the control plane.
+pub const REGISTRY_REFUSED_BACKOFF_MS: u64 = 5_000;
+
+/// How long to wait before retrying a registration that failed with `code`. Pure.
+pub fn registration_backoff(code: tonic::Code) -> Duration {
+    match code {
+        tonic::Code::FailedPrecondition => Duration::from_millis(REGISTRY_REFUSED_BACKOFF_MS),
+        _ => Duration::from_millis(REGISTRY_RETRY_BACKOFF_MS),
+    }
+}
+
 /// Heartbeat interval used when the control plane does not give one, in milliseconds.
 pub const DEFAULT_HEARTBEAT_INTERVAL_MS: u64 = 1_000;
 
@@ -138,6 +152,8 @@ pub struct Registry {
     executor_id: String,
     advertised: String,
     plugins: Vec<pb::PluginInfo>,
+    /// The record log's identity, sent at registration (empty: not reported).
+    record_log: String,
     epoch: AtomicU64,
     /// End of the lease, from the last successful heartbeat or registration.
     lease_until: Mutex<Option<Instant>>,
@@ -187,6 +203,15 @@ impl Registry {
         )
     }
 
+    /// Reports `identity` ([`crate::log::LogConfig::identity`]) as this executor's record
+    /// log at every registration; the control plane refuses a log that differs from the
+    /// live executors' (the refusal is logged and the registration retried).
+    #[must_use]
+    pub fn with_record_log(mut self, identity: String) -> Self {
+        self.record_log = identity;
+        self
+    }
+
     /// As [`Registry::new`], speaking TLS to `https://` URLs with `tls` (an `https://`
     /// URL without TLS is [`RegistryError::InvalidUrl`]: never silently plaintext).
     ///
@@ -227,6 +252,7 @@ impl Registry {
             executor_id,
             advertised,
             plugins,
+            record_log: String::new(),
             epoch: AtomicU64::new(0),
             lease_until: Mutex::new(None),
             fences,
@@ -481,6 +507,7 @@ impl Registry {
             advertised_address: self.advertised.clone(),
             plugins: self.plugins.clone(),
             version: env!("CARGO_PKG_VERSION").to_owned(),
+            record_log: self.record_log.clone(),
         };
         let (used, mut client) = self.client();
         client
@@ -491,7 +518,6 @@ impl Registry {
     }
 
     async fn heartbeat_loop(self: Arc<Self>, cancel: CancellationToken) {
-        let backoff = Duration::from_millis(REGISTRY_RETRY_BACKOFF_MS);
         loop {
             let (granted, sent) = loop {
                 let sent = Instant::now();
@@ -502,10 +528,12 @@ impl Registry {
                 match attempt {
                     Ok(r) => break (r, sent),
                     Err(e) => {
-                        tracing::warn!(executor = %self.executor_id, error = %wharf::tls::error_chain(&e), "registration failed; retrying");
+                        let wait = registration_backoff(e.code());
+                        tracing::warn!(executor = %self.executor_id, error = %wharf::tls::error_chain(&e),
+                            retry_in_ms = wait.as_millis() as u64, "registration failed; retrying");
                         tokio::select! {
                             () = cancel.cancelled() => return,
-                            () = tokio::time::sleep(backoff) => {}
+                            () = tokio::time::sleep(wait) => {}
                         }
                     }
                 }
@@ -683,6 +711,22 @@ async fn sleep_until_some(at: Option<Instant>) {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_refused_registration_is_retried_after_the_longer_wait() {
+        assert_eq!(
+            registration_backoff(tonic::Code::FailedPrecondition),
+            Duration::from_millis(REGISTRY_REFUSED_BACKOFF_MS)
+        );
+    }
+
+    #[test]
+    fn an_unreachable_control_plane_is_retried_after_the_short_wait() {
+        assert_eq!(
+            registration_backoff(tonic::Code::Unavailable),
+            Duration::from_millis(REGISTRY_RETRY_BACKOFF_MS)
+        );
+    }
 
     #[test]
     fn after_a_successful_heartbeat_the_next_comes_after_the_interval() {

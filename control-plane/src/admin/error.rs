@@ -63,6 +63,15 @@ pub enum ApiError {
         /// The epoch it sent.
         epoch: u64,
     },
+    /// A registration whose record log differs from the live executors' (one log per
+    /// cluster, see [`crate::plan::record_log`]).
+    #[error("executor {executor:?} refused: {mismatch}")]
+    RecordLogMismatch {
+        /// Executor id.
+        executor: String,
+        /// Both logs and the live executor on the cluster's.
+        mismatch: crate::plan::record_log::LogMismatch,
+    },
     /// A call from a generation older than the current assignment.
     #[error("generation {got} of {what} is older than the current {current}")]
     StaleGeneration {

@@ -360,6 +360,7 @@ impl Admin {
                     unreachable_error: cluster.unreachable_error(&e.id),
                     plugins: e.plugins.iter().map(|p| p.name.clone()).collect(),
                     last_heartbeat_ms: cluster.last_heartbeat_ms(&e.id),
+                    record_log: e.record_log.clone(),
                     connectors: connectors.iter().filter(|c| on(&c.connector)).count() as u32,
                     tasks: connectors
                         .iter()

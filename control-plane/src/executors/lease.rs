@@ -144,6 +144,7 @@ mod tests {
             epoch,
             plugins: Vec::new(),
             lost,
+            record_log: String::new(),
         }
     }
 

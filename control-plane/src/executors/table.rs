@@ -407,6 +407,7 @@ mod tests {
             epoch,
             plugins: Vec::new(),
             lost: false,
+            record_log: String::new(),
         }
     }
 

@@ -49,6 +49,7 @@ mod tests {
             epoch,
             plugins: Vec::new(),
             lost: false,
+            record_log: String::new(),
         };
         ExecutorView {
             all: BTreeMap::from([("a".into(), rec("a", 2)), ("b".into(), rec("b", 1))]),

@@ -17,6 +17,7 @@ impl From<ApiError> for tonic::Status {
             | ApiError::DeletionModeConflict { .. }
             | ApiError::WrongState { .. }
             | ApiError::FencedEpoch { .. }
+            | ApiError::RecordLogMismatch { .. }
             | ApiError::StaleGeneration { .. }
             | ApiError::ImmutableConfig { .. } => tonic::Status::failed_precondition(msg),
             ApiError::DeletionPending { .. } => tonic::Status::deadline_exceeded(msg),

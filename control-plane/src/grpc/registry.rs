@@ -22,6 +22,11 @@ pub struct RegistryService {
     cluster: Arc<Cluster>,
     /// The listener speaks TLS: executors' advertised addresses must be `https://`.
     tls: bool,
+    /// `--allow-separate-embedded-logs` ([`crate::plan::record_log`]).
+    separate_embedded_logs: bool,
+    /// Held across a registration's record-log check and its store write, so that two
+    /// executors on different logs registering at once cannot both be admitted.
+    admitting: std::sync::Mutex<()>,
 }
 
 impl RegistryService {
@@ -30,7 +35,57 @@ impl RegistryService {
         Self {
             cluster,
             tls: false,
+            separate_embedded_logs: false,
+            admitting: std::sync::Mutex::new(()),
         }
+    }
+
+    /// Admits executors on embedded record logs beside each other
+    /// (`--allow-separate-embedded-logs`).
+    #[must_use]
+    pub fn with_separate_embedded_logs(mut self, allow: bool) -> Self {
+        self.separate_embedded_logs = allow;
+        self
+    }
+
+    /// Checks `req`'s record log against the live executors' and stores the
+    /// registration, both under [`RegistryService::admitting`].
+    fn admit_and_register(
+        &self,
+        req: &pb::RegisterExecutorRequest,
+    ) -> Result<crate::model::ExecutorRecord, ApiError> {
+        let _admitting = self
+            .admitting
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        let store = &self.cluster.store;
+        let executors = store.executors().map_err(ApiError::from)?;
+        let live: Vec<(&str, &str)> = executors
+            .iter()
+            .filter(|e| !e.lost)
+            .map(|e| (e.id.as_str(), e.record_log.as_str()))
+            .collect();
+        crate::plan::record_log::admit(
+            &req.executor_id,
+            &req.record_log,
+            &live,
+            self.separate_embedded_logs,
+        )
+        .map_err(|mismatch| {
+            warn!(executor = %req.executor_id, %mismatch, "registration refused: record log");
+            ApiError::RecordLogMismatch {
+                executor: req.executor_id.clone(),
+                mismatch,
+            }
+        })?;
+        store
+            .register_executor_with_log(
+                &req.executor_id,
+                &req.advertised_address,
+                convert::plugin_records(&req.plugins),
+                &req.record_log,
+            )
+            .map_err(ApiError::from)
     }
 
     /// The listener speaks TLS (advertised addresses must then be `https://`).
@@ -212,19 +267,14 @@ impl ExecutorRegistry for RegistryService {
             }
             .into());
         }
-        let plugins = convert::plugin_records(&req.plugins);
-        let rec = self
-            .cluster
-            .store
-            .register_executor(&req.executor_id, &req.advertised_address, plugins)
-            .map_err(ApiError::from)?;
+        let rec = self.admit_and_register(&req)?;
         // Before the lease, so that the executor is not listed ALIVE before the control
         // plane knows whether its address is its own (docs/security.md, "The dialed
         // identity"). A failed probe does not refuse the registration: the executor is
         // listed, unreachable with the reason, and probed again with backoff.
         let verified = self.cluster.verify(&rec, true).await;
         self.cluster.grant_lease(&rec.id, rec.epoch);
-        info!(executor = %rec.id, epoch = rec.epoch, address = %rec.address, verified,
+        info!(executor = %rec.id, epoch = rec.epoch, address = %rec.address, verified, record_log = %rec.record_log,
             plugins = %rec.plugins.iter().map(|p| p.name.as_str()).collect::<Vec<_>>().join(","), "executor registered");
         Ok(Response::new(pb::RegisterExecutorResponse {
             epoch: rec.epoch,

@@ -623,6 +623,10 @@ pub struct ExecutorRecord {
     pub plugins: Vec<PluginRecord>,
     /// Set when its lease expired; cleared by a new registration.
     pub lost: bool,
+    /// Identity of its record log as it registered it (`nats://...`, `kafka://...`,
+    /// `embedded:DIR`); empty when it reported none (see [`crate::plan::record_log`]).
+    #[serde(default)]
+    pub record_log: String,
 }
 
 impl ExecutorRecord {

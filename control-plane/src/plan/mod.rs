@@ -3,6 +3,7 @@
 //! the generation of every moved unit.
 
 pub mod hosted;
+pub mod record_log;
 pub mod unit;
 
 use std::collections::{BTreeSet, HashMap};

@@ -56,6 +56,7 @@ impl RestError {
                 | ApiError::DeletionModeConflict { .. }
                 | ApiError::Contended(_)
                 | ApiError::FencedEpoch { .. }
+                | ApiError::RecordLogMismatch { .. }
                 | ApiError::StaleGeneration { .. } => StatusCode::CONFLICT,
                 ApiError::DeletionPending { .. } => StatusCode::GATEWAY_TIMEOUT,
                 ApiError::Store(StoreError::Unavailable(_)) => StatusCode::SERVICE_UNAVAILABLE,

@@ -645,13 +645,14 @@ impl StateStore for EtcdStore {
         })
     }
 
-    fn register_executor(
+    fn register_executor_with_log(
         &self,
         id: &str,
         address: &str,
         plugins: Vec<PluginRecord>,
+        record_log: &str,
     ) -> Result<ExecutorRecord, StoreError> {
-        let (id, address) = (id.to_owned(), address.to_owned());
+        let (id, address, record_log) = (id.to_owned(), address.to_owned(), record_log.to_owned());
         self.run(|i| async move {
             let ek = i.key(EPOCH_KEY);
             for _ in 0..CAS_ATTEMPTS {
@@ -662,6 +663,7 @@ impl StateStore for EtcdStore {
                     epoch: epoch + 1,
                     plugins: plugins.clone(),
                     lost: false,
+                    record_log: record_log.clone(),
                 };
                 let ops = vec![
                     TxnOp::put(ek.clone(), (epoch + 1).to_string(), None),

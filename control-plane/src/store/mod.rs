@@ -157,6 +157,17 @@ pub trait StateStore: Send + Sync + 'static {
         id: &str,
         address: &str,
         plugins: Vec<PluginRecord>,
+    ) -> Result<ExecutorRecord, StoreError> {
+        self.register_executor_with_log(id, address, plugins, "")
+    }
+    /// As [`StateStore::register_executor`], keeping `record_log` (the identity of the
+    /// executor's record log) in the record.
+    fn register_executor_with_log(
+        &self,
+        id: &str,
+        address: &str,
+        plugins: Vec<PluginRecord>,
+        record_log: &str,
     ) -> Result<ExecutorRecord, StoreError>;
     /// One executor.
     fn executor(&self, id: &str) -> Result<Option<ExecutorRecord>, StoreError>;

@@ -78,6 +78,53 @@ impl LogConfig {
     }
 }
 
+/// Default port of a NATS server URL that names none.
+const NATS_DEFAULT_PORT: u16 = 4222;
+
+impl LogConfig {
+    /// The canonical identity of this log, as registration reports it to the control
+    /// plane: two executors use the same log exactly when their identities are equal
+    /// (and neither is embedded, whose files are one process's own). No secret: scheme,
+    /// user and password are dropped from every server. Forms:
+    /// `nats://HOST:PORT,...?prefix=P` (servers lowercased, port 4222 filled in, sorted,
+    /// `tls://` and `nats://` alike), `kafka://HOST:PORT,...` (brokers lowercased,
+    /// sorted), `embedded:DIR`.
+    pub fn identity(&self) -> String {
+        match self {
+            LogConfig::Embedded(c) => format!("embedded:{}", c.dir.display()),
+            LogConfig::Nats(c) => format!(
+                "nats://{}?prefix={}",
+                canonical_servers(&c.servers, Some(NATS_DEFAULT_PORT)),
+                c.options.prefix
+            ),
+            LogConfig::Kafka(c) => format!("kafka://{}", canonical_servers(&c.brokers, None)),
+        }
+    }
+}
+
+/// `HOST:PORT` of each server without scheme or credentials, lowercased, `default_port`
+/// added where none is given, sorted, without repeats, joined by commas. Pure.
+fn canonical_servers(servers: &[String], default_port: Option<u16>) -> String {
+    let mut out: Vec<String> = servers
+        .iter()
+        .map(|s| {
+            let s = s.trim();
+            let s = s.split_once("://").map_or(s, |(_, rest)| rest);
+            let s = s.rsplit_once('@').map_or(s, |(_, host)| host);
+            let s = s.trim_end_matches('/').to_ascii_lowercase();
+            // A port follows the last ':' that is not inside an IPv6 literal's brackets.
+            let has_port = s.rsplit_once(':').is_some_and(|(_, p)| !p.contains(']'));
+            match (has_port, default_port) {
+                (false, Some(port)) => format!("{s}:{port}"),
+                _ => s,
+            }
+        })
+        .collect();
+    out.sort();
+    out.dedup();
+    out.join(",")
+}
+
 impl std::fmt::Display for LogConfig {
     /// The spec form, without secrets (for logs and messages).
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
@@ -110,6 +157,63 @@ mod tests {
             Ok(LogConfig::Nats(c)) => c,
             other => panic!("{spec:?} is not NATS: {other:?}"),
         }
+    }
+
+    fn identity(spec: &str) -> String {
+        parse(spec).expect("spec").identity()
+    }
+
+    #[test]
+    fn a_nats_identity_sorts_the_servers_and_fills_in_the_default_port() {
+        assert_eq!(
+            identity("nats://B:4223,nats://a"),
+            "nats://a:4222,b:4223?prefix=wharf"
+        );
+    }
+
+    #[test]
+    fn a_nats_identity_is_the_same_over_tls_and_in_any_order() {
+        assert_eq!(
+            identity("tls://a:4222,nats://b:4222"),
+            identity("nats://b:4222,nats://a:4222")
+        );
+    }
+
+    #[test]
+    fn a_nats_identity_carries_no_credentials() {
+        assert_eq!(
+            identity("nats://user:secret@a:4222"),
+            "nats://a:4222?prefix=wharf"
+        );
+    }
+
+    #[test]
+    fn a_nats_identity_ignores_the_replicas() {
+        assert_eq!(
+            identity("nats://a:4222?replicas=3"),
+            identity("nats://a:4222")
+        );
+    }
+
+    #[test]
+    fn a_kafka_identity_sorts_the_brokers_without_repeats() {
+        assert_eq!(
+            identity("kafka://K2:9092,k1:9092,kafka://k2:9092"),
+            "kafka://k1:9092,k2:9092"
+        );
+    }
+
+    #[test]
+    fn an_ipv6_server_keeps_its_port() {
+        assert_eq!(
+            canonical_servers(&["[::1]:4223".into(), "[::1]".into()], Some(4222)),
+            "[::1]:4222,[::1]:4223"
+        );
+    }
+
+    #[test]
+    fn an_embedded_identity_names_its_directory() {
+        assert_eq!(identity("embedded"), "embedded:/data/log");
     }
 
     #[test]

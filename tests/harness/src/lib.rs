@@ -168,6 +168,9 @@ impl Proc {
             // An executor's file plugins may touch the test's temp dir (the parent of
             // its data dir, where the tests put their files) and nothing else.
             .env(FILE_ROOT_ENV, file_root(data_dir))
+            // The suites start several executors on their own embedded logs to test
+            // placement and lifecycle; a test of the one-log rule sets it back to false.
+            .env("WHARF_ALLOW_SEPARATE_EMBEDDED_LOGS", "true")
             .env(
                 "RUST_LOG",
                 std::env::var("RUST_LOG").unwrap_or_else(|_| "info".into()),
@@ -258,8 +261,14 @@ impl Proc {
     /// SIGTERM, then wait up to `deadline` for exit; returns the exit code.
     pub async fn terminate(&mut self, deadline: Duration) -> Option<i32> {
         self.signal("TERM");
+        self.wait_exit(deadline).await
+    }
+
+    /// Waits up to `deadline` for the process to exit (panics after it); its exit code
+    /// (`None` when a signal ended it).
+    pub async fn wait_exit(&mut self, deadline: Duration) -> Option<i32> {
         let mut child = self.child.take().expect("running");
-        let status = wait_until("process to exit after SIGTERM", deadline, || {
+        let status = wait_until("the process to exit", deadline, || {
             let r = child.try_wait().ok().flatten();
             async move { r }
         })

@@ -1054,6 +1054,7 @@ mod plan_tests {
                 info: Vec::new(),
             }],
             lost: false,
+            record_log: String::new(),
         }
     }
 

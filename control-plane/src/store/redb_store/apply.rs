@@ -171,7 +171,7 @@ pub(super) fn register_executor(
     sealer: &Sealer,
     t: &mut Tables<'_>,
     view: &mut View<'_>,
-    (id, address, plugins): (String, String, Vec<PluginRecord>),
+    (id, address, plugins, record_log): (String, String, Vec<PluginRecord>, String),
 ) -> Applied {
     let epoch = next_counter(&mut t.meta, EPOCH_KEY)?;
     let rev = next_counter(&mut t.meta, REVISION_KEY)?;
@@ -181,6 +181,7 @@ pub(super) fn register_executor(
         epoch,
         plugins,
         lost: false,
+        record_log,
     };
     let bytes = encode(sealer, rev, &rec)?;
     t.execs

@@ -107,6 +107,7 @@ enum Write {
         id: String,
         address: String,
         plugins: Vec<PluginRecord>,
+        record_log: String,
     },
     MarkExecutorLost {
         id: String,
@@ -438,7 +439,8 @@ impl Shared {
                 id,
                 address,
                 plugins,
-            } => apply::register_executor(sealer, t, view, (id, address, plugins)),
+                record_log,
+            } => apply::register_executor(sealer, t, view, (id, address, plugins, record_log)),
             Write::MarkExecutorLost { id, epoch } => {
                 apply::mark_executor_lost(sealer, t, view, id, epoch)
             }
@@ -695,16 +697,18 @@ impl StateStore for RedbStore {
         Box::pin(async move { expect_bool(done.await) })
     }
 
-    fn register_executor(
+    fn register_executor_with_log(
         &self,
         id: &str,
         address: &str,
         plugins: Vec<PluginRecord>,
+        record_log: &str,
     ) -> Result<ExecutorRecord, StoreError> {
         match self.write(Write::RegisterExecutor {
             id: id.to_owned(),
             address: address.to_owned(),
             plugins,
+            record_log: record_log.to_owned(),
         })? {
             Done::Executor(e) => Ok(e),
             Done::Applied(_) | Done::Created(_) | Done::Unit => Err(unexpected()),
