@@ -24,8 +24,9 @@ use crate::log::{LogConfig, LogError, NatsCredentials, NatsSecurity};
 /// stops them with connector_deleted=true only when their connector was deleted
 /// (KIP-883/KIP-901). SIGTERM stops everything with connector_deleted=false and exits 0.
 ///
-/// Plugins offered: file-source, file-sink, postgres-audit, sqlite-audit, rabbitmq-sink; with
-/// --enable-test-plugins also the fault-injecting test-source and test-sink.
+/// Plugins offered: those this executor was built with (the stock wharf-executor: file-source,
+/// file-sink, postgres-audit, sqlite-audit, rabbitmq-sink; with --enable-test-plugins also
+/// the fault-injecting test-source and test-sink).
 ///
 /// Every option can also be set by its WHARF_* environment variable or in the TOML file
 /// given with --config (keys as the flag names with '_' for '-'). Precedence: flag >
