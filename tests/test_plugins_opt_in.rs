@@ -27,6 +27,8 @@ fn spawn_without_opt_in(program: PathBuf, args: Vec<String>, dir: &Path) -> Proc
         .args(&args)
         .env_remove(ENABLE_ENV)
         .env(wharf_harness::FILE_ROOT_ENV, wharf_harness::file_root(dir))
+        // Two executors (dev mode's and this one) on their own embedded logs.
+        .env(wharf_harness::ALLOW_SEPARATE_EMBEDDED_LOGS_ENV, "true")
         .env("RUST_LOG", "info")
         .stdin(Stdio::null())
         .stdout(log.try_clone().expect("log"))

@@ -79,9 +79,10 @@ pub struct Cli {
     )]
     pub plugin_threads: Option<usize>,
     /// The record log between source and sink tasks: `embedded` (files in
-    /// <data-dir>/log, for executors on one host) or
-    /// `nats://HOST:PORT[,nats://HOST:PORT...][?replicas=N]` (NATS JetStream, needed as
-    /// soon as executors run on several hosts; tls:// for TLS). [default: embedded]
+    /// <data-dir>/log, for one executor), `nats://HOST:PORT[,nats://HOST:PORT...][?replicas=N]`
+    /// (NATS JetStream, needed as soon as executors run on several hosts; tls:// for TLS) or
+    /// `kafka://HOST:PORT[,HOST:PORT...]` (Kafka brokers; docs/kafka.md). Every executor of
+    /// a cluster uses the same one. [default: embedded]
     #[arg(long, env = "WHARF_RECORD_LOG", value_name = "SPEC")]
     pub record_log: Option<String>,
     /// Alias of --record-log, for a NATS URL; given with a different --record-log, the

@@ -19,8 +19,8 @@ use crate::tls::TlsFiles;
 /// `--config FILE`: the TOML file of the binary's settings.
 #[derive(clap::Args, Debug, Clone, Default)]
 pub struct ConfigFileArgs {
-    /// TOML file with settings, keys as the flag names with '_' for '-' (`lease_ms =
-    /// 5000`); an unknown key is an error naming it. See docs/configuration.md.
+    /// TOML file with settings, keys as the flag names with '_' for '-' (`data_dir =
+    /// "/var/lib/wharf"`); an unknown key is an error naming it. See docs/configuration.md.
     #[arg(long, env = "WHARF_CONFIG", value_name = "FILE")]
     pub config: Option<PathBuf>,
 }

@@ -293,6 +293,14 @@ mod tests {
     }
 
     #[test]
+    fn a_nats_server_without_a_host_is_refused() {
+        for spec in ["nats://", "tls://", "nats://:4222"] {
+            let msg = refusal(spec);
+            assert!(msg.contains("NATS URL"), "{spec}: {msg}");
+        }
+    }
+
+    #[test]
     fn an_unknown_form_is_refused_listing_the_accepted_ones() {
         for spec in [
             "kafka:/x:9092",

@@ -118,6 +118,9 @@ where
 /// The executor's `--file-root` environment variable.
 pub const FILE_ROOT_ENV: &str = "WHARF_FILE_ROOT";
 
+/// The control plane's `--allow-separate-embedded-logs` environment variable.
+pub const ALLOW_SEPARATE_EMBEDDED_LOGS_ENV: &str = "WHARF_ALLOW_SEPARATE_EMBEDDED_LOGS";
+
 /// The file root a test's executor gets: the parent of its data dir (the test's temp
 /// dir), or the data dir itself when it has none.
 pub fn file_root(data_dir: &Path) -> PathBuf {
@@ -170,7 +173,7 @@ impl Proc {
             .env(FILE_ROOT_ENV, file_root(data_dir))
             // The suites start several executors on their own embedded logs to test
             // placement and lifecycle; a test of the one-log rule sets it back to false.
-            .env("WHARF_ALLOW_SEPARATE_EMBEDDED_LOGS", "true")
+            .env(ALLOW_SEPARATE_EMBEDDED_LOGS_ENV, "true")
             .env(
                 "RUST_LOG",
                 std::env::var("RUST_LOG").unwrap_or_else(|_| "info".into()),

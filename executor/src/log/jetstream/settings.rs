@@ -101,13 +101,16 @@ impl NatsConfig {
                     || server.starts_with("nats://")
                     || server.starts_with("tls://"));
             let parsed = server.parse::<async_nats::ServerAddr>();
-            if let (true, Ok(_)) = (scheme_ok, &parsed) {
+            // The NATS client reads `nats://` as a server without a host.
+            let has_host = parsed.as_ref().is_ok_and(|a| !a.host().is_empty());
+            if let (true, Ok(_), true) = (scheme_ok, &parsed, has_host) {
                 continue;
             }
-            let why = parsed.err().map_or_else(
-                || "not a nats:// or tls:// server URL".to_owned(),
-                |e| e.to_string(),
-            );
+            let why = match parsed {
+                Err(e) => e.to_string(),
+                Ok(_) if scheme_ok => "no host".to_owned(),
+                Ok(_) => "not a nats:// or tls:// server URL".to_owned(),
+            };
             return Err(LogError::InvalidConfig(format!(
                 "NATS URL {server:?}: {why}"
             )));
