@@ -146,15 +146,13 @@ impl ExecutorTable {
     }
 
     /// Notes that the store registered `id` at `epoch`, before its probe and its grant:
-    /// from now on an older epoch is fenced and granted nothing, and a lease held at an
-    /// older epoch is dropped (that epoch's calls fail at once instead of waiting for a
-    /// lease nobody renews).
+    /// from now on an older epoch is fenced (it holds no lease, its heartbeats are
+    /// refused) and granted nothing. A lease held at an older epoch stays until the
+    /// grant replaces it or it runs out, so that `id` still holds a lease at some epoch
+    /// meanwhile ([`ExecutorTable::holds_any`]).
     pub fn registered(&mut self, id: &str, epoch: u64) {
         let entry = self.entry(id);
         entry.registered = entry.registered.max(Some(epoch));
-        if entry.lease.as_ref().is_some_and(|l| l.epoch < epoch) {
-            entry.lease = None;
-        }
     }
 
     /// A heartbeat from `id` at `epoch` at `now` ([`heartbeat_meaning`]); a renewal runs
@@ -207,9 +205,11 @@ impl ExecutorTable {
         }
     }
 
-    /// True when `id` holds a current lease at `epoch`.
+    /// True when `id` holds a current lease at `epoch` and no newer epoch registered.
     pub fn holds(&self, id: &str, epoch: u64, now: Instant) -> bool {
-        self.lease(id).is_some_and(|l| l.holds(epoch, now))
+        let registered = self.entries.get(id).and_then(|e| e.registered);
+        self.lease(id)
+            .is_some_and(|l| l.holds(epoch, now) && !superseded(Some(l), registered, epoch))
     }
 
     /// True when `id` holds a current lease at any epoch.
@@ -521,18 +521,32 @@ mod tests {
         let mut t = leased(now, "e1", 4);
         // Epoch 7 is in the store; its probe still runs.
         t.registered("e1", 7);
-        assert!(!t.has_lease("e1"), "the lease at 4 is dropped");
+        assert!(!t.holds("e1", 4, now), "4 is fenced");
+        assert!(t.holds_any("e1", now), "its lease stays until the grant");
         assert_eq!(t.heartbeat("e1", 4, now, CONFIG, 1), Heartbeat::Fenced);
         // The registration of 4, whose probe ended last, is granted nothing.
         assert!(!t.grant("e1", Lease::from(now, CONFIG, 4, 0)));
+        assert!(t.grant("e1", Lease::from(now, CONFIG, 7, 0)));
+        assert!(t.holds("e1", 7, now));
+        assert_eq!(
+            t.heartbeat("e1", 7, now, CONFIG, 2),
+            Heartbeat::Renewed { was_silent: false }
+        );
+    }
+
+    #[test]
+    fn no_lease_is_adopted_at_an_epoch_older_than_the_newest_registered() {
+        let now = Instant::now();
+        let mut t = ExecutorTable::default();
+        t.registered("e1", 7);
         assert_eq!(
             t.adopt("e1", Lease::from(now, CONFIG, 4, 0)),
             Adoption::Superseded
         );
-        assert!(t.grant("e1", Lease::from(now, CONFIG, 7, 0)));
+        assert!(!t.has_lease("e1"));
         assert_eq!(
-            t.heartbeat("e1", 7, now, CONFIG, 2),
-            Heartbeat::Renewed { was_silent: false }
+            t.adopt("e1", Lease::from(now, CONFIG, 7, 0)),
+            Adoption::Adopted
         );
     }
 

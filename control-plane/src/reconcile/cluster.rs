@@ -202,10 +202,10 @@ impl Cluster {
     }
 
     /// Notes that the store just registered `id` at `epoch`, before its probe and its
-    /// grant: older epochs of `id` are fenced from now on, and a lease held at one is
-    /// dropped (the herder moves nothing for that: the new epoch is the same executor,
-    /// which fences its older epoch itself). Called in the same poll as the store write,
-    /// so that a registration whose caller gave up still fences what it superseded.
+    /// grant: older epochs of `id` hold no lease from now on and their heartbeats and
+    /// calls are refused, so the executor registers again if it holds one of them.
+    /// Called in the same poll as the store write, so that a registration whose caller
+    /// gave up still fences what it superseded.
     pub fn registered(&self, id: &str, epoch: u64) {
         self.executors.registered(id, epoch);
     }
