@@ -17,6 +17,7 @@ use std::time::{Duration, Instant};
 use serde_json::{Value, json};
 use wharf_harness::cluster::{TestCluster, call_at};
 use wharf_harness::lines::{append_lines, sink_numbers};
+use wharf_harness::rng::Rng;
 use wharf_harness::{KeepOnFailure, Proc, wait_until};
 
 /// Lease the control plane grants, in milliseconds. Longer than an executor's registry
@@ -270,24 +271,14 @@ async fn a_control_plane_paused_past_the_lease_and_its_executors_agree_again() {
     let length = Duration::from_millis(u64::from(LEASE_MS) * 2);
     let resumed = pause(&c, Target::ControlPlane, length).await;
     agrees_again(&c, &mut pipeline, resumed, "control plane paused 2 leases").await;
-}
-
-/// A small seeded generator (splitmix64), so that a failing sequence is replayed by its
-/// seed alone.
-struct Rng(u64);
-
-impl Rng {
-    fn next(&mut self) -> u64 {
-        self.0 = self.0.wrapping_add(0x9E37_79B9_7F4A_7C15);
-        let mut z = self.0;
-        z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
-        z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
-        z ^ (z >> 31)
-    }
-
-    fn below(&mut self, n: u64) -> u64 {
-        self.next() % n
-    }
+    let log = c.cp_log();
+    println!(
+        "control plane: {} registrations after the pause, {} superseded while probed",
+        log.matches("executor registered")
+            .count()
+            .saturating_sub(EXECUTORS),
+        log.matches("registration superseded").count()
+    );
 }
 
 /// Pauses in the randomized case.
@@ -295,17 +286,8 @@ const RANDOM_PAUSES: usize = 3;
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn random_pauses_of_either_side_leave_one_agreed_epoch_after_each() {
-    let seed = std::env::var("WHARF_PAUSE_SEED")
-        .ok()
-        .and_then(|s| s.parse().ok())
-        .unwrap_or_else(|| {
-            std::time::SystemTime::now()
-                .duration_since(std::time::UNIX_EPOCH)
-                .map(|d| d.as_nanos() as u64)
-                .unwrap_or(1)
-        });
+    let (mut rng, seed) = Rng::from_env("WHARF_PAUSE_SEED");
     println!("pause sequence seed: {seed} (replay with WHARF_PAUSE_SEED={seed})");
-    let mut rng = Rng(seed);
     let c = start(EXECUTORS).await;
     let mut pipeline = Pipeline::create(&c).await;
     agrees_again(&c, &mut pipeline, Instant::now(), "before any pause").await;
