@@ -22,6 +22,7 @@ use serde_json::json;
 use wharf_harness::cluster::{FAILED_PRECONDITION, NOT_FOUND};
 use wharf_harness::fault::{completed_trues, gone, now_ms, start_mtls_cluster, store_names};
 use wharf_harness::lifecycle::Lifecycle;
+use wharf_harness::rng::Rng;
 use wharf_harness::wait_until;
 
 /// Steps of the schedule when `WHARF_RANDOMIZED_STEPS` is unset.
@@ -35,22 +36,6 @@ const MAX_IDLE_MS: u64 = 300;
 /// Upper bound for the cluster to settle after the schedule.
 const SETTLE: Duration = Duration::from_secs(120);
 
-/// splitmix64: small, seedable, the same sequence on every platform.
-struct Rng(u64);
-
-impl Rng {
-    fn next(&mut self) -> u64 {
-        self.0 = self.0.wrapping_add(0x9e37_79b9_7f4a_7c15);
-        let mut z = self.0;
-        z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
-        z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
-        z ^ (z >> 31)
-    }
-    fn below(&mut self, n: u64) -> u64 {
-        self.next() % n
-    }
-}
-
 /// One incarnation of a connector: its own lifecycle file.
 #[derive(Debug, Clone)]
 struct Incarnation {
@@ -62,16 +47,12 @@ struct Incarnation {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn randomized_creates_deletes_restarts_and_crashes_keep_the_cleanup_invariants() {
-    let seed = std::env::var("WHARF_RANDOMIZED_SEED")
-        .ok()
-        .and_then(|s| s.parse().ok())
-        .unwrap_or_else(|| now_ms() as u64);
+    let (mut rng, seed) = Rng::from_env("WHARF_RANDOMIZED_SEED");
     let steps = std::env::var("WHARF_RANDOMIZED_STEPS")
         .ok()
         .and_then(|s| s.parse().ok())
         .unwrap_or(DEFAULT_STEPS);
     eprintln!("randomized seed: WHARF_RANDOMIZED_SEED={seed} (steps {steps})");
-    let mut rng = Rng(seed);
     let mut c = start_mtls_cluster(EXECUTORS, &[]).await;
     let mut alive = [true; EXECUTORS];
     let mut incs: Vec<Incarnation> = Vec::new();

@@ -91,11 +91,30 @@ pub enum HeartbeatMeaning {
     Fenced,
 }
 
-/// Decides what a heartbeat at `epoch` means, given the lease held for its executor. An
-/// executor whose lease ran out keeps its entry until the store marks it lost, so it is
-/// fenced, never adopted back. Pure.
-pub fn heartbeat_meaning(held: Option<&Lease>, epoch: u64, now: Instant) -> HeartbeatMeaning {
+/// True when `epoch` of an executor is superseded: a newer epoch of it holds the lease
+/// here (`held`) or was registered here (`registered`: the newest epoch the store gave it
+/// in a registration this process handled), even if that registration's lease is not
+/// granted yet. A superseded epoch is never granted a lease, and its calls are fenced:
+/// registrations that finish out of order (queued while this process was paused, each
+/// waiting on its identity probe) leave the lease at the newest. Pure.
+pub fn superseded(held: Option<&Lease>, registered: Option<u64>, epoch: u64) -> bool {
+    held.map(|l| l.epoch)
+        .max(registered)
+        .is_some_and(|newest| epoch < newest)
+}
+
+/// Decides what a heartbeat at `epoch` means, given the lease held for its executor and
+/// the newest epoch registered for it here ([`superseded`]). An executor whose lease ran
+/// out keeps its entry until the store marks it lost, so it is fenced, never adopted
+/// back. Pure.
+pub fn heartbeat_meaning(
+    held: Option<&Lease>,
+    registered: Option<u64>,
+    epoch: u64,
+    now: Instant,
+) -> HeartbeatMeaning {
     match held {
+        _ if superseded(held, registered, epoch) => HeartbeatMeaning::Fenced,
         None => HeartbeatMeaning::AskStore,
         Some(l) if l.holds(epoch, now) => HeartbeatMeaning::Renew,
         Some(_) => HeartbeatMeaning::Fenced,
@@ -170,13 +189,16 @@ mod tests {
     fn a_heartbeat_at_the_current_leased_epoch_renews() {
         let now = Instant::now();
         let l = Lease::from(now, CONFIG, 3, 0);
-        assert_eq!(heartbeat_meaning(Some(&l), 3, now), HeartbeatMeaning::Renew);
+        assert_eq!(
+            heartbeat_meaning(Some(&l), None, 3, now),
+            HeartbeatMeaning::Renew
+        );
     }
 
     #[test]
     fn a_heartbeat_without_any_lease_here_asks_the_store() {
         assert_eq!(
-            heartbeat_meaning(None, 3, Instant::now()),
+            heartbeat_meaning(None, None, 3, Instant::now()),
             HeartbeatMeaning::AskStore
         );
     }
@@ -186,7 +208,7 @@ mod tests {
         let now = Instant::now();
         let l = Lease::from(now, CONFIG, 3, 0);
         assert_eq!(
-            heartbeat_meaning(Some(&l), 2, now),
+            heartbeat_meaning(Some(&l), None, 2, now),
             HeartbeatMeaning::Fenced
         );
     }
@@ -196,8 +218,48 @@ mod tests {
         let now = Instant::now();
         let l = Lease::from(now, CONFIG, 3, 0);
         assert_eq!(
-            heartbeat_meaning(Some(&l), 3, now + CONFIG.length()),
+            heartbeat_meaning(Some(&l), None, 3, now + CONFIG.length()),
             HeartbeatMeaning::Fenced
+        );
+    }
+
+    #[test]
+    fn an_epoch_older_than_the_leased_one_is_superseded() {
+        let l = Lease::from(Instant::now(), CONFIG, 5, 0);
+        assert!(superseded(Some(&l), None, 4));
+        assert!(!superseded(Some(&l), None, 5), "the leased epoch");
+        assert!(!superseded(Some(&l), None, 6), "a newer registration");
+    }
+
+    #[test]
+    fn an_epoch_older_than_the_newest_registered_is_superseded_before_its_grant() {
+        let l = Lease::from(Instant::now(), CONFIG, 4, 0);
+        assert!(
+            superseded(Some(&l), Some(7), 4),
+            "registered at 7, not granted yet"
+        );
+        assert!(superseded(None, Some(7), 6));
+        assert!(!superseded(None, Some(7), 7));
+        assert!(!superseded(None, None, 1), "nothing known here");
+    }
+
+    #[test]
+    fn a_heartbeat_at_an_epoch_superseded_by_a_registration_is_fenced_without_the_store() {
+        let now = Instant::now();
+        let l = Lease::from(now, CONFIG, 4, 0);
+        assert_eq!(
+            heartbeat_meaning(Some(&l), Some(7), 4, now),
+            HeartbeatMeaning::Fenced,
+            "its lease still runs, but a newer epoch registered"
+        );
+        assert_eq!(
+            heartbeat_meaning(None, Some(7), 4, now),
+            HeartbeatMeaning::Fenced,
+            "no lease here: fenced, not adopted"
+        );
+        assert_eq!(
+            heartbeat_meaning(None, Some(7), 7, now),
+            HeartbeatMeaning::AskStore
         );
     }
 

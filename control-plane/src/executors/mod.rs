@@ -66,10 +66,16 @@ impl Executors {
     }
 
     /// Starts a lease for `id` at a newly registered `epoch`, heard from at `heartbeat_ms`
-    /// (Unix ms).
-    pub fn grant_lease(&self, id: &str, epoch: u64, heartbeat_ms: i64) {
+    /// (Unix ms); false when that epoch is superseded ([`lease::superseded`]) and nothing
+    /// was granted.
+    pub fn grant_lease(&self, id: &str, epoch: u64, heartbeat_ms: i64) -> bool {
         let lease = Lease::from(Instant::now(), self.config, epoch, heartbeat_ms);
-        self.table().grant(id, lease);
+        self.table().grant(id, lease)
+    }
+
+    /// Notes that the store registered `id` at `epoch` (see [`ExecutorTable::registered`]).
+    pub fn registered(&self, id: &str, epoch: u64) {
+        self.table().registered(id, epoch);
     }
 
     /// A heartbeat from `id` at `epoch`, sent at `heartbeat_ms` (Unix ms).

@@ -5,7 +5,7 @@
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::time::{Duration, Instant};
 
-use super::lease::{HeartbeatMeaning, Lease, LeaseConfig, health, heartbeat_meaning};
+use super::lease::{HeartbeatMeaning, Lease, LeaseConfig, health, heartbeat_meaning, superseded};
 use super::reach::{UNREACHABLE_AFTER_FAILURES, reach_backoff};
 use super::view::ExecutorView;
 use crate::model::ExecutorRecord;
@@ -17,6 +17,9 @@ use crate::plan::unit::Host;
 struct Entry {
     /// Its lease at one epoch.
     lease: Option<Lease>,
+    /// The newest epoch the store gave it in a registration this process handled, from
+    /// the moment the store wrote it (before its probe and its grant).
+    registered: Option<u64>,
     /// Calls that did not reach it, while any did.
     reach: Option<Reach>,
     /// The epoch whose advertised address was found to answer as this executor: only
@@ -36,6 +39,7 @@ impl Entry {
     fn is_empty(&self) -> bool {
         let Entry {
             lease,
+            registered,
             reach,
             verified_epoch,
             probing,
@@ -44,6 +48,7 @@ impl Entry {
             lost_since,
         } = self;
         lease.is_none()
+            && registered.is_none()
             && reach.is_none()
             && verified_epoch.is_none()
             && !probing
@@ -95,6 +100,8 @@ pub enum Heartbeat {
 pub enum Adoption {
     /// The lease was granted now.
     Adopted,
+    /// A newer epoch registered here meanwhile ([`superseded`]): nothing granted.
+    Superseded,
     /// A lease was granted meanwhile (the term's grants, a registration): kept, and
     /// `at_epoch` says whether it is at the caller's epoch.
     HeldAlready {
@@ -125,9 +132,27 @@ impl ExecutorTable {
         self.entries.get(id).and_then(|e| e.lease.as_ref())
     }
 
-    /// Gives `id` the lease `lease`, replacing any other.
-    pub fn grant(&mut self, id: &str, lease: Lease) {
-        self.entry(id).lease = Some(lease);
+    /// Gives `id` the lease `lease`, replacing any other, unless its epoch is superseded
+    /// ([`superseded`]: a newer one holds the lease or registered here); false then, and
+    /// nothing changes.
+    pub fn grant(&mut self, id: &str, lease: Lease) -> bool {
+        let entry = self.entry(id);
+        if superseded(entry.lease.as_ref(), entry.registered, lease.epoch) {
+            self.tidy(id);
+            return false;
+        }
+        entry.lease = Some(lease);
+        true
+    }
+
+    /// Notes that the store registered `id` at `epoch`, before its probe and its grant:
+    /// from now on an older epoch is fenced (it holds no lease, its heartbeats are
+    /// refused) and granted nothing. A lease held at an older epoch stays until the
+    /// grant replaces it or it runs out, so that `id` still holds a lease at some epoch
+    /// meanwhile ([`ExecutorTable::holds_any`]).
+    pub fn registered(&mut self, id: &str, epoch: u64) {
+        let entry = self.entry(id);
+        entry.registered = entry.registered.max(Some(epoch));
     }
 
     /// A heartbeat from `id` at `epoch` at `now` ([`heartbeat_meaning`]); a renewal runs
@@ -140,7 +165,8 @@ impl ExecutorTable {
         config: LeaseConfig,
         heartbeat_ms: i64,
     ) -> Heartbeat {
-        match heartbeat_meaning(self.lease(id), epoch, now) {
+        let registered = self.entries.get(id).and_then(|e| e.registered);
+        match heartbeat_meaning(self.lease(id), registered, epoch, now) {
             HeartbeatMeaning::AskStore => Heartbeat::NoLease,
             HeartbeatMeaning::Fenced => Heartbeat::Fenced,
             HeartbeatMeaning::Renew => {
@@ -159,7 +185,8 @@ impl ExecutorTable {
         self.lease(id).is_some()
     }
 
-    /// Grants `lease` to `id` unless a lease was granted meanwhile, which is kept.
+    /// Grants `lease` to `id` unless a lease was granted meanwhile, which is kept, or a
+    /// newer epoch registered here.
     pub fn adopt(&mut self, id: &str, lease: Lease) -> Adoption {
         let epoch = lease.epoch;
         let entry = self.entry(id);
@@ -167,6 +194,10 @@ impl ExecutorTable {
             Some(held) => Adoption::HeldAlready {
                 at_epoch: held.epoch == epoch,
             },
+            None if superseded(None, entry.registered, epoch) => {
+                self.tidy(id);
+                Adoption::Superseded
+            }
             None => {
                 entry.lease = Some(lease);
                 Adoption::Adopted
@@ -174,9 +205,11 @@ impl ExecutorTable {
         }
     }
 
-    /// True when `id` holds a current lease at `epoch`.
+    /// True when `id` holds a current lease at `epoch` and no newer epoch registered.
     pub fn holds(&self, id: &str, epoch: u64, now: Instant) -> bool {
-        self.lease(id).is_some_and(|l| l.holds(epoch, now))
+        let registered = self.entries.get(id).and_then(|e| e.registered);
+        self.lease(id)
+            .is_some_and(|l| l.holds(epoch, now) && !superseded(Some(l), registered, epoch))
     }
 
     /// True when `id` holds a current lease at any epoch.
@@ -471,6 +504,66 @@ mod tests {
             Adoption::HeldAlready { at_epoch: false }
         );
         assert!(t.holds("e1", 2, now));
+    }
+
+    #[test]
+    fn a_grant_at_an_epoch_older_than_the_lease_held_changes_nothing() {
+        let now = Instant::now();
+        let mut t = leased(now, "e1", 5);
+        assert!(!t.grant("e1", Lease::from(now, CONFIG, 4, 0)));
+        assert!(t.holds("e1", 5, now));
+        assert!(t.grant("e1", Lease::from(now, CONFIG, 6, 0)), "a newer one");
+        assert!(t.holds("e1", 6, now));
+    }
+
+    #[test]
+    fn a_registration_fences_older_epochs_before_its_grant() {
+        let now = Instant::now();
+        let mut t = leased(now, "e1", 4);
+        // Epoch 7 is in the store; its probe still runs.
+        t.registered("e1", 7);
+        assert!(!t.holds("e1", 4, now), "4 is fenced");
+        assert!(t.holds_any("e1", now), "its lease stays until the grant");
+        assert_eq!(t.heartbeat("e1", 4, now, CONFIG, 1), Heartbeat::Fenced);
+        // The registration of 4, whose probe ended last, is granted nothing.
+        assert!(!t.grant("e1", Lease::from(now, CONFIG, 4, 0)));
+        assert!(t.grant("e1", Lease::from(now, CONFIG, 7, 0)));
+        assert!(t.holds("e1", 7, now));
+        assert_eq!(
+            t.heartbeat("e1", 7, now, CONFIG, 2),
+            Heartbeat::Renewed { was_silent: false }
+        );
+    }
+
+    #[test]
+    fn no_lease_is_adopted_at_an_epoch_older_than_the_newest_registered() {
+        let now = Instant::now();
+        let mut t = ExecutorTable::default();
+        t.registered("e1", 7);
+        assert_eq!(
+            t.adopt("e1", Lease::from(now, CONFIG, 4, 0)),
+            Adoption::Superseded
+        );
+        assert!(!t.has_lease("e1"));
+        assert_eq!(
+            t.adopt("e1", Lease::from(now, CONFIG, 7, 0)),
+            Adoption::Adopted
+        );
+    }
+
+    #[test]
+    fn registrations_noted_out_of_order_keep_the_newest() {
+        let now = Instant::now();
+        let mut t = ExecutorTable::default();
+        t.registered("e1", 7);
+        t.registered("e1", 4);
+        assert!(!t.grant("e1", Lease::from(now, CONFIG, 4, 0)));
+        assert!(t.grant("e1", Lease::from(now, CONFIG, 7, 0)));
+        t.registered("e1", 7);
+        assert!(
+            t.holds("e1", 7, now),
+            "its own registration keeps the lease"
+        );
     }
 
     #[test]

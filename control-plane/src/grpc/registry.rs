@@ -11,6 +11,7 @@ use tonic::{Request, Response, Status};
 use tracing::{info, warn};
 use wharf::pb::v1 as pb;
 use wharf::pb::v1::executor_registry_server::ExecutorRegistry;
+use wharf::task::{TaskKind, spawn};
 
 use super::convert;
 use super::error::ApiError;
@@ -268,12 +269,32 @@ impl ExecutorRegistry for RegistryService {
             .into());
         }
         let rec = self.admit_and_register(&req)?;
-        // Before the lease, so that the executor is not listed ALIVE before the control
-        // plane knows whether its address is its own (docs/security.md, "The dialed
-        // identity"). A failed probe does not refuse the registration: the executor is
-        // listed, unreachable with the reason, and probed again with backoff.
-        let verified = self.cluster.verify(&rec, true).await;
-        self.cluster.grant_lease(&rec.id, rec.epoch);
+        // No await between the store write and this: older epochs are fenced even if the
+        // caller gives up on this call now.
+        self.cluster.registered(&rec.id, rec.epoch);
+        // The probe comes before the lease, so that the executor is not listed ALIVE
+        // before the control plane knows whether its address is its own (docs/security.md,
+        // "The dialed identity"). A failed probe does not refuse the registration: the
+        // executor is listed, unreachable with the reason, and probed again with backoff.
+        // Both run apart from this call, so that a registration whose caller gave up (its
+        // deadline passed while this process was paused) still ends granted or superseded.
+        let cluster = self.cluster.clone();
+        let probed = rec.clone();
+        let (verified, granted) = spawn(TaskKind::Awaited, "registration", async move {
+            let verified = cluster.verify(&probed, true).await;
+            (verified, cluster.grant_lease(&probed.id, probed.epoch))
+        })
+        .await
+        .map_err(|e| Status::internal(format!("registration failed: {e}")))?;
+        if !granted {
+            info!(executor = %rec.id, epoch = rec.epoch,
+                "registration superseded by a newer one while its probe ran; refused, the executor registers again");
+            return Err(ApiError::FencedEpoch {
+                executor: rec.id,
+                epoch: rec.epoch,
+            }
+            .into());
+        }
         info!(executor = %rec.id, epoch = rec.epoch, address = %rec.address, verified, record_log = %rec.record_log,
             plugins = %rec.plugins.iter().map(|p| p.name.as_str()).collect::<Vec<_>>().join(","), "executor registered");
         Ok(Response::new(pb::RegisterExecutorResponse {

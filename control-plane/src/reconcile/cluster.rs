@@ -189,12 +189,25 @@ impl Cluster {
         self.finalizer_wake.notify_one();
     }
 
-    /// Starts a lease for a newly registered epoch. Its backoff is not reset here: a
-    /// registration resets it in [`Cluster::verify`], before the probe that may record
-    /// a failure again.
-    pub fn grant_lease(&self, id: &str, epoch: u64) {
-        self.executors.grant_lease(id, epoch, now_ms());
-        self.wake();
+    /// Starts a lease for a newly registered epoch; false when a newer epoch of `id`
+    /// registered meanwhile ([`crate::executors::lease::superseded`]) and nothing was
+    /// granted. Its backoff is not reset here: a registration resets it in
+    /// [`Cluster::verify`], before the probe that may record a failure again.
+    pub fn grant_lease(&self, id: &str, epoch: u64) -> bool {
+        let granted = self.executors.grant_lease(id, epoch, now_ms());
+        if granted {
+            self.wake();
+        }
+        granted
+    }
+
+    /// Notes that the store just registered `id` at `epoch`, before its probe and its
+    /// grant: older epochs of `id` hold no lease from now on and their heartbeats and
+    /// calls are refused, so the executor registers again if it holds one of them.
+    /// Called in the same poll as the store write, so that a registration whose caller
+    /// gave up still fences what it superseded.
+    pub fn registered(&self, id: &str, epoch: u64) {
+        self.executors.registered(id, epoch);
     }
 
     /// Renews the lease of `id` at `epoch`; false when that epoch holds no lease (fenced
@@ -230,6 +243,7 @@ impl Cluster {
         }
         match self.executors.adopt_lease(id, epoch, now_ms()) {
             Adoption::HeldAlready { at_epoch } => at_epoch,
+            Adoption::Superseded => false,
             Adoption::Adopted => {
                 info!(executor = %id, epoch, "lease adopted from the store (new term)");
                 self.wake();

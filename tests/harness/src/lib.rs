@@ -23,6 +23,7 @@ pub mod postgres_tls;
 pub mod prometheus;
 pub mod rabbitmq;
 pub mod rest;
+pub mod rng;
 pub mod test_ca;
 
 // The crates the suites read stores and databases with, so that the root package needs

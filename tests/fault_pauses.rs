@@ -1,0 +1,307 @@
+//! Pauses of either side of a lease, with real processes: SIGSTOP of the control plane or
+//! of an executor for about a lease (half a lease to two), then SIGCONT. After each,
+//! within a few leases, every executor and the control plane agree on one epoch (the
+//! control plane's ListExecutors against each executor's own ListAssignments), every
+//! executor is ALIVE, every task of the connectors runs again, and a line appended after
+//! the pause reaches the file sink (docs/contract.md, "Executor self-fencing").
+//!
+//! The executors share the loopback NATS JetStream as their record log, so that the
+//! file-source and the file-sink may land on different executors.
+//!
+//! The randomized case prints its seed; `WHARF_PAUSE_SEED=<seed>` replays it.
+//!
+//! Build first: `cargo build --workspace --bins`.
+
+use std::time::{Duration, Instant};
+
+use serde_json::{Value, json};
+use wharf_harness::cluster::{TestCluster, call_at};
+use wharf_harness::lines::{append_lines, sink_numbers};
+use wharf_harness::rng::Rng;
+use wharf_harness::{KeepOnFailure, Proc, wait_until};
+
+/// Lease the control plane grants, in milliseconds. Longer than an executor's registry
+/// call bound (5 s) and its retry, so that a pause of two leases holds one registration
+/// the executor gave up on and another still pending when the control plane resumes:
+/// the sequence that left executors LOST at an epoch they never heard of.
+const LEASE_MS: u32 = 8_000;
+/// Heartbeat interval, in milliseconds.
+const HEARTBEAT_MS: u32 = 1_000;
+/// How long the cluster has to agree again after a pause ends: a few leases.
+const AGREE_WITHIN: Duration = Duration::from_millis(3 * LEASE_MS as u64);
+/// The shared record log (the loopback NATS JetStream of the test machine).
+const NATS_URL: &str = "nats://127.0.0.1:4222";
+/// Executors in each cluster.
+const EXECUTORS: usize = 3;
+/// Tasks of the test-source connector (spread over the executors).
+const SOURCE_TASKS: usize = 3;
+
+/// A control plane (redb store) and `n` executors on the shared JetStream log, with
+/// [`LEASE_MS`] and [`HEARTBEAT_MS`].
+async fn start(n: usize) -> TestCluster {
+    let dir = KeepOnFailure::new();
+    let cp_dir = dir.path().join("cp");
+    let port = wharf_harness::audit::free_port();
+    let mut cp = Proc::spawn(
+        wharf_harness::bin("wharf-control-plane"),
+        vec![
+            "--listen".into(),
+            format!("127.0.0.1:{port}"),
+            "--data-dir".into(),
+            cp_dir.display().to_string(),
+            "--lease-ms".into(),
+            LEASE_MS.to_string(),
+            "--heartbeat-interval-ms".into(),
+            HEARTBEAT_MS.to_string(),
+        ],
+        &cp_dir,
+    );
+    let addr = cp.listen_addr().await;
+    let mut c = TestCluster {
+        dir,
+        cp,
+        addr,
+        executors: Vec::new(),
+        tls: None,
+    };
+    for i in 0..n {
+        c.add_executor_with(i, vec!["--nats-url".into(), NATS_URL.into()])
+            .await;
+    }
+    c.wait_alive(n).await;
+    c
+}
+
+/// A name unique to this run (the JetStream log outlives the test).
+fn unique(what: &str) -> String {
+    let nanos = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.subsec_nanos())
+        .unwrap_or(0);
+    format!("pause-{what}-{}-{nanos}", std::process::id())
+}
+
+/// The pipeline every case checks: a file-source into a file-sink and a test-source of
+/// [`SOURCE_TASKS`] tasks.
+struct Pipeline {
+    input: std::path::PathBuf,
+    output: std::path::PathBuf,
+    names: [String; 3],
+    /// Lines appended so far (`{"n": 0..next}`).
+    next: u64,
+}
+
+impl Pipeline {
+    async fn create(c: &TestCluster) -> Self {
+        let topic = unique("topic");
+        let input = c.dir.path().join("in.jsonl");
+        let output = c.dir.path().join("out.jsonl");
+        append_lines(&input, 0..1);
+        let names = ["sink".to_owned(), "source".to_owned(), "ticks".to_owned()];
+        let configs = [
+            json!({
+                "connector.class": "file-sink",
+                "file": output.display().to_string(),
+                "topics": topic,
+            }),
+            json!({
+                "connector.class": "file-source",
+                "file": input.display().to_string(),
+                "topic": topic,
+            }),
+            c.source_config(&names[2], SOURCE_TASKS as u32),
+        ];
+        for (name, config) in names.iter().zip(configs) {
+            let r = c.call("CreateConnector", json!({ "name": name, "config": config }));
+            assert_eq!(r.code, 0, "create {name}: {}", r.err);
+        }
+        let p = Self {
+            input,
+            output,
+            names,
+            next: 1,
+        };
+        p.delivered(0, Duration::from_secs(40)).await;
+        p
+    }
+
+    /// Appends the next line and waits until the sink wrote it.
+    async fn append_and_deliver(&mut self, within: Duration) {
+        let n = self.next;
+        append_lines(&self.input, n..n + 1);
+        self.next += 1;
+        self.delivered(n, within).await;
+    }
+
+    async fn delivered(&self, n: u64, within: Duration) {
+        wait_until(&format!("line {n} in the sink's file"), within, || async {
+            sink_numbers(&self.output).contains(&n).then_some(())
+        })
+        .await;
+    }
+}
+
+/// The epoch of each executor as the control plane lists it, with its state.
+fn listed(c: &TestCluster) -> Option<Vec<(String, u64, String, String)>> {
+    let r = c.call("ListExecutors", json!({}));
+    if r.code != 0 {
+        return None;
+    }
+    let list = r.body["executors"].as_array()?;
+    Some(
+        list.iter()
+            .map(|e| {
+                (
+                    e["id"].as_str().unwrap_or_default().to_owned(),
+                    epoch_of(&e["epoch"]),
+                    e["state"].as_str().unwrap_or_default().to_owned(),
+                    e["address"].as_str().unwrap_or_default().to_owned(),
+                )
+            })
+            .collect(),
+    )
+}
+
+fn epoch_of(v: &Value) -> u64 {
+    v.as_str()
+        .and_then(|s| s.parse().ok())
+        .or(v.as_u64())
+        .unwrap_or(0)
+}
+
+/// The epoch executor at `address` believes it holds (0: not registered).
+fn own_epoch(address: &str) -> Option<u64> {
+    let bare = address
+        .trim_start_matches("http://")
+        .trim_start_matches("https://");
+    let r = call_at(bare, "wharf.v1.Executor/ListAssignments", &json!({}));
+    (r.code == 0).then(|| epoch_of(&r.body["epoch"]))
+}
+
+/// What disagrees now, or `None` when every executor is ALIVE at the epoch it holds
+/// itself and every instance of `pipeline` runs.
+fn disagreement(c: &TestCluster, n: usize, pipeline: &Pipeline) -> Option<String> {
+    let Some(executors) = listed(c) else {
+        return Some("ListExecutors failed".into());
+    };
+    let mut alive = 0;
+    let mut seen = Vec::new();
+    for (id, epoch, state, address) in &executors {
+        let own = own_epoch(address);
+        seen.push(format!("{id}: listed {state} at {epoch}, holds {own:?}"));
+        if state == "EXECUTOR_STATE_ALIVE" && own == Some(*epoch) {
+            alive += 1;
+        }
+    }
+    if alive != n {
+        return Some(seen.join("; "));
+    }
+    for name in &pipeline.names {
+        let Some(s) = c.status(name) else {
+            return Some(format!("{name}: no status"));
+        };
+        let tasks = s["tasks"].as_array().cloned().unwrap_or_default();
+        let running = s["connector"]["state"] == "STATE_RUNNING"
+            && !tasks.is_empty()
+            && tasks
+                .iter()
+                .all(|t| t["status"]["state"] == "STATE_RUNNING");
+        if !running {
+            return Some(format!("{name}: {s}"));
+        }
+    }
+    None
+}
+
+/// Waits until the cluster agrees again ([`disagreement`]) and a line appended now is
+/// delivered, both within [`AGREE_WITHIN`] of `resumed`; panics with what disagreed.
+async fn agrees_again(c: &TestCluster, pipeline: &mut Pipeline, resumed: Instant, what: &str) {
+    let mut last = String::new();
+    while resumed.elapsed() < AGREE_WITHIN {
+        match disagreement(c, EXECUTORS, pipeline) {
+            None => {
+                let left = AGREE_WITHIN.saturating_sub(resumed.elapsed());
+                pipeline
+                    .append_and_deliver(left.max(Duration::from_secs(1)))
+                    .await;
+                println!("{what}: agreed again after {:?}", resumed.elapsed());
+                return;
+            }
+            Some(d) => last = d,
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    panic!(
+        "{what}: no agreement within {AGREE_WITHIN:?} after the pause; last seen: {last}\n\
+         control plane log tail:\n{}",
+        tail(&c.cp_log(), 40)
+    );
+}
+
+fn tail(text: &str, lines: usize) -> String {
+    let all: Vec<&str> = text.lines().collect();
+    all[all.len().saturating_sub(lines)..].join("\n")
+}
+
+/// Who is paused.
+#[derive(Debug, Clone, Copy)]
+enum Target {
+    ControlPlane,
+    Executor(usize),
+}
+
+/// Holds `target` stopped for `length` (the fault itself), then resumes it; returns
+/// when it was resumed.
+async fn pause(c: &TestCluster, target: Target, length: Duration) -> Instant {
+    let p = match target {
+        Target::ControlPlane => &c.cp,
+        Target::Executor(i) => &c.executors[i],
+    };
+    p.freeze().await;
+    tokio::time::sleep(length).await;
+    p.thaw();
+    Instant::now()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_control_plane_paused_past_the_lease_and_its_executors_agree_again() {
+    let c = start(EXECUTORS).await;
+    let mut pipeline = Pipeline::create(&c).await;
+    agrees_again(&c, &mut pipeline, Instant::now(), "before any pause").await;
+    let length = Duration::from_millis(u64::from(LEASE_MS) * 2);
+    let resumed = pause(&c, Target::ControlPlane, length).await;
+    agrees_again(&c, &mut pipeline, resumed, "control plane paused 2 leases").await;
+    let log = c.cp_log();
+    println!(
+        "control plane: {} registrations after the pause, {} superseded while probed",
+        log.matches("executor registered")
+            .count()
+            .saturating_sub(EXECUTORS),
+        log.matches("registration superseded").count()
+    );
+}
+
+/// Pauses in the randomized case.
+const RANDOM_PAUSES: usize = 3;
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn random_pauses_of_either_side_leave_one_agreed_epoch_after_each() {
+    let (mut rng, seed) = Rng::from_env("WHARF_PAUSE_SEED");
+    println!("pause sequence seed: {seed} (replay with WHARF_PAUSE_SEED={seed})");
+    let c = start(EXECUTORS).await;
+    let mut pipeline = Pipeline::create(&c).await;
+    agrees_again(&c, &mut pipeline, Instant::now(), "before any pause").await;
+    for i in 0..RANDOM_PAUSES {
+        let target = match rng.below(EXECUTORS as u64 + 1) {
+            0 => Target::ControlPlane,
+            e => Target::Executor(e as usize - 1),
+        };
+        // Half a lease to two leases.
+        let half = u64::from(LEASE_MS) / 2;
+        let length = Duration::from_millis(half + rng.below(3 * half + 1));
+        let what = format!("pause {i} (seed {seed}): {target:?} for {length:?}");
+        println!("{what}");
+        let resumed = pause(&c, target, length).await;
+        agrees_again(&c, &mut pipeline, resumed, &what).await;
+    }
+}
