@@ -53,6 +53,20 @@ pub struct Args {
         value_parser = BoolishValueParser::new()
     )]
     pub enable_test_plugins: Option<bool>,
+    /// Admit executors on their own embedded record logs beside the in-process one (each
+    /// keeps its own records; for tests of placement, never for data), as
+    /// `wharf-control-plane --allow-separate-embedded-logs`. [default: false]
+    #[arg(
+        long,
+        env = "WHARF_ALLOW_SEPARATE_EMBEDDED_LOGS",
+        value_name = "BOOL",
+        num_args = 0..=1,
+        require_equals = true,
+        default_missing_value = "true",
+        value_parser = BoolishValueParser::new(),
+        hide = true
+    )]
+    pub allow_separate_embedded_logs: Option<bool>,
     /// `--metrics-listen`, `--log-format`, `--otlp-endpoint`.
     #[command(flatten)]
     pub observability: ObservabilityArgs,
@@ -117,6 +131,7 @@ impl Args {
             dev: _,
             example,
             enable_test_plugins,
+            allow_separate_embedded_logs,
             observability,
         } = self;
         let FileConfig {
@@ -151,7 +166,7 @@ impl Args {
                 // Only the default address may be taken (parallel dev runs); an
                 // asked-for one must bind.
                 rest_optional: server.rest_defaulted,
-                separate_embedded_logs: false,
+                separate_embedded_logs: allow_separate_embedded_logs.unwrap_or(false),
                 // Dev mode is loopback-only and open: every caller is `anonymous`, admin.
                 auth: Default::default(),
                 listen: server.listen,
