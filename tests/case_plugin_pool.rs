@@ -1,5 +1,5 @@
 //! The plugin runtime is a bounded pool (`--plugin-threads`, executor/src/runtime.rs), not a
-//! thread per instance, and keeps issue 15 (point 5) with it. A real control plane and one
+//! thread per instance, and the executor's own work (gRPC, heartbeats) never waits for it. A real control plane and one
 //! real executor in each test.
 //!
 //! - More plugin stops that block their thread and ignore cancellation than the pool has

@@ -1,4 +1,4 @@
-//! The etcd store over TLS with etcd user authentication (issue 14, point 7): a
+//! The etcd store over TLS with etcd user authentication (docs/security.md): a
 //! test-owned etcd with `--client-cert-auth --trusted-ca-file --cert-file --key-file`,
 //! auth enabled (root, and a `wharf` user whose role may read and write the cluster's
 //! prefix only), certificates made here by a CA of the test's own.

@@ -1,4 +1,4 @@
-//! The lifecycle contract at its edges, control-plane side (issue 15), with real
+//! The lifecycle contract at its edges, control-plane side (docs/contract.md), with real
 //! processes: FAILED instances on deletion and on STOPPED, a frozen executor (SIGSTOP)
 //! that must stall nothing else, an executor registered with an unreachable address, an
 //! executor that lost an instance without the control plane seeing it, lost executors
@@ -18,7 +18,7 @@ use wharf_harness::fault::{
 use wharf_harness::lifecycle::Lifecycle;
 use wharf_harness::{Proc, bin, wait_until};
 
-/// Slack on top of a lease for failover, in milliseconds (issue 15: lease + 2 s).
+/// Slack on top of a lease for failover, in milliseconds (a takeover within lease + 2 s).
 const FAILOVER_SLACK_MS: u64 = 2_000;
 
 /// Longest time from an executor losing an instance to the control plane correcting its

@@ -1,4 +1,4 @@
-//! The JetStream record log over mutual TLS with NATS credentials (issue 14, point 7): a
+//! The JetStream record log over mutual TLS with NATS credentials (docs/security.md): a
 //! test-owned nats-server whose config (written by the harness) has `tls { ... verify:
 //! true }` and a user with a password, certificates from a CA of the test's own.
 //!

@@ -1,5 +1,5 @@
-//! postgres-audit against a PostgreSQL that admits TCP clients only over TLS (issue 14,
-//! point 7): a test-owned cluster (`wharf_harness::postgres_tls`, certificate for
+//! postgres-audit against a PostgreSQL that admits TCP clients only over TLS
+//! (docs/security.md): a test-owned cluster (`wharf_harness::postgres_tls`, certificate for
 //! `localhost` only, signed by a CA made here), a real control plane and a real executor.
 //!
 //! - `verify-full` with the CA: the audit table, function and trigger are in

@@ -480,7 +480,7 @@ const CONCURRENT: usize = 60;
 /// Many deletions at once (as a mass delete sends them) each stay one trace: every
 /// deletion round is a child of its own `DeleteConnector` span, never the root of a trace
 /// of its own. At 1,000 deletions in flight, one in six rounds used to start before the
-/// call had kept its trace context for the finalizer (bench/NOTES.md, issue 16).
+/// call had kept its trace context for the finalizer (bench/NOTES.md, "Observability on vs off").
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn concurrent_deletions_each_stay_in_their_own_trace() {
     let otlp = TestOtlp::start().await;

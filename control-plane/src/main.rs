@@ -13,7 +13,7 @@ use wharf_control_plane::launch;
 /// mimalloc rather than glibc's malloc. At 10,000 connectors x 10 tasks glibc kept about
 /// two thirds of the control plane's 1.6 GiB after it was freed (bursts of record copies
 /// and encodings across tokio's worker threads); mimalloc, set up by
-/// [`return_freed_memory`], keeps far less at every size (bench/NOTES.md, issue 19). Only
+/// [`return_freed_memory`], keeps far less at every size (bench/NOTES.md, "Scale"). Only
 /// this binary: the library and the executor keep the system allocator.
 #[global_allocator]
 static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;

@@ -1,5 +1,4 @@
-//! Reconciling the recorded status with what an executor reports it hosts (issue 15,
-//! point 7): an instance recorded RUNNING on an executor that, in two heartbeats in a
+//! Reconciling the recorded status with what an executor reports it hosts: an instance recorded RUNNING on an executor that, in two heartbeats in a
 //! row, does not list it is gone (its stop ran, or it was lost in a way the control plane
 //! did not see), so the record must stop saying RUNNING. Two in a row, because a
 //! heartbeat built just before a start completed may arrive just after the start's answer
@@ -72,8 +71,8 @@ impl RecordedRunning {
 }
 
 /// Walks of the cluster ([`RecordedRunning::walk`]) cheaper than this are made for every
-/// heartbeat; a dearer one is shared (issue 19: at 10,000 x 10 the walk per heartbeat of
-/// each of 10 executors was a tenth of the control plane's time).
+/// heartbeat; a dearer one is shared (at 10,000 x 10 a walk per heartbeat of each of 10
+/// executors took a tenth of the control plane's time: bench/NOTES.md, "Scale").
 pub const SHARED_WALK_MIN_COST: Duration = Duration::from_millis(1);
 
 /// Whether a heartbeat may judge what its executor hosts against a walk made `age` ago

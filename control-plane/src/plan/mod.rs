@@ -82,7 +82,7 @@ pub enum Evening {
 /// A connector's units are either all in `units` or none (the tie-break counts them).
 /// Returns only the units whose executor changes, sorted by key. Cost: O(U log U) for
 /// U units, plus O(units on the fullest executor) per step-3 move; no allocation per
-/// unit beyond the sort (issue 19: a herder pass over 110,000 units).
+/// unit beyond the sort (a herder pass plans 110,000 units at the scale of bench/NOTES.md).
 pub fn plan_with(
     units: &[Unit],
     executors: &[LiveExecutor],
@@ -370,7 +370,7 @@ mod tests {
         apply(&mut units, &moves);
         assert_eq!(counts(&units).get("a"), Some(&4));
     }
-    /// The planner before issue 19 (BTreeMaps keyed by cloned strings, one capable-list
+    /// The plain planner (BTreeMaps keyed by cloned strings, one capable-list
     /// allocation per unit), kept as the reference the faster one must agree with.
     fn reference_plan(units: &[Unit], executors: &[LiveExecutor]) -> Vec<Move> {
         let capable = |plugin: &str| -> Vec<&LiveExecutor> {

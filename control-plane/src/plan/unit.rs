@@ -2,7 +2,7 @@
 //! it, what its executor has of it, and how that executor is doing, in; one action out.
 //! See `README.md` beside this file (section "unit decisions") and `docs/lifecycle.md`.
 //!
-//! The rule that the rest follows from (issue 15, points 1 and 2): **every instance that
+//! The rule that the rest follows from: **every instance that
 //! still exists on an executor, whatever its state, is stopped itself** (with `true` when
 //! its connector was deleted and resources are not kept, else `false`); a cleanup-only
 //! instance is started only for a unit that no executor hosts any more, and nothing is
