@@ -18,11 +18,11 @@ use crate::reconcile::LeaseConfig;
 pub struct ServerArgs {
     /// Address of the admin API (wharf.v1.ConnectorAdmin) and the executor registry,
     /// IP:PORT (port 0 picks a free port; the bound address is written to
-    /// <data-dir>/listen.addr). [default: 127.0.0.1:7000]
+    /// DATA_DIR/listen.addr). [default: 127.0.0.1:7000]
     #[arg(long, env = "WHARF_LISTEN", value_name = "IP:PORT")]
     pub listen: Option<SocketAddr>,
     /// Directory for the embedded store (state.redb), its encryption key (store.key) and
-    /// listen.addr; `wharf-dev` keeps its executor's data there too (<data-dir>/dev-executor).
+    /// listen.addr; `wharf-dev` keeps its executor's data there too (DATA_DIR/dev-executor).
     /// Created if missing. Required (flag, env or file).
     #[arg(long, env = "WHARF_DATA_DIR", value_name = "DIR")]
     pub data_dir: Option<PathBuf>,
@@ -46,7 +46,7 @@ pub struct ServerArgs {
     pub heartbeat_interval_ms: Option<u32>,
     /// Address of the Kafka Connect REST gateway (HTTP/1.1: Kafka Connect's routes, JSON
     /// and status codes over the same admin logic as gRPC; see docs/rest.md), IP:PORT;
-    /// port 0 picks one and writes it to <data-dir>/rest.addr. `off` for none.
+    /// port 0 picks one and writes it to DATA_DIR/rest.addr. `off` for none.
     /// [default: off; `wharf-dev`: 127.0.0.1:8083, skipped when that port is taken]
     #[arg(long, env = "WHARF_REST_LISTEN", value_name = "IP:PORT|off")]
     pub rest_listen: Option<String>,

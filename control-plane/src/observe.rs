@@ -219,14 +219,14 @@ pub fn executor_state_label(host: Host, placeable: bool) -> &'static str {
 
 const EXECUTOR_STATES: [&str; 4] = ["live", "unreachable", "unresponsive", "lost"];
 
-/// The control plane's probe: state gauges from the store, health from [`watch_health`].
+/// The control plane's probe: state gauges from the store, health from [`watch_health`](wharf::observability::watch_health).
 pub struct ControlPlaneProbe {
     cluster: Arc<Cluster>,
     health: Arc<Mutex<Health>>,
 }
 
 impl ControlPlaneProbe {
-    /// A probe over `cluster`, starting as "starting" until [`watch_health`] ran once.
+    /// A probe over `cluster`, starting as "starting" until [`watch_health`](wharf::observability::watch_health) ran once.
     pub fn new(cluster: Arc<Cluster>) -> Self {
         Self {
             cluster,
@@ -236,7 +236,7 @@ impl ControlPlaneProbe {
         }
     }
 
-    /// The health cell [`watch_health`] writes.
+    /// The health cell [`watch_health`](wharf::observability::watch_health) writes.
     pub fn health_cell(&self) -> Arc<Mutex<Health>> {
         self.health.clone()
     }

@@ -35,9 +35,9 @@ pub struct Args {
     #[arg(long, hide = true)]
     pub dev: bool,
     /// Create the quickstart example if it is missing: the SQLite database
-    /// <data-dir>/example/shop.db (tables customers and orders), a `sqlite-audit`
+    /// DATA_DIR/example/shop.db (tables customers and orders), a `sqlite-audit`
     /// connector `shop-audit` on it and a `file-sink` connector `shop-sink` writing
-    /// <data-dir>/example/audit.jsonl. [default: false]
+    /// DATA_DIR/example/audit.jsonl. [default: false]
     #[arg(long, env = "WHARF_EXAMPLE", value_parser = BoolishValueParser::new())]
     pub example: bool,
     /// The in-process executor also offers the fault-injecting test plugins test-source

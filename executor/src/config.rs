@@ -38,7 +38,7 @@ pub struct Cli {
     #[command(flatten)]
     pub config: ConfigFileArgs,
     /// Address to serve the Executor gRPC service on, IP:PORT (port 0 picks one; the
-    /// bound address is written to <data-dir>/listen.addr). Required (flag, env or file).
+    /// bound address is written to DATA_DIR/listen.addr). Required (flag, env or file).
     #[arg(long, env = "WHARF_LISTEN", value_name = "IP:PORT")]
     pub listen: Option<SocketAddr>,
     /// URL of the control plane's ExecutorRegistry, for example http://127.0.0.1:7000;
@@ -50,12 +50,12 @@ pub struct Cli {
     /// missing. Required (flag, env or file).
     #[arg(long, env = "WHARF_DATA_DIR", value_name = "DIR")]
     pub data_dir: Option<PathBuf>,
-    /// URL the control plane uses to reach this executor. [default: http://<bound address>]
+    /// URL the control plane uses to reach this executor. [default: http://BOUND_ADDRESS]
     #[arg(long, env = "WHARF_ADVERTISE", value_name = "URL")]
     pub advertise: Option<String>,
     /// Executor id: 1 to 200 bytes from A-Z a-z 0-9 . _ - (ASCII only), not "." or "..".
     /// [default: with --tls-cert the certificate's; otherwise generated once and kept in
-    /// <data-dir>/executor.id]
+    /// DATA_DIR/executor.id]
     #[arg(long, env = "WHARF_EXECUTOR_ID", value_name = "ID")]
     pub executor_id: Option<String>,
     /// How long the stops at shutdown may take in all, in milliseconds; also the stop
@@ -79,7 +79,7 @@ pub struct Cli {
     )]
     pub plugin_threads: Option<usize>,
     /// The record log between source and sink tasks: `embedded` (files in
-    /// <data-dir>/log, for one executor), `nats://HOST:PORT[,nats://HOST:PORT...][?replicas=N]`
+    /// DATA_DIR/log, for one executor), `nats://HOST:PORT[,nats://HOST:PORT...][?replicas=N]`
     /// (NATS JetStream, needed as soon as executors run on several hosts; tls:// for TLS) or
     /// `kafka://HOST:PORT[,HOST:PORT...]` (Kafka brokers; docs/kafka.md). Every executor of
     /// a cluster uses the same one. [default: embedded]

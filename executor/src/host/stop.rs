@@ -3,7 +3,7 @@
 //!
 //! A stop, in order: the instance's own work ends (a task's work loop, bounded by the
 //! stop's deadline); the plugin's call in progress is waited for; the flag is confirmed
-//! against the lease ([`confirm_deleted`]); the plugin's stop runs on the plugin runtime;
+//! against the lease (`confirm_deleted`); the plugin's stop runs on the plugin runtime;
 //! the instance's calls end (abandoned when the stop overran); after a deletion the
 //! runtime removes what it made for the instance (a sink connector's log consumer); then
 //! the state, the counters, the log line and the status report ([`finish_stop`]).
@@ -43,7 +43,7 @@ pub enum StopCause {
 impl StopCause {
     /// The flag the plugin's stop is asked to run with: true only for a deletion. (A
     /// destructive stop is still confirmed against the lease just before it runs:
-    /// [`confirm_deleted`].)
+    /// `confirm_deleted`.)
     pub fn connector_deleted(self) -> bool {
         match self {
             StopCause::Deleted => true,

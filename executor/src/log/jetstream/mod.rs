@@ -10,7 +10,7 @@
 //! - **A durable pull consumer per (stream, consumer name)**, named [`name_token`] of the
 //!   consumer name (`wharf-sink-<connector>` for sinks). All tasks of one sink connector bind
 //!   to it, so JetStream hands each record to one of them. Explicit acks; `ack_wait`
-//!   redelivers records of a reader that died. [`LogLimits::max_in_flight_records`] bounds
+//!   redelivers records of a reader that died. `LogLimits::max_in_flight_records` bounds
 //!   each reader's unacknowledged records exactly (client side) and is also the consumer's
 //!   `max_ack_pending`, the server's bound shared by all readers (nats-server may overshoot
 //!   it by up to one fetch).
