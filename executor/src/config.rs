@@ -416,7 +416,15 @@ fn record_log_setting(
         (None, Some(alias)) => (alias, "--nats-url"),
         (None, None) => ("embedded".to_owned(), "--record-log"),
     };
-    LogConfig::parse(&spec, data_dir, nats).map_err(|e| invalid_log(field, e))
+    let config = LogConfig::parse(&spec, data_dir, nats).map_err(|e| invalid_log(field, e))?;
+    // The alias names NATS: another backend given through it is a mistake, not a choice.
+    if field == "--nats-url" && !matches!(config, LogConfig::Nats(_)) {
+        return Err(ConfigError::Invalid {
+            field,
+            reason: format!("{spec:?} is not a NATS URL: give other record logs with --record-log"),
+        });
+    }
+    Ok(config)
 }
 
 /// A record log setting the log refused, as a settings error naming `field`.
@@ -796,6 +804,17 @@ mod tests {
                 && text.contains(crate::log::RECORD_LOG_FORMS),
             "{text}"
         );
+    }
+
+    #[test]
+    fn a_record_log_other_than_nats_given_as_nats_url_is_refused() {
+        for spec in ["kafka://127.0.0.1:9092", "embedded"] {
+            let err = record_log(None, Some(spec)).expect_err(spec).to_string();
+            assert!(
+                err.contains("--nats-url") && err.contains("--record-log"),
+                "{err}"
+            );
+        }
     }
 
     #[test]
