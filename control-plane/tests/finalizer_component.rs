@@ -231,6 +231,7 @@ async fn setup(
             plugins: vec![plugin],
             version: "test".into(),
             record_log: String::new(),
+            ..Default::default()
         })
         .await
         .unwrap()

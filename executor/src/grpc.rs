@@ -102,6 +102,36 @@ fn offsets(
         .collect()
 }
 
+/// Refuses a stop with `connector_deleted = true` whose request does not carry the
+/// deletion token of this executor's current registration: only the control plane it
+/// registered with knows it, so nobody else who reaches the port can make a plugin drop
+/// its resources. Other stops pass (nothing is destroyed by them).
+fn check_deletion_token(
+    host: &Host,
+    connector_deleted: bool,
+    metadata: &tonic::metadata::MetadataMap,
+    what: &str,
+) -> Result<(), Status> {
+    if !connector_deleted {
+        return Ok(());
+    }
+    let given = metadata
+        .get(wharf::identity::DELETION_TOKEN_HEADER)
+        .and_then(|v| v.to_str().ok())
+        .unwrap_or_default();
+    if host.admits_deletion(given) {
+        return Ok(());
+    }
+    crate::counters::refused("deletion_token");
+    tracing::warn!(
+        what,
+        "stop with connector_deleted = true refused: it does not carry the deletion token of this executor's registration (only the control plane it registered with has it); nothing ran"
+    );
+    Err(Status::permission_denied(
+        "a stop with connector_deleted = true must come from the control plane this executor registered with (deletion token missing or wrong); nothing ran",
+    ))
+}
+
 fn wire_state(state: &InstanceState) -> (i32, String) {
     let (s, e) = state.to_wire();
     (s as i32, e)
@@ -219,6 +249,12 @@ impl pb::executor_server::Executor for ExecutorService {
     ) -> Result<Response<pb::ExecutorStopConnectorResponse>, Status> {
         let span = DirectSpan::server("/wharf.v1.Executor/StopConnector", request.metadata());
         span.around(async move {
+            check_deletion_token(
+                &self.host,
+                request.get_ref().connector_deleted,
+                request.metadata(),
+                "StopConnector",
+            )?;
             let r = request.into_inner();
             let name = connector_name(&r.connector, "connector")?;
             let req = stop_request!(r);
@@ -287,6 +323,12 @@ impl pb::executor_server::Executor for ExecutorService {
     ) -> Result<Response<pb::StopTaskResponse>, Status> {
         let span = DirectSpan::server("/wharf.v1.Executor/StopTask", request.metadata());
         span.around(async move {
+            check_deletion_token(
+                &self.host,
+                request.get_ref().connector_deleted,
+                request.metadata(),
+                "StopTask",
+            )?;
             let r = request.into_inner();
             let task = task_key(r.task)?;
             let req = stop_request!(r);

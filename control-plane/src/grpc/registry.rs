@@ -295,12 +295,19 @@ impl ExecutorRegistry for RegistryService {
             }
             .into());
         }
+        // Made per registration and known only to this control plane and the executor
+        // (and the executors' heartbeats, to a control plane that did not make it).
+        let deletion_token = new_deletion_token();
+        self.cluster
+            .clients
+            .set_deletion_token(&rec.id, &deletion_token);
         info!(executor = %rec.id, epoch = rec.epoch, address = %rec.address, verified, record_log = %rec.record_log,
             plugins = %rec.plugins.iter().map(|p| p.name.as_str()).collect::<Vec<_>>().join(","), "executor registered");
         Ok(Response::new(pb::RegisterExecutorResponse {
             epoch: rec.epoch,
             lease_ms: self.cluster.lease.lease_ms,
             heartbeat_interval_ms: self.cluster.lease.heartbeat_interval_ms,
+            deletion_token,
         }))
     }
 
@@ -320,6 +327,11 @@ impl ExecutorRegistry for RegistryService {
             }
             .into());
         }
+        // A control plane that did not see the registration (a restart, a new leader)
+        // learns the deletion token here.
+        self.cluster
+            .clients
+            .set_deletion_token(&req.executor_id, &req.deletion_token);
         if req.reports_hosted {
             let hosted =
                 req.connectors
@@ -482,6 +494,15 @@ impl ExecutorRegistry for RegistryService {
             .map_err(ApiError::from)?;
         Ok(Response::new(pb::RequestTaskReconfigurationResponse {}))
     }
+}
+
+/// A fresh deletion token: 32 random bytes as hex (what a stop with
+/// `connector_deleted = true` carries to the executor of this registration).
+fn new_deletion_token() -> String {
+    rand::random::<[u8; 32]>()
+        .iter()
+        .map(|b| format!("{b:02x}"))
+        .collect()
 }
 
 #[cfg(test)]
