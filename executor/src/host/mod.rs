@@ -127,6 +127,10 @@ pub struct StopRequest {
     pub incarnation: String,
     /// The epoch the stop was decided under; 0 skips the check.
     pub executor_epoch: u64,
+    /// The deletion token the request carried (`wharf-deletion-token` metadata; empty
+    /// when none): a stop with `connector_deleted = true` runs only with the one of this
+    /// executor's registration ([`Host::admits_deletion`]).
+    pub deletion_token: String,
 }
 
 /// A hosted instance as ListAssignments shows it.
@@ -339,13 +343,17 @@ impl Host {
         if !req.cause.connector_deleted() {
             return Ok(());
         }
-        match lease_refusal(self.shared.registry.lease_standing(), what) {
-            Some(e) => {
-                self.shared.registry.beat_now();
-                Err(e)
-            }
-            None => Ok(()),
+        if let Some(e) = lease_refusal(self.shared.registry.lease_standing(), what) {
+            self.shared.registry.beat_now();
+            return Err(e);
         }
+        // After the fencing checks, so that a stale stop is still refused as stale.
+        if !self.admits_deletion(&req.deletion_token) {
+            return Err(HostError::NotFromControlPlane {
+                what: what.to_owned(),
+            });
+        }
+        Ok(())
     }
 
     /// Admits a stop of the instance keyed `key` in `slots`. A stop whose generation's
