@@ -7,6 +7,7 @@
 use std::collections::BTreeMap;
 use std::sync::Arc;
 
+use prost::Message;
 use tonic::{Request, Response, Status};
 use tracing::{info, warn};
 use wharf::pb::v1 as pb;
@@ -77,6 +78,30 @@ impl RegistryService {
             ApiError::RecordLogMismatch {
                 executor: req.executor_id.clone(),
                 mismatch,
+            }
+        })?;
+        let live_plugins: Vec<(&str, Vec<pb::PluginInfo>)> = executors
+            .iter()
+            .filter(|e| !e.lost)
+            .map(|e| {
+                let infos = e
+                    .plugins
+                    .iter()
+                    .filter_map(|p| pb::PluginInfo::decode(p.info.as_slice()).ok())
+                    .collect();
+                (e.id.as_str(), infos)
+            })
+            .collect();
+        crate::plan::plugin_defs::admit(
+            &req.executor_id,
+            &req.plugins,
+            live_plugins.iter().map(|(id, p)| (*id, p.as_slice())),
+        )
+        .map_err(|conflict| {
+            warn!(executor = %req.executor_id, %conflict, "registration refused: plugin definition");
+            ApiError::PluginDefinitionConflict {
+                executor: req.executor_id.clone(),
+                conflict,
             }
         })?;
         store
