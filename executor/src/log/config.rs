@@ -239,6 +239,34 @@ mod tests {
     }
 
     #[test]
+    fn nats_spec_takes_the_retention_of_new_streams() {
+        let config = nats("nats://a:4222?max_age_s=86400&max_bytes=1048576");
+        assert_eq!(config.options.max_age_s, 86_400);
+        assert_eq!(config.options.max_bytes, 1_048_576);
+        assert_eq!(
+            config.to_string(),
+            "nats://a:4222?max_age_s=86400&max_bytes=1048576"
+        );
+        let defaults = nats("nats://a:4222");
+        assert_eq!(
+            (defaults.options.max_age_s, defaults.options.max_bytes),
+            (0, -1)
+        );
+        for bad in [
+            "nats://a:4222?max_age_s=-1",
+            "nats://a:4222?max_age_s=1d",
+            "nats://a:4222?max_bytes=0",
+            "nats://a:4222?max_bytes=-2",
+            "nats://a:4222?max_msgs=5",
+        ] {
+            let e = LogConfig::parse(bad, Path::new("/data"), NatsSecurity::default())
+                .expect_err(bad)
+                .to_string();
+            assert!(e.contains("max_"), "{bad}: {e}");
+        }
+    }
+
+    #[test]
     fn a_single_nats_server_gets_the_default_options() {
         let config = nats("nats://127.0.0.1:4222");
         assert_eq!(config, NatsConfig::new(["nats://127.0.0.1:4222"]));
