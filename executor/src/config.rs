@@ -79,7 +79,8 @@ pub struct Cli {
     )]
     pub plugin_threads: Option<usize>,
     /// The record log between source and sink tasks: `embedded` (files in
-    /// <data-dir>/log, for one executor), `nats://HOST:PORT[,nats://HOST:PORT...][?replicas=N]`
+    /// <data-dir>/log, for one executor),
+    /// `nats://HOST:PORT[,nats://HOST:PORT...][?replicas=N&max_age_s=N&max_bytes=N]`
     /// (NATS JetStream, needed as soon as executors run on several hosts; tls:// for TLS) or
     /// `kafka://HOST:PORT[,HOST:PORT...]` (Kafka brokers; docs/kafka.md). Every executor of
     /// a cluster uses the same one. [default: embedded]
