@@ -188,7 +188,7 @@ async fn a_password_from_a_file_provider_reaches_the_plugin_and_never_comes_back
     );
     let v = c.call("ValidateConnectorConfig", json!({ "config": cfg }));
     assert_eq!(v.code, 0, "{}", v.err);
-    assert_eq!(v.body["error_count"].as_u64().unwrap_or(0), 0, "{}", v.body);
+    assert_eq!(v.body["errorCount"].as_u64().unwrap_or(0), 0, "{}", v.body);
     outputs.push(v.body.to_string());
     let r = c.call("CreateConnector", json!({ "name": name, "config": cfg }));
     assert_eq!(r.code, 0, "{}", r.err);

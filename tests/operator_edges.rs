@@ -96,3 +96,80 @@ fn wharf_bench_help_prints_the_usage_and_a_wrong_argument_no_backtrace() {
     );
     assert_eq!(err.trim_end().lines().count(), 1, "{err}");
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn dev_mode_offers_the_config_providers_it_is_given() {
+    let dir = KeepOnFailure::new();
+    let data = dir.path().join("dev");
+    let secrets = dir.path().join("secrets");
+    std::fs::create_dir_all(&secrets).expect("secrets dir");
+    // The file provider without its root: exit code 2 naming the flag.
+    let out = std::process::Command::new(wharf_harness::bin("wharf-dev"))
+        .args([
+            "--data-dir",
+            &data.display().to_string(),
+            "--config-providers",
+            "file",
+        ])
+        .output()
+        .expect("run wharf-dev");
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{err}");
+    assert!(err.contains("--config-provider-root"), "{err}");
+
+    let mut dev = Proc::spawn(
+        wharf_harness::bin("wharf-dev"),
+        vec![
+            "--listen".into(),
+            "127.0.0.1:0".into(),
+            "--rest-listen".into(),
+            "off".into(),
+            "--metrics-listen".into(),
+            "off".into(),
+            "--enable-test-plugins".into(),
+            "--config-providers".into(),
+            "file".into(),
+            "--config-provider-root".into(),
+            secrets.display().to_string(),
+            "--data-dir".into(),
+            data.display().to_string(),
+        ],
+        &data,
+    );
+    let addr = dev.listen_addr().await;
+    wait_until("the dev executor to be ALIVE", CONVERGE, || async {
+        let r = call_at(&addr, "wharf.v1.ConnectorAdmin/ListExecutors", &json!({}));
+        (r.body["executors"][0]["state"] == "EXECUTOR_STATE_ALIVE").then_some(())
+    })
+    .await;
+    let validate = |topic: &str| {
+        call_at(
+            &addr,
+            "wharf.v1.ConnectorAdmin/ValidateConnectorConfig",
+            &json!({ "config": {
+                "connector.class": "test-source",
+                "lifecycle.path": dir.path().join("lifecycle.jsonl").display().to_string(),
+                "test.topic": topic,
+            } }),
+        )
+    };
+    let offered = validate("${file:topics.properties:topic}");
+    assert_eq!(offered.code, 0, "{}", offered.err);
+    assert_eq!(
+        offered.body["errorCount"].as_u64().unwrap_or(0),
+        0,
+        "{}",
+        offered.body
+    );
+    let not_offered = validate("${env:TOPIC}");
+    assert_eq!(not_offered.code, 0, "{}", not_offered.err);
+    assert!(
+        not_offered
+            .body
+            .to_string()
+            .contains("\\\"env\\\" is not configured"),
+        "{}",
+        not_offered.body
+    );
+    assert_eq!(dev.terminate(CONVERGE).await, Some(0));
+}

@@ -231,7 +231,6 @@ async fn setup(
             plugins: vec![plugin],
             version: "test".into(),
             record_log: String::new(),
-            ..Default::default()
         })
         .await
         .unwrap()
