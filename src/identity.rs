@@ -188,6 +188,25 @@ fn valid_segment(s: &str) -> bool {
 /// caller whose own certificate is the control plane's.
 pub const FORWARDED_IDENTITY_HEADER: &str = "x-wharf-forwarded-identity";
 
+/// gRPC metadata of a StopTask or StopConnector with `connector_deleted = true`: the
+/// deletion token the executor made for its current registration
+/// (`RegisterExecutorRequest.deletion_token`). The executor refuses a destructive stop
+/// without it, so that a process that is not the control plane it registered with cannot
+/// make a plugin drop its resources (docs/security.md).
+pub const DELETION_TOKEN_HEADER: &str = "wharf-deletion-token";
+
+/// True when `given` equals `expected`, compared in time that depends only on the
+/// lengths (a token guessed byte by byte learns nothing from the answer's delay). An
+/// empty `expected` matches nothing.
+pub fn token_matches(expected: &str, given: &str) -> bool {
+    let (a, b) = (expected.as_bytes(), given.as_bytes());
+    if a.is_empty() || a.len() != b.len() {
+        return false;
+    }
+    let diff = a.iter().zip(b).fold(0u8, |acc, (x, y)| acc | (x ^ y));
+    std::hint::black_box(diff) == 0
+}
+
 /// Who called, as the TLS layer saw it.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Caller {
@@ -425,5 +444,14 @@ mod tests {
             Identity::parse_uri("spiffe://wharf/role/root/x", "wharf"),
             Err(IdentityError::UnknownRole("root".into()))
         );
+    }
+
+    #[test]
+    fn a_deletion_token_matches_only_itself_and_never_when_empty() {
+        assert!(token_matches("abc123", "abc123"));
+        assert!(!token_matches("abc123", "abc124"));
+        assert!(!token_matches("abc123", "abc12"));
+        assert!(!token_matches("abc123", ""));
+        assert!(!token_matches("", ""));
     }
 }

@@ -3,13 +3,14 @@
 //!
 //! This crate is shared by the control plane and the executors: the generated gRPC
 //! wire types ([`pb`]) and the plumbing every binary uses ([`server`], [`http`], [`task`],
-//! [`config`], [`telemetry`], [`tls`], [`identity`], [`certs`], [`observability`],
+//! [`config`], [`config_provider`], [`telemetry`], [`tls`], [`identity`], [`certs`], [`observability`],
 //! [`trace`]) and their leaves ([`exposition`], [`throttle`]). The connector SDK and the
 //! shared ids live in the light `wharf-sdk` crate, which a plugin author depends on
 //! alone; they are re-exported here as [`sdk`] and [`ids`].
 
 pub mod certs;
 pub mod config;
+pub mod config_provider;
 pub mod exposition;
 pub mod http;
 pub mod identity;

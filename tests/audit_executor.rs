@@ -100,6 +100,7 @@ impl ExecutorRegistry for Registry {
             epoch,
             lease_ms: LEASE_MS,
             heartbeat_interval_ms: HEARTBEAT_INTERVAL_MS,
+            ..Default::default()
         }))
     }
 

@@ -1,8 +1,9 @@
 //! A Kafka Connect config is never half-applied: a Kafka Connect runtime key Wharf does
 //! not implement (converters, transforms, predicates, error tolerance, the dead letter
-//! queue, ...) or a config-provider reference (`${file:...}`) is refused naming the key,
-//! over gRPC and REST, with nothing stored; validate reports each as an error on its key;
-//! a config of the plugin's keys and the runtime keys Wharf implements is still accepted.
+//! queue, ...) or a reference to a config provider Wharf does not implement
+//! (`${vault:...}`) is refused naming the key, over gRPC and REST, with nothing stored;
+//! validate reports each as an error on its key; a config of the plugin's keys and the
+//! runtime keys Wharf implements is still accepted.
 //! And a refused value is named by its key and rule only: it is in none of the answer,
 //! the audit trail, or the control plane's log. Real control plane with `--rest-listen`,
 //! a real executor.
@@ -35,9 +36,11 @@ const CONNECT_ONLY: &[(&str, &str)] = &[
     ("value.converter.schemas.enable", "false"),
 ];
 
-/// A config-provider reference (KIP-297) in a key the plugin defines.
+/// A config-provider reference (KIP-297) to a provider Wharf does not implement, in a
+/// key the plugin defines (`file`, `directory` and `env` are implemented:
+/// tests/config_providers.rs).
 const PROVIDER_KEY: &str = "test.topic";
-const PROVIDER_VALUE: &str = "${file:/run/secrets/s.properties:topic}";
+const PROVIDER_VALUE: &str = "${vault:secret/s:topic}";
 
 /// `base` with `pairs` set.
 fn with(base: &Value, pairs: &[(&str, &str)]) -> Value {

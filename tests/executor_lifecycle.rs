@@ -90,6 +90,7 @@ impl ExecutorRegistry for FakeRegistry {
             epoch,
             lease_ms: LEASE_MS,
             heartbeat_interval_ms: HEARTBEAT_INTERVAL_MS,
+            ..Default::default()
         }))
     }
 

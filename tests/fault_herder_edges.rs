@@ -447,35 +447,47 @@ async fn an_executor_with_an_unreachable_address_gets_starts_with_backoff_and_is
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_task_its_executor_no_longer_hosts_is_corrected_from_the_heartbeat_and_started_again() {
+async fn a_task_stopped_behind_the_control_planes_back_is_reported_failed_and_runs_again_on_restart()
+ {
     let c = start_mtls_cluster(1, &[]).await;
     let name = "lost-instance";
     let s = create_running(&c, name, c.source_config(name, 1), 1).await;
-    let generation: u64 = s["tasks"][0]["status"]["generation"]
-        .as_str()
-        .and_then(|g| g.parse().ok())
-        .or(s["tasks"][0]["status"]["generation"].as_u64())
-        .expect("generation");
-    // The executor loses the instance without the control plane hearing of it.
+    let gen_of = |t: &Value| -> Option<u64> {
+        t["generation"]
+            .as_str()
+            .and_then(|g| g.parse().ok())
+            .or(t["generation"].as_u64())
+    };
+    let generation = gen_of(&s["tasks"][0]["status"]).expect("generation");
+    // The executor loses the instance without the control plane stopping it.
     let r = call_at(
         &executor_addr(&c, "exec-1"),
         "wharf.v1.Executor/StopTask",
         &json!({ "task": { "connector": name, "task": 0 }, "generation": generation.to_string() }),
     );
     assert_eq!(r.code, 0, "{}", r.err);
-    let stopped_at = Instant::now();
-    // Within a couple of heartbeats the status stops claiming that generation runs, and a
-    // new instance runs.
-    let s = wait_until("a new generation of task 0 running", CONVERGE, || async {
+    // Within a couple of heartbeats the status says FAILED, naming the executor, and no
+    // new instance is started on its own (a plugin whose stop dropped its resources would
+    // re-create them empty).
+    let s = wait_until("task 0 FAILED with the trace", CONVERGE, || async {
         let s = c.status(name)?;
-        let t = &s["tasks"][0]["status"];
-        let g: u64 = t["generation"]
-            .as_str()
-            .and_then(|g| g.parse().ok())
-            .or(t["generation"].as_u64())?;
-        (g > generation && t["state"] == "STATE_RUNNING").then_some(s)
+        (s["tasks"][0]["status"]["state"] == "STATE_FAILED").then_some(s)
     })
     .await;
+    let t = &s["tasks"][0]["status"];
+    let trace = t["error"].as_str().unwrap_or_default();
+    assert!(
+        trace.contains("no longer hosted by executor exec-1")
+            && trace.contains("the control plane did not stop it"),
+        "{s}"
+    );
+    assert_eq!(gen_of(t), Some(generation), "not started again: {s}");
+    assert!(
+        hosted_of(&c, "exec-1", name)
+            .iter()
+            .all(|u| u["task"].is_null()),
+        "no instance of the task runs: {s}"
+    );
     // Timed from the processes' own logs (the test's polling is slow under load): the
     // executor's "task stopped" line to the control plane's correction.
     let exec_log = std::fs::read_to_string(c.dir.path().join("exec-1").join("process.log"))
@@ -496,7 +508,15 @@ async fn a_task_its_executor_no_longer_hosts_is_corrected_from_the_heartbeat_and
         "corrected {} ms after the stop: {s}",
         corrected - stopped
     );
-    let _ = stopped_at;
+    // The operator's restart runs it again.
+    let r = c.call("RestartTask", json!({ "name": name, "task": 0 }));
+    assert_eq!(r.code, 0, "{}", r.err);
+    wait_until("a new generation of task 0 running", CONVERGE, || async {
+        let s = c.status(name)?;
+        let t = &s["tasks"][0]["status"];
+        (gen_of(t)? > generation && t["state"] == "STATE_RUNNING").then_some(())
+    })
+    .await;
 }
 
 /// Longest time from an executor registering again to the status no longer claiming

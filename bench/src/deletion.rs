@@ -300,7 +300,10 @@ impl Bench {
                         connector: "floor-probe".into(),
                         task,
                     }),
-                    connector_deleted: true,
+                    // `false`: a destructive stop from the bench (not the control
+                    // plane) is refused for its missing deletion token before the
+                    // lookup this probe times.
+                    connector_deleted: false,
                     generation: 1,
                     timeout_ms: 0,
                     ..Default::default()

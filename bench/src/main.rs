@@ -99,7 +99,8 @@ impl Args {
     }
 }
 
-fn args() -> anyhow::Result<Args> {
+/// The arguments, `None` for `--help`.
+fn args() -> anyhow::Result<Option<Args>> {
     let mut bin_dir = None;
     let mut out = None;
     let mut budget = Duration::from_secs(DEFAULT_BUDGET_S);
@@ -126,6 +127,7 @@ fn args() -> anyhow::Result<Args> {
                     .map(str::to_owned)
                     .collect()
             }
+            "--help" | "-h" => return Ok(None),
             "--keep" => keep = true,
             "--no-mtls" => no_mtls = true,
             "--peer-env" => peer_env = it.next().map(PathBuf::from),
@@ -139,7 +141,7 @@ fn args() -> anyhow::Result<Args> {
             other => anyhow::bail!("unknown argument {other:?}; {USAGE}"),
         }
     }
-    Ok(Args {
+    Ok(Some(Args {
         bin_dir: bin_dir.context("--bin-dir DIR is required")?,
         out: out.context("--out FILE is required")?,
         budget,
@@ -150,7 +152,7 @@ fn args() -> anyhow::Result<Args> {
         no_mtls,
         scale_once,
         scale_sizes,
-    })
+    }))
 }
 
 fn sh(cmd: &str) -> String {
@@ -167,7 +169,18 @@ fn met(ok: bool) -> &'static str {
 
 #[tokio::main]
 async fn main() -> anyhow::Result<()> {
-    let args = args()?;
+    // A usage mistake is a message and exit code 2, never an error with a backtrace.
+    let args = match args() {
+        Ok(Some(args)) => args,
+        Ok(None) => {
+            println!("{USAGE}");
+            return Ok(());
+        }
+        Err(e) => {
+            eprintln!("wharf-bench: {e:#}");
+            std::process::exit(2);
+        }
+    };
     let started = Instant::now();
     let tmp = tempfile::Builder::new().prefix("wharf-bench-").tempdir()?;
     let root = tmp.path().to_path_buf();

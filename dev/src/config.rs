@@ -53,6 +53,16 @@ pub struct Args {
         value_parser = BoolishValueParser::new()
     )]
     pub enable_test_plugins: Option<bool>,
+    /// Config providers the in-process executor offers to connector configs, as
+    /// `wharf-executor --config-providers`: `file`, `directory`, `env`
+    /// (docs/configuration.md, "Config providers"). [default: none]
+    #[arg(long, env = "WHARF_CONFIG_PROVIDERS", value_name = "NAME[,NAME...]")]
+    pub config_providers: Option<String>,
+    /// Directory the file and directory providers read under, as `wharf-executor
+    /// --config-provider-root`; keep it outside the data dir, which the file plugins may
+    /// read.
+    #[arg(long, env = "WHARF_CONFIG_PROVIDER_ROOT", value_name = "DIR")]
+    pub config_provider_root: Option<std::path::PathBuf>,
     /// Admit executors on their own embedded record logs beside the in-process one (each
     /// keeps its own records; for tests of placement, never for data), as
     /// `wharf-control-plane --allow-separate-embedded-logs`. [default: false]
@@ -96,6 +106,10 @@ pub struct FileConfig {
     pub example: Option<bool>,
     /// See `--enable-test-plugins`.
     pub enable_test_plugins: Option<bool>,
+    /// See `--config-providers`.
+    pub config_providers: Option<String>,
+    /// See `--config-provider-root`.
+    pub config_provider_root: Option<std::path::PathBuf>,
     /// `metrics_listen`, `log_format`, `otlp_endpoint`.
     #[serde(flatten)]
     pub observability: ObservabilityFile,
@@ -110,6 +124,8 @@ pub struct Settings {
     pub example: bool,
     /// The in-process executor also offers `test-source` / `test-sink`.
     pub enable_test_plugins: bool,
+    /// The config providers of the in-process executor.
+    pub config_providers: wharf_executor::providers::ConfigProviders,
     /// Metrics listener (`metrics_defaulted`: a failed bind is logged, not fatal), log
     /// format and span export.
     pub observability: Observability,
@@ -131,6 +147,8 @@ impl Args {
             dev: _,
             example,
             enable_test_plugins,
+            config_providers,
+            config_provider_root,
             allow_separate_embedded_logs,
             observability,
         } = self;
@@ -139,6 +157,8 @@ impl Args {
             dev: file_dev,
             example: file_example,
             enable_test_plugins: file_enable_test_plugins,
+            config_providers: file_config_providers,
+            config_provider_root: file_config_provider_root,
             observability: file_observability,
         } = config.read()?;
         if file_dev == Some(false) {
@@ -178,6 +198,15 @@ impl Args {
             },
             example: example || file_example.unwrap_or(false),
             enable_test_plugins: layer(enable_test_plugins, file_enable_test_plugins, || false),
+            config_providers: wharf_executor::providers::ConfigProviders::parse(
+                &config_providers
+                    .or(file_config_providers)
+                    .unwrap_or_default(),
+                config_provider_root
+                    .or(file_config_provider_root)
+                    .as_deref(),
+            )
+            .map_err(|(field, reason)| ConfigError::Invalid { field, reason })?,
             observability,
         })
     }

@@ -120,6 +120,7 @@ pub async fn run(
         config,
         example,
         enable_test_plugins,
+        config_providers,
         observability,
     } = settings;
     let data_dir = config.data_dir.clone();
@@ -199,6 +200,7 @@ pub async fn run(
     if enable_test_plugins {
         exec_config.plugins.extend(wharf_connectors::test_plugins());
     }
+    exec_config.config_providers = config_providers;
     let executor = ExecutorApp::start(exec_config).await?;
     info!(executor = DEV_EXECUTOR_ID, addr = %executor.local_addr(), "dev executor started in process");
     if let Some((bound, cp_probe)) = metrics {

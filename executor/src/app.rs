@@ -65,6 +65,9 @@ pub struct ExecutorConfig {
     /// The file plugins' root (`--file-root`), canonical; `None`: no file plugins. The
     /// plugins carry it themselves; this copy is for the start log line.
     pub file_root: Option<PathBuf>,
+    /// The config providers that resolve references in connector configs
+    /// (`--config-providers`); none by default.
+    pub config_providers: crate::providers::ConfigProviders,
     /// Certificate, key and CA: the Executor service speaks TLS and accepts only the
     /// control plane's certificate; the registry client presents this certificate
     /// (docs/security.md).
@@ -102,6 +105,7 @@ impl ExecutorConfig {
             plugin_threads: DEFAULT_PLUGIN_THREADS,
             plugins: Vec::new(),
             file_root: None,
+            config_providers: crate::providers::ConfigProviders::none(),
             tls: None,
             insecure: false,
             metrics_listen: None,
@@ -252,6 +256,7 @@ impl ExecutorApp {
             record_log,
             plugins,
             file_root,
+            config_providers,
             tls,
             insecure,
             metrics_listen,
@@ -313,7 +318,8 @@ impl ExecutorApp {
             .map_err(|source| AppError::PluginRuntime {
                 threads: plugin_threads.get(),
                 source,
-            })?,
+            })?
+            .with_config_providers(config_providers.clone()),
         );
         let (router, health) = executor_router(host.clone())?;
         write_listen_addr(&data_dir, local_addr)?;
@@ -347,6 +353,7 @@ impl ExecutorApp {
         tracing::info!(executor = %executor_id, listen = %local_addr, advertised = %advertised, control_plane = %control_plane,
             record_log = %record_log, plugin_threads = plugin_threads.get(),
             file_root = %file_root.as_deref().map_or_else(|| "none (no file plugins)".into(), |p| p.display().to_string()),
+            config_providers = %config_providers.describe(),
             "executor serving");
         Ok(RunningExecutor {
             local_addr,

@@ -79,7 +79,8 @@ pub struct Cli {
     )]
     pub plugin_threads: Option<usize>,
     /// The record log between source and sink tasks: `embedded` (files in
-    /// DATA_DIR/log, for one executor), `nats://HOST:PORT[,nats://HOST:PORT...][?replicas=N]`
+    /// DATA_DIR/log, for one executor),
+    /// `nats://HOST:PORT[,nats://HOST:PORT...][?replicas=N&max_age_s=N&max_bytes=N]`
     /// (NATS JetStream, needed as soon as executors run on several hosts; tls:// for TLS) or
     /// `kafka://HOST:PORT[,HOST:PORT...]` (Kafka brokers; docs/kafka.md). Every executor of
     /// a cluster uses the same one. [default: embedded]
@@ -135,6 +136,19 @@ pub struct Cli {
     /// not offered]
     #[arg(long, env = "WHARF_FILE_ROOT", value_name = "DIR")]
     pub file_root: Option<PathBuf>,
+    /// Config providers connector configs may reference (Kafka Connect's
+    /// config.providers, KIP-297), comma-separated: `file` (`${file:PATH:KEY}`, a key of a
+    /// Java properties file), `directory` (`${directory:DIR:FILE}`, a file's content) and
+    /// `env` (`${env:VARIABLE}`, never a WHARF_* variable). A reference is resolved on this
+    /// executor just before the plugin's start and never stored, reported or logged; one
+    /// that cannot be resolved fails the start naming it. [default: none]
+    #[arg(long, env = "WHARF_CONFIG_PROVIDERS", value_name = "NAME[,NAME...]")]
+    pub config_providers: Option<String>,
+    /// Directory the file and directory providers read under, by --file-root's rules: a
+    /// path is relative to it or absolute under it; `..` and symbolic links leading
+    /// outside are refused. Must exist; required with either provider.
+    #[arg(long, env = "WHARF_CONFIG_PROVIDER_ROOT", value_name = "DIR")]
+    pub config_provider_root: Option<PathBuf>,
     /// `--metrics-listen`, `--log-format`, `--otlp-endpoint`.
     #[command(flatten)]
     pub observability: ObservabilityArgs,
@@ -187,6 +201,10 @@ pub struct FileConfig {
     pub enable_test_plugins: Option<bool>,
     /// See `--file-root`.
     pub file_root: Option<PathBuf>,
+    /// See `--config-providers`.
+    pub config_providers: Option<String>,
+    /// See `--config-provider-root`.
+    pub config_provider_root: Option<PathBuf>,
     /// `metrics_listen`, `log_format`, `otlp_endpoint`.
     #[serde(flatten)]
     pub observability: ObservabilityFile,
@@ -257,6 +275,8 @@ impl Cli {
             nats_password_env,
             enable_test_plugins,
             file_root,
+            config_providers,
+            config_provider_root,
             observability,
             tls,
             insecure,
@@ -279,6 +299,8 @@ impl Cli {
             nats_password_file: file_nats_password_file,
             enable_test_plugins: file_enable_test_plugins,
             file_root: file_file_root,
+            config_providers: file_config_providers,
+            config_provider_root: file_config_provider_root,
             observability: file_observability,
             tls: file_tls,
             insecure: file_insecure,
@@ -350,6 +372,15 @@ impl Cli {
         out.file_root = plugin_settings
             .file_root
             .map(|dir| std::fs::canonicalize(&dir).unwrap_or(dir));
+        out.config_providers = crate::providers::ConfigProviders::parse(
+            &config_providers
+                .or(file_config_providers)
+                .unwrap_or_default(),
+            config_provider_root
+                .or(file_config_provider_root)
+                .as_deref(),
+        )
+        .map_err(|(field, reason)| ConfigError::Invalid { field, reason })?;
         out.tls = tls;
         out.insecure = insecure;
         let observability = observability.layer(file_observability, None)?;
@@ -695,6 +726,8 @@ mod tests {
             nats_password_env: None,
             enable_test_plugins: None,
             file_root: None,
+            config_providers: None,
+            config_provider_root: None,
             observability: Default::default(),
             tls: Default::default(),
             insecure: false,

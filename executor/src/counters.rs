@@ -26,12 +26,13 @@ pub const SINK_PUT_SECONDS: &str = "wharf_sink_put_duration_seconds";
 pub const SINK_FLUSH_SECONDS: &str = "wharf_sink_flush_duration_seconds";
 
 /// Every `reason` label of [`REQUESTS_REFUSED`].
-pub const REFUSAL_REASONS: [&str; 5] = [
+pub const REFUSAL_REASONS: [&str; 6] = [
     "epoch",
     "lease",
     "stale_generation",
     "stale_incarnation",
     "never_assigned",
+    "deletion_token",
 ];
 
 /// Counts one fencing refusal in [`REQUESTS_REFUSED`] under `reason` (one of

@@ -44,6 +44,7 @@ impl From<HostError> for Status {
             | HostError::LeaseMayHaveExpired { .. }
             | HostError::NotRunning { .. } => Status::failed_precondition(msg),
             HostError::PluginRuntime { .. } => Status::resource_exhausted(msg),
+            HostError::NotFromControlPlane { .. } => Status::permission_denied(msg),
             HostError::NotHosted(_) => Status::not_found(msg),
             HostError::ShuttingDown => Status::unavailable(msg),
             HostError::TaskConfigsFailed { .. } => Status::internal(msg),
@@ -102,6 +103,15 @@ fn offsets(
         .collect()
 }
 
+/// The deletion token a stop request carries in its metadata (empty when none).
+fn deletion_token(metadata: &tonic::metadata::MetadataMap) -> String {
+    metadata
+        .get(wharf::identity::DELETION_TOKEN_HEADER)
+        .and_then(|v| v.to_str().ok())
+        .unwrap_or_default()
+        .to_owned()
+}
+
 fn wire_state(state: &InstanceState) -> (i32, String) {
     let (s, e) = state.to_wire();
     (s as i32, e)
@@ -151,13 +161,14 @@ fn stop_cause(connector_deleted: bool) -> StopCause {
 /// The validated stop of a `StopTaskRequest` or `ExecutorStopConnectorRequest` (same
 /// fields).
 macro_rules! stop_request {
-    ($r:expr) => {
+    ($r:expr, $token:expr) => {
         StopRequest {
             cause: stop_cause($r.connector_deleted),
             generation: $r.generation,
             timeout_ms: $r.timeout_ms,
             incarnation: $r.incarnation,
             executor_epoch: $r.executor_epoch,
+            deletion_token: $token,
         }
     };
 }
@@ -219,9 +230,10 @@ impl pb::executor_server::Executor for ExecutorService {
     ) -> Result<Response<pb::ExecutorStopConnectorResponse>, Status> {
         let span = DirectSpan::server("/wharf.v1.Executor/StopConnector", request.metadata());
         span.around(async move {
+            let token = deletion_token(request.metadata());
             let r = request.into_inner();
             let name = connector_name(&r.connector, "connector")?;
-            let req = stop_request!(r);
+            let req = stop_request!(r, token);
             let answer = self.host.stop_connector(&name, &req).await?;
             Ok(Response::new(stop_response!(
                 pb::ExecutorStopConnectorResponse,
@@ -287,9 +299,10 @@ impl pb::executor_server::Executor for ExecutorService {
     ) -> Result<Response<pb::StopTaskResponse>, Status> {
         let span = DirectSpan::server("/wharf.v1.Executor/StopTask", request.metadata());
         span.around(async move {
+            let token = deletion_token(request.metadata());
             let r = request.into_inner();
             let task = task_key(r.task)?;
-            let req = stop_request!(r);
+            let req = stop_request!(r, token);
             let answer = self.host.stop_task(&task, &req).await?;
             Ok(Response::new(stop_response!(pb::StopTaskResponse, answer)))
         })

@@ -155,6 +155,10 @@ pub struct Registry {
     /// The record log's identity, sent at registration (empty: not reported).
     record_log: String,
     epoch: AtomicU64,
+    /// The deletion token the control plane gave the current registration: what a stop
+    /// with `connector_deleted = true` must carry ([`Registry::admits_deletion`]). Empty
+    /// before the first registration, and from a control plane that gives none.
+    deletion_token: Mutex<String>,
     /// End of the lease, from the last successful heartbeat or registration.
     lease_until: Mutex<Option<Instant>>,
     fences: mpsc::UnboundedSender<Fence>,
@@ -254,6 +258,7 @@ impl Registry {
             plugins,
             record_log: String::new(),
             epoch: AtomicU64::new(0),
+            deletion_token: Mutex::new(String::new()),
             lease_until: Mutex::new(None),
             fences,
             fences_rx: Mutex::new(Some(fences_rx)),
@@ -270,6 +275,18 @@ impl Registry {
     /// Current epoch; 0 while not registered.
     pub fn epoch(&self) -> u64 {
         self.epoch.load(Ordering::SeqCst)
+    }
+
+    /// True when a stop with `connector_deleted = true` carrying `given` may run: `given`
+    /// is the deletion token of this executor's current registration (compared in
+    /// constant time), or the control plane gave none (it predates deletion tokens).
+    /// Before the first registration nothing is hosted, and nothing is admitted.
+    pub fn admits_deletion(&self, given: &str) -> bool {
+        if self.epoch() == 0 {
+            return false;
+        }
+        let expected = lock(&self.deletion_token);
+        expected.is_empty() || wharf::identity::token_matches(&expected, given)
     }
 
     /// Makes every heartbeat carry what `source` lists, so that the control plane corrects
@@ -526,7 +543,10 @@ impl Registry {
                     r = self.register() => r,
                 };
                 match attempt {
-                    Ok(r) => break (r, sent),
+                    Ok(r) => {
+                        lock(&self.deletion_token).clone_from(&r.deletion_token);
+                        break (r, sent);
+                    }
                     Err(e) => {
                         let wait = registration_backoff(e.code());
                         tracing::warn!(executor = %self.executor_id, error = %wharf::tls::error_chain(&e),
@@ -567,6 +587,7 @@ impl Registry {
                     reports_hosted,
                     connectors,
                     tasks,
+                    deletion_token: lock(&self.deletion_token).clone(),
                 };
                 let (used, mut client) = self.client();
                 let sent = Instant::now();

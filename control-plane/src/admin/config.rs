@@ -307,11 +307,13 @@ impl Admin {
             })
             .collect();
         for c in &mut configs {
-            if config
+            if let Some(v) = config
                 .get(&c.name)
-                .is_some_and(|v| connect_keys::has_provider_reference(v))
+                .filter(|v| connect_keys::has_provider_reference(v))
             {
-                c.errors.push(connect_keys::PROVIDER_REFUSAL.to_owned());
+                // The value is known only on the executor, at the start: the checks of
+                // the reference's text would be wrong, its provider's are what counts.
+                c.errors = connect_keys::provider_refusal(v).into_iter().collect();
             }
         }
         if !plugin_name.is_empty()

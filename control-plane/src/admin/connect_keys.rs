@@ -1,9 +1,11 @@
 //! Kafka Connect's connector-level runtime keys, and which of them Wharf implements: a
 //! config that carries one Wharf does not implement (a transform, a converter, a dead
 //! letter queue) is refused naming the key, never stored and silently ignored; so is a
-//! value with a config-provider reference (`${file:path:key}`, KIP-297), which Wharf
-//! would otherwise use as literal text. A key the plugin itself defines is the plugin's
-//! and is never refused here.
+//! value with a config-provider reference (KIP-297) to a provider Wharf does not
+//! implement, or of a shape its provider does not take ([`provider_refusal`]; references
+//! to `file`, `directory` and `env` are stored as written and resolved by the executor
+//! that runs the instance). A key the plugin itself defines is the plugin's and is never
+//! refused here.
 //!
 //! The keys are those of Apache Kafka 3.9 and 4.x: the definitions of
 //! `org.apache.kafka.connect.runtime.ConnectorConfig`, `SinkConnectorConfig` and
@@ -247,28 +249,26 @@ pub fn key_refusal(def: &ConfigDef, key: &str) -> Option<String> {
 }
 
 /// True when `value` holds a config-provider reference in KIP-297 syntax,
-/// `${provider:key}` or `${provider:path:key}`: `${`, text with a `:`, then `}`.
+/// `${provider:key}` or `${provider:path:key}` ([`wharf::config_provider::references`]).
 pub fn has_provider_reference(value: &str) -> bool {
-    let mut rest = value;
-    while let Some(start) = rest.find("${") {
-        let after = &rest[start + 2..];
-        match after.find('}') {
-            Some(end) if after[..end].contains(':') => return true,
-            Some(end) => rest = &after[end + 1..],
-            None => return false,
-        }
-    }
-    false
+    wharf::config_provider::has_reference(value)
 }
 
-/// The refusal of a value with a config-provider reference; names no value.
-pub const PROVIDER_REFUSAL: &str = "the value is a config provider reference (${provider:path:key}, KIP-297): Wharf does not implement config providers yet and would use the text literally; give the value itself";
+/// Why the config-provider references of `value` are refused: a provider Wharf does not
+/// implement (named), or a reference its provider cannot take (no path, `..`). Names the
+/// reference, never a value; `None` for a value without references or with good ones.
+/// Whether the provider is configured, and the path under the root, are the executor's
+/// to say (ValidateConfig, and the start).
+pub fn provider_refusal(value: &str) -> Option<String> {
+    wharf::config_provider::check_value(value).err().map(|e| {
+        format!("{e} (config providers, KIP-297: docs/configuration.md, \"Config providers\")")
+    })
+}
 
 /// Why the value of `key` in `config`, or the key itself, is refused: the first problem
-/// of [`key_refusal`] and [`has_provider_reference`]. Names no value.
+/// of [`key_refusal`] and [`provider_refusal`]. Names no value.
 pub fn problem(def: &ConfigDef, key: &str, value: &str) -> Option<String> {
-    key_refusal(def, key)
-        .or_else(|| has_provider_reference(value).then(|| PROVIDER_REFUSAL.to_owned()))
+    key_refusal(def, key).or_else(|| provider_refusal(value))
 }
 
 /// The first refused key of `config` in sorted order (so the answer does not vary), as
@@ -505,7 +505,7 @@ mod tests {
                 "value.converter",
                 "org.apache.kafka.connect.json.JsonConverter",
             ),
-            ("test.topic", "${file:/s:MARKER}"),
+            ("test.topic", "${vault:/s:MARKER}"),
             ("errors.tolerance", "MARKER-all"),
             ("my.own.setting", "x"),
         ]
@@ -515,12 +515,30 @@ mod tests {
         let (field, why) = first_refused(&def, config.iter()).expect("refused");
         assert_eq!(field, "config[errors.tolerance]");
         assert!(!why.contains("MARKER"), "{why}");
-        let only_provider = [("test.topic".to_owned(), "${file:/s:MARKER}".to_owned())];
+        let only_provider = [("test.topic".to_owned(), "MARKER ${vault:/s:k}".to_owned())];
         let (field, why) =
             first_refused(&def, only_provider.iter().map(|(k, v)| (k, v))).expect("refused");
         assert_eq!(field, "config[test.topic]");
         assert!(
-            !why.contains("MARKER") && why.contains("config provider"),
+            !why.contains("MARKER") && why.contains("config provider \"vault\""),
+            "{why}"
+        );
+    }
+
+    #[test]
+    fn references_to_the_providers_wharf_implements_are_accepted() {
+        let def = runtime_config_def();
+        for v in [
+            "${file:db.properties:password}",
+            "${directory:/run/secrets:db}",
+            "${env:DB_PASSWORD}",
+            "plain",
+        ] {
+            assert_eq!(problem(&def, "connection.password", v), None, "{v}");
+        }
+        let why = problem(&def, "connection.password", "${file:../x:k}").expect("refused");
+        assert!(
+            why.contains("${file:../x:k}") && why.contains(".."),
             "{why}"
         );
     }

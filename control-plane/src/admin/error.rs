@@ -72,6 +72,15 @@ pub enum ApiError {
         /// Both logs and the live executor on the cluster's.
         mismatch: crate::plan::record_log::LogMismatch,
     },
+    /// A registration offering a plugin version whose definition differs from a live
+    /// executor's (one definition per plugin version, see [`crate::plan::plugin_defs`]).
+    #[error("executor {executor:?} refused: {conflict}")]
+    PluginDefinitionConflict {
+        /// Executor id.
+        executor: String,
+        /// The plugin version, the live executor and what differs.
+        conflict: crate::plan::plugin_defs::DefinitionConflict,
+    },
     /// A call from a generation older than the current assignment.
     #[error("generation {got} of {what} is older than the current {current}")]
     StaleGeneration {

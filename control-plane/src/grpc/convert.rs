@@ -338,6 +338,15 @@ pub fn full_def(plugin: Option<&pb::PluginInfo>) -> ConfigDef {
 /// INVALID_ARGUMENT naming `config[key]`.
 pub fn validate_spec(spec: &ConnectorSpec, def: &ConfigDef) -> Result<(), ApiError> {
     for v in def.validate(&spec.config) {
+        // A config-provider reference's value is known only on the executor, which
+        // checks it at the start; its syntax was checked before (`connect_keys`).
+        if spec
+            .config
+            .get(&v.name)
+            .is_some_and(|x| wharf::config_provider::has_reference(x))
+        {
+            continue;
+        }
         if let Some(e) = v.errors.first() {
             return Err(invalid(format!("config[{}]", v.name), e.clone()));
         }

@@ -18,6 +18,7 @@ impl From<ApiError> for tonic::Status {
             | ApiError::WrongState { .. }
             | ApiError::FencedEpoch { .. }
             | ApiError::RecordLogMismatch { .. }
+            | ApiError::PluginDefinitionConflict { .. }
             | ApiError::StaleGeneration { .. }
             | ApiError::ImmutableConfig { .. } => tonic::Status::failed_precondition(msg),
             ApiError::DeletionPending { .. } => tonic::Status::deadline_exceeded(msg),

@@ -7,6 +7,7 @@
 use std::collections::BTreeMap;
 use std::sync::Arc;
 
+use prost::Message;
 use tonic::{Request, Response, Status};
 use tracing::{info, warn};
 use wharf::pb::v1 as pb;
@@ -77,6 +78,30 @@ impl RegistryService {
             ApiError::RecordLogMismatch {
                 executor: req.executor_id.clone(),
                 mismatch,
+            }
+        })?;
+        let live_plugins: Vec<(&str, Vec<pb::PluginInfo>)> = executors
+            .iter()
+            .filter(|e| !e.lost)
+            .map(|e| {
+                let infos = e
+                    .plugins
+                    .iter()
+                    .filter_map(|p| pb::PluginInfo::decode(p.info.as_slice()).ok())
+                    .collect();
+                (e.id.as_str(), infos)
+            })
+            .collect();
+        crate::plan::plugin_defs::admit(
+            &req.executor_id,
+            &req.plugins,
+            live_plugins.iter().map(|(id, p)| (*id, p.as_slice())),
+        )
+        .map_err(|conflict| {
+            warn!(executor = %req.executor_id, %conflict, "registration refused: plugin definition");
+            ApiError::PluginDefinitionConflict {
+                executor: req.executor_id.clone(),
+                conflict,
             }
         })?;
         store
@@ -295,12 +320,19 @@ impl ExecutorRegistry for RegistryService {
             }
             .into());
         }
+        // Made per registration and known only to this control plane and the executor
+        // (and the executors' heartbeats, to a control plane that did not make it).
+        let deletion_token = new_deletion_token();
+        self.cluster
+            .clients
+            .set_deletion_token(&rec.id, &deletion_token);
         info!(executor = %rec.id, epoch = rec.epoch, address = %rec.address, verified, record_log = %rec.record_log,
             plugins = %rec.plugins.iter().map(|p| p.name.as_str()).collect::<Vec<_>>().join(","), "executor registered");
         Ok(Response::new(pb::RegisterExecutorResponse {
             epoch: rec.epoch,
             lease_ms: self.cluster.lease.lease_ms,
             heartbeat_interval_ms: self.cluster.lease.heartbeat_interval_ms,
+            deletion_token,
         }))
     }
 
@@ -320,6 +352,11 @@ impl ExecutorRegistry for RegistryService {
             }
             .into());
         }
+        // A control plane that did not see the registration (a restart, a new leader)
+        // learns the deletion token here.
+        self.cluster
+            .clients
+            .set_deletion_token(&req.executor_id, &req.deletion_token);
         if req.reports_hosted {
             let hosted =
                 req.connectors
@@ -482,6 +519,15 @@ impl ExecutorRegistry for RegistryService {
             .map_err(ApiError::from)?;
         Ok(Response::new(pb::RequestTaskReconfigurationResponse {}))
     }
+}
+
+/// A fresh deletion token: 32 random bytes as hex (what a stop with
+/// `connector_deleted = true` carries to the executor of this registration).
+fn new_deletion_token() -> String {
+    rand::random::<[u8; 32]>()
+        .iter()
+        .map(|b| format!("{b:02x}"))
+        .collect()
 }
 
 #[cfg(test)]

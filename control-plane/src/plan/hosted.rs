@@ -1,6 +1,7 @@
 //! Reconciling the recorded status with what an executor reports it hosts: an instance recorded RUNNING on an executor that, in two heartbeats in a
 //! row, does not list it is gone (its stop ran, or it was lost in a way the control plane
-//! did not see), so the record must stop saying RUNNING. Two in a row, because a
+//! did not see), so the record must stop saying RUNNING: it says FAILED, with a trace
+//! naming the executor, until the operator restarts it. Two in a row, because a
 //! heartbeat built just before a start completed may arrive just after the start's answer
 //! was recorded.
 

@@ -74,6 +74,10 @@ pub struct ExecutorClients {
     channels: Mutex<HashMap<(String, String), Channel>>,
     /// TLS for `https://` executor addresses (set once at start).
     tls: std::sync::OnceLock<wharf::tls::ClientTls>,
+    /// Each executor's deletion token, from its registration or its heartbeats: what a
+    /// stop with `connector_deleted = true` carries ([`wharf::identity::DELETION_TOKEN_HEADER`]).
+    /// Kept in memory only: after a restart the next heartbeat brings it back.
+    deletion_tokens: Mutex<HashMap<String, String>>,
 }
 
 fn classify(address: &str, status: tonic::Status) -> CallError {
@@ -99,6 +103,45 @@ impl ExecutorClients {
     /// Uses `tls` for every channel made from now on (called once, at start).
     pub fn use_tls(&self, tls: wharf::tls::ClientTls) {
         let _ = self.tls.set(tls);
+    }
+
+    /// Keeps `token` as executor `executor`'s deletion token (an empty one, from an older
+    /// executor, changes nothing).
+    pub fn set_deletion_token(&self, executor: &str, token: &str) {
+        if token.is_empty() {
+            return;
+        }
+        let mut map = self
+            .deletion_tokens
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        if map.get(executor).is_none_or(|t| t != token) {
+            map.insert(executor.to_owned(), token.to_owned());
+        }
+    }
+
+    /// `r` with executor `executor`'s deletion token in its metadata, when the stop it
+    /// carries has `connector_deleted = true` and the token is known.
+    fn with_deletion_token<T>(
+        &self,
+        mut r: tonic::Request<T>,
+        executor: &str,
+        connector_deleted: bool,
+    ) -> tonic::Request<T> {
+        if !connector_deleted {
+            return r;
+        }
+        let token = self
+            .deletion_tokens
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .get(executor)
+            .cloned();
+        if let Some(v) = token.and_then(|t| tonic::metadata::MetadataValue::try_from(t).ok()) {
+            r.metadata_mut()
+                .insert(wharf::identity::DELETION_TOKEN_HEADER, v);
+        }
+        r
     }
 
     fn client(&self, exec: &ExecutorRecord) -> Result<ExecutorClient<Channel>, CallError> {
@@ -155,8 +198,9 @@ impl ExecutorClients {
         req: pb::ExecutorStopConnectorRequest,
     ) -> Result<pb::ExecutorStopConnectorResponse, CallError> {
         let t = stop_call_timeout_ms(req.timeout_ms);
+        let deleted = req.connector_deleted;
         self.client(exec)?
-            .stop_connector(Self::request(req, t))
+            .stop_connector(self.with_deletion_token(Self::request(req, t), &exec.id, deleted))
             .await
             .map(tonic::Response::into_inner)
             .map_err(|s| classify(&exec.address, s))
@@ -195,8 +239,9 @@ impl ExecutorClients {
         req: pb::StopTaskRequest,
     ) -> Result<pb::StopTaskResponse, CallError> {
         let t = stop_call_timeout_ms(req.timeout_ms);
+        let deleted = req.connector_deleted;
         self.client(exec)?
-            .stop_task(Self::request(req, t))
+            .stop_task(self.with_deletion_token(Self::request(req, t), &exec.id, deleted))
             .await
             .map(tonic::Response::into_inner)
             .map_err(|s| classify(&exec.address, s))

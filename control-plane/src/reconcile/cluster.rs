@@ -402,8 +402,14 @@ impl Cluster {
                 true
             }
             Err(e) => {
-                warn!(executor = %exec.id, epoch = exec.epoch, address = %exec.address, error = %e,
-                    "executor probe failed: no work goes to it until its address answers as it");
+                let heard = self.executors.last_heartbeat_ms(&exec.id) != 0;
+                if probe_failure_is_a_warning(fresh, heard) {
+                    warn!(executor = %exec.id, epoch = exec.epoch, address = %exec.address, error = %e,
+                        "executor probe failed: no work goes to it until its address answers as it");
+                } else {
+                    info!(executor = %exec.id, epoch = exec.epoch, address = %exec.address, error = %e,
+                        "executor of the store not heard from since this control plane started does not answer (a previous run's, gone or restarting); no work goes to it, and its lease decides");
+                }
                 false
             }
         }
@@ -482,6 +488,15 @@ impl Cluster {
     }
 }
 
+/// Whether a failed identity probe is worth a WARN: for a new registration (`fresh`) or
+/// an executor heard from since this control plane started (`heard`), an operator must
+/// look; an executor only known from the store (a previous run's, whose address may be
+/// gone for good, as a restarted dev mode's executor on a new port) is INFO, and its
+/// lease decides what becomes of it.
+fn probe_failure_is_a_warning(fresh: bool, heard: bool) -> bool {
+    fresh || heard
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -537,5 +552,17 @@ mod tests {
             .unwrap();
         assert!(store.mark_executor_lost("e3", e3.epoch).unwrap());
         assert!(!cluster.adopt_lease("e3", e3.epoch));
+    }
+
+    #[test]
+    fn a_failed_probe_warns_for_a_registration_or_an_executor_heard_from() {
+        assert!(super::probe_failure_is_a_warning(true, false));
+        assert!(super::probe_failure_is_a_warning(false, true));
+        assert!(super::probe_failure_is_a_warning(true, true));
+    }
+
+    #[test]
+    fn a_failed_probe_of_an_executor_only_known_from_the_store_is_no_warning() {
+        assert!(!super::probe_failure_is_a_warning(false, false));
     }
 }

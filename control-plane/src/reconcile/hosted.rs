@@ -1,6 +1,8 @@
 //! Status corrections from heartbeats: an executor's heartbeat lists what it hosts, and an
-//! instance recorded RUNNING there that two heartbeats in a row did not list is recorded
-//! unassigned, so that the herder starts it again ([`crate::plan::hosted`] decides).
+//! instance recorded RUNNING there that two heartbeats in a row did not list is gone
+//! without the control plane stopping it: it is recorded FAILED with a trace naming the
+//! executor, and runs again when the operator restarts it ([`crate::plan::hosted`]
+//! decides).
 //!
 //! A heartbeat is answered before its correction reads the store: the answer renews the
 //! executor's lease, and a correction waits on the store (with an etcd that stopped
@@ -89,7 +91,8 @@ impl Cluster {
 
     /// Corrects the status from a heartbeat that lists everything `executor` (at `epoch`)
     /// hosts: an instance recorded RUNNING there that two heartbeats in a row did not list
-    /// is recorded unassigned, so the herder starts it again.
+    /// is gone without the control plane stopping it, and is recorded FAILED with a trace
+    /// naming the executor ([`gone_trace`]); the operator's restart runs it again.
     ///
     /// # Errors
     /// Store failures.
@@ -120,20 +123,28 @@ impl Cluster {
                     {
                         return None;
                     }
-                    cur.state = cur.state.on(InstanceEvent::Unassigned);
-                    cur.executor = None;
-                    cur.epoch = 0;
-                    cur.error = format!(
-                        "instance of generation {generation} no longer hosted by executor {executor}"
-                    );
+                    // FAILED on its (live) executor: the herder keeps it as it is, and the
+                    // operator's restart runs it again. Started again on its own, a plugin
+                    // whose stop dropped its resources would re-create them empty and show
+                    // RUNNING.
+                    cur.state = cur.state.on(InstanceEvent::Failed);
+                    cur.error = gone_trace(generation, executor);
                     Some(())
                 })
                 .await?;
             if changed.is_some() {
                 warn!(connector = %name, task = task, generation, executor = %executor,
-                    "executor no longer hosts this instance; status corrected, the herder starts it again");
+                    "executor no longer hosts this instance, and the control plane did not stop it; recorded FAILED, not started again until restarted");
             }
         }
         Ok(())
     }
+}
+
+/// The status trace of an instance of `generation` gone from `executor` without the
+/// control plane stopping it.
+pub fn gone_trace(generation: u64, executor: &str) -> String {
+    format!(
+        "instance of generation {generation} is no longer hosted by executor {executor}, and the control plane did not stop it (another process stopped it through the executor's port, or the executor lost it); not started again on its own: restart it to run it again"
+    )
 }

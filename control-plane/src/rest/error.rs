@@ -57,6 +57,7 @@ impl RestError {
                 | ApiError::Contended(_)
                 | ApiError::FencedEpoch { .. }
                 | ApiError::RecordLogMismatch { .. }
+                | ApiError::PluginDefinitionConflict { .. }
                 | ApiError::StaleGeneration { .. } => StatusCode::CONFLICT,
                 ApiError::DeletionPending { .. } => StatusCode::GATEWAY_TIMEOUT,
                 ApiError::Store(StoreError::Unavailable(_)) => StatusCode::SERVICE_UNAVAILABLE,

@@ -217,6 +217,7 @@ mod tests {
             timeout_ms: 0,
             incarnation: incarnation.to_owned(),
             executor_epoch: 0,
+            deletion_token: String::new(),
         };
         pick_for_stop(slot, &req, "task t-0", |i| (i.0, i.1)).map(|i| i.0)
     }
@@ -242,6 +243,7 @@ mod tests {
             executor_epoch: 1,
             cause: StopCause::Deleted,
             timeout_ms: 0,
+            deletion_token: String::new(),
         };
         let instance = claimed_here.map(|c| (c, INC));
         stop_admission(&req, instance.as_ref().map(|i| i as &dyn StopFacts))

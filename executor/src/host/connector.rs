@@ -19,6 +19,9 @@ pub(crate) struct ConnectorInstance {
     /// Incarnation of the connector this instance runs for.
     incarnation: String,
     plugin: PluginCell<Box<dyn Connector>>,
+    /// The config as the control plane sent it, references unresolved: what task
+    /// configs get back in place of resolved values.
+    raw_config: ConfigMap,
     /// Runs every plugin call of this instance on the plugin runtime.
     slot: PluginSlot,
     shared: Arc<Shared>,
@@ -49,6 +52,7 @@ impl Instance for ConnectorInstance {
             life: Lifecycle::new(&req.assignment),
             incarnation: req.assignment.incarnation.clone(),
             plugin: PluginCell::new((plugin.connector)()),
+            raw_config: req.config.clone(),
             slot,
             shared,
         })
@@ -72,6 +76,14 @@ impl Instance for ConnectorInstance {
 
     fn shared(&self) -> &Shared {
         &self.shared
+    }
+
+    fn resolve_references(
+        req: &mut StartConnector,
+        providers: &crate::providers::ConfigProviders,
+    ) -> Result<(), String> {
+        req.config = providers.resolve_config(&req.config)?.0;
+        Ok(())
     }
 
     fn spawn_start(&self, req: &StartConnector) -> tokio::task::JoinHandle<Result<(), String>> {
@@ -124,6 +136,9 @@ impl ConnectorInstance {
             .map(|mut configs| {
                 configs.truncate(max_tasks as usize);
                 configs
+                    .into_iter()
+                    .map(|c| crate::providers::reverse_task_config(&self.raw_config, c))
+                    .collect()
             })
             .map_err(|error| HostError::TaskConfigsFailed {
                 connector: self.name.clone(),

@@ -91,6 +91,15 @@ pub enum HostError {
         /// Newest generation this executor was assigned for it.
         newest: u64,
     },
+    /// A stop with `connector_deleted = true` without the deletion token of this
+    /// executor's registration: not from the control plane it registered with.
+    #[error(
+        "refused {what}: a stop with connector_deleted = true must come from the control plane this executor registered with (deletion token missing or wrong); nothing ran"
+    )]
+    NotFromControlPlane {
+        /// Which connector or task.
+        what: String,
+    },
     /// The executor never hosted the instance (or not that generation).
     #[error("{0} is not hosted on this executor")]
     NotHosted(String),
@@ -125,6 +134,7 @@ impl HostError {
             HostError::StaleGeneration { .. } => Some("stale_generation"),
             HostError::StaleIncarnation { .. } => Some("stale_incarnation"),
             HostError::NeverAssigned { .. } => Some("never_assigned"),
+            HostError::NotFromControlPlane { .. } => Some("deletion_token"),
             HostError::InvalidArgument { .. }
             | HostError::UnknownPlugin(_)
             | HostError::GenerationStopped { .. }
@@ -201,6 +211,7 @@ mod tests {
                 requested: 9,
                 newest: 2,
             },
+            HostError::NotFromControlPlane { what: "x".into() },
         ] {
             let reason = e.refusal_reason().expect("a fencing refusal");
             assert!(

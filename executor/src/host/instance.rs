@@ -227,6 +227,16 @@ pub(crate) trait Instance: Send + Sync + Sized + 'static {
     /// What the executor's instances share.
     fn shared(&self) -> &Shared;
 
+    /// Replaces the config-provider references of `req`'s configs by their values
+    /// (`crate::providers`), just before the plugin's start.
+    ///
+    /// # Errors
+    /// The first reference that cannot be resolved, named with its key (no value).
+    fn resolve_references(
+        req: &mut Self::Start,
+        providers: &crate::providers::ConfigProviders,
+    ) -> Result<(), String>;
+
     /// Spawns the plugin's start for `req` on its slot.
     fn spawn_start(&self, req: &Self::Start) -> JoinHandle<Result<(), String>>;
     /// What follows a start that left the instance in `state` (a running task's work
@@ -263,11 +273,17 @@ pub(crate) fn report_state<I: Instance>(instance: &I, state: &InstanceState) {
 
 /// Runs the plugin's start once, then what follows for its kind ([`Instance::after_start`]):
 /// the start's state, or the stop's when a stop began meanwhile.
-pub(crate) async fn start<I: Instance>(instance: Arc<I>, req: I::Start) -> InstanceState {
-    let result = instance
-        .spawn_start(&req)
-        .await
-        .unwrap_or_else(|e| Err(panic_text(e)));
+pub(crate) async fn start<I: Instance>(instance: Arc<I>, mut req: I::Start) -> InstanceState {
+    let none = crate::providers::ConfigProviders::none();
+    let providers = instance.shared().providers.get().unwrap_or(&none);
+    // An unresolvable reference fails the start before the plugin sees anything.
+    let result = match I::resolve_references(&mut req, providers) {
+        Ok(()) => instance
+            .spawn_start(&req)
+            .await
+            .unwrap_or_else(|e| Err(panic_text(e))),
+        Err(e) => Err(e),
+    };
     let state = match result {
         Ok(()) if I::start_facts(&req).assignment.paused => InstanceState::Paused,
         Ok(()) => InstanceState::Running,

@@ -127,6 +127,10 @@ pub struct StopRequest {
     pub incarnation: String,
     /// The epoch the stop was decided under; 0 skips the check.
     pub executor_epoch: u64,
+    /// The deletion token the request carried (`wharf-deletion-token` metadata; empty
+    /// when none): a stop with `connector_deleted = true` runs only with the one of this
+    /// executor's registration ([`Host::admits_deletion`]).
+    pub deletion_token: String,
 }
 
 /// A hosted instance as ListAssignments shows it.
@@ -180,6 +184,9 @@ pub(crate) struct Shared {
     pub log: Arc<dyn RecordLog>,
     /// Where the instances' plugin calls run.
     pub pool: PluginPool,
+    /// The config providers that resolve references before a plugin's start; unset:
+    /// none ([`Host::with_config_providers`]).
+    pub providers: std::sync::OnceLock<crate::providers::ConfigProviders>,
 }
 
 impl Shared {
@@ -232,6 +239,7 @@ impl Host {
                 registry,
                 log,
                 pool: PluginPool::start(plugin_threads)?,
+                providers: std::sync::OnceLock::new(),
             }),
             plugins: plugins.into_iter().map(|p| (p.name.clone(), p)).collect(),
             default_stop_timeout,
@@ -239,6 +247,15 @@ impl Host {
             connectors: Mutex::new(HashMap::new()),
             closing: std::sync::atomic::AtomicBool::new(false),
         })
+    }
+
+    /// This host with `providers` resolving the config-provider references of every
+    /// instance it starts (`--config-providers`); without it, a reference fails the start.
+    #[must_use]
+    pub fn with_config_providers(self, providers: crate::providers::ConfigProviders) -> Self {
+        // Set once, before the host is shared: the cell is empty here.
+        let _ = self.shared.providers.set(providers);
+        self
     }
 
     /// Checks `config` with plugin `plugin`'s full definition (the runtime's keys, then
@@ -255,16 +272,27 @@ impl Host {
         config: ConfigMap,
     ) -> Option<Result<Vec<(String, Vec<String>)>, String>> {
         let def = wharf::sdk::runtime_config_def().merged(&self.plugins.get(plugin)?.config_def);
+        let providers = self.shared.providers.get().cloned().unwrap_or_default();
         Some(
-            tokio::task::spawn_blocking(move || validate::key_errors(&def, &config))
-                .await
-                .map_err(panic_text),
+            tokio::task::spawn_blocking(move || {
+                validate::with_references(validate::key_errors(&def, &config), &config, |v| {
+                    providers.check(v)
+                })
+            })
+            .await
+            .map_err(panic_text),
         )
     }
 
     /// This executor's id.
     pub fn executor_id(&self) -> &str {
         &self.shared.executor_id
+    }
+
+    /// True when `token` is the deletion token of this executor's current registration,
+    /// which a stop with `connector_deleted = true` must carry.
+    pub fn admits_deletion(&self, token: &str) -> bool {
+        self.shared.registry.admits_deletion(token)
     }
 
     /// The current registration epoch (0 before the first registration).
@@ -315,13 +343,17 @@ impl Host {
         if !req.cause.connector_deleted() {
             return Ok(());
         }
-        match lease_refusal(self.shared.registry.lease_standing(), what) {
-            Some(e) => {
-                self.shared.registry.beat_now();
-                Err(e)
-            }
-            None => Ok(()),
+        if let Some(e) = lease_refusal(self.shared.registry.lease_standing(), what) {
+            self.shared.registry.beat_now();
+            return Err(e);
         }
+        // After the fencing checks, so that a stale stop is still refused as stale.
+        if !self.admits_deletion(&req.deletion_token) {
+            return Err(HostError::NotFromControlPlane {
+                what: what.to_owned(),
+            });
+        }
+        Ok(())
     }
 
     /// Admits a stop of the instance keyed `key` in `slots`. A stop whose generation's

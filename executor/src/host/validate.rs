@@ -32,6 +32,32 @@ pub fn key_errors(def: &ConfigDef, config: &ConfigMap) -> Vec<(String, Vec<Strin
         .collect()
 }
 
+/// `errors` of a config whose values may hold config-provider references: a key whose
+/// value has one is checked by `check` (is its provider configured here, does its path
+/// lie under the root) instead of the validators, which would judge the reference's
+/// text; its value is only known, and the validators' turn comes, at the start.
+pub fn with_references(
+    errors: Vec<(String, Vec<String>)>,
+    config: &ConfigMap,
+    check: impl Fn(&str) -> Vec<String>,
+) -> Vec<(String, Vec<String>)> {
+    let referenced = |k: &str| {
+        config
+            .get(k)
+            .is_some_and(|v| wharf::config_provider::has_reference(v))
+    };
+    let mut out: Vec<_> = errors.into_iter().filter(|(k, _)| !referenced(k)).collect();
+    let mut keys: Vec<&String> = config.keys().filter(|k| referenced(k)).collect();
+    keys.sort();
+    for key in keys {
+        let problems = check(&config[key]);
+        if !problems.is_empty() {
+            out.push((key.clone(), problems));
+        }
+    }
+    out
+}
+
 /// True when `def` redacts `key` (marked secret, or named like a secret).
 fn is_secret(def: &ConfigDef, key: &str) -> bool {
     let probe: ConfigMap = [(key.to_owned(), "x".to_owned())].into_iter().collect();
@@ -96,5 +122,31 @@ mod tests {
     #[test]
     fn a_valid_config_has_no_errors() {
         assert!(key_errors(&def(), &config(&[("fine", "y")])).is_empty());
+    }
+
+    #[test]
+    fn a_referenced_value_is_checked_by_its_provider_not_by_the_validators() {
+        let c = config(&[
+            ("a", "${file:x:y}"),
+            ("uri", "amqp://secret"),
+            ("fine", "${env:V}"),
+        ]);
+        let errors = with_references(key_errors(&def(), &c), &c, |v| {
+            if v.starts_with("${file") {
+                vec!["not configured".to_owned()]
+            } else {
+                Vec::new()
+            }
+        });
+        assert_eq!(
+            errors,
+            [
+                (
+                    "uri".to_owned(),
+                    vec![format!("value {REDACTED} is refused")]
+                ),
+                ("a".to_owned(), vec!["not configured".to_owned()]),
+            ]
+        );
     }
 }

@@ -13,7 +13,7 @@ use super::kafka::KafkaConfig;
 use super::{LogError, LogLimits};
 
 /// The forms `--record-log` accepts, for the messages that refuse another one.
-pub const RECORD_LOG_FORMS: &str = "`embedded` (the default: files in <data-dir>/log, one host) or `nats://HOST:PORT[,nats://HOST:PORT...][?replicas=N]` (NATS JetStream; tls:// for TLS) or `kafka://HOST:PORT[,HOST:PORT...]` (Kafka brokers)";
+pub const RECORD_LOG_FORMS: &str = "`embedded` (the default: files in <data-dir>/log, one host) or `nats://HOST:PORT[,nats://HOST:PORT...][?replicas=N&max_age_s=N&max_bytes=N]` (NATS JetStream; tls:// for TLS) or `kafka://HOST:PORT[,HOST:PORT...]` (Kafka brokers)";
 
 /// The record log an executor uses, with that backend's settings.
 #[derive(Debug, Clone, PartialEq)]
@@ -236,6 +236,34 @@ mod tests {
         assert_eq!(config.servers, ["nats://a:4222", "nats://b:4222"]);
         assert_eq!(config.options.replicas, 3);
         assert_eq!(config.to_string(), "nats://a:4222,nats://b:4222?replicas=3");
+    }
+
+    #[test]
+    fn nats_spec_takes_the_retention_of_new_streams() {
+        let config = nats("nats://a:4222?max_age_s=86400&max_bytes=1048576");
+        assert_eq!(config.options.max_age_s, 86_400);
+        assert_eq!(config.options.max_bytes, 1_048_576);
+        assert_eq!(
+            config.to_string(),
+            "nats://a:4222?max_age_s=86400&max_bytes=1048576"
+        );
+        let defaults = nats("nats://a:4222");
+        assert_eq!(
+            (defaults.options.max_age_s, defaults.options.max_bytes),
+            (0, -1)
+        );
+        for bad in [
+            "nats://a:4222?max_age_s=-1",
+            "nats://a:4222?max_age_s=1d",
+            "nats://a:4222?max_bytes=0",
+            "nats://a:4222?max_bytes=-2",
+            "nats://a:4222?max_msgs=5",
+        ] {
+            let e = LogConfig::parse(bad, Path::new("/data"), NatsSecurity::default())
+                .expect_err(bad)
+                .to_string();
+            assert!(e.contains("max_"), "{bad}: {e}");
+        }
     }
 
     #[test]

@@ -53,6 +53,51 @@ async fn odd_topic_names_get_their_own_streams() {
 }
 
 #[tokio::test]
+async fn new_streams_keep_what_the_retention_options_say_and_keep_all_by_default() {
+    let (url, prefix) = (nats_url(), unique_prefix());
+    let bounded = connect(
+        &url,
+        JetStreamOptions {
+            max_age_s: 3_600,
+            max_bytes: 1 << 20,
+            ..options(&prefix)
+        },
+    )
+    .await;
+    bounded
+        .append("bounded", recs("b", 0..1))
+        .await
+        .expect("append");
+    let unbounded = connect(&url, options(&prefix)).await;
+    unbounded
+        .append("unbounded", recs("u", 0..1))
+        .await
+        .expect("append");
+    let js = async_nats::jetstream::new(async_nats::connect(&url).await.expect("connect"));
+    let config = |name: String| {
+        let js = js.clone();
+        async move {
+            js.get_stream(&name)
+                .await
+                .expect("the topic's stream")
+                .info()
+                .await
+                .expect("stream info")
+                .config
+                .clone()
+        }
+    };
+    let b = config(bounded.stream_name("bounded")).await;
+    assert_eq!(b.max_age, Duration::from_secs(3_600));
+    assert_eq!(b.max_bytes, 1 << 20);
+    let u = config(unbounded.stream_name("unbounded")).await;
+    assert_eq!(u.max_age, Duration::ZERO, "kept for ever by default");
+    assert_eq!(u.max_bytes, -1, "no byte bound by default");
+    assert_eq!(u.num_replicas, 1, "one replica by default");
+    remove_streams(&url, &prefix).await;
+}
+
+#[tokio::test]
 async fn a_replication_factor_the_server_cannot_meet_is_refused_clearly() {
     let (url, prefix) = (nats_url(), unique_prefix());
     let opts = JetStreamOptions {

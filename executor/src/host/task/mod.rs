@@ -141,6 +141,15 @@ impl Instance for TaskInstance {
         &self.shared
     }
 
+    fn resolve_references(
+        req: &mut StartTask,
+        providers: &crate::providers::ConfigProviders,
+    ) -> Result<(), String> {
+        req.connector_config = providers.resolve_config(&req.connector_config)?.0;
+        req.task_config = providers.resolve_config(&req.task_config)?.0;
+        Ok(())
+    }
+
     fn spawn_start(&self, req: &StartTask) -> JoinHandle<Result<(), String>> {
         let ctx = TaskContext {
             connector: req.task.connector.clone(),

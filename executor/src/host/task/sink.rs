@@ -366,6 +366,7 @@ mod tests {
                 std::num::NonZeroUsize::new(2).expect("non-zero"),
             )
             .expect("plugin runtime"),
+            providers: Default::default(),
         });
         let probe = Arc::new(Probe::default());
         probe.fail_flush.store(fail_flush, Ordering::SeqCst);

@@ -234,6 +234,8 @@ impl JetStreamLog {
                 storage: stream::StorageType::File,
                 retention: stream::RetentionPolicy::Limits,
                 num_replicas: self.options().replicas,
+                max_age: std::time::Duration::from_secs(self.options().max_age_s),
+                max_bytes: self.options().max_bytes,
                 ..Default::default()
             }),
         )

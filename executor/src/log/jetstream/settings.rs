@@ -33,6 +33,12 @@ pub struct JetStreamOptions {
     pub request_timeout_ms: u64,
     /// Fetch and in-flight bounds.
     pub limits: LogLimits,
+    /// Retention of each new stream: how long a record is kept, in seconds; 0 keeps it
+    /// for ever (JetStream's `max_age` 0, the default). `?max_age_s=N` in the spec.
+    pub max_age_s: u64,
+    /// Retention of each new stream: most bytes kept, the oldest records removed first;
+    /// -1 for no bound (JetStream's `max_bytes` -1, the default). `?max_bytes=N`.
+    pub max_bytes: i64,
 }
 
 /// Settings of the NATS JetStream record log (`--record-log nats://...`).
@@ -57,7 +63,8 @@ impl NatsConfig {
     }
 
     /// Reads the NATS form of a record-log spec: server URLs separated by commas
-    /// (`nats://` or `tls://`), then optionally `?replicas=N` (1 to 5).
+    /// (`nats://` or `tls://`), then optionally `?replicas=N` (1 to 5), `max_age_s=N`
+    /// and `max_bytes=N` joined by `&`.
     ///
     /// # Errors
     /// [`LogError::InvalidConfig`] naming the server or the option that is wrong.
@@ -74,9 +81,23 @@ impl NatsConfig {
                         LogError::InvalidConfig(format!("replicas must be 1..=5, got {n:?}"))
                     })?;
                 }
+                Some(("max_age_s", n)) => {
+                    config.options.max_age_s = n.parse().map_err(|_| {
+                        LogError::InvalidConfig(format!(
+                            "max_age_s must be a number of seconds (0: kept for ever), got {n:?}"
+                        ))
+                    })?;
+                }
+                Some(("max_bytes", n)) => {
+                    config.options.max_bytes = n.parse().map_err(|_| {
+                        LogError::InvalidConfig(format!(
+                            "max_bytes must be a number of bytes (-1: no bound), got {n:?}"
+                        ))
+                    })?;
+                }
                 _ => {
                     return Err(LogError::InvalidConfig(format!(
-                        "unknown record log option {pair:?} (known: replicas)"
+                        "unknown record log option {pair:?} (known: replicas, max_age_s, max_bytes)"
                     )));
                 }
             }
@@ -123,8 +144,19 @@ impl std::fmt::Display for NatsConfig {
     /// The spec form, without secrets: `nats://a:4222,nats://b:4222?replicas=3`.
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.write_str(&self.servers.join(","))?;
-        if self.options.replicas != 1 {
-            write!(f, "?replicas={}", self.options.replicas)?;
+        let defaults = JetStreamOptions::default();
+        let mut options = Vec::new();
+        if self.options.replicas != defaults.replicas {
+            options.push(format!("replicas={}", self.options.replicas));
+        }
+        if self.options.max_age_s != defaults.max_age_s {
+            options.push(format!("max_age_s={}", self.options.max_age_s));
+        }
+        if self.options.max_bytes != defaults.max_bytes {
+            options.push(format!("max_bytes={}", self.options.max_bytes));
+        }
+        if !options.is_empty() {
+            write!(f, "?{}", options.join("&"))?;
         }
         Ok(())
     }
@@ -224,6 +256,8 @@ impl Default for JetStreamOptions {
             ack_wait_ms: DEFAULT_ACK_WAIT_MS,
             request_timeout_ms: DEFAULT_REQUEST_TIMEOUT_MS,
             limits: LogLimits::default(),
+            max_age_s: 0,
+            max_bytes: -1,
         }
     }
 }
@@ -235,6 +269,12 @@ impl JetStreamOptions {
     /// [`LogError::InvalidConfig`].
     pub fn validate(&self) -> Result<(), LogError> {
         self.limits.validate()?;
+        if self.max_bytes < -1 || self.max_bytes == 0 {
+            return Err(LogError::InvalidConfig(format!(
+                "max_bytes must be -1 (no bound) or a positive number of bytes, got {}",
+                self.max_bytes
+            )));
+        }
         if !(1..=5).contains(&self.replicas) {
             return Err(LogError::InvalidConfig(format!(
                 "replicas must be 1..=5, got {}",
