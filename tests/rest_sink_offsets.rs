@@ -6,7 +6,9 @@
 //! `PATCH` moves it and the resumed sink reads again from there (the records a plain
 //! reader of the output file sees twice), `DELETE` resets it and the sink reads the topic
 //! from its start; a running sink, a partition the topic lacks and an offset beyond the
-//! end are refused with nothing changed.
+//! end are refused with nothing changed. On the Kafka log (a test-owned tansu broker,
+//! `scripts/setup-services tansu-path`) reading and moving them is refused with the
+//! reason, never answered as done; a reset deletes the consumer group, as Connect's does.
 //!
 //! Build first: `cargo build -p wharf-control-plane -p wharf-executor-stock`, then
 //! `cargo test -p wharf --test rest_sink_offsets`.
@@ -161,12 +163,24 @@ async fn sink_offsets_live_on_the_record_log(log_flags: Vec<String>) {
         )
         .await;
     assert_eq!(a.status, 400, "{a:?}");
-    assert!(a.body["message"].as_str().unwrap_or("").contains("partition 1"), "{a:?}");
+    assert!(
+        a.body["message"]
+            .as_str()
+            .unwrap_or("")
+            .contains("partition 1"),
+        "{a:?}"
+    );
     let a = rest
         .json("PATCH", "/connectors/snk/offsets", &sink_offsets("t", 99))
         .await;
     assert_eq!(a.status, 400, "{a:?}");
-    assert!(a.body["message"].as_str().unwrap_or("").contains("beyond its end"), "{a:?}");
+    assert!(
+        a.body["message"]
+            .as_str()
+            .unwrap_or("")
+            .contains("beyond its end"),
+        "{a:?}"
+    );
     let a = rest
         .json(
             "PATCH",
@@ -176,7 +190,10 @@ async fn sink_offsets_live_on_the_record_log(log_flags: Vec<String>) {
         .await;
     assert_eq!(a.status, 400, "{a:?}");
     assert!(
-        a.body["message"].as_str().unwrap_or("").contains("offsets[0].partition.file"),
+        a.body["message"]
+            .as_str()
+            .unwrap_or("")
+            .contains("offsets[0].partition.file"),
         "{a:?}"
     );
     assert_eq!(
@@ -212,7 +229,12 @@ async fn sink_offsets_live_on_the_record_log(log_flags: Vec<String>) {
     );
     let a = rest.empty("PUT", "/connectors/snk/resume").await;
     assert_eq!(a.status, 202, "{a:?}");
-    let got = wait_lines(&output, 2 * LINES as usize + 3, "t read again from its start").await;
+    let got = wait_lines(
+        &output,
+        2 * LINES as usize + 3,
+        "t read again from its start",
+    )
+    .await;
     assert_eq!(got, vec![0, 1, 2, 3, 4, 2, 3, 4, 0, 1, 2, 3, 4]);
 
     // A source's offsets are still the store's, in the source's own shape.
@@ -235,4 +257,83 @@ async fn a_sinks_offsets_are_read_moved_and_reset_on_jetstream() {
     let nats_dir = tempfile::tempdir().expect("temp dir");
     let (_nats, url) = own_nats(nats_dir.path()).await;
     sink_offsets_live_on_the_record_log(vec!["--record-log".into(), url]).await;
+}
+
+/// The tansu broker `scripts/setup-services` installs (or `WHARF_TANSU`).
+fn tansu_bin() -> Option<std::path::PathBuf> {
+    if let Ok(p) = std::env::var("WHARF_TANSU") {
+        return Some(p.into());
+    }
+    let out = std::process::Command::new(
+        std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("scripts/setup-services"),
+    )
+    .arg("tansu-path")
+    .output()
+    .ok()?;
+    let path = String::from_utf8_lossy(&out.stdout).trim().to_owned();
+    (out.status.success() && !path.is_empty()).then(|| path.into())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_sinks_offsets_on_the_kafka_log_are_refused_with_the_reason() {
+    let Some(tansu) = tansu_bin() else {
+        panic!("no tansu broker: run scripts/setup-services (or set WHARF_TANSU)");
+    };
+    let broker_dir = tempfile::tempdir().expect("temp dir");
+    let port = free_port();
+    let url = format!("tcp://127.0.0.1:{port}");
+    let _broker = Proc::spawn(
+        tansu,
+        vec![
+            "broker".into(),
+            "--listener-url".into(),
+            url.clone(),
+            "--advertised-listener-url".into(),
+            url,
+            "--storage-engine".into(),
+            "memory://tansu/".into(),
+        ],
+        broker_dir.path(),
+    );
+    wait_until("tansu listening", NATS_READY, || async {
+        tokio::net::TcpStream::connect(("127.0.0.1", port))
+            .await
+            .ok()
+            .map(|_| ())
+    })
+    .await;
+    let (c, rest) = cluster(vec![
+        "--record-log".into(),
+        format!("kafka://127.0.0.1:{port}"),
+    ])
+    .await;
+    let output = c.dir.path().join("out.jsonl");
+    let a = rest
+        .json(
+            "POST",
+            "/connectors",
+            &json!({ "name": "snk", "initial_state": "STOPPED", "config": {
+                "connector.class": "file-sink",
+                "file": output.display().to_string(),
+                "topics": "t",
+            }}),
+        )
+        .await;
+    assert_eq!(a.status, 201, "{a:?}");
+    wait_state(&rest, "snk", "STOPPED").await;
+    for (method, body) in [("GET", None), ("PATCH", Some(sink_offsets("t", 0)))] {
+        let a = match &body {
+            Some(b) => rest.json(method, "/connectors/snk/offsets", b).await,
+            None => rest.empty(method, "/connectors/snk/offsets").await,
+        };
+        assert_eq!(a.status, 400, "{method}: {a:?}");
+        let msg = a.body["message"].as_str().unwrap_or("");
+        assert!(
+            msg.contains("cannot") && msg.contains("snk"),
+            "{method}: the reason, naming the consumer: {msg}"
+        );
+    }
+    // A reset is what Kafka Connect does for it: the sink's consumer group is deleted.
+    let a = rest.empty("DELETE", "/connectors/snk/offsets").await;
+    assert_eq!(a.status, 200, "{a:?}");
 }

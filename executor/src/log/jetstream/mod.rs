@@ -583,7 +583,11 @@ impl RecordLog for JetStreamLog {
                 Ok(ci) => out.push(ConsumerPosition {
                     topic: topic.to_owned(),
                     partition: 0,
-                    next: ci.ack_floor.stream_sequence,
+                    next: next_position(
+                        ci.ack_floor.stream_sequence,
+                        info.state.last_sequence,
+                        ci.num_pending + ci.num_ack_pending as u64,
+                    ),
                 }),
                 Err(err) if consumer_absent(&err.kind()) => {}
                 Err(err) => return Err(unavailable(&what, err)),
@@ -637,6 +641,19 @@ impl RecordLog for JetStreamLog {
     }
 }
 
+/// The next position of a consumer whose acknowledgement floor is stream sequence
+/// `ack_floor` on a stream whose last sequence is `last`, with `unread` records not yet
+/// acknowledged (pending and delivered): the floor once something was acknowledged (every
+/// record up to it is); before that (nats-server keeps the floor at 0 for a consumer
+/// created at a start sequence), the first record not yet acknowledged. Pure.
+fn next_position(ack_floor: u64, last: u64, unread: u64) -> u64 {
+    if ack_floor > 0 {
+        ack_floor
+    } else {
+        last.saturating_sub(unread)
+    }
+}
+
 /// What a topic's stream description starts with (`ensure_stream`); the topic follows.
 const STREAM_DESCRIPTION_PREFIX: &str = "wharf topic ";
 
@@ -677,5 +694,23 @@ impl JetStreamLog {
             }
             Err(err) => Err(unavailable(&what, err)),
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::next_position;
+
+    #[test]
+    fn a_consumer_that_acknowledged_is_at_its_floor() {
+        assert_eq!(next_position(5, 9, 0), 5);
+    }
+
+    #[test]
+    fn a_consumer_created_at_a_start_sequence_is_at_its_first_unread_record() {
+        // Stream of 5 records, consumer starting at sequence 3: 3 records unread.
+        assert_eq!(next_position(0, 5, 3), 2);
+        assert_eq!(next_position(0, 5, 5), 0);
+        assert_eq!(next_position(0, 0, 0), 0);
     }
 }
