@@ -229,6 +229,19 @@ async fn a_connect_client_gets_connects_status_codes_and_json_shapes() {
         .json("PUT", "/connector-plugins/test-sink/config/validate", &cfg)
         .await;
     assert_error(&a, 400, "does not match");
+    // An unknown class: the error is on connector.class; its other keys get no warning
+    // (nothing says which keys an unknown plugin reads).
+    let a = rest
+        .json(
+            "PUT",
+            "/connector-plugins/NoSuchPlugin/config/validate",
+            &json!({ "connector.class": "NoSuchPlugin", "file": "x", "tasks.max": "1" }),
+        )
+        .await;
+    assert_eq!(a.status, 200, "{a:?}");
+    assert_eq!(a.body["error_count"], 1, "{}", a.body);
+    assert_eq!(a.body["wharf_warning_count"], 0, "{}", a.body);
+    assert!(a.body.to_string().contains("unknown plugin"), "{}", a.body);
 
     // Create: 201, Location, ConnectorInfo. tasks.max as a JSON number, as Connect takes it.
     cfg["tasks.max"] = json!(2);
