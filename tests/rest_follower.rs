@@ -253,3 +253,134 @@ async fn a_followers_gateway_answers_as_the_leader_does() {
 
     drop(exec);
 }
+
+/// One request to the gateway at `addr` with `authorization: Bearer <token>` when given:
+/// status and JSON body (`Null` when empty).
+async fn send_as(
+    addr: &str,
+    token: Option<&str>,
+    method: &str,
+    path: &str,
+    body: Option<&Value>,
+) -> (u16, Value) {
+    use http_body_util::BodyExt;
+    let stream = tokio::net::TcpStream::connect(addr).await.expect("connect");
+    let (mut sender, conn) =
+        hyper::client::conn::http1::handshake(hyper_util::rt::TokioIo::new(stream))
+            .await
+            .expect("handshake");
+    tokio::spawn(conn);
+    let mut req = hyper::Request::builder()
+        .method(method)
+        .uri(path)
+        .header("host", addr)
+        .header("content-type", "application/json");
+    if let Some(t) = token {
+        req = req.header("authorization", format!("Bearer {t}"));
+    }
+    let bytes = body.map(|b| b.to_string()).unwrap_or_default();
+    let req = req
+        .body(http_body_util::Full::new(hyper::body::Bytes::from(bytes)))
+        .expect("request");
+    let resp = sender.send_request(req).await.expect("response");
+    let status = resp.status().as_u16();
+    let body = resp.into_body().collect().await.expect("body").to_bytes();
+    (status, serde_json::from_slice(&body).unwrap_or(Value::Null))
+}
+
+/// With bearer tokens: the follower forwards the caller's token, the leader decides by
+/// it and records the call under its caller, naming the follower that forwarded it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_forwarded_request_is_authorized_and_audited_by_the_leader_under_its_caller() {
+    let etcd = wharf_harness::etcd::TestEtcd::start();
+    let dir = KeepOnFailure::new();
+    let key: [u8; 32] = rand::random();
+    let minted = wharf_harness::auth::mint_roles();
+    let [viewer, operator, _admin] = minted.clone().map(|m| m.token);
+    let lines: Vec<String> = minted.into_iter().map(|m| m.line).collect();
+    let tokens = dir.path().join("tokens.toml");
+    std::fs::write(&tokens, lines.join("\n") + "\n").expect("tokens file");
+    let flags = [
+        "--rest-listen".to_owned(),
+        "127.0.0.1:0".to_owned(),
+        "--admin-tokens".to_owned(),
+        tokens.display().to_string(),
+    ];
+    let replica = |name: &str| {
+        control_plane_replica(
+            dir.path(),
+            name,
+            &etcd.endpoint,
+            "/rest-follower-auth/",
+            &key,
+            LEASE_MS,
+            &flags,
+        )
+    };
+    let mut a = replica("cp-a");
+    let a_addr = a.listen_addr().await;
+    wait_log(&a, "cp-a leads", "leading: herder and finalizer start").await;
+    let mut b = replica("cp-b");
+    let b_addr = b.listen_addr().await;
+    wait_until("cp-b follows cp-a", ELECTION_DEADLINE, || async {
+        b.log()
+            .lines()
+            .any(|l| l.contains("control-plane role changed") && l.contains("Some("))
+            .then_some(())
+    })
+    .await;
+    let follower = rest_addr(&dir.path().join("cp-b"));
+
+    // The follower serves nothing that needs the leader to a caller without credentials:
+    // the leader refuses it (401), as it would directly.
+    let (status, body) = wait_until("the follower to forward", ELECTION_DEADLINE, || async {
+        let (s, b) = send_as(&follower, None, "DELETE", "/connectors/nobody", None).await;
+        (s != 503).then_some((s, b))
+    })
+    .await;
+    assert_eq!(status, 401, "{body}");
+    // A viewer may not delete: 403 from the leader's rules.
+    let (status, body) = send_as(
+        &follower,
+        Some(&viewer),
+        "DELETE",
+        "/connectors/nobody",
+        None,
+    )
+    .await;
+    assert_eq!(status, 403, "{body}");
+    // An operator may: the leader answers (404, no such connector).
+    let (status, body) = send_as(
+        &follower,
+        Some(&operator),
+        "DELETE",
+        "/connectors/nobody",
+        None,
+    )
+    .await;
+    assert_eq!(status, 404, "{body}");
+
+    // The leader's audit trail names the caller and the follower that forwarded it.
+    let r = wharf_harness::auth::call_with_token(
+        &a_addr,
+        Some(&operator),
+        "ListAuditEntries",
+        &json!({ "connector": "nobody" }),
+    );
+    assert_eq!(r.code, 0, "{}", r.err);
+    let entries = r.body["entries"].as_array().cloned().unwrap_or_default();
+    let refused = entries
+        .iter()
+        .find(|e| e["principal"] == "vera")
+        .unwrap_or_else(|| panic!("the viewer's refused delete is audited: {entries:?}"));
+    assert!(
+        refused["forwardedBy"]
+            .as_str()
+            .is_some_and(|f| f.contains(&b_addr)),
+        "names the follower {b_addr}: {refused}"
+    );
+    assert!(
+        entries.iter().any(|e| e["principal"] == "otto"),
+        "the operator's delete is audited: {entries:?}"
+    );
+}
