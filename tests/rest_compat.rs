@@ -229,6 +229,19 @@ async fn a_connect_client_gets_connects_status_codes_and_json_shapes() {
         .json("PUT", "/connector-plugins/test-sink/config/validate", &cfg)
         .await;
     assert_error(&a, 400, "does not match");
+    // An unknown class: the error is on connector.class; its other keys get no warning
+    // (nothing says which keys an unknown plugin reads).
+    let a = rest
+        .json(
+            "PUT",
+            "/connector-plugins/NoSuchPlugin/config/validate",
+            &json!({ "connector.class": "NoSuchPlugin", "file": "x", "tasks.max": "1" }),
+        )
+        .await;
+    assert_eq!(a.status, 200, "{a:?}");
+    assert_eq!(a.body["error_count"], 1, "{}", a.body);
+    assert_eq!(a.body["wharf_warning_count"], 0, "{}", a.body);
+    assert!(a.body.to_string().contains("unknown plugin"), "{}", a.body);
 
     // Create: 201, Location, ConnectorInfo. tasks.max as a JSON number, as Connect takes it.
     cfg["tasks.max"] = json!(2);
@@ -241,9 +254,10 @@ async fn a_connect_client_gets_connects_status_codes_and_json_shapes() {
         )
         .await;
     assert_eq!(a.status, 201, "{a:?}");
+    // Absolute, as Connect builds it from the request's URI.
     assert_eq!(
         a.headers.get("location").map(|v| v.to_str().unwrap()),
-        Some("/connectors/rc")
+        Some(format!("http://{}/connectors/rc", rest.addr).as_str())
     );
     assert_eq!(keys(&a.body), ["config", "name", "tasks", "type"]);
     assert_eq!(a.body["name"], name);
@@ -312,6 +326,9 @@ async fn a_connect_client_gets_connects_status_codes_and_json_shapes() {
     assert_eq!(ts.len(), 2);
     assert_eq!(ts[1]["id"], json!({ "connector": name, "task": 1 }));
     assert!(ts[1]["config"].is_object());
+    // As Connect's worker shows them: the task's class (the plugin) and the name.
+    assert_eq!(ts[1]["config"]["task.class"], "test-source", "{}", a.body);
+    assert_eq!(ts[1]["config"]["name"], name, "{}", a.body);
     let a = rest.get("/connectors/rc/tasks/1/status").await;
     assert_eq!(a.status, 200);
     assert_eq!(a.body["id"], 1);
@@ -443,7 +460,34 @@ async fn a_connect_client_gets_connects_status_codes_and_json_shapes() {
     );
     let a = rest.empty("PUT", "/connectors/rc/stop").await;
     assert_eq!((a.status, &a.body), (204, &Value::Null));
-    wait_connector_state(&rest, name, "STOPPED", 2).await;
+    // KIP-875: a STOPPED connector has no tasks, in its status, its tasks and its info.
+    wait_connector_state(&rest, name, "STOPPED", 0).await;
+    assert_eq!(rest.get("/connectors/rc/tasks").await.body, json!([]));
+    assert_eq!(rest.get("/connectors/rc").await.body["tasks"], json!([]));
+    assert_error(
+        &rest.get("/connectors/rc/tasks/0/status").await,
+        404,
+        "task 0",
+    );
+    // A restart of a STOPPED connector is answered as Connect does (204) and restarts
+    // nothing: it stays STOPPED until resumed.
+    let a = rest.empty("POST", "/connectors/rc/restart").await;
+    assert_eq!((a.status, &a.body), (204, &Value::Null));
+    let a = rest
+        .empty("POST", "/connectors/rc/restart?includeTasks=true")
+        .await;
+    assert_eq!(a.status, 202, "{a:?}");
+    assert_eq!(a.body["connector"]["state"], "STOPPED", "{}", a.body);
+    assert_eq!(a.body["tasks"], json!([]), "{}", a.body);
+    assert_error(
+        &rest.empty("POST", "/connectors/rc/tasks/0/restart").await,
+        404,
+        "task 0",
+    );
+    assert_eq!(
+        rest.get("/connectors/rc/status").await.body["connector"]["state"],
+        "STOPPED"
+    );
     let a = rest.get("/connectors/rc/offsets").await;
     assert_eq!(a.status, 200);
     assert_eq!(keys(&a.body), ["offsets"]);
@@ -766,7 +810,7 @@ async fn bad_input_gets_connects_status_and_error_body_and_changes_nothing() {
             "/admin/loggers/wharf_control_plane",
             Some(br#"{"level":"LOUD"}"#.to_vec()),
             None,
-            400,
+            404,
             "invalid log level",
         ),
         // An unknown top-level field is refused by name (as Connect's Jackson does), not
@@ -922,7 +966,13 @@ async fn bad_input_gets_connects_status_and_error_body_and_changes_nothing() {
         )
         .await;
     assert_eq!(a.status, 201, "{:?}", a.body);
-    wait_connector_state(&rest, "spelt", "PAUSED", 1).await;
+    // KIP-980, as Kafka Connect 3.9 does it: created PAUSED, the connector has no task
+    // configs (no tasks) until it is resumed.
+    wait_connector_state(&rest, "spelt", "PAUSED", 0).await;
+    assert_eq!(rest.get("/connectors/spelt/tasks").await.body, json!([]));
+    let a = rest.empty("PUT", "/connectors/spelt/resume").await;
+    assert_eq!(a.status, 202, "{a:?}");
+    wait_connector_state(&rest, "spelt", "RUNNING", 1).await;
 }
 
 /// A body cut short (Content-Length 100, ten bytes sent, then the client's side closed)
@@ -1006,6 +1056,33 @@ async fn a_logger_changed_at_run_time_keeps_what_rust_log_set_for_the_others() {
         others.is_empty(),
         "only the raised target logs at INFO; RUST_LOG=warn still holds for: {others:#?}"
     );
+
+    // KIP-976's cluster scope: 204 without a body, as Connect answers it; the level is set.
+    let a = rest
+        .json(
+            "PUT",
+            "/admin/loggers/wharf_control_plane::plan?scope=cluster",
+            &json!({ "level": "DEBUG" }),
+        )
+        .await;
+    assert_eq!((a.status, &a.body), (204, &Value::Null), "{a:?}");
+    let a = rest.get("/admin/loggers/wharf_control_plane::plan").await;
+    assert_eq!(a.body["level"], "DEBUG", "{a:?}");
+    // A logger with no level set: 404, as Connect answers a logger it does not know.
+    assert_error(
+        &rest.get("/admin/loggers/no.such.logger").await,
+        404,
+        "no level set",
+    );
+    // OPTIONS on a route: 200 with the methods it serves, as Connect's Jersey answers.
+    let a = rest.empty("OPTIONS", "/connectors").await;
+    assert_eq!((a.status, &a.body), (200, &Value::Null), "{a:?}");
+    let allow = a
+        .headers
+        .get("allow")
+        .map(|v| v.to_str().unwrap().to_owned())
+        .unwrap_or_default();
+    assert!(allow.contains("GET") && allow.contains("POST"), "{allow:?}");
 }
 
 /// tests/rest_curl.sh: the same flow as an operator's script, plain curl and jq.

@@ -485,11 +485,13 @@ impl App {
         info!(addr = %local_addr, data_dir = %dir.display(), "control plane bound");
         let scheme = if tls.is_some() { "https" } else { "http" };
         let mut self_url = format!("{scheme}://{local_addr}");
+        let rest_bound = rest.as_ref().map(|(_, a)| *a);
         let election = etcd.map(|(s, ttl, advertise)| {
             if let Some(a) = advertise {
                 self_url = a;
             }
-            Election::new(s, self_url.clone(), ttl)
+            let rest_url = rest_bound.and_then(|a| crate::rest::advertised_url(&self_url, a));
+            Election::new(s, self_url.clone(), ttl).with_rest_url(rest_url)
         });
         let probe = Arc::new(crate::observe::ControlPlaneProbe::new(cluster.clone()));
         Ok(Self {
@@ -555,13 +557,14 @@ impl App {
         // Without an election this replica always leads (the sender is dropped; the
         // receiver keeps the value).
         let elected = self.election.is_some();
-        let (role, election) = match self.election {
+        let (role, rest_leader, election) = match self.election {
             Some(e) => {
                 let role = e.subscribe();
+                let rest_leader = e.subscribe_rest_leader();
                 let task = spawn(TaskKind::Service, "election", e.run(cancel.child_token()));
-                (role, Some(task))
+                (role, Some(rest_leader), Some(task))
             }
-            None => (tokio::sync::watch::channel(Role::Leader).1, None),
+            None => (tokio::sync::watch::channel(Role::Leader).1, None, None),
         };
         let loops = spawn(
             TaskKind::Service,
@@ -586,6 +589,15 @@ impl App {
             &self.self_url,
         )
         .with_tls(client_tls.clone());
+        // A follower's REST gateway forwards to the leader's, as LeaderRoute does for gRPC.
+        let rest_forward = rest_leader.map(|rest_leader| {
+            crate::rest::LeaderForward::new(
+                role.clone(),
+                rest_leader,
+                &self.self_url,
+                client_tls.clone(),
+            )
+        });
         let registry = LeaderRoute::new(
             ExecutorRegistryServer::new(
                 RegistryService::new(self.cluster.clone())
@@ -637,6 +649,7 @@ impl App {
                 crate::admin::guard::Guard::new(self.cluster.clone(), self.auth.clone()),
                 self.loggers.clone(),
             )
+            .with_leader_forward(rest_forward)
             .router();
             let stop = cancel.clone();
             let tls = self.tls.clone();

@@ -165,6 +165,20 @@ impl Executor for FakeExecutor {
         self.log(format!("validate_config plugin={}", r.into_inner().plugin));
         Ok(Response::new(pb::ValidateConfigResponse::default()))
     }
+
+    async fn get_sink_offsets(
+        &self,
+        _r: Request<pb::GetSinkOffsetsRequest>,
+    ) -> Result<Response<pb::GetSinkOffsetsResponse>, Status> {
+        Err(Status::unimplemented("not scripted"))
+    }
+
+    async fn alter_sink_offsets(
+        &self,
+        _r: Request<pb::AlterSinkOffsetsRequest>,
+    ) -> Result<Response<pb::AlterSinkOffsetsResponse>, Status> {
+        Err(Status::unimplemented("not scripted"))
+    }
 }
 
 async fn wait_for<T, F: FnMut() -> Fut, Fut: std::future::Future<Output = Option<T>>>(

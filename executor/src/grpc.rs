@@ -52,6 +52,22 @@ impl From<HostError> for Status {
     }
 }
 
+/// A record log's refusal as the status the control plane maps back (docs/rest.md): a
+/// bad partition or offset INVALID_ARGUMENT, what the backend cannot do
+/// FAILED_PRECONDITION, everything else UNAVAILABLE.
+fn log_status(e: crate::log::LogError) -> Status {
+    use crate::log::LogError;
+    let msg = e.to_string();
+    match e {
+        LogError::InvalidConfig(reason) => Status::invalid_argument(reason),
+        LogError::Unsupported(_) => Status::failed_precondition(msg),
+        LogError::Unavailable(_)
+        | LogError::Storage(_)
+        | LogError::Corrupt(_)
+        | LogError::ConsumerDeleted(_) => Status::unavailable(msg),
+    }
+}
+
 fn invalid(field: &str, reason: impl Into<String>) -> HostError {
     HostError::InvalidArgument {
         field: field.to_owned(),
@@ -334,6 +350,69 @@ impl pb::executor_server::Executor for ExecutorService {
                 .map(|(name, errors)| pb::ConfigKeyErrors { name, errors })
                 .collect();
             Ok(Response::new(pb::ValidateConfigResponse { keys }))
+        })
+        .await
+    }
+
+    async fn get_sink_offsets(
+        &self,
+        request: Request<pb::GetSinkOffsetsRequest>,
+    ) -> Result<Response<pb::GetSinkOffsetsResponse>, Status> {
+        let span = DirectSpan::server("/wharf.v1.Executor/GetSinkOffsets", request.metadata());
+        span.around(async move {
+            let r = request.into_inner();
+            let connector = connector_name(&r.connector, "connector")?;
+            let (log, consumer) = self.host.sink_consumer(&connector);
+            let offsets = log
+                .consumer_positions(&consumer)
+                .await
+                .map_err(log_status)?
+                .into_iter()
+                .map(|p| pb::SinkOffset {
+                    topic: p.topic,
+                    partition: p.partition,
+                    offset: Some(p.next),
+                })
+                .collect();
+            Ok(Response::new(pb::GetSinkOffsetsResponse { offsets }))
+        })
+        .await
+    }
+
+    async fn alter_sink_offsets(
+        &self,
+        request: Request<pb::AlterSinkOffsetsRequest>,
+    ) -> Result<Response<pb::AlterSinkOffsetsResponse>, Status> {
+        let span = DirectSpan::server("/wharf.v1.Executor/AlterSinkOffsets", request.metadata());
+        span.around(async move {
+            let r = request.into_inner();
+            let connector = connector_name(&r.connector, "connector")?;
+            // KIP-875: only while the sink is STOPPED; the control plane checks that, and
+            // this executor refuses while one of its tasks still reads here.
+            if self.host.runs_tasks_of(&connector) {
+                return Err(Status::failed_precondition(format!(
+                    "a task of connector {connector:?} still runs on this executor; stop the connector first"
+                )));
+            }
+            let (log, consumer) = self.host.sink_consumer(&connector);
+            if r.reset_all {
+                log.delete_consumer(&consumer).await.map_err(log_status)?;
+            } else {
+                let changes: Vec<crate::log::PositionChange> = r
+                    .offsets
+                    .into_iter()
+                    .map(|o| crate::log::PositionChange {
+                        topic: o.topic,
+                        partition: o.partition,
+                        next: o.offset,
+                    })
+                    .collect();
+                log.set_consumer_positions(&consumer, &changes)
+                    .await
+                    .map_err(log_status)?;
+            }
+            tracing::info!(connector = %connector, reset_all = r.reset_all, "sink offsets altered");
+            Ok(Response::new(pb::AlterSinkOffsetsResponse {}))
         })
         .await
     }

@@ -333,10 +333,10 @@ impl Admin {
                     Some(why) => (vec![convert::bad_key_reason(why)], Vec::new()),
                     None => match connect_keys::problem(&def, k, raw) {
                         Some(why) => (vec![why], Vec::new()),
-                        None => (
-                            Vec::new(),
-                            vec![unknown_key_warning(&def, k, plugin.is_some())],
-                        ),
+                        // Of an unknown plugin nothing says which keys it reads: the
+                        // error on connector.class is the answer, not a warning per key.
+                        None if plugin.is_none() => (Vec::new(), Vec::new()),
+                        None => (Vec::new(), vec![unknown_key_warning(&def, k)]),
                     },
                 };
                 configs.push(pb::ConfigValueInfo {
@@ -367,24 +367,19 @@ impl Admin {
 
 /// The warning for a config key that neither the runtime nor the plugin defines, naming
 /// the defined key it most likely meant (one edit away, or the same without separators).
-fn unknown_key_warning(def: &wharf::sdk::ConfigDef, key: &str, plugin_known: bool) -> String {
+fn unknown_key_warning(def: &wharf::sdk::ConfigDef, key: &str) -> String {
     let squash = |s: &str| -> String { s.chars().filter(|c| c.is_ascii_alphanumeric()).collect() };
     let near = def
         .keys
         .iter()
         .map(|k| k.name.as_str())
         .find(|k| squash(k) == squash(key) || edit_distance_is_one(k, key));
-    let whose = if plugin_known {
-        "the runtime nor the plugin"
-    } else {
-        "the runtime"
-    };
     match near {
         Some(k) => format!(
-            "unknown key {key:?}: neither {whose} defines it, so it is ignored; did you mean {k:?}?"
+            "unknown key {key:?}: neither the runtime nor the plugin defines it, so it is ignored; did you mean {k:?}?"
         ),
         None => format!(
-            "unknown key {key:?}: neither {whose} defines it, so it is ignored unless the plugin reads it itself"
+            "unknown key {key:?}: neither the runtime nor the plugin defines it, so it is ignored unless the plugin reads it itself"
         ),
     }
 }
@@ -592,14 +587,14 @@ mod tests {
     #[test]
     fn an_unknown_key_warning_names_the_key_it_resembles() {
         let def = wharf::sdk::runtime_config_def();
-        let w = unknown_key_warning(&def, "task.max", true);
+        let w = unknown_key_warning(&def, "task.max");
         assert!(
             w.contains("\"task.max\"") && w.contains("did you mean \"tasks.max\""),
             "{w}"
         );
-        let w = unknown_key_warning(&def, "tasks_max", true);
+        let w = unknown_key_warning(&def, "tasks_max");
         assert!(w.contains("did you mean \"tasks.max\""), "{w}");
-        let w = unknown_key_warning(&def, "colour", true);
+        let w = unknown_key_warning(&def, "colour");
         assert!(!w.contains("did you mean"), "{w}");
     }
 

@@ -120,6 +120,10 @@ pub enum ApiError {
         /// or empty.
         detail: String,
     },
+    /// The record log, reached through an executor (a sink connector's offsets), did not
+    /// answer; the message says which executor and why.
+    #[error("{0}")]
+    RecordLogUnavailable(String),
     /// The store failed.
     #[error(transparent)]
     Store(#[from] StoreError),

@@ -242,7 +242,7 @@ impl ConnectorAdmin for AdminService {
         &self,
         request: Request<pb::GetOffsetsRequest>,
     ) -> Result<Response<pb::GetOffsetsResponse>, Status> {
-        let offsets = self.admin.offsets(&request.into_inner().name)?;
+        let offsets = self.admin.offsets(&request.into_inner().name).await?;
         Ok(Response::new(pb::GetOffsetsResponse { offsets }))
     }
 
@@ -251,7 +251,7 @@ impl ConnectorAdmin for AdminService {
         request: Request<pb::AlterOffsetsRequest>,
     ) -> Result<Response<pb::AlterOffsetsResponse>, Status> {
         let req = request.into_inner();
-        let n = self.admin.alter_offsets(&req.name, req.offsets)?;
+        let n = self.admin.alter_offsets(&req.name, req.offsets).await?;
         Ok(Response::new(pb::AlterOffsetsResponse {
             message: format!("offsets of {n} partitions written"),
         }))
@@ -261,7 +261,7 @@ impl ConnectorAdmin for AdminService {
         &self,
         request: Request<pb::ResetOffsetsRequest>,
     ) -> Result<Response<pb::ResetOffsetsResponse>, Status> {
-        self.admin.reset_offsets(&request.into_inner().name)?;
+        self.admin.reset_offsets(&request.into_inner().name).await?;
         Ok(Response::new(pb::ResetOffsetsResponse {
             message: "offsets removed".into(),
         }))

@@ -22,7 +22,9 @@ impl From<ApiError> for tonic::Status {
             | ApiError::StaleGeneration { .. }
             | ApiError::ImmutableConfig { .. } => tonic::Status::failed_precondition(msg),
             ApiError::DeletionPending { .. } => tonic::Status::deadline_exceeded(msg),
-            ApiError::Store(StoreError::Unavailable(_)) => tonic::Status::unavailable(msg),
+            ApiError::Store(StoreError::Unavailable(_)) | ApiError::RecordLogUnavailable(_) => {
+                tonic::Status::unavailable(msg)
+            }
             ApiError::Store(StoreError::Corrupt { .. }) => tonic::Status::internal(msg),
             ApiError::Contended(_) => tonic::Status::aborted(msg),
             ApiError::Auth(AuthError::Unauthenticated(_)) => tonic::Status::unauthenticated(msg),

@@ -31,6 +31,9 @@ pub const PROBE_TIMEOUT_MS: u64 = 2_000;
 /// says so, and they still run at start), so a slow or stuck executor delays the
 /// operator's call by at most this much rather than failing it.
 pub const VALIDATE_CALL_TIMEOUT_MS: u64 = 5_000;
+/// Bound on reading or moving a sink connector's offsets on an executor's record log, in
+/// milliseconds (a JetStream log makes a few requests per topic).
+pub const SINK_OFFSETS_CALL_TIMEOUT_MS: u64 = 15_000;
 
 /// Why a call to an executor did not return a response.
 #[derive(Debug, thiserror::Error)]
@@ -555,6 +558,43 @@ impl ExecutorClients {
                     .map(|k| (k.name, k.errors))
                     .collect()
             })
+            .map_err(|s| classify(&exec.address, s))
+    }
+
+    /// A sink connector's consumer positions on the record log `exec` uses (KIP-875).
+    ///
+    /// # Errors
+    /// [`CallError`]; FAILED_PRECONDITION when that log cannot read them, UNIMPLEMENTED
+    /// from an executor that predates GetSinkOffsets.
+    pub async fn sink_offsets_on(
+        &self,
+        exec: &ExecutorRecord,
+        connector: &str,
+    ) -> Result<Vec<pb::SinkOffset>, CallError> {
+        let req = pb::GetSinkOffsetsRequest {
+            connector: connector.to_owned(),
+        };
+        self.client(exec)?
+            .get_sink_offsets(Self::request(req, SINK_OFFSETS_CALL_TIMEOUT_MS))
+            .await
+            .map(|r| r.into_inner().offsets)
+            .map_err(|s| classify(&exec.address, s))
+    }
+
+    /// Moves or resets a sink connector's consumer positions on `exec`'s record log.
+    ///
+    /// # Errors
+    /// [`CallError`]; INVALID_ARGUMENT for a partition or offset the log lacks,
+    /// FAILED_PRECONDITION when a task still runs there or the log cannot move them.
+    pub async fn alter_sink_offsets_on(
+        &self,
+        exec: &ExecutorRecord,
+        req: pb::AlterSinkOffsetsRequest,
+    ) -> Result<(), CallError> {
+        self.client(exec)?
+            .alter_sink_offsets(Self::request(req, SINK_OFFSETS_CALL_TIMEOUT_MS))
+            .await
+            .map(|_| ())
             .map_err(|s| classify(&exec.address, s))
     }
 

@@ -594,13 +594,17 @@ async fn reconcile_connector(
     if rec.deleting {
         return Ok(Pass::Done);
     }
-    if rec.task_configs_stale && rec.connector.state == InstanceState::Running {
+    // As Kafka Connect (KIP-980): a paused connector's task configs are computed when it
+    // resumes, so one created PAUSED has no tasks until then; tasks it already has are
+    // paused below.
+    let compute_now = rec.target != TargetState::Paused;
+    if rec.task_configs_stale && compute_now && rec.connector.state == InstanceState::Running {
         compute_task_configs(cluster, &rec, view).await?;
     }
     let Some(rec) = cluster.store.connector_shared(name)? else {
         return Ok(Pass::Done);
     };
-    if rec.deleting || rec.task_configs_stale {
+    if rec.deleting || (rec.task_configs_stale && rec.target != TargetState::Paused) {
         return Ok(Pass::Done);
     }
 

@@ -148,10 +148,18 @@ pub(super) async fn admit(
     mut req: axum::extract::Request,
     next: axum::middleware::Next,
 ) -> Response {
-    // REST never forwards a call to another replica (docs/rest.md), so a forwarded
-    // principal header here is a forgery, whoever sends it.
-    req.headers_mut()
-        .remove(crate::auth::FORWARDED_PRINCIPAL_HEADER);
+    let connection = req
+        .extensions()
+        .get::<axum::extract::ConnectInfo<RestPeer>>()
+        .map(|c| &c.0.0);
+    let peer = crate::auth::peer_identity(connection);
+    let remote_addr = connection.and_then(|c| c.remote_addr);
+    // Only a follower (the control-plane certificate) forwards a caller's principal;
+    // from anyone else the header is a forgery.
+    if !matches!(peer, Some(crate::auth::PeerIdentity::ControlPlane)) {
+        req.headers_mut()
+            .remove(crate::auth::FORWARDED_PRINCIPAL_HEADER);
+    }
     let access = rest_access(req.method(), route.as_str(), delete_mode(req.uri().query()));
     let unknown = unknown_param(req.method(), route.as_str(), req.uri().query());
     let action = match access {
@@ -192,16 +200,18 @@ pub(super) async fn admit(
                 .map(|(_, v)| v.to_owned())
         })
         .unwrap_or_default();
-    let connection = req
-        .extensions()
-        .get::<axum::extract::ConnectInfo<RestPeer>>()
-        .map(|c| &c.0.0);
     let caller = Caller {
         headers: req.headers().clone(),
         // Over HTTPS, a verified admin client certificate is a principal too.
-        peer: crate::auth::peer_identity(connection),
-        forwarded_by: String::new(),
-        remote_addr: connection.and_then(|c| c.remote_addr),
+        peer,
+        // The follower that forwarded the request (`rest::forward`), as gRPC records it.
+        forwarded_by: req
+            .headers()
+            .get(crate::grpc::leader_route::FORWARDED_HEADER)
+            .and_then(|v| v.to_str().ok())
+            .unwrap_or_default()
+            .to_owned(),
+        remote_addr,
     };
     let Some(action) = action else {
         // Authenticate only (any role), then the router's 405.

@@ -12,10 +12,11 @@ use super::error::RestError;
 use super::json;
 use super::request::*;
 use super::{CLUSTER_ID, CONNECT_API_VERSION};
-use super::{Gateway, RestResult};
+use super::{Gateway, RestPeer, RestResult};
 use crate::admin::RestartScope;
 use crate::auth::Principal;
 use crate::model::TargetState;
+use axum::extract::ConnectInfo;
 
 pub(super) async fn root() -> RestResult {
     ok(json!({
@@ -88,9 +89,12 @@ pub(super) struct BodyConnector(pub(super) String);
 pub(super) async fn create(
     State(g): State<Gateway>,
     axum::Extension(caller): axum::Extension<Principal>,
+    uri: axum::http::Uri,
+    peer: Result<ConnectInfo<RestPeer>, axum::extract::rejection::ExtensionRejection>,
     headers: HeaderMap,
     body: Body,
 ) -> Response {
+    let base = base_url(&uri, &headers, peer.as_ref().ok().map(|c| &c.0));
     let named = async {
         let v = json_body(&headers, body).await?;
         let name = match v.get("name") {
@@ -113,7 +117,9 @@ pub(super) async fn create(
     };
     let mut answer = match unknown_field(&v, "the body", CREATE_FIELDS) {
         Some(e) => e.into_response(),
-        None => create_named(&g, &caller, &v, &name).await.into_response(),
+        None => create_named(&g, &caller, &v, &name, base.as_deref())
+            .await
+            .into_response(),
     };
     answer.extensions_mut().insert(BodyConnector(name));
     answer
@@ -125,6 +131,7 @@ pub(super) async fn create_named(
     caller: &Principal,
     v: &Value,
     name: &str,
+    base: Option<&str>,
 ) -> RestResult {
     let Some(cfg) = v.get("config") else {
         return Err(RestError::BadRequest(
@@ -151,12 +158,41 @@ pub(super) async fn create_named(
         }
     };
     let info = g.admin.create(name, &config, target, caller).await?;
-    created(&info)
+    created(&info, base)
 }
 
-pub(super) fn created(info: &pb::ConnectorInfo) -> RestResult {
+/// The base URL a client reached this gateway at (`http://host:port`), as Connect builds
+/// its `Location` from the request's URI: the request's authority (HTTP/2) or `Host`
+/// header (HTTP/1.1), `https` on a TLS connection. `None` without either.
+pub(super) fn base_url(
+    uri: &axum::http::Uri,
+    headers: &HeaderMap,
+    peer: Option<&super::RestPeer>,
+) -> Option<String> {
+    let host = match uri.authority() {
+        Some(a) => a.as_str().to_owned(),
+        None => headers.get(header::HOST)?.to_str().ok()?.to_owned(),
+    };
+    if host.is_empty() || host.contains(['/', ' ', '@']) {
+        return None;
+    }
+    let scheme = if peer.is_some_and(|p| p.0.tls) {
+        "https"
+    } else {
+        "http"
+    };
+    Some(format!("{scheme}://{host}"))
+}
+
+/// 201 with the connector and `Location: <base>/connectors/<name>` (absolute, as Connect
+/// sends it; relative when the request named no host).
+pub(super) fn created(info: &pb::ConnectorInfo, base: Option<&str>) -> RestResult {
     let mut r = (StatusCode::CREATED, axum::Json(json::connector_info(info))).into_response();
-    let location = format!("/connectors/{}", encode_segment(&info.name));
+    let location = format!(
+        "{}/connectors/{}",
+        base.unwrap_or(""),
+        encode_segment(&info.name)
+    );
     if let Ok(v) = HeaderValue::from_str(&location) {
         r.headers_mut().insert(header::LOCATION, v);
     }
@@ -198,15 +234,18 @@ pub(super) async fn put_config(
     State(g): State<Gateway>,
     p: Result<Path<String>, axum::extract::rejection::PathRejection>,
     axum::Extension(caller): axum::Extension<Principal>,
+    uri: axum::http::Uri,
+    peer: Result<ConnectInfo<RestPeer>, axum::extract::rejection::ExtensionRejection>,
     headers: HeaderMap,
     body: Body,
 ) -> RestResult {
     let name = path_part(p)?;
+    let base = base_url(&uri, &headers, peer.as_ref().ok().map(|c| &c.0));
     let v = json_body(&headers, body).await?;
     let config = full_config(&v, &name)?;
     let (info, was_created) = g.admin.put_config(&name, &config, &caller).await?;
     if was_created {
-        created(&info)
+        created(&info, base.as_deref())
     } else {
         ok(json::connector_info(&info))
     }
@@ -262,7 +301,8 @@ pub(super) async fn task_status(
     let Path((name, task)) = p.map_err(|e| RestError::BadRequest(format!("bad path: {e}")))?;
     let task = task_number(&task)?;
     let s = g.admin.status(&name)?;
-    let Some(t) = s.tasks.iter().find(|t| t.task == task) else {
+    let shown = json::shows_tasks(s.target_state, s.deletion.is_some());
+    let Some(t) = s.tasks.iter().find(|t| t.task == task && shown) else {
         return Err(crate::admin::ApiError::TaskNotFound { name, task }.into());
     };
     ok(json::task_state(t))
@@ -273,8 +313,13 @@ pub(super) async fn restart_task(
     p: Result<Path<(String, String)>, axum::extract::rejection::PathRejection>,
 ) -> RestResult {
     let Path((name, task)) = p.map_err(|e| RestError::BadRequest(format!("bad path: {e}")))?;
-    g.admin
-        .restart(&name, RestartScope::Task(task_number(&task)?))?;
+    let task = task_number(&task)?;
+    // A STOPPED connector has no tasks (KIP-875), as GET shows: 404 as Connect answers.
+    let s = g.admin.status(&name)?;
+    if !json::shows_tasks(s.target_state, s.deletion.is_some()) {
+        return Err(crate::admin::ApiError::TaskNotFound { name, task }.into());
+    }
+    g.admin.restart(&name, RestartScope::Task(task))?;
     empty(StatusCode::NO_CONTENT)
 }
 
@@ -314,6 +359,16 @@ pub(super) async fn restart(
     let pairs = query_pairs(&q)?;
     let include_tasks = flag(&pairs, "includeTasks")?;
     let only_failed = flag(&pairs, "onlyFailed")?;
+    // Connect answers a restart of a STOPPED connector as done and restarts nothing: it
+    // stays STOPPED until resumed (gRPC's RestartConnector refuses it instead).
+    let current = g.admin.status(&name)?;
+    if current.target_state == pb::TargetState::Stopped as i32 && current.deletion.is_none() {
+        return if include_tasks || only_failed {
+            with_status(StatusCode::ACCEPTED, json::connector_status(&current))
+        } else {
+            empty(StatusCode::NO_CONTENT)
+        };
+    }
     let s = g.admin.restart(
         &name,
         RestartScope::Connector {

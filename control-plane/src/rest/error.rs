@@ -38,6 +38,14 @@ pub enum RestError {
     /// A logger level change is not possible in this process.
     #[error("{0}")]
     LoggersUnavailable(String),
+    /// Something a path or body names does not exist where Connect answers 404 for it (a
+    /// log level, a logger with no level set); the message says what.
+    #[error("{0}")]
+    NotFound(String),
+    /// This replica follows and the request needs the leader, which it cannot reach or
+    /// does not know (the message says which, and the leader when known).
+    #[error("{0}")]
+    LeaderUnavailable(String),
 }
 
 impl RestError {
@@ -60,7 +68,9 @@ impl RestError {
                 | ApiError::PluginDefinitionConflict { .. }
                 | ApiError::StaleGeneration { .. } => StatusCode::CONFLICT,
                 ApiError::DeletionPending { .. } => StatusCode::GATEWAY_TIMEOUT,
-                ApiError::Store(StoreError::Unavailable(_)) => StatusCode::SERVICE_UNAVAILABLE,
+                ApiError::Store(StoreError::Unavailable(_)) | ApiError::RecordLogUnavailable(_) => {
+                    StatusCode::SERVICE_UNAVAILABLE
+                }
                 ApiError::Store(StoreError::Corrupt { .. }) => StatusCode::INTERNAL_SERVER_ERROR,
                 ApiError::Auth(AuthError::Unauthenticated(_)) => StatusCode::UNAUTHORIZED,
                 ApiError::Auth(AuthError::NoAdminRole(_) | AuthError::Forbidden { .. }) => {
@@ -68,12 +78,13 @@ impl RestError {
                 }
             },
             RestError::BadRequest(_) => StatusCode::BAD_REQUEST,
-            RestError::NoRoute => StatusCode::NOT_FOUND,
+            RestError::NoRoute | RestError::NotFound(_) => StatusCode::NOT_FOUND,
             RestError::MethodNotAllowed => StatusCode::METHOD_NOT_ALLOWED,
             RestError::UnsupportedMediaType => StatusCode::UNSUPPORTED_MEDIA_TYPE,
             RestError::PayloadTooLarge(_) => StatusCode::PAYLOAD_TOO_LARGE,
             RestError::BodyTimeout(_) => StatusCode::REQUEST_TIMEOUT,
             RestError::LoggersUnavailable(_) => StatusCode::NOT_IMPLEMENTED,
+            RestError::LeaderUnavailable(_) => StatusCode::SERVICE_UNAVAILABLE,
         }
     }
 }
@@ -90,10 +101,11 @@ impl RestError {
         match self {
             RestError::Api(e) => code_name(tonic::Status::from(e).code()),
             RestError::BadRequest(_) | RestError::UnsupportedMediaType => "INVALID_ARGUMENT",
-            RestError::NoRoute => "NOT_FOUND",
+            RestError::NoRoute | RestError::NotFound(_) => "NOT_FOUND",
             RestError::MethodNotAllowed | RestError::LoggersUnavailable(_) => "UNIMPLEMENTED",
             RestError::PayloadTooLarge(_) => "RESOURCE_EXHAUSTED",
             RestError::BodyTimeout(_) => "DEADLINE_EXCEEDED",
+            RestError::LeaderUnavailable(_) => "UNAVAILABLE",
         }
     }
 }

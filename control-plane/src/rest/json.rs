@@ -52,12 +52,28 @@ pub fn config(name: &str, config: &HashMap<String, String>) -> BTreeMap<String, 
     out
 }
 
-/// Connect's ConnectorInfo: `{"name", "config", "tasks": [{"connector", "task"}], "type"}`.
+/// Whether Connect would show a connector's tasks: not while it is STOPPED (KIP-875: a
+/// stopped connector has no tasks; Wharf keeps their records to restart them on resume),
+/// unless a deletion runs (its steps name the tasks).
+pub fn shows_tasks(target_state: i32, deleting: bool) -> bool {
+    deleting || pb::TargetState::try_from(target_state) != Ok(pb::TargetState::Stopped)
+}
+
+/// Connect's ConnectorInfo: `{"name", "config", "tasks": [{"connector", "task"}], "type"}`
+/// (`tasks` empty while STOPPED, [`shows_tasks`]).
 pub fn connector_info(info: &pb::ConnectorInfo) -> Value {
+    let tasks: Vec<Value> = if shows_tasks(info.target_state, false) {
+        info.tasks
+            .iter()
+            .map(|t| task_id(&info.name, t.task))
+            .collect()
+    } else {
+        Vec::new()
+    };
     json!({
         "name": info.name,
         "config": config(&info.name, &info.config),
-        "tasks": info.tasks.iter().map(|t| task_id(&info.name, t.task)).collect::<Vec<_>>(),
+        "tasks": tasks,
         "type": kind(info.kind),
     })
 }
@@ -66,13 +82,37 @@ fn task_id(name: &str, task: u32) -> Value {
     json!({ "connector": name, "task": task })
 }
 
-/// `GET /connectors/{name}/tasks`: `[{"id": {"connector", "task"}, "config"}]`.
+/// The key Connect's worker adds to every task config: the task's class. A Wharf plugin
+/// has one task kind, named by the plugin: the value is the connector's `connector.class`.
+pub const TASK_CLASS_KEY: &str = "task.class";
+
+/// `GET /connectors/{name}/tasks`: `[{"id": {"connector", "task"}, "config"}]`, each
+/// config with `task.class` ([`TASK_CLASS_KEY`]) and `name` (the connector's) as Connect
+/// shows them when the plugin's task config has none; empty while STOPPED.
 pub fn task_configs(info: &pb::ConnectorInfo) -> Value {
+    if !shows_tasks(info.target_state, false) {
+        return json!([]);
+    }
+    let class = info
+        .config
+        .get(crate::model::CONNECTOR_CLASS)
+        .cloned()
+        .unwrap_or_default();
     Value::Array(
         info.tasks
             .iter()
             .map(|t| {
-                let config: BTreeMap<&String, &String> = t.config.iter().collect();
+                let mut config: BTreeMap<String, String> = t
+                    .config
+                    .iter()
+                    .map(|(k, v)| (k.clone(), v.clone()))
+                    .collect();
+                config
+                    .entry(TASK_CLASS_KEY.to_owned())
+                    .or_insert_with(|| class.clone());
+                config
+                    .entry(NAME_KEY.to_owned())
+                    .or_insert_with(|| info.name.clone());
                 json!({ "id": task_id(&info.name, t.task), "config": config })
             })
             .collect(),
@@ -111,10 +151,12 @@ pub fn connector_status(s: &pb::ConnectorStatus) -> Value {
         "connector".into(),
         Value::Object(instance(s.connector.as_ref())),
     );
-    m.insert(
-        "tasks".into(),
-        Value::Array(s.tasks.iter().map(task_state).collect()),
-    );
+    let tasks = if shows_tasks(s.target_state, s.deletion.is_some()) {
+        s.tasks.iter().map(task_state).collect()
+    } else {
+        Vec::new()
+    };
+    m.insert("tasks".into(), Value::Array(tasks));
     m.insert("type".into(), json!(kind(s.kind)));
     if let Some(d) = &s.deletion {
         m.insert("wharf_deletion".into(), deletion(d));

@@ -9,7 +9,9 @@ use std::sync::Mutex;
 use serde_json::{Value, json};
 
 use super::error::RestError;
-use super::request::{SET_LOGGER_FIELDS, json_body, ok, path_part, query_pairs, unknown_field};
+use super::request::{
+    SET_LOGGER_FIELDS, empty, json_body, ok, path_part, query_pairs, unknown_field,
+};
 use super::{Gateway, RestResult};
 use axum::body::Body;
 use axum::extract::{Path, RawQuery, State};
@@ -123,10 +125,12 @@ impl Loggers {
     /// Sets `logger` to `level` and applies the filter; answers the loggers changed.
     ///
     /// # Errors
-    /// 400 for an unknown level or a bad logger name; 501 without an [`Apply`].
+    /// 404 for an unknown level (as Connect), 400 for a bad logger name; 501 without an
+    /// [`Apply`].
     pub fn set(&self, logger: &str, level: &str) -> Result<Vec<String>, RestError> {
         let Some((name, _)) = tracing_level(level) else {
-            return Err(RestError::BadRequest(format!(
+            // 404, as Connect's LoggingResource answers an invalid level.
+            return Err(RestError::NotFound(format!(
                 "invalid log level {level:?}: use one of OFF, FATAL, ERROR, WARN, INFO, DEBUG, TRACE"
             )));
         };
@@ -186,12 +190,11 @@ pub(super) async fn logger(
     let name = path_part(p)?;
     match g.loggers.get(&name) {
         Some(v) => ok(v),
-        None => Err(RestError::Api(crate::admin::ApiError::InvalidArgument {
-            field: "logger".into(),
-            reason: format!(
-                "logger {name:?} has no level set; GET /admin/loggers lists those that do"
-            ),
-        })),
+        // 404, as Connect answers a logger it does not know.
+        None => Err(RestError::NotFound(format!(
+            "logger {:?} has no level set; GET /admin/loggers lists those that do",
+            crate::auth::audit::bounded_name(&name)
+        ))),
     }
 }
 
@@ -223,6 +226,16 @@ pub(super) async fn set_logger(
         ));
     };
     let changed = g.loggers.set(&name, level)?;
+    // KIP-976: the cluster scope answers 204 without a body (Connect applies it on every
+    // worker in the background; here it is this process, docs/rest.md).
+    let cluster = pairs
+        .iter()
+        .rev()
+        .find(|(k, _)| k == "scope")
+        .is_some_and(|(_, s)| s.eq_ignore_ascii_case("cluster"));
+    if cluster {
+        return empty(axum::http::StatusCode::NO_CONTENT);
+    }
     ok(json!(changed))
 }
 
@@ -304,7 +317,7 @@ mod tests {
     #[test]
     fn an_unknown_level_is_refused_and_nothing_changes() {
         let l = Loggers::new("INFO", Some(Box::new(|_: &str| Ok(()))));
-        assert!(matches!(l.set("x", "LOUD"), Err(RestError::BadRequest(_))));
+        assert!(matches!(l.set("x", "LOUD"), Err(RestError::NotFound(_))));
         assert!(l.get("x").is_none());
     }
 

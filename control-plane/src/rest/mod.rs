@@ -9,6 +9,7 @@ mod access;
 mod connectors;
 mod delete;
 pub mod error;
+mod forward;
 pub mod json;
 pub mod loggers;
 mod offsets;
@@ -17,6 +18,7 @@ mod request;
 
 pub use access::{RestAccess, known_params, rest_access};
 pub use delete::CLEANUP_SKIPPED_HEADER;
+pub use forward::{FORWARD_TIMEOUT_MS, LeaderForward, advertised_url, served_by_follower};
 pub use request::{
     ALTER_OFFSETS_FIELDS, BODY_READ_TIMEOUT, CREATE_FIELDS, MAX_DRAIN_BYTES, OFFSET_ENTRY_FIELDS,
     SET_LOGGER_FIELDS, unknown_field,
@@ -59,6 +61,8 @@ pub struct Gateway {
     admin: Admin,
     guard: Guard,
     loggers: Arc<Loggers>,
+    /// On a replica of an elected cluster: where requests that need the leader go.
+    forward: Option<LeaderForward>,
 }
 
 type RestResult = Result<Response, RestError>;
@@ -71,7 +75,16 @@ impl Gateway {
             admin,
             guard,
             loggers,
+            forward: None,
         }
+    }
+
+    /// With an election (`--store etcd`): while this replica follows, the routes it does
+    /// not serve itself go to the leader's gateway ([`LeaderForward`]).
+    #[must_use]
+    pub fn with_leader_forward(mut self, forward: Option<LeaderForward>) -> Self {
+        self.forward = forward;
+        self
     }
 
     /// The routes. Unknown paths answer 404, known paths with another method 405, both
@@ -108,10 +121,26 @@ impl Gateway {
             .route("/admin/loggers", get(all_loggers))
             .route("/admin/loggers/{logger}", get(logger).put(set_logger))
             .fallback(|| async { RestError::NoRoute })
-            .method_not_allowed_fallback(|| async { RestError::MethodNotAllowed })
+            .method_not_allowed_fallback(options_or_405)
             .route_layer(axum::middleware::from_fn_with_state(self.clone(), admit))
+            // Outermost: a follower forwards before authenticating; the leader does that.
+            .route_layer(axum::middleware::from_fn_with_state(
+                self.clone(),
+                forward::forward,
+            ))
             .with_state(self)
     }
+}
+
+/// A known path with a method it does not serve: `OPTIONS` is answered 200 with an empty
+/// body and the `Allow` header (axum adds it), as Connect's Jersey answers it; any other
+/// method 405.
+async fn options_or_405(method: axum::http::Method) -> Response {
+    use axum::response::IntoResponse;
+    if method == axum::http::Method::OPTIONS {
+        return axum::http::StatusCode::OK.into_response();
+    }
+    RestError::MethodNotAllowed.into_response()
 }
 
 /// Serves `router` on `listener` (HTTP/1.1, and HTTP/2) until `shutdown` resolves: HTTPS

@@ -15,7 +15,7 @@ pub(super) async fn offsets(
     State(g): State<Gateway>,
     p: Result<Path<String>, axum::extract::rejection::PathRejection>,
 ) -> RestResult {
-    ok(json::offsets(&g.admin.offsets(&path_part(p)?)?))
+    ok(json::offsets(&g.admin.offsets(&path_part(p)?).await?))
 }
 
 /// KIP-875 `PATCH /connectors/{name}/offsets` `{"offsets": [{"partition", "offset"}]}`;
@@ -51,7 +51,7 @@ pub(super) async fn alter_offsets(
             },
         })
         .collect();
-    g.admin.alter_offsets(&name, offsets)?;
+    g.admin.alter_offsets(&name, offsets).await?;
     ok(json!({ "message": "The offsets for this connector have been altered successfully" }))
 }
 
@@ -59,6 +59,6 @@ pub(super) async fn reset_offsets(
     State(g): State<Gateway>,
     p: Result<Path<String>, axum::extract::rejection::PathRejection>,
 ) -> RestResult {
-    g.admin.reset_offsets(&path_part(p)?)?;
+    g.admin.reset_offsets(&path_part(p)?).await?;
     ok(json!({ "message": "The offsets for this connector have been reset successfully" }))
 }

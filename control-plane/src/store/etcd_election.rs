@@ -11,6 +11,11 @@
 //! `create_revision` ([`super::etcd_store::Fence`]) and steps down, stopping its loops,
 //! as soon as it cannot confirm its lease within the TTL (minus a safety margin), so a
 //! deposed leader neither writes nor calls executors once a successor may exist.
+//!
+//! A leader that serves the Kafka Connect REST gateway also writes its REST URL under
+//! `<prefix>rest/leader` ([`LEADER_REST_KEY`]) in the same `Txn`, on the same lease;
+//! followers read both keys in one `Txn` and publish the REST URL beside the [`Role`]
+//! ([`Election::subscribe_rest_leader`]), so that their gateway forwards to it.
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -29,6 +34,9 @@ use super::etcd_store::{EtcdStore, Fence, LEADER_KEY, WriteFence};
 pub const DEFAULT_ELECTION_TTL_SECS: u32 = 10;
 /// Pause after a failed election step (etcd unreachable), in milliseconds.
 const ELECTION_RETRY_MS: u64 = 500;
+/// Key (under the prefix) of the leader's REST gateway URL, `http(s)://host:port`; absent
+/// when the leader serves no gateway.
+pub const LEADER_REST_KEY: &str = "rest/leader";
 /// This replica's role.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Role {
@@ -49,6 +57,9 @@ pub struct Election {
     url: String,
     ttl_secs: u32,
     role: watch::Sender<Role>,
+    rest_key: String,
+    rest_url: Option<String>,
+    rest_leader: watch::Sender<Option<String>>,
 }
 
 impl Election {
@@ -59,11 +70,27 @@ impl Election {
         Self {
             client: store.client(),
             key: format!("{}{LEADER_KEY}", store.prefix()),
+            rest_key: format!("{}{LEADER_REST_KEY}", store.prefix()),
             store,
             url,
             ttl_secs: ttl_secs.max(1),
             role,
+            rest_url: None,
+            rest_leader: watch::channel(None).0,
         }
+    }
+
+    /// This replica's REST gateway URL, written beside the leader key while it leads.
+    #[must_use]
+    pub fn with_rest_url(mut self, url: Option<String>) -> Self {
+        self.rest_url = url;
+        self
+    }
+
+    /// Follows the REST gateway URL of the leader this replica follows (`None`: no
+    /// leader known, this replica leads, or the leader serves no gateway).
+    pub fn subscribe_rest_leader(&self) -> watch::Receiver<Option<String>> {
+        self.rest_leader.subscribe()
     }
 
     /// Follows role changes.
@@ -85,6 +112,17 @@ impl Election {
     fn step_down(&self) {
         self.store.set_write_fence(WriteFence::Follower);
         self.set_role(Role::Follower { leader: None });
+        self.set_rest_leader(None);
+    }
+
+    fn set_rest_leader(&self, url: Option<String>) {
+        self.rest_leader.send_if_modified(|r| {
+            if *r == url {
+                return false;
+            }
+            *r = url;
+            true
+        });
     }
 
     /// Campaigns and holds leadership until `cancel` fires; then resigns (revokes its
@@ -187,12 +225,25 @@ impl Election {
                 CompareOp::Equal,
                 0,
             )])
-            .and_then(vec![TxnOp::put(
-                self.key.clone(),
-                self.url.clone(),
-                Some(PutOptions::new().with_lease(lease)),
-            )])
-            .or_else(vec![TxnOp::get(self.key.clone(), None)]);
+            .and_then(vec![
+                TxnOp::put(
+                    self.key.clone(),
+                    self.url.clone(),
+                    Some(PutOptions::new().with_lease(lease)),
+                ),
+                match &self.rest_url {
+                    Some(rest) => TxnOp::put(
+                        self.rest_key.clone(),
+                        rest.clone(),
+                        Some(PutOptions::new().with_lease(lease)),
+                    ),
+                    None => TxnOp::delete(self.rest_key.clone(), None),
+                },
+            ])
+            .or_else(vec![
+                TxnOp::get(self.key.clone(), None),
+                TxnOp::get(self.rest_key.clone(), None),
+            ]);
         let resp = self.client.kv_client().txn(txn).await?;
         if resp.succeeded() {
             let rev = resp.header().map_or(0, |h| h.revision());
@@ -200,13 +251,19 @@ impl Election {
                 leader_create_revision: rev,
             }));
             info!(url = %self.url, revision = rev, "elected leader");
+            self.set_rest_leader(None);
             self.set_role(Role::Leader);
             return Ok(Some(rev));
         }
-        let current = resp.op_responses().into_iter().find_map(|r| match r {
-            TxnOpResponse::Get(g) => g.kvs().first().cloned(),
+        let mut gets = resp.op_responses().into_iter().filter_map(|r| match r {
+            TxnOpResponse::Get(g) => Some(g.kvs().first().cloned()),
             _ => None,
         });
+        let current = gets.next().flatten();
+        let rest = gets
+            .next()
+            .flatten()
+            .map(|kv| String::from_utf8_lossy(kv.value()).into_owned());
         match current {
             Some(kv) if Some(kv.create_revision()) == held && kv.lease() == lease => Ok(held),
             Some(kv) => {
@@ -215,6 +272,8 @@ impl Election {
                     self.store.set_write_fence(WriteFence::Follower);
                 }
                 let leader = String::from_utf8_lossy(kv.value()).into_owned();
+                // The REST URL first: a gateway that sees the new role finds it.
+                self.set_rest_leader(rest);
                 self.set_role(Role::Follower {
                     leader: Some(leader),
                 });

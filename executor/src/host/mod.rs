@@ -590,6 +590,19 @@ impl Host {
             .await
     }
 
+    /// The record log and the consumer name the tasks of sink connector `connector` read
+    /// through (KIP-875: a sink's offsets are that consumer's positions).
+    pub fn sink_consumer(&self, connector: &str) -> (Arc<dyn RecordLog>, String) {
+        (self.shared.log.clone(), task::sink_consumer_name(connector))
+    }
+
+    /// Whether a task of `connector` is hosted here and not yet stopped.
+    pub fn runs_tasks_of(&self, connector: &str) -> bool {
+        hosted(&self.tasks)
+            .iter()
+            .any(|t| t.key.connector == connector)
+    }
+
     /// Connector instances and tasks not yet stopped (a stop under way included: the
     /// instance still holds what it holds until its stop returned or timed out), and those
     /// abandoned whose plugin call has not returned (`abandoned = true`).

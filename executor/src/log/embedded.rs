@@ -47,8 +47,8 @@ use redb::{Database, ReadableDatabase, ReadableTable, TableDefinition};
 use tokio::sync::watch;
 
 use super::{
-    AckToken, Delivered, LogConsumer, LogError, LogLimits, LogRecord, RecordLog, StartPosition,
-    codec,
+    AckToken, ConsumerPosition, Delivered, LogConsumer, LogError, LogLimits, LogRecord,
+    PositionChange, RecordLog, StartPosition, codec,
 };
 
 /// File name of the database inside the log directory.
@@ -366,6 +366,91 @@ impl RecordLog for EmbeddedLog {
         })
         .await?;
         // Readers of the deleted consumer return what they held; nothing to redeliver.
+        self.inner.changed.send_modify(|n| *n = n.wrapping_add(1));
+        Ok(())
+    }
+
+    async fn consumer_positions(&self, consumer: &str) -> Result<Vec<ConsumerPosition>, LogError> {
+        let inner = self.inner.clone();
+        let name = consumer.to_string();
+        blocking(move || {
+            let txn = inner.db.begin_read().map_err(storage)?;
+            let floors = txn.open_table(FLOORS).map_err(storage)?;
+            let mut out = Vec::new();
+            for row in floors.iter().map_err(storage)? {
+                let (key, floor) = row.map_err(storage)?;
+                let (c, topic) = key.value();
+                if c == name {
+                    out.push(ConsumerPosition {
+                        topic: topic.to_owned(),
+                        partition: 0,
+                        next: floor.value(),
+                    });
+                }
+            }
+            out.sort_by(|a, b| a.topic.cmp(&b.topic));
+            Ok(out)
+        })
+        .await
+    }
+
+    async fn set_consumer_positions(
+        &self,
+        consumer: &str,
+        changes: &[PositionChange],
+    ) -> Result<(), LogError> {
+        super::single_partition(changes)?;
+        // The cursors in memory are dropped: readers opened afterwards load the new floors.
+        let group = lock(&self.inner.groups).remove(consumer);
+        let _io = match &group {
+            Some(group) => {
+                let io = group.io.lock().await;
+                lock(&group.state).deleted = true;
+                Some(io)
+            }
+            None => None,
+        };
+        let inner = self.inner.clone();
+        let name = consumer.to_string();
+        let changes = changes.to_vec();
+        blocking(move || {
+            let txn = inner.db.begin_write().map_err(storage)?;
+            {
+                let heads = txn.open_table(HEADS).map_err(storage)?;
+                let mut floors = txn.open_table(FLOORS).map_err(storage)?;
+                let mut acks = txn.open_table(ACKS).map_err(storage)?;
+                for c in &changes {
+                    let head = heads
+                        .get(c.topic.as_str())
+                        .map_err(storage)?
+                        .map_or(0, |g| g.value());
+                    if let Some(next) = c.next
+                        && next > head
+                    {
+                        return Err(LogError::InvalidConfig(format!(
+                            "offset {next} of topic {:?} is beyond its end ({head} records)",
+                            c.topic
+                        )));
+                    }
+                    acks.retain(|(k, t, _), _| !(k == name.as_str() && t == c.topic.as_str()))
+                        .map_err(storage)?;
+                    match c.next {
+                        Some(next) => {
+                            floors
+                                .insert((name.as_str(), c.topic.as_str()), next)
+                                .map_err(storage)?;
+                        }
+                        None => {
+                            floors
+                                .remove((name.as_str(), c.topic.as_str()))
+                                .map_err(storage)?;
+                        }
+                    }
+                }
+            }
+            txn.commit().map_err(storage)
+        })
+        .await?;
         self.inner.changed.send_modify(|n| *n = n.wrapping_add(1));
         Ok(())
     }

@@ -185,6 +185,35 @@ pub enum LogError {
     /// The consumer was deleted while this reader still used it.
     #[error("record log consumer {0} was deleted")]
     ConsumerDeleted(String),
+    /// The backend cannot do what was asked (the message says what and what to do).
+    #[error("{0}")]
+    Unsupported(String),
+}
+
+/// A consumer's position on one partition of a topic: the next record it reads, as
+/// Kafka Connect shows a sink's offsets (KIP-875: `kafka_topic`, `kafka_partition`,
+/// `kafka_offset`, the committed offset being the next record's).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ConsumerPosition {
+    /// Topic.
+    pub topic: String,
+    /// Partition; the embedded and JetStream logs have one per topic, 0.
+    pub partition: u32,
+    /// Position of the next record the consumer reads.
+    pub next: u64,
+}
+
+/// A change of a consumer's position on one partition (KIP-875's alter of a sink's
+/// offsets): `next: None` forgets the position, so the consumer starts there as a new
+/// one does.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PositionChange {
+    /// Topic.
+    pub topic: String,
+    /// Partition.
+    pub partition: u32,
+    /// The next record to read; `None` resets the partition.
+    pub next: Option<u64>,
 }
 
 /// A durable, append-only log of topics.
@@ -207,6 +236,50 @@ pub trait RecordLog: Send + Sync {
     /// Forgets the consumer's acknowledged positions, so that a consumer created again
     /// under the same name starts from its configured position. Missing is not an error.
     async fn delete_consumer(&self, consumer: &str) -> Result<(), LogError>;
+
+    /// The consumer's positions, one per partition it has one on, sorted by topic and
+    /// partition; empty for a consumer that never read. Only while none of its readers
+    /// runs is the answer stable.
+    ///
+    /// # Errors
+    /// [`LogError::Unsupported`] from a backend that cannot read them (the default).
+    async fn consumer_positions(&self, consumer: &str) -> Result<Vec<ConsumerPosition>, LogError> {
+        Err(LogError::Unsupported(format!(
+            "this record log cannot read the positions of consumer {consumer}"
+        )))
+    }
+
+    /// Moves (or with `next: None` forgets) the consumer's position on each partition
+    /// named; the others stay. Only while none of its readers runs (a sink connector is
+    /// STOPPED); readers opened afterwards start at the new positions.
+    ///
+    /// # Errors
+    /// [`LogError::InvalidConfig`] naming a partition the topic does not have;
+    /// [`LogError::Unsupported`] from a backend that cannot move them (the default).
+    async fn set_consumer_positions(
+        &self,
+        consumer: &str,
+        changes: &[PositionChange],
+    ) -> Result<(), LogError> {
+        let _ = changes;
+        Err(LogError::Unsupported(format!(
+            "this record log cannot move the positions of consumer {consumer}"
+        )))
+    }
+}
+
+/// Refuses a change on a partition other than 0 of a log with one partition per topic.
+///
+/// # Errors
+/// [`LogError::InvalidConfig`] naming the topic and partition.
+pub fn single_partition(changes: &[PositionChange]) -> Result<(), LogError> {
+    match changes.iter().find(|c| c.partition != 0) {
+        Some(c) => Err(LogError::InvalidConfig(format!(
+            "topic {:?} has one partition, 0, on this record log; partition {} does not exist",
+            c.topic, c.partition
+        ))),
+        None => Ok(()),
+    }
 }
 
 /// One reader of a named consumer.

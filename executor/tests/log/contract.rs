@@ -12,8 +12,8 @@ use std::time::Duration;
 
 use wharf_executor::log::jetstream::DEFAULT_ACK_WAIT_MS;
 use wharf_executor::log::{
-    Delivered, EmbeddedConfig, JetStreamOptions, KafkaConfig, LogConfig, LogConsumer, LogError,
-    LogLimits, NatsConfig, RecordLog, StartPosition,
+    ConsumerPosition, Delivered, EmbeddedConfig, JetStreamOptions, KafkaConfig, LogConfig,
+    LogConsumer, LogError, LogLimits, NatsConfig, PositionChange, RecordLog, StartPosition,
 };
 
 use crate::common::{
@@ -45,6 +45,15 @@ pub enum Backend {
 }
 
 impl Backend {
+    /// Whether the backend reads and moves a consumer's positions (KIP-875's sink
+    /// offsets); the others refuse with [`LogError::Unsupported`].
+    pub fn moves_positions(&self) -> bool {
+        match self {
+            Backend::Embedded { .. } | Backend::JetStream { .. } => true,
+            Backend::Kafka { .. } => false,
+        }
+    }
+
     /// The embedded log in a fresh temp dir.
     pub fn embedded() -> Self {
         Self::Embedded {
@@ -540,6 +549,105 @@ async fn a_deleted_consumer_created_again_starts_from_its_configured_position(b:
     assert_eq!(got, vec![("t".to_string(), 5, "v5".to_string())]);
 }
 
+async fn consumer_positions_follow_acknowledgements_and_move_where_supported(b: &Backend) {
+    let log = b.open().await;
+    log.append("t", recs("v", 0..3)).await.expect("append");
+    if !b.moves_positions() {
+        // Refused with the reason, never answered as done.
+        let read = log.consumer_positions("wharf-sink-p").await;
+        assert!(matches!(read, Err(LogError::Unsupported(_))), "{read:?}");
+        let change = PositionChange {
+            topic: "t".into(),
+            partition: 0,
+            next: Some(1),
+        };
+        let moved = log.set_consumer_positions("wharf-sink-p", &[change]).await;
+        assert!(matches!(moved, Err(LogError::Unsupported(_))), "{moved:?}");
+        return;
+    }
+    let at = |next: u64| {
+        vec![ConsumerPosition {
+            topic: "t".into(),
+            partition: 0,
+            next,
+        }]
+    };
+    let to = |next: Option<u64>| {
+        [PositionChange {
+            topic: "t".into(),
+            partition: 0,
+            next,
+        }]
+    };
+    assert_eq!(
+        log.consumer_positions("wharf-sink-p").await.expect("read"),
+        Vec::new(),
+        "a consumer that never read has no position"
+    );
+    let mut reader = log
+        .consumer("wharf-sink-p", &topics(&["t"]), StartPosition::Earliest)
+        .await
+        .expect("consumer");
+    read_and_ack(reader.as_mut(), 3).await;
+    drop(reader);
+    assert_eq!(
+        log.consumer_positions("wharf-sink-p").await.expect("read"),
+        at(3)
+    );
+    log.append("t", recs("v", 3..5)).await.expect("append");
+
+    // Moved back: the next reader starts there.
+    log.set_consumer_positions("wharf-sink-p", &to(Some(1)))
+        .await
+        .expect("move");
+    assert_eq!(
+        log.consumer_positions("wharf-sink-p").await.expect("read"),
+        at(1)
+    );
+    let mut reader = log
+        .consumer("wharf-sink-p", &topics(&["t"]), StartPosition::Earliest)
+        .await
+        .expect("consumer");
+    let got = read_and_ack(reader.as_mut(), 4).await;
+    assert_eq!(
+        got.iter().map(|(_, o, _)| *o).collect::<Vec<_>>(),
+        vec![1, 2, 3, 4]
+    );
+    drop(reader);
+
+    // A partition the topic lacks, an offset past its end: refused, nothing moved.
+    let other = [PositionChange {
+        topic: "t".into(),
+        partition: 1,
+        next: Some(0),
+    }];
+    let r = log.set_consumer_positions("wharf-sink-p", &other).await;
+    assert!(matches!(r, Err(LogError::InvalidConfig(_))), "{r:?}");
+    let r = log
+        .set_consumer_positions("wharf-sink-p", &to(Some(99)))
+        .await;
+    assert!(matches!(r, Err(LogError::InvalidConfig(_))), "{r:?}");
+    assert_eq!(
+        log.consumer_positions("wharf-sink-p").await.expect("read"),
+        at(5)
+    );
+
+    // Forgotten: a new reader starts as a new consumer does.
+    log.set_consumer_positions("wharf-sink-p", &to(None))
+        .await
+        .expect("reset");
+    assert_eq!(
+        log.consumer_positions("wharf-sink-p").await.expect("read"),
+        Vec::new()
+    );
+    let mut reader = log
+        .consumer("wharf-sink-p", &topics(&["t"]), StartPosition::Earliest)
+        .await
+        .expect("consumer");
+    let got = read_and_ack(reader.as_mut(), 5).await;
+    assert_eq!(got[0].1, 0);
+}
+
 async fn a_latest_consumer_keeps_its_start_across_a_restart(b: &Backend) {
     {
         let log = b.open().await;
@@ -640,4 +748,5 @@ contract!(
     a_latest_consumer_keeps_its_start_across_a_restart,
     unacknowledged_records_per_reader_and_fetch_sizes_are_bounded,
     zero_limits_are_refused_naming_the_field,
+    consumer_positions_follow_acknowledgements_and_move_where_supported,
 );

@@ -76,7 +76,10 @@ use async_nats::jetstream::{self, consumer, stream};
 use async_trait::async_trait;
 use futures::StreamExt;
 
-use super::{LogConsumer, LogError, LogRecord, RecordLog, StartPosition, codec};
+use super::{
+    ConsumerPosition, LogConsumer, LogError, LogRecord, PositionChange, RecordLog, StartPosition,
+    codec,
+};
 use conn::Conn;
 pub use reader::{
     ACK_IN_FLIGHT, JetStreamConsumer, MIN_REWIND_INTERVAL_MS, MULTI_TOPIC_WAIT_SLICE_MS,
@@ -230,7 +233,7 @@ impl JetStreamLog {
             conn.js.get_or_create_stream(stream::Config {
                 name: name.clone(),
                 subjects: vec![self.subject(topic)],
-                description: Some(format!("wharf topic {topic}")),
+                description: Some(format!("{STREAM_DESCRIPTION_PREFIX}{topic}")),
                 storage: stream::StorageType::File,
                 retention: stream::RetentionPolicy::Limits,
                 num_replicas: self.options().replicas,
@@ -532,5 +535,184 @@ impl RecordLog for JetStreamLog {
             self.delete_durable(&conn, &durable, &stream_name).await?;
         }
         Ok(())
+    }
+
+    /// The durable's acknowledgement floor on each topic's stream: every record up to
+    /// that stream sequence is acknowledged, so the next position (sequence minus one)
+    /// is the floor's sequence. The topic is read from the stream's description.
+    async fn consumer_positions(&self, consumer: &str) -> Result<Vec<ConsumerPosition>, LogError> {
+        let conn = self.conn().await?;
+        let durable = name_token(consumer);
+        let prefix = format!("{}_T_", self.options().prefix.to_ascii_uppercase());
+        let streams = conn
+            .within(self.request_timeout(), async {
+                let mut infos = conn.js.streams();
+                let mut out = Vec::new();
+                while let Some(info) = infos.next().await {
+                    let info = info.map_err(|err| unavailable("list streams", err))?;
+                    if info.config.name.starts_with(&prefix) {
+                        out.push(info);
+                    }
+                }
+                Ok::<_, LogError>(out)
+            })
+            .await
+            .map_err(|err| unavailable("list streams", err))??;
+        let mut out = Vec::new();
+        for info in streams {
+            let Some(topic) = info
+                .config
+                .description
+                .as_deref()
+                .and_then(|d| d.strip_prefix(STREAM_DESCRIPTION_PREFIX))
+            else {
+                continue;
+            };
+            let what = format!("consumer {durable} on stream {}", info.config.name);
+            let asked = conn
+                .within(self.request_timeout(), async {
+                    let stream = conn
+                        .js
+                        .get_stream(&info.config.name)
+                        .await
+                        .map_err(|e| e.to_string())?;
+                    Ok::<_, String>(stream.consumer_info(&durable).await)
+                })
+                .await
+                .map_err(|err| unavailable(&what, err))?
+                .map_err(|err| unavailable(&what, err))?;
+            match asked {
+                Ok(ci) => out.push(ConsumerPosition {
+                    topic: topic.to_owned(),
+                    partition: 0,
+                    next: next_position(
+                        ci.ack_floor.stream_sequence,
+                        info.state.last_sequence,
+                        ci.num_pending + ci.num_ack_pending as u64,
+                    ),
+                }),
+                Err(err) if consumer_absent(&err.kind()) => {}
+                Err(err) => return Err(unavailable(&what, err)),
+            }
+        }
+        out.sort_by(|a, b| a.topic.cmp(&b.topic));
+        Ok(out)
+    }
+
+    /// Each change deletes the topic's durable and, for a position, creates it again
+    /// starting at that record (stream sequence = position + 1).
+    async fn set_consumer_positions(
+        &self,
+        consumer: &str,
+        changes: &[PositionChange],
+    ) -> Result<(), LogError> {
+        super::single_partition(changes)?;
+        let conn = self.conn().await?;
+        let durable = name_token(consumer);
+        for c in changes {
+            let stream_name = self.stream_name(&c.topic);
+            if let Some(next) = c.next {
+                let head = self.head(&conn, &stream_name).await?;
+                if next > head {
+                    return Err(LogError::InvalidConfig(format!(
+                        "offset {next} of topic {:?} is beyond its end ({head} records)",
+                        c.topic
+                    )));
+                }
+            }
+        }
+        for c in changes {
+            let stream_name = self.stream_name(&c.topic);
+            self.take_pending_rewind(&(stream_name.clone(), durable.clone()));
+            self.delete_durable(&conn, &durable, &stream_name).await?;
+            if let Some(next) = c.next {
+                self.ensure_stream(&conn, &c.topic).await?;
+                self.open_durable(
+                    &conn,
+                    &durable,
+                    consumer,
+                    &stream_name,
+                    consumer::DeliverPolicy::ByStartSequence {
+                        start_sequence: next + 1,
+                    },
+                )
+                .await?;
+            }
+        }
+        Ok(())
+    }
+}
+
+/// The next position of a consumer whose acknowledgement floor is stream sequence
+/// `ack_floor` on a stream whose last sequence is `last`, with `unread` records not yet
+/// acknowledged (pending and delivered): the floor once something was acknowledged (every
+/// record up to it is); before that (nats-server keeps the floor at 0 for a consumer
+/// created at a start sequence), the first record not yet acknowledged. Pure.
+fn next_position(ack_floor: u64, last: u64, unread: u64) -> u64 {
+    if ack_floor > 0 {
+        ack_floor
+    } else {
+        last.saturating_sub(unread)
+    }
+}
+
+/// What a topic's stream description starts with (`ensure_stream`); the topic follows.
+const STREAM_DESCRIPTION_PREFIX: &str = "wharf topic ";
+
+/// Whether a consumer-info error means the consumer (or its stream) is absent.
+fn consumer_absent(kind: &async_nats::jetstream::context::ConsumerInfoErrorKind) -> bool {
+    use async_nats::jetstream::context::ConsumerInfoErrorKind as K;
+    match kind {
+        K::NotFound | K::StreamNotFound => true,
+        K::JetStream(e) => {
+            e.error_code() == jetstream::ErrorCode::CONSUMER_NOT_FOUND
+                || e.error_code() == jetstream::ErrorCode::STREAM_NOT_FOUND
+        }
+        K::InvalidName | K::Offline | K::Request | K::TimedOut | K::NoResponders => false,
+    }
+}
+
+impl JetStreamLog {
+    /// Records in `stream_name` (its last sequence; 0 when it does not exist).
+    async fn head(&self, conn: &Conn, stream_name: &str) -> Result<u64, LogError> {
+        let what = format!("stream {stream_name}");
+        let got = conn
+            .within(self.request_timeout(), conn.js.get_stream(stream_name))
+            .await
+            .map_err(|err| unavailable(&what, err))?;
+        match got {
+            Ok(mut stream) => {
+                let info = stream.info().await.map_err(|err| unavailable(&what, err))?;
+                Ok(info.state.last_sequence)
+            }
+            Err(err)
+                if matches!(
+                    err.kind(),
+                    async_nats::jetstream::context::GetStreamErrorKind::JetStream(e)
+                        if e.error_code() == jetstream::ErrorCode::STREAM_NOT_FOUND
+                ) =>
+            {
+                Ok(0)
+            }
+            Err(err) => Err(unavailable(&what, err)),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::next_position;
+
+    #[test]
+    fn a_consumer_that_acknowledged_is_at_its_floor() {
+        assert_eq!(next_position(5, 9, 0), 5);
+    }
+
+    #[test]
+    fn a_consumer_created_at_a_start_sequence_is_at_its_first_unread_record() {
+        // Stream of 5 records, consumer starting at sequence 3: 3 records unread.
+        assert_eq!(next_position(0, 5, 3), 2);
+        assert_eq!(next_position(0, 5, 5), 0);
+        assert_eq!(next_position(0, 0, 0), 0);
     }
 }
