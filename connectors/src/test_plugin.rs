@@ -365,6 +365,7 @@ impl SourceTask for TestSourceTask {
                     timestamp_ms: None,
                     source_partition: json!({ "task": self.task }),
                     source_offset: json!({ "seq": seq }),
+                    data: None,
                 }
             })
             .collect();

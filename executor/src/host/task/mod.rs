@@ -151,6 +151,7 @@ impl Instance for TaskInstance {
             connector_config: req.connector_config.clone(),
             offsets: req.offsets.clone(),
             cancel: self.cancel.clone(),
+            errant_reporter: None,
         };
         let config = req.task_config.clone();
         match &self.plugin {

@@ -448,6 +448,7 @@ mod tests {
             timestamp_ms: None,
             source_partition: partition,
             source_offset: json!({ "position": position }),
+            data: None,
         }
     }
 
