@@ -331,6 +331,8 @@ impl Admin {
                     Some(why) => (vec![convert::bad_key_reason(why)], Vec::new()),
                     None => match connect_keys::problem(&def, k, raw) {
                         Some(why) => (vec![why], Vec::new()),
+                        // A pipeline key: the runtime reads it (an executor checks it).
+                        None if connect_keys::implemented(k) => (Vec::new(), Vec::new()),
                         None => (
                             Vec::new(),
                             vec![unknown_key_warning(&def, k, plugin.is_some())],

@@ -254,11 +254,29 @@ impl Host {
         plugin: &str,
         config: ConfigMap,
     ) -> Option<Result<Vec<(String, Vec<String>)>, String>> {
-        let def = wharf::sdk::runtime_config_def().merged(&self.plugins.get(plugin)?.config_def);
+        let found = self.plugins.get(plugin)?;
+        let def = wharf::sdk::runtime_config_def().merged(&found.config_def);
+        let kind = found.kind();
         Some(
-            tokio::task::spawn_blocking(move || validate::key_errors(&def, &config))
-                .await
-                .map_err(panic_text),
+            tokio::task::spawn_blocking(move || {
+                let mut errors = validate::key_errors(&def, &config);
+                // The record pipeline's keys (converters, transforms, predicates,
+                // errors.*), each problem on its key.
+                for (key, why) in crate::pipeline::validate(
+                    &config,
+                    kind,
+                    crate::pipeline::ConverterDefaults::default(),
+                    &[],
+                ) {
+                    match errors.iter_mut().find(|(k, _)| *k == key) {
+                        Some((_, messages)) => messages.push(why),
+                        None => errors.push((key, vec![why])),
+                    }
+                }
+                errors
+            })
+            .await
+            .map_err(panic_text),
         )
     }
 
