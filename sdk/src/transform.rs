@@ -142,12 +142,16 @@ impl std::fmt::Debug for TransformPlugin {
 /// return from `put`, which fails it. Given in [`TaskContext::errant_reporter`](crate::TaskContext::errant_reporter) to sink tasks.
 #[derive(Clone)]
 pub struct ErrantRecordReporter {
-    report: Arc<dyn Fn(&SinkRecord, &str) -> Result<(), String> + Send + Sync>,
+    report: ReportFn,
 }
+
+/// What an [`ErrantRecordReporter`] calls: the record and the error's text; an `Err`
+/// tells the plugin to fail (`errors.tolerance=none`).
+pub type ReportFn = Arc<dyn Fn(&SinkRecord, &str) -> Result<(), String> + Send + Sync>;
 
 impl ErrantRecordReporter {
     /// A reporter that calls `report` (the runtime builds it).
-    pub fn new(report: Arc<dyn Fn(&SinkRecord, &str) -> Result<(), String> + Send + Sync>) -> Self {
+    pub fn new(report: ReportFn) -> Self {
         Self { report }
     }
 

@@ -203,8 +203,14 @@ fn converter(
                 parse_bool(&full, value).map(|b| json.replace_null_with_default = b)
             }
             "decimal.format" => match value.trim().to_ascii_uppercase().as_str() {
-                "BASE64" => Ok(json.decimal_format = DecimalFormat::Base64),
-                "NUMERIC" => Ok(json.decimal_format = DecimalFormat::Numeric),
+                "BASE64" => {
+                    json.decimal_format = DecimalFormat::Base64;
+                    Ok(())
+                }
+                "NUMERIC" => {
+                    json.decimal_format = DecimalFormat::Numeric;
+                    Ok(())
+                }
                 _ => Err((
                     full.clone(),
                     "String must be one of (case insensitive): BASE64, NUMERIC".into(),
@@ -256,16 +262,28 @@ fn error_policy(
         let v = value.trim();
         let checked: Result<(), KeyProblem> = match key.as_str() {
             "errors.tolerance" => match v.to_ascii_lowercase().as_str() {
-                "none" => Ok(p.tolerance = Tolerance::None),
-                "all" => Ok(p.tolerance = Tolerance::All),
+                "none" => {
+                    p.tolerance = Tolerance::None;
+                    Ok(())
+                },
+                "all" => {
+                    p.tolerance = Tolerance::All;
+                    Ok(())
+                },
                 _ => Err((key.clone(), "String must be one of: none, all".into())),
             },
             "errors.retry.timeout" => match v.parse::<i64>() {
-                Ok(n) if n >= -1 => Ok(p.retry_timeout_ms = n),
+                Ok(n) if n >= -1 => {
+                    p.retry_timeout_ms = n;
+                    Ok(())
+                },
                 _ => Err((key.clone(), "must be a number of milliseconds, 0 (no retries) or -1 (retry without end)".into())),
             },
             "errors.retry.delay.max.ms" => match v.parse::<u64>() {
-                Ok(n) if n >= 1 => Ok(p.retry_delay_max_ms = n),
+                Ok(n) if n >= 1 => {
+                    p.retry_delay_max_ms = n;
+                    Ok(())
+                },
                 _ => Err((key.clone(), "must be a positive number of milliseconds".into())),
             },
             "errors.log.enable" => parse_bool(key, v).map(|b| p.log = b),
@@ -435,7 +453,7 @@ pub fn parse(
         }
     }
     // A key under an alias the list does not name would be ignored: refused instead.
-    for (k, _) in config {
+    for k in config.keys() {
         for (group, listed) in [
             ("transforms.", &transform_aliases),
             ("predicates.", &predicate_aliases),
@@ -574,15 +592,14 @@ mod tests {
             ("errors.deadletterqueue.topic.name", "dlq"),
             ("errors.deadletterqueue.context.headers.enable", "true"),
         ];
-        let parsed = parse(
+        let Ok(parsed) = parse(
             &cfg(&config),
             PluginKind::Sink,
             ConverterDefaults::default(),
             &[],
-        )
-        .map_err(|p| p)
-        .ok()
-        .unwrap();
+        ) else {
+            panic!("refused");
+        };
         assert_eq!(parsed.steps.len(), 2);
         assert_eq!(parsed.steps[1].predicate, Some((0, true)));
         assert_eq!(parsed.errors.tolerance, Tolerance::All);

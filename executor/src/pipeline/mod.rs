@@ -278,6 +278,13 @@ mod tests {
             .collect()
     }
 
+    fn pipeline(config: &ConfigMap, kind: PluginKind) -> Pipeline {
+        match Pipeline::new(config, kind, ConverterDefaults::default(), &[]) {
+            Ok(p) => p,
+            Err(problems) => panic!("refused: {problems:?}"),
+        }
+    }
+
     fn sink_record(value: &str) -> SinkRecord {
         SinkRecord {
             topic: "orders".into(),
@@ -327,15 +334,7 @@ mod tests {
 
     #[test]
     fn a_sink_record_goes_through_the_chain_and_is_written_back_as_json() {
-        let mut p = Pipeline::new(
-            &chain(),
-            PluginKind::Sink,
-            ConverterDefaults::default(),
-            &[],
-        )
-        .map_err(|e| e)
-        .ok()
-        .unwrap();
+        let mut p = pipeline(&chain(), PluginKind::Sink);
         let out = p
             .sink(sink_record(r#"{"id":7,"ssn":"123-45"}"#))
             .unwrap()
@@ -352,15 +351,7 @@ mod tests {
 
     #[test]
     fn the_predicate_keeps_the_router_off_other_topics() {
-        let mut p = Pipeline::new(
-            &chain(),
-            PluginKind::Sink,
-            ConverterDefaults::default(),
-            &[],
-        )
-        .map_err(|e| e)
-        .ok()
-        .unwrap();
+        let mut p = pipeline(&chain(), PluginKind::Sink);
         let mut r = sink_record(r#"{"id":1,"ssn":"x"}"#);
         r.topic = "customers".into();
         assert_eq!(p.sink(r).unwrap().unwrap().topic, "customers");
@@ -368,15 +359,7 @@ mod tests {
 
     #[test]
     fn bad_json_fails_in_the_value_converter_stage() {
-        let mut p = Pipeline::new(
-            &chain(),
-            PluginKind::Sink,
-            ConverterDefaults::default(),
-            &[],
-        )
-        .map_err(|e| e)
-        .ok()
-        .unwrap();
+        let mut p = pipeline(&chain(), PluginKind::Sink);
         let e = p.sink(sink_record("not json")).unwrap_err();
         assert_eq!(e.stage, Stage::ValueConverter);
         assert_eq!(e.class, convert::JSON_CONVERTER);
@@ -384,15 +367,7 @@ mod tests {
 
     #[test]
     fn a_transform_error_names_the_stage_alias_and_class() {
-        let mut p = Pipeline::new(
-            &chain(),
-            PluginKind::Sink,
-            ConverterDefaults::default(),
-            &[],
-        )
-        .map_err(|e| e)
-        .ok()
-        .unwrap();
+        let mut p = pipeline(&chain(), PluginKind::Sink);
         let e = p.sink(sink_record("[1,2]")).unwrap_err();
         assert_eq!(e.stage, Stage::Transformation);
         assert!(
@@ -404,15 +379,7 @@ mod tests {
 
     #[test]
     fn the_default_pipeline_passes_records_unchanged() {
-        let mut p = Pipeline::new(
-            &ConfigMap::new(),
-            PluginKind::Sink,
-            ConverterDefaults::default(),
-            &[],
-        )
-        .map_err(|e| e)
-        .ok()
-        .unwrap();
+        let mut p = pipeline(&ConfigMap::new(), PluginKind::Sink);
         assert!(p.is_identity());
         let r = sink_record("\u{1}raw");
         let out = p.sink(r.clone()).unwrap().unwrap();
@@ -425,15 +392,7 @@ mod tests {
             "value.converter",
             "org.apache.kafka.connect.json.JsonConverter",
         )]);
-        let mut p = Pipeline::new(
-            &config,
-            PluginKind::Source,
-            ConverterDefaults::default(),
-            &[],
-        )
-        .map_err(|e| e)
-        .ok()
-        .unwrap();
+        let mut p = pipeline(&config, PluginKind::Source);
         let record = SourceRecord {
             topic: "t".into(),
             key: None,
@@ -458,15 +417,7 @@ mod tests {
     #[test]
     fn a_dropped_source_record_is_none() {
         let config = cfg(&[("transforms", "f"), ("transforms.f.type", "Filter")]);
-        let mut p = Pipeline::new(
-            &config,
-            PluginKind::Source,
-            ConverterDefaults::default(),
-            &[],
-        )
-        .map_err(|e| e)
-        .ok()
-        .unwrap();
+        let mut p = pipeline(&config, PluginKind::Source);
         let record = SourceRecord {
             topic: "t".into(),
             key: None,

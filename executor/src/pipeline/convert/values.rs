@@ -26,18 +26,17 @@ pub fn parse_string(text: &str) -> Data {
         && trimmed
             .chars()
             .all(|c| c.is_ascii_digit() || c == '-' || c == '+')
+        && let Ok(n) = trimmed.parse::<i64>()
     {
-        if let Ok(n) = trimmed.parse::<i64>() {
-            return if let Ok(v) = i8::try_from(n) {
-                Data::new(Schema::new(SchemaType::Int8), Value::Int8(v))
-            } else if let Ok(v) = i16::try_from(n) {
-                Data::new(Schema::new(SchemaType::Int16), Value::Int16(v))
-            } else if let Ok(v) = i32::try_from(n) {
-                Data::new(Schema::new(SchemaType::Int32), Value::Int32(v))
-            } else {
-                Data::new(Schema::new(SchemaType::Int64), Value::Int64(n))
-            };
-        }
+        return if let Ok(v) = i8::try_from(n) {
+            Data::new(Schema::new(SchemaType::Int8), Value::Int8(v))
+        } else if let Ok(v) = i16::try_from(n) {
+            Data::new(Schema::new(SchemaType::Int16), Value::Int16(v))
+        } else if let Ok(v) = i32::try_from(n) {
+            Data::new(Schema::new(SchemaType::Int32), Value::Int32(v))
+        } else {
+            Data::new(Schema::new(SchemaType::Int64), Value::Int64(n))
+        };
     }
     let numeric = !trimmed.is_empty()
         && trimmed

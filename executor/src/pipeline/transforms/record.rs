@@ -302,7 +302,7 @@ impl TimestampConverter {
         })
     }
 
-    fn from_ms(&self, ms: i64) -> (SchemaType, Option<&'static str>, Value) {
+    fn target_value(&self, ms: i64) -> (SchemaType, Option<&'static str>, Value) {
         match self.target {
             TimeKind::Timestamp => (SchemaType::Int64, Some("ts"), Value::Timestamp(ms)),
             TimeKind::Date => (
@@ -354,7 +354,7 @@ impl TimestampConverter {
         }
         let kind = Self::kind_of(schema, v)?;
         let ms = self.to_ms(kind, v)?;
-        Ok(self.from_ms(ms).2)
+        Ok(self.target_value(ms).2)
     }
 }
 
