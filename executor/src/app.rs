@@ -62,6 +62,9 @@ pub struct ExecutorConfig {
     pub record_log: LogConfig,
     /// Plugins this executor runs.
     pub plugins: Vec<Plugin>,
+    /// Custom transforms and predicates connector configs may name beside the built-in
+    /// ones (docs/pipeline.md).
+    pub transforms: Vec<wharf::sdk::TransformPlugin>,
     /// The file plugins' root (`--file-root`), canonical; `None`: no file plugins. The
     /// plugins carry it themselves; this copy is for the start log line.
     pub file_root: Option<PathBuf>,
@@ -101,6 +104,7 @@ impl ExecutorConfig {
             graceful_timeout: Duration::from_millis(DEFAULT_GRACEFUL_TIMEOUT_MS),
             plugin_threads: DEFAULT_PLUGIN_THREADS,
             plugins: Vec::new(),
+            transforms: Vec::new(),
             file_root: None,
             tls: None,
             insecure: false,
@@ -251,6 +255,7 @@ impl ExecutorApp {
             plugin_threads,
             record_log,
             plugins,
+            transforms,
             file_root,
             tls,
             insecure,
@@ -313,7 +318,8 @@ impl ExecutorApp {
             .map_err(|source| AppError::PluginRuntime {
                 threads: plugin_threads.get(),
                 source,
-            })?,
+            })?
+            .with_transforms(transforms),
         );
         let (router, health) = executor_router(host.clone())?;
         write_listen_addr(&data_dir, local_addr)?;

@@ -180,6 +180,8 @@ pub(crate) struct Shared {
     pub log: Arc<dyn RecordLog>,
     /// Where the instances' plugin calls run.
     pub pool: PluginPool,
+    /// Custom transforms and predicates, beside the built-in ones (docs/pipeline.md).
+    pub transforms: Vec<wharf::sdk::TransformPlugin>,
 }
 
 impl Shared {
@@ -232,6 +234,7 @@ impl Host {
                 registry,
                 log,
                 pool: PluginPool::start(plugin_threads)?,
+                transforms: Vec::new(),
             }),
             plugins: plugins.into_iter().map(|p| (p.name.clone(), p)).collect(),
             default_stop_timeout,
@@ -239,6 +242,15 @@ impl Host {
             connectors: Mutex::new(HashMap::new()),
             closing: std::sync::atomic::AtomicBool::new(false),
         })
+    }
+
+    /// This host with custom transforms and predicates (before any instance starts).
+    #[must_use]
+    pub fn with_transforms(mut self, transforms: Vec<wharf::sdk::TransformPlugin>) -> Self {
+        if let Some(shared) = Arc::get_mut(&mut self.shared) {
+            shared.transforms = transforms;
+        }
+        self
     }
 
     /// Checks `config` with plugin `plugin`'s full definition (the runtime's keys, then
@@ -257,6 +269,7 @@ impl Host {
         let found = self.plugins.get(plugin)?;
         let def = wharf::sdk::runtime_config_def().merged(&found.config_def);
         let kind = found.kind();
+        let custom = self.shared.transforms.clone();
         Some(
             tokio::task::spawn_blocking(move || {
                 let mut errors = validate::key_errors(&def, &config);
@@ -266,7 +279,7 @@ impl Host {
                     &config,
                     kind,
                     crate::pipeline::ConverterDefaults::default(),
-                    &[],
+                    &custom,
                 ) {
                     match errors.iter_mut().find(|(k, _)| *k == key) {
                         Some((_, messages)) => messages.push(why),

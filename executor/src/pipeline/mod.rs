@@ -414,6 +414,88 @@ mod tests {
         assert_eq!(out.key, None);
     }
 
+    /// A custom transform: upper-cases a string value; `fail=true` makes it fail
+    /// retriably.
+    struct Upper {
+        fail: bool,
+    }
+
+    impl wharf::sdk::Transformation for Upper {
+        fn apply(&mut self, mut r: ConnectRecord) -> Result<Option<ConnectRecord>, TransformError> {
+            if self.fail {
+                return Err(TransformError::retriable("upstream busy"));
+            }
+            if let Value::String(s) = &mut r.value.value {
+                *s = s.to_uppercase();
+            }
+            Ok(Some(r))
+        }
+    }
+
+    fn upper_plugin() -> TransformPlugin {
+        TransformPlugin {
+            name: "com.example.Upper".into(),
+            version: "1".into(),
+            config_def: wharf::sdk::ConfigDef::new(),
+            kind: wharf::sdk::TransformKind::Transformation(std::sync::Arc::new(
+                |c: &ConfigMap| {
+                    Ok(Box::new(Upper {
+                        fail: c.get("fail").is_some_and(|v| v == "true"),
+                    })
+                        as Box<dyn wharf::sdk::Transformation>)
+                },
+            )),
+        }
+    }
+
+    #[test]
+    fn a_custom_transform_is_found_by_its_name_and_applied() {
+        let config = cfg(&[
+            ("value.converter", "string"),
+            ("transforms", "up"),
+            ("transforms.up.type", "com.example.Upper"),
+        ]);
+        let Ok(mut p) = Pipeline::new(
+            &config,
+            PluginKind::Sink,
+            ConverterDefaults::default(),
+            &[upper_plugin()],
+        ) else {
+            panic!("refused");
+        };
+        let out = p.sink(sink_record("abc")).unwrap().unwrap();
+        assert_eq!(out.value, b"ABC".to_vec());
+        let problems = validate(&config, PluginKind::Sink, ConverterDefaults::default(), &[]);
+        assert_eq!(
+            problems[0].0, "transforms.up.type",
+            "unknown without the plugin"
+        );
+    }
+
+    #[test]
+    fn a_custom_transforms_retriable_error_says_so() {
+        let config = cfg(&[
+            ("value.converter", "string"),
+            ("transforms", "up"),
+            ("transforms.up.type", "com.example.Upper"),
+            ("transforms.up.fail", "true"),
+        ]);
+        let Ok(mut p) = Pipeline::new(
+            &config,
+            PluginKind::Sink,
+            ConverterDefaults::default(),
+            &[upper_plugin()],
+        ) else {
+            panic!("refused");
+        };
+        let e = p.sink(sink_record("abc")).unwrap_err();
+        assert!(e.retriable);
+        assert_eq!(
+            (e.stage, e.class.as_str()),
+            (Stage::Transformation, "com.example.Upper")
+        );
+    }
+
     #[test]
     fn a_dropped_source_record_is_none() {
         let config = cfg(&[("transforms", "f"), ("transforms.f.type", "Filter")]);

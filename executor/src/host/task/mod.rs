@@ -115,7 +115,7 @@ impl Instance for TaskInstance {
             &req.connector_config,
             kind,
             crate::pipeline::ConverterDefaults::default(),
-            &[],
+            &shared.transforms,
         )
         .map_err(|problems| {
             let named: Vec<String> = problems

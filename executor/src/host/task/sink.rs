@@ -383,6 +383,7 @@ mod tests {
                 std::num::NonZeroUsize::new(2).expect("non-zero"),
             )
             .expect("plugin runtime"),
+            transforms: Vec::new(),
         });
         let probe = Arc::new(Probe::default());
         probe.fail_flush.store(fail_flush, Ordering::SeqCst);
