@@ -89,6 +89,7 @@ pub use source::SourceTask;
 /// wait, without a dependency of its own on `tokio-util`.
 pub use tokio_util::sync::CancellationToken;
 pub use transform::{
+    BUILTIN_CONVERTERS, BUILTIN_HEADER_CONVERTERS, BUILTIN_PREDICATES, BUILTIN_TRANSFORMS,
     ConnectRecord, ErrantRecordReporter, Predicate, PredicateFactory, TransformError,
     TransformFactory, TransformKind, TransformPlugin, Transformation,
 };

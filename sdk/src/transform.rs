@@ -13,6 +13,57 @@ use std::sync::Arc;
 use crate::data::{Data, HeaderValue};
 use crate::{ConfigDef, ConfigMap, PluginError, SinkRecord};
 
+/// The transforms every executor has built in, under Kafka Connect 3.9's class names
+/// (docs/pipeline.md); the control plane lists them in `GET
+/// /connector-plugins?connectorsOnly=false` as Connect lists its transformation plugins.
+pub const BUILTIN_TRANSFORMS: &[&str] = &[
+    "org.apache.kafka.connect.transforms.Cast$Key",
+    "org.apache.kafka.connect.transforms.Cast$Value",
+    "org.apache.kafka.connect.transforms.DropHeaders",
+    "org.apache.kafka.connect.transforms.ExtractField$Key",
+    "org.apache.kafka.connect.transforms.ExtractField$Value",
+    "org.apache.kafka.connect.transforms.Filter",
+    "org.apache.kafka.connect.transforms.Flatten$Key",
+    "org.apache.kafka.connect.transforms.Flatten$Value",
+    "org.apache.kafka.connect.transforms.HeaderFrom$Key",
+    "org.apache.kafka.connect.transforms.HeaderFrom$Value",
+    "org.apache.kafka.connect.transforms.HoistField$Key",
+    "org.apache.kafka.connect.transforms.HoistField$Value",
+    "org.apache.kafka.connect.transforms.InsertField$Key",
+    "org.apache.kafka.connect.transforms.InsertField$Value",
+    "org.apache.kafka.connect.transforms.InsertHeader",
+    "org.apache.kafka.connect.transforms.MaskField$Key",
+    "org.apache.kafka.connect.transforms.MaskField$Value",
+    "org.apache.kafka.connect.transforms.RegexRouter",
+    "org.apache.kafka.connect.transforms.ReplaceField$Key",
+    "org.apache.kafka.connect.transforms.ReplaceField$Value",
+    "org.apache.kafka.connect.transforms.SetSchemaMetadata$Key",
+    "org.apache.kafka.connect.transforms.SetSchemaMetadata$Value",
+    "org.apache.kafka.connect.transforms.TimestampConverter$Key",
+    "org.apache.kafka.connect.transforms.TimestampConverter$Value",
+    "org.apache.kafka.connect.transforms.TimestampRouter",
+    "org.apache.kafka.connect.transforms.ValueToKey",
+];
+
+/// The predicates every executor has built in (Kafka Connect 3.9's class names).
+pub const BUILTIN_PREDICATES: &[&str] = &[
+    "org.apache.kafka.connect.transforms.predicates.HasHeaderKey",
+    "org.apache.kafka.connect.transforms.predicates.RecordIsTombstone",
+    "org.apache.kafka.connect.transforms.predicates.TopicNameMatches",
+];
+
+/// The converters every executor has built in (Kafka Connect 3.9's class names); each
+/// also converts headers.
+pub const BUILTIN_CONVERTERS: &[&str] = &[
+    "org.apache.kafka.connect.json.JsonConverter",
+    "org.apache.kafka.connect.storage.StringConverter",
+    "org.apache.kafka.connect.converters.ByteArrayConverter",
+];
+
+/// The header-only converter every executor has built in.
+pub const BUILTIN_HEADER_CONVERTERS: &[&str] =
+    &["org.apache.kafka.connect.storage.SimpleHeaderConverter"];
+
 /// A record as transforms see it (Connect's `ConnectRecord`): read by the connector's
 /// converters, written back by them after the last transform.
 #[derive(Debug, Clone, PartialEq)]

@@ -290,6 +290,34 @@ fn name_set(list: Vec<String>) -> BTreeSet<String> {
 }
 
 #[cfg(test)]
+mod tests {
+    #[test]
+    fn the_sdks_lists_name_exactly_the_built_in_transforms_and_predicates() {
+        let simple = |list: &[&str], package: &str| -> Vec<String> {
+            list.iter()
+                .map(|c| {
+                    c.strip_prefix(package)
+                        .unwrap_or(c)
+                        .trim_start_matches('.')
+                        .to_owned()
+                })
+                .collect()
+        };
+        assert_eq!(
+            simple(wharf::sdk::BUILTIN_TRANSFORMS, super::TRANSFORMS_PACKAGE),
+            super::BUILTIN_TRANSFORMS
+        );
+        assert_eq!(
+            simple(wharf::sdk::BUILTIN_PREDICATES, super::PREDICATES_PACKAGE),
+            super::BUILTIN_PREDICATES
+        );
+        for c in wharf::sdk::BUILTIN_TRANSFORMS {
+            assert!(super::builtin_transform_name(c).is_some(), "{c}");
+        }
+    }
+}
+
+#[cfg(test)]
 pub(crate) mod test_support {
     use wharf::sdk::ConnectRecord;
     use wharf::sdk::data::{Data, Field, Schema, SchemaType, Value};
