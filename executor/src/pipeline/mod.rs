@@ -234,7 +234,8 @@ impl Pipeline {
         let offset = record.offset;
         let connect = ConnectRecord {
             topic: record.topic,
-            partition: None,
+            // The embedded and NATS logs have one partition per topic.
+            partition: Some(0),
             key,
             value,
             headers: record
