@@ -135,8 +135,44 @@ async fn a_connect_client_gets_connects_status_codes_and_json_shapes() {
         .expect("test-source offered");
     assert_eq!(p["type"], "source");
     assert!(p["version"].is_string());
+    assert!(
+        !a.body
+            .as_array()
+            .expect("array")
+            .iter()
+            .any(|p| p["type"] == "transformation"),
+        "connectors only by default"
+    );
     let a = rest.get("/connector-plugins?connectorsOnly=false").await;
     assert_eq!(a.status, 200);
+    let listed = a.body.as_array().expect("array");
+    for (class, kind) in [
+        (
+            "org.apache.kafka.connect.transforms.MaskField$Value",
+            "transformation",
+        ),
+        (
+            "org.apache.kafka.connect.transforms.predicates.TopicNameMatches",
+            "predicate",
+        ),
+        ("org.apache.kafka.connect.json.JsonConverter", "converter"),
+        (
+            "org.apache.kafka.connect.storage.SimpleHeaderConverter",
+            "header_converter",
+        ),
+    ] {
+        assert!(
+            listed
+                .iter()
+                .any(|p| p["class"] == class && p["type"] == kind),
+            "{class} listed as {kind}: {}",
+            a.body
+        );
+    }
+    assert!(
+        listed.iter().any(|p| p["class"] == "test-source"),
+        "the connectors too"
+    );
     // KIP-769: the plugin's keys as ConfigKeyInfo.
     let a = rest.get("/connector-plugins/test-source/config").await;
     assert_eq!(a.status, 200);

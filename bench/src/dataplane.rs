@@ -52,11 +52,46 @@ pub struct PipelineRun {
     pub placement: (String, String),
 }
 
+/// The source's record pipeline in the chained runs: JSON converters without schemas on
+/// key and value and three transforms (docs/pipeline.md), each record parsed, changed
+/// three times and written back.
+pub const CHAIN: &[(&str, &str)] = &[
+    (
+        "key.converter",
+        "org.apache.kafka.connect.json.JsonConverter",
+    ),
+    ("key.converter.schemas.enable", "false"),
+    (
+        "value.converter",
+        "org.apache.kafka.connect.json.JsonConverter",
+    ),
+    ("value.converter.schemas.enable", "false"),
+    ("transforms", "mask,insert,rename"),
+    (
+        "transforms.mask.type",
+        "org.apache.kafka.connect.transforms.MaskField$Value",
+    ),
+    ("transforms.mask.fields", "p"),
+    (
+        "transforms.insert.type",
+        "org.apache.kafka.connect.transforms.InsertField$Value",
+    ),
+    ("transforms.insert.static.field", "src"),
+    ("transforms.insert.static.value", "bench"),
+    (
+        "transforms.rename.type",
+        "org.apache.kafka.connect.transforms.ReplaceField$Value",
+    ),
+    ("transforms.rename.renames", "p:pad"),
+];
+
 /// All runs of one backend.
 #[derive(Debug, Clone, Default)]
 pub struct BackendResult {
     /// Pipeline runs.
     pub runs: Vec<PipelineRun>,
+    /// Pipeline runs with the source's [`CHAIN`] on (embedded only).
+    pub chained: Vec<PipelineRun>,
     /// Raw rates of the log, one per run (records per second).
     pub raw: Vec<f64>,
 }
@@ -210,6 +245,7 @@ pub async fn pipeline(
     dir: &Path,
     tag: &str,
     split: Option<Split<'_>>,
+    chain: bool,
 ) -> anyhow::Result<PipelineRun> {
     let cluster_ref: &Cluster = cluster;
     std::fs::create_dir_all(dir)?;
@@ -219,15 +255,23 @@ pub async fn pipeline(
     std::fs::File::create(&src)?;
     let mut admin = cluster.admin.clone();
     let src_name = format!("src-{tag}");
+    let mut src_config = config(&[
+        ("connector.class", "file-source".into()),
+        ("tasks.max", "1".into()),
+        ("file", src.display().to_string()),
+        ("topic", topic.clone()),
+    ]);
+    if chain {
+        src_config.extend(
+            CHAIN
+                .iter()
+                .map(|(k, v)| ((*k).to_owned(), (*v).to_owned())),
+        );
+    }
     admin
         .create_connector(CreateConnectorRequest {
             name: src_name.clone(),
-            config: config(&[
-                ("connector.class", "file-source".into()),
-                ("tasks.max", "1".into()),
-                ("file", src.display().to_string()),
-                ("topic", topic.clone()),
-            ]),
+            config: src_config,
             initial_state: 0,
         })
         .await?;

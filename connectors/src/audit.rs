@@ -678,6 +678,7 @@ fn record(topic: &str, row: AuditRow) -> SourceRecord {
         timestamp_ms: Some(row.commit_ms),
         source_partition: source_partition(&table),
         source_offset: serde_json::json!({ "id": row.id }),
+        data: None,
     }
 }
 

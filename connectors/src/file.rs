@@ -385,6 +385,7 @@ impl SourceTask for FileSourceTask {
                     timestamp_ms: None,
                     source_partition: partition.clone(),
                     source_offset: json!({ "position": next }),
+                    data: None,
                 }
             })
             .collect();
@@ -464,6 +465,7 @@ mod tests {
             connector_config: ConfigMap::new(),
             offsets,
             cancel: CancellationToken::new(),
+            errant_reporter: None,
         }
     }
 

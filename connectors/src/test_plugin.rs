@@ -191,6 +191,8 @@ fn config_def() -> ConfigDef {
         .define(ConfigKey::new("test.poll.panic", ConfigType::Boolean, Importance::Low, "When true, poll panics (to show that a panic fails only that task)."))
         .define(ConfigKey::new("test.start.delay.ms", ConfigType::Long, Importance::Low, "How long a task's start sleeps before returning, in milliseconds."))
         .define(ConfigKey::new("test.topic", ConfigType::String, Importance::Low, "Topic of the records; default test-<connector>."))
+        .define(ConfigKey::new(RECORDS_PATH, ConfigType::String, Importance::Low, "test-sink: a file to which each record put is appended as a JSON line (topic, offset, key, value, headers; bytes as UTF-8 text)."))
+        .define(ConfigKey::new(REPORT_ERRANT, ConfigType::String, Importance::Low, "test-sink: a record whose value contains this text is reported through the task's errant record reporter instead of written."))
 }
 
 /// The `test-source` plugin.
@@ -365,6 +367,7 @@ impl SourceTask for TestSourceTask {
                     timestamp_ms: None,
                     source_partition: json!({ "task": self.task }),
                     source_offset: json!({ "seq": seq }),
+                    data: None,
                 }
             })
             .collect();
@@ -376,26 +379,86 @@ impl SourceTask for TestSourceTask {
     }
 }
 
-/// Sink task of `test-sink`: accepts every record.
+/// Config key of `test-sink`: the file each record put is appended to, one JSON line.
+pub const RECORDS_PATH: &str = "test.records.path";
+/// Config key of `test-sink`: a value containing this text is reported errant.
+pub const REPORT_ERRANT: &str = "test.report.errant.containing";
+
+/// Sink task of `test-sink`: accepts every record (and writes it to
+/// [`RECORDS_PATH`] when set), or reports it errant ([`REPORT_ERRANT`]).
 #[derive(Debug, Default)]
 struct TestSinkTask {
     recorder: Recorder,
     knobs: Knobs,
     put_seen: bool,
+    records_path: Option<PathBuf>,
+    report_errant: Option<String>,
+    errant: Option<wharf_sdk::ErrantRecordReporter>,
+}
+
+/// A sink record as one JSON line of [`RECORDS_PATH`].
+fn record_line(r: &SinkRecord) -> String {
+    let text = |b: &[u8]| String::from_utf8_lossy(b).into_owned();
+    serde_json::json!({
+        "topic": r.topic,
+        "offset": r.offset,
+        "key": r.key.as_deref().map(text),
+        "value": text(&r.value),
+        "headers": r.headers.iter().map(|(k, v)| serde_json::json!([k, text(v)])).collect::<Vec<_>>(),
+    })
+    .to_string()
 }
 
 #[async_trait]
 impl SinkTask for TestSinkTask {
     async fn start(&mut self, ctx: TaskContext, config: ConfigMap) -> PluginResult<()> {
         self.recorder = task_recorder(&ctx, &config);
+        self.records_path = ctx
+            .connector_config
+            .get(RECORDS_PATH)
+            .or_else(|| config.get(RECORDS_PATH))
+            .map(PathBuf::from);
+        self.report_errant = ctx
+            .connector_config
+            .get(REPORT_ERRANT)
+            .or_else(|| config.get(REPORT_ERRANT))
+            .cloned();
+        self.errant = ctx.errant_reporter.clone();
         self.knobs = start_task(&self.recorder, &config).await?;
         Ok(())
     }
 
-    async fn put(&mut self, _records: Vec<SinkRecord>) -> PluginResult<()> {
+    async fn put(&mut self, records: Vec<SinkRecord>) -> PluginResult<()> {
         if !self.put_seen {
             self.put_seen = true;
             self.recorder.record("put", None, Ok(()));
+        }
+        let mut lines = String::new();
+        for r in &records {
+            let errant = self
+                .report_errant
+                .as_deref()
+                .is_some_and(|t| String::from_utf8_lossy(&r.value).contains(t));
+            match (&self.errant, errant) {
+                (Some(reporter), true) => {
+                    reporter.report(r, &"test.report.errant.containing matched")?
+                }
+                _ => {
+                    lines.push_str(&record_line(r));
+                    lines.push('\n');
+                }
+            }
+        }
+        if let Some(path) = &self.records_path
+            && !lines.is_empty()
+        {
+            let mut f = std::fs::OpenOptions::new()
+                .create(true)
+                .append(true)
+                .open(path)
+                .map_err(|e| format!("cannot open {}: {e}", path.display()))?;
+            f.write_all(lines.as_bytes())
+                .map_err(|e| format!("cannot write {}: {e}", path.display()))?;
         }
         Ok(())
     }

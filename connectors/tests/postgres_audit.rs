@@ -206,6 +206,7 @@ fn task_ctx(
         connector_config: connector_config.clone(),
         offsets,
         cancel: CancellationToken::new(),
+        errant_reporter: None,
     }
 }
 

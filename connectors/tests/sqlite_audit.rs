@@ -131,6 +131,7 @@ fn task_ctx(
         connector_config: connector_config.clone(),
         offsets,
         cancel: CancellationToken::new(),
+        errant_reporter: None,
     }
 }
 

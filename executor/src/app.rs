@@ -62,6 +62,9 @@ pub struct ExecutorConfig {
     pub record_log: LogConfig,
     /// Plugins this executor runs.
     pub plugins: Vec<Plugin>,
+    /// Custom transforms and predicates connector configs may name beside the built-in
+    /// ones (docs/pipeline.md).
+    pub transforms: Vec<wharf::sdk::TransformPlugin>,
     /// The file plugins' root (`--file-root`), canonical; `None`: no file plugins. The
     /// plugins carry it themselves; this copy is for the start log line.
     pub file_root: Option<PathBuf>,
@@ -104,6 +107,7 @@ impl ExecutorConfig {
             graceful_timeout: Duration::from_millis(DEFAULT_GRACEFUL_TIMEOUT_MS),
             plugin_threads: DEFAULT_PLUGIN_THREADS,
             plugins: Vec::new(),
+            transforms: Vec::new(),
             file_root: None,
             config_providers: crate::providers::ConfigProviders::none(),
             tls: None,
@@ -255,6 +259,7 @@ impl ExecutorApp {
             plugin_threads,
             record_log,
             plugins,
+            transforms,
             file_root,
             config_providers,
             tls,
@@ -319,7 +324,8 @@ impl ExecutorApp {
                 threads: plugin_threads.get(),
                 source,
             })?
-            .with_config_providers(config_providers.clone()),
+            .with_config_providers(config_providers.clone())
+            .with_transforms(transforms),
         );
         let (router, health) = executor_router(host.clone())?;
         write_listen_addr(&data_dir, local_addr)?;

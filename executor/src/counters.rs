@@ -25,6 +25,29 @@ pub const SINK_PUT_SECONDS: &str = "wharf_sink_put_duration_seconds";
 /// Histogram, seconds: one `flush` of a sink task.
 pub const SINK_FLUSH_SECONDS: &str = "wharf_sink_flush_duration_seconds";
 
+/// Counter: records that failed in a connector's pipeline (a converter, a transform, or
+/// reported errant by a sink), by `stage` (Kafka Connect's stage name).
+pub const RECORD_ERRORS: &str = "wharf_task_record_errors_total";
+/// Counter: failing records skipped under `errors.tolerance=all`.
+pub const RECORDS_SKIPPED: &str = "wharf_task_records_skipped_total";
+/// Counter: records written to a sink's dead letter queue.
+pub const DEAD_LETTER_RECORDS: &str = "wharf_task_deadletterqueue_records_total";
+
+/// Counts a record that failed in `stage` (see [`RECORD_ERRORS`]).
+pub fn record_error(stage: &'static str) {
+    metrics::counter!(RECORD_ERRORS, "stage" => stage).increment(1);
+}
+
+/// Counts a skipped record (see [`RECORDS_SKIPPED`]).
+pub fn record_skipped() {
+    metrics::counter!(RECORDS_SKIPPED).increment(1);
+}
+
+/// Counts `n` records written to a dead letter queue (see [`DEAD_LETTER_RECORDS`]).
+pub fn dead_letters(n: usize) {
+    metrics::counter!(DEAD_LETTER_RECORDS).increment(n as u64);
+}
+
 /// Every `reason` label of [`REQUESTS_REFUSED`].
 pub const REFUSAL_REASONS: [&str; 6] = [
     "epoch",
@@ -70,6 +93,18 @@ pub fn register() {
     describe_counter!(
         REQUESTS_REFUSED,
         "Requests refused because they were decided for another registration, lease, generation or incarnation (fencing), by reason."
+    );
+    describe_counter!(
+        RECORD_ERRORS,
+        "Records that failed in a connector's pipeline (converter, transform, or reported errant by a sink), by Kafka Connect's stage name."
+    );
+    describe_counter!(
+        RECORDS_SKIPPED,
+        "Failing records skipped under errors.tolerance=all."
+    );
+    describe_counter!(
+        DEAD_LETTER_RECORDS,
+        "Records written to a sink connector's dead letter queue."
     );
     describe_counter!(
         INSTANCES_ABANDONED,

@@ -55,6 +55,7 @@ impl Executor {
             name: "wharf-executor",
             source: no_plugins,
             plugins: Vec::new(),
+            transforms: Vec::new(),
         }
     }
 }
@@ -127,6 +128,7 @@ pub struct ExecutorBuilder {
     name: &'static str,
     source: PluginSource,
     plugins: Vec<Plugin>,
+    transforms: Vec<wharf::sdk::TransformPlugin>,
 }
 
 impl ExecutorBuilder {
@@ -150,6 +152,15 @@ impl ExecutorBuilder {
     /// `wharf_executor_stock::builtin_plugins`. Without it those two settings are refused.
     pub fn plugins_from(mut self, source: PluginSource) -> Self {
         self.source = source;
+        self
+    }
+
+    /// Adds a custom transform or predicate (Kafka Connect's transformation plugins):
+    /// a connector config names it by [`TransformPlugin::name`](wharf::sdk::TransformPlugin)
+    /// in `transforms.<alias>.type` or `predicates.<alias>.type`, after the built-in ones
+    /// (docs/pipeline.md).
+    pub fn transform(mut self, transform: wharf::sdk::TransformPlugin) -> Self {
+        self.transforms.push(transform);
         self
     }
 
@@ -195,7 +206,14 @@ impl ExecutorBuilder {
             .map_err(|e| e.render().to_string())?;
         let cli = Cli::from_arg_matches(&matches).map_err(|e| e.render().to_string())?;
         cli.build_with(|settings| self.plugin_list(settings))
+            .map(|c| self.with_transforms(c))
             .map_err(|e| format!("{e}\n(see --help and docs/configuration.md)"))
+    }
+
+    /// `config` with this builder's custom transforms.
+    fn with_transforms(&self, mut config: ExecutorConfig) -> ExecutorConfig {
+        config.transforms.clone_from(&self.transforms);
+        config
     }
 
     /// Parses the process's arguments and environment, runs the executor until SIGTERM
@@ -223,6 +241,7 @@ impl ExecutorBuilder {
             .map_err(|e| e.to_string())
             .and_then(|cli| {
                 cli.build_with(|settings| self.plugin_list(settings))
+                    .map(|c| self.with_transforms(c))
                     .map_err(|e| e.to_string())
             });
         let config = match built {

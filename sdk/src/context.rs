@@ -82,6 +82,9 @@ pub struct TaskContext {
     /// Cancelled when the task is being stopped; long waits inside the plugin can select
     /// on it.
     pub cancel: CancellationToken,
+    /// A sink task's errant record reporter (Kafka Connect's
+    /// `SinkTaskContext.errantRecordReporter`, KIP-610); `None` for a source task.
+    pub errant_reporter: Option<crate::ErrantRecordReporter>,
 }
 
 impl TaskContext {

@@ -66,11 +66,13 @@
 mod config_def;
 mod connector;
 mod context;
+pub mod data;
 pub mod ids;
 mod plugin;
 mod record;
 mod sink;
 mod source;
+mod transform;
 
 pub use config_def::{
     CLEANUP_MAX_ATTEMPTS, CLEANUP_POLICY, CLEANUP_TIMEOUT_MS, CONNECTOR_CLASS, ConfigDef,
@@ -86,6 +88,11 @@ pub use source::SourceTask;
 /// The token in [`TaskContext::cancel`]: a plugin selects on its `cancelled()` in a long
 /// wait, without a dependency of its own on `tokio-util`.
 pub use tokio_util::sync::CancellationToken;
+pub use transform::{
+    BUILTIN_CONVERTERS, BUILTIN_HEADER_CONVERTERS, BUILTIN_PREDICATES, BUILTIN_TRANSFORMS,
+    ConnectRecord, ErrantRecordReporter, Predicate, PredicateFactory, TransformError,
+    TransformFactory, TransformKind, TransformPlugin, Transformation,
+};
 
 /// Config as given by the operator or produced by a connector: key to value, both text.
 pub type ConfigMap = std::collections::BTreeMap<String, String>;

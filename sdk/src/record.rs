@@ -1,5 +1,7 @@
 use serde::{Deserialize, Serialize};
 
+use crate::data::RecordData;
+
 /// A record produced by a source task.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct SourceRecord {
@@ -18,6 +20,11 @@ pub struct SourceRecord {
     /// Position within the source partition, a JSON object (for example `{"id":42}`).
     /// Committed after the record log acknowledged the record.
     pub source_offset: serde_json::Value,
+    /// A structured key and value instead of the bytes: when set, the connector's
+    /// converters (`key.converter`, `value.converter`) write them and `key` and `value`
+    /// are not used (docs/pipeline.md). `None` for a plugin that produces bytes.
+    #[serde(skip)]
+    pub data: Option<RecordData>,
 }
 
 /// A record delivered to a sink task.
@@ -35,4 +42,10 @@ pub struct SinkRecord {
     pub timestamp_ms: Option<i64>,
     /// Position of the record in its topic, from 0 (or the backend's sequence number).
     pub offset: u64,
+    /// The key and value as the connector's converters read them (after its transforms),
+    /// when the connector configures converters or transforms; `key` and `value` are
+    /// then the same written back by those converters. `None` when the record's bytes
+    /// pass unchanged (docs/pipeline.md).
+    #[serde(skip)]
+    pub data: Option<RecordData>,
 }

@@ -508,6 +508,7 @@ mod tests {
             headers: vec![("h".to_owned(), b"1".to_vec())],
             timestamp_ms: Some(5_000),
             offset: 7,
+            data: None,
         };
         let p = properties(&r);
         assert_eq!(p.delivery_mode(), &Some(2));

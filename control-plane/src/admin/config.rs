@@ -336,6 +336,8 @@ impl Admin {
                         // Of an unknown plugin nothing says which keys it reads: the
                         // error on connector.class is the answer, not a warning per key.
                         None if plugin.is_none() => (Vec::new(), Vec::new()),
+                        // A pipeline key: the runtime reads it (an executor checks it).
+                        None if connect_keys::implemented(k) => (Vec::new(), Vec::new()),
                         None => (Vec::new(), vec![unknown_key_warning(&def, k)]),
                     },
                 };

@@ -1,11 +1,13 @@
 //! Kafka Connect's connector-level runtime keys, and which of them Wharf implements: a
-//! config that carries one Wharf does not implement (a transform, a converter, a dead
-//! letter queue) is refused naming the key, never stored and silently ignored; so is a
-//! value with a config-provider reference (KIP-297) to a provider Wharf does not
-//! implement, or of a shape its provider does not take ([`provider_refusal`]; references
-//! to `file`, `directory` and `env` are stored as written and resolved by the executor
-//! that runs the instance). A key the plugin itself defines is the plugin's and is never
-//! refused here.
+//! config that carries one Wharf does not implement (exactly-once support, topic
+//! creation, client overrides) is refused naming the key, never stored and silently
+//! ignored (converters, transforms, predicates and `errors.*` are implemented: an
+//! executor checks their values, docs/pipeline.md); so is a value with a
+//! config-provider reference (KIP-297) to a provider Wharf does not implement, or of a
+//! shape its provider does not take ([`provider_refusal`]; references to `file`,
+//! `directory` and `env` are stored as written and resolved by the executor that runs
+//! the instance). A key the plugin itself defines is the plugin's and is never refused
+//! here.
 //!
 //! The keys are those of Apache Kafka 3.9 and 4.x: the definitions of
 //! `org.apache.kafka.connect.runtime.ConnectorConfig`, `SinkConnectorConfig` and
@@ -203,16 +205,15 @@ pub fn support(key: ConnectKey) -> Support {
             "plugin versions (KIP-891)",
             "remove the key; an executor offers one version of each plugin",
         ),
-        ConnectKey::Converter => not("converters", "remove the key; records travel as bytes"),
-        ConnectKey::Transforms => not("transforms (single message transforms)", "remove the key"),
-        ConnectKey::Predicates => not("transform predicates", "remove the key"),
-        ConnectKey::ErrorTolerance => not(
-            "error tolerance",
-            "remove the key; a failing record fails its task",
-        ),
-        ConnectKey::ErrorRetry => not("error retries (errors.retry.*)", "remove the key"),
-        ConnectKey::ErrorLog => not("error logging (errors.log.*)", "remove the key"),
-        ConnectKey::DeadLetterQueue => not("a dead letter queue", "remove the key"),
+        // The record pipeline (executor/src/pipeline/, docs/pipeline.md): the values are
+        // checked by an executor (its ValidateConfig), each problem on its key.
+        ConnectKey::Converter
+        | ConnectKey::Transforms
+        | ConnectKey::Predicates
+        | ConnectKey::ErrorTolerance
+        | ConnectKey::ErrorRetry
+        | ConnectKey::ErrorLog
+        | ConnectKey::DeadLetterQueue => Support::Implemented,
         ConnectKey::TopicCreation => not(
             "topic creation settings",
             "remove the key; topics of the record log are created on first use",
@@ -246,6 +247,12 @@ pub fn key_refusal(def: &ConfigDef, key: &str) -> Option<String> {
             "a Kafka Connect runtime key: Wharf does not implement Kafka Connect's {feature} yet; {instead} (docs/rest.md lists the Kafka Connect keys Wharf refuses)"
         )),
     }
+}
+
+/// True when `key` is a Kafka Connect runtime key Wharf implements (validate gives it no
+/// "unknown key" warning: the runtime reads it).
+pub fn implemented(key: &str) -> bool {
+    classify(key).is_some_and(|k| support(k) == Support::Implemented)
 }
 
 /// True when `value` holds a config-provider reference in KIP-297 syntax,
@@ -327,7 +334,7 @@ mod tests {
     }
 
     #[test]
-    fn converters_and_their_options_are_refused() {
+    fn converters_and_their_options_are_implemented() {
         for k in [
             "key.converter",
             "value.converter",
@@ -337,11 +344,11 @@ mod tests {
         ] {
             assert_eq!(classify(k), Some(ConnectKey::Converter), "{k}");
         }
-        assert!(refused(ConnectKey::Converter));
+        assert!(!refused(ConnectKey::Converter));
     }
 
     #[test]
-    fn transforms_and_predicates_are_refused() {
+    fn transforms_and_predicates_are_implemented() {
         for k in [
             "transforms",
             "transforms.mask.type",
@@ -352,12 +359,12 @@ mod tests {
         for k in ["predicates", "predicates.p.type", "predicates.p.pattern"] {
             assert_eq!(classify(k), Some(ConnectKey::Predicates), "{k}");
         }
-        assert!(refused(ConnectKey::Transforms));
-        assert!(refused(ConnectKey::Predicates));
+        assert!(!refused(ConnectKey::Transforms));
+        assert!(!refused(ConnectKey::Predicates));
     }
 
     #[test]
-    fn error_handling_and_the_dead_letter_queue_are_refused() {
+    fn error_handling_and_the_dead_letter_queue_are_implemented() {
         assert_eq!(
             classify("errors.tolerance"),
             Some(ConnectKey::ErrorTolerance)
@@ -388,7 +395,7 @@ mod tests {
             ConnectKey::ErrorLog,
             ConnectKey::DeadLetterQueue,
         ] {
-            assert!(refused(c), "{c:?}");
+            assert!(!refused(c), "{c:?}");
         }
     }
 
@@ -461,19 +468,20 @@ mod tests {
     #[test]
     fn a_key_the_plugin_defines_is_the_plugins_and_never_refused() {
         let def = runtime_config_def().define(ConfigKey::new(
-            "transforms",
+            "exactly.once.support",
             ConfigType::String,
             Importance::Low,
             "the plugin's own",
         ));
-        assert_eq!(key_refusal(&def, "transforms"), None);
-        let why = key_refusal(&runtime_config_def(), "transforms").expect("refused");
+        assert_eq!(key_refusal(&def, "exactly.once.support"), None);
+        let why = key_refusal(&runtime_config_def(), "exactly.once.support").expect("refused");
         assert!(
-            why.contains("Wharf does not implement Kafka Connect's transforms"),
+            why.contains("Wharf does not implement Kafka Connect's exactly-once"),
             "{why}"
         );
         assert!(why.contains("remove the key"), "{why}");
         assert_eq!(key_refusal(&runtime_config_def(), "topics"), None);
+        assert_eq!(key_refusal(&runtime_config_def(), "transforms"), None);
     }
 
     #[test]
@@ -506,14 +514,14 @@ mod tests {
                 "org.apache.kafka.connect.json.JsonConverter",
             ),
             ("test.topic", "${vault:/s:MARKER}"),
-            ("errors.tolerance", "MARKER-all"),
+            ("exactly.once.support", "MARKER-required"),
             ("my.own.setting", "x"),
         ]
         .into_iter()
         .map(|(k, v)| (k.to_owned(), v.to_owned()))
         .collect();
         let (field, why) = first_refused(&def, config.iter()).expect("refused");
-        assert_eq!(field, "config[errors.tolerance]");
+        assert_eq!(field, "config[exactly.once.support]");
         assert!(!why.contains("MARKER"), "{why}");
         let only_provider = [("test.topic".to_owned(), "MARKER ${vault:/s:k}".to_owned())];
         let (field, why) =

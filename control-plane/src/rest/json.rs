@@ -287,6 +287,25 @@ pub fn plugin(p: &pb::ConnectorPluginInfo) -> Value {
     })
 }
 
+/// The converters, transforms and predicates built into every executor, as Connect's
+/// `PluginInfo` (`class`, `type`, `version`) of `connectorsOnly=false`.
+pub fn builtin_pipeline_plugins() -> Vec<Value> {
+    let version = env!("CARGO_PKG_VERSION");
+    [
+        (wharf::sdk::BUILTIN_CONVERTERS, "converter"),
+        (wharf::sdk::BUILTIN_HEADER_CONVERTERS, "header_converter"),
+        (wharf::sdk::BUILTIN_TRANSFORMS, "transformation"),
+        (wharf::sdk::BUILTIN_PREDICATES, "predicate"),
+    ]
+    .into_iter()
+    .flat_map(|(classes, kind)| {
+        classes
+            .iter()
+            .map(move |c| json!({ "class": c, "type": kind, "version": version }))
+    })
+    .collect()
+}
+
 /// Connect's offsets body: `{"offsets": [{"partition": {..}, "offset": {..}}]}`; stored
 /// texts that are not JSON (never written by Wharf) are shown as strings.
 pub fn offsets(offsets: &[pb::SourceOffset]) -> Value {

@@ -13,17 +13,19 @@ use super::request::*;
 use super::{Gateway, RestResult};
 use crate::auth::audit::bounded_name;
 
-/// `GET /connector-plugins`: Wharf's plugins are all connectors, so `connectorsOnly`
-/// changes nothing (accepted and checked).
+/// `GET /connector-plugins`: the connector plugins the executors offer; with
+/// `connectorsOnly=false` (Connect's default is `true`) also the converters, transforms
+/// and predicates every executor has built in, typed as Connect types them
+/// (`converter`, `header_converter`, `transformation`, `predicate`).
 pub(super) async fn plugins(State(g): State<Gateway>, q: RawQuery) -> RestResult {
-    flag(&query_pairs(&q)?, "connectorsOnly")?;
-    ok(json!(
-        g.admin
-            .plugin_list()?
-            .iter()
-            .map(json::plugin)
-            .collect::<Vec<_>>()
-    ))
+    let pairs = query_pairs(&q)?;
+    let given = pairs.iter().any(|(k, _)| k == "connectorsOnly");
+    let connectors_only = !given || flag(&pairs, "connectorsOnly")?;
+    let mut all: Vec<serde_json::Value> = g.admin.plugin_list()?.iter().map(json::plugin).collect();
+    if !connectors_only {
+        all.extend(json::builtin_pipeline_plugins());
+    }
+    ok(json!(all))
 }
 
 pub(super) async fn plugin_config(

@@ -187,6 +187,8 @@ pub(crate) struct Shared {
     /// The config providers that resolve references before a plugin's start; unset:
     /// none ([`Host::with_config_providers`]).
     pub providers: std::sync::OnceLock<crate::providers::ConfigProviders>,
+    /// Custom transforms and predicates, beside the built-in ones (docs/pipeline.md).
+    pub transforms: Vec<wharf::sdk::TransformPlugin>,
 }
 
 impl Shared {
@@ -240,6 +242,7 @@ impl Host {
                 log,
                 pool: PluginPool::start(plugin_threads)?,
                 providers: std::sync::OnceLock::new(),
+                transforms: Vec::new(),
             }),
             plugins: plugins.into_iter().map(|p| (p.name.clone(), p)).collect(),
             default_stop_timeout,
@@ -258,6 +261,15 @@ impl Host {
         self
     }
 
+    /// This host with custom transforms and predicates (before any instance starts).
+    #[must_use]
+    pub fn with_transforms(mut self, transforms: Vec<wharf::sdk::TransformPlugin>) -> Self {
+        if let Some(shared) = Arc::get_mut(&mut self.shared) {
+            shared.transforms = transforms;
+        }
+        self
+    }
+
     /// Checks `config` with plugin `plugin`'s full definition (the runtime's keys, then
     /// the plugin's, validators included): `(key, messages)` for each key with an error,
     /// in definition order, secret values never in a message. `None` when this executor
@@ -271,13 +283,28 @@ impl Host {
         plugin: &str,
         config: ConfigMap,
     ) -> Option<Result<Vec<(String, Vec<String>)>, String>> {
-        let def = wharf::sdk::runtime_config_def().merged(&self.plugins.get(plugin)?.config_def);
+        let found = self.plugins.get(plugin)?;
+        let def = wharf::sdk::runtime_config_def().merged(&found.config_def);
+        let kind = found.kind();
+        let custom = self.shared.transforms.clone();
         let providers = self.shared.providers.get().cloned().unwrap_or_default();
         Some(
             tokio::task::spawn_blocking(move || {
-                validate::with_references(validate::key_errors(&def, &config), &config, |v| {
-                    providers.check(v)
-                })
+                let mut errors = validate::key_errors(&def, &config);
+                // The record pipeline's keys (converters, transforms, predicates,
+                // errors.*), each problem on its key.
+                for (key, why) in crate::pipeline::validate(
+                    &config,
+                    kind,
+                    crate::pipeline::ConverterDefaults::default(),
+                    &custom,
+                ) {
+                    match errors.iter_mut().find(|(k, _)| *k == key) {
+                        Some((_, messages)) => messages.push(why),
+                        None => errors.push((key, vec![why])),
+                    }
+                }
+                validate::with_references(errors, &config, |v| providers.check(v))
             })
             .await
             .map_err(panic_text),

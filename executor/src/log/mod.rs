@@ -134,6 +134,7 @@ impl LogRecord {
             headers: self.headers,
             timestamp_ms: self.timestamp_ms,
             offset,
+            data: None,
         }
     }
 }

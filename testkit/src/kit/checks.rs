@@ -499,6 +499,7 @@ impl<P: Probe> Kit<P> {
                     headers: vec![("kit".to_owned(), b"1".to_vec())],
                     timestamp_ms: Some(1_700_000_000_000 + offset as i64),
                     offset: offset + (i as u64) * RECORDS_PER_TASK,
+                    data: None,
                 })
                 .collect();
             sent.extend(records.iter().map(|r| r.value.clone()));

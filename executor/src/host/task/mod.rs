@@ -14,6 +14,7 @@
 //! runtime, through the instance's slot (`crate::runtime::PluginSlot`); the loops, which
 //! only await those calls and the record log, run on the executor's runtime.
 
+mod records;
 mod sink;
 mod source;
 
@@ -82,6 +83,13 @@ pub(crate) struct TaskInstance {
     shared: Arc<Shared>,
     /// Record counts of the work loop, for the metrics listener.
     pub stats: crate::counters::RecordStats,
+    /// The connector's record pipeline (converters, transforms, `errors.*`), taken by
+    /// the work loop when it starts.
+    pipeline: Mutex<Option<crate::pipeline::Pipeline>>,
+    /// What a sink reported through its errant record reporter, for the work loop.
+    errant: records::Errant,
+    /// The plugin's name (the class of a sink's reported records).
+    plugin_name: String,
 }
 
 impl Instance for TaskInstance {
@@ -102,6 +110,21 @@ impl Instance for TaskInstance {
     }
 
     fn new(plugin: &Plugin, req: &StartTask, shared: Arc<Shared>) -> Result<Self, String> {
+        let kind = plugin.kind();
+        let pipeline = crate::pipeline::Pipeline::new(
+            &req.connector_config,
+            kind,
+            crate::pipeline::ConverterDefaults::default(),
+            &shared.transforms,
+        )
+        .map_err(|problems| {
+            let named: Vec<String> = problems
+                .iter()
+                .map(|(k, why)| format!("{k}: {why}"))
+                .collect();
+            format!("invalid record pipeline config: {}", named.join("; "))
+        })?;
+        let plugin_name = plugin.name.clone();
         let slot = shared.plugin_slot()?;
         let plugin = match &plugin.task {
             TaskFactory::Source(make) => TaskPlugin::Source(PluginCell::new(make())),
@@ -118,6 +141,9 @@ impl Instance for TaskInstance {
             work: Mutex::new(None),
             shared,
             stats: crate::counters::RecordStats::default(),
+            pipeline: Mutex::new(Some(pipeline)),
+            errant: records::Errant::default(),
+            plugin_name,
         })
     }
 
@@ -160,6 +186,16 @@ impl Instance for TaskInstance {
             connector_config: req.connector_config.clone(),
             offsets: req.offsets.clone(),
             cancel: self.cancel.clone(),
+            errant_reporter: match &self.plugin {
+                TaskPlugin::Source(_) => None,
+                TaskPlugin::Sink(_) => Some(records::errant_reporter(
+                    lock(&self.pipeline)
+                        .as_ref()
+                        .map_or(crate::pipeline::Tolerance::None, |p| p.errors().tolerance),
+                    self.errant.clone(),
+                    self.plugin_name.clone(),
+                )),
+            },
         };
         let config = req.task_config.clone();
         match &self.plugin {

@@ -85,6 +85,9 @@ impl TaskInstance {
                 }
             }
         };
+        let Some(mut pipeline) = super::lock(&self.pipeline).take() else {
+            return self.fail("the record pipeline was already taken by a work loop".into());
+        };
         let mut unflushed = Unflushed::default();
         let mut next: Vec<Delivered> = Vec::new();
         loop {
@@ -140,7 +143,6 @@ impl TaskInstance {
                 tokens.push(d.ack);
                 records.push(d.record);
             }
-            let (p, cancel) = (cell.clone(), self.cancel.clone());
             let (count, bytes) = (
                 records.len(),
                 records
@@ -148,6 +150,13 @@ impl TaskInstance {
                     .map(|r| crate::counters::record_bytes(r.key.as_ref(), &r.value))
                     .sum::<usize>(),
             );
+            // Converters and transforms before put; a dropped or dead-lettered record is
+            // still acknowledged with the batch after the flush.
+            let records = match self.sink_pipeline(&mut pipeline, records).await {
+                Ok(r) => r,
+                Err(e) => return self.fail(e),
+            };
+            let (p, cancel) = (cell.clone(), self.cancel.clone());
             // put is not cancelled: the stop waits for it (bounded).
             let put = self.slot.spawn("sink put", async move {
                 let mut g = p.lock_owned().await;
@@ -170,6 +179,14 @@ impl TaskInstance {
             let (written, prefetched) = tokio::join!(put, prefetch);
             match written.unwrap_or_else(|e| Err(panic_text(e))) {
                 Ok(true) => {
+                    // Records the plugin reported errant reach the dead letter queue
+                    // before the batch can be acknowledged.
+                    if let Err(e) = self
+                        .write_errant(pipeline.errors(), &self.errant, &self.plugin_name)
+                        .await
+                    {
+                        return self.fail(e);
+                    }
                     self.stats.add_records(count, bytes);
                     unflushed.add(tokens, offsets);
                 }
@@ -367,6 +384,7 @@ mod tests {
             )
             .expect("plugin runtime"),
             providers: Default::default(),
+            transforms: Vec::new(),
         });
         let probe = Arc::new(Probe::default());
         probe.fail_flush.store(fail_flush, Ordering::SeqCst);

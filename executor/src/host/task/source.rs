@@ -188,7 +188,12 @@ impl TaskInstance {
     pub(super) async fn source_loop(self: Arc<Self>, cell: SourceCell) {
         let mut poll = None;
         let mut commits = SourceCommits::new();
-        let exit = self.source_work(&cell, &mut poll, &mut commits).await;
+        let Some(mut pipeline) = super::lock(&self.pipeline).take() else {
+            return self.fail("the record pipeline was already taken by a work loop".into());
+        };
+        let exit = self
+            .source_work(&cell, &mut poll, &mut commits, &mut pipeline)
+            .await;
         if let Some(poll) = poll {
             // Cancel the pending poll before the stop runs (a cancel-safe poll is dropped
             // at its await point); what it returned would be polled again.
@@ -231,6 +236,7 @@ impl TaskInstance {
         cell: &SourceCell,
         poll: &mut Option<PollHandle>,
         commits: &mut SourceCommits,
+        pipeline: &mut crate::pipeline::Pipeline,
     ) -> SourceExit {
         loop {
             if self.cancel.is_cancelled() {
@@ -296,6 +302,10 @@ impl TaskInstance {
                     // the append (a transform may drop or change them), the poll's offsets
                     // are committed once the log acknowledged what was appended.
                     let (records, offsets) = split_poll(records);
+                    let records = match self.source_pipeline(pipeline, records).await {
+                        Ok(r) => r,
+                        Err(e) => return SourceExit::Failed(e),
+                    };
                     if let Err(exit) = self.append_all(&records).await {
                         return exit;
                     }
@@ -448,6 +458,7 @@ mod tests {
             timestamp_ms: None,
             source_partition: partition,
             source_offset: json!({ "position": position }),
+            data: None,
         }
     }
 
