@@ -384,3 +384,84 @@ async fn a_forwarded_request_is_authorized_and_audited_by_the_leader_under_its_c
         "the operator's delete is audited: {entries:?}"
     );
 }
+
+/// Over HTTPS with client certificates (docs/security.md): the follower forwards with its
+/// control-plane certificate and the caller's certificate principal in a header the
+/// leader believes only from a control-plane certificate; the leader decides by that
+/// principal. curl as the client, as an operator sends it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn over_https_a_forwarded_request_carries_the_callers_certificate_principal() {
+    let etcd = wharf_harness::etcd::TestEtcd::start();
+    let dir = KeepOnFailure::new();
+    let key: [u8; 32] = rand::random();
+    let certs = wharf_harness::cluster::ClusterCerts::make(&dir.path().join("certs"));
+    let mut flags = certs.flags("control-plane");
+    flags.extend(["--rest-listen".to_owned(), "127.0.0.1:0".to_owned()]);
+    let replica = |name: &str| {
+        control_plane_replica(
+            dir.path(),
+            name,
+            &etcd.endpoint,
+            "/rest-follower-tls/",
+            &key,
+            LEASE_MS,
+            &flags,
+        )
+    };
+    let mut a = replica("cp-a");
+    a.listen_addr().await;
+    wait_log(&a, "cp-a leads", "leading: herder and finalizer start").await;
+    let mut b = replica("cp-b");
+    b.listen_addr().await;
+    wait_until("cp-b follows cp-a", ELECTION_DEADLINE, || async {
+        b.log()
+            .lines()
+            .any(|l| l.contains("control-plane role changed") && l.contains("Some("))
+            .then_some(())
+    })
+    .await;
+    let follower = rest_addr(&dir.path().join("cp-b"));
+    let (cert, key_file) = certs.leaf(&format!(
+        "admin-{}",
+        wharf_harness::cluster::TEST_ADMIN_NAME
+    ));
+    let curl = |method: &str, path: &str, with_cert: bool| {
+        let mut args = vec![
+            "-s".to_owned(),
+            "-w".to_owned(),
+            "\n%{http_code}".to_owned(),
+            "--cacert".to_owned(),
+            certs.ca().display().to_string(),
+            "-X".to_owned(),
+            method.to_owned(),
+        ];
+        if with_cert {
+            args.extend([
+                "--cert".to_owned(),
+                cert.display().to_string(),
+                "--key".to_owned(),
+                key_file.display().to_string(),
+            ]);
+        }
+        args.push(format!("https://{follower}{path}"));
+        let out = std::process::Command::new("curl")
+            .args(&args)
+            .output()
+            .expect("run curl");
+        let text = String::from_utf8_lossy(&out.stdout).into_owned();
+        let (body, code) = text.rsplit_once('\n').unwrap_or(("", "0"));
+        (code.trim().parse::<u16>().unwrap_or(0), body.to_owned())
+    };
+    // The admin's certificate: the leader answers the forwarded calls as the admin's.
+    let (status, body) = wait_until("the follower to forward", ELECTION_DEADLINE, || async {
+        let (s, b) = curl("GET", "/connector-plugins", true);
+        (s != 503 && s != 0).then_some((s, b))
+    })
+    .await;
+    assert_eq!(status, 200, "{body}");
+    let (status, body) = curl("DELETE", "/connectors/nobody", true);
+    assert_eq!(status, 404, "the leader ran the admin's delete: {body}");
+    // Without one: refused by the leader, not served by the follower's certificate.
+    let (status, body) = curl("DELETE", "/connectors/nobody", false);
+    assert_eq!(status, 401, "{body}");
+}

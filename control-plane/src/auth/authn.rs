@@ -14,6 +14,10 @@ use super::token::TokenSet;
 /// call for (`<role>/<name>`). Trusted only from a peer whose certificate is the control
 /// plane's; a follower always replaces what a client sent in it.
 pub const FORWARDED_PRINCIPAL_HEADER: &str = "x-wharf-forwarded-principal";
+/// Header a follower marks a forwarded request with (`grpc::leader_route`'s, the same for
+/// REST): from a control-plane certificate without a forwarded principal it means the
+/// original caller sent no credentials.
+const FORWARDED_BY_HEADER: &str = "x-wharf-forwarded-by";
 
 /// Name of the principal of an unauthenticated control plane (dev mode).
 pub const ANONYMOUS: &str = "anonymous";
@@ -257,6 +261,13 @@ pub fn authenticate(
                     role,
                     method: AuthMethod::ForwardedCertificate,
                 }),
+                // A follower forwarding a caller that sent no credentials: what a direct
+                // call without them gets.
+                None if headers.contains_key(FORWARDED_BY_HEADER) => {
+                    Err(AuthError::Unauthenticated(
+                        "no credentials: send `authorization: Bearer <token>` or a client certificate".into(),
+                    ))
+                }
                 None => Err(AuthError::NoAdminRole(
                     "the control-plane certificate carries no admin role of its own".into(),
                 )),
@@ -391,6 +402,20 @@ mod tests {
             authenticate(&fwd, Some(&viewer), &c).unwrap().role,
             Role::Viewer
         );
+        // Forwarded by a follower for a caller without credentials: as a direct call.
+        assert_eq!(
+            FORWARDED_BY_HEADER,
+            crate::grpc::leader_route::FORWARDED_HEADER
+        );
+        let bare = headers(&[(FORWARDED_BY_HEADER, "https://10.0.0.2:7000")]);
+        assert!(matches!(
+            authenticate(&bare, Some(&cp), &c),
+            Err(AuthError::Unauthenticated(_))
+        ));
+        assert!(matches!(
+            authenticate(&headers(&[]), Some(&cp), &c),
+            Err(AuthError::NoAdminRole(_))
+        ));
         let exec = PeerIdentity::from_uri("spiffe://wharf/executor/exec-1", "wharf");
         assert!(matches!(
             authenticate(&fwd, Some(&exec), &c),
