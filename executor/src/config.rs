@@ -135,6 +135,12 @@ pub struct Cli {
     /// not offered]
     #[arg(long, env = "WHARF_FILE_ROOT", value_name = "DIR")]
     pub file_root: Option<PathBuf>,
+    /// TOML file listing plugin processes: plugins that run as child processes speaking
+    /// the plugin protocol over their stdio (docs/plugins-out-of-process.md). Each is
+    /// started and described at start; the plugins it offers are offered beside the
+    /// built-in ones. [default: none]
+    #[arg(long, env = "WHARF_PLUGIN_PROCESSES", value_name = "FILE")]
+    pub plugin_processes: Option<PathBuf>,
     /// `--metrics-listen`, `--log-format`, `--otlp-endpoint`.
     #[command(flatten)]
     pub observability: ObservabilityArgs,
@@ -187,6 +193,8 @@ pub struct FileConfig {
     pub enable_test_plugins: Option<bool>,
     /// See `--file-root`.
     pub file_root: Option<PathBuf>,
+    /// See `--plugin-processes`.
+    pub plugin_processes: Option<PathBuf>,
     /// `metrics_listen`, `log_format`, `otlp_endpoint`.
     #[serde(flatten)]
     pub observability: ObservabilityFile,
@@ -257,6 +265,7 @@ impl Cli {
             nats_password_env,
             enable_test_plugins,
             file_root,
+            plugin_processes,
             observability,
             tls,
             insecure,
@@ -279,6 +288,7 @@ impl Cli {
             nats_password_file: file_nats_password_file,
             enable_test_plugins: file_enable_test_plugins,
             file_root: file_file_root,
+            plugin_processes: file_plugin_processes,
             observability: file_observability,
             tls: file_tls,
             insecure: file_insecure,
@@ -346,6 +356,14 @@ impl Cli {
             nats,
         )?;
         out.plugins = plugins;
+        // Last, once every other setting is known to be good: this starts processes.
+        if let Some(path) = plugin_processes.or(file_plugin_processes) {
+            out.plugins.extend(process_plugins(&path)?);
+            crate::launcher::check_names(&out.plugins).map_err(|e| ConfigError::Invalid {
+                field: "--plugin-processes",
+                reason: e.to_string(),
+            })?;
+        }
         // The source checked the root; the start log line shows it resolved.
         out.file_root = plugin_settings
             .file_root
@@ -358,6 +376,25 @@ impl Cli {
         out.otlp_endpoint = observability.otlp_endpoint;
         Ok(out)
     }
+}
+
+/// Reads the `--plugin-processes` file, starts and describes each process, and returns
+/// the plugins they offer.
+///
+/// # Errors
+/// [`ConfigError::Invalid`] naming `--plugin-processes`: the file cannot be read or is
+/// wrong, or a process cannot be started or described.
+fn process_plugins(path: &Path) -> Result<Vec<wharf::sdk::Plugin>, ConfigError> {
+    let invalid = |reason: String| ConfigError::Invalid {
+        field: "--plugin-processes",
+        reason,
+    };
+    let text =
+        std::fs::read_to_string(path).map_err(|e| invalid(format!("{}: {e}", path.display())))?;
+    let base = path.parent().unwrap_or(Path::new("."));
+    let specs = crate::process::spec::parse(&text, base)
+        .map_err(|e| invalid(format!("{}: {e}", path.display())))?;
+    crate::process::start_all(specs).map_err(invalid)
 }
 
 /// A secret from the environment; Debug prints a placeholder.
@@ -687,6 +724,7 @@ mod tests {
             nats_password_env: None,
             enable_test_plugins: None,
             file_root: None,
+            plugin_processes: None,
             observability: Default::default(),
             tls: Default::default(),
             insecure: false,

@@ -17,6 +17,7 @@ pub mod launcher;
 pub mod log;
 pub mod observe;
 pub mod peer_auth;
+pub mod process;
 pub mod registry_client;
 pub(crate) mod runtime;
 
