@@ -10,7 +10,8 @@ dir-source's tasks produce `emit` records (values `<connector>-<n>`, one per pol
 `topic`; with `poll.blocks=true` a poll never returns. dir-sink's tasks append each record
 value to `<root>/dir-<connector>/sink-<task>.out` on flush.
 
-The environment variable DIR_PLUGIN_DEFECT makes it wrong on purpose, as the kit's tests
+DIR_PLUGIN_PREFIX, when set, is put before both plugin names (two processes of this
+plugin in one executor then offer different names). The environment variable DIR_PLUGIN_DEFECT makes it wrong on purpose, as the kit's tests
 do: drops-on-plain-stop, second-delete-errors, drops-pre-existing, ignores-incarnation.
 """
 
@@ -144,7 +145,8 @@ CONFIG = [
 
 if __name__ == "__main__":
     log("dir_plugin: pid %d, defect %s" % (os.getpid(), DEFECT))
+    prefix = os.environ.get("DIR_PLUGIN_PREFIX", "")
     serve([
-        PluginDef("dir-source", "1.0", "source", DirConnector, DirTask, CONFIG),
-        PluginDef("dir-sink", "1.0", "sink", DirConnector, DirTask, CONFIG),
+        PluginDef(prefix + "dir-source", "1.0", "source", DirConnector, DirTask, CONFIG),
+        PluginDef(prefix + "dir-sink", "1.0", "sink", DirConnector, DirTask, CONFIG),
     ])
