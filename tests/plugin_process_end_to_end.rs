@@ -237,6 +237,20 @@ async fn a_killed_plugin_process_fails_only_its_instances() {
             && error.contains("dir_plugin: pid"),
         "{error}"
     );
+    // Its connector instance, idle in the same process, fails at once too.
+    let connector = wait_until("ka's connector FAILED", CONVERGE, || {
+        let s = c.status("ka");
+        async move {
+            let s = s?["connector"].clone();
+            (s["state"] == "STATE_FAILED").then_some(s)
+        }
+    })
+    .await;
+    let error = connector["error"].as_str().unwrap_or_default();
+    assert!(
+        error.contains(&format!("pid {pid_a}")) && error.contains("signal: 9 (SIGKILL)"),
+        "{error}"
+    );
     // The other process's connector keeps running and committing.
     assert!(alive(pid_b));
     let before = committed_n(&c, "kb").unwrap_or(0);
@@ -247,6 +261,7 @@ async fn a_killed_plugin_process_fails_only_its_instances() {
     .await;
     let s = c.status("kb").unwrap();
     assert_eq!(s["tasks"][0]["status"]["state"], "STATE_RUNNING");
+    assert_eq!(s["connector"]["state"], "STATE_RUNNING");
     c.wait_alive(1).await;
 
     // A restart runs ka in a fresh process.

@@ -55,6 +55,10 @@ pub(crate) struct Hooks {
     pub offsets: BTreeMap<String, serde_json::Value>,
     /// An error the plugin raised outside a call, returned by the instance's next call.
     pub raised: Option<String>,
+    /// Fails the instance at once with an error raised outside a call, or the process's
+    /// death (connector instances: `ConnectorContext::raise_error`); without it the
+    /// error waits in `raised` for the next call.
+    pub raise: Option<Arc<dyn Fn(String) + Send + Sync>>,
 }
 
 #[derive(Default)]
@@ -336,8 +340,16 @@ impl Conn {
                 }
             }
             Answer::RaiseError(req) => {
-                if let Some(h) = self.lock().instances.get_mut(&req.instance_id) {
-                    h.raised = Some(req.message);
+                let hook = match self.lock().instances.get_mut(&req.instance_id) {
+                    Some(h) if h.raise.is_some() => h.raise.clone(),
+                    Some(h) => {
+                        h.raised = Some(req.message.clone());
+                        None
+                    }
+                    None => None,
+                };
+                if let Some(raise) = hook {
+                    raise(req.message);
                 }
             }
             answer @ (Answer::Describe(_)
@@ -381,13 +393,22 @@ impl Conn {
         let tail = self.stderr_tail();
         let text = death_text(&self.process, self.pid, broken.as_deref(), status, &tail);
         tracing::warn!(plugin_process = %self.process, pid = self.pid, error = %text, "plugin process gone");
-        let pending: Vec<Reply> = {
+        let (pending, raises): (Vec<Reply>, Vec<_>) = {
             let mut st = self.lock();
             st.dead = Some(text.clone());
-            st.pending.drain().map(|(_, r)| r).collect()
+            let raises = st
+                .instances
+                .values()
+                .filter_map(|h| h.raise.clone())
+                .collect();
+            (st.pending.drain().map(|(_, r)| r).collect(), raises)
         };
         for reply in pending {
             reply(Err(text.clone()));
+        }
+        // Instances with no call in flight (a connector) fail now, not at their next call.
+        for raise in raises {
+            raise(text.clone());
         }
     }
 

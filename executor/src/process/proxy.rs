@@ -125,11 +125,12 @@ impl ProxyConnector {
 #[async_trait]
 impl Connector for ProxyConnector {
     async fn start(&mut self, ctx: ConnectorContext, config: ConfigMap) -> PluginResult<()> {
-        let asker = ctx.clone();
+        let (asker, raiser) = (ctx.clone(), ctx.clone());
         let hooks = Hooks {
             reconfigure: Some(Arc::new(move || asker.request_task_reconfiguration())),
             offsets: BTreeMap::new(),
             raised: None,
+            raise: Some(Arc::new(move |error| raiser.raise_error(error))),
         };
         let bound = self.bound.insert(Bound::place(&self.process, hooks).await?);
         let start = pb::PluginConnectorStart {
@@ -277,6 +278,7 @@ async fn start_task_into(
         reconfigure: None,
         offsets: ctx.offsets.clone(),
         raised: None,
+        raise: None,
     };
     let bound = slot.insert(Bound::place(process, hooks).await?);
     let start = pb::PluginTaskStart {
