@@ -114,6 +114,17 @@ async fn wait_deleted(c: &TestCluster, name: &str) {
 async fn a_python_plugin_moves_records_and_hears_stop_true_exactly_on_deletion() {
     let (c, root) = cluster(&[""]).await;
     let rs = root.display().to_string();
+    // The plugin's own check (its validate, run in its process) refuses a bad root.
+    let r = c.call(
+        "CreateConnector",
+        json!({ "name": "bad", "config": { "connector.class": "dir-source", "tasks.max": "1", "root": root.join("missing").display().to_string() } }),
+    );
+    assert_eq!(r.code, 3, "INVALID_ARGUMENT: {}", r.err);
+    assert!(
+        r.err.contains("root") && r.err.contains("is not an existing directory"),
+        "{}",
+        r.err
+    );
     create(
         &c,
         "py",

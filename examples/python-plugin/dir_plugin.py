@@ -48,6 +48,14 @@ def event(config, *words):
 
 
 class DirConnector:
+    @staticmethod
+    def validate(config):
+        """The plugin's own check: the root must be an existing directory."""
+        root = config.get("root")
+        if root and not os.path.isdir(root):
+            return {"root": ["is not an existing directory"]}
+        return {}
+
     def start(self, ctx, config):
         self.config, self.name, self.incarnation = config, ctx.connector, ctx.incarnation
         self.dir = dir_of(ctx.connector, config)

@@ -5,6 +5,8 @@ hand-written protobuf encoding of the few messages it needs.
 A plugin defines classes with the SDK's calls and hands them to `serve`:
 
     class MyConnector:
+        @staticmethod
+        def validate(config): return {"key": ["what is wrong"]}   # optional
         def start(self, ctx, config): ...
         def task_configs(self, max_tasks): return [{}]
         def stop(self, connector_deleted): ...
@@ -329,7 +331,21 @@ class Server:
                 return A_TASK_CONFIGS, b"".join(f_bytes(1, f_map(1, c), always=True) for c in out)
             self._enqueue(iid, rid, configs)
         elif CONNECTOR_VALIDATE in f:
-            _send(rid, A_VALIDATE, b"")
+            b = decode(f[CONNECTOR_VALIDATE][-1])
+            plugin, config = self.plugins.get(g_str(b, 1)), g_map(b, 2)
+
+            def validate():
+                try:
+                    check = getattr(plugin.connector, "validate", None) if plugin else None
+                    found = check(config) if check else {}
+                    body = b"".join(
+                        f_bytes(1, f_bytes(1, k) + b"".join(f_bytes(2, m, always=True) for m in ms),
+                                always=True)
+                        for k, ms in found.items() if ms)
+                    _send(rid, A_VALIDATE, body)
+                except Exception as e:
+                    _send(rid, A_ERROR, f_bytes(1, str(e) or type(e).__name__))
+            threading.Thread(target=validate, daemon=True).start()
         elif CONNECTOR_STOP in f or TASK_STOP in f:
             b = decode(f[CONNECTOR_STOP if CONNECTOR_STOP in f else TASK_STOP][-1])
             iid, deleted = g_int(b, 1), bool(g_int(b, 2))

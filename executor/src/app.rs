@@ -62,6 +62,9 @@ pub struct ExecutorConfig {
     pub record_log: LogConfig,
     /// Plugins this executor runs.
     pub plugins: Vec<Plugin>,
+    /// The plugin processes (`--plugin-processes`) behind the out-of-process plugins among
+    /// `plugins`, whose own config checks join ValidateConfig.
+    pub plugin_processes: Vec<std::sync::Arc<crate::process::PluginProcess>>,
     /// The file plugins' root (`--file-root`), canonical; `None`: no file plugins. The
     /// plugins carry it themselves; this copy is for the start log line.
     pub file_root: Option<PathBuf>,
@@ -101,6 +104,7 @@ impl ExecutorConfig {
             graceful_timeout: Duration::from_millis(DEFAULT_GRACEFUL_TIMEOUT_MS),
             plugin_threads: DEFAULT_PLUGIN_THREADS,
             plugins: Vec::new(),
+            plugin_processes: Vec::new(),
             file_root: None,
             tls: None,
             insecure: false,
@@ -251,6 +255,7 @@ impl ExecutorApp {
             plugin_threads,
             record_log,
             plugins,
+            plugin_processes,
             file_root,
             tls,
             insecure,
@@ -310,6 +315,7 @@ impl ExecutorApp {
                 graceful_timeout,
                 plugin_threads,
             )
+            .map(|host| host.with_plugin_processes(plugin_processes))
             .map_err(|source| AppError::PluginRuntime {
                 threads: plugin_threads.get(),
                 source,

@@ -358,7 +358,9 @@ impl Cli {
         out.plugins = plugins;
         // Last, once every other setting is known to be good: this starts processes.
         if let Some(path) = plugin_processes.or(file_plugin_processes) {
-            out.plugins.extend(process_plugins(&path)?);
+            out.plugin_processes = process_plugins(&path)?;
+            out.plugins
+                .extend(out.plugin_processes.iter().flat_map(|p| p.plugins()));
             crate::launcher::check_names(&out.plugins).map_err(|e| ConfigError::Invalid {
                 field: "--plugin-processes",
                 reason: e.to_string(),
@@ -379,12 +381,14 @@ impl Cli {
 }
 
 /// Reads the `--plugin-processes` file, starts and describes each process, and returns
-/// the plugins they offer.
+/// them.
 ///
 /// # Errors
 /// [`ConfigError::Invalid`] naming `--plugin-processes`: the file cannot be read or is
 /// wrong, or a process cannot be started or described.
-fn process_plugins(path: &Path) -> Result<Vec<wharf::sdk::Plugin>, ConfigError> {
+fn process_plugins(
+    path: &Path,
+) -> Result<Vec<std::sync::Arc<crate::process::PluginProcess>>, ConfigError> {
     let invalid = |reason: String| ConfigError::Invalid {
         field: "--plugin-processes",
         reason,
@@ -394,7 +398,7 @@ fn process_plugins(path: &Path) -> Result<Vec<wharf::sdk::Plugin>, ConfigError> 
     let base = path.parent().unwrap_or(Path::new("."));
     let specs = crate::process::spec::parse(&text, base)
         .map_err(|e| invalid(format!("{}: {e}", path.display())))?;
-    crate::process::start_all(specs).map_err(invalid)
+    crate::process::start_processes(specs).map_err(invalid)
 }
 
 /// A secret from the environment; Debug prints a placeholder.

@@ -13,7 +13,7 @@ use std::process::Command;
 use std::sync::Arc;
 use std::time::Duration;
 
-use wharf_executor::process::{ProcessSpec, start_all};
+use wharf_executor::process::{PluginProcess, ProcessSpec, start_processes};
 use wharf_sdk::{
     CancellationToken, ConfigMap, ConnectorContext, Plugin, SinkRecord, TaskContext, TaskFactory,
 };
@@ -89,6 +89,11 @@ fn walk(dir: &Path) -> Vec<PathBuf> {
 /// Compiles the host and the test plugins into `dir` and starts one host offering
 /// `classes`.
 fn host(dir: &Path, classes: &[&str]) -> Vec<Plugin> {
+    host_process(dir, classes).plugins()
+}
+
+/// As [`host`], the process itself.
+fn host_process(dir: &Path, classes: &[&str]) -> Arc<PluginProcess> {
     let libs = libs();
     let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("../jvm-host");
     let classes_dir = dir.join("classes");
@@ -104,7 +109,7 @@ fn host(dir: &Path, classes: &[&str]) -> Vec<Plugin> {
         "wharf.host.PluginHost".to_owned(),
     ];
     args.extend(classes.iter().map(|c| (*c).to_owned()));
-    start_all(vec![ProcessSpec {
+    start_processes(vec![ProcessSpec {
         name: "jvm".to_owned(),
         command: "java".into(),
         args,
@@ -113,6 +118,7 @@ fn host(dir: &Path, classes: &[&str]) -> Vec<Plugin> {
         describe_timeout: Duration::from_secs(60),
     }])
     .expect("the JVM host starts and describes its connectors")
+    .remove(0)
 }
 
 fn the(plugins: &[Plugin], name: &str) -> Plugin {
@@ -232,12 +238,27 @@ async fn a_public_stop_boolean_gets_true_exactly_on_deletion_and_others_get_stop
 #[tokio::test]
 async fn file_stream_source_and_sink_run_in_the_jvm_host() {
     let tmp = tempfile::tempdir().unwrap();
-    let plugins = host(
+    let process = host_process(
         tmp.path(),
         &[
             "org.apache.kafka.connect.file.FileStreamSourceConnector",
             "org.apache.kafka.connect.file.FileStreamSinkConnector",
         ],
+    );
+    let plugins = process.plugins();
+    // Connect's own Connector#validate runs in the host.
+    let found = process
+        .validate(
+            "org.apache.kafka.connect.file.FileStreamSourceConnector",
+            [("file".to_owned(), "x".to_owned())].into(),
+        )
+        .await
+        .unwrap();
+    assert!(
+        found
+            .iter()
+            .any(|(key, messages)| key == "topic" && !messages.is_empty()),
+        "{found:?}"
     );
     let source = the(
         &plugins,

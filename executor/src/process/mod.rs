@@ -146,6 +146,37 @@ impl PluginProcess {
         Ok(conn)
     }
 
+    /// True when the process offers plugin `name`.
+    pub fn offers(&self, name: &str) -> bool {
+        self.offered.iter().any(|o| o.name == name)
+    }
+
+    /// The plugin's own checks of `config` (Kafka Connect's `Connector#validate`):
+    /// `(key, messages)` per key with an error, as the plugin answers them.
+    ///
+    /// # Errors
+    /// Text naming the plugin: the process could not be reached or answered an error.
+    pub async fn validate(
+        &self,
+        plugin: &str,
+        config: wharf::sdk::ConfigMap,
+    ) -> Result<Vec<(String, Vec<String>)>, String> {
+        let conn = self.conn().await?;
+        let ask = Ask::ConnectorValidate(pb::PluginConnectorValidate {
+            plugin: plugin.to_owned(),
+            config: config.into_iter().collect(),
+        });
+        match conn.call(ask).await? {
+            Answer::Validate(v) => Ok(v.errors.into_iter().map(|e| (e.key, e.messages)).collect()),
+            Answer::Error(e) => Err(format!("its validate failed: {}", e.message)),
+            other => Err(format!(
+                "plugin process {} answered validate with {}",
+                self.spec.name,
+                proxy::answer_name(&other)
+            )),
+        }
+    }
+
     /// The spec's name, for errors.
     pub(crate) fn name(&self) -> &str {
         &self.spec.name
@@ -158,11 +189,18 @@ impl PluginProcess {
 /// # Errors
 /// The first process that could not be started or described, with the reason.
 pub fn start_all(specs: Vec<ProcessSpec>) -> Result<Vec<Plugin>, String> {
-    let mut plugins = Vec::new();
-    for spec in specs {
-        plugins.extend(PluginProcess::start(spec)?.plugins());
-    }
-    Ok(plugins)
+    Ok(start_processes(specs)?
+        .iter()
+        .flat_map(PluginProcess::plugins)
+        .collect())
+}
+
+/// Starts and describes every process of `specs`, in order.
+///
+/// # Errors
+/// As [`start_all`].
+pub fn start_processes(specs: Vec<ProcessSpec>) -> Result<Vec<Arc<PluginProcess>>, String> {
+    specs.into_iter().map(PluginProcess::start).collect()
 }
 
 fn describe_request() -> Ask {

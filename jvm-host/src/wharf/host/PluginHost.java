@@ -420,7 +420,26 @@ public final class PluginHost {
         return m;
       });
     } else if (f.containsKey(CONNECTOR_VALIDATE)) {
-      send(rid, A_VALIDATE, new Msg());
+      Map<Integer, List<Object>> b = decode(raw(f, CONNECTOR_VALIDATE));
+      Class<? extends Connector> c = plugins.get(str(b, 1));
+      Map<String, String> config = map(b, 2);
+      // Connect's Connector#validate, off the reader thread.
+      new Thread(() -> {
+        try {
+          if (c == null) throw new IllegalArgumentException("no plugin " + str(b, 1) + " in this host");
+          Msg m = new Msg();
+          for (org.apache.kafka.common.config.ConfigValue v
+              : c.getDeclaredConstructor().newInstance().validate(config).configValues()) {
+            if (v.errorMessages().isEmpty()) continue;
+            Msg e = new Msg().str(1, v.name());
+            for (String text : v.errorMessages()) e.strAlways(2, text);
+            m.msg(1, e);
+          }
+          send(rid, A_VALIDATE, m);
+        } catch (Throwable t) {
+          error(rid, t);
+        }
+      }, "wharf-validate").start();
     } else if (f.containsKey(CONNECTOR_STOP) || f.containsKey(TASK_STOP)) {
       Map<Integer, List<Object>> b =
           decode(raw(f, f.containsKey(CONNECTOR_STOP) ? CONNECTOR_STOP : TASK_STOP));
