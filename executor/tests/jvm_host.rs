@@ -116,6 +116,7 @@ fn host_process(dir: &Path, classes: &[&str]) -> Arc<PluginProcess> {
         working_dir: None,
         env: Default::default(),
         describe_timeout: Duration::from_secs(60),
+        max_memory_mb: None,
     }])
     .expect("the JVM host starts and describes its connectors")
     .remove(0)

@@ -34,6 +34,7 @@ fn spec(defect: &str) -> ProcessSpec {
         working_dir: None,
         env: [("DIR_PLUGIN_DEFECT".to_owned(), defect.to_owned())].into(),
         describe_timeout: Duration::from_secs(20),
+        max_memory_mb: None,
     }
 }
 
@@ -431,4 +432,16 @@ fn a_process_that_cannot_start_or_describe_is_refused_naming_it() {
     silent.describe_timeout = Duration::from_millis(300);
     let err = start_all(vec![silent]).unwrap_err();
     assert!(err.contains("did not answer within 300 ms"), "{err}");
+}
+
+#[test]
+fn a_process_over_its_memory_limit_fails_naming_the_error() {
+    let mut greedy = spec("none");
+    greedy.args = vec!["-c".into(), "x = bytearray(512 * 1024 * 1024)".into()];
+    greedy.max_memory_mb = Some(128);
+    let err = start_all(vec![greedy]).unwrap_err();
+    assert!(
+        err.contains("exited (exit status: 1)") && err.contains("MemoryError"),
+        "{err}"
+    );
 }

@@ -115,6 +115,24 @@ impl Conn {
             .stderr(Stdio::piped());
         // Its own group: a kill reaches what the plugin started (a JVM's launcher script).
         std::os::unix::process::CommandExt::process_group(&mut cmd, 0);
+        if let Some(mb) = spec.max_memory_mb {
+            let bytes = mb.saturating_mul(1024 * 1024);
+            let limit = libc::rlimit {
+                rlim_cur: bytes,
+                rlim_max: bytes,
+            };
+            // SAFETY: between fork and exec only setrlimit runs, which is
+            // async-signal-safe and touches no memory of the parent.
+            unsafe {
+                std::os::unix::process::CommandExt::pre_exec(&mut cmd, move || {
+                    if libc::setrlimit(libc::RLIMIT_AS, &limit) == 0 {
+                        Ok(())
+                    } else {
+                        Err(io::Error::last_os_error())
+                    }
+                });
+            }
+        }
         let mut child = cmd.spawn()?;
         let (Some(mut stdin), Some(stdout), Some(stderr)) =
             (child.stdin.take(), child.stdout.take(), child.stderr.take())

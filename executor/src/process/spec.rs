@@ -8,6 +8,7 @@
 //! working_dir = "/opt/plugins"       # default: the executor's
 //! env = { PYTHONUNBUFFERED = "1" }   # added to PATH, HOME, LANG, LC_ALL, TZ, TMPDIR
 //! describe_timeout_ms = 30000        # default DEFAULT_DESCRIBE_TIMEOUT_MS
+//! max_memory_mb = 512                # address space limit (RLIMIT_AS); default none
 //! ```
 
 use std::collections::BTreeMap;
@@ -40,6 +41,9 @@ pub struct ProcessSpec {
     pub env: BTreeMap<String, String>,
     /// Bound on the describe answer after a start.
     pub describe_timeout: Duration,
+    /// Limit on the process's address space (`RLIMIT_AS`), in MiB; `None`: none. A JVM
+    /// reserves far more address space than it uses: bound its heap with `-Xmx` instead.
+    pub max_memory_mb: Option<u64>,
 }
 
 #[derive(Debug, Deserialize)]
@@ -60,6 +64,7 @@ struct Entry {
     #[serde(default)]
     env: BTreeMap<String, String>,
     describe_timeout_ms: Option<u64>,
+    max_memory_mb: Option<u64>,
 }
 
 /// Reads a `--plugin-processes` file's text; relative `command` and `working_dir` paths
@@ -79,6 +84,7 @@ pub fn parse(text: &str, base: &Path) -> Result<Vec<ProcessSpec>, String> {
             working_dir,
             env,
             describe_timeout_ms,
+            max_memory_mb,
         } = e;
         if name.trim().is_empty() {
             return Err(format!("process[{i}].name is empty"));
@@ -95,6 +101,11 @@ pub fn parse(text: &str, base: &Path) -> Result<Vec<ProcessSpec>, String> {
                 "process[{i}].describe_timeout_ms ({name}) is 0: give a bound in milliseconds"
             ));
         }
+        if max_memory_mb == Some(0) {
+            return Err(format!(
+                "process[{i}].max_memory_mb ({name}) is 0: give a limit in MiB, or leave it out"
+            ));
+        }
         // A bare program name is looked up in PATH, as a shell would.
         let command = if command.components().count() > 1 {
             base.join(command)
@@ -108,6 +119,7 @@ pub fn parse(text: &str, base: &Path) -> Result<Vec<ProcessSpec>, String> {
             working_dir: working_dir.map(|d| base.join(d)),
             env,
             describe_timeout: Duration::from_millis(describe_timeout_ms),
+            max_memory_mb,
         });
     }
     Ok(out)
@@ -135,6 +147,7 @@ mod tests {
         );
         assert_eq!(specs[1].command, PathBuf::from("/etc/wharf/./bin/plugin"));
         assert_eq!(specs[1].describe_timeout, Duration::from_millis(5));
+        assert_eq!(specs[0].max_memory_mb, None);
     }
 
     #[test]
@@ -160,6 +173,10 @@ mod tests {
             (
                 "[[process]]\nname = \"a\"\ncommand = \"x\"\nmemory = 3\n",
                 "unknown field",
+            ),
+            (
+                "[[process]]\nname = \"a\"\ncommand = \"x\"\nmax_memory_mb = 0\n",
+                "process[0].max_memory_mb (a) is 0",
             ),
             ("[[process]]\nname = \"a\"\n", "command"),
         ];
