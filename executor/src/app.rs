@@ -65,6 +65,9 @@ pub struct ExecutorConfig {
     /// Custom transforms and predicates connector configs may name beside the built-in
     /// ones (docs/pipeline.md).
     pub transforms: Vec<wharf::sdk::TransformPlugin>,
+    /// The plugin processes (`--plugin-processes`) behind the out-of-process plugins among
+    /// `plugins`, whose own config checks join ValidateConfig.
+    pub plugin_processes: Vec<std::sync::Arc<crate::process::PluginProcess>>,
     /// The file plugins' root (`--file-root`), canonical; `None`: no file plugins. The
     /// plugins carry it themselves; this copy is for the start log line.
     pub file_root: Option<PathBuf>,
@@ -108,6 +111,7 @@ impl ExecutorConfig {
             plugin_threads: DEFAULT_PLUGIN_THREADS,
             plugins: Vec::new(),
             transforms: Vec::new(),
+            plugin_processes: Vec::new(),
             file_root: None,
             config_providers: crate::providers::ConfigProviders::none(),
             tls: None,
@@ -260,6 +264,7 @@ impl ExecutorApp {
             record_log,
             plugins,
             transforms,
+            plugin_processes,
             file_root,
             config_providers,
             tls,
@@ -320,6 +325,7 @@ impl ExecutorApp {
                 graceful_timeout,
                 plugin_threads,
             )
+            .map(|host| host.with_plugin_processes(plugin_processes))
             .map_err(|source| AppError::PluginRuntime {
                 threads: plugin_threads.get(),
                 source,

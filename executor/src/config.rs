@@ -149,6 +149,12 @@ pub struct Cli {
     /// outside are refused. Must exist; required with either provider.
     #[arg(long, env = "WHARF_CONFIG_PROVIDER_ROOT", value_name = "DIR")]
     pub config_provider_root: Option<PathBuf>,
+    /// TOML file listing plugin processes: plugins that run as child processes speaking
+    /// the plugin protocol over their stdio (docs/plugins-out-of-process.md). Each is
+    /// started and described at start; the plugins it offers are offered beside the
+    /// built-in ones. [default: none]
+    #[arg(long, env = "WHARF_PLUGIN_PROCESSES", value_name = "FILE")]
+    pub plugin_processes: Option<PathBuf>,
     /// `--metrics-listen`, `--log-format`, `--otlp-endpoint`.
     #[command(flatten)]
     pub observability: ObservabilityArgs,
@@ -205,6 +211,8 @@ pub struct FileConfig {
     pub config_providers: Option<String>,
     /// See `--config-provider-root`.
     pub config_provider_root: Option<PathBuf>,
+    /// See `--plugin-processes`.
+    pub plugin_processes: Option<PathBuf>,
     /// `metrics_listen`, `log_format`, `otlp_endpoint`.
     #[serde(flatten)]
     pub observability: ObservabilityFile,
@@ -277,6 +285,7 @@ impl Cli {
             file_root,
             config_providers,
             config_provider_root,
+            plugin_processes,
             observability,
             tls,
             insecure,
@@ -301,6 +310,7 @@ impl Cli {
             file_root: file_file_root,
             config_providers: file_config_providers,
             config_provider_root: file_config_provider_root,
+            plugin_processes: file_plugin_processes,
             observability: file_observability,
             tls: file_tls,
             insecure: file_insecure,
@@ -368,6 +378,16 @@ impl Cli {
             nats,
         )?;
         out.plugins = plugins;
+        // Last, once every other setting is known to be good: this starts processes.
+        if let Some(path) = plugin_processes.or(file_plugin_processes) {
+            out.plugin_processes = process_plugins(&path)?;
+            out.plugins
+                .extend(out.plugin_processes.iter().flat_map(|p| p.plugins()));
+            crate::launcher::check_names(&out.plugins).map_err(|e| ConfigError::Invalid {
+                field: "--plugin-processes",
+                reason: e.to_string(),
+            })?;
+        }
         // The source checked the root; the start log line shows it resolved.
         out.file_root = plugin_settings
             .file_root
@@ -389,6 +409,27 @@ impl Cli {
         out.otlp_endpoint = observability.otlp_endpoint;
         Ok(out)
     }
+}
+
+/// Reads the `--plugin-processes` file, starts and describes each process, and returns
+/// them.
+///
+/// # Errors
+/// [`ConfigError::Invalid`] naming `--plugin-processes`: the file cannot be read or is
+/// wrong, or a process cannot be started or described.
+fn process_plugins(
+    path: &Path,
+) -> Result<Vec<std::sync::Arc<crate::process::PluginProcess>>, ConfigError> {
+    let invalid = |reason: String| ConfigError::Invalid {
+        field: "--plugin-processes",
+        reason,
+    };
+    let text =
+        std::fs::read_to_string(path).map_err(|e| invalid(format!("{}: {e}", path.display())))?;
+    let base = path.parent().unwrap_or(Path::new("."));
+    let specs = crate::process::spec::parse(&text, base)
+        .map_err(|e| invalid(format!("{}: {e}", path.display())))?;
+    crate::process::start_processes(specs).map_err(invalid)
 }
 
 /// A secret from the environment; Debug prints a placeholder.
@@ -728,6 +769,7 @@ mod tests {
             file_root: None,
             config_providers: None,
             config_provider_root: None,
+            plugin_processes: None,
             observability: Default::default(),
             tls: Default::default(),
             insecure: false,

