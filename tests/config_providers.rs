@@ -111,6 +111,19 @@ async fn a_password_from_a_file_provider_reaches_the_plugin_and_never_comes_back
         "{}",
         r.err
     );
+    // A reference in a key the control plane reads itself, which never resolves one.
+    let mut policy = config(&pg, ROLE, "${file:db.properties:password}");
+    policy["cleanup.policy"] = json!("${file:db.properties:policy}");
+    let r = c.call(
+        "CreateConnector",
+        json!({ "name": "policy-ref", "config": policy }),
+    );
+    assert_eq!(r.code, INVALID_ARGUMENT, "{}", r.err);
+    assert!(
+        r.err.contains("config[cleanup.policy]") && r.err.contains("runtime key"),
+        "{}",
+        r.err
+    );
     // One Wharf implements but this executor does not offer: the executor's checks say
     // so at create (the control plane asks it, as for a plugin's validators).
     let r = c.call(

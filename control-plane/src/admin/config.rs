@@ -18,8 +18,9 @@ use super::{Admin, ApiError, ApiResult, info_with};
 
 impl Admin {
     /// Validates a spec against the plugins registered executors offer: a Kafka Connect
-    /// runtime key Wharf does not implement, or a config-provider reference, is refused
-    /// ([`connect_keys`]) before the values are checked.
+    /// runtime key Wharf does not implement, or a config-provider reference that would
+    /// not be resolved (another provider, or in a key the control plane reads), is
+    /// refused ([`connect_keys`]) before the values are checked.
     fn checked_spec(
         plugins: &BTreeMap<String, KnownPlugin>,
         name: &str,
@@ -313,7 +314,10 @@ impl Admin {
             {
                 // The value is known only on the executor, at the start: the checks of
                 // the reference's text would be wrong, its provider's are what counts.
-                c.errors = connect_keys::provider_refusal(v).into_iter().collect();
+                c.errors = connect_keys::runtime_key_reference_refusal(&c.name, v)
+                    .or_else(|| connect_keys::provider_refusal(v))
+                    .into_iter()
+                    .collect();
             }
         }
         if !plugin_name.is_empty()

@@ -272,10 +272,22 @@ pub fn provider_refusal(value: &str) -> Option<String> {
     })
 }
 
+/// Why a config-provider reference in the value of `key` is refused: a key of the
+/// runtime (`connector.class`, `tasks.max`, `cleanup.*`) is read by the control plane,
+/// which never resolves references. `None` for other keys and values without one.
+pub fn runtime_key_reference_refusal(key: &str, value: &str) -> Option<String> {
+    (has_provider_reference(value) && wharf::sdk::runtime_config_def().key(key).is_some()).then(|| {
+        "a runtime key holds a config provider reference: the control plane reads this key itself and never resolves references; give the value itself".to_owned()
+    })
+}
+
 /// Why the value of `key` in `config`, or the key itself, is refused: the first problem
-/// of [`key_refusal`] and [`provider_refusal`]. Names no value.
+/// of [`key_refusal`], [`runtime_key_reference_refusal`] and [`provider_refusal`]. Names
+/// no value.
 pub fn problem(def: &ConfigDef, key: &str, value: &str) -> Option<String> {
-    key_refusal(def, key).or_else(|| provider_refusal(value))
+    key_refusal(def, key)
+        .or_else(|| runtime_key_reference_refusal(key, value))
+        .or_else(|| provider_refusal(value))
 }
 
 /// The first refused key of `config` in sorted order (so the answer does not vary), as
@@ -549,5 +561,15 @@ mod tests {
             why.contains("${file:../x:k}") && why.contains(".."),
             "{why}"
         );
+    }
+
+    #[test]
+    fn a_reference_in_a_key_the_control_plane_reads_is_refused() {
+        let def = runtime_config_def();
+        for key in ["tasks.max", "cleanup.policy", "cleanup.timeout.ms"] {
+            let why = problem(&def, key, "${env:X}").expect("refused");
+            assert!(why.contains("runtime key"), "{key}: {why}");
+            assert_eq!(problem(&def, key, "plain"), None, "{key}");
+        }
     }
 }
