@@ -464,6 +464,7 @@ mod tests {
             connector_config: ConfigMap::new(),
             offsets,
             cancel: CancellationToken::new(),
+            resources: wharf_sdk::Resources::detached(wharf_sdk::ResourceOwner::Task(0)),
         }
     }
 

@@ -206,6 +206,7 @@ fn task_ctx(
         connector_config: connector_config.clone(),
         offsets,
         cancel: CancellationToken::new(),
+        resources: wharf_sdk::Resources::detached(wharf_sdk::ResourceOwner::Task(task)),
     }
 }
 

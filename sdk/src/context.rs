@@ -19,6 +19,7 @@ pub struct ConnectorContext {
     /// Id of the executor hosting this instance.
     pub executor_id: String,
     reconfigure: Arc<dyn Fn() + Send + Sync>,
+    resources: crate::Resources,
 }
 
 impl ConnectorContext {
@@ -37,7 +38,24 @@ impl ConnectorContext {
             cleanup_only,
             executor_id: executor_id.into(),
             reconfigure,
+            resources: crate::Resources::detached(crate::ResourceOwner::Connector),
         }
+    }
+
+    /// The same context recording its resources into `resources` (the executor gives
+    /// every instance a handle on its connector's ledger; [`ConnectorContext::new`]
+    /// starts with a detached in-memory one).
+    #[must_use]
+    pub fn with_resources(mut self, resources: crate::Resources) -> Self {
+        self.resources = resources;
+        self
+    }
+
+    /// This instance's handle on the connector's resource ledger: declare each external
+    /// resource before creating it, release it once a deletion-aware stop removed it
+    /// (docs/resources.md).
+    pub fn resources(&self) -> &crate::Resources {
+        &self.resources
     }
 
     /// Asks the control plane to call `task_configs` again (for example because the
@@ -82,6 +100,10 @@ pub struct TaskContext {
     /// Cancelled when the task is being stopped; long waits inside the plugin can select
     /// on it.
     pub cancel: CancellationToken,
+    /// This task's handle on the connector's resource ledger (owner: this task): declare
+    /// each per-task resource before creating it, release it once `stop_with(true)`
+    /// removed it (docs/resources.md).
+    pub resources: crate::Resources,
 }
 
 impl TaskContext {

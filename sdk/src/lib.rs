@@ -69,6 +69,7 @@ mod context;
 pub mod ids;
 mod plugin;
 mod record;
+mod resources;
 mod sink;
 mod source;
 
@@ -81,6 +82,10 @@ pub use connector::Connector;
 pub use context::{ConnectorContext, TaskContext};
 pub use plugin::{Plugin, PluginKind, TaskFactory};
 pub use record::{SinkRecord, SourceRecord};
+pub use resources::{
+    EntryState, LedgerChange, LedgerEntry, Locator, MemoryLedger, Origin, Resource, ResourceKind,
+    ResourceLedger, ResourceOwner, Resources,
+};
 pub use sink::SinkTask;
 pub use source::SourceTask;
 /// The token in [`TaskContext::cancel`]: a plugin selects on its `cancelled()` in a long

@@ -19,7 +19,9 @@ impl From<ApiError> for tonic::Status {
             | ApiError::FencedEpoch { .. }
             | ApiError::RecordLogMismatch { .. }
             | ApiError::StaleGeneration { .. }
-            | ApiError::ImmutableConfig { .. } => tonic::Status::failed_precondition(msg),
+            | ApiError::ImmutableConfig { .. }
+            | ApiError::ResourceHeld { .. }
+            | ApiError::LedgerFenced { .. } => tonic::Status::failed_precondition(msg),
             ApiError::DeletionPending { .. } => tonic::Status::deadline_exceeded(msg),
             ApiError::Store(StoreError::Unavailable(_)) => tonic::Status::unavailable(msg),
             ApiError::Store(StoreError::Corrupt { .. }) => tonic::Status::internal(msg),

@@ -57,7 +57,9 @@ impl RestError {
                 | ApiError::Contended(_)
                 | ApiError::FencedEpoch { .. }
                 | ApiError::RecordLogMismatch { .. }
-                | ApiError::StaleGeneration { .. } => StatusCode::CONFLICT,
+                | ApiError::StaleGeneration { .. }
+                | ApiError::ResourceHeld { .. }
+                | ApiError::LedgerFenced { .. } => StatusCode::CONFLICT,
                 ApiError::DeletionPending { .. } => StatusCode::GATEWAY_TIMEOUT,
                 ApiError::Store(StoreError::Unavailable(_)) => StatusCode::SERVICE_UNAVAILABLE,
                 ApiError::Store(StoreError::Corrupt { .. }) => StatusCode::INTERNAL_SERVER_ERROR,

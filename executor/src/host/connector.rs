@@ -85,7 +85,14 @@ impl Instance for ConnectorInstance {
             req.assignment.cleanup_only,
             self.shared.executor_id.clone(),
             reconfigure,
-        );
+        )
+        .with_resources(super::ledger::RegistryLedger::resources(
+            self.shared.registry.clone(),
+            &req.connector,
+            wharf::sdk::ResourceOwner::Connector,
+            req.assignment.generation,
+            &req.assignment.incarnation,
+        ));
         self.plugin.spawn_start(&self.slot, ctx, req.config.clone())
     }
 

@@ -678,6 +678,7 @@ fn task_context(r: &Running, i: usize, cleanup_only: bool) -> TaskContext {
         connector_config: r.config.clone(),
         offsets: BTreeMap::new(),
         cancel: CancellationToken::new(),
+        resources: wharf_sdk::Resources::detached(wharf_sdk::ResourceOwner::Task(i as u32)),
     }
 }
 

@@ -593,6 +593,49 @@ fn is_given_up(s: &CleanupStep) -> bool {
     s.state == CleanupState::Skipped && s.connector_deleted && !s.forced
 }
 
+/// Why what is left of a finished deletion's ledger outlives it, from its final record:
+/// `keep_resources`, a force, or `cleanup.policy = give-up`; `None` when every step
+/// completed its cleanup (nothing is left by design). Pure.
+pub fn orphan_reason(d: &DeletionRecord) -> Option<crate::model::resources::OrphanReason> {
+    use crate::model::resources::OrphanReason;
+    match d.mode {
+        DeletionMode::KeepResources => Some(OrphanReason::KeepResources),
+        DeletionMode::Cleanup if d.steps.iter().any(|s| s.forced) => Some(OrphanReason::Force),
+        DeletionMode::Cleanup if d.steps.iter().any(is_given_up) => Some(OrphanReason::GiveUp),
+        DeletionMode::Cleanup => None,
+    }
+}
+
+/// What a completed stop(true) of step `task` comes to once the ledger is read: still
+/// done when every created entry its instance owns is released or found absent, else
+/// failed naming the entries left (docs/resources.md, "A deletion ends with the ledger
+/// accounted for"). Pure.
+pub(super) fn accounted(
+    attempt: Attempt,
+    task: Option<u32>,
+    ledger: &[crate::model::resources::LedgerEntry],
+    incarnation: &str,
+) -> Attempt {
+    use crate::model::resources::{ResourceOwner, unaccounted, unaccounted_error};
+    let Attempt::Done { executor } = attempt else {
+        return attempt;
+    };
+    let owner = match task {
+        Some(t) => ResourceOwner::Task(t),
+        None => ResourceOwner::Connector,
+    };
+    let left = unaccounted(ledger, owner, incarnation);
+    if left.is_empty() {
+        Attempt::Done { executor }
+    } else {
+        Attempt::Failed {
+            executor,
+            error: unaccounted_error(&left),
+            abandoned: false,
+        }
+    }
+}
+
 /// `steps` as task indexes and whether the connector instance's step is among them.
 fn units<'a>(steps: impl Iterator<Item = &'a CleanupStep>) -> (Vec<u32>, bool) {
     let mut tasks = Vec::new();

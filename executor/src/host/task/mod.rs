@@ -151,6 +151,13 @@ impl Instance for TaskInstance {
             connector_config: req.connector_config.clone(),
             offsets: req.offsets.clone(),
             cancel: self.cancel.clone(),
+            resources: crate::host::ledger::RegistryLedger::resources(
+                self.shared.registry.clone(),
+                &req.task.connector,
+                wharf::sdk::ResourceOwner::Task(req.task.task),
+                req.assignment.generation,
+                &req.assignment.incarnation,
+            ),
         };
         let config = req.task_config.clone();
         match &self.plugin {
