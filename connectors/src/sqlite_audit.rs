@@ -765,7 +765,11 @@ impl AuditBackend for Sqlite {
             Resource::adopted(ResourceKind::Table, OWNERS_TABLE, at.clone()),
         ];
         for t in &self.tables {
-            out.push(Resource::adopted(ResourceKind::Table, t.name.clone(), at.clone()));
+            out.push(Resource::adopted(
+                ResourceKind::Table,
+                t.name.clone(),
+                at.clone(),
+            ));
             for op in ['i', 'u', 'd'] {
                 out.push(Resource::created(
                     ResourceKind::Trigger,

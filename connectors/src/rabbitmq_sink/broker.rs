@@ -287,7 +287,12 @@ impl Broker {
     ) -> Result<(), RabbitError> {
         let ch = self.channel().await?;
         match ch
-            .queue_unbind(queue.into(), exchange.into(), routing_key.into(), FieldTable::default())
+            .queue_unbind(
+                queue.into(),
+                exchange.into(),
+                routing_key.into(),
+                FieldTable::default(),
+            )
             .await
         {
             Ok(()) => {

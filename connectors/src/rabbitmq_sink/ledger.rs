@@ -7,8 +7,8 @@
 use wharf_sdk::{Locator, Resource, ResourceKind};
 
 use super::config::Settings;
-use super::ownership::OwnerRecord;
 use super::owner_queue;
+use super::ownership::OwnerRecord;
 
 /// The binding's name in the ledger: `EXCHANGE -> QUEUE (ROUTING_KEY)`.
 pub fn binding_name(exchange: &str, queue: &str, routing_key: &str) -> String {
@@ -34,7 +34,13 @@ pub fn resources(
         .and_then(|r| r.exchange.clone())
         .or_else(|| settings.exchange.clone());
     let made = |named: Option<&Option<String>>| named.is_none_or(Option::is_some);
-    let origin = |created: bool, r: Resource| if created { r } else { r.with_origin(wharf_sdk::Origin::Adopted) };
+    let origin = |created: bool, r: Resource| {
+        if created {
+            r
+        } else {
+            r.with_origin(wharf_sdk::Origin::Adopted)
+        }
+    };
     let mut out = vec![
         Resource::created(ResourceKind::Queue, owner_queue(connector), at.clone()),
         origin(
@@ -77,7 +83,11 @@ mod tests {
     fn the_declaration_lists_the_owner_queue_and_the_queue_without_credentials() {
         let s = Settings::parse(
             "c",
-            &config(&[("topics", "t"), ("queue", "nc.shared.q"), ("rabbitmq.password", "pw")]),
+            &config(&[
+                ("topics", "t"),
+                ("queue", "nc.shared.q"),
+                ("rabbitmq.password", "pw"),
+            ]),
         )
         .unwrap();
         let rs = resources("c", &s, None);
@@ -102,7 +112,10 @@ mod tests {
         let s = Settings::parse("c", &config(&[("topics", "t"), ("exchange", "x")])).unwrap();
         let rs = resources("c", &s, Some(&record(Some("wharf.c"), None)));
         assert_eq!(rs.len(), 4);
-        assert_eq!((rs[2].kind.as_str(), rs[2].origin), ("exchange", Origin::Adopted));
+        assert_eq!(
+            (rs[2].kind.as_str(), rs[2].origin),
+            ("exchange", Origin::Adopted)
+        );
         assert_eq!(rs[3].name, "x -> wharf.c (wharf.c)");
         assert_eq!(rs[3].origin, Origin::Created);
     }

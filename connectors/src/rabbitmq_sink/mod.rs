@@ -345,9 +345,7 @@ impl Connector for RabbitConnector {
         Ok(ledger::resources("declared", &settings, None)
             .into_iter()
             .filter(|r| match r.kind {
-                wharf_sdk::ResourceKind::Queue => {
-                    named(keys::QUEUE) && r.name == settings.queue
-                }
+                wharf_sdk::ResourceKind::Queue => named(keys::QUEUE) && r.name == settings.queue,
                 wharf_sdk::ResourceKind::Exchange => true,
                 _ => false,
             })
