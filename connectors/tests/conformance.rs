@@ -100,8 +100,32 @@ fn sqlite_kit() -> (tempfile::TempDir, Kit<SqliteProbe>) {
             .collect()
         },
         SqliteProbe { path },
-    );
+    )
+    .ledger_required();
     (dir, kit)
+}
+
+#[tokio::test]
+async fn sqlite_audit_declares_its_resources_before_creating_them() {
+    sqlite_kit()
+        .1
+        .ledger_declares_before_creating()
+        .await
+        .unwrap();
+}
+
+#[tokio::test]
+async fn sqlite_audit_plain_stop_releases_nothing() {
+    sqlite_kit().1.plain_stop_releases_nothing().await.unwrap();
+}
+
+#[tokio::test]
+async fn sqlite_audit_delete_releases_every_created_entry() {
+    sqlite_kit()
+        .1
+        .delete_releases_every_created_entry()
+        .await
+        .unwrap();
 }
 
 #[tokio::test]
