@@ -342,6 +342,30 @@ async fn pg_kit() -> Kit<PgProbe> {
         },
         PgProbe { db },
     )
+    .ledger_required()
+}
+
+#[tokio::test]
+async fn postgres_audit_declares_its_resources_before_creating_them() {
+    pg_kit()
+        .await
+        .ledger_declares_before_creating()
+        .await
+        .unwrap();
+}
+
+#[tokio::test]
+async fn postgres_audit_plain_stop_releases_nothing() {
+    pg_kit().await.plain_stop_releases_nothing().await.unwrap();
+}
+
+#[tokio::test]
+async fn postgres_audit_delete_releases_every_created_entry() {
+    pg_kit()
+        .await
+        .delete_releases_every_created_entry()
+        .await
+        .unwrap();
 }
 
 #[tokio::test]
