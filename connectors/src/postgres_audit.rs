@@ -963,12 +963,14 @@ impl AuditBackend for Postgres {
                 .iter()
                 .map(|a| a as &(dyn tokio_postgres::types::ToSql + Sync))
                 .collect();
-            let row = client.query_one(sql, &params).await.map_err(|e| {
-                AuditError::from(PgAuditError::CleanupFailed {
-                    step: "looking up what the cleanup left",
-                    detail: pg_detail(&e),
-                })
-            })?;
+            let row =
+                client
+                    .query_one(sql, &params)
+                    .await
+                    .map_err(|e| PgAuditError::CleanupFailed {
+                        step: "looking up what the cleanup left",
+                        detail: pg_detail(&e),
+                    })?;
             there.push(row.get::<_, bool>(0));
         }
         Ok(Some(there))
