@@ -438,3 +438,51 @@ async fn the_plan_of_a_sqlite_deletion_lists_exactly_what_leaves_sqlite_master_a
     );
     assert_eq!(after, before, "nothing else changed");
 }
+
+/// The control plane dies (abort, as kill -9) between a plugin's intents and its first
+/// confirmation: the audit table and its triggers exist, the ledger holds them as
+/// intended after the restart, and the deletion removes them.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_control_plane_killed_between_intent_and_confirmation_keeps_the_entries_and_the_deletion_removes_them()
+ {
+    use wharf_harness::fault::{CRASH_AT_ENV, start_cluster, wait_exit};
+    let mut c = start_cluster(1, &[(CRASH_AT_ENV, "before_resource_confirm")]).await;
+    let db = c.dir.path().join("crash.db");
+    sqlite_db(&db);
+    let before = sqlite_objects(&db);
+    let r = c.call(
+        "CreateConnector",
+        json!({ "name": "crashed", "config": sqlite_config(&db, "ledger-crash") }),
+    );
+    assert_eq!(r.code, 0, "{}", r.err);
+    wait_exit(&mut c.cp, "the control plane to abort at the confirmation").await;
+    assert!(
+        sqlite_objects(&db).len() > before.len(),
+        "the plugin created its objects before confirming them"
+    );
+    c.restart_control_plane().await;
+    c.wait_alive(1).await;
+    let r = c.call("GetConnectorResources", json!({ "name": "crashed" }));
+    assert_eq!(r.code, 0, "{}", r.err);
+    let l = entries(&r.body["entries"]);
+    let intended: Vec<_> = l
+        .iter()
+        .filter(|(_, _, o, s)| o == "RESOURCE_ORIGIN_CREATED" && s == "intended")
+        .collect();
+    assert_eq!(
+        intended.len(),
+        4,
+        "the audit table and 3 triggers, intended: {l:?}"
+    );
+    let r = c.call(
+        "DeleteConnector",
+        json!({ "name": "crashed", "wait": true, "wait_timeout_ms": 60000 }),
+    );
+    assert_eq!(r.code, 0, "{}", r.err);
+    assert_eq!(r.body["deleted"], true, "{}", r.body);
+    assert_eq!(
+        sqlite_objects(&db),
+        before,
+        "the deletion removed what was only intended"
+    );
+}

@@ -600,6 +600,12 @@ impl ExecutorRegistry for RegistryService {
                 .into());
             }
         }
+        if changes
+            .iter()
+            .any(|(_, c)| *c == wharf::sdk::LedgerChange::Confirm)
+        {
+            crate::reconcile::fault::crash_point("before_resource_confirm");
+        }
         let now = crate::reconcile::now_ms();
         let (connector, incarnation) = (req.connector.clone(), req.incarnation.clone());
         let outcome = self
