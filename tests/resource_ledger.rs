@@ -486,3 +486,125 @@ async fn a_control_plane_killed_between_intent_and_confirmation_keeps_the_entrie
         "the deletion removed what was only intended"
     );
 }
+
+/// `cleanup.policy = give-up`: the moved file's deletion fails its one attempt, is given
+/// up, finishes, and leaves the audit table and triggers as orphans with reason give-up.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_given_up_deletion_leaves_its_unaccounted_entries_as_orphans() {
+    let c = Cluster::start(1).await;
+    let db = c.dir.path().join("giveup.db");
+    sqlite_db(&db);
+    let mut config = sqlite_config(&db, "ledger-giveup");
+    config["cleanup.policy"] = json!("give-up");
+    config["cleanup.max.attempts"] = json!("1");
+    c.call(
+        "CreateConnector",
+        json!({ "name": "given-up", "config": config }),
+    );
+    c.wait_state("given-up", "STATE_RUNNING", "STATE_RUNNING", 1, None)
+        .await;
+    std::fs::rename(&db, c.dir.path().join("elsewhere.db")).unwrap();
+    let r = c.call(
+        "DeleteConnector",
+        json!({ "name": "given-up", "wait": true, "wait_timeout_ms": 60000 }),
+    );
+    assert_eq!(r["deleted"], true, "{r}");
+    assert_eq!(r["connectorCleanupGivenUp"], true, "{r}");
+    let orphans = c.call("ListOrphanedResources", json!({}));
+    let ours: Vec<Value> = orphans["orphans"]
+        .as_array()
+        .cloned()
+        .unwrap_or_default()
+        .into_iter()
+        .filter(|o| o["connector"] == "given-up")
+        .collect();
+    assert_eq!(ours.len(), 4, "{orphans}");
+    assert!(ours.iter().all(|o| o["reason"] == "give-up"), "{orphans}");
+}
+
+/// The REST extensions: the ledger, the dry run, a second claim as 409, the orphan list
+/// and a bad adopt as 400 naming the id.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_rest_gateway_serves_the_ledger_the_plan_and_refuses_a_second_claim() {
+    let (c, rest) = wharf_harness::rest::start_with_rest(1, &[]).await;
+    let db = c.dir.path().join("rest.db");
+    sqlite_db(&db);
+    let mut config = sqlite_config(&db, "ledger-rest");
+    config["audit.table"] = json!("shared_audit");
+    let a = rest
+        .json(
+            "POST",
+            "/connectors",
+            &json!({ "name": "rest-a", "config": config }),
+        )
+        .await;
+    assert_eq!(a.status, 201, "{}", a.body);
+    c.wait_state("rest-a", "STATE_RUNNING", "STATE_RUNNING", 1)
+        .await;
+
+    let l = rest.get("/connectors/rest-a/resources").await;
+    assert_eq!(l.status, 200, "{}", l.body);
+    let audit = l.body["resources"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|e| e["name"] == "shared_audit")
+        .cloned()
+        .unwrap_or_else(|| panic!("{}", l.body));
+    assert_eq!(audit["kind"], "table");
+    assert_eq!(audit["origin"], "created");
+    assert_eq!(audit["owner"], "connector");
+    assert_eq!(audit["state"], "confirmed");
+    assert_eq!(audit["locator"]["path"], db.display().to_string());
+
+    let b = rest
+        .json(
+            "POST",
+            "/connectors",
+            &json!({ "name": "rest-b", "config": config }),
+        )
+        .await;
+    assert_eq!(b.status, 409, "{}", b.body);
+    let message = b.body["message"].as_str().unwrap_or_default();
+    assert!(
+        message.contains("table shared_audit") && message.contains("\"rest-a\""),
+        "{message}"
+    );
+
+    let plan = rest.empty("DELETE", "/connectors/rest-a?dryRun=true").await;
+    assert_eq!(plan.status, 200, "{}", plan.body);
+    assert_eq!(
+        plan.body["remove"].as_array().map(Vec::len),
+        Some(4),
+        "{}",
+        plan.body
+    );
+    assert_eq!(plan.body["steps"][1]["owner"], "connector", "{}", plan.body);
+    assert_eq!(
+        rest.get("/connectors/rest-a").await.status,
+        200,
+        "still there"
+    );
+
+    let orphans = rest.get("/resources/orphaned").await;
+    assert_eq!(orphans.status, 200, "{}", orphans.body);
+    assert!(orphans.body["orphans"].is_array(), "{}", orphans.body);
+    let bad = rest
+        .json(
+            "POST",
+            "/resources/orphaned/adopt",
+            &json!({ "connector": "rest-a", "ids": ["no-such-orphan"] }),
+        )
+        .await;
+    assert_eq!(bad.status, 400, "{}", bad.body);
+    assert!(
+        bad.body["message"]
+            .as_str()
+            .unwrap_or_default()
+            .contains("ids[0]"),
+        "{}",
+        bad.body
+    );
+    let gone = rest.empty("DELETE", "/connectors/rest-a?wait=true").await;
+    assert_eq!(gone.status, 204, "{}", gone.body);
+}

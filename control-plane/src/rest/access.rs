@@ -321,6 +321,24 @@ mod tests {
         use RestAccess::{Action, Authenticated, Public};
         let cleanup = M::Cleanup;
         let cases = [
+            (
+                Method::GET,
+                "/connectors/{name}/resources",
+                cleanup,
+                Action(X::GetConnectorResources),
+            ),
+            (
+                Method::GET,
+                "/resources/orphaned",
+                cleanup,
+                Action(X::ListOrphanedResources),
+            ),
+            (
+                Method::POST,
+                "/resources/orphaned/adopt",
+                cleanup,
+                Action(X::AdoptOrphanedResources),
+            ),
             (Method::GET, "/", cleanup, Public),
             (Method::GET, "/health", cleanup, Public),
             (
