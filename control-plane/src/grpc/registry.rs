@@ -677,6 +677,56 @@ mod tests {
         }
     }
 
+    fn record(connector_host: &str, generation: u64) -> crate::model::ConnectorRecord {
+        let spec = crate::model::ConnectorSpec {
+            name: wharf::ids::ConnectorName::parse("c").unwrap(),
+            plugin: "p".into(),
+            tasks_max: std::num::NonZeroU32::new(1).unwrap(),
+            config: Default::default(),
+        };
+        let mut r = crate::model::ConnectorRecord::new(&spec, crate::model::TargetState::Started);
+        r.connector = hosted(connector_host, generation);
+        r.tasks = vec![hosted("exec-2", generation + 1)];
+        r
+    }
+
+    #[test]
+    fn the_host_of_an_instance_at_its_generation_records_its_ledger() {
+        let r = record("exec-1", 5);
+        let inc = r.incarnation.clone();
+        assert!(ledger_admission(&r, None, "exec-1", None, 5, &inc).is_ok());
+        assert!(ledger_admission(&r, None, "exec-2", Some(0), 6, &inc).is_ok());
+    }
+
+    #[test]
+    fn another_executor_or_generation_or_incarnation_is_refused() {
+        let r = record("exec-1", 5);
+        let inc = r.incarnation.clone();
+        assert!(ledger_admission(&r, None, "exec-2", None, 5, &inc).is_err());
+        assert!(ledger_admission(&r, None, "exec-1", None, 4, &inc).is_err());
+        assert!(ledger_admission(&r, None, "exec-2", Some(1), 6, &inc).is_err());
+        let e = ledger_admission(&r, None, "exec-1", None, 5, "older").unwrap_err();
+        assert!(e.contains("incarnation"), "{e}");
+    }
+
+    #[test]
+    fn during_a_deletion_the_cleanup_steps_instance_records_its_releases() {
+        let mut r = record("exec-1", 5);
+        let inc = r.incarnation.clone();
+        let mut d =
+            crate::model::DeletionRecord::seal(&r, vec![], crate::model::DeletionMode::Cleanup, 0);
+        r.deleting = true;
+        // On its recorded host, at the sealed generation.
+        assert!(ledger_admission(&r, Some(&d), "exec-1", None, 5, &inc).is_ok());
+        // Re-hosted: the cleanup-only instance, not the old host.
+        d.steps[1].rehosted = true;
+        d.steps[1].executor = "exec-3".into();
+        d.steps[1].generation = 9;
+        assert!(ledger_admission(&r, Some(&d), "exec-3", None, 9, &inc).is_ok());
+        assert!(ledger_admission(&r, Some(&d), "exec-1", None, 5, &inc).is_err());
+        assert!(ledger_admission(&r, None, "exec-3", None, 9, &inc).is_err());
+    }
+
     #[test]
     fn a_reported_error_over_the_bound_is_cut_before_it_is_stored() {
         let huge = "e".repeat(3_000_000);

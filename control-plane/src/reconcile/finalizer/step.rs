@@ -674,6 +674,89 @@ fn one_task_deletion(mode: DeletionMode, task: Instance) -> DeletionRecord {
 }
 
 #[cfg(test)]
+mod ledger_tests {
+    use super::*;
+    use crate::model::resources::{
+        EntryState, LedgerEntry, Locator, OrphanReason, Resource, ResourceKind, ResourceOwner,
+    };
+
+    fn entry(owner: ResourceOwner, state: EntryState) -> LedgerEntry {
+        LedgerEntry {
+            resource: Resource::created(ResourceKind::Table, "t", Locator::default().path("/x")),
+            owner,
+            state,
+            incarnation: "i1".into(),
+            updated_at_ms: 0,
+        }
+    }
+
+    fn done() -> Attempt {
+        Attempt::Done {
+            executor: "e1".into(),
+        }
+    }
+
+    #[test]
+    fn a_done_stop_whose_created_entries_are_released_stays_done() {
+        let ledger = [entry(ResourceOwner::Connector, EntryState::Released)];
+        assert!(matches!(
+            accounted(done(), None, &ledger, "i1"),
+            Attempt::Done { .. }
+        ));
+    }
+
+    #[test]
+    fn a_done_stop_that_left_a_created_entry_fails_naming_it() {
+        let ledger = [entry(ResourceOwner::Connector, EntryState::Confirmed)];
+        let Attempt::Failed {
+            error,
+            executor,
+            abandoned,
+        } = accounted(done(), None, &ledger, "i1")
+        else {
+            panic!("expected a failed attempt");
+        };
+        assert!(error.contains("table t (path=/x)"), "{error}");
+        assert_eq!((executor.as_str(), abandoned), ("e1", false));
+    }
+
+    #[test]
+    fn only_the_steps_own_entries_count() {
+        let ledger = [entry(ResourceOwner::Task(1), EntryState::Confirmed)];
+        assert!(matches!(
+            accounted(done(), Some(0), &ledger, "i1"),
+            Attempt::Done { .. }
+        ));
+        assert!(matches!(
+            accounted(done(), Some(1), &ledger, "i1"),
+            Attempt::Failed { .. }
+        ));
+    }
+
+    #[test]
+    fn an_attempt_that_is_not_done_is_left_as_it_is() {
+        let ledger = [entry(ResourceOwner::Connector, EntryState::Confirmed)];
+        assert!(matches!(
+            accounted(Attempt::Rehost, None, &ledger, "i1"),
+            Attempt::Rehost
+        ));
+    }
+
+    #[test]
+    fn orphans_are_kept_for_keep_resources_force_and_give_up_only() {
+        let mut d = one_task_deletion(DeletionMode::KeepResources, Instance::unassigned());
+        assert_eq!(orphan_reason(&d), Some(OrphanReason::KeepResources));
+        d.mode = DeletionMode::Cleanup;
+        d.steps[0].connector_deleted = true;
+        assert_eq!(orphan_reason(&d), None);
+        d.steps[0].state = CleanupState::Skipped;
+        assert_eq!(orphan_reason(&d), Some(OrphanReason::GiveUp));
+        d.steps[0].forced = true;
+        assert_eq!(orphan_reason(&d), Some(OrphanReason::Force));
+    }
+}
+
+#[cfg(test)]
 mod backoff_tests {
     use super::*;
 
