@@ -34,7 +34,13 @@
 //!   [`TaskContext::cleanup_only`]), with the last config;
 //! - provision nothing in a cleanup-only start;
 //! - name external resources from the connector name (and config) so that a fresh
-//!   instance on any executor finds them again.
+//!   instance on any executor finds them again;
+//! - record each external resource in the connector's resource ledger
+//!   ([`ConnectorContext::resources`], [`TaskContext::resources`]): the intent before
+//!   creating it, the confirmation after, the release in `stop_with(true)` once it is
+//!   removed; a deletion finishes as cleaned only when every created entry is released
+//!   or found absent (docs/resources.md). What a second connector must not take is
+//!   declared from the config ([`Connector::declared_resources`]).
 //!
 //! # Reporting a failure
 //! A plugin reports a failure by returning it: every call returns a [`PluginResult`],
