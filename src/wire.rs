@@ -90,6 +90,70 @@ pub fn config_def(keys: &[pb::ConfigKeyDef]) -> ConfigDef {
     })
 }
 
+/// Wire form of a resource.
+pub fn resource(r: &crate::sdk::Resource) -> pb::Resource {
+    pb::Resource {
+        kind: r.kind.as_str().to_owned(),
+        name: r.name.clone(),
+        locator: Some(pb::ResourceLocator {
+            host: r.locator.host.clone(),
+            database: r.locator.database.clone(),
+            vhost: r.locator.vhost.clone(),
+            path: r.locator.path.clone(),
+        }),
+        origin: match r.origin {
+            crate::sdk::Origin::Created => pb::ResourceOrigin::Created,
+            crate::sdk::Origin::Adopted => pb::ResourceOrigin::Adopted,
+        } as i32,
+    }
+}
+
+/// The resource a wire form names; an unset or unknown origin reads as
+/// `unspecified_origin` (the declarations of ValidateConfig carry none; a ledger change
+/// that needs one is checked by its receiver).
+pub fn resource_from(
+    r: &pb::Resource,
+    unspecified_origin: crate::sdk::Origin,
+) -> crate::sdk::Resource {
+    let locator = r.locator.clone().unwrap_or_default();
+    crate::sdk::Resource {
+        kind: crate::sdk::ResourceKind::parse(&r.kind),
+        name: r.name.clone(),
+        locator: crate::sdk::Locator {
+            host: locator.host,
+            database: locator.database,
+            vhost: locator.vhost,
+            path: locator.path,
+        },
+        origin: match pb::ResourceOrigin::try_from(r.origin) {
+            Ok(pb::ResourceOrigin::Created) => crate::sdk::Origin::Created,
+            Ok(pb::ResourceOrigin::Adopted) => crate::sdk::Origin::Adopted,
+            Ok(pb::ResourceOrigin::Unspecified) | Err(_) => unspecified_origin,
+        },
+    }
+}
+
+/// Wire value of a ledger change.
+pub fn ledger_change(c: crate::sdk::LedgerChange) -> pb::ResourceChange {
+    match c {
+        crate::sdk::LedgerChange::Intent => pb::ResourceChange::Intent,
+        crate::sdk::LedgerChange::Confirm => pb::ResourceChange::Confirm,
+        crate::sdk::LedgerChange::Release => pb::ResourceChange::Release,
+        crate::sdk::LedgerChange::Absent => pb::ResourceChange::Absent,
+    }
+}
+
+/// The ledger change of a wire value; `None` for an unset or unknown one.
+pub fn ledger_change_from(c: i32) -> Option<crate::sdk::LedgerChange> {
+    match pb::ResourceChange::try_from(c).ok()? {
+        pb::ResourceChange::Intent => Some(crate::sdk::LedgerChange::Intent),
+        pb::ResourceChange::Confirm => Some(crate::sdk::LedgerChange::Confirm),
+        pb::ResourceChange::Release => Some(crate::sdk::LedgerChange::Release),
+        pb::ResourceChange::Absent => Some(crate::sdk::LedgerChange::Absent),
+        pb::ResourceChange::Unspecified => None,
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -132,6 +132,13 @@ impl ExecutorRegistry for Registry {
     ) -> Result<Response<pb::RequestTaskReconfigurationResponse>, Status> {
         Ok(Response::new(pb::RequestTaskReconfigurationResponse {}))
     }
+
+    async fn record_resources(
+        &self,
+        _request: Request<pb::RecordResourcesRequest>,
+    ) -> Result<Response<pb::RecordResourcesResponse>, Status> {
+        Ok(Response::new(pb::RecordResourcesResponse {}))
+    }
 }
 
 async fn registry() -> (String, Arc<Recorded>) {

@@ -126,6 +126,13 @@ impl ExecutorRegistry for FakeRegistry {
     ) -> Result<Response<pb::RequestTaskReconfigurationResponse>, Status> {
         Ok(Response::new(pb::RequestTaskReconfigurationResponse {}))
     }
+
+    async fn record_resources(
+        &self,
+        _request: Request<pb::RecordResourcesRequest>,
+    ) -> Result<Response<pb::RecordResourcesResponse>, Status> {
+        Ok(Response::new(pb::RecordResourcesResponse {}))
+    }
 }
 
 /// Serves the fake registry on 127.0.0.1:0; returns its URL and what it records.

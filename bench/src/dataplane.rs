@@ -215,6 +215,7 @@ async fn delete_wait(cluster: &Cluster, name: &str) -> anyhow::Result<()> {
             wait: true,
             wait_timeout_ms: 30_000,
             keep_resources: false,
+            ..Default::default()
         })
         .await?;
     Ok(())

@@ -330,6 +330,7 @@ impl Bench {
                 wait: true,
                 wait_timeout_ms: DELETE_WAIT_TIMEOUT_MS,
                 keep_resources: false,
+                ..Default::default()
             })
             .await?
             .into_inner();

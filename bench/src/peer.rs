@@ -518,6 +518,7 @@ async fn wharf_offsets(bin_dir: &Path, root: &Path) -> anyhow::Result<(String, S
             wait: true,
             wait_timeout_ms: 30_000,
             keep_resources: false,
+            ..Default::default()
         })
         .await?
         .into_inner();

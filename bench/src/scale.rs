@@ -346,6 +346,7 @@ pub async fn run_step(
                         wait: false,
                         wait_timeout_ms: 0,
                         keep_resources: false,
+                        ..Default::default()
                     })
                     .await
             }

@@ -410,6 +410,34 @@ pub trait AuditBackend: Sized + Send + Sync + std::fmt::Debug + 'static {
 
     /// Closes the task's connection.
     fn close(&mut self);
+
+    /// What the connector instance records in the resource ledger (docs/resources.md):
+    /// what it creates (the audit table, the triggers, a trigger function) and what it
+    /// only uses (the watched tables, adopted). The default records nothing.
+    fn ledger(&self) -> Vec<wharf_sdk::Resource> {
+        Vec::new()
+    }
+
+    /// The part of [`AuditBackend::ledger`] that a create must claim for itself (the
+    /// audit table when it is configured: a derived name is unique already).
+    fn declared(&self, config: &ConfigMap) -> Vec<wharf_sdk::Resource> {
+        let _ = config;
+        Vec::new()
+    }
+
+    /// After a cleanup: whether each of `resources` still exists; `None` when the place
+    /// they live cannot be looked at (an SQLite file that is gone: the objects may live
+    /// on in the moved file). The default says nothing.
+    ///
+    /// # Errors
+    /// A failed look-up.
+    async fn still_there(
+        &self,
+        resources: &[wharf_sdk::Resource],
+    ) -> Result<Option<Vec<bool>>, AuditError> {
+        let _ = resources;
+        Ok(None)
+    }
 }
 
 fn non_negative(value: &str) -> Result<(), String> {
@@ -544,6 +572,8 @@ pub struct AuditConnector<B> {
     config: ConfigMap,
     parsed: Option<Parsed<B>>,
     start_after: i64,
+    /// The instance's ledger handle (from its context).
+    resources: Option<wharf_sdk::Resources>,
 }
 
 impl<B: std::fmt::Debug> std::fmt::Debug for AuditConnector<B> {
@@ -563,6 +593,7 @@ impl<B> Default for AuditConnector<B> {
             config: ConfigMap::new(),
             parsed: None,
             start_after: 0,
+            resources: None,
         }
     }
 }
@@ -581,8 +612,17 @@ impl<B: AuditBackend> Connector for AuditConnector<B> {
         // the stop(true) that may follow.
         let parsed = self.parsed.insert(parsed);
         let claim = self.claim.insert(claim);
+        self.resources = Some(ctx.resources().clone());
         if !ctx.cleanup_only {
+            // In the ledger before the transaction that creates them, confirmed after.
+            let owned = parsed.backend.ledger();
+            for r in &owned {
+                ctx.resources().intend(r).await?;
+            }
             self.start_after = parsed.backend.provision(claim, parsed.adopt).await?;
+            for r in &owned {
+                ctx.resources().confirm(r).await?;
+            }
             tracing::info!(
                 connector = %ctx.connector,
                 plugin = B::PLUGIN,
@@ -621,7 +661,34 @@ impl<B: AuditBackend> Connector for AuditConnector<B> {
         };
         parsed.backend.cleanup(claim, Scope::Everything).await?;
         tracing::info!(connector = %claim.connector, plugin = B::PLUGIN, "audit connector cleanup done");
+        // What is gone now is accounted for; what is still there, or where nothing can
+        // be looked at (the database file moved away), stays in the ledger, and the
+        // deletion names it.
+        if let Some(ledger) = &self.resources {
+            let created: Vec<wharf_sdk::Resource> = parsed
+                .backend
+                .ledger()
+                .into_iter()
+                .filter(|r| r.origin == wharf_sdk::Origin::Created)
+                .collect();
+            match parsed.backend.still_there(&created).await? {
+                Some(there) => {
+                    for (r, _) in created.iter().zip(there).filter(|(_, t)| !t) {
+                        ledger.release(r).await?;
+                    }
+                }
+                None => {
+                    tracing::warn!(connector = %claim.connector, plugin = B::PLUGIN,
+                        "audit cleanup: the database cannot be looked at; its objects stay in the resource ledger");
+                }
+            }
+        }
         Ok(())
+    }
+
+    fn declared_resources(&self, config: &ConfigMap) -> PluginResult<Vec<wharf_sdk::Resource>> {
+        let parsed = Parsed::<B>::parse("declared", config)?;
+        Ok(parsed.backend.declared(config))
     }
 }
 

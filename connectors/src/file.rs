@@ -466,6 +466,7 @@ mod tests {
             offsets,
             cancel: CancellationToken::new(),
             errant_reporter: None,
+            resources: wharf_sdk::Resources::detached(wharf_sdk::ResourceOwner::Task(0)),
         }
     }
 

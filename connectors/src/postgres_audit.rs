@@ -43,8 +43,8 @@ use async_trait::async_trait;
 use tokio_postgres::tls::{MakeTlsConnect, TlsConnect};
 use tokio_postgres::{Client, NoTls, Socket};
 use wharf_sdk::{
-    ConfigDef, ConfigKey, ConfigMap, ConfigType, Connector, Importance, Plugin, SourceTask,
-    TaskFactory,
+    ConfigDef, ConfigKey, ConfigMap, ConfigType, Connector, Importance, Locator, Plugin, Resource,
+    ResourceKind, SourceTask, TaskFactory,
 };
 
 use crate::audit::{
@@ -853,6 +853,60 @@ impl std::fmt::Debug for Postgres {
     }
 }
 
+/// A catalog object of the ledger, to look up in `pg_catalog`: (schema, name), or for a
+/// trigger (trigger, schema, table).
+enum PgObject {
+    Table(String, String),
+    Function(String, String),
+    Trigger(String, String, String),
+}
+
+impl Postgres {
+    /// The ledger's resources with how to look each up: the audit table and the trigger
+    /// function (created), then per watched table the table (adopted) and its trigger
+    /// (created, named `TRIGGER on SCHEMA.TABLE`). Located at `host:port` and the
+    /// database, never the user or password.
+    fn checks(&self) -> Vec<(Resource, PgObject)> {
+        let at = Locator::default()
+            .host(format!("{}:{}", self.cfg.host, self.cfg.port))
+            .database(self.cfg.database.clone());
+        let n = &self.cfg.names;
+        let schema_of = |t: &TableName| {
+            t.schema
+                .clone()
+                .unwrap_or_else(|| DEFAULT_SCHEMA.to_owned())
+        };
+        let audit = n.audit_table.qualified(DEFAULT_SCHEMA);
+        let function = n.function.qualified(DEFAULT_SCHEMA);
+        let mut out = vec![
+            (
+                Resource::created(ResourceKind::Table, audit.to_string(), at.clone()),
+                PgObject::Table(schema_of(&audit), audit.name.clone()),
+            ),
+            (
+                Resource::created(ResourceKind::Function, function.to_string(), at.clone()),
+                PgObject::Function(schema_of(&function), function.name.clone()),
+            ),
+        ];
+        for t in &self.cfg.tables {
+            let t = t.qualified(DEFAULT_SCHEMA);
+            out.push((
+                Resource::adopted(ResourceKind::Table, t.to_string(), at.clone()),
+                PgObject::Table(schema_of(&t), t.name.clone()),
+            ));
+            out.push((
+                Resource::created(
+                    ResourceKind::Trigger,
+                    format!("{} on {t}", n.trigger),
+                    at.clone(),
+                ),
+                PgObject::Trigger(n.trigger.clone(), schema_of(&t), t.name.clone()),
+            ));
+        }
+        out
+    }
+}
+
 #[async_trait]
 impl AuditBackend for Postgres {
     const PLUGIN: &'static str = PLUGIN_NAME;
@@ -866,6 +920,60 @@ impl AuditBackend for Postgres {
 
     fn tables(&self) -> &[TableName] {
         &self.cfg.tables
+    }
+
+    fn ledger(&self) -> Vec<Resource> {
+        self.checks().into_iter().map(|(r, _)| r).collect()
+    }
+
+    fn declared(&self, config: &ConfigMap) -> Vec<Resource> {
+        let configured = config
+            .get(keys::AUDIT_TABLE)
+            .is_some_and(|v| !v.trim().is_empty());
+        self.ledger()
+            .into_iter()
+            .take(usize::from(configured))
+            .collect()
+    }
+
+    async fn still_there(&self, resources: &[Resource]) -> Result<Option<Vec<bool>>, AuditError> {
+        let client = self.cfg.connect().await?;
+        let checks = self.checks();
+        let mut there = Vec::with_capacity(resources.len());
+        for r in resources {
+            let Some((_, check)) = checks.iter().find(|(c, _)| c.same_as(r)) else {
+                there.push(true);
+                continue;
+            };
+            let (sql, args): (&str, Vec<&str>) = match check {
+                PgObject::Table(schema, name) => (
+                    "SELECT EXISTS (SELECT 1 FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace WHERE n.nspname = $1 AND c.relname = $2)",
+                    vec![schema.as_str(), name.as_str()],
+                ),
+                PgObject::Function(schema, name) => (
+                    "SELECT EXISTS (SELECT 1 FROM pg_proc p JOIN pg_namespace n ON n.oid = p.pronamespace WHERE n.nspname = $1 AND p.proname = $2)",
+                    vec![schema.as_str(), name.as_str()],
+                ),
+                PgObject::Trigger(trigger, schema, table) => (
+                    "SELECT EXISTS (SELECT 1 FROM pg_trigger t JOIN pg_class c ON c.oid = t.tgrelid JOIN pg_namespace n ON n.oid = c.relnamespace WHERE t.tgname = $1 AND n.nspname = $2 AND c.relname = $3)",
+                    vec![trigger.as_str(), schema.as_str(), table.as_str()],
+                ),
+            };
+            let params: Vec<&(dyn tokio_postgres::types::ToSql + Sync)> = args
+                .iter()
+                .map(|a| a as &(dyn tokio_postgres::types::ToSql + Sync))
+                .collect();
+            let row =
+                client
+                    .query_one(sql, &params)
+                    .await
+                    .map_err(|e| PgAuditError::CleanupFailed {
+                        step: "looking up what the cleanup left",
+                        detail: pg_detail(&e),
+                    })?;
+            there.push(row.get::<_, bool>(0));
+        }
+        Ok(Some(there))
     }
 
     async fn provision(&self, claim: &Claim, adopt: Adopt) -> Result<i64, AuditError> {

@@ -34,8 +34,8 @@ use std::time::{Duration, Instant};
 use async_trait::async_trait;
 use rusqlite::{Connection, ErrorCode, OpenFlags, TransactionBehavior};
 use wharf_sdk::{
-    ConfigDef, ConfigKey, ConfigMap, ConfigType, Connector, Importance, Plugin, SourceTask,
-    TaskFactory,
+    ConfigDef, ConfigKey, ConfigMap, ConfigType, Connector, Importance, Locator, Plugin, Resource,
+    ResourceKind, SourceTask, TaskFactory,
 };
 
 use crate::audit::{
@@ -680,6 +680,11 @@ fn read_rows(
 }
 
 impl Sqlite {
+    /// Where its objects live, for the resource ledger: the database file's path.
+    fn locator(&self) -> Locator {
+        Locator::default().path(self.path.display().to_string())
+    }
+
     fn job(&self) -> Job {
         Job {
             path: self.path.clone(),
@@ -748,6 +753,75 @@ impl AuditBackend for Sqlite {
 
     fn tables(&self) -> &[TableName] {
         &self.tables
+    }
+
+    fn ledger(&self) -> Vec<Resource> {
+        let at = self.locator();
+        let n = &self.names;
+        let mut out = vec![
+            Resource::created(ResourceKind::Table, n.audit_table.clone(), at.clone()),
+            // Shared by every audit connector of the file and dropped with its last
+            // row: used, never owned.
+            Resource::adopted(ResourceKind::Table, OWNERS_TABLE, at.clone()),
+        ];
+        for t in &self.tables {
+            out.push(Resource::adopted(
+                ResourceKind::Table,
+                t.name.clone(),
+                at.clone(),
+            ));
+            for op in ['i', 'u', 'd'] {
+                out.push(Resource::created(
+                    ResourceKind::Trigger,
+                    n.trigger(&t.name, op),
+                    at.clone(),
+                ));
+            }
+        }
+        out
+    }
+
+    fn declared(&self, config: &ConfigMap) -> Vec<Resource> {
+        let configured = config
+            .get(keys::AUDIT_TABLE)
+            .is_some_and(|v| !v.trim().is_empty());
+        self.ledger()
+            .into_iter()
+            .take(usize::from(configured))
+            .collect()
+    }
+
+    async fn still_there(&self, resources: &[Resource]) -> Result<Option<Vec<bool>>, AuditError> {
+        let (path, busy) = (self.path.clone(), self.busy_timeout);
+        let wanted: Vec<(String, &'static str)> = resources
+            .iter()
+            .map(|r| {
+                let ty = match r.kind {
+                    ResourceKind::Trigger => "trigger",
+                    _ => "table",
+                };
+                (r.name.clone(), ty)
+            })
+            .collect();
+        blocking(move || {
+            let Some(conn) = open(&path, busy)? else {
+                return Ok(None);
+            };
+            let fail = |step: &'static str| sql_error(step, cleanup_failed);
+            let mut there = Vec::with_capacity(wanted.len());
+            for (name, ty) in &wanted {
+                let n: i64 = conn
+                    .query_row(
+                        "SELECT count(*) FROM sqlite_master WHERE type = ?1 AND name = ?2 COLLATE NOCASE",
+                        rusqlite::params![ty, name],
+                        |r| r.get(0),
+                    )
+                    .map_err(fail("looking up what the cleanup left"))?;
+                there.push(n > 0);
+            }
+            Ok(Some(there))
+        })
+        .await
     }
 
     async fn provision(&self, claim: &Claim, adopt: Adopt) -> Result<i64, AuditError> {

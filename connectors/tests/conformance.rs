@@ -100,8 +100,32 @@ fn sqlite_kit() -> (tempfile::TempDir, Kit<SqliteProbe>) {
             .collect()
         },
         SqliteProbe { path },
-    );
+    )
+    .ledger_required();
     (dir, kit)
+}
+
+#[tokio::test]
+async fn sqlite_audit_declares_its_resources_before_creating_them() {
+    sqlite_kit()
+        .1
+        .ledger_declares_before_creating()
+        .await
+        .unwrap();
+}
+
+#[tokio::test]
+async fn sqlite_audit_plain_stop_releases_nothing() {
+    sqlite_kit().1.plain_stop_releases_nothing().await.unwrap();
+}
+
+#[tokio::test]
+async fn sqlite_audit_delete_releases_every_created_entry() {
+    sqlite_kit()
+        .1
+        .delete_releases_every_created_entry()
+        .await
+        .unwrap();
 }
 
 #[tokio::test]
@@ -318,6 +342,30 @@ async fn pg_kit() -> Kit<PgProbe> {
         },
         PgProbe { db },
     )
+    .ledger_required()
+}
+
+#[tokio::test]
+async fn postgres_audit_declares_its_resources_before_creating_them() {
+    pg_kit()
+        .await
+        .ledger_declares_before_creating()
+        .await
+        .unwrap();
+}
+
+#[tokio::test]
+async fn postgres_audit_plain_stop_releases_nothing() {
+    pg_kit().await.plain_stop_releases_nothing().await.unwrap();
+}
+
+#[tokio::test]
+async fn postgres_audit_delete_releases_every_created_entry() {
+    pg_kit()
+        .await
+        .delete_releases_every_created_entry()
+        .await
+        .unwrap();
 }
 
 #[tokio::test]

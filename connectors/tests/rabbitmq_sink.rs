@@ -239,8 +239,34 @@ async fn kit() -> (UserObjects, Kit<RabbitProbe>) {
             user_queue,
         },
     )
-    .name_prefix(format!("kit-rmq-{id}"));
+    .name_prefix(format!("kit-rmq-{id}"))
+    .ledger_required();
     (guard, kit)
+}
+
+#[tokio::test]
+async fn rabbitmq_sink_declares_its_resources_before_creating_them() {
+    kit()
+        .await
+        .1
+        .ledger_declares_before_creating()
+        .await
+        .unwrap();
+}
+
+#[tokio::test]
+async fn rabbitmq_sink_plain_stop_releases_nothing() {
+    kit().await.1.plain_stop_releases_nothing().await.unwrap();
+}
+
+#[tokio::test]
+async fn rabbitmq_sink_delete_releases_every_created_entry() {
+    kit()
+        .await
+        .1
+        .delete_releases_every_created_entry()
+        .await
+        .unwrap();
 }
 
 #[tokio::test]

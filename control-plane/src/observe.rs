@@ -318,6 +318,44 @@ impl Probe for ControlPlaneProbe {
             out.sample("wharf_task_count", &[("state", label)], n as f64);
         }
 
+        // The resource ledgers, every connector's (deleting ones too: what their
+        // cleanup has yet to remove), by kind and state.
+        let mut resources: std::collections::BTreeMap<(String, &'static str), u64> =
+            std::collections::BTreeMap::new();
+        for c in &connectors {
+            for e in &c.resources {
+                *resources
+                    .entry((e.resource.kind.as_str().to_owned(), e.state.as_str()))
+                    .or_default() += 1;
+            }
+        }
+        out.gauge(
+            "wharf_resources",
+            "Entries of the connectors' resource ledgers by kind and state (intended, confirmed, released, absent).",
+        );
+        for ((kind, state), n) in &resources {
+            out.sample(
+                "wharf_resources",
+                &[("kind", kind), ("state", state)],
+                *n as f64,
+            );
+        }
+        if let Ok(orphans) = self.cluster.store.orphans() {
+            let mut by_kind: std::collections::BTreeMap<String, u64> = Default::default();
+            for o in &orphans {
+                *by_kind
+                    .entry(o.entry.resource.kind.as_str().to_owned())
+                    .or_default() += 1;
+            }
+            out.gauge(
+                "wharf_orphaned_resources",
+                "Resources that a forced, given-up or keep_resources deletion left behind (ListOrphanedResources), by kind.",
+            );
+            for (kind, n) in &by_kind {
+                out.sample("wharf_orphaned_resources", &[("kind", kind)], *n as f64);
+            }
+        }
+
         if let Ok(deletions) = self.cluster.store.deletions() {
             let now = crate::reconcile::now_ms();
             out.gauge(

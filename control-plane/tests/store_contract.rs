@@ -276,6 +276,53 @@ fn audit_contract(s: &dyn StateStore) {
     assert_eq!(left, want);
 }
 
+/// The ledger and the orphans: a ledger is kept in its connector's record (and so
+/// survives a reopen or another replica), orphans are kept apart, replaced by id and
+/// removed by id.
+fn ledger_contract(s: &dyn StateStore) {
+    use wharf_control_plane::model::resources::{
+        EntryState, LedgerEntry, Locator, OrphanReason, OrphanRecord, Resource, ResourceKind,
+        ResourceOwner,
+    };
+    let entry = LedgerEntry {
+        resource: Resource::created(
+            ResourceKind::Queue,
+            "nc.shared.q",
+            Locator::default().host("127.0.0.1:5672").vhost("/"),
+        ),
+        owner: ResourceOwner::Task(1),
+        state: EntryState::Intended,
+        incarnation: "i1".into(),
+        updated_at_ms: 5,
+    };
+    let mut r = rec("ledgered");
+    r.resources = vec![entry.clone()];
+    r.declared = vec![entry.resource.clone()];
+    assert_eq!(s.create_connector(&r).unwrap(), CreateOutcome::Created);
+    let back = s.connector("ledgered").unwrap().unwrap();
+    assert_eq!(back.resources, vec![entry.clone()]);
+    assert_eq!(back.declared, vec![entry.resource.clone()]);
+
+    assert!(s.orphans().unwrap().is_empty());
+    let orphan = |id: &str, at: i64| OrphanRecord {
+        id: id.into(),
+        connector: "gone".into(),
+        entry: entry.clone(),
+        reason: OrphanReason::Force,
+        orphaned_at_ms: at,
+    };
+    s.put_orphans(&[orphan("i1-1", 20), orphan("i1-0", 10)])
+        .unwrap();
+    s.put_orphans(&[orphan("i1-0", 10)]).unwrap();
+    let ids: Vec<String> = s.orphans().unwrap().into_iter().map(|o| o.id).collect();
+    assert_eq!(ids, ["i1-0", "i1-1"], "oldest first, one per id");
+    s.remove_orphans(&["i1-0".into(), "not-there".into()])
+        .unwrap();
+    let left = s.orphans().unwrap();
+    assert_eq!(left.len(), 1);
+    assert_eq!(left[0], orphan("i1-1", 20));
+}
+
 fn etcd_store(etcd: &TestEtcd, prefix: &str, dir: &std::path::Path) -> EtcdStore {
     let deadline = Instant::now() + Duration::from_millis(CONNECT_DEADLINE_MS);
     loop {
@@ -305,6 +352,7 @@ fn redb_backend_keeps_the_store_contract() {
     .unwrap();
     contract(&s);
     audit_contract(&s);
+    ledger_contract(&s);
 }
 
 #[test]
@@ -314,6 +362,7 @@ fn etcd_backend_keeps_the_store_contract_and_never_holds_secrets_in_clear() {
     let s = etcd_store(&etcd, "/contract/", dir.path());
     contract(&s);
     audit_contract(&s);
+    ledger_contract(&s);
 
     // Every value under the prefix is ciphertext as far as etcd can tell.
     let rt = tokio::runtime::Runtime::new().unwrap();

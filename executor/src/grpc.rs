@@ -332,11 +332,8 @@ impl pb::executor_server::Executor for ExecutorService {
         let span = DirectSpan::server("/wharf.v1.Executor/ValidateConfig", request.metadata());
         span.around(async move {
             let r = request.into_inner();
-            let Some(checked) = self
-                .host
-                .validate_config(&r.plugin, r.config.into_iter().collect())
-                .await
-            else {
+            let config: wharf::sdk::ConfigMap = r.config.into_iter().collect();
+            let Some(checked) = self.host.validate_config(&r.plugin, config.clone()).await else {
                 // Not a HostError: a start naming an unknown plugin is FAILED_PRECONDITION,
                 // but here the plugin is the thing asked for.
                 return Err(Status::not_found(format!(
@@ -344,12 +341,29 @@ impl pb::executor_server::Executor for ExecutorService {
                     r.plugin
                 )));
             };
-            let keys = checked
+            let keys: Vec<pb::ConfigKeyErrors> = checked
                 .map_err(|e| Status::internal(format!("plugin {:?}: {e}", r.plugin)))?
                 .into_iter()
                 .map(|(name, errors)| pb::ConfigKeyErrors { name, errors })
                 .collect();
-            Ok(Response::new(pb::ValidateConfigResponse { keys }))
+            // Declared from a valid config only: a plugin may assume its checks passed.
+            let (declared_resources, declared_resources_error) = if keys.is_empty() {
+                match self.host.declared_resources(&r.plugin, config).await {
+                    Some(Ok(rs)) => (
+                        rs.iter().map(wharf::wire::resource).collect(),
+                        String::new(),
+                    ),
+                    Some(Err(e)) => (Vec::new(), e),
+                    None => (Vec::new(), String::new()),
+                }
+            } else {
+                (Vec::new(), String::new())
+            };
+            Ok(Response::new(pb::ValidateConfigResponse {
+                keys,
+                declared_resources,
+                declared_resources_error,
+            }))
         })
         .await
     }

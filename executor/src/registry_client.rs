@@ -425,6 +425,53 @@ impl Registry {
         }
     }
 
+    /// Records ledger changes of one instance (`task` `None`: the connector instance) at
+    /// `generation`, for `incarnation`; returns once the control plane stored them. Runs
+    /// on the service runtime even when called from a plugin's thread.
+    ///
+    /// # Errors
+    /// NotRegistered, or the call's status (FAILED_PRECONDITION when another live
+    /// connector holds the resource, or the instance is fenced).
+    pub async fn record_resources(
+        self: &Arc<Self>,
+        connector: &str,
+        task: Option<u32>,
+        generation: u64,
+        incarnation: &str,
+        changes: Vec<pb::ResourceLedgerChange>,
+    ) -> Result<(), RegistryError> {
+        let epoch = self.epoch();
+        if epoch == 0 {
+            return Err(RegistryError::NotRegistered);
+        }
+        let req = pb::RecordResourcesRequest {
+            executor_id: self.executor_id.clone(),
+            epoch,
+            connector: connector.to_owned(),
+            task,
+            generation,
+            incarnation: incarnation.to_owned(),
+            changes,
+        };
+        let me = self.clone();
+        let call = async move {
+            let (used, mut client) = me.client();
+            match client.record_resources(req).await {
+                Ok(_) => Ok(()),
+                Err(status) => {
+                    me.note_failure(used, &status);
+                    Err(RegistryError::Call(status))
+                }
+            }
+        };
+        match self.service.get() {
+            Some(rt) => rt.spawn(call).await.unwrap_or_else(|e| {
+                Err(RegistryError::Call(tonic::Status::internal(e.to_string())))
+            }),
+            None => call.await,
+        }
+    }
+
     /// Asks the control plane to recompute the connector's task configs (fire and forget).
     pub fn request_task_reconfiguration(self: &Arc<Self>, connector: &str, generation: u64) {
         let Some(runtime) = self

@@ -141,6 +141,7 @@ fn task_ctx(connector: &str, config: &ConfigMap) -> TaskContext {
         offsets: Default::default(),
         cancel: CancellationToken::new(),
         errant_reporter: None,
+        resources: wharf_sdk::Resources::detached(wharf_sdk::ResourceOwner::Task(0)),
     }
 }
 

@@ -49,4 +49,21 @@ pub trait Connector: Send {
         let _ = connector_deleted;
         self.stop().await
     }
+
+    /// The external resources this connector (its instance and its tasks) would
+    /// provision with `config`, found from the config alone (no I/O: called on a fresh
+    /// instance, before `start`, when a connector is created or its config changes).
+    /// The control plane refuses the create when another live connector already holds
+    /// one of them (same kind, name and locator), naming that connector. List only what
+    /// the connector provisions or takes for itself (its queue, its audit table), not
+    /// what it merely reads and others may read too (a watched table). The origin is
+    /// not used here. The default declares nothing.
+    ///
+    /// # Errors
+    /// A config the declaration cannot be made from; the create is then refused with
+    /// the text (the config checks usually find the same first).
+    fn declared_resources(&self, config: &ConfigMap) -> PluginResult<Vec<crate::Resource>> {
+        let _ = config;
+        Ok(Vec::new())
+    }
 }

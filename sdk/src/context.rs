@@ -20,6 +20,7 @@ pub struct ConnectorContext {
     pub executor_id: String,
     reconfigure: Arc<dyn Fn() + Send + Sync>,
     raise: Option<Arc<dyn Fn(String) + Send + Sync>>,
+    resources: crate::Resources,
 }
 
 impl ConnectorContext {
@@ -39,6 +40,7 @@ impl ConnectorContext {
             executor_id: executor_id.into(),
             reconfigure,
             raise: None,
+            resources: crate::Resources::detached(crate::ResourceOwner::Connector),
         }
     }
 
@@ -57,6 +59,22 @@ impl ConnectorContext {
         if let Some(raise) = &self.raise {
             raise(error.to_string());
         }
+    }
+
+    /// The same context recording its resources into `resources` (the executor gives
+    /// every instance a handle on its connector's ledger; [`ConnectorContext::new`]
+    /// starts with a detached in-memory one).
+    #[must_use]
+    pub fn with_resources(mut self, resources: crate::Resources) -> Self {
+        self.resources = resources;
+        self
+    }
+
+    /// This instance's handle on the connector's resource ledger: declare each external
+    /// resource before creating it, release it once a deletion-aware stop removed it
+    /// (docs/resources.md).
+    pub fn resources(&self) -> &crate::Resources {
+        &self.resources
     }
 
     /// Asks the control plane to call `task_configs` again (for example because the
@@ -104,6 +122,10 @@ pub struct TaskContext {
     /// A sink task's errant record reporter (Kafka Connect's
     /// `SinkTaskContext.errantRecordReporter`, KIP-610); `None` for a source task.
     pub errant_reporter: Option<crate::ErrantRecordReporter>,
+    /// This task's handle on the connector's resource ledger (owner: this task): declare
+    /// each per-task resource before creating it, release it once `stop_with(true)`
+    /// removed it (docs/resources.md).
+    pub resources: crate::Resources,
 }
 
 impl TaskContext {

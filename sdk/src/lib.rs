@@ -34,7 +34,13 @@
 //!   [`TaskContext::cleanup_only`]), with the last config;
 //! - provision nothing in a cleanup-only start;
 //! - name external resources from the connector name (and config) so that a fresh
-//!   instance on any executor finds them again.
+//!   instance on any executor finds them again;
+//! - record each external resource in the connector's resource ledger
+//!   ([`ConnectorContext::resources`], [`TaskContext::resources`]): the intent before
+//!   creating it, the confirmation after, the release in `stop_with(true)` once it is
+//!   removed; a deletion finishes as cleaned only when every created entry is released
+//!   or found absent (docs/resources.md). What a second connector must not take is
+//!   declared from the config ([`Connector::declared_resources`]).
 //!
 //! # Reporting a failure
 //! A plugin reports a failure by returning it: every call returns a [`PluginResult`],
@@ -70,6 +76,7 @@ pub mod data;
 pub mod ids;
 mod plugin;
 mod record;
+mod resources;
 mod sink;
 mod source;
 mod transform;
@@ -83,6 +90,10 @@ pub use connector::Connector;
 pub use context::{ConnectorContext, TaskContext};
 pub use plugin::{Plugin, PluginKind, TaskFactory};
 pub use record::{SinkRecord, SourceRecord};
+pub use resources::{
+    EntryState, LedgerChange, LedgerEntry, Locator, MemoryLedger, Origin, Resource, ResourceKind,
+    ResourceLedger, ResourceOwner, Resources,
+};
 pub use sink::SinkTask;
 pub use source::SourceTask;
 /// The token in [`TaskContext::cancel`]: a plugin selects on its `cancelled()` in a long

@@ -67,7 +67,7 @@ pub(crate) const CLEANUP_CHECK: &str = "delete_removes_everything";
 /// cleanup first, so that a cleanup bug is reported by the check about it rather than by
 /// the deletion that ends a check about plain stops or records (each check but those
 /// ends with one).
-pub const CHECKS: [&str; 11] = [
+pub const CHECKS: [&str; 14] = [
     CLEANUP_CHECK,
     "repeated_cleanup_is_a_no_op",
     "cleanup_without_start_succeeds",
@@ -78,6 +78,9 @@ pub const CHECKS: [&str; 11] = [
     "pre_existing_resources_survive",
     "late_cleanup_leaves_a_re_created_connector",
     "start_refuses_what_another_incarnation_kept",
+    "ledger_declares_before_creating",
+    "plain_stop_releases_nothing",
+    "delete_releases_every_created_entry",
     "sink_acknowledges_only_flushed_records",
 ];
 

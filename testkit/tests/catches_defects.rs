@@ -41,6 +41,23 @@ enum Defect {
     /// The first two stop(true) calls of its connector instances (of one plugin) fail,
     /// then they succeed: a transient failure the runtime's retries ride out.
     CleanupFailsTwice,
+    /// Records nothing in its resource ledger.
+    SkipsLedger,
+    /// Confirms its directory without recording the intent first.
+    ConfirmsWithoutIntent,
+    /// Its connector's stop(false) releases its directory in the ledger.
+    ReleasesOnPlainStop,
+    /// Its connector's stop(true) removes the directory but never releases it.
+    KeepsLedgerAfterDelete,
+}
+
+/// The directory of a connector as a ledger resource.
+fn dir_resource(dir: &Path) -> wharf_sdk::Resource {
+    wharf_sdk::Resource::created(
+        wharf_sdk::ResourceKind::File,
+        dir.display().to_string(),
+        wharf_sdk::Locator::default().host("localhost"),
+    )
 }
 
 /// How long [`Defect::BlocksPlainStop`] blocks.
@@ -73,6 +90,26 @@ struct DirConnector {
     dir: Option<PathBuf>,
     root: Option<PathBuf>,
     incarnation: String,
+    resources: Option<wharf_sdk::Resources>,
+}
+
+impl DirConnector {
+    /// Records `change` of the directory, unless the defect skips the ledger.
+    async fn record(&self, change: wharf_sdk::LedgerChange) -> PluginResult<()> {
+        let (Some(ledger), Some(dir)) = (&self.resources, &self.dir) else {
+            return Ok(());
+        };
+        if self.defect == Defect::SkipsLedger {
+            return Ok(());
+        }
+        let r = dir_resource(dir);
+        match change {
+            wharf_sdk::LedgerChange::Intent => ledger.intend(&r).await,
+            wharf_sdk::LedgerChange::Confirm => ledger.confirm(&r).await,
+            wharf_sdk::LedgerChange::Release => ledger.release(&r).await,
+            wharf_sdk::LedgerChange::Absent => ledger.absent(&r).await,
+        }
+    }
 }
 
 #[async_trait]
@@ -82,6 +119,7 @@ impl Connector for DirConnector {
         self.root = Some(PathBuf::from(&config[ROOT]));
         self.dir = Some(dir.clone());
         self.incarnation = ctx.incarnation.clone();
+        self.resources = Some(ctx.resources().clone());
         if !ctx.cleanup_only {
             if let Some(owner) = owner_of(&dir)?
                 && owner != ctx.incarnation
@@ -89,9 +127,13 @@ impl Connector for DirConnector {
             {
                 return Err(format!("{} is owned by {owner}", dir.display()).into());
             }
+            if self.defect != Defect::ConfirmsWithoutIntent {
+                self.record(wharf_sdk::LedgerChange::Intent).await?;
+            }
             std::fs::create_dir_all(&dir)?;
             std::fs::write(dir.join(OWNER_FILE), &ctx.incarnation)?;
             std::fs::write(dir.join("shared"), b"")?;
+            self.record(wharf_sdk::LedgerChange::Confirm).await?;
         }
         Ok(())
     }
@@ -118,19 +160,29 @@ impl Connector for DirConnector {
             std::thread::sleep(BLOCK);
             return Ok(());
         }
+        if !deleted && self.defect == Defect::ReleasesOnPlainStop {
+            return self.record(wharf_sdk::LedgerChange::Release).await;
+        }
         if !deleted && self.defect != Defect::DropsOnPlainStop {
             return Ok(());
         }
+        let keeps = self.defect == Defect::KeepsLedgerAfterDelete;
         match owner_of(&dir)? {
             Some(owner)
                 if owner == self.incarnation || self.defect == Defect::IgnoresIncarnation =>
             {
                 std::fs::remove_dir_all(&dir)?;
+                if deleted && !keeps {
+                    self.record(wharf_sdk::LedgerChange::Release).await?;
+                }
             }
             // Another incarnation's directory: leave it.
             Some(_) => {}
             None if !dir.exists() && self.defect == Defect::SecondDeleteErrors => {
                 return Err(format!("{} is gone", dir.display()).into());
+            }
+            None if !dir.exists() && deleted && !keeps => {
+                self.record(wharf_sdk::LedgerChange::Absent).await?;
             }
             None => {}
         }
@@ -204,6 +256,7 @@ fn plugin_counting(defect: Defect, deletes: Arc<AtomicUsize>) -> Plugin {
                 dir: None,
                 root: None,
                 incarnation: String::new(),
+                resources: None,
             }) as Box<dyn Connector>
         }),
         task: TaskFactory::Source(Arc::new(move || {
@@ -280,7 +333,77 @@ async fn a_correct_plugin_passes_every_check() {
     let (_tmp, kit) = kit(Defect::None);
     let report = kit.all().await.unwrap();
     assert!(report.skipped.is_empty(), "{report}");
-    assert_eq!(report.passed, &wharf_testkit::CHECKS[..10]);
+    assert_eq!(report.passed, &wharf_testkit::CHECKS[..13]);
+}
+
+#[tokio::test]
+async fn a_plugin_that_skips_the_ledger_fails_every_ledger_check_when_it_is_required() {
+    let (_tmp, kit) = kit(Defect::SkipsLedger);
+    let kit = kit.ledger_required();
+    for (check, outcome) in [
+        (
+            "ledger_declares_before_creating",
+            kit.ledger_declares_before_creating().await,
+        ),
+        (
+            "plain_stop_releases_nothing",
+            kit.plain_stop_releases_nothing().await,
+        ),
+        (
+            "delete_releases_every_created_entry",
+            kit.delete_releases_every_created_entry().await,
+        ),
+    ] {
+        let err = outcome.unwrap_err();
+        assert_eq!(err.check, check);
+        assert!(!err.checked_nothing, "{err}");
+        assert!(
+            err.message
+                .contains("recorded nothing in its resource ledger"),
+            "{err}"
+        );
+    }
+}
+
+#[tokio::test]
+async fn a_plugin_that_skips_the_ledger_is_skipped_by_default_and_said_so() {
+    let (_tmp, kit) = kit(Defect::SkipsLedger);
+    let err = kit.ledger_declares_before_creating().await.unwrap_err();
+    assert!(err.checked_nothing, "{err}");
+}
+
+#[tokio::test]
+async fn a_confirmation_without_an_intent_fails_ledger_declares_before_creating() {
+    let (_tmp, kit) = kit(Defect::ConfirmsWithoutIntent);
+    let err = kit.ledger_declares_before_creating().await.unwrap_err();
+    assert_eq!(err.check, "ledger_declares_before_creating");
+    assert!(
+        err.message.contains("without an intent recorded before it"),
+        "{err}"
+    );
+}
+
+#[tokio::test]
+async fn a_release_on_stop_false_fails_plain_stop_releases_nothing() {
+    let (_tmp, kit) = kit(Defect::ReleasesOnPlainStop);
+    let err = kit.plain_stop_releases_nothing().await.unwrap_err();
+    assert_eq!(err.check, "plain_stop_releases_nothing");
+    assert!(
+        err.message.contains("stop(false) recorded release of file"),
+        "{err}"
+    );
+}
+
+#[tokio::test]
+async fn a_delete_that_never_releases_fails_delete_releases_every_created_entry() {
+    let (_tmp, kit) = kit(Defect::KeepsLedgerAfterDelete);
+    let err = kit.delete_releases_every_created_entry().await.unwrap_err();
+    assert_eq!(err.check, "delete_releases_every_created_entry");
+    assert!(
+        err.message
+            .contains("is still confirmed after the deletion"),
+        "{err}"
+    );
 }
 
 #[tokio::test]
@@ -488,6 +611,7 @@ fn sink_plugin(acks_early: bool, defect: Defect) -> Plugin {
                 dir: None,
                 root: None,
                 incarnation: String::new(),
+                resources: None,
             }) as Box<dyn Connector>
         }),
         task: TaskFactory::Sink(Arc::new(move || {
@@ -710,5 +834,5 @@ async fn checks_that_cannot_check_anything_say_so_and_all_reports_them_skipped()
             "pre_existing_resources_survive"
         ]
     );
-    assert_eq!(report.passed.len(), 8, "{report}");
+    assert_eq!(report.passed.len(), 11, "{report}");
 }

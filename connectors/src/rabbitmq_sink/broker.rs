@@ -277,6 +277,35 @@ impl Broker {
         }
     }
 
+    /// Removes the binding of `queue` to `exchange` with `routing_key`; one already gone
+    /// (or whose queue or exchange is gone) is fine.
+    pub(crate) async fn unbind(
+        &self,
+        queue: &str,
+        exchange: &str,
+        routing_key: &str,
+    ) -> Result<(), RabbitError> {
+        let ch = self.channel().await?;
+        match ch
+            .queue_unbind(
+                queue.into(),
+                exchange.into(),
+                routing_key.into(),
+                FieldTable::default(),
+            )
+            .await
+        {
+            Ok(()) => {
+                let _ = ch.close(200, "done".into()).await;
+                Ok(())
+            }
+            Err(e) if is_not_found(&e) => Ok(()),
+            Err(e) => Err(broker_error(format!(
+                "unbinding queue {queue:?} from exchange {exchange:?}"
+            ))(e)),
+        }
+    }
+
     /// Closes the connection.
     pub async fn close(self) {
         let _ = self.conn.close(200, "done".into()).await;

@@ -244,6 +244,17 @@ impl Settings {
         })
     }
 
+    /// Where the broker is, for the resource ledger: `host:port` and the vhost (never
+    /// the credentials).
+    pub fn locator(&self) -> wharf_sdk::Locator {
+        wharf_sdk::Locator::default()
+            .host(format!(
+                "{}:{}",
+                self.uri.authority.host, self.uri.authority.port
+            ))
+            .vhost(self.uri.vhost.clone())
+    }
+
     /// Host, port and vhost, for messages (never the credentials).
     pub fn target(&self) -> String {
         format!(

@@ -46,6 +46,7 @@ use wharf_sdk::{
 
 mod broker;
 mod config;
+pub mod ledger;
 mod ownership;
 
 pub use broker::Broker;
@@ -186,6 +187,8 @@ pub struct RabbitConnector {
     settings: Option<Settings>,
     claim: Option<Claim>,
     config: ConfigMap,
+    /// The instance's ledger handle (from its context).
+    resources: Option<wharf_sdk::Resources>,
 }
 
 #[async_trait]
@@ -194,6 +197,7 @@ impl Connector for RabbitConnector {
         // Kept before anything can fail: a start that fails (even on its config) is still
         // followed by a cleanup that must find the owner record.
         self.config = config;
+        let resources = self.resources.insert(ctx.resources().clone()).clone();
         let claim = self.claim.insert(Claim {
             connector: ctx.connector.clone(),
             incarnation: ctx.incarnation.clone(),
@@ -214,14 +218,30 @@ impl Connector for RabbitConnector {
                     None => false,
                 },
             };
-            match decide_start(&marker, claim, existing, settings) {
+            let plan = decide_start(&marker, claim, existing, settings);
+            // In the ledger before anything is declared (a second claim is refused
+            // here, naming the connector that holds the queue), confirmed after.
+            let owned = match &plan {
+                StartPlan::Create(record) | StartPlan::Reuse(record) => {
+                    ledger::resources(&claim.connector, settings, Some(record))
+                }
+                StartPlan::Refuse(_) => Vec::new(),
+            };
+            for r in &owned {
+                resources.intend(r).await.map_err(ledger_error)?;
+            }
+            match plan {
                 StartPlan::Create(record) => {
                     b.write_marker(&record).await?;
-                    b.declare(&record, settings, claim).await
+                    b.declare(&record, settings, claim).await?;
                 }
-                StartPlan::Reuse(record) => b.declare(&record, settings, claim).await,
-                StartPlan::Refuse(why) => Err(RabbitError::Refused(why)),
+                StartPlan::Reuse(record) => b.declare(&record, settings, claim).await?,
+                StartPlan::Refuse(why) => return Err(RabbitError::Refused(why)),
             }
+            for r in &owned {
+                resources.confirm(r).await.map_err(ledger_error)?;
+            }
+            Ok(())
         }
         .await;
         b.close().await;
@@ -263,13 +283,48 @@ impl Connector for RabbitConnector {
             },
         };
         let b = Broker::open(&settings).await?;
+        let resources = self.resources.clone();
         let result = async {
             match decide_cleanup(&b.marker(&claim.connector).await?, claim) {
                 CleanupPlan::Delete(record) => {
+                    if record.queue.is_none()
+                        && record.exchange.is_none()
+                        && let Some(x) = &settings.exchange
+                    {
+                        // Neither end is ours: the binding this connector made is
+                        // removed on its own.
+                        b.unbind(&settings.queue, x, &settings.routing_key).await?;
+                    }
                     b.delete_owned(&record).await?;
                     tracing::info!(connector = %claim.connector, queue = ?record.queue, exchange = ?record.exchange, "rabbitmq-sink objects deleted");
+                    if let Some(ledger) = &resources {
+                        for r in ledger::resources(&claim.connector, &settings, Some(&record))
+                            .iter()
+                            .filter(|r| r.origin == wharf_sdk::Origin::Created)
+                        {
+                            ledger.release(r).await.map_err(ledger_error)?;
+                        }
+                    }
                 }
-                CleanupPlan::Nothing => {}
+                CleanupPlan::Nothing => {
+                    // No owner record: what is not there is accounted for as absent;
+                    // a queue or exchange that exists under the configured name was not
+                    // declared by this incarnation, and stays unaccounted.
+                    if let Some(ledger) = &resources {
+                        for r in ledger::resources(&claim.connector, &settings, None) {
+                            let gone = match r.kind {
+                                wharf_sdk::ResourceKind::Queue => !b.queue_exists(&r.name).await?,
+                                wharf_sdk::ResourceKind::Exchange => {
+                                    !b.exchange_exists(&r.name).await?
+                                }
+                                _ => false,
+                            };
+                            if gone {
+                                ledger.absent(&r).await.map_err(ledger_error)?;
+                            }
+                        }
+                    }
+                }
                 CleanupPlan::Leave(why) => {
                     tracing::warn!(connector = %claim.connector, reason = %why, "rabbitmq-sink cleanup left the broker's objects");
                 }
@@ -280,6 +335,28 @@ impl Connector for RabbitConnector {
         b.close().await;
         Ok(result?)
     }
+
+    fn declared_resources(&self, config: &ConfigMap) -> PluginResult<Vec<wharf_sdk::Resource>> {
+        // The connector's name is not in its config: what is named after it (the
+        // owner-record queue, the default queue) is unique already; the configured
+        // queue and exchange are what two connectors could both name.
+        let settings = Settings::parse("declared", config)?;
+        let named = |key: &str| config.get(key).is_some_and(|v| !v.trim().is_empty());
+        Ok(ledger::resources("declared", &settings, None)
+            .into_iter()
+            .filter(|r| match r.kind {
+                wharf_sdk::ResourceKind::Queue => named(keys::QUEUE) && r.name == settings.queue,
+                wharf_sdk::ResourceKind::Exchange => true,
+                _ => false,
+            })
+            .collect())
+    }
+}
+
+/// A ledger call that failed, as this plugin's error (the text names the resource and,
+/// for a second claim, the connector holding it).
+fn ledger_error(e: wharf_sdk::PluginError) -> RabbitError {
+    RabbitError::Refused(e.to_string())
 }
 
 /// A sink task: publishes with confirms, acknowledges only confirmed records.

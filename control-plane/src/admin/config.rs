@@ -55,16 +55,54 @@ impl Admin {
         plugins: &BTreeMap<String, KnownPlugin>,
         name: &str,
         spec: &ConnectorSpec,
-    ) -> ApiResult<()> {
+    ) -> ApiResult<Vec<wharf::sdk::Resource>> {
         let def = convert::full_def(plugins.get(&spec.plugin).map(|p| &p.info));
         let asked = plugin_check::ask(&self.cluster, &spec.plugin, &def, &spec.config).await?;
+        let declared = match &asked {
+            plugin_check::Asked::Answered { declared, .. } => Some(declared.clone()),
+            plugin_check::Asked::NoLiveExecutor
+            | plugin_check::Asked::Failed { .. }
+            | plugin_check::Asked::TimedOut { .. } => None,
+        };
         let check = plugin_check::decide(asked, &spec.plugin);
         if let plugin_check::PluginCheck::NotRun(why) = &check {
             warn!(connector = %name, plugin = %spec.plugin, reason = %why,
                 "the plugin's own config checks did not run; config accepted on the declarative checks, the plugin checks it at start");
         }
-        match plugin_check::refusal(&check) {
-            Some(e) => Err(e),
+        if let Some(e) = plugin_check::refusal(&check) {
+            return Err(e);
+        }
+        match declared {
+            Some(Ok(declared)) => Ok(declared),
+            Some(Err(reason)) => Err(ApiError::InvalidArgument {
+                field: "config".into(),
+                reason: format!(
+                    "the plugin could not declare the resources it would provision: {reason}"
+                ),
+            }),
+            // Not asked: the claim is checked when the plugin records its intents.
+            None => Ok(Vec::new()),
+        }
+    }
+
+    /// Refuses `declared` (what connector `name` would provision) when another live
+    /// connector holds one of them (docs/resources.md, "A second claim").
+    ///
+    /// # Errors
+    /// [`ApiError::ResourceHeld`] naming the resource and the holder; store errors.
+    fn check_claims(&self, name: &str, declared: &[wharf::sdk::Resource]) -> ApiResult<()> {
+        if declared.is_empty() {
+            return Ok(());
+        }
+        let others = self.cluster.store.connectors_shared()?;
+        match super::resources::second_claim(name, declared, &others) {
+            Some(reason) => {
+                warn!(connector = %name, %reason, "connector refused: second claim on a resource");
+                Err(ApiError::ResourceHeld {
+                    connector: name.to_owned(),
+                    reason,
+                })
+            }
             None => Ok(()),
         }
     }
@@ -114,8 +152,10 @@ impl Admin {
         let config = Self::with_kept_secrets(&plugins, None, config)?;
         let spec = Self::checked_spec(&plugins, name, &config)?;
         check_cleanup_policy(caller, AdminAction::CreateConnector, false, &config)?;
-        self.plugin_accepts(&plugins, name, &spec).await?;
-        let rec = ConnectorRecord::new(&spec, target);
+        let declared = self.plugin_accepts(&plugins, name, &spec).await?;
+        self.check_claims(name, &declared)?;
+        let mut rec = ConnectorRecord::new(&spec, target);
+        rec.declared = declared;
         if cluster.deletions.in_flight(name) {
             // A forced deletion of this name still has a skipped cleanup stop in flight.
             return Err(ApiError::StillDeleting(name.to_owned()));
@@ -180,14 +220,16 @@ impl Admin {
                 .is_some_and(ConnectorRecord::cleanup_gives_up),
             &config,
         )?;
-        self.plugin_accepts(&plugins, name, &spec).await?;
+        let declared = self.plugin_accepts(&plugins, name, &spec).await?;
+        self.check_claims(name, &declared)?;
         for _ in 0..2 {
             match cluster.store.connector(name)? {
                 None => {
                     if cluster.deletions.in_flight(name) {
                         return Err(ApiError::StillDeleting(name.to_owned()));
                     }
-                    let rec = ConnectorRecord::new(&spec, TargetState::Started);
+                    let mut rec = ConnectorRecord::new(&spec, TargetState::Started);
+                    rec.declared = declared.clone();
                     match cluster.store.create_connector(&rec)? {
                         CreateOutcome::Created => {
                             info!(connector = %name, plugin = %spec.plugin, "connector created by put");
@@ -216,6 +258,9 @@ impl Admin {
                         if let Err(e) = check_immutable(&r.name, &def, &r.config, &spec.config) {
                             immutable = Some(e);
                             return None;
+                        }
+                        if !declared.is_empty() || r.config != spec.config {
+                            r.declared = declared.clone();
                         }
                         if r.config != spec.config {
                             r.config = spec.config.clone();

@@ -49,6 +49,8 @@ pub struct DeleteOptions {
     /// Clean up (the default), or keep what the plugin provisioned (the request's
     /// `keep_resources`: every stop passes `connector_deleted = false`).
     pub mode: DeletionMode,
+    /// Only answer the plan ([`pb::DeleteConnectorResponse::plan`]); change nothing.
+    pub dry_run: bool,
 }
 
 impl Admin {
@@ -73,6 +75,16 @@ impl Admin {
                     "is {} but wait is false: a wait bound needs wait = true (nothing was deleted)",
                     opts.wait_timeout_ms
                 ),
+            });
+        }
+        if opts.dry_run {
+            let plan = self.deletion_plan(name, opts.mode)?;
+            let rec = self.existing(name)?;
+            return Ok(pb::DeleteConnectorResponse {
+                deleted: false,
+                status: Some(self.status_of(&rec)?),
+                plan: Some(plan),
+                ..Default::default()
             });
         }
         let mut changes = cluster.subscribe();
@@ -166,6 +178,7 @@ impl Admin {
             connector_cleanup_skipped,
             given_up_tasks,
             connector_cleanup_given_up,
+            plan: None,
         })
     }
 

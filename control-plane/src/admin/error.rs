@@ -124,6 +124,24 @@ pub enum ApiError {
     /// answer; the message says which executor and why.
     #[error("{0}")]
     RecordLogUnavailable(String),
+    /// A resource the connector would provision is held by another live connector
+    /// (docs/resources.md, "A second claim"): FAILED_PRECONDITION, REST 409.
+    #[error("connector {connector:?}: {reason}")]
+    ResourceHeld {
+        /// The connector that asked.
+        connector: String,
+        /// The resource and the connector holding it.
+        reason: String,
+    },
+    /// An instance's ledger change was refused (not its host at that generation, another
+    /// incarnation): FAILED_PRECONDITION.
+    #[error("resource ledger of connector {connector:?}: {reason}")]
+    LedgerFenced {
+        /// Connector.
+        connector: String,
+        /// Why.
+        reason: String,
+    },
     /// The store failed.
     #[error(transparent)]
     Store(#[from] StoreError),

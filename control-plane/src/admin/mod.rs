@@ -17,6 +17,7 @@ pub mod connect_keys;
 pub mod error;
 pub mod guard;
 pub mod plugin_check;
+pub mod resources;
 
 mod config;
 mod deletion;

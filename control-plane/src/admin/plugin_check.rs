@@ -30,6 +30,8 @@ pub enum Asked {
         executor: String,
         /// Keys with errors, in the plugin definition's order.
         keys: Vec<(String, Vec<String>)>,
+        /// The resources the plugin declared it would provision (`Err`: its text).
+        declared: Result<Vec<wharf::sdk::Resource>, String>,
     },
     /// The call to `executor` failed.
     Failed {
@@ -199,10 +201,16 @@ pub async fn ask(
         let executor = exec.id.clone();
         let call = cluster.clients.validate_config_on(exec, plugin, config);
         last = match tokio::time::timeout_at(deadline, call).await {
-            Ok(Ok(keys)) => {
+            Ok(Ok(v)) => {
+                let declared = if v.declared_error.is_empty() {
+                    Ok(v.declared)
+                } else {
+                    Err(v.declared_error)
+                };
                 return Ok(Asked::Answered {
                     executor,
-                    keys: without_secrets(def, config, keys),
+                    keys: without_secrets(def, config, v.keys),
+                    declared,
                 });
             }
             Ok(Err(error)) => Asked::Failed { executor, error },
@@ -257,6 +265,7 @@ mod tests {
         let asked = Asked::Answered {
             executor: "exec-1".into(),
             keys: k.clone(),
+            declared: Ok(Vec::new()),
         };
         assert_eq!(decide(asked, "p"), PluginCheck::Ran(k));
     }

@@ -137,6 +137,13 @@ pub enum AdminAction {
     WatchConnector,
     /// ListAuditEntries.
     ListAuditEntries,
+    /// GetConnectorResources (reads a connector's resource ledger).
+    GetConnectorResources,
+    /// ListOrphanedResources.
+    ListOrphanedResources,
+    /// AdoptOrphanedResources (moves orphans into a connector's ledger: afterwards no
+    /// list shows them as left behind).
+    AdoptOrphanedResources,
     /// REST only: `GET /admin/loggers[/{logger}]` (reads log levels).
     GetLoggers,
     /// REST only: `PUT /admin/loggers/{logger}` (changes what this process logs, so it
@@ -168,6 +175,9 @@ impl AdminAction {
             AdminAction::ListExecutors => "ListExecutors",
             AdminAction::WatchConnector => "WatchConnector",
             AdminAction::ListAuditEntries => "ListAuditEntries",
+            AdminAction::GetConnectorResources => "GetConnectorResources",
+            AdminAction::ListOrphanedResources => "ListOrphanedResources",
+            AdminAction::AdoptOrphanedResources => "AdoptOrphanedResources",
             AdminAction::GetLoggers => "GetLoggers",
             AdminAction::SetLoggerLevel => "SetLoggerLevel",
         }
@@ -188,6 +198,7 @@ impl AdminAction {
             | AdminAction::RetryCleanup
             | AdminAction::AlterOffsets
             | AdminAction::ResetOffsets
+            | AdminAction::AdoptOrphanedResources
             | AdminAction::SetLoggerLevel => true,
             AdminAction::GetConnector
             | AdminAction::ListConnectors
@@ -198,6 +209,8 @@ impl AdminAction {
             | AdminAction::ListExecutors
             | AdminAction::WatchConnector
             | AdminAction::ListAuditEntries
+            | AdminAction::GetConnectorResources
+            | AdminAction::ListOrphanedResources
             | AdminAction::GetLoggers => false,
         }
     }
@@ -213,6 +226,8 @@ impl AdminAction {
             | AdminAction::GetOffsets
             | AdminAction::ListExecutors
             | AdminAction::WatchConnector
+            | AdminAction::GetConnectorResources
+            | AdminAction::ListOrphanedResources
             | AdminAction::GetLoggers => Role::Viewer,
             AdminAction::CreateConnector
             | AdminAction::PutConnectorConfig
@@ -231,6 +246,7 @@ impl AdminAction {
             | AdminAction::RetryCleanup
             | AdminAction::AlterOffsets
             | AdminAction::ResetOffsets
+            | AdminAction::AdoptOrphanedResources
             | AdminAction::SetLoggerLevel => Role::Admin,
         }
     }
@@ -314,6 +330,9 @@ mod tests {
             (X::ResetOffsets, [AD, AD, A]),
             (X::GetLoggers, [A, A, A]),
             (X::SetLoggerLevel, [AD, AD, A]),
+            (X::GetConnectorResources, [A, A, A]),
+            (X::ListOrphanedResources, [A, A, A]),
+            (X::AdoptOrphanedResources, [AD, AD, A]),
         ]
     }
 
@@ -345,6 +364,9 @@ mod tests {
             | AdminAction::ListExecutors
             | AdminAction::WatchConnector
             | AdminAction::ListAuditEntries
+            | AdminAction::GetConnectorResources
+            | AdminAction::ListOrphanedResources
+            | AdminAction::AdoptOrphanedResources
             | AdminAction::GetLoggers
             | AdminAction::SetLoggerLevel => table().iter().any(|(x, _)| *x == a),
         }
@@ -361,9 +383,9 @@ mod tests {
                 cells += 1;
             }
         }
-        // 20 RPCs, DeleteConnector split into 4 modes, and 2 REST-only calls: 25 actions
+        // 23 RPCs, DeleteConnector split into 4 modes, and 2 REST-only calls: 28 actions
         // times 3 roles.
-        assert_eq!(cells, 25 * 3);
+        assert_eq!(cells, 28 * 3);
     }
 
     #[test]

@@ -226,6 +226,7 @@ impl ConnectorAdmin for AdminService {
             wait: req.wait,
             wait_timeout_ms: req.wait_timeout_ms,
             mode: DeletionMode::keeping_resources(req.keep_resources),
+            dry_run: req.dry_run,
         };
         Ok(Response::new(self.admin.delete(&req.name, opts).await?))
     }
@@ -285,6 +286,33 @@ impl ConnectorAdmin for AdminService {
         Ok(Response::new(pb::ListAuditEntriesResponse {
             entries: page.entries.into_iter().map(convert::audit_entry).collect(),
             next_page_token: page.next_after.unwrap_or_default(),
+        }))
+    }
+
+    async fn get_connector_resources(
+        &self,
+        request: Request<pb::GetConnectorResourcesRequest>,
+    ) -> Result<Response<pb::GetConnectorResourcesResponse>, Status> {
+        let entries = self.admin.resources(&request.into_inner().name)?;
+        Ok(Response::new(pb::GetConnectorResourcesResponse { entries }))
+    }
+
+    async fn list_orphaned_resources(
+        &self,
+        _request: Request<pb::ListOrphanedResourcesRequest>,
+    ) -> Result<Response<pb::ListOrphanedResourcesResponse>, Status> {
+        let orphans = self.admin.orphans()?;
+        Ok(Response::new(pb::ListOrphanedResourcesResponse { orphans }))
+    }
+
+    async fn adopt_orphaned_resources(
+        &self,
+        request: Request<pb::AdoptOrphanedResourcesRequest>,
+    ) -> Result<Response<pb::AdoptOrphanedResourcesResponse>, Status> {
+        let req = request.into_inner();
+        let entries = self.admin.adopt_orphans(&req.ids, &req.connector)?;
+        Ok(Response::new(pb::AdoptOrphanedResourcesResponse {
+            entries,
         }))
     }
 

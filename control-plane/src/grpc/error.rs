@@ -20,7 +20,9 @@ impl From<ApiError> for tonic::Status {
             | ApiError::RecordLogMismatch { .. }
             | ApiError::PluginDefinitionConflict { .. }
             | ApiError::StaleGeneration { .. }
-            | ApiError::ImmutableConfig { .. } => tonic::Status::failed_precondition(msg),
+            | ApiError::ImmutableConfig { .. }
+            | ApiError::ResourceHeld { .. }
+            | ApiError::LedgerFenced { .. } => tonic::Status::failed_precondition(msg),
             ApiError::DeletionPending { .. } => tonic::Status::deadline_exceeded(msg),
             ApiError::Store(StoreError::Unavailable(_)) | ApiError::RecordLogUnavailable(_) => {
                 tonic::Status::unavailable(msg)

@@ -225,6 +225,38 @@ impl ConnectorAdmin for GuardedAdmin {
         .await
     }
 
+    async fn get_connector_resources(
+        &self,
+        request: Request<pb::GetConnectorResourcesRequest>,
+    ) -> Answer<pb::GetConnectorResourcesResponse> {
+        let name = request.get_ref().name.clone();
+        self.guarded(request, AdminAction::GetConnectorResources, &name, |r| {
+            self.inner.get_connector_resources(r)
+        })
+        .await
+    }
+
+    async fn list_orphaned_resources(
+        &self,
+        request: Request<pb::ListOrphanedResourcesRequest>,
+    ) -> Answer<pb::ListOrphanedResourcesResponse> {
+        self.guarded(request, AdminAction::ListOrphanedResources, "", |r| {
+            self.inner.list_orphaned_resources(r)
+        })
+        .await
+    }
+
+    async fn adopt_orphaned_resources(
+        &self,
+        request: Request<pb::AdoptOrphanedResourcesRequest>,
+    ) -> Answer<pb::AdoptOrphanedResourcesResponse> {
+        let name = request.get_ref().connector.clone();
+        self.guarded(request, AdminAction::AdoptOrphanedResources, &name, |r| {
+            self.inner.adopt_orphaned_resources(r)
+        })
+        .await
+    }
+
     async fn retry_cleanup(
         &self,
         request: Request<pb::RetryCleanupRequest>,

@@ -29,6 +29,8 @@ pub struct RegistryService {
     /// Held across a registration's record-log check and its store write, so that two
     /// executors on different logs registering at once cannot both be admitted.
     admitting: std::sync::Mutex<()>,
+    /// Held across a ledger intent's claim check and its store write.
+    claiming: tokio::sync::Mutex<()>,
 }
 
 impl RegistryService {
@@ -39,6 +41,7 @@ impl RegistryService {
             tls: false,
             separate_embedded_logs: false,
             admitting: std::sync::Mutex::new(()),
+            claiming: tokio::sync::Mutex::new(()),
         }
     }
 
@@ -203,6 +206,60 @@ pub fn commit_admission(
     ) {
         (true, true) => CommitAdmission::Admit,
         (false, _) | (_, false) => CommitAdmission::NotAssigned,
+    }
+}
+
+/// Whether a ledger change from `executor` at `generation` for instance `task` (`None`:
+/// the connector instance) of incarnation `incarnation` is taken, for
+/// [`RegistryService::record_resources`]: the caller must host that instance at that
+/// generation, or, once the connector is being deleted, run that instance's cleanup step
+/// (on its recorded host, or the cleanup-only instance's). `Err` says why not. Pure.
+pub fn ledger_admission(
+    rec: &crate::model::ConnectorRecord,
+    deletion: Option<&crate::model::DeletionRecord>,
+    executor: &str,
+    task: Option<u32>,
+    generation: u64,
+    incarnation: &str,
+) -> Result<(), String> {
+    if rec.incarnation != incarnation {
+        return Err(format!(
+            "incarnation {incarnation} is not the connector's current one"
+        ));
+    }
+    let hosts = |i: &crate::model::Instance| {
+        i.generation == generation && i.executor.as_deref() == Some(executor)
+    };
+    let what = match task {
+        Some(t) => format!("task {t}"),
+        None => "the connector instance".to_owned(),
+    };
+    let admitted = match (rec.deleting, deletion) {
+        (false, _) => match task {
+            Some(t) => rec.tasks.get(t as usize).is_some_and(hosts),
+            None => hosts(&rec.connector),
+        },
+        (true, Some(d)) => d.steps.iter().filter(|s| s.task == task).any(|s| {
+            let (host, g) = if s.rehosted {
+                (s.executor.clone(), s.generation)
+            } else {
+                let h = match task {
+                    Some(t) => d.sealed.task_hosts.get(t as usize).cloned(),
+                    None => Some(d.sealed.connector_host.clone()),
+                };
+                h.map(|h| (h.executor.unwrap_or_default(), h.generation))
+                    .unwrap_or_default()
+            };
+            host == executor && g == generation
+        }),
+        (true, None) => false,
+    };
+    if admitted {
+        Ok(())
+    } else {
+        Err(format!(
+            "executor {executor} does not host {what} at generation {generation}"
+        ))
     }
 }
 
@@ -496,6 +553,129 @@ impl ExecutorRegistry for RegistryService {
         Ok(Response::new(pb::CommitOffsetsResponse {}))
     }
 
+    async fn record_resources(
+        &self,
+        request: Request<pb::RecordResourcesRequest>,
+    ) -> Result<Response<pb::RecordResourcesResponse>, Status> {
+        Self::check_identity(&request, &request.get_ref().executor_id)?;
+        let req = request.into_inner();
+        self.check_epoch(&req.executor_id, req.epoch)?;
+        let mut changes = Vec::with_capacity(req.changes.len());
+        for (i, c) in req.changes.iter().enumerate() {
+            let invalid = |field: &str, reason: &str| ApiError::InvalidArgument {
+                field: format!("changes[{i}].{field}"),
+                reason: reason.to_owned(),
+            };
+            let change = wharf::wire::ledger_change_from(c.change)
+                .ok_or_else(|| invalid("change", "must be INTENT, CONFIRM, RELEASE or ABSENT"))?;
+            let r = c
+                .resource
+                .as_ref()
+                .ok_or_else(|| invalid("resource", "is required"))?;
+            if change == wharf::sdk::LedgerChange::Intent
+                && !matches!(
+                    pb::ResourceOrigin::try_from(r.origin),
+                    Ok(pb::ResourceOrigin::Created | pb::ResourceOrigin::Adopted)
+                )
+            {
+                return Err(
+                    invalid("resource.origin", "must be CREATED or ADOPTED on an intent").into(),
+                );
+            }
+            changes.push((
+                wharf::wire::resource_from(r, wharf::sdk::Origin::Created),
+                change,
+            ));
+        }
+        let owner = match req.task {
+            Some(t) => wharf::sdk::ResourceOwner::Task(t),
+            None => wharf::sdk::ResourceOwner::Connector,
+        };
+        let store = &self.cluster.store;
+        // One claim decision at a time, so that two connectors' intents on one resource
+        // cannot both pass the check before either is stored.
+        let _claiming = self.claiming.lock().await;
+        let rec = store
+            .connector(&req.connector)
+            .map_err(ApiError::from)?
+            .ok_or_else(|| ApiError::ConnectorNotFound(req.connector.clone()))?;
+        let deletion = if rec.deleting {
+            store.deletion(&req.connector).map_err(ApiError::from)?
+        } else {
+            None
+        };
+        ledger_admission(
+            &rec,
+            deletion.as_ref(),
+            &req.executor_id,
+            req.task,
+            req.generation,
+            &req.incarnation,
+        )
+        .map_err(|reason| {
+            warn!(executor = %req.executor_id, connector = %req.connector, %reason, "resource ledger change refused");
+            ApiError::LedgerFenced {
+                connector: req.connector.clone(),
+                reason,
+            }
+        })?;
+        let intents: Vec<wharf::sdk::Resource> = changes
+            .iter()
+            .filter(|(_, c)| *c == wharf::sdk::LedgerChange::Intent)
+            .map(|(r, _)| r.clone())
+            .collect();
+        if !intents.is_empty() {
+            let others = store.connectors_shared().map_err(ApiError::from)?;
+            if let Some(reason) =
+                crate::admin::resources::second_claim(&req.connector, &intents, &others)
+            {
+                warn!(connector = %req.connector, %reason, "resource intent refused: second claim");
+                return Err(ApiError::ResourceHeld {
+                    connector: req.connector,
+                    reason,
+                }
+                .into());
+            }
+        }
+        if changes
+            .iter()
+            .any(|(_, c)| *c == wharf::sdk::LedgerChange::Confirm)
+        {
+            crate::reconcile::fault::crash_point("before_resource_confirm");
+        }
+        let now = crate::reconcile::now_ms();
+        let (connector, incarnation) = (req.connector.clone(), req.incarnation.clone());
+        let outcome = self
+            .cluster
+            .record_connector_batched(&req.connector, |r| {
+                if r.incarnation != incarnation {
+                    return Some((Err(format!("incarnation {incarnation} is gone")), false));
+                }
+                match crate::model::resources::apply_changes(
+                    &connector,
+                    &mut r.resources,
+                    owner,
+                    &incarnation,
+                    &changes,
+                    now,
+                ) {
+                    Ok(true) => Some((Ok(()), false)),
+                    Ok(false) => None,
+                    Err(e) => Some((Err(e.to_string()), false)),
+                }
+            })
+            .await
+            .map_err(ApiError::from)?;
+        match outcome {
+            Some(Err(reason)) => Err(ApiError::InvalidArgument {
+                field: "changes".into(),
+                reason,
+            }
+            .into()),
+            Some(Ok(())) | None => Ok(Response::new(pb::RecordResourcesResponse {})),
+        }
+    }
+
     async fn request_task_reconfiguration(
         &self,
         request: Request<pb::RequestTaskReconfigurationRequest>,
@@ -541,6 +721,56 @@ mod tests {
             generation,
             ..Instance::unassigned()
         }
+    }
+
+    fn record(connector_host: &str, generation: u64) -> crate::model::ConnectorRecord {
+        let spec = crate::model::ConnectorSpec {
+            name: wharf::ids::ConnectorName::parse("c").unwrap(),
+            plugin: "p".into(),
+            tasks_max: std::num::NonZeroU32::new(1).unwrap(),
+            config: Default::default(),
+        };
+        let mut r = crate::model::ConnectorRecord::new(&spec, crate::model::TargetState::Started);
+        r.connector = hosted(connector_host, generation);
+        r.tasks = vec![hosted("exec-2", generation + 1)];
+        r
+    }
+
+    #[test]
+    fn the_host_of_an_instance_at_its_generation_records_its_ledger() {
+        let r = record("exec-1", 5);
+        let inc = r.incarnation.clone();
+        assert!(ledger_admission(&r, None, "exec-1", None, 5, &inc).is_ok());
+        assert!(ledger_admission(&r, None, "exec-2", Some(0), 6, &inc).is_ok());
+    }
+
+    #[test]
+    fn another_executor_or_generation_or_incarnation_is_refused() {
+        let r = record("exec-1", 5);
+        let inc = r.incarnation.clone();
+        assert!(ledger_admission(&r, None, "exec-2", None, 5, &inc).is_err());
+        assert!(ledger_admission(&r, None, "exec-1", None, 4, &inc).is_err());
+        assert!(ledger_admission(&r, None, "exec-2", Some(1), 6, &inc).is_err());
+        let e = ledger_admission(&r, None, "exec-1", None, 5, "older").unwrap_err();
+        assert!(e.contains("incarnation"), "{e}");
+    }
+
+    #[test]
+    fn during_a_deletion_the_cleanup_steps_instance_records_its_releases() {
+        let mut r = record("exec-1", 5);
+        let inc = r.incarnation.clone();
+        let mut d =
+            crate::model::DeletionRecord::seal(&r, vec![], crate::model::DeletionMode::Cleanup, 0);
+        r.deleting = true;
+        // On its recorded host, at the sealed generation.
+        assert!(ledger_admission(&r, Some(&d), "exec-1", None, 5, &inc).is_ok());
+        // Re-hosted: the cleanup-only instance, not the old host.
+        d.steps[1].rehosted = true;
+        d.steps[1].executor = "exec-3".into();
+        d.steps[1].generation = 9;
+        assert!(ledger_admission(&r, Some(&d), "exec-3", None, 9, &inc).is_ok());
+        assert!(ledger_admission(&r, Some(&d), "exec-1", None, 5, &inc).is_err());
+        assert!(ledger_admission(&r, None, "exec-3", None, 9, &inc).is_err());
     }
 
     #[test]

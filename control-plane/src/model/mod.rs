@@ -3,6 +3,7 @@
 //! these.
 
 mod audit;
+pub mod resources;
 pub mod text;
 
 pub use audit::{
@@ -285,6 +286,16 @@ pub struct ConnectorRecord {
     pub config_changed: bool,
     /// True once a deletion was recorded; the herder leaves it to the finalizer.
     pub deleting: bool,
+    /// The resource ledger: what its instances declared they provisioned, in the order
+    /// first recorded ([`resources`]). Kept while it is deleted; what a deletion leaves
+    /// becomes orphans.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub resources: Vec<resources::LedgerEntry>,
+    /// What its plugin declared it would provision with the current config (from the
+    /// executor's ValidateConfig at create or config change): a second connector's
+    /// claim on one of these is refused even before this one started.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub declared: Vec<resources::Resource>,
     /// Store revision this copy was read at (set by the store).
     #[serde(skip)]
     pub revision: u64,
@@ -307,6 +318,8 @@ impl ConnectorRecord {
             task_configs_stale: true,
             config_changed: false,
             deleting: false,
+            resources: Vec::new(),
+            declared: Vec::new(),
             revision: 0,
         }
     }
@@ -441,6 +454,10 @@ pub struct SealedContext {
     pub cleanup_max_attempts: u32,
     /// `cleanup.policy = give-up`.
     pub gives_up: bool,
+    /// The resource ledger when the deletion was recorded (the live one stays in the
+    /// connector record, where the cleanup's releases go).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub resources: Vec<resources::LedgerEntry>,
 }
 
 /// How a deletion treats what the connector provisioned outside (the operator's choice,
@@ -582,6 +599,7 @@ impl DeletionRecord {
                 cleanup_timeout_ms: rec.cleanup_timeout_ms(),
                 cleanup_max_attempts: rec.cleanup_max_attempts(),
                 gives_up: rec.cleanup_gives_up(),
+                resources: rec.resources.clone(),
             },
             steps,
             next_generation: rec.next_generation,

@@ -543,7 +543,7 @@ impl ExecutorClients {
         exec: &ExecutorRecord,
         plugin: &str,
         config: &ConfigMap,
-    ) -> Result<Vec<(String, Vec<String>)>, CallError> {
+    ) -> Result<Validated, CallError> {
         let req = pb::ValidateConfigRequest {
             plugin: plugin.to_owned(),
             config: wire_config(config),
@@ -552,11 +552,16 @@ impl ExecutorClients {
             .validate_config(Self::request(req, VALIDATE_CALL_TIMEOUT_MS))
             .await
             .map(|r| {
-                r.into_inner()
-                    .keys
-                    .into_iter()
-                    .map(|k| (k.name, k.errors))
-                    .collect()
+                let r = r.into_inner();
+                Validated {
+                    keys: r.keys.into_iter().map(|k| (k.name, k.errors)).collect(),
+                    declared: r
+                        .declared_resources
+                        .iter()
+                        .map(|d| wharf::wire::resource_from(d, wharf::sdk::Origin::Created))
+                        .collect(),
+                    declared_error: r.declared_resources_error,
+                }
             })
             .map_err(|s| classify(&exec.address, s))
     }
@@ -626,4 +631,15 @@ impl ExecutorClients {
                 .collect()
         })
     }
+}
+
+/// An executor's answer to ValidateConfig.
+#[derive(Debug, Clone, Default)]
+pub struct Validated {
+    /// `(key, messages)` for each key with an error.
+    pub keys: Vec<(String, Vec<String>)>,
+    /// The resources the plugin declared it would provision (valid configs only).
+    pub declared: Vec<wharf::sdk::Resource>,
+    /// Why the plugin could not declare them; empty when it could.
+    pub declared_error: String,
 }

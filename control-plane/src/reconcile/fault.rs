@@ -2,7 +2,7 @@
 //!
 //! When the environment variable [`CRASH_AT_ENV`] names one of the points below, the
 //! process aborts (as a kill -9 would end it: no cleanup, no flush beyond what the store
-//! already committed) the first time the finalizer reaches that point. Compiled in only
+//! already committed) the first time the control plane reaches that point. Compiled in only
 //! with the cargo feature `fault-injection` (the test harness enables it; a release build
 //! of the control plane does not): without it a crash point is an empty function and the
 //! variable is never read. This is the one place the variable is read.
@@ -12,7 +12,9 @@
 //! - `mid_fanout`: one task's stop(true) completed while another task's is still in flight
 //!   (nothing of the fan-out is recorded yet: the restarted control plane sends both again);
 //! - `before_final_removal`: every step is final, the one write that removes the
-//!   connector has not happened.
+//!   connector has not happened;
+//! - `before_resource_confirm`: a plugin recorded its resource intents and created the
+//!   resources; the first confirmation is received and not stored.
 
 /// Environment variable naming the crash point (test-only).
 pub const CRASH_AT_ENV: &str = "WHARF_FAULT_CRASH_AT";

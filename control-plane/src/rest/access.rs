@@ -72,6 +72,9 @@ pub fn rest_access(
             X::ListConnectorPlugins
         }
         ("PUT", "/connector-plugins/{class}/config/validate") => X::ValidateConnectorConfig,
+        ("GET", "/connectors/{name}/resources") => X::GetConnectorResources,
+        ("GET", "/resources/orphaned") => X::ListOrphanedResources,
+        ("POST", "/resources/orphaned/adopt") => X::AdoptOrphanedResources,
         ("GET", "/admin/loggers" | "/admin/loggers/{logger}") => X::GetLoggers,
         ("PUT", "/admin/loggers/{logger}") => X::SetLoggerLevel,
         _ => return RestAccess::Authenticated,
@@ -87,9 +90,14 @@ pub fn known_params(method: &axum::http::Method, route: &str) -> &'static [&'sta
     use axum::http::Method;
     match (method, route) {
         (&Method::GET, "/connectors") => &["expand", "forward"],
-        (&Method::DELETE, "/connectors/{name}") => {
-            &["force", "keepResources", "wait", "waitTimeoutMs", "forward"]
-        }
+        (&Method::DELETE, "/connectors/{name}") => &[
+            "force",
+            "keepResources",
+            "wait",
+            "waitTimeoutMs",
+            "dryRun",
+            "forward",
+        ],
         (&Method::POST, "/connectors/{name}/restart") => &["includeTasks", "onlyFailed", "forward"],
         (&Method::GET, "/connector-plugins") => &["connectorsOnly", "forward"],
         (&Method::PUT, "/admin/loggers/{logger}") => &["scope", "forward"],
@@ -323,6 +331,24 @@ mod tests {
         use RestAccess::{Action, Authenticated, Public};
         let cleanup = M::Cleanup;
         let cases = [
+            (
+                Method::GET,
+                "/connectors/{name}/resources",
+                cleanup,
+                Action(X::GetConnectorResources),
+            ),
+            (
+                Method::GET,
+                "/resources/orphaned",
+                cleanup,
+                Action(X::ListOrphanedResources),
+            ),
+            (
+                Method::POST,
+                "/resources/orphaned/adopt",
+                cleanup,
+                Action(X::AdoptOrphanedResources),
+            ),
             (Method::GET, "/", cleanup, Public),
             (Method::GET, "/health", cleanup, Public),
             (

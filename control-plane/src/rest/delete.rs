@@ -25,6 +25,10 @@ pub(super) async fn delete(
     let name = path_part(p)?;
     let opts = delete_options(&query_pairs(&q)?)?;
     let answer = g.admin.delete(&name, opts).await?;
+    if let Some(plan) = &answer.plan {
+        // Extension: `dryRun=true` answers the plan (200) and changes nothing.
+        return with_status(StatusCode::OK, json::deletion_plan(plan));
+    }
     // Connect's DELETE has no body; what a force or give-up skipped goes in a header.
     let mut response = StatusCode::NO_CONTENT.into_response();
     if let Some(skipped) = cleanup_skipped(&answer).and_then(|v| HeaderValue::from_str(&v).ok()) {
@@ -84,6 +88,7 @@ pub(super) fn delete_options(pairs: &[(String, String)]) -> Result<DeleteOptions
         wait,
         wait_timeout_ms,
         mode: DeletionMode::keeping_resources(flag(pairs, "keepResources")?),
+        dry_run: flag(pairs, "dryRun")?,
     })
 }
 

@@ -66,7 +66,9 @@ impl RestError {
                 | ApiError::FencedEpoch { .. }
                 | ApiError::RecordLogMismatch { .. }
                 | ApiError::PluginDefinitionConflict { .. }
-                | ApiError::StaleGeneration { .. } => StatusCode::CONFLICT,
+                | ApiError::StaleGeneration { .. }
+                | ApiError::ResourceHeld { .. }
+                | ApiError::LedgerFenced { .. } => StatusCode::CONFLICT,
                 ApiError::DeletionPending { .. } => StatusCode::GATEWAY_TIMEOUT,
                 ApiError::Store(StoreError::Unavailable(_)) | ApiError::RecordLogUnavailable(_) => {
                     StatusCode::SERVICE_UNAVAILABLE

@@ -318,6 +318,81 @@ pub fn offsets(offsets: &[pb::SourceOffset]) -> Value {
     })
 }
 
+/// A ledger entry (Wharf's extension): `{"kind", "name", "locator": {"host", ...},
+/// "origin", "owner": "connector" | "task-N", "state", "incarnation", "updated_at_ms"}`;
+/// empty locator parts are left out.
+pub fn resource_entry(e: &pb::ResourceEntry) -> Value {
+    let r = e.resource.clone().unwrap_or_default();
+    let l = r.locator.unwrap_or_default();
+    let mut locator = Map::new();
+    for (k, v) in [
+        ("host", l.host),
+        ("database", l.database),
+        ("vhost", l.vhost),
+        ("path", l.path),
+    ] {
+        if !v.is_empty() {
+            locator.insert(k.to_owned(), Value::String(v));
+        }
+    }
+    json!({
+        "kind": r.kind,
+        "name": r.name,
+        "locator": locator,
+        "origin": match pb::ResourceOrigin::try_from(r.origin) {
+            Ok(pb::ResourceOrigin::Created) => "created",
+            Ok(pb::ResourceOrigin::Adopted) => "adopted",
+            Ok(pb::ResourceOrigin::Unspecified) | Err(_) => "unknown",
+        },
+        "owner": match e.task {
+            Some(t) => format!("task-{t}"),
+            None => "connector".to_owned(),
+        },
+        "state": e.state,
+        "incarnation": e.incarnation,
+        "updated_at_ms": e.updated_at_ms,
+    })
+}
+
+/// An orphan (Wharf's extension): the entry's fields plus `"id"`, `"connector"`,
+/// `"reason"` and `"orphaned_at_ms"`.
+pub fn orphan(o: &pb::OrphanedResource) -> Value {
+    let mut v = o
+        .entry
+        .as_ref()
+        .map(resource_entry)
+        .unwrap_or_else(|| json!({}));
+    if let Value::Object(m) = &mut v {
+        m.insert("id".into(), Value::String(o.id.clone()));
+        m.insert("connector".into(), Value::String(o.connector.clone()));
+        m.insert("reason".into(), Value::String(o.reason.clone()));
+        m.insert("orphaned_at_ms".into(), json!(o.orphaned_at_ms));
+    }
+    v
+}
+
+/// A deletion plan (Wharf's extension, `DELETE ...?dryRun=true`): `{"steps": [{"owner",
+/// "executor", "generation", "cleanup_only", "connector_deleted"}], "remove": [entry],
+/// "keep": [entry], "offsets", "consumer_groups"}`.
+pub fn deletion_plan(p: &pb::DeletionPlan) -> Value {
+    json!({
+        "steps": p.steps.iter().map(|s| json!({
+            "owner": match s.task {
+                Some(t) => format!("task-{t}"),
+                None => "connector".to_owned(),
+            },
+            "executor": s.executor,
+            "generation": s.generation,
+            "cleanup_only": s.cleanup_only,
+            "connector_deleted": s.connector_deleted,
+        })).collect::<Vec<_>>(),
+        "remove": p.remove.iter().map(resource_entry).collect::<Vec<_>>(),
+        "keep": p.keep.iter().map(resource_entry).collect::<Vec<_>>(),
+        "offsets": p.offsets,
+        "consumer_groups": p.consumer_groups,
+    })
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

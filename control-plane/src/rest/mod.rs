@@ -15,6 +15,7 @@ pub mod loggers;
 mod offsets;
 mod plugins;
 mod request;
+mod resources;
 
 pub use access::{RestAccess, known_params, rest_access};
 pub use delete::CLEANUP_SKIPPED_HEADER;
@@ -44,6 +45,7 @@ use self::loggers::Loggers;
 use self::loggers::{all_loggers, logger, set_logger};
 use self::offsets::{alter_offsets, offsets, reset_offsets};
 use self::plugins::{plugin_config, plugins, validate};
+use self::resources::{adopt, orphaned, resources};
 use crate::admin::Admin;
 use crate::admin::guard::Guard;
 
@@ -115,6 +117,9 @@ impl Gateway {
                 "/connectors/{name}/offsets",
                 get(offsets).patch(alter_offsets).delete(reset_offsets),
             )
+            .route("/connectors/{name}/resources", get(resources))
+            .route("/resources/orphaned", get(orphaned))
+            .route("/resources/orphaned/adopt", post(adopt))
             .route("/connector-plugins", get(plugins))
             .route("/connector-plugins/{class}/config", get(plugin_config))
             .route("/connector-plugins/{class}/config/validate", put(validate))

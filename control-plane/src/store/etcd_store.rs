@@ -41,7 +41,7 @@ use serde::de::DeserializeOwned;
 use super::{CreateOutcome, StateStore, StoreError};
 use crate::model::{
     AuditEntry, AuditPage, AuditQuery, AuditRetention, ConnectorRecord, DeletionRecord,
-    ExecutorRecord, PluginRecord,
+    ExecutorRecord, PluginRecord, resources::OrphanRecord,
 };
 use crate::store::seal::Sealer;
 
@@ -61,6 +61,8 @@ const STORE_RUNTIME_THREADS: usize = 1;
 const EPOCH_KEY: &str = "meta/epoch";
 /// Prefix (under the store prefix) of the audit trail.
 const AUDIT_PREFIX: &str = "audit/";
+/// Orphaned resources: `orphans/<id>`, sealed JSON of an [`OrphanRecord`].
+const ORPHANS_PREFIX: &str = "orphans/";
 /// Audit entries read per etcd range request while filling a page.
 const AUDIT_SCAN_CHUNK: i64 = 512;
 const GENERATION_FLOOR_KEY: &str = "meta/generation_floor";
@@ -912,6 +914,47 @@ impl StateStore for EtcdStore {
                     _ => return Ok(page),
                 }
             }
+        })
+    }
+
+    fn orphans(&self) -> Result<Vec<OrphanRecord>, StoreError> {
+        self.run(|i| async move {
+            let kvs = i.get_prefix(i.key(ORPHANS_PREFIX)).await?;
+            let mut out = kvs
+                .iter()
+                .map(|kv| i.decode::<OrphanRecord>(kv))
+                .collect::<Result<Vec<_>, _>>()?;
+            out.sort_by(|a, b| (a.orphaned_at_ms, &a.id).cmp(&(b.orphaned_at_ms, &b.id)));
+            Ok(out)
+        })
+    }
+
+    fn put_orphans(&self, orphans: &[OrphanRecord]) -> Result<(), StoreError> {
+        let orphans = orphans.to_vec();
+        self.run(|i| async move {
+            let mut ops = Vec::with_capacity(orphans.len());
+            for o in &orphans {
+                let key = i.key(&format!("{ORPHANS_PREFIX}{}", o.id));
+                ops.push(TxnOp::put(key, i.encode(o)?, None::<PutOptions>));
+            }
+            for chunk in ops.chunks(MAX_TXN_OPS) {
+                i.txn(vec![], chunk.to_vec(), vec![]).await?;
+            }
+            Ok(())
+        })
+    }
+
+    fn remove_orphans(&self, ids: &[String]) -> Result<(), StoreError> {
+        let ids: std::collections::BTreeSet<String> = ids.iter().cloned().collect();
+        self.run(|i| async move {
+            let ops: Vec<TxnOp> = ids
+                .iter()
+                .map(|id| TxnOp::delete(i.key(&format!("{ORPHANS_PREFIX}{id}")), None))
+                .collect();
+            for chunk in ops.chunks(MAX_TXN_OPS) {
+                i.txn(vec![], chunk.to_vec(), vec![]).await?;
+            }
+            Ok(())
         })
     }
 }

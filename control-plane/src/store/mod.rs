@@ -23,7 +23,7 @@ use std::sync::Arc;
 
 use crate::model::{
     AuditEntry, AuditPage, AuditQuery, AuditRetention, ConnectorRecord, DeletionRecord,
-    ExecutorRecord, PluginRecord,
+    ExecutorRecord, PluginRecord, resources::OrphanRecord,
 };
 
 /// File name of the embedded store inside `--data-dir`.
@@ -197,6 +197,14 @@ pub trait StateStore: Send + Sync + 'static {
     ) -> Result<(), StoreError>;
     /// One page of the audit trail, oldest first (see [`AuditQuery`]).
     fn audit_entries(&self, query: &AuditQuery) -> Result<AuditPage, StoreError>;
+
+    /// Every orphaned resource (docs/resources.md), oldest first.
+    fn orphans(&self) -> Result<Vec<OrphanRecord>, StoreError>;
+    /// Stores orphans (an orphan with the same id is replaced: a finished deletion that
+    /// is written again leaves them once).
+    fn put_orphans(&self, orphans: &[OrphanRecord]) -> Result<(), StoreError>;
+    /// Removes the orphans with these ids (an id not stored is ignored).
+    fn remove_orphans(&self, ids: &[String]) -> Result<(), StoreError>;
 }
 
 /// Runs `wait` (a synchronous wait for the store: a redb batch's commit, an etcd call

@@ -119,7 +119,14 @@ impl Instance for ConnectorInstance {
             self.shared.executor_id.clone(),
             reconfigure,
         )
-        .with_raise_error(Arc::new(move |error| target.raise(error)));
+        .with_raise_error(Arc::new(move |error| target.raise(error)))
+        .with_resources(super::ledger::RegistryLedger::resources(
+            self.shared.registry.clone(),
+            &req.connector,
+            wharf::sdk::ResourceOwner::Connector,
+            req.assignment.generation,
+            &req.assignment.incarnation,
+        ));
         self.plugin.spawn_start(&self.slot, ctx, req.config.clone())
     }
 

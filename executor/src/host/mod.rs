@@ -32,6 +32,7 @@ mod admission;
 mod connector;
 mod error;
 mod instance;
+mod ledger;
 mod plugin;
 mod stop;
 mod task;
@@ -335,6 +336,27 @@ impl Host {
     ) -> Self {
         self.processes = processes;
         self
+    }
+
+    /// The resources `plugin`'s connector declares it would provision with `config`
+    /// ([`wharf::sdk::Connector::declared_resources`], on a fresh instance that is then
+    /// dropped); `None` when the plugin is not installed, `Err` with the plugin's text
+    /// (or its panic's).
+    pub async fn declared_resources(
+        &self,
+        plugin: &str,
+        config: ConfigMap,
+    ) -> Option<Result<Vec<wharf::sdk::Resource>, String>> {
+        let make = self.plugins.get(plugin)?.connector.clone();
+        Some(
+            tokio::task::spawn_blocking(move || {
+                make()
+                    .declared_resources(&config)
+                    .map_err(|e| e.to_string())
+            })
+            .await
+            .unwrap_or_else(|e| Err(panic_text(e))),
+        )
     }
 
     /// This executor's id.

@@ -605,6 +605,11 @@ impl<P: Probe> Kit<P> {
             "start_refuses_what_another_incarnation_kept" => {
                 self.start_refuses_what_another_incarnation_kept().await
             }
+            "ledger_declares_before_creating" => self.ledger_declares_before_creating().await,
+            "plain_stop_releases_nothing" => self.plain_stop_releases_nothing().await,
+            "delete_releases_every_created_entry" => {
+                self.delete_releases_every_created_entry().await
+            }
             "sink_acknowledges_only_flushed_records" => {
                 self.sink_acknowledges_only_flushed_records().await
             }

@@ -4,6 +4,7 @@
 //! cleanup-only instances). The checks themselves are in [`checks`].
 
 mod checks;
+mod ledger;
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::future::Future;
@@ -11,8 +12,8 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use wharf_sdk::{
-    CancellationToken, ConfigMap, Connector, ConnectorContext, Plugin, PluginResult, SinkRecord,
-    SinkTask, SourceTask, TaskContext, TaskFactory,
+    CancellationToken, ConfigMap, Connector, ConnectorContext, MemoryLedger, Plugin, PluginResult,
+    ResourceOwner, Resources, SinkRecord, SinkTask, SourceTask, TaskContext, TaskFactory,
 };
 
 use crate::bounds::{Bounds, CallKind, PluginRuntime, bound_of, overrun_text, panic_text};
@@ -32,6 +33,12 @@ pub struct Kit<P> {
     /// The task configs each connector incarnation (name, incarnation) last produced, as
     /// its deletion record keeps them.
     last_task_configs: std::sync::Mutex<BTreeMap<(String, String), Vec<ConfigMap>>>,
+    /// Each connector name's resource ledger, as the control plane keeps one per
+    /// connector.
+    ledgers: std::sync::Mutex<BTreeMap<String, Arc<MemoryLedger>>>,
+    /// A plugin that records nothing in its ledger fails the ledger checks (instead of
+    /// their being skipped).
+    ledger_required: bool,
 }
 
 /// A plugin instance shared with the call running on the plugin runtime. A call that
@@ -90,6 +97,8 @@ struct Running {
     config: ConfigMap,
     connector: Shared<Box<dyn Connector>>,
     tasks: Vec<Shared<Task>>,
+    /// Its connector's resource ledger.
+    ledger: Arc<MemoryLedger>,
 }
 
 impl<P: Probe> Kit<P> {
@@ -111,7 +120,28 @@ impl<P: Probe> Kit<P> {
             cleanup_attempts: wharf_sdk::DEFAULT_CLEANUP_MAX_ATTEMPTS,
             runtime: PluginRuntime::default(),
             last_task_configs: std::sync::Mutex::new(BTreeMap::new()),
+            ledgers: std::sync::Mutex::new(BTreeMap::new()),
+            ledger_required: false,
         }
+    }
+
+    /// Makes the ledger checks fail (rather than skip) a plugin that records nothing in
+    /// its resource ledger while the probe lists what it owns (docs/resources.md). Every
+    /// built-in plugin is checked this way.
+    pub fn ledger_required(mut self) -> Self {
+        self.ledger_required = true;
+        self
+    }
+
+    /// The resource ledger of connector `name` (one per name, as the control plane
+    /// keeps it).
+    fn ledger_of(&self, name: &str) -> Arc<MemoryLedger> {
+        self.ledgers
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .entry(name.to_owned())
+            .or_default()
+            .clone()
     }
 
     /// Tasks to run (default 2; the lower-`tasks.max` check runs one fewer).
@@ -263,6 +293,7 @@ impl<P: Probe> Kit<P> {
             config: self.config(name, tasks_max),
             connector: shared((self.plugin.connector)()),
             tasks: Vec::new(),
+            ledger: self.ledger_of(name),
         }
     }
 
@@ -288,7 +319,8 @@ impl<P: Probe> Kit<P> {
             cleanup_only,
             KIT_EXECUTOR_ID,
             Arc::new(|| {}),
-        );
+        )
+        .with_resources(Resources::new(r.ledger.clone(), ResourceOwner::Connector));
         let what = format!("connector {name} start ({incarnation}, cleanup_only={cleanup_only})");
         let connector = r.connector.clone();
         let start_config = config.clone();
@@ -446,7 +478,8 @@ impl<P: Probe> Kit<P> {
                     true,
                     KIT_EXECUTOR_ID,
                     Arc::new(|| {}),
-                );
+                )
+                .with_resources(Resources::new(r.ledger.clone(), ResourceOwner::Connector));
                 let connector = shared((self.plugin.connector)());
                 let what =
                     format!("connector {name} start ({incarnation}, cleanup_only=true, {retry})");
@@ -679,6 +712,7 @@ fn task_context(r: &Running, i: usize, cleanup_only: bool) -> TaskContext {
         offsets: BTreeMap::new(),
         cancel: CancellationToken::new(),
         errant_reporter: None,
+        resources: Resources::new(r.ledger.clone(), ResourceOwner::Task(i as u32)),
     }
 }
 

@@ -446,6 +446,24 @@ async fn admin_call(channel: AuthChannel, name: &str, body: &Value) -> Result<Ca
             })
             .await
         }
+        "GetConnectorResources" => {
+            unary(&m, body, |r: pb::GetConnectorResourcesRequest| {
+                c.get_connector_resources(r)
+            })
+            .await
+        }
+        "ListOrphanedResources" => {
+            unary(&m, body, |r: pb::ListOrphanedResourcesRequest| {
+                c.list_orphaned_resources(r)
+            })
+            .await
+        }
+        "AdoptOrphanedResources" => {
+            unary(&m, body, |r: pb::AdoptOrphanedResourcesRequest| {
+                c.adopt_orphaned_resources(r)
+            })
+            .await
+        }
         _ => Err(not_unary()),
     }
 }

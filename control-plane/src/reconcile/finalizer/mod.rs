@@ -205,6 +205,7 @@ async fn finish_if_complete(cluster: &Cluster, d: &DeletionRecord) -> Result<boo
     // taken again as soon as the removal below is visible (cleared first, so that a
     // client who sees the name gone can create it at once).
     cluster.deletions.set_in_flight(&d.name, false);
+    keep_orphans(cluster, d)?;
     if cluster
         .store
         .finish_deletion_batched(&d.name, d.revision)
@@ -226,6 +227,36 @@ async fn finish_if_complete(cluster: &Cluster, d: &DeletionRecord) -> Result<boo
         return Ok(true);
     }
     Ok(false)
+}
+
+/// Before a deletion that did not clean everything finishes (force, give-up,
+/// `keep_resources`: [`step::orphan_reason`]): stores what its ledger still holds as
+/// orphans, which outlive the connector (docs/resources.md). Idempotent (orphan ids are
+/// stable), so a finish that must be written again leaves them once.
+fn keep_orphans(cluster: &Cluster, d: &DeletionRecord) -> Result<(), HerderError> {
+    let Some(reason) = step::orphan_reason(d) else {
+        return Ok(());
+    };
+    let Some(rec) = cluster.store.connector(&d.name)? else {
+        return Ok(());
+    };
+    let orphans = crate::model::resources::orphans_of(
+        &d.name,
+        &rec.resources,
+        &d.sealed.incarnation,
+        reason,
+        now_ms(),
+    );
+    if orphans.is_empty() {
+        return Ok(());
+    }
+    cluster.store.put_orphans(&orphans)?;
+    for o in &orphans {
+        warn!(connector = %d.name, reason = reason.as_str(), kind = %o.entry.resource.kind,
+            resource = %o.entry.resource.name, locator = %o.entry.resource.locator, orphan = %o.id,
+            "resource left behind by the deletion; listed in ListOrphanedResources");
+    }
+    Ok(())
 }
 
 /// Writes `d` back (committed together with other deletions' writes when the store can);
@@ -478,6 +509,7 @@ fn apply_force(cluster: &Cluster, name: &str) -> Result<Option<DeletionRecord>, 
         let Some(d) = cluster.store.deletion(name)? else {
             return Ok(None);
         };
+        keep_orphans(cluster, &d)?;
         if cluster.store.finish_deletion(name, d.revision)? {
             warn!(connector = %name, skipped_tasks = ?tasks, connector_skipped = connector,
                 "deletion forced: remaining cleanup skipped; external resources may remain");

@@ -137,6 +137,25 @@ pub(super) async fn run_round(
             }
         }
     }
+    // A cleanup is done only with its instance's ledger accounted for: the plugin's
+    // releases were stored before its stop answered.
+    if mode == DeletionMode::Cleanup
+        && outcomes
+            .iter()
+            .any(|(_, a)| matches!(a, Attempt::Done { .. }))
+        && let Some(rec) = cluster.store.connector(&d.name)?
+        && !rec.resources.is_empty()
+    {
+        for (idx, attempt) in &mut outcomes {
+            let taken = std::mem::replace(attempt, Attempt::Rehost);
+            *attempt = step::accounted(
+                taken,
+                d.steps[*idx].task,
+                &rec.resources,
+                &d.sealed.incarnation,
+            );
+        }
+    }
     Ok(Some(outcomes))
 }
 

@@ -593,6 +593,49 @@ fn is_given_up(s: &CleanupStep) -> bool {
     s.state == CleanupState::Skipped && s.connector_deleted && !s.forced
 }
 
+/// Why what is left of a finished deletion's ledger outlives it, from its final record:
+/// `keep_resources`, a force, or `cleanup.policy = give-up`; `None` when every step
+/// completed its cleanup (nothing is left by design). Pure.
+pub fn orphan_reason(d: &DeletionRecord) -> Option<crate::model::resources::OrphanReason> {
+    use crate::model::resources::OrphanReason;
+    match d.mode {
+        DeletionMode::KeepResources => Some(OrphanReason::KeepResources),
+        DeletionMode::Cleanup if d.steps.iter().any(|s| s.forced) => Some(OrphanReason::Force),
+        DeletionMode::Cleanup if d.steps.iter().any(is_given_up) => Some(OrphanReason::GiveUp),
+        DeletionMode::Cleanup => None,
+    }
+}
+
+/// What a completed stop(true) of step `task` comes to once the ledger is read: still
+/// done when every created entry its instance owns is released or found absent, else
+/// failed naming the entries left (docs/resources.md, "A deletion ends with the ledger
+/// accounted for"). Pure.
+pub(super) fn accounted(
+    attempt: Attempt,
+    task: Option<u32>,
+    ledger: &[crate::model::resources::LedgerEntry],
+    incarnation: &str,
+) -> Attempt {
+    use crate::model::resources::{ResourceOwner, unaccounted, unaccounted_error};
+    let Attempt::Done { executor } = attempt else {
+        return attempt;
+    };
+    let owner = match task {
+        Some(t) => ResourceOwner::Task(t),
+        None => ResourceOwner::Connector,
+    };
+    let left = unaccounted(ledger, owner, incarnation);
+    if left.is_empty() {
+        Attempt::Done { executor }
+    } else {
+        Attempt::Failed {
+            executor,
+            error: unaccounted_error(&left),
+            abandoned: false,
+        }
+    }
+}
+
 /// `steps` as task indexes and whether the connector instance's step is among them.
 fn units<'a>(steps: impl Iterator<Item = &'a CleanupStep>) -> (Vec<u32>, bool) {
     let mut tasks = Vec::new();
@@ -628,6 +671,89 @@ fn one_task_deletion(mode: DeletionMode, task: Instance) -> DeletionRecord {
     let mut rec = crate::model::ConnectorRecord::new(&spec, crate::model::TargetState::Started);
     rec.tasks = vec![task];
     DeletionRecord::seal(&rec, vec![], mode, 1_000)
+}
+
+#[cfg(test)]
+mod ledger_tests {
+    use super::*;
+    use crate::model::resources::{
+        EntryState, LedgerEntry, Locator, OrphanReason, Resource, ResourceKind, ResourceOwner,
+    };
+
+    fn entry(owner: ResourceOwner, state: EntryState) -> LedgerEntry {
+        LedgerEntry {
+            resource: Resource::created(ResourceKind::Table, "t", Locator::default().path("/x")),
+            owner,
+            state,
+            incarnation: "i1".into(),
+            updated_at_ms: 0,
+        }
+    }
+
+    fn done() -> Attempt {
+        Attempt::Done {
+            executor: "e1".into(),
+        }
+    }
+
+    #[test]
+    fn a_done_stop_whose_created_entries_are_released_stays_done() {
+        let ledger = [entry(ResourceOwner::Connector, EntryState::Released)];
+        assert!(matches!(
+            accounted(done(), None, &ledger, "i1"),
+            Attempt::Done { .. }
+        ));
+    }
+
+    #[test]
+    fn a_done_stop_that_left_a_created_entry_fails_naming_it() {
+        let ledger = [entry(ResourceOwner::Connector, EntryState::Confirmed)];
+        let Attempt::Failed {
+            error,
+            executor,
+            abandoned,
+        } = accounted(done(), None, &ledger, "i1")
+        else {
+            panic!("expected a failed attempt");
+        };
+        assert!(error.contains("table t (path=/x)"), "{error}");
+        assert_eq!((executor.as_str(), abandoned), ("e1", false));
+    }
+
+    #[test]
+    fn only_the_steps_own_entries_count() {
+        let ledger = [entry(ResourceOwner::Task(1), EntryState::Confirmed)];
+        assert!(matches!(
+            accounted(done(), Some(0), &ledger, "i1"),
+            Attempt::Done { .. }
+        ));
+        assert!(matches!(
+            accounted(done(), Some(1), &ledger, "i1"),
+            Attempt::Failed { .. }
+        ));
+    }
+
+    #[test]
+    fn an_attempt_that_is_not_done_is_left_as_it_is() {
+        let ledger = [entry(ResourceOwner::Connector, EntryState::Confirmed)];
+        assert!(matches!(
+            accounted(Attempt::Rehost, None, &ledger, "i1"),
+            Attempt::Rehost
+        ));
+    }
+
+    #[test]
+    fn orphans_are_kept_for_keep_resources_force_and_give_up_only() {
+        let mut d = one_task_deletion(DeletionMode::KeepResources, Instance::unassigned());
+        assert_eq!(orphan_reason(&d), Some(OrphanReason::KeepResources));
+        d.mode = DeletionMode::Cleanup;
+        d.steps[0].connector_deleted = true;
+        assert_eq!(orphan_reason(&d), None);
+        d.steps[0].state = CleanupState::Skipped;
+        assert_eq!(orphan_reason(&d), Some(OrphanReason::GiveUp));
+        d.steps[0].forced = true;
+        assert_eq!(orphan_reason(&d), Some(OrphanReason::Force));
+    }
 }
 
 #[cfg(test)]

@@ -37,7 +37,7 @@ use tokio::sync::oneshot;
 use super::{CreateOutcome, StateStore, StoreError, StoreFuture};
 use crate::model::{
     AuditEntry, AuditPage, AuditQuery, AuditRetention, ConnectorRecord, DeletionRecord,
-    ExecutorRecord, PluginRecord,
+    ExecutorRecord, PluginRecord, resources::OrphanRecord,
 };
 use crate::store::seal::Sealer;
 
@@ -52,6 +52,8 @@ const OFFSETS: TableDefinition<&str, &str> = TableDefinition::new("offsets");
 const META: TableDefinition<&str, u64> = TableDefinition::new("meta");
 /// The audit trail: key [`AuditEntry::id`] (sorts by time), value: sealed JSON.
 const AUDIT: TableDefinition<&str, &[u8]> = TableDefinition::new("audit");
+/// Orphaned resources: key [`OrphanRecord::id`], value: sealed JSON.
+const ORPHANS: TableDefinition<&str, &[u8]> = TableDefinition::new("orphans");
 
 const REVISION_KEY: &str = "revision";
 const EPOCH_KEY: &str = "epoch";
@@ -129,6 +131,8 @@ enum Write {
         retention: AuditRetention,
         now_ms: i64,
     },
+    PutOrphans(Vec<OrphanRecord>),
+    RemoveOrphans(Vec<String>),
 }
 
 /// What a write returns.
@@ -292,6 +296,7 @@ struct Tables<'t> {
     offs: redb::Table<'t, &'static str, &'static str>,
     meta: redb::Table<'t, &'static str, u64>,
     audit: redb::Table<'t, &'static str, &'static [u8]>,
+    orphans: redb::Table<'t, &'static str, &'static [u8]>,
 }
 
 impl Shared {
@@ -455,6 +460,27 @@ impl Shared {
                 retention,
                 now_ms,
             } => apply::append_audit(sealer, t, &entry, retention, now_ms),
+            Write::PutOrphans(orphans) => {
+                for o in &orphans {
+                    let json = serde_json::to_vec(o).map_err(unavailable)?;
+                    let sealed = sealer.seal(&json)?;
+                    t.orphans
+                        .insert(o.id.as_str(), sealed.as_slice())
+                        .map_err(unavailable)?;
+                }
+                Ok((Done::Unit, !orphans.is_empty()))
+            }
+            Write::RemoveOrphans(ids) => {
+                let mut removed = false;
+                for id in &ids {
+                    removed |= t
+                        .orphans
+                        .remove(id.as_str())
+                        .map_err(unavailable)?
+                        .is_some();
+                }
+                Ok((Done::Unit, removed))
+            }
         }
     }
 }
@@ -467,6 +493,7 @@ fn open_tables(tx: &redb::WriteTransaction) -> Result<Tables<'_>, StoreError> {
         offs: tx.open_table(OFFSETS).map_err(unavailable)?,
         meta: tx.open_table(META).map_err(unavailable)?,
         audit: tx.open_table(AUDIT).map_err(unavailable)?,
+        orphans: tx.open_table(ORPHANS).map_err(unavailable)?,
     })
 }
 
@@ -781,6 +808,38 @@ impl StateStore for RedbStore {
             retention: *retention,
             now_ms,
         }))
+    }
+
+    fn orphans(&self) -> Result<Vec<OrphanRecord>, StoreError> {
+        let tx = self.shared.db.begin_read().map_err(unavailable)?;
+        let t = tx.open_table(ORPHANS).map_err(unavailable)?;
+        let mut out = Vec::new();
+        for item in t.iter().map_err(unavailable)? {
+            let (k, v) = item.map_err(unavailable)?;
+            let corrupt = |reason: String| StoreError::Corrupt {
+                key: format!("orphans/{}", k.value()),
+                reason,
+            };
+            let json = self
+                .shared
+                .sealer
+                .open(v.value())
+                .map_err(|e| corrupt(e.to_string()))?;
+            out.push(
+                serde_json::from_slice::<OrphanRecord>(&json)
+                    .map_err(|e| corrupt(e.to_string()))?,
+            );
+        }
+        out.sort_by(|a, b| (a.orphaned_at_ms, &a.id).cmp(&(b.orphaned_at_ms, &b.id)));
+        Ok(out)
+    }
+
+    fn put_orphans(&self, orphans: &[OrphanRecord]) -> Result<(), StoreError> {
+        expect_unit(self.write(Write::PutOrphans(orphans.to_vec())))
+    }
+
+    fn remove_orphans(&self, ids: &[String]) -> Result<(), StoreError> {
+        expect_unit(self.write(Write::RemoveOrphans(ids.to_vec())))
     }
 
     fn audit_entries(&self, query: &AuditQuery) -> Result<AuditPage, StoreError> {

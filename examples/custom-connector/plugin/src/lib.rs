@@ -176,6 +176,17 @@ pub struct SpoolConnector {
     config: ConfigMap,
     dir: Option<PathBuf>,
     owner: String,
+    /// Where the spool directory is recorded (docs/resources.md).
+    resources: Option<wharf_sdk::Resources>,
+}
+
+/// The spool directory as a resource-ledger entry.
+fn spool_resource(dir: &Path) -> wharf_sdk::Resource {
+    wharf_sdk::Resource::created(
+        wharf_sdk::ResourceKind::File,
+        dir.display().to_string(),
+        wharf_sdk::Locator::default().path(dir.display().to_string()),
+    )
 }
 
 #[async_trait]
@@ -185,12 +196,17 @@ impl Connector for SpoolConnector {
         self.owner = owner_text(&ctx.connector, &ctx.incarnation);
         self.dir = Some(dir.clone());
         self.config = config;
+        self.resources = Some(ctx.resources().clone());
         if ctx.cleanup_only {
             // Only what the following stop(true) needs: provision nothing.
             return Ok(());
         }
+        // In the ledger before the directory exists, confirmed once it does.
+        let entry = spool_resource(&dir);
+        ctx.resources().intend(&entry).await?;
         let me = self.owner.clone();
         blocking("start", move || provision(&dir, &me)).await?;
+        ctx.resources().confirm(&entry).await?;
         Ok(())
     }
 
@@ -208,7 +224,15 @@ impl Connector for SpoolConnector {
             .clone()
             .ok_or(SpoolError::NotStarted("stop_with(true)"))?;
         let me = self.owner.clone();
-        blocking("stop_with(true)", move || remove_spool(&dir, &me)).await?;
+        let removed = dir.clone();
+        blocking("stop_with(true)", move || remove_spool(&removed, &me)).await?;
+        // Gone now (removed, or never made): accounted for. A directory someone else
+        // owns stays, and so does its entry.
+        if !dir.exists()
+            && let Some(ledger) = &self.resources
+        {
+            ledger.release(&spool_resource(&dir)).await?;
+        }
         Ok(())
     }
 }

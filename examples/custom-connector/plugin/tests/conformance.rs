@@ -107,8 +107,19 @@ fn kit() -> (tempfile::TempDir, Kit<SpoolProbe>) {
             .into()
         },
         SpoolProbe { root },
-    );
+    )
+    .ledger_required();
     (tmp, kit)
+}
+
+#[tokio::test]
+async fn ledger_declares_before_creating() {
+    kit().1.ledger_declares_before_creating().await.unwrap();
+}
+
+#[tokio::test]
+async fn delete_releases_every_created_entry() {
+    kit().1.delete_releases_every_created_entry().await.unwrap();
 }
 
 #[tokio::test]

@@ -196,6 +196,13 @@ impl Instance for TaskInstance {
                     self.plugin_name.clone(),
                 )),
             },
+            resources: crate::host::ledger::RegistryLedger::resources(
+                self.shared.registry.clone(),
+                &req.task.connector,
+                wharf::sdk::ResourceOwner::Task(req.task.task),
+                req.assignment.generation,
+                &req.assignment.incarnation,
+            ),
         };
         let config = req.task_config.clone();
         match &self.plugin {

@@ -1,0 +1,364 @@
+//! The resource ledger in the admin API (docs/resources.md): a connector's ledger
+//! (`GetConnectorResources`), the orphans a deletion left (`ListOrphanedResources`) and
+//! their adoption by another connector (`AdoptOrphanedResources`), the second-claim check
+//! shared by create, config put and the executors' intents, and a deletion's plan
+//! (`DeleteConnector { dry_run }`).
+
+use std::sync::Arc;
+
+use tracing::info;
+use wharf::pb::v1 as pb;
+
+use super::{Admin, ApiError, ApiResult};
+use crate::model::resources::{
+    EntryState, Holder, LedgerEntry, Origin, OrphanRecord, Resource, ResourceOwner, claim_refusal,
+    holder_of,
+};
+use crate::model::{ConnectorRecord, DeletionMode};
+use crate::reconcile::now_ms;
+
+/// Most orphans one AdoptOrphanedResources call moves.
+pub const MAX_ADOPT_IDS: usize = 1024;
+
+/// The refusal text when one of `wanted` (what connector `connector` would provision or
+/// is about to) is held by another connector of `all` (its own record is left out);
+/// `None` when nobody else holds any.
+pub fn second_claim(
+    connector: &str,
+    wanted: &[Resource],
+    all: &[Arc<ConnectorRecord>],
+) -> Option<String> {
+    let others: Vec<Holder<'_>> = all
+        .iter()
+        .filter(|r| r.name != connector)
+        .map(|r| Holder {
+            connector: &r.name,
+            deleting: r.deleting,
+            declared: &r.declared,
+            ledger: &r.resources,
+        })
+        .collect();
+    holder_of(wanted, &others).map(|(r, h)| claim_refusal(r, &h))
+}
+
+/// The wire form of a ledger entry.
+pub fn entry_wire(e: &LedgerEntry) -> pb::ResourceEntry {
+    pb::ResourceEntry {
+        resource: Some(wharf::wire::resource(&e.resource)),
+        task: match e.owner {
+            ResourceOwner::Connector => None,
+            ResourceOwner::Task(t) => Some(t),
+        },
+        state: e.state.as_str().to_owned(),
+        incarnation: e.incarnation.clone(),
+        updated_at_ms: e.updated_at_ms,
+    }
+}
+
+/// The wire form of an orphan.
+pub fn orphan_wire(o: &OrphanRecord) -> pb::OrphanedResource {
+    pb::OrphanedResource {
+        id: o.id.clone(),
+        connector: o.connector.clone(),
+        entry: Some(entry_wire(&o.entry)),
+        reason: o.reason.as_str().to_owned(),
+        orphaned_at_ms: o.orphaned_at_ms,
+    }
+}
+
+/// The plan of deleting `rec` in `mode` (with `offsets` committed source partitions):
+/// one stop per task then the connector instance, each on its host at its generation,
+/// or cleanup-only on a live executor when it has none (`live` says whether an executor
+/// holds a lease); the created entries not yet removed are removed (kept under
+/// `keep_resources`), adopted ones kept. Pure.
+pub fn deletion_plan(
+    rec: &ConnectorRecord,
+    mode: DeletionMode,
+    offsets: usize,
+    is_sink: bool,
+    live: &dyn Fn(&str) -> bool,
+) -> pb::DeletionPlan {
+    let step = |task: Option<u32>, i: &crate::model::Instance| {
+        let host = i
+            .executor
+            .as_deref()
+            .filter(|e| i.state.has_live_instance() && live(e));
+        pb::DeletionPlanStep {
+            task,
+            executor: host.unwrap_or_default().to_owned(),
+            generation: i.generation,
+            cleanup_only: host.is_none(),
+            connector_deleted: mode.connector_deleted(),
+        }
+    };
+    let mut steps: Vec<pb::DeletionPlanStep> = rec
+        .tasks
+        .iter()
+        .enumerate()
+        .map(|(i, t)| step(Some(i as u32), t))
+        .collect();
+    steps.push(step(None, &rec.connector));
+    let mut remove = Vec::new();
+    let mut keep = Vec::new();
+    for e in &rec.resources {
+        match (e.resource.origin, e.state.accounted(), mode) {
+            // Already gone: neither removed nor kept.
+            (Origin::Created, true, _) => {}
+            (Origin::Created, false, DeletionMode::Cleanup) => remove.push(entry_wire(e)),
+            (Origin::Created, false, DeletionMode::KeepResources) | (Origin::Adopted, _, _) => {
+                keep.push(entry_wire(e));
+            }
+        }
+    }
+    pb::DeletionPlan {
+        steps,
+        remove,
+        keep,
+        offsets: u32::try_from(offsets).unwrap_or(u32::MAX),
+        consumer_groups: if is_sink {
+            vec![format!("wharf-sink-{}", rec.name)]
+        } else {
+            Vec::new()
+        },
+    }
+}
+
+impl Admin {
+    /// GetConnectorResources / `GET /connectors/{name}/resources`: the ledger.
+    ///
+    /// # Errors
+    /// NOT_FOUND; store errors.
+    pub fn resources(&self, name: &str) -> ApiResult<Vec<pb::ResourceEntry>> {
+        let rec = self.existing(name)?;
+        Ok(rec.resources.iter().map(entry_wire).collect())
+    }
+
+    /// ListOrphanedResources / `GET /resources/orphaned`.
+    ///
+    /// # Errors
+    /// Store errors.
+    pub fn orphans(&self) -> ApiResult<Vec<pb::OrphanedResource>> {
+        Ok(self
+            .cluster
+            .store
+            .orphans()?
+            .iter()
+            .map(orphan_wire)
+            .collect())
+    }
+
+    /// AdoptOrphanedResources / `POST /resources/orphaned/adopt`: moves the orphans
+    /// `ids` into `connector`'s ledger as adopted entries of its connector instance (it
+    /// will never remove them), then forgets them as orphans.
+    ///
+    /// # Errors
+    /// INVALID_ARGUMENT for no ids, too many, or an id that is not an orphan (nothing is
+    /// moved); NOT_FOUND; FAILED_PRECONDITION while the connector is being deleted.
+    pub fn adopt_orphans(
+        &self,
+        ids: &[String],
+        connector: &str,
+    ) -> ApiResult<Vec<pb::ResourceEntry>> {
+        if ids.is_empty() || ids.len() > MAX_ADOPT_IDS {
+            return Err(ApiError::InvalidArgument {
+                field: "ids".into(),
+                reason: format!("must list 1 to {MAX_ADOPT_IDS} orphan ids"),
+            });
+        }
+        let rec = self.existing(connector)?;
+        if rec.deleting {
+            return Err(ApiError::StillDeleting(connector.to_owned()));
+        }
+        let orphans = self.cluster.store.orphans()?;
+        let mut chosen = Vec::with_capacity(ids.len());
+        for (i, id) in ids.iter().enumerate() {
+            match orphans.iter().find(|o| &o.id == id) {
+                Some(o) => chosen.push(o.clone()),
+                None => {
+                    return Err(ApiError::InvalidArgument {
+                        field: format!("ids[{i}]"),
+                        reason: format!("{id:?} is not an orphaned resource"),
+                    });
+                }
+            }
+        }
+        let now = now_ms();
+        let changed =
+            self.cluster.modify_connector(connector, |r| {
+                if r.deleting {
+                    return None;
+                }
+                for o in &chosen {
+                    let resource = o.entry.resource.clone().with_origin(Origin::Adopted);
+                    if !r.resources.iter().any(|e| {
+                        e.owner == ResourceOwner::Connector && e.resource.same_as(&resource)
+                    }) {
+                        r.resources.push(LedgerEntry {
+                            resource,
+                            owner: ResourceOwner::Connector,
+                            state: match o.entry.state {
+                                EntryState::Intended => EntryState::Intended,
+                                EntryState::Confirmed
+                                | EntryState::Released
+                                | EntryState::Absent => EntryState::Confirmed,
+                            },
+                            incarnation: r.incarnation.clone(),
+                            updated_at_ms: now,
+                        });
+                    }
+                }
+                Some(())
+            })?;
+        if changed.is_none() {
+            return Err(ApiError::StillDeleting(connector.to_owned()));
+        }
+        let ids: Vec<String> = chosen.iter().map(|o| o.id.clone()).collect();
+        self.cluster.store.remove_orphans(&ids)?;
+        info!(connector = %connector, orphans = ids.len(), "orphaned resources adopted");
+        self.resources(connector)
+    }
+
+    /// The plan of deleting `name` in `mode` (`DeleteConnector { dry_run }`); changes
+    /// nothing.
+    ///
+    /// # Errors
+    /// NOT_FOUND; FAILED_PRECONDITION while it is being deleted already; store errors.
+    pub fn deletion_plan(&self, name: &str, mode: DeletionMode) -> ApiResult<pb::DeletionPlan> {
+        let rec = self.existing(name)?;
+        if rec.deleting {
+            return Err(ApiError::StillDeleting(name.to_owned()));
+        }
+        let offsets = self.cluster.store.offsets(name)?.len();
+        let is_sink = self
+            .plugins()?
+            .get(&rec.plugin)
+            .is_some_and(|p| p.info.kind == pb::PluginKind::Sink as i32);
+        let cluster = &self.cluster;
+        let execs = cluster.store.executors()?;
+        let live = |id: &str| {
+            execs
+                .iter()
+                .any(|e| e.id == id && !e.lost && cluster.holds_lease(&e.id, e.epoch))
+        };
+        Ok(deletion_plan(&rec, mode, offsets, is_sink, &live))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::num::NonZeroU32;
+
+    use super::*;
+    use crate::model::resources::{Locator, ResourceKind};
+    use crate::model::{ConnectorSpec, Instance, InstanceState, TargetState};
+
+    fn rec(name: &str) -> ConnectorRecord {
+        ConnectorRecord::new(
+            &ConnectorSpec {
+                name: wharf::ids::ConnectorName::parse(name).unwrap(),
+                plugin: "p".into(),
+                tasks_max: NonZeroU32::new(1).unwrap(),
+                config: Default::default(),
+            },
+            TargetState::Started,
+        )
+    }
+
+    fn queue(name: &str) -> Resource {
+        Resource::created(
+            ResourceKind::Queue,
+            name,
+            Locator::default().host("h:5672").vhost("/"),
+        )
+    }
+
+    fn entry(r: Resource, state: EntryState) -> LedgerEntry {
+        LedgerEntry {
+            resource: r,
+            owner: ResourceOwner::Connector,
+            state,
+            incarnation: "i".into(),
+            updated_at_ms: 0,
+        }
+    }
+
+    #[test]
+    fn a_second_claim_names_the_connector_that_holds_it() {
+        let mut a = rec("first");
+        a.declared = vec![queue("nc.shared.q")];
+        let all = vec![Arc::new(a)];
+        let why = second_claim("second", &[queue("nc.shared.q")], &all).unwrap();
+        assert!(why.contains("queue nc.shared.q"), "{why}");
+        assert!(why.contains("connector \"first\""), "{why}");
+    }
+
+    #[test]
+    fn a_connector_does_not_conflict_with_itself() {
+        let mut a = rec("first");
+        a.declared = vec![queue("q")];
+        assert!(second_claim("first", &[queue("q")], &[Arc::new(a)]).is_none());
+    }
+
+    #[test]
+    fn the_plan_removes_created_entries_and_keeps_adopted_ones() {
+        let mut r = rec("c");
+        r.resources = vec![
+            entry(queue("mine"), EntryState::Confirmed),
+            entry(queue("gone"), EntryState::Released),
+            entry(
+                queue("users").with_origin(Origin::Adopted),
+                EntryState::Confirmed,
+            ),
+        ];
+        let p = deletion_plan(&r, DeletionMode::Cleanup, 2, true, &|_| true);
+        let names = |v: &[pb::ResourceEntry]| -> Vec<String> {
+            v.iter()
+                .map(|e| e.resource.as_ref().unwrap().name.clone())
+                .collect()
+        };
+        assert_eq!(names(&p.remove), ["mine"]);
+        assert_eq!(names(&p.keep), ["users"]);
+        assert_eq!(p.offsets, 2);
+        assert_eq!(p.consumer_groups, ["wharf-sink-c"]);
+    }
+
+    #[test]
+    fn the_plan_under_keep_resources_keeps_everything_and_stops_with_false() {
+        let mut r = rec("c");
+        r.resources = vec![entry(queue("mine"), EntryState::Confirmed)];
+        let p = deletion_plan(&r, DeletionMode::KeepResources, 0, false, &|_| true);
+        assert!(p.remove.is_empty());
+        assert_eq!(p.keep.len(), 1);
+        assert!(p.steps.iter().all(|s| !s.connector_deleted));
+        assert!(p.consumer_groups.is_empty());
+    }
+
+    #[test]
+    fn a_running_instance_on_a_live_host_is_stopped_in_place_and_others_cleanup_only() {
+        let mut r = rec("c");
+        r.connector = Instance {
+            executor: Some("e1".into()),
+            epoch: 1,
+            generation: 4,
+            state: InstanceState::Running,
+            error: String::new(),
+            restart: false,
+        };
+        r.tasks = vec![Instance {
+            executor: Some("e2".into()),
+            ..r.connector.clone()
+        }];
+        let p = deletion_plan(&r, DeletionMode::Cleanup, 0, false, &|e| e == "e1");
+        assert_eq!(p.steps.len(), 2);
+        assert_eq!((p.steps[0].task, p.steps[0].cleanup_only), (Some(0), true));
+        assert_eq!(
+            (
+                p.steps[1].task,
+                p.steps[1].executor.as_str(),
+                p.steps[1].cleanup_only
+            ),
+            (None, "e1", false)
+        );
+        assert_eq!(p.steps[1].generation, 4);
+    }
+}

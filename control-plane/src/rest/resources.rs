@@ -1,0 +1,68 @@
+//! Wharf's resource-ledger routes (extensions, docs/rest.md): `GET
+//! /connectors/{name}/resources`, `GET /resources/orphaned` and `POST
+//! /resources/orphaned/adopt`.
+
+use axum::body::Body;
+use axum::extract::{Path, State};
+use axum::http::HeaderMap;
+use serde_json::{Value, json};
+
+use super::error::RestError;
+use super::json;
+use super::request::*;
+use super::{Gateway, RestResult};
+
+/// `GET /connectors/{name}/resources`: `{"name", "resources": [entry]}`.
+pub(super) async fn resources(
+    State(g): State<Gateway>,
+    p: Result<Path<String>, axum::extract::rejection::PathRejection>,
+) -> RestResult {
+    let name = path_part(p)?;
+    let entries = g.admin.resources(&name)?;
+    ok(json!({
+        "name": name,
+        "resources": entries.iter().map(json::resource_entry).collect::<Vec<_>>(),
+    }))
+}
+
+/// `GET /resources/orphaned`: `{"orphans": [orphan]}`, oldest first.
+pub(super) async fn orphaned(State(g): State<Gateway>) -> RestResult {
+    let orphans = g.admin.orphans()?;
+    ok(json!({
+        "orphans": orphans.iter().map(json::orphan).collect::<Vec<_>>(),
+    }))
+}
+
+/// `POST /resources/orphaned/adopt` with `{"connector": NAME, "ids": [ID, ...]}`: the
+/// adopting connector's ledger afterwards, as `GET /connectors/{name}/resources`.
+pub(super) async fn adopt(State(g): State<Gateway>, headers: HeaderMap, body: Body) -> RestResult {
+    let v = json_body(&headers, body).await?;
+    let connector = match v.get("connector") {
+        Some(Value::String(s)) => s.clone(),
+        _ => {
+            return Err(RestError::BadRequest(
+                "the body needs \"connector\": the name of the connector that adopts the orphans"
+                    .into(),
+            ));
+        }
+    };
+    let ids: Vec<String> = match v.get("ids") {
+        Some(Value::Array(a)) => a
+            .iter()
+            .map(|i| match i {
+                Value::String(s) => Ok(s.clone()),
+                _ => Err(RestError::BadRequest("ids must be strings".into())),
+            })
+            .collect::<Result<_, _>>()?,
+        _ => {
+            return Err(RestError::BadRequest(
+                "the body needs \"ids\": the orphan ids from GET /resources/orphaned".into(),
+            ));
+        }
+    };
+    let entries = g.admin.adopt_orphans(&ids, &connector)?;
+    ok(json!({
+        "name": connector,
+        "resources": entries.iter().map(json::resource_entry).collect::<Vec<_>>(),
+    }))
+}
