@@ -339,6 +339,7 @@ fn raw_records() -> Vec<LogRecord> {
             value: line(t).trim_end().as_bytes().to_vec(),
             headers: Vec::new(),
             timestamp_ms: None,
+            partition: None,
         })
         .collect()
 }

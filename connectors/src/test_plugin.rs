@@ -363,6 +363,7 @@ impl SourceTask for TestSourceTask {
                         .into_bytes(),
                     headers: Vec::new(),
                     timestamp_ms: None,
+                    partition: None,
                     source_partition: json!({ "task": self.task }),
                     source_offset: json!({ "seq": seq }),
                 }

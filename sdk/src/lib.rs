@@ -80,7 +80,7 @@ pub use config_def::{
 pub use connector::Connector;
 pub use context::{ConnectorContext, TaskContext};
 pub use plugin::{Plugin, PluginKind, TaskFactory};
-pub use record::{SinkRecord, SourceRecord};
+pub use record::{SinkRecord, SourceRecord, TopicPartition};
 pub use sink::SinkTask;
 pub use source::SourceTask;
 /// The token in [`TaskContext::cancel`]: a plugin selects on its `cancelled()` in a long

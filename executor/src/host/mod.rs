@@ -111,6 +111,9 @@ pub struct StartTask {
     pub offsets: BTreeMap<String, serde_json::Value>,
     /// Generation, target state, mode, incarnation, epoch.
     pub assignment: Assignment,
+    /// The partitions a sink task reads; `None`: every partition, shared with the
+    /// connector's other tasks on this executor.
+    pub partition_share: Option<crate::log::PartitionShare>,
 }
 
 /// A StopTask or StopConnector request, validated.

@@ -57,11 +57,6 @@ enum TaskPlugin {
     Sink(PluginCell<Box<dyn SinkTask>>),
 }
 
-/// Name of the log consumer shared by the tasks of a sink connector.
-pub fn sink_consumer_name(connector: &str) -> String {
-    format!("wharf-sink-{connector}")
-}
-
 /// A task on this executor.
 pub(crate) struct TaskInstance {
     key: TaskKey,
@@ -181,7 +176,7 @@ impl Instance for TaskInstance {
             TaskPlugin::Sink(p) => spawn(
                 TaskKind::Awaited,
                 "sink task loop",
-                me.sink_loop(p.cell.clone(), topics_of(req)),
+                me.sink_loop(p.cell.clone(), topics_of(req), req.partition_share),
             ),
         });
     }

@@ -424,6 +424,7 @@ fn by_topic(records: &[SourceRecord]) -> Vec<(String, Vec<LogRecord>)> {
             value: r.value.clone(),
             headers: r.headers.clone(),
             timestamp_ms: r.timestamp_ms,
+            partition: None,
         };
         match groups.iter_mut().find(|(t, _)| *t == r.topic) {
             Some((_, batch)) => batch.push(record),
@@ -446,6 +447,7 @@ mod tests {
             value: Vec::new(),
             headers: Vec::new(),
             timestamp_ms: None,
+            partition: None,
             source_partition: partition,
             source_offset: json!({ "position": position }),
         }

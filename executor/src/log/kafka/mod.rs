@@ -41,9 +41,10 @@ use rdkafka::client::DefaultClientContext;
 use rdkafka::error::{KafkaError, RDKafkaErrorCode};
 use rdkafka::producer::{DeliveryFuture, FutureProducer};
 
-use super::{LogConsumer, LogError, LogRecord, RecordLog, StartPosition};
+use super::{LogConsumer, LogError, LogRecord, PartitionShare, RecordLog, StartPosition};
 use reader::Group;
-pub use reader::{KafkaReader, TOPIC_RECHECK_INTERVAL};
+pub use reader::{KafkaReader, PARTITION_RECHECK_INTERVAL, TOPIC_RECHECK_INTERVAL};
+use settings::Role;
 pub use settings::{
     DEFAULT_KAFKA_REQUEST_TIMEOUT_MS, DEFAULT_TOPIC_PARTITIONS, KafkaConfig, MAX_TOPIC_NAME_CHARS,
     check_topic_name,
@@ -60,8 +61,18 @@ fn unavailable(what: &str, err: impl std::fmt::Display) -> LogError {
     LogError::Unavailable(format!("{what}: {err}"))
 }
 
-/// Named consumers of one handle, by (name, topics): readers share them.
-type Groups = tokio::sync::Mutex<HashMap<(String, Vec<String>), Weak<Group>>>;
+/// Named consumers of one handle, by (name, topics, share): readers share them.
+type Groups = tokio::sync::Mutex<HashMap<GroupKey, Weak<Group>>>;
+/// (consumer name, topics, partition share).
+type GroupKey = (String, Vec<String>, Option<PartitionShare>);
+
+/// The consumer group of sink connector `connector`, named as Kafka Connect names it
+/// (`connect-<name>`, Connect's `SinkUtils.consumerGroupId`), so that Kafka's tools and
+/// lag exporters find a Wharf sink where they find a Connect one. The one place that
+/// names it.
+pub fn group_name(connector: &str) -> String {
+    format!("connect-{connector}")
+}
 
 /// The Kafka backend. Cheap to clone.
 #[derive(Clone)]
@@ -88,8 +99,8 @@ impl KafkaLog {
     /// librdkafka refuses the client configuration.
     pub async fn connect(config: KafkaConfig) -> Result<Self, LogError> {
         config.validate()?;
-        let producer: FutureProducer = rdkafka::ClientConfig::new()
-            .set("bootstrap.servers", config.bootstrap_servers())
+        let producer: FutureProducer = config
+            .client_config(Role::Producer)
             .set("enable.idempotence", "true")
             .set("acks", "all")
             .set("partitioner", "murmur2_random")
@@ -97,10 +108,11 @@ impl KafkaLog {
             .set("allow.auto.create.topics", "false")
             .create()
             .map_err(|e| unavailable("create Kafka producer", e))?;
-        let admin: AdminClient<DefaultClientContext> = rdkafka::ClientConfig::new()
-            .set("bootstrap.servers", config.bootstrap_servers())
-            .create()
-            .map_err(|e| unavailable("create Kafka admin client", e))?;
+        let admin: AdminClient<DefaultClientContext> =
+            config
+                .client_config(Role::Admin)
+                .create()
+                .map_err(|e| unavailable("create Kafka admin client", e))?;
         Ok(Self {
             inner: Arc::new(Inner {
                 config,
@@ -164,7 +176,7 @@ impl KafkaLog {
             match self
                 .inner
                 .producer
-                .send_result(layout::to_kafka(topic, record))
+                .send_result(layout::to_kafka(topic, record)?)
             {
                 Ok(delivery) => {
                     in_flight.push(delivery);
@@ -180,6 +192,34 @@ impl KafkaLog {
                 Err((e, _)) => return Err(unavailable(&format!("produce to {topic:?}"), e)),
             }
         }
+    }
+}
+
+impl KafkaLog {
+    /// A reader of the group `consumer` on `topics`, in `share` (`None`: every partition);
+    /// readers of one (name, topics, share) on this handle share one Kafka consumer.
+    async fn reader(
+        &self,
+        consumer: &str,
+        topics: &[String],
+        start: StartPosition,
+        share: Option<PartitionShare>,
+    ) -> Result<Box<dyn LogConsumer>, LogError> {
+        for topic in topics {
+            check_topic_name(topic)?;
+        }
+        let key = (consumer.to_string(), topics.to_vec(), share);
+        let mut groups = self.inner.groups.lock().await;
+        groups.retain(|_, group| group.strong_count() > 0);
+        let group = match groups.get(&key).and_then(Weak::upgrade) {
+            Some(group) => group,
+            None => {
+                let group = Group::open(&self.inner.config, consumer, topics, start, share).await?;
+                groups.insert(key, Arc::downgrade(&group));
+                group
+            }
+        };
+        Ok(Box::new(KafkaReader::new(group)))
     }
 }
 
@@ -243,32 +283,36 @@ impl RecordLog for KafkaLog {
         topics: &[String],
         start: StartPosition,
     ) -> Result<Box<dyn LogConsumer>, LogError> {
-        for topic in topics {
-            check_topic_name(topic)?;
-        }
-        let key = (consumer.to_string(), topics.to_vec());
-        let mut groups = self.inner.groups.lock().await;
-        groups.retain(|_, group| group.strong_count() > 0);
-        let group = match groups.get(&key).and_then(Weak::upgrade) {
-            Some(group) => group,
-            None => {
-                let group = Group::open(&self.inner.config, consumer, topics, start).await?;
-                groups.insert(key, Arc::downgrade(&group));
-                group
-            }
-        };
-        Ok(Box::new(KafkaReader::new(group)))
+        self.reader(consumer, topics, start, None).await
+    }
+
+    async fn consumer_in_share(
+        &self,
+        consumer: &str,
+        topics: &[String],
+        start: StartPosition,
+        share: PartitionShare,
+    ) -> Result<Box<dyn LogConsumer>, LogError> {
+        self.reader(consumer, topics, start, Some(share)).await
+    }
+
+    fn sink_consumer_name(&self, connector: &str) -> String {
+        group_name(connector)
     }
 
     async fn delete_consumer(&self, consumer: &str) -> Result<(), LogError> {
-        self.inner.groups.lock().await.retain(|(name, _), group| {
-            if name == consumer
-                && let Some(group) = group.upgrade()
-            {
-                group.mark_deleted();
-            }
-            name != consumer
-        });
+        self.inner
+            .groups
+            .lock()
+            .await
+            .retain(|(name, _, _), group| {
+                if name == consumer
+                    && let Some(group) = group.upgrade()
+                {
+                    group.mark_deleted();
+                }
+                name != consumer
+            });
         let results = self
             .inner
             .admin

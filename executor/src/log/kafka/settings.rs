@@ -11,6 +11,17 @@ pub const DEFAULT_TOPIC_PARTITIONS: i32 = 1;
 /// Longest topic name Kafka accepts.
 pub const MAX_TOPIC_NAME_CHARS: usize = 249;
 
+/// Which kind of Kafka client a setting is for.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) enum Role {
+    /// The producer of appends.
+    Producer,
+    /// A sink's consumer.
+    Consumer,
+    /// The admin client (topics, groups).
+    Admin,
+}
+
 /// Settings of the Kafka record log.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct KafkaConfig {
@@ -89,6 +100,14 @@ impl KafkaConfig {
     /// The brokers as librdkafka's `bootstrap.servers` takes them.
     pub(super) fn bootstrap_servers(&self) -> String {
         self.brokers.join(",")
+    }
+
+    /// The librdkafka settings every client of `role` starts from: the brokers.
+    pub(super) fn client_config(&self, role: Role) -> rdkafka::ClientConfig {
+        let _ = role;
+        let mut config = rdkafka::ClientConfig::new();
+        config.set("bootstrap.servers", self.bootstrap_servers());
+        config
     }
 }
 
