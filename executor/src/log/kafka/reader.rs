@@ -575,6 +575,46 @@ mod tests {
     }
 
     #[test]
+    fn a_reader_without_a_share_takes_every_partition_it_does_not_hold() {
+        let take = partitions_to_take("t", 0..4, None, |_, p| p == 1);
+        assert_eq!(take, [0, 2, 3]);
+    }
+
+    #[test]
+    fn a_reader_in_a_share_takes_only_the_partitions_the_share_owns() {
+        let share = PartitionShare::new(1, 2).expect("share");
+        let take = partitions_to_take("t", 0..8, Some(share), |_, _| false);
+        assert!(!take.is_empty());
+        assert!(
+            take.iter()
+                .all(|p| share.owns("t", u32::try_from(*p).expect("p")))
+        );
+        let other = PartitionShare::new(0, 2).expect("share");
+        let rest = partitions_to_take("t", 0..8, Some(other), |_, _| false);
+        assert_eq!(take.len() + rest.len(), 8);
+    }
+
+    #[test]
+    fn a_partition_added_later_is_taken_once_by_its_owner() {
+        let share = PartitionShare::new(0, 1).expect("share");
+        let held = [0, 1];
+        let take = partitions_to_take("t", 0..3, Some(share), |_, p| held.contains(&p));
+        assert_eq!(take, [2]);
+    }
+
+    #[test]
+    fn a_negative_partition_id_is_never_taken_in_a_share() {
+        let share = PartitionShare::new(0, 1).expect("share");
+        assert!(partitions_to_take("t", [-1], Some(share), |_, _| false).is_empty());
+    }
+
+    #[test]
+    fn an_absent_topic_is_looked_for_sooner_than_new_partitions() {
+        assert_eq!(next_check_after(&["t".into()]), TOPIC_RECHECK_INTERVAL);
+        assert_eq!(next_check_after(&[]), PARTITION_RECHECK_INTERVAL);
+    }
+
+    #[test]
     fn an_ack_token_names_its_partition_in_the_handle() {
         let token = AckToken {
             topic: "t".into(),
