@@ -11,8 +11,10 @@
 //! Knobs (config keys, read by the connector and by its tasks; task configs copy the
 //! connector config): `test.tasks`, `test.poll.block.ms`, `test.ignore.cancel`,
 //! `test.stop.delay.ms`, `test.stop.block.ms`, `test.stop.fail.times`, `test.start.fail`,
-//! `test.records.per.poll`, `test.topic`, `test.poll.panic` (poll panics) and
-//! `test.start.delay.ms` (a task's start sleeps first).
+//! `test.records.per.poll`, `test.topic`, `test.poll.panic` (poll panics),
+//! `test.start.delay.ms` (a task's start sleeps first) and `test.records.path` (the sink
+//! appends one JSON line per record it is given, `{"instance","task","executor","topic",
+//! "partition","offset","value"}`, one `write` per `put`).
 
 use std::io::Write;
 use std::path::{Path, PathBuf};
@@ -55,6 +57,7 @@ struct Knobs {
     records_per_poll: u32,
     topic: Option<String>,
     poll_panic: bool,
+    records_path: Option<PathBuf>,
 }
 
 impl Knobs {
@@ -71,6 +74,7 @@ impl Knobs {
             records_per_poll: parse_opt(config, "test.records.per.poll")?.unwrap_or(1),
             topic: config.get("test.topic").cloned(),
             poll_panic: parse_opt(config, "test.poll.panic")?.unwrap_or(false),
+            records_path: config.get("test.records.path").map(PathBuf::from),
         })
     }
 }
@@ -191,6 +195,7 @@ fn config_def() -> ConfigDef {
         .define(ConfigKey::new("test.poll.panic", ConfigType::Boolean, Importance::Low, "When true, poll panics (to show that a panic fails only that task)."))
         .define(ConfigKey::new("test.start.delay.ms", ConfigType::Long, Importance::Low, "How long a task's start sleeps before returning, in milliseconds."))
         .define(ConfigKey::new("test.topic", ConfigType::String, Importance::Low, "Topic of the records; default test-<connector>."))
+        .define(ConfigKey::new("test.records.path", ConfigType::String, Importance::Low, "File to which the sink appends one JSON line per record it is given."))
 }
 
 /// The `test-source` plugin.
@@ -393,10 +398,31 @@ impl SinkTask for TestSinkTask {
         Ok(())
     }
 
-    async fn put(&mut self, _records: Vec<SinkRecord>) -> PluginResult<()> {
+    async fn put(&mut self, records: Vec<SinkRecord>) -> PluginResult<()> {
         if !self.put_seen {
             self.put_seen = true;
             self.recorder.record("put", None, Ok(()));
+        }
+        if let Some(path) = &self.knobs.records_path {
+            let mut text = String::new();
+            for r in &records {
+                let line = json!({
+                    "instance": self.recorder.instance,
+                    "task": self.recorder.task,
+                    "executor": self.recorder.executor,
+                    "topic": r.topic,
+                    "partition": r.partition,
+                    "offset": r.offset,
+                    "value": String::from_utf8_lossy(&r.value),
+                });
+                text.push_str(&line.to_string());
+                text.push('\n');
+            }
+            std::fs::OpenOptions::new()
+                .create(true)
+                .append(true)
+                .open(path)
+                .and_then(|mut f| f.write_all(text.as_bytes()))?;
         }
         Ok(())
     }

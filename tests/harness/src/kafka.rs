@@ -16,6 +16,7 @@ use std::time::{Duration, Instant};
 use rdkafka::admin::{AdminClient, AdminOptions, NewTopic, TopicReplication};
 use rdkafka::client::DefaultClientContext;
 use rdkafka::consumer::{BaseConsumer, Consumer};
+use rdkafka::message::OwnedMessage;
 use rdkafka::producer::{FutureProducer, FutureRecord};
 use rdkafka::{ClientConfig, Offset, TopicPartitionList};
 
@@ -173,6 +174,50 @@ impl TestKafka {
                 _ => None,
             })
             .collect()
+    }
+
+    /// Reads partitions `0..partitions` of `topic` from their first record with a plain
+    /// consumer (assigned, no group) until `at_least` records were read and nothing more
+    /// comes within a second, or `deadline` passed; returns what it read.
+    pub fn read_all(
+        &self,
+        topic: &str,
+        partitions: i32,
+        at_least: usize,
+        deadline: Duration,
+    ) -> Vec<OwnedMessage> {
+        let consumer: BaseConsumer = self
+            .client()
+            .set("group.id", "wharf-test-plain-reader")
+            .set("enable.auto.commit", "false")
+            .create()
+            .expect("consumer");
+        let mut assignment = TopicPartitionList::new();
+        for p in 0..partitions {
+            assignment
+                .add_partition_offset(topic, p, Offset::Beginning)
+                .expect("partition");
+        }
+        consumer.assign(&assignment).expect("assign");
+        let started = Instant::now();
+        let mut seen = Vec::new();
+        let mut quiet_since = Instant::now();
+        while started.elapsed() < deadline {
+            match consumer.poll(Duration::from_millis(100)) {
+                Some(Ok(m)) => {
+                    seen.push(m.detach());
+                    quiet_since = Instant::now();
+                }
+                Some(Err(e)) => panic!("plain consumer of {topic}: {e}"),
+                None if seen.len() >= at_least
+                    && quiet_since.elapsed() > Duration::from_secs(1) =>
+                {
+                    break;
+                }
+                None => {}
+            }
+        }
+        seen
     }
 
     /// The consumer groups the broker lists (ListGroups).
