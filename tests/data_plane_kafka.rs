@@ -415,3 +415,37 @@ async fn four_sink_tasks_on_eight_partitions_each_read_by_one_task_at_a_time() {
     c.executors[killed].restart();
     c.executors[killed].listen_addr().await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_source_creates_its_topic_with_its_topic_creation_settings() {
+    let (c, kafka) = kafka_cluster(1).await;
+    let input = c.dir.path().join("made.jsonl");
+    append_lines(&input, 0..10);
+    let source = |name: &str, partitions: &str| {
+        json!({ "name": name, "config": {
+            "connector.class": "file-source",
+            "file": input.display().to_string(),
+            "topic": "made",
+            "topic.creation.default.partitions": partitions,
+            "topic.creation.default.replication.factor": "-1",
+        }})
+    };
+    // A wrong setting is refused naming the key; nothing is created.
+    let r = c.call("CreateConnector", source("bad-source", "0"));
+    assert_eq!(r.code, 3, "INVALID_ARGUMENT: {}", r.err);
+    assert!(
+        r.err.contains("topic.creation.default.partitions"),
+        "{}",
+        r.err
+    );
+    assert!(c.status("bad-source").is_none());
+
+    let r = c.call("CreateConnector", source("made-source", "4"));
+    assert_eq!(r.code, 0, "{}", r.err);
+    wait_until("the topic created with 4 partitions", CONVERGE, || async {
+        (kafka.partitions("made") == 4).then_some(())
+    })
+    .await;
+    let read = kafka.read_all("made", 4, 10, CONVERGE);
+    assert_eq!(read.len(), 10, "every line in the created topic");
+}

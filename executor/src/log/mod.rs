@@ -263,6 +263,18 @@ pub trait RecordLog: Send + Sync {
         start: StartPosition,
     ) -> Result<Box<dyn LogConsumer>, LogError>;
 
+    /// Creates `topic` with `settings` (a source connector's topic creation rules, KIP-158)
+    /// unless it exists; an existing topic is used as it is. The one-partition logs have
+    /// no such settings: their default does nothing.
+    async fn prepare_topic(
+        &self,
+        topic: &str,
+        settings: &wharf::topic_creation::TopicSettings,
+    ) -> Result<(), LogError> {
+        let _ = (topic, settings);
+        Ok(())
+    }
+
     /// Opens one sink task's reader of the consumer called `consumer`: as
     /// [`RecordLog::consumer`], reading only the partitions `share` gives the task. The
     /// one-partition logs (embedded, JetStream) share their records among the readers of

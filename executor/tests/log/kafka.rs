@@ -12,6 +12,7 @@ use rdkafka::error::{KafkaError, RDKafkaErrorCode};
 use rdkafka::message::{Header, Headers, Message, OwnedHeaders};
 use rdkafka::producer::{FutureProducer, FutureRecord};
 use rdkafka::{ClientConfig, Offset, TopicPartitionList};
+use wharf::topic_creation::TopicSettings;
 use wharf_executor::log::{
     KafkaConfig, KafkaLog, LogConsumer, LogError, LogRecord, PartitionShare, RecordLog,
     StartPosition,
@@ -539,4 +540,67 @@ async fn a_sinks_consumer_is_the_consumer_group_kafka_connect_names() {
     let log = open(&kafka).await;
     assert_eq!(log.sink_consumer_name("orders-sink"), "connect-orders-sink");
     assert_eq!(wharf_executor::log::kafka::group_name("x"), "connect-x");
+}
+
+/// Partitions of `topic` on the broker (0 when absent).
+fn partitions_of(kafka: &TestKafka, topic: &str) -> usize {
+    let consumer: BaseConsumer = client(kafka).create().expect("consumer");
+    consumer
+        .fetch_metadata(Some(topic), CLIENT_TIMEOUT)
+        .ok()
+        .and_then(|m| {
+            m.topics()
+                .first()
+                .filter(|t| t.error().is_none())
+                .map(|t| t.partitions().len())
+        })
+        .unwrap_or(0)
+}
+
+fn settings(partitions: i32) -> TopicSettings {
+    TopicSettings {
+        partitions,
+        replication_factor: -1,
+        configs: std::collections::BTreeMap::from([(
+            "cleanup.policy".to_string(),
+            "delete".to_string(),
+        )]),
+    }
+}
+
+#[tokio::test]
+async fn a_prepared_topic_is_created_with_its_settings_and_an_existing_one_is_left_alone() {
+    let kafka = TestKafka::start();
+    let log = open(&kafka).await;
+    log.prepare_topic("made", &settings(3))
+        .await
+        .expect("prepare");
+    assert_eq!(partitions_of(&kafka, "made"), 3);
+    create_topic(&kafka, "there", 2).await;
+    log.prepare_topic("there", &settings(5))
+        .await
+        .expect("prepare existing");
+    assert_eq!(
+        partitions_of(&kafka, "there"),
+        2,
+        "an existing topic is used as it is"
+    );
+}
+
+#[tokio::test]
+async fn with_topic_creation_off_a_prepared_topic_is_created_as_any_other() {
+    let kafka = TestKafka::start();
+    let config = KafkaConfig {
+        topic_creation_enable: false,
+        ..KafkaConfig::new([kafka.broker.as_str()])
+    };
+    let log = KafkaLog::connect(config).await.expect("connect");
+    log.prepare_topic("t", &settings(3)).await.expect("prepare");
+    assert_eq!(
+        partitions_of(&kafka, "t"),
+        0,
+        "nothing created by the settings"
+    );
+    log.append("t", vec![rec("v")]).await.expect("append");
+    assert_eq!(partitions_of(&kafka, "t"), 1, "the first append created it");
 }

@@ -77,6 +77,11 @@ pub(crate) struct TaskInstance {
     shared: Arc<Shared>,
     /// Record counts of the work loop, for the metrics listener.
     pub stats: crate::counters::RecordStats,
+    /// A source's topic creation rules (KIP-158), from the connector config; `None`: the
+    /// log creates an absent topic as it does by default.
+    topic_creation: Option<wharf::topic_creation::TopicCreation>,
+    /// Topics this source task already prepared (created or found).
+    topics_prepared: Mutex<std::collections::HashSet<String>>,
 }
 
 impl Instance for TaskInstance {
@@ -113,6 +118,8 @@ impl Instance for TaskInstance {
             work: Mutex::new(None),
             shared,
             stats: crate::counters::RecordStats::default(),
+            topic_creation: topic_creation_of(req),
+            topics_prepared: Mutex::default(),
         })
     }
 
@@ -235,6 +242,19 @@ impl TaskInstance {
         tokio::select! {
             () = self.cancel.cancelled() => false,
             () = tokio::time::sleep(Duration::from_millis(LOG_RETRY_BACKOFF_MS)) => true,
+        }
+    }
+}
+
+/// The topic creation rules of the connector config. The control plane refused a config
+/// whose rules are wrong; one that reaches an executor anyway is logged and ignored.
+fn topic_creation_of(req: &StartTask) -> Option<wharf::topic_creation::TopicCreation> {
+    match wharf::topic_creation::TopicCreation::from_config(&req.connector_config) {
+        Ok(rules) => rules,
+        Err((field, reason)) => {
+            tracing::warn!(connector = %req.task.connector, task = req.task.task, field = %field,
+                reason = %reason, "topic creation settings ignored");
+            None
         }
     }
 }

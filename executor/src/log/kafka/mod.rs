@@ -16,16 +16,16 @@
 //! - **A named consumer** is the Kafka consumer group of that name, which holds its
 //!   committed offsets (see `reader.rs`: partitions are assigned by the log, not by the
 //!   group protocol; acknowledgements commit each partition's contiguous acknowledged
-//!   prefix). An acknowledgement's token carries the record's partition in its handle.
+//!   prefix). A sink connector's is named as Kafka Connect names it ([`group_name`]). An
+//!   acknowledgement's token carries the record's partition in its handle.
+//! - **A sink task's reader** ([`RecordLog::consumer_in_share`]) reads only the partitions
+//!   of its [`PartitionShare`], which the control plane gave the task, and finds partitions
+//!   added to its topics later.
 //! - **Deleting a consumer** deletes its group (DeleteGroups), so a consumer made again
 //!   under that name starts from its configured position.
 //!
 //! # Not yet
-//! - Readers on several log handles (executors) of one consumer each read every
-//!   partition: the records are shared only among the readers of one handle. Dividing
-//!   partitions among executors is the control plane's part, not done yet.
-//! - Partitions added to an existing topic are not picked up by an open consumer.
-//! - TLS, SASL, client property passthrough and topic creation settings.
+//! - TLS, SASL, client property passthrough and topic creation settings (docs/kafka.md).
 
 mod layout;
 mod reader;
@@ -100,7 +100,7 @@ impl KafkaLog {
     pub async fn connect(config: KafkaConfig) -> Result<Self, LogError> {
         config.validate()?;
         let producer: FutureProducer = config
-            .client_config(Role::Producer)
+            .client_config(Role::Producer)?
             .set("enable.idempotence", "true")
             .set("acks", "all")
             .set("partitioner", "murmur2_random")
@@ -108,11 +108,10 @@ impl KafkaLog {
             .set("allow.auto.create.topics", "false")
             .create()
             .map_err(|e| unavailable("create Kafka producer", e))?;
-        let admin: AdminClient<DefaultClientContext> =
-            config
-                .client_config(Role::Admin)
-                .create()
-                .map_err(|e| unavailable("create Kafka admin client", e))?;
+        let admin: AdminClient<DefaultClientContext> = config
+            .client_config(Role::Admin)?
+            .create()
+            .map_err(|e| unavailable("create Kafka admin client", e))?;
         Ok(Self {
             inner: Arc::new(Inner {
                 config,
@@ -139,17 +138,36 @@ impl KafkaLog {
     }
 
     /// Creates `topic` unless this process already knows it exists (an existing topic
-    /// is used as it is).
+    /// is used as it is): with [`KafkaConfig::topic_partitions`] partitions and the
+    /// brokers' default replication factor.
     async fn ensure_topic(&self, topic: &str) -> Result<(), LogError> {
+        let settings = wharf::topic_creation::TopicSettings {
+            partitions: self.inner.config.topic_partitions,
+            replication_factor: -1,
+            configs: std::collections::BTreeMap::new(),
+        };
+        self.create_topic(topic, &settings).await
+    }
+
+    /// Creates `topic` with `settings` unless this process already knows it exists; a
+    /// topic the brokers already hold is used as it is.
+    async fn create_topic(
+        &self,
+        topic: &str,
+        settings: &wharf::topic_creation::TopicSettings,
+    ) -> Result<(), LogError> {
         if self.known_topics().contains(topic) {
             return Ok(());
         }
         check_topic_name(topic)?;
-        let new = NewTopic::new(
+        let mut new = NewTopic::new(
             topic,
-            self.inner.config.topic_partitions,
-            TopicReplication::Fixed(-1),
+            settings.partitions,
+            TopicReplication::Fixed(settings.replication_factor),
         );
+        for (name, value) in &settings.configs {
+            new = new.set(name, value);
+        }
         let results = self
             .inner
             .admin
@@ -298,6 +316,20 @@ impl RecordLog for KafkaLog {
 
     fn sink_consumer_name(&self, connector: &str) -> String {
         group_name(connector)
+    }
+
+    async fn prepare_topic(
+        &self,
+        topic: &str,
+        settings: &wharf::topic_creation::TopicSettings,
+    ) -> Result<(), LogError> {
+        if !self.inner.config.topic_creation_enable {
+            // The worker's switch is off (Connect's `topic.creation.enable=false`): the
+            // connector's settings are ignored and the first append creates the topic as
+            // any other.
+            return Ok(());
+        }
+        self.create_topic(topic, settings).await
     }
 
     async fn delete_consumer(&self, consumer: &str) -> Result<(), LogError> {

@@ -1,9 +1,11 @@
-//! Reading a Kafka record log: a named consumer of one log handle is one Kafka consumer
-//! (consumer group = the name) shared by that handle's readers.
+//! Reading a Kafka record log: a named consumer of one log handle, in one partition share
+//! (or none), is one Kafka consumer (consumer group = the name) shared by that handle's
+//! readers of it.
 //!
 //! Partitions are assigned by the log, not by the group's rebalance protocol: the
-//! consumer takes every partition of its topics (`incremental_assign`) and keeps its
-//! position in the group's committed offsets. A position comes from the group's committed
+//! consumer takes the partitions of its topics that its share owns (every one without a
+//! share; `incremental_assign`), looks for new ones every [`PARTITION_RECHECK_INTERVAL`],
+//! and keeps its position in the group's committed offsets. A position comes from the group's committed
 //! offset; without one, [`StartPosition::Earliest`] starts at the partition's first record
 //! and [`StartPosition::Latest`] at its end, which is committed at once so that a restart
 //! keeps that start. A topic absent when the consumer opened is looked for again every
@@ -150,7 +152,7 @@ impl Group {
         share: Option<PartitionShare>,
     ) -> Result<Arc<Self>, LogError> {
         let consumer: StreamConsumer = config
-            .client_config(super::settings::Role::Consumer)
+            .client_config(super::settings::Role::Consumer)?
             .set("group.id", name)
             .set("enable.auto.commit", "false")
             .set("enable.auto.offset.store", "false")
