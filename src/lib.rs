@@ -21,6 +21,7 @@ pub mod task;
 pub mod telemetry;
 pub mod throttle;
 pub mod tls;
+pub mod topic_creation;
 pub mod trace;
 pub mod wire;
 

@@ -264,6 +264,7 @@ impl Executor {
                     .collect(),
                 incarnation: format!("inc-{connector}"),
                 executor_epoch: 0,
+                ..Default::default()
             })
             .await
             .unwrap()

@@ -384,6 +384,7 @@ fn raw_records() -> Vec<LogRecord> {
             value: line(t).trim_end().as_bytes().to_vec(),
             headers: Vec::new(),
             timestamp_ms: None,
+            partition: None,
         })
         .collect()
 }
@@ -493,4 +494,78 @@ pub async fn raw_jetstream(url: &str, tag: &str) -> anyhow::Result<f64> {
     let rate = BULK_RECORDS as f64 / t.elapsed().as_secs_f64();
     let _ = js.delete_stream(format!("BENCHRAW_{tag}")).await;
     Ok(rate)
+}
+
+/// Raw Kafka: a plain rdkafka producer (idempotent, `acks=all`, as Wharf's; deliveries
+/// awaited per batch of 640) and a plain consumer (partition 0 from its first record, an
+/// async offset commit per 500 records), concurrently, on the same broker.
+pub async fn raw_kafka(broker: &str, tag: &str) -> anyhow::Result<f64> {
+    use rdkafka::ClientConfig;
+    use rdkafka::admin::{AdminClient, AdminOptions, NewTopic, TopicReplication};
+    use rdkafka::client::DefaultClientContext;
+    use rdkafka::consumer::{CommitMode, Consumer, StreamConsumer};
+    use rdkafka::producer::{FutureProducer, FutureRecord};
+    use rdkafka::{Offset, TopicPartitionList};
+
+    let topic = format!("raw-{tag}");
+    let mut base = ClientConfig::new();
+    base.set("bootstrap.servers", broker);
+    let admin: AdminClient<DefaultClientContext> = base.create()?;
+    for r in admin
+        .create_topics(
+            [&NewTopic::new(&topic, 1, TopicReplication::Fixed(-1))],
+            &AdminOptions::new(),
+        )
+        .await?
+    {
+        r.map_err(|(t, e)| anyhow::anyhow!("create topic {t}: {e}"))?;
+    }
+    let producer: FutureProducer = base
+        .clone()
+        .set("enable.idempotence", "true")
+        .set("acks", "all")
+        .create()?;
+    let consumer: StreamConsumer = base
+        .clone()
+        .set("group.id", format!("raw-{tag}"))
+        .set("enable.auto.commit", "false")
+        .create()?;
+    let mut tpl = TopicPartitionList::new();
+    tpl.add_partition_offset(&topic, 0, Offset::Beginning)?;
+    consumer.assign(&tpl)?;
+    let records = raw_records();
+    let t = Instant::now();
+    let sender = {
+        let topic = topic.clone();
+        tokio::spawn(async move {
+            for chunk in records.chunks(RAW_APPEND_BATCH) {
+                let mut deliveries = Vec::with_capacity(chunk.len());
+                for r in chunk {
+                    let record: FutureRecord<'_, [u8], [u8]> =
+                        FutureRecord::to(&topic).payload(r.value.as_slice());
+                    deliveries.push(
+                        producer
+                            .send_result(record)
+                            .map_err(|(e, _)| anyhow::anyhow!("produce: {e}"))?,
+                    );
+                }
+                for d in deliveries {
+                    d.await?.map_err(|(e, _)| anyhow::anyhow!("deliver: {e}"))?;
+                }
+            }
+            anyhow::Ok(())
+        })
+    };
+    let mut got = 0;
+    while got < BULK_RECORDS {
+        let m = tokio::time::timeout(Duration::from_secs(PIPELINE_DEADLINE_S), consumer.recv())
+            .await
+            .context("raw kafka: no record")??;
+        got += 1;
+        if got % RAW_FETCH_RECORDS == 0 || got == BULK_RECORDS {
+            consumer.commit_message(&m, CommitMode::Async)?;
+        }
+    }
+    sender.await??;
+    Ok(BULK_RECORDS as f64 / t.elapsed().as_secs_f64())
 }

@@ -67,7 +67,7 @@ const SETUP_S: f64 = 5.0;
 const DEFAULT_BUDGET_S: u64 = 1_250;
 
 /// Command line.
-const USAGE: &str = "usage: wharf-bench --bin-dir DIR --out FILE [--budget-s N] [--only deletion,dataplane,scale,peer] [--no-mtls] [--scale-once] [--scale-sizes N,N] [--peer-env FILE | --peer-missing REASON] [--keep]";
+const USAGE: &str = "usage: wharf-bench --bin-dir DIR --out FILE [--budget-s N] [--only deletion,dataplane,kafka,scale,peer] [--no-mtls] [--scale-once] [--scale-sizes N,N] [--peer-env FILE | --peer-missing REASON] [--keep]";
 
 struct Args {
     bin_dir: PathBuf,
@@ -122,7 +122,7 @@ fn args() -> anyhow::Result<Option<Args>> {
             "--only" => {
                 only = it
                     .next()
-                    .context("--only deletion,dataplane,scale,peer")?
+                    .context("--only deletion,dataplane,kafka,scale,peer")?
                     .split(',')
                     .map(str::to_owned)
                     .collect()
@@ -276,6 +276,10 @@ async fn main() -> anyhow::Result<()> {
         r.embedded = Some(run_embedded(&args, &root).await?);
         r.jetstream = Some(run_jetstream(&args, &root).await?);
     }
+    if args.wants("dataplane") || args.wants("kafka") {
+        eprintln!("[bench] data plane through Kafka (tansu), {DATAPLANE_RUNS} runs");
+        r.kafka = Some(run_kafka(&args, &root).await?);
+    }
     if args.wants("scale") {
         run_scale(&args, &root, started, &remaining, &mut r).await?;
     }
@@ -343,6 +347,8 @@ struct Results {
     deletion_observed: Option<deletion::DeletionResult>,
     embedded: Option<dataplane::BackendResult>,
     jetstream: Option<dataplane::BackendResult>,
+    /// File source -> Kafka (a tansu broker) -> file sink, beside raw rdkafka.
+    kafka: Option<dataplane::BackendResult>,
     target: Vec<scale::ScalePoint>,
     /// The target step's runs with metrics scraped and spans exported (issue 16), each
     /// paired with the off run of the same index (the order alternates).
@@ -438,6 +444,50 @@ async fn run_jetstream(
         eprintln!(
             "[bench] jetstream run {r}: raw {:.0}/s pipeline {:.0}/s placement {:?}",
             out.raw[r], out.runs[r].rate, out.runs[r].placement
+        );
+    }
+    Ok(out)
+}
+
+async fn run_kafka(
+    args: &Args,
+    root: &std::path::Path,
+) -> anyhow::Result<dataplane::BackendResult> {
+    let mut out = dataplane::BackendResult::default();
+    let dir = root.join("dp-kafka");
+    let kafka = procs::Tansu::start(&dir.join("tansu")).await?;
+    let opts = procs::ClusterOptions {
+        record_log: Some(format!("kafka://{}", kafka.broker)),
+        ..procs::ClusterOptions::plain(1)
+    };
+    for r in 0..DATAPLANE_RUNS {
+        out.raw
+            .push(dataplane::raw_kafka(&kafka.broker, &format!("k{r}")).await?);
+        // As for JetStream: the source starts on exec-1, exec-2 joins and takes the sink.
+        let croot = dir.join(format!("cluster-{r}"));
+        let mut cluster = procs::Cluster::start(&args.bin_dir, &croot, &opts).await?;
+        let split = dataplane::Split {
+            bin_dir: &args.bin_dir,
+            root: &croot,
+            opts: &opts,
+        };
+        out.runs.push(
+            dataplane::pipeline(
+                &mut cluster,
+                &dir.join("files"),
+                &format!("k{r}"),
+                Some(split),
+                false,
+            )
+            .await?,
+        );
+        eprintln!(
+            "[bench] kafka run {r}: raw {:.0}/s pipeline {:.0}/s p50 {:.1} ms p99 {:.1} ms placement {:?}",
+            out.raw[r],
+            out.runs[r].rate,
+            crate::stats::quantile(&out.runs[r].latencies, 0.5),
+            crate::stats::quantile(&out.runs[r].latencies, 0.99),
+            out.runs[r].placement
         );
     }
     Ok(out)
@@ -1487,6 +1537,19 @@ fn render(r: &Results) -> String {
             .collect::<Vec<_>>()
             .join("; ")
     );
+    if let Some(k) = &r.kafka {
+        let ratio = k.rate() / k.raw_rate();
+        let _ = writeln!(
+            s,
+            "### Through Kafka\n\nThe same pipeline with `--record-log kafka://` on a tansu 0.6.0 broker (in-memory storage; a Kafka-protocol stand-in, not Apache Kafka: docs/kafka.md), source and sink tasks on two executors. Raw rate in the same run: a plain rdkafka producer (idempotent, `acks=all`, deliveries awaited per batch of 640) and a plain consumer (partition 0, an offset commit per 500 records) concurrently on the same broker.\n\n| backend | pipeline rec/s | raw rdkafka rec/s | pipeline / raw | e2e p50 ms | e2e p99 ms | target (>= 0.8x raw) |\n| --- | ---: | ---: | ---: | ---: | ---: | --- |\n| Kafka (tansu), two executors | {:.0} | {:.0} | {:.2}x | {:.1} | {:.1} | {} |\n",
+            k.rate(),
+            k.raw_rate(),
+            ratio,
+            k.p50(),
+            k.p99(),
+            met(ratio >= 0.8)
+        );
+    }
     if let Some(p) = &r.peer {
         s.push_str(&peer::render(p));
     }

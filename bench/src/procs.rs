@@ -193,6 +193,8 @@ pub struct ClusterOptions {
     pub heartbeat_ms: u32,
     /// JetStream URL for the executors' record log; embedded when None.
     pub nats_url: Option<String>,
+    /// Any other `--record-log` of the executors (`kafka://...`); wins over `nats_url`.
+    pub record_log: Option<String>,
     /// Metrics listeners on every process and span export to this OTLP endpoint (the
     /// "on" runs); neither when None.
     pub otlp_endpoint: Option<String>,
@@ -211,6 +213,7 @@ impl ClusterOptions {
             lease_ms: 10_000,
             heartbeat_ms: 1_000,
             nats_url: None,
+            record_log: None,
             otlp_endpoint: None,
             mtls: false,
         }
@@ -368,7 +371,7 @@ impl Cluster {
             opts.heartbeat_ms.to_string(),
         ];
         cp_args.extend(pki.iter().flat_map(|p| p.flags("control-plane")));
-        if opts.nats_url.is_none() {
+        if opts.nats_url.is_none() && opts.record_log.is_none() {
             // Each executor on its own embedded log: admitted beside each other
             // (placement and lifecycle benchmarks; records stay on their executor).
             cp_args.push("--allow-separate-embedded-logs".into());
@@ -429,7 +432,10 @@ impl Cluster {
             "--file-root".into(),
             root.parent().unwrap_or(root).display().to_string(),
         ];
-        if let Some(url) = &opts.nats_url {
+        if let Some(log) = &opts.record_log {
+            args.push("--record-log".into());
+            args.push(log.clone());
+        } else if let Some(url) = &opts.nats_url {
             args.push("--nats-url".into());
             args.push(url.clone());
         }
@@ -568,5 +574,63 @@ impl NatsServer {
             tokio::time::sleep(Duration::from_millis(STARTUP_POLL_MS * 5)).await;
         }
         Ok(Self { _proc: proc, url })
+    }
+}
+
+/// A tansu broker (the Kafka-protocol broker `scripts/setup-services` installs) on a free
+/// loopback port with in-memory storage; killed when dropped.
+pub struct Tansu {
+    /// The process.
+    pub _proc: Proc,
+    /// `127.0.0.1:PORT`.
+    pub broker: String,
+}
+
+impl Tansu {
+    /// Starts it (the binary `scripts/setup-services tansu-path` prints, or `WHARF_TANSU`)
+    /// and waits until it accepts connections.
+    pub async fn start(dir: &Path) -> anyhow::Result<Self> {
+        let program = match std::env::var("WHARF_TANSU") {
+            Ok(p) => PathBuf::from(p),
+            Err(_) => {
+                let script = concat!(env!("CARGO_MANIFEST_DIR"), "/../scripts/setup-services");
+                let out = std::process::Command::new(script)
+                    .arg("tansu-path")
+                    .output()
+                    .with_context(|| format!("run {script} tansu-path"))?;
+                let path = String::from_utf8_lossy(&out.stdout).trim().to_string();
+                if !out.status.success() || path.is_empty() {
+                    bail!("no tansu broker: run scripts/setup-services (or set WHARF_TANSU)");
+                }
+                PathBuf::from(path)
+            }
+        };
+        let port = free_port()?;
+        let url = format!("tcp://127.0.0.1:{port}");
+        let proc = Proc::spawn(
+            &program,
+            &[
+                "broker".into(),
+                "--listener-url".into(),
+                url.clone(),
+                "--advertised-listener-url".into(),
+                url,
+                "--storage-engine".into(),
+                "memory://tansu/".into(),
+            ],
+            dir,
+        )?;
+        let broker = format!("127.0.0.1:{port}");
+        let start = Instant::now();
+        while std::net::TcpStream::connect(&broker).is_err() {
+            if start.elapsed() > Duration::from_millis(LISTEN_DEADLINE_MS) {
+                bail!("tansu on {broker} did not start");
+            }
+            tokio::time::sleep(Duration::from_millis(STARTUP_POLL_MS)).await;
+        }
+        Ok(Self {
+            _proc: proc,
+            broker,
+        })
     }
 }

@@ -225,6 +225,7 @@ pub async fn run_step(
             lease_ms: LEASE_MS,
             heartbeat_ms: HEARTBEAT_MS,
             nats_url: None,
+            record_log: None,
             mtls: false,
             otlp_endpoint: load.as_ref().map(|l| l.endpoint.clone()),
         },

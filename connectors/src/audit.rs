@@ -743,6 +743,7 @@ fn record(topic: &str, row: AuditRow) -> SourceRecord {
         value: value.to_string().into_bytes(),
         headers: Vec::new(),
         timestamp_ms: Some(row.commit_ms),
+        partition: None,
         source_partition: source_partition(&table),
         source_offset: serde_json::json!({ "id": row.id }),
         data: None,

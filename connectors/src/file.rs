@@ -24,6 +24,7 @@ use serde_json::json;
 use wharf_sdk::{
     ConfigDef, ConfigKey, ConfigMap, ConfigType, Connector, ConnectorContext, Importance, Plugin,
     PluginResult, SinkRecord, SinkTask, SourceRecord, SourceTask, TaskContext, TaskFactory,
+    TopicPartition,
 };
 
 use crate::required;
@@ -383,6 +384,7 @@ impl SourceTask for FileSourceTask {
                     value,
                     headers: Vec::new(),
                     timestamp_ms: None,
+                    partition: None,
                     source_partition: partition.clone(),
                     source_offset: json!({ "position": next }),
                     data: None,
@@ -440,7 +442,7 @@ impl SinkTask for FileSinkTask {
         Ok(())
     }
 
-    async fn flush(&mut self, _offsets: &BTreeMap<String, u64>) -> PluginResult<()> {
+    async fn flush(&mut self, _offsets: &BTreeMap<TopicPartition, u64>) -> PluginResult<()> {
         if let Some(file) = &self.file {
             file.sync_all()?;
         }

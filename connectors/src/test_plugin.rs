@@ -11,8 +11,10 @@
 //! Knobs (config keys, read by the connector and by its tasks; task configs copy the
 //! connector config): `test.tasks`, `test.poll.block.ms`, `test.ignore.cancel`,
 //! `test.stop.delay.ms`, `test.stop.block.ms`, `test.stop.fail.times`, `test.start.fail`,
-//! `test.records.per.poll`, `test.topic`, `test.poll.panic` (poll panics) and
-//! `test.start.delay.ms` (a task's start sleeps first).
+//! `test.records.per.poll`, `test.topic`, `test.poll.panic` (poll panics),
+//! `test.start.delay.ms` (a task's start sleeps first) and `test.records.path` (the sink
+//! appends one JSON line per record it is given, `{"instance","task","executor","topic",
+//! "partition","offset","value"}`, one `write` per `put`).
 
 use std::io::Write;
 use std::path::{Path, PathBuf};
@@ -191,7 +193,7 @@ fn config_def() -> ConfigDef {
         .define(ConfigKey::new("test.poll.panic", ConfigType::Boolean, Importance::Low, "When true, poll panics (to show that a panic fails only that task)."))
         .define(ConfigKey::new("test.start.delay.ms", ConfigType::Long, Importance::Low, "How long a task's start sleeps before returning, in milliseconds."))
         .define(ConfigKey::new("test.topic", ConfigType::String, Importance::Low, "Topic of the records; default test-<connector>."))
-        .define(ConfigKey::new(RECORDS_PATH, ConfigType::String, Importance::Low, "test-sink: a file to which each record put is appended as a JSON line (topic, offset, key, value, headers; bytes as UTF-8 text)."))
+        .define(ConfigKey::new(RECORDS_PATH, ConfigType::String, Importance::Low, "test-sink: a file to which each record put is appended as a JSON line (instance, task, executor, topic, partition, offset, key, value, headers; bytes as UTF-8 text)."))
         .define(ConfigKey::new(REPORT_ERRANT, ConfigType::String, Importance::Low, "test-sink: a record whose value contains this text is reported through the task's errant record reporter instead of written."))
 }
 
@@ -365,6 +367,7 @@ impl SourceTask for TestSourceTask {
                         .into_bytes(),
                     headers: Vec::new(),
                     timestamp_ms: None,
+                    partition: None,
                     source_partition: json!({ "task": self.task }),
                     source_offset: json!({ "seq": seq }),
                     data: None,
@@ -397,10 +400,14 @@ struct TestSinkTask {
 }
 
 /// A sink record as one JSON line of [`RECORDS_PATH`].
-fn record_line(r: &SinkRecord) -> String {
+fn record_line(r: &SinkRecord, recorder: &Recorder) -> String {
     let text = |b: &[u8]| String::from_utf8_lossy(b).into_owned();
     serde_json::json!({
+        "instance": recorder.instance,
+        "task": recorder.task,
+        "executor": recorder.executor,
         "topic": r.topic,
+        "partition": r.partition,
         "offset": r.offset,
         "key": r.key.as_deref().map(text),
         "value": text(&r.value),
@@ -444,7 +451,7 @@ impl SinkTask for TestSinkTask {
                     reporter.report(r, &"test.report.errant.containing matched")?
                 }
                 _ => {
-                    lines.push_str(&record_line(r));
+                    lines.push_str(&record_line(r, &self.recorder));
                     lines.push('\n');
                 }
             }

@@ -55,6 +55,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
             let text = |v: &Value| v.as_str().map(|s| s.as_bytes().to_vec());
             let record = SinkRecord {
                 topic: r["topic"].as_str().unwrap_or_default().to_owned(),
+                partition: 0,
                 key: text(&r["key"]),
                 value: text(&r["value"]).unwrap_or_default(),
                 headers: r["headers"]

@@ -82,7 +82,7 @@ pub struct Cli {
     /// DATA_DIR/log, for one executor),
     /// `nats://HOST:PORT[,nats://HOST:PORT...][?replicas=N&max_age_s=N&max_bytes=N]`
     /// (NATS JetStream, needed as soon as executors run on several hosts; tls:// for TLS) or
-    /// `kafka://HOST:PORT[,HOST:PORT...]` (Kafka brokers; docs/kafka.md). Every executor of
+    /// `kafka://HOST:PORT[,HOST:PORT...][?OPTION=V&...]` (Kafka brokers; TLS, SASL, topic creation and client options in docs/kafka.md). Every executor of
     /// a cluster uses the same one. [default: embedded]
     #[arg(long, env = "WHARF_RECORD_LOG", value_name = "SPEC")]
     pub record_log: Option<String>,

@@ -128,6 +128,18 @@ fn deletion_token(metadata: &tonic::metadata::MetadataMap) -> String {
         .to_owned()
 }
 
+/// A sink task's partition share from the wire; absent stays `None`.
+fn partition_share(
+    share: Option<pb::PartitionShare>,
+) -> Result<Option<crate::log::PartitionShare>, HostError> {
+    share
+        .map(|s| {
+            crate::log::PartitionShare::new(s.index, s.count)
+                .map_err(|_| invalid("partition_share", "index must be below count"))
+        })
+        .transpose()
+}
+
 fn wire_state(state: &InstanceState) -> (i32, String) {
     let (s, e) = state.to_wire();
     (s as i32, e)
@@ -302,6 +314,7 @@ impl pb::executor_server::Executor for ExecutorService {
                     r.incarnation,
                     r.executor_epoch,
                 )?,
+                partition_share: partition_share(r.partition_share)?,
             };
             let (state, error) = wire_state(&self.host.start_task(req).await?);
             Ok(Response::new(pb::StartTaskResponse { state, error }))

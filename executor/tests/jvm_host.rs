@@ -16,6 +16,7 @@ use std::time::Duration;
 use wharf_executor::process::{PluginProcess, ProcessSpec, start_processes};
 use wharf_sdk::{
     CancellationToken, ConfigMap, ConnectorContext, Plugin, SinkRecord, TaskContext, TaskFactory,
+    TopicPartition,
 };
 
 /// The Connect jars: `WHARF_CONNECT_LIBS`, else what `scripts/setup-services
@@ -333,6 +334,7 @@ async fn file_stream_source_and_sink_run_in_the_jvm_host() {
         .iter()
         .enumerate()
         .map(|(i, r)| SinkRecord {
+            partition: 0,
             topic: r.topic.clone(),
             key: r.key.clone(),
             value: r.value.clone(),
@@ -343,7 +345,9 @@ async fn file_stream_source_and_sink_run_in_the_jvm_host() {
         })
         .collect();
     task.put(sink_records).await.unwrap();
-    task.flush(&[("lines".to_owned(), 2)].into()).await.unwrap();
+    task.flush(&[(TopicPartition::new("lines", 0), 2)].into())
+        .await
+        .unwrap();
     task.stop_with(false).await.unwrap();
     assert_eq!(std::fs::read_to_string(&output).unwrap(), "alpha\nbeta\n");
 }

@@ -15,7 +15,7 @@ use async_trait::async_trait;
 use wharf_executor::process::{ProcessSpec, start_all};
 use wharf_sdk::{
     CancellationToken, ConfigMap, ConnectorContext, Plugin, PluginKind, SinkRecord, TaskContext,
-    TaskFactory,
+    TaskFactory, TopicPartition,
 };
 use wharf_testkit::{Kit, Probe};
 
@@ -398,6 +398,7 @@ async fn a_sink_gets_its_records_through_put_and_flush() {
         .unwrap();
     let records = (0..3)
         .map(|i| SinkRecord {
+            partition: 0,
             topic: "t".to_owned(),
             key: None,
             value: format!("v{i}").into_bytes(),
@@ -408,7 +409,9 @@ async fn a_sink_gets_its_records_through_put_and_flush() {
         })
         .collect();
     task.put(records).await.unwrap();
-    task.flush(&[("t".to_owned(), 3)].into()).await.unwrap();
+    task.flush(&[(TopicPartition::new("t", 0), 3)].into())
+        .await
+        .unwrap();
     let out = std::fs::read_to_string(tmp.path().join("dir-w/sink-0.out")).unwrap();
     assert_eq!(out, "v0\nv1\nv2\n");
     task.stop_with(false).await.unwrap();

@@ -89,7 +89,7 @@ pub use config_def::{
 pub use connector::Connector;
 pub use context::{ConnectorContext, TaskContext};
 pub use plugin::{Plugin, PluginKind, TaskFactory};
-pub use record::{SinkRecord, SourceRecord};
+pub use record::{SinkRecord, SourceRecord, TopicPartition};
 pub use resources::{
     EntryState, LedgerChange, LedgerEntry, Locator, MemoryLedger, Origin, Resource, ResourceKind,
     ResourceLedger, ResourceOwner, Resources,

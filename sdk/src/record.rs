@@ -15,6 +15,11 @@ pub struct SourceRecord {
     pub headers: Vec<(String, Vec<u8>)>,
     /// Event time, Unix milliseconds, when the source knows it.
     pub timestamp_ms: Option<i64>,
+    /// Kafka partition to write to (Connect's `kafkaPartition`); `None` lets the log pick
+    /// it: on Kafka the default partitioner (murmur2 of the key, as Connect's producer),
+    /// on the one-partition logs (embedded, JetStream) partition 0 whatever is asked.
+    #[serde(default)]
+    pub partition: Option<u32>,
     /// Source partition, a JSON object (for example `{"table":"public.orders"}`).
     pub source_partition: serde_json::Value,
     /// Position within the source partition, a JSON object (for example `{"id":42}`).
@@ -40,7 +45,12 @@ pub struct SinkRecord {
     pub headers: Vec<(String, Vec<u8>)>,
     /// Event time, Unix milliseconds, when known.
     pub timestamp_ms: Option<i64>,
-    /// Position of the record in its topic, from 0 (or the backend's sequence number).
+    /// Partition of the topic it was read from (Connect's `kafkaPartition`); always 0 on
+    /// the one-partition logs (embedded, JetStream).
+    #[serde(default)]
+    pub partition: u32,
+    /// Position of the record in its topic-partition, from 0 (or the backend's sequence
+    /// number).
     pub offset: u64,
     /// The key and value as the connector's converters read them (after its transforms),
     /// when the connector configures converters or transforms; `key` and `value` are
@@ -48,4 +58,31 @@ pub struct SinkRecord {
     /// pass unchanged (docs/pipeline.md).
     #[serde(skip)]
     pub data: Option<RecordData>,
+}
+
+/// A partition of a topic (Kafka's `TopicPartition`): what a sink's `flush` offsets are
+/// keyed by.
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+pub struct TopicPartition {
+    /// Topic name.
+    pub topic: String,
+    /// Partition index, from 0.
+    pub partition: u32,
+}
+
+impl TopicPartition {
+    /// The partition `partition` of `topic`.
+    pub fn new(topic: impl Into<String>, partition: u32) -> Self {
+        Self {
+            topic: topic.into(),
+            partition,
+        }
+    }
+}
+
+impl SinkRecord {
+    /// The topic-partition this record was read from.
+    pub fn topic_partition(&self) -> TopicPartition {
+        TopicPartition::new(self.topic.clone(), self.partition)
+    }
 }

@@ -2,7 +2,7 @@ use std::collections::BTreeMap;
 
 use async_trait::async_trait;
 
-use crate::{ConfigMap, PluginResult, SinkRecord, TaskContext};
+use crate::{ConfigMap, PluginResult, SinkRecord, TaskContext, TopicPartition};
 
 /// A sink task: writes records to an external system (Kafka Connect's `SinkTask`).
 #[async_trait]
@@ -24,12 +24,13 @@ pub trait SinkTask: Send {
     /// Makes everything given to `put` so far durable: it MUST return only once the
     /// external system holds it (a broker confirm, a commit, an fsync), because the
     /// runtime then acknowledges those records and never delivers them again. `offsets`
-    /// maps each topic to the next position to read (one past the last record given).
+    /// maps each topic-partition to the next offset to read (one past the last record
+    /// given), as Kafka Connect's `SinkTask.flush(Map<TopicPartition, OffsetAndMetadata>)`.
     ///
     /// # Errors
     /// Fails the task; nothing since the last successful flush is acknowledged, so it is
     /// delivered again (at least once).
-    async fn flush(&mut self, offsets: &BTreeMap<String, u64>) -> PluginResult<()> {
+    async fn flush(&mut self, offsets: &BTreeMap<TopicPartition, u64>) -> PluginResult<()> {
         let _ = offsets;
         Ok(())
     }

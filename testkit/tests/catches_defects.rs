@@ -582,7 +582,7 @@ impl wharf_sdk::SinkTask for DirSink {
 
     async fn flush(
         &mut self,
-        _offsets: &std::collections::BTreeMap<String, u64>,
+        _offsets: &std::collections::BTreeMap<wharf_sdk::TopicPartition, u64>,
     ) -> PluginResult<()> {
         if !self.acks_early {
             self.write()?;

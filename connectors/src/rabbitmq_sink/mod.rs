@@ -41,7 +41,7 @@ use lapin::{BasicProperties, Channel, Connection, PublisherConfirm};
 use tokio_util::sync::CancellationToken;
 use wharf_sdk::{
     ConfigMap, Connector, ConnectorContext, Plugin, PluginResult, SinkRecord, SinkTask,
-    TaskContext, TaskFactory,
+    TaskContext, TaskFactory, TopicPartition,
 };
 
 mod broker;
@@ -524,7 +524,7 @@ impl SinkTask for RabbitSinkTask {
         Ok(())
     }
 
-    async fn flush(&mut self, _offsets: &BTreeMap<String, u64>) -> PluginResult<()> {
+    async fn flush(&mut self, _offsets: &BTreeMap<TopicPartition, u64>) -> PluginResult<()> {
         let timeout = self.settings("flush")?.retry_timeout;
         let started = tokio::time::Instant::now();
         let mut backoff = Duration::from_millis(100);
@@ -584,6 +584,7 @@ mod tests {
             value: b"v".to_vec(),
             headers: vec![("h".to_owned(), b"1".to_vec())],
             timestamp_ms: Some(5_000),
+            partition: 0,
             offset: 7,
             data: None,
         };

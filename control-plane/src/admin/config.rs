@@ -39,6 +39,11 @@ impl Admin {
         if let Some((field, reason)) = connect_keys::first_refused(&def, spec.config.iter()) {
             return Err(ApiError::InvalidArgument { field, reason });
         }
+        if let Err((field, reason)) =
+            wharf::topic_creation::TopicCreation::from_config(&spec.config)
+        {
+            return Err(ApiError::InvalidArgument { field, reason });
+        }
         convert::validate_spec(&spec, &def)?;
         Ok(spec)
     }

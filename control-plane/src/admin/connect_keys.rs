@@ -214,10 +214,7 @@ pub fn support(key: ConnectKey) -> Support {
         | ConnectKey::ErrorRetry
         | ConnectKey::ErrorLog
         | ConnectKey::DeadLetterQueue => Support::Implemented,
-        ConnectKey::TopicCreation => not(
-            "topic creation settings",
-            "remove the key; topics of the record log are created on first use",
-        ),
+        ConnectKey::TopicCreation => Support::Implemented,
         ConnectKey::ExactlyOnce | ConnectKey::TransactionBoundary => not(
             "exactly-once source transactions",
             "remove the key; docs/lifecycle.md says what a source's offsets guarantee",
@@ -412,7 +409,7 @@ mod tests {
     }
 
     #[test]
-    fn source_settings_are_refused() {
+    fn topic_creation_settings_are_implemented() {
         assert_eq!(
             classify("topic.creation.groups"),
             Some(ConnectKey::TopicCreation)
@@ -421,6 +418,11 @@ mod tests {
             classify("topic.creation.default.partitions"),
             Some(ConnectKey::TopicCreation)
         );
+        assert_eq!(support(ConnectKey::TopicCreation), Support::Implemented);
+    }
+
+    #[test]
+    fn exactly_once_and_offsets_topic_settings_are_refused() {
         assert_eq!(
             classify("exactly.once.support"),
             Some(ConnectKey::ExactlyOnce)
@@ -438,7 +440,6 @@ mod tests {
             Some(ConnectKey::OffsetsTopic)
         );
         for c in [
-            ConnectKey::TopicCreation,
             ConnectKey::ExactlyOnce,
             ConnectKey::TransactionBoundary,
             ConnectKey::OffsetsTopic,

@@ -3,6 +3,7 @@
 //! the generation of every moved unit.
 
 pub mod hosted;
+pub mod partitions;
 pub mod plugin_defs;
 pub mod record_log;
 pub mod unit;

@@ -295,6 +295,9 @@ pub struct TaskStart {
     pub offsets: Vec<(String, String)>,
     /// Incarnation of the connector.
     pub incarnation: String,
+    /// The partitions a sink task reads (`plan::partitions`); `None` for a cleanup-only
+    /// start, which reads nothing.
+    pub partition_share: Option<crate::plan::partitions::PartitionShare>,
 }
 
 /// How an executor answered a start.
@@ -452,6 +455,10 @@ impl ExecutorClients {
                     .collect(),
                 incarnation: s.incarnation.clone(),
                 executor_epoch: exec.epoch,
+                partition_share: s.partition_share.map(|share| pb::PartitionShare {
+                    index: share.index,
+                    count: share.count,
+                }),
             },
         )
         .await

@@ -32,6 +32,7 @@ use super::cluster::{
 use super::load::{LoadIndex, per_executor};
 use super::start::start_units;
 use crate::model::{ConnectorRecord, Instance, InstanceEvent, InstanceState, TargetState};
+use crate::plan::partitions::shares_moved;
 use crate::plan::unit::{Action, Host, Hosted, Want, decide};
 use crate::plan::{self, LiveExecutor, Unit, UnitKey};
 
@@ -866,6 +867,12 @@ async fn compute_task_configs(
         .modify_connector_batched(&rec.name, |r| {
             if r.deleting || r.connector.generation != generation {
                 return None;
+            }
+            if shares_moved(&r.config, r.task_configs.len(), configs.len()) {
+                // Every kept task's partitions moved: each restarts with its new share.
+                for t in &mut r.tasks {
+                    t.restart = true;
+                }
             }
             r.tasks.truncate(configs.len());
             r.task_configs.truncate(configs.len());

@@ -10,6 +10,7 @@ use super::cluster::{CallKind, Cluster, ExecutorView, HerderError};
 use crate::model::{
     ExecutorRecord, InstanceEvent, InstanceOf, InstanceState, TargetState, reported_error,
 };
+use crate::plan::partitions::share_of;
 
 /// A start recorded as intent and to be sent.
 struct Send {
@@ -47,6 +48,8 @@ struct Intent {
     target: TargetState,
     config: wharf::sdk::ConfigMap,
     incarnation: String,
+    /// How many task configs the connector has (every task's share counts them).
+    tasks: usize,
 }
 
 /// One start's answer to record: task index (`None`: the connector instance), the
@@ -152,6 +155,7 @@ async fn record_intents(
                 target: r.target,
                 config: r.config.clone(),
                 incarnation: r.incarnation.clone(),
+                tasks: r.task_configs.len(),
             })
         })
         .await
@@ -206,6 +210,7 @@ async fn send_starts(
                         cleanup_only: false,
                         offsets: offsets.clone(),
                         incarnation: intent.incarnation.clone(),
+                        partition_share: share_of(t as u32, intent.tasks),
                     };
                     // Never closed; without a permit the start goes out anyway.
                     let _permit = cluster.task_starts.acquire().await.ok();

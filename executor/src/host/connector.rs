@@ -7,7 +7,6 @@ use wharf::sdk::{ConfigMap, Connector, ConnectorContext, Plugin, PluginKind};
 
 use super::instance::{Instance, InstanceId, InstanceState, Lifecycle, StartFacts, report_state};
 use super::plugin::{CellStop, PluginCell};
-use super::task::sink_consumer_name;
 use super::{HostError, Shared, StartConnector, lock, panic_text};
 use crate::runtime::PluginSlot;
 
@@ -143,7 +142,7 @@ impl Instance for ConnectorInstance {
     }
 
     fn consumer_deleted_with_it(&self) -> Option<String> {
-        (self.kind == PluginKind::Sink).then(|| sink_consumer_name(&self.name))
+        (self.kind == PluginKind::Sink).then(|| self.shared.log.sink_consumer_name(&self.name))
     }
 }
 

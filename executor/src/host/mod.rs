@@ -112,6 +112,9 @@ pub struct StartTask {
     pub offsets: BTreeMap<String, serde_json::Value>,
     /// Generation, target state, mode, incarnation, epoch.
     pub assignment: Assignment,
+    /// The partitions a sink task reads; `None`: every partition, shared with the
+    /// connector's other tasks on this executor.
+    pub partition_share: Option<crate::log::PartitionShare>,
 }
 
 /// A StopTask or StopConnector request, validated.
@@ -668,7 +671,8 @@ impl Host {
     /// The record log and the consumer name the tasks of sink connector `connector` read
     /// through (KIP-875: a sink's offsets are that consumer's positions).
     pub fn sink_consumer(&self, connector: &str) -> (Arc<dyn RecordLog>, String) {
-        (self.shared.log.clone(), task::sink_consumer_name(connector))
+        let name = self.shared.log.sink_consumer_name(connector);
+        (self.shared.log.clone(), name)
     }
 
     /// Whether a task of `connector` is hosted here and not yet stopped.

@@ -87,6 +87,7 @@ pub fn decode(bytes: &[u8]) -> Result<LogRecord, LogError> {
         value,
         headers,
         timestamp_ms,
+        partition: None,
     })
 }
 
@@ -148,6 +149,7 @@ mod tests {
             value: b"hello\r\nworld".to_vec(),
             headers: vec![("h".into(), vec![0, 1]), ("h".into(), vec![])],
             timestamp_ms: Some(-5),
+            partition: None,
         };
         let bytes = encode(&record);
         assert_eq!(bytes.len(), encoded_len(&record));
@@ -161,6 +163,7 @@ mod tests {
             value: b"abc".to_vec(),
             headers: vec![],
             timestamp_ms: None,
+            partition: None,
         };
         let bytes = encode(&record);
         assert!(matches!(

@@ -13,7 +13,7 @@ use super::kafka::KafkaConfig;
 use super::{LogError, LogLimits};
 
 /// The forms `--record-log` accepts, for the messages that refuse another one.
-pub const RECORD_LOG_FORMS: &str = "`embedded` (the default: files in <data-dir>/log, one host) or `nats://HOST:PORT[,nats://HOST:PORT...][?replicas=N&max_age_s=N&max_bytes=N]` (NATS JetStream; tls:// for TLS) or `kafka://HOST:PORT[,HOST:PORT...]` (Kafka brokers)";
+pub const RECORD_LOG_FORMS: &str = "`embedded` (the default: files in <data-dir>/log, one host) or `nats://HOST:PORT[,nats://HOST:PORT...][?replicas=N&max_age_s=N&max_bytes=N]` (NATS JetStream; tls:// for TLS) or `kafka://HOST:PORT[,HOST:PORT...][?OPTION=V&...]` (Kafka brokers; options in docs/kafka.md)";
 
 /// The record log an executor uses, with that backend's settings.
 #[derive(Debug, Clone, PartialEq)]

@@ -100,6 +100,52 @@ pub async fn open(config: &LogConfig) -> Result<Arc<dyn RecordLog>, LogError> {
     }
 }
 
+/// Which partitions of a sink connector's topics one of its tasks reads: the control
+/// plane gives task `index` of `count` its share with the task's assignment (the
+/// generation), so the tasks of a sink read disjoint sets of partitions that together
+/// cover every partition, whichever executor runs them.
+///
+/// Partition `p` of topic `t` belongs to task `(fnv1a32(t) + p) mod count`: every topic
+/// spreads over the tasks from its own starting task, and a partition added to a topic has
+/// its owner at once, without the control plane knowing the topic's partitions.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct PartitionShare {
+    /// The task's place among the sink's tasks, from 0.
+    pub index: u32,
+    /// How many tasks the sink has (at least 1, more than `index`).
+    pub count: u32,
+}
+
+impl PartitionShare {
+    /// The share of task `index` of `count`.
+    ///
+    /// # Errors
+    /// [`LogError::InvalidConfig`] when `count` is 0 or `index` is not below it.
+    pub fn new(index: u32, count: u32) -> Result<Self, LogError> {
+        if index < count {
+            Ok(Self { index, count })
+        } else {
+            Err(LogError::InvalidConfig(format!(
+                "partition share {index} of {count}: the index must be below the task count"
+            )))
+        }
+    }
+
+    /// Whether partition `partition` of `topic` belongs to this share.
+    pub fn owns(&self, topic: &str, partition: u32) -> bool {
+        let start = u64::from(fnv1a32(topic.as_bytes()));
+        (start + u64::from(partition)) % u64::from(self.count) == u64::from(self.index)
+    }
+}
+
+/// 32-bit FNV-1a: a fixed, documented hash, so that every executor (of any version)
+/// agrees on which task owns a partition.
+fn fnv1a32(bytes: &[u8]) -> u32 {
+    bytes.iter().fold(0x811c_9dc5_u32, |hash, b| {
+        (hash ^ u32::from(*b)).wrapping_mul(0x0100_0193)
+    })
+}
+
 /// A record as stored in the log (the topic is given separately).
 #[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
 pub struct LogRecord {
@@ -111,6 +157,11 @@ pub struct LogRecord {
     pub headers: Vec<(String, Vec<u8>)>,
     /// Event time, Unix milliseconds.
     pub timestamp_ms: Option<i64>,
+    /// Partition to append to (`SourceRecord::partition`); `None` lets the log pick it.
+    /// Only the Kafka log has several partitions: the one-partition logs ignore it (and
+    /// read it back as `None`).
+    #[serde(default)]
+    pub partition: Option<u32>,
 }
 
 impl From<&SourceRecord> for LogRecord {
@@ -120,19 +171,27 @@ impl From<&SourceRecord> for LogRecord {
             value: record.value.clone(),
             headers: record.headers.clone(),
             timestamp_ms: record.timestamp_ms,
+            partition: record.partition,
         }
     }
 }
 
 impl LogRecord {
-    /// The record as a sink task sees it, read from `topic` at `offset`.
+    /// The record as a sink task sees it, read from partition 0 of `topic` at `offset`
+    /// (the one-partition logs).
     pub fn into_sink_record(self, topic: &str, offset: u64) -> SinkRecord {
+        self.into_sink_record_at(topic, 0, offset)
+    }
+
+    /// The record as a sink task sees it, read from `partition` of `topic` at `offset`.
+    pub fn into_sink_record_at(self, topic: &str, partition: u32, offset: u64) -> SinkRecord {
         SinkRecord {
             topic: topic.to_string(),
             key: self.key,
             value: self.value,
             headers: self.headers,
             timestamp_ms: self.timestamp_ms,
+            partition,
             offset,
             data: None,
         }
@@ -234,6 +293,40 @@ pub trait RecordLog: Send + Sync {
         start: StartPosition,
     ) -> Result<Box<dyn LogConsumer>, LogError>;
 
+    /// Creates `topic` with `settings` (a source connector's topic creation rules, KIP-158)
+    /// unless it exists; an existing topic is used as it is. The one-partition logs have
+    /// no such settings: their default does nothing.
+    async fn prepare_topic(
+        &self,
+        topic: &str,
+        settings: &wharf::topic_creation::TopicSettings,
+    ) -> Result<(), LogError> {
+        let _ = (topic, settings);
+        Ok(())
+    }
+
+    /// Opens one sink task's reader of the consumer called `consumer`: as
+    /// [`RecordLog::consumer`], reading only the partitions `share` gives the task. The
+    /// one-partition logs (embedded, JetStream) share their records among the readers of
+    /// one consumer whatever the share, so their default ignores it.
+    async fn consumer_in_share(
+        &self,
+        consumer: &str,
+        topics: &[String],
+        start: StartPosition,
+        share: PartitionShare,
+    ) -> Result<Box<dyn LogConsumer>, LogError> {
+        let _ = share;
+        self.consumer(consumer, topics, start).await
+    }
+
+    /// The name of the consumer through which the tasks of sink connector `connector`
+    /// read (and which its deletion deletes). Kafka's is the connector's consumer group
+    /// as Kafka Connect names it (`connect-<name>`).
+    fn sink_consumer_name(&self, connector: &str) -> String {
+        format!("wharf-sink-{connector}")
+    }
+
     /// Forgets the consumer's acknowledged positions, so that a consumer created again
     /// under the same name starts from its configured position. Missing is not an error.
     async fn delete_consumer(&self, consumer: &str) -> Result<(), LogError>;
@@ -291,4 +384,58 @@ pub trait LogConsumer: Send {
 
     /// Acknowledges the given records: they will not be delivered again.
     async fn ack(&mut self, tokens: &[AckToken]) -> Result<(), LogError>;
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn fnv1a32_matches_its_published_test_vectors() {
+        assert_eq!(fnv1a32(b""), 0x811c_9dc5);
+        assert_eq!(fnv1a32(b"a"), 0xe40c_292c);
+        assert_eq!(fnv1a32(b"foobar"), 0xbf9c_f968);
+    }
+
+    #[test]
+    fn every_partition_belongs_to_exactly_one_task_of_a_sink() {
+        for count in 1..=9 {
+            let shares: Vec<PartitionShare> = (0..count)
+                .map(|i| PartitionShare::new(i, count).expect("share"))
+                .collect();
+            for topic in ["orders", "t", "a.b-c_d"] {
+                for partition in 0..40 {
+                    let owners = shares.iter().filter(|s| s.owns(topic, partition)).count();
+                    assert_eq!(owners, 1, "{topic}/{partition} of {count} tasks");
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn the_partitions_of_a_topic_spread_evenly_over_the_tasks() {
+        let per_task: Vec<usize> = (0..4)
+            .map(|i| {
+                let share = PartitionShare::new(i, 4).expect("share");
+                (0..8).filter(|p| share.owns("orders", *p)).count()
+            })
+            .collect();
+        assert_eq!(per_task, [2, 2, 2, 2]);
+    }
+
+    #[test]
+    fn one_task_owns_every_partition() {
+        let share = PartitionShare::new(0, 1).expect("share");
+        assert!((0..100).all(|p| share.owns("t", p)));
+    }
+
+    #[test]
+    fn a_share_whose_index_is_not_below_its_count_is_refused() {
+        for (index, count) in [(0, 0), (4, 4), (5, 4)] {
+            match PartitionShare::new(index, count) {
+                Err(LogError::InvalidConfig(msg)) => assert!(msg.contains("below"), "{msg}"),
+                other => panic!("{index}/{count}: {other:?}"),
+            }
+        }
+    }
 }

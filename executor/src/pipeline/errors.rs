@@ -232,6 +232,7 @@ mod tests {
     #[test]
     fn the_dlq_record_keeps_the_original_and_adds_connects_context_headers() {
         let original = LogRecord {
+            partition: None,
             key: Some(b"k".to_vec()),
             value: b"not json".to_vec(),
             headers: vec![("h".into(), b"v".to_vec())],

@@ -155,6 +155,7 @@ impl Pipeline {
             value,
             headers,
             timestamp_ms,
+            partition,
             source_partition,
             source_offset,
             data,
@@ -168,6 +169,7 @@ impl Pipeline {
                     value,
                     headers,
                     timestamp_ms,
+                    partition,
                     source_partition,
                     source_offset,
                     data: None,
@@ -186,7 +188,7 @@ impl Pipeline {
         let _ = raw;
         let connect = ConnectRecord {
             topic,
-            partition: None,
+            partition: partition.and_then(|p| i32::try_from(p).ok()),
             key: key_data,
             value: value_data,
             headers: headers
@@ -206,6 +208,7 @@ impl Pipeline {
             headers: self.write_headers(out.headers)?,
             topic: out.topic,
             timestamp_ms: out.timestamp_ms,
+            partition: out.partition.and_then(|p| u32::try_from(p).ok()),
             source_partition,
             source_offset,
             data: None,
@@ -232,10 +235,10 @@ impl Pipeline {
             }));
         }
         let offset = record.offset;
+        let partition = record.partition;
         let connect = ConnectRecord {
             topic: record.topic,
-            // The embedded and NATS logs have one partition per topic.
-            partition: Some(0),
+            partition: i32::try_from(partition).ok(),
             key,
             value,
             headers: record
@@ -257,6 +260,8 @@ impl Pipeline {
             topic: out.topic,
             timestamp_ms: out.timestamp_ms,
             offset,
+            // Where it was read from: its acknowledgement is that partition's.
+            partition,
             data: Some(RecordData {
                 key: out.key,
                 value: out.value,
@@ -288,6 +293,7 @@ mod tests {
 
     fn sink_record(value: &str) -> SinkRecord {
         SinkRecord {
+            partition: 0,
             topic: "orders".into(),
             key: None,
             value: value.as_bytes().to_vec(),
@@ -395,6 +401,7 @@ mod tests {
         )]);
         let mut p = pipeline(&config, PluginKind::Source);
         let record = SourceRecord {
+            partition: None,
             topic: "t".into(),
             key: None,
             value: Vec::new(),
@@ -502,6 +509,7 @@ mod tests {
         let config = cfg(&[("transforms", "f"), ("transforms.f.type", "Filter")]);
         let mut p = pipeline(&config, PluginKind::Source);
         let record = SourceRecord {
+            partition: None,
             topic: "t".into(),
             key: None,
             value: b"x".to_vec(),

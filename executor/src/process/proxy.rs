@@ -11,7 +11,7 @@ use async_trait::async_trait;
 use wharf::pb::v1 as pb;
 use wharf::sdk::{
     ConfigMap, Connector, ConnectorContext, PluginResult, SinkRecord, SinkTask, SourceRecord,
-    SourceTask, TaskContext,
+    SourceTask, TaskContext, TopicPartition,
 };
 
 use super::PluginProcess;
@@ -211,6 +211,7 @@ fn source_record(r: pb::PluginSourceRecord) -> PluginResult<SourceRecord> {
         value: r.value,
         headers: r.headers.into_iter().map(|h| (h.key, h.value)).collect(),
         timestamp_ms: r.timestamp_ms,
+        partition: r.partition,
         // The protocol carries bytes: the connector's converters read them.
         data: None,
     })
@@ -357,6 +358,7 @@ impl SinkTask for ProxySinkTask {
                     .collect(),
                 timestamp_ms: r.timestamp_ms,
                 offset: r.offset,
+                partition: r.partition,
             })
             .collect();
         let ask = Ask::TaskPut(pb::PluginTaskPut {
@@ -366,14 +368,26 @@ impl SinkTask for ProxySinkTask {
         ok(bound.call(ask).await?, "task_put")
     }
 
-    async fn flush(&mut self, offsets: &BTreeMap<String, u64>) -> PluginResult<()> {
+    async fn flush(&mut self, offsets: &BTreeMap<TopicPartition, u64>) -> PluginResult<()> {
         let bound = self
             .bound
             .as_ref()
             .ok_or_else(|| not_placed(&self.plugin, &self.process))?;
         let ask = Ask::TaskFlush(pb::PluginTaskFlush {
             instance_id: bound.id,
-            offsets: offsets.clone().into_iter().collect(),
+            offsets: offsets
+                .iter()
+                .filter(|(tp, _)| tp.partition == 0)
+                .map(|(tp, o)| (tp.topic.clone(), *o))
+                .collect(),
+            partition_offsets: offsets
+                .iter()
+                .map(|(tp, o)| pb::PluginPartitionOffset {
+                    topic: tp.topic.clone(),
+                    partition: tp.partition,
+                    offset: *o,
+                })
+                .collect(),
         });
         ok(bound.call(ask).await?, "task_flush")
     }

@@ -50,6 +50,7 @@ pub fn rec(value: &str) -> LogRecord {
         value: value.as_bytes().to_vec(),
         headers: vec![("h".into(), vec![0, 13, 10, 255])],
         timestamp_ms: Some(1_700_000_000_000),
+        partition: None,
     }
 }
 

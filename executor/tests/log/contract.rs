@@ -13,7 +13,8 @@ use std::time::Duration;
 use wharf_executor::log::jetstream::DEFAULT_ACK_WAIT_MS;
 use wharf_executor::log::{
     ConsumerPosition, Delivered, EmbeddedConfig, JetStreamOptions, KafkaConfig, LogConfig,
-    LogConsumer, LogError, LogLimits, NatsConfig, PositionChange, RecordLog, StartPosition,
+    LogConsumer, LogError, LogLimits, NatsConfig, PartitionShare, PositionChange, RecordLog,
+    StartPosition,
 };
 
 use crate::common::{
@@ -713,6 +714,46 @@ async fn zero_limits_are_refused_naming_the_field(b: &Backend) {
 }
 
 /// Runs each named contract test on every backend: `contract::<backend>::<test>`.
+/// The readers of a sink's tasks, each in its partition share, together read every
+/// record once; a record of a topic the log created (one partition) is read from
+/// partition 0, which the one-partition logs give every record.
+async fn the_readers_of_every_share_together_read_each_record_once(b: &Backend) {
+    let log = b.open().await;
+    log.append("t", recs("v", 0..200)).await.expect("append");
+    let readers: Vec<Box<dyn LogConsumer>> = futures::future::join_all((0..2).map(|i| {
+        let log = log.clone();
+        async move {
+            let share = PartitionShare::new(i, 2).expect("share");
+            log.consumer_in_share("shared", &topics(&["t"]), StartPosition::Earliest, share)
+                .await
+                .expect("consumer")
+        }
+    }))
+    .await;
+    let read = |mut r: Box<dyn LogConsumer>| async move {
+        let mut seen = Vec::new();
+        loop {
+            let batch = r.fetch(13, EMPTY_FETCH_WAIT).await.expect("fetch");
+            if batch.is_empty() {
+                return seen;
+            }
+            for d in &batch {
+                assert_eq!(d.record.partition, 0, "one partition");
+            }
+            let tokens: Vec<_> = batch.iter().map(|d| d.ack.clone()).collect();
+            seen.extend(tokens.iter().map(|t| t.position));
+            r.ack(&tokens).await.expect("ack");
+        }
+    };
+    let mut all: Vec<u64> = futures::future::join_all(readers.into_iter().map(read))
+        .await
+        .into_iter()
+        .flatten()
+        .collect();
+    all.sort_unstable();
+    assert_eq!(all, (0..200).collect::<Vec<_>>(), "every record once");
+}
+
 macro_rules! contract {
     ($($test:ident),* $(,)?) => {
         contract!(@backend embedded: $($test),*);
@@ -749,4 +790,5 @@ contract!(
     unacknowledged_records_per_reader_and_fetch_sizes_are_bounded,
     zero_limits_are_refused_naming_the_field,
     consumer_positions_follow_acknowledgements_and_move_where_supported,
+    the_readers_of_every_share_together_read_each_record_once,
 );

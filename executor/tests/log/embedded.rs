@@ -255,6 +255,7 @@ async fn child_process_for_memory_test() {
                 value: vec![(n % 251) as u8; MEMORY_VALUE_BYTES],
                 headers: vec![],
                 timestamp_ms: None,
+                partition: None,
             })
             .collect();
         log.append("big", batch).await.expect("append");

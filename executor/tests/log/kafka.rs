@@ -5,15 +5,22 @@
 
 use std::time::Duration;
 
-use rdkafka::admin::{AdminClient, AdminOptions, NewTopic, TopicReplication};
+use rdkafka::admin::{AdminClient, AdminOptions, NewPartitions, NewTopic, TopicReplication};
 use rdkafka::client::DefaultClientContext;
 use rdkafka::consumer::{BaseConsumer, Consumer};
+use rdkafka::error::{KafkaError, RDKafkaErrorCode};
 use rdkafka::message::{Header, Headers, Message, OwnedHeaders};
 use rdkafka::producer::{FutureProducer, FutureRecord};
 use rdkafka::{ClientConfig, Offset, TopicPartitionList};
-use wharf_executor::log::{KafkaConfig, KafkaLog, LogError, LogRecord, RecordLog, StartPosition};
+use wharf::topic_creation::TopicSettings;
+use wharf_executor::log::{
+    KafkaConfig, KafkaLog, LogConsumer, LogError, LogRecord, PartitionShare, RecordLog,
+    StartPosition,
+};
 
-use crate::common::{DEADLINE, fetch_held, read_and_ack, rec, topics};
+use crate::common::{
+    DEADLINE, FETCH_WAIT, assert_nothing_more, fetch_held, read_and_ack, rec, topics, value,
+};
 use crate::tansu::TestKafka;
 
 /// Timeout of the plain client's requests.
@@ -310,4 +317,290 @@ fn committed_at(kafka: &TestKafka, group: &str, partition: i32) -> Offset {
         .committed_offsets(tpl, CLIENT_TIMEOUT)
         .expect("committed offsets");
     committed.elements()[0].offset()
+}
+
+/// Creates `topic` with `partitions` partitions through a plain admin client.
+async fn create_topic(kafka: &TestKafka, topic: &str, partitions: i32) {
+    let admin: AdminClient<DefaultClientContext> = client(kafka).create().expect("admin");
+    let new = NewTopic::new(topic, partitions, TopicReplication::Fixed(1));
+    for result in admin
+        .create_topics([&new], &AdminOptions::new())
+        .await
+        .expect("create topic")
+    {
+        result.expect("topic created");
+    }
+}
+
+/// A record for partition `partition`, its value naming both.
+fn rec_in(partition: u32, i: u32) -> LogRecord {
+    LogRecord {
+        partition: Some(partition),
+        ..rec(&format!("p{partition}-{i}"))
+    }
+}
+
+#[tokio::test]
+async fn a_record_naming_its_partition_lands_there_and_is_read_with_it() {
+    let kafka = TestKafka::start();
+    create_topic(&kafka, "in", 4).await;
+    let log = open(&kafka).await;
+    log.append("in", (0..4).map(|p| rec_in(p, 0)).collect())
+        .await
+        .expect("append");
+    let mut reader = log
+        .consumer("connect-s", &topics(&["in"]), StartPosition::Earliest)
+        .await
+        .expect("consumer");
+    let held = fetch_held(reader.as_mut(), 4).await;
+    for d in &held {
+        let value = String::from_utf8(d.record.value.clone()).expect("utf-8");
+        assert_eq!(value, format!("p{}-0", d.record.partition), "{value}");
+        assert_eq!(d.record.offset, 0, "first of its partition");
+    }
+}
+
+#[tokio::test]
+async fn the_shares_of_a_sinks_tasks_read_disjoint_partitions_that_cover_the_topic() {
+    let kafka = TestKafka::start();
+    create_topic(&kafka, "in", 8).await;
+    let log = open(&kafka).await;
+    let records: Vec<LogRecord> = (0..8)
+        .flat_map(|p| (0..5).map(move |i| rec_in(p, i)))
+        .collect();
+    log.append("in", records).await.expect("append");
+    // Four tasks on two log handles (two executors).
+    let other = open(&kafka).await;
+    let mut seen: Vec<(u32, u32)> = Vec::new();
+    let mut readers = Vec::new();
+    for index in 0..4 {
+        let share = PartitionShare::new(index, 4).expect("share");
+        let handle = if index % 2 == 0 { &log } else { &other };
+        let mut reader = handle
+            .consumer_in_share(
+                "connect-s",
+                &topics(&["in"]),
+                StartPosition::Earliest,
+                share,
+            )
+            .await
+            .expect("consumer");
+        let owned = (0..8).filter(|p| share.owns("in", *p)).count();
+        let got = read_and_ack(reader.as_mut(), owned * 5).await;
+        let partitions: std::collections::BTreeSet<u32> = got
+            .iter()
+            .map(|(_, _, v)| v[1..v.find('-').expect("dash")].parse().expect("partition"))
+            .collect();
+        for p in &partitions {
+            assert!(share.owns("in", *p), "task {index} read partition {p}");
+        }
+        seen.extend(partitions.iter().map(|p| (index, *p)));
+        readers.push(reader);
+    }
+    let mut covered: Vec<u32> = seen.iter().map(|(_, p)| *p).collect();
+    covered.sort_unstable();
+    assert_eq!(
+        covered,
+        (0..8).collect::<Vec<_>>(),
+        "each partition by one task"
+    );
+    for reader in &mut readers {
+        assert_nothing_more(reader.as_mut()).await;
+    }
+    for p in 0..8 {
+        assert_eq!(
+            committed_at(&kafka, "connect-s", p),
+            Offset::Offset(5),
+            "partition {p} committed by its task"
+        );
+    }
+}
+
+#[tokio::test]
+async fn a_task_started_again_resumes_at_its_partitions_committed_offsets() {
+    let kafka = TestKafka::start();
+    create_topic(&kafka, "in", 2).await;
+    let log = open(&kafka).await;
+    log.append(
+        "in",
+        (0..2)
+            .flat_map(|p| (0..3).map(move |i| rec_in(p, i)))
+            .collect(),
+    )
+    .await
+    .expect("append");
+    let share = PartitionShare::new(0, 1).expect("share");
+    let mut first = log
+        .consumer_in_share(
+            "connect-s",
+            &topics(&["in"]),
+            StartPosition::Earliest,
+            share,
+        )
+        .await
+        .expect("consumer");
+    assert_eq!(read_and_ack(first.as_mut(), 6).await.len(), 6);
+    drop(first);
+    log.append("in", vec![rec_in(1, 3)]).await.expect("append");
+    // Another executor's handle: only the group's committed offsets carry the position.
+    let moved = open(&kafka).await;
+    let mut again = moved
+        .consumer_in_share(
+            "connect-s",
+            &topics(&["in"]),
+            StartPosition::Earliest,
+            share,
+        )
+        .await
+        .expect("consumer");
+    let got = read_and_ack(again.as_mut(), 1).await;
+    assert_eq!(got[0].2, "p1-3");
+    assert_nothing_more(again.as_mut()).await;
+}
+
+#[tokio::test]
+async fn a_partition_added_to_a_topic_is_read_by_the_task_that_owns_it() {
+    let kafka = TestKafka::start();
+    create_topic(&kafka, "in", 2).await;
+    let log = open(&kafka).await;
+    let shares: Vec<PartitionShare> = (0..2)
+        .map(|i| PartitionShare::new(i, 2).expect("share"))
+        .collect();
+    let mut readers = Vec::new();
+    for share in &shares {
+        readers.push(
+            log.consumer_in_share(
+                "connect-s",
+                &topics(&["in"]),
+                StartPosition::Earliest,
+                *share,
+            )
+            .await
+            .expect("consumer"),
+        );
+    }
+    let admin: AdminClient<DefaultClientContext> = client(&kafka).create().expect("admin");
+    match admin
+        .create_partitions([&NewPartitions::new("in", 4)], &AdminOptions::new())
+        .await
+    {
+        Ok(results) => {
+            for result in results {
+                result.expect("partitions added");
+            }
+        }
+        // tansu 0.6.0 deviates from Kafka: it does not implement CreatePartitions, so
+        // against it this test only shows that; the recheck that finds new partitions
+        // is the one that finds a topic created after the reader opened (covered by the
+        // contract suite) and `partitions_to_take`'s unit tests.
+        Err(KafkaError::AdminOp(RDKafkaErrorCode::UnsupportedFeature)) => {
+            eprintln!(
+                "the broker does not implement CreatePartitions (tansu): nothing more to test"
+            );
+            return;
+        }
+        Err(e) => panic!("create partitions: {e}"),
+    }
+    log.append("in", vec![rec_in(3, 0), rec_in(2, 0)])
+        .await
+        .expect("append to the new partitions");
+    for p in [2, 3] {
+        let owner = shares
+            .iter()
+            .position(|s| s.owns("in", p))
+            .expect("an owner");
+        let reader = readers.get_mut(owner).expect("reader");
+        let deadline = std::time::Instant::now() + DEADLINE;
+        let mut got = Vec::new();
+        while !got.iter().any(|v: &String| v == &format!("p{p}-0")) {
+            assert!(std::time::Instant::now() < deadline, "p{p}-0 never read");
+            got.extend(
+                read_available(reader.as_mut())
+                    .await
+                    .into_iter()
+                    .map(|(_, _, v)| v),
+            );
+        }
+    }
+}
+
+/// What one fetch returns within [`FETCH_WAIT`], acknowledged.
+async fn read_available(reader: &mut dyn LogConsumer) -> Vec<(String, u64, String)> {
+    let got = reader.fetch(100, FETCH_WAIT).await.expect("fetch");
+    let tokens: Vec<_> = got.iter().map(|d| d.ack.clone()).collect();
+    reader.ack(&tokens).await.expect("ack");
+    got.iter()
+        .map(|d| (d.record.topic.clone(), d.record.offset, value(d)))
+        .collect()
+}
+
+#[tokio::test]
+async fn a_sinks_consumer_is_the_consumer_group_kafka_connect_names() {
+    let kafka = TestKafka::start();
+    let log = open(&kafka).await;
+    assert_eq!(log.sink_consumer_name("orders-sink"), "connect-orders-sink");
+    assert_eq!(wharf_executor::log::kafka::group_name("x"), "connect-x");
+}
+
+/// Partitions of `topic` on the broker (0 when absent).
+fn partitions_of(kafka: &TestKafka, topic: &str) -> usize {
+    let consumer: BaseConsumer = client(kafka).create().expect("consumer");
+    consumer
+        .fetch_metadata(Some(topic), CLIENT_TIMEOUT)
+        .ok()
+        .and_then(|m| {
+            m.topics()
+                .first()
+                .filter(|t| t.error().is_none())
+                .map(|t| t.partitions().len())
+        })
+        .unwrap_or(0)
+}
+
+fn settings(partitions: i32) -> TopicSettings {
+    TopicSettings {
+        partitions,
+        replication_factor: -1,
+        configs: std::collections::BTreeMap::from([(
+            "cleanup.policy".to_string(),
+            "delete".to_string(),
+        )]),
+    }
+}
+
+#[tokio::test]
+async fn a_prepared_topic_is_created_with_its_settings_and_an_existing_one_is_left_alone() {
+    let kafka = TestKafka::start();
+    let log = open(&kafka).await;
+    log.prepare_topic("made", &settings(3))
+        .await
+        .expect("prepare");
+    assert_eq!(partitions_of(&kafka, "made"), 3);
+    create_topic(&kafka, "there", 2).await;
+    log.prepare_topic("there", &settings(5))
+        .await
+        .expect("prepare existing");
+    assert_eq!(
+        partitions_of(&kafka, "there"),
+        2,
+        "an existing topic is used as it is"
+    );
+}
+
+#[tokio::test]
+async fn with_topic_creation_off_a_prepared_topic_is_created_as_any_other() {
+    let kafka = TestKafka::start();
+    let config = KafkaConfig {
+        topic_creation_enable: false,
+        ..KafkaConfig::new([kafka.broker.as_str()])
+    };
+    let log = KafkaLog::connect(config).await.expect("connect");
+    log.prepare_topic("t", &settings(3)).await.expect("prepare");
+    assert_eq!(
+        partitions_of(&kafka, "t"),
+        0,
+        "nothing created by the settings"
+    );
+    log.append("t", vec![rec("v")]).await.expect("append");
+    assert_eq!(partitions_of(&kafka, "t"), 1, "the first append created it");
 }

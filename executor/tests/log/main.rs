@@ -16,4 +16,5 @@ mod contract;
 mod embedded;
 mod jetstream;
 mod kafka;
+mod kafka_tls;
 mod tansu;

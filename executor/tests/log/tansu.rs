@@ -53,9 +53,17 @@ fn free_port() -> u16 {
 impl TestKafka {
     /// Starts a broker and waits until it accepts connections.
     pub fn start() -> Self {
+        Self::start_advertising(None)
+    }
+
+    /// As [`TestKafka::start`], telling clients (in its metadata) to reach it at
+    /// `127.0.0.1:advertised` when given: the port of an endpoint in front of it.
+    pub fn start_advertising(advertised: Option<u16>) -> Self {
         let dir = tempfile::tempdir().expect("temp dir");
         let port = free_port();
         let url = format!("tcp://127.0.0.1:{port}");
+        let advertised_url =
+            advertised.map_or_else(|| url.clone(), |p| format!("tcp://127.0.0.1:{p}"));
         let log = std::fs::File::create(dir.path().join("tansu.log")).expect("log file");
         let child = Command::new(tansu_path())
             .args([
@@ -63,7 +71,7 @@ impl TestKafka {
                 "--listener-url",
                 &url,
                 "--advertised-listener-url",
-                &url,
+                &advertised_url,
             ])
             .args(["--storage-engine", "memory://tansu/"])
             .env_remove("OTEL_EXPORTER_OTLP_ENDPOINT")

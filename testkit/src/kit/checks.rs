@@ -4,7 +4,7 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 
-use wharf_sdk::{PluginKind, SinkRecord};
+use wharf_sdk::{PluginKind, SinkRecord, TopicPartition};
 
 use super::{Kit, Task};
 use crate::bounds::CallKind;
@@ -498,6 +498,7 @@ impl<P: Probe> Kit<P> {
                     value: format!("{name}/task-{i}/record-{offset}").into_bytes(),
                     headers: vec![("kit".to_owned(), b"1".to_vec())],
                     timestamp_ms: Some(1_700_000_000_000 + offset as i64),
+                    partition: 0,
                     offset: offset + (i as u64) * RECORDS_PER_TASK,
                     data: None,
                 })
@@ -514,7 +515,10 @@ impl<P: Probe> Kit<P> {
                 )
                 .await?;
             }
-            let next = BTreeMap::from([(topic.clone(), (i as u64 + 1) * RECORDS_PER_TASK)]);
+            let next = BTreeMap::from([(
+                TopicPartition::new(topic.clone(), 0),
+                (i as u64 + 1) * RECORDS_PER_TASK,
+            )]);
             let t = task.clone();
             self.call(
                 CHECK,

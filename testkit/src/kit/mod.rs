@@ -14,6 +14,7 @@ use std::time::Duration;
 use wharf_sdk::{
     CancellationToken, ConfigMap, Connector, ConnectorContext, MemoryLedger, Plugin, PluginResult,
     ResourceOwner, Resources, SinkRecord, SinkTask, SourceTask, TaskContext, TaskFactory,
+    TopicPartition,
 };
 
 use crate::bounds::{Bounds, CallKind, PluginRuntime, bound_of, overrun_text, panic_text};
@@ -81,7 +82,7 @@ impl Task {
     }
 
     /// `flush` of a sink task (the kit calls it only on one).
-    async fn flush(&mut self, offsets: &BTreeMap<String, u64>) -> PluginResult<()> {
+    async fn flush(&mut self, offsets: &BTreeMap<TopicPartition, u64>) -> PluginResult<()> {
         match self {
             Task::Sink(t) => t.flush(offsets).await,
             Task::Source(_) => Err("flush called on a source task".into()),

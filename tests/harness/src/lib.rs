@@ -15,6 +15,7 @@ pub mod client;
 pub mod cluster;
 pub mod etcd;
 pub mod fault;
+pub mod kafka;
 pub mod lifecycle;
 pub mod lines;
 pub mod nats_tls;
@@ -29,6 +30,7 @@ pub mod test_ca;
 // The crates the suites read stores and databases with, so that the root package needs
 // none of them as dev-dependencies.
 pub use lapin;
+pub use rdkafka;
 pub use redb;
 pub use rusqlite;
 pub use tokio_postgres;

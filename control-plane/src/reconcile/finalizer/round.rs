@@ -262,6 +262,7 @@ async fn start_cleanup_only(
                 cleanup_only: true,
                 offsets: sealed.offsets.clone(),
                 incarnation: sealed.incarnation.clone(),
+                partition_share: None,
             };
             cluster
                 .clients

@@ -25,7 +25,7 @@ use std::sync::Arc;
 use async_trait::async_trait;
 use wharf_sdk::{
     ConfigDef, ConfigKey, ConfigMap, ConfigType, Connector, ConnectorContext, Importance, Plugin,
-    PluginResult, SinkRecord, SinkTask, TaskContext, TaskFactory,
+    PluginResult, SinkRecord, SinkTask, TaskContext, TaskFactory, TopicPartition,
 };
 
 /// Name of the plugin, used as `connector.class`.
@@ -334,7 +334,7 @@ impl SinkTask for SpoolTask {
         Ok(())
     }
 
-    async fn flush(&mut self, _offsets: &BTreeMap<String, u64>) -> PluginResult<()> {
+    async fn flush(&mut self, _offsets: &BTreeMap<TopicPartition, u64>) -> PluginResult<()> {
         let path = self.file.clone().ok_or(SpoolError::NotStarted("flush"))?;
         if self.buffered.is_empty() {
             return Ok(());

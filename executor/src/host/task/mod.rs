@@ -58,11 +58,6 @@ enum TaskPlugin {
     Sink(PluginCell<Box<dyn SinkTask>>),
 }
 
-/// Name of the log consumer shared by the tasks of a sink connector.
-pub fn sink_consumer_name(connector: &str) -> String {
-    format!("wharf-sink-{connector}")
-}
-
 /// A task on this executor.
 pub(crate) struct TaskInstance {
     key: TaskKey,
@@ -90,6 +85,11 @@ pub(crate) struct TaskInstance {
     errant: records::Errant,
     /// The plugin's name (the class of a sink's reported records).
     plugin_name: String,
+    /// A source's topic creation rules (KIP-158), from the connector config; `None`: the
+    /// log creates an absent topic as it does by default.
+    topic_creation: Option<wharf::topic_creation::TopicCreation>,
+    /// Topics this source task already prepared (created or found).
+    topics_prepared: Mutex<std::collections::HashSet<String>>,
 }
 
 impl Instance for TaskInstance {
@@ -144,6 +144,8 @@ impl Instance for TaskInstance {
             pipeline: Mutex::new(Some(pipeline)),
             errant: records::Errant::default(),
             plugin_name,
+            topic_creation: topic_creation_of(req),
+            topics_prepared: Mutex::default(),
         })
     }
 
@@ -233,7 +235,7 @@ impl Instance for TaskInstance {
             TaskPlugin::Sink(p) => spawn(
                 TaskKind::Awaited,
                 "sink task loop",
-                me.sink_loop(p.cell.clone(), topics_of(req)),
+                me.sink_loop(p.cell.clone(), topics_of(req), req.partition_share),
             ),
         });
     }
@@ -292,6 +294,19 @@ impl TaskInstance {
         tokio::select! {
             () = self.cancel.cancelled() => false,
             () = tokio::time::sleep(Duration::from_millis(LOG_RETRY_BACKOFF_MS)) => true,
+        }
+    }
+}
+
+/// The topic creation rules of the connector config. The control plane refused a config
+/// whose rules are wrong; one that reaches an executor anyway is logged and ignored.
+fn topic_creation_of(req: &StartTask) -> Option<wharf::topic_creation::TopicCreation> {
+    match wharf::topic_creation::TopicCreation::from_config(&req.connector_config) {
+        Ok(rules) => rules,
+        Err((field, reason)) => {
+            tracing::warn!(connector = %req.task.connector, task = req.task.task, field = %field,
+                reason = %reason, "topic creation settings ignored");
+            None
         }
     }
 }

@@ -296,6 +296,8 @@ impl TaskInstance {
 /// A sink record's bytes as the log held them.
 fn sink_log_record(r: &SinkRecord) -> LogRecord {
     LogRecord {
+        // The dead letter queue's partition is the log's choice (by key).
+        partition: None,
         key: r.key.clone(),
         value: r.value.clone(),
         headers: r.headers.clone(),

@@ -8,11 +8,11 @@ use std::time::Duration;
 
 use tokio::sync::Mutex as AsyncMutex;
 use tokio::time::Instant;
-use wharf::sdk::SinkTask;
+use wharf::sdk::{SinkTask, TopicPartition};
 
-use super::{TaskInstance, sink_consumer_name};
+use super::TaskInstance;
 use crate::host::panic_text;
-use crate::log::{AckToken, Delivered, LogConsumer, StartPosition};
+use crate::log::{AckToken, Delivered, LogConsumer, PartitionShare, StartPosition};
 
 /// Most records a sink task gets in one `put`.
 pub const SINK_BATCH_MAX_RECORDS: usize = 500;
@@ -38,17 +38,17 @@ pub(super) type SinkCell = Arc<AsyncMutex<Box<dyn SinkTask>>>;
 #[derive(Default)]
 struct Unflushed {
     tokens: Vec<AckToken>,
-    /// Per topic, the offset after the last record put.
-    offsets: BTreeMap<String, u64>,
+    /// Per topic-partition, the offset after the last record put.
+    offsets: BTreeMap<TopicPartition, u64>,
     /// When the oldest of them was put.
     since: Option<Instant>,
 }
 
 impl Unflushed {
-    fn add(&mut self, tokens: Vec<AckToken>, offsets: BTreeMap<String, u64>) {
+    fn add(&mut self, tokens: Vec<AckToken>, offsets: BTreeMap<TopicPartition, u64>) {
         self.tokens.extend(tokens);
-        for (topic, next) in offsets {
-            let at = self.offsets.entry(topic).or_insert(0);
+        for (partition, next) in offsets {
+            let at = self.offsets.entry(partition).or_insert(0);
             *at = (*at).max(next);
         }
         self.since.get_or_insert_with(Instant::now);
@@ -64,16 +64,27 @@ impl TaskInstance {
         self: Arc<Self>,
         cell: SinkCell,
         topics: Result<Vec<String>, String>,
+        share: Option<PartitionShare>,
     ) {
         let topics = match topics {
             Ok(t) => t,
             Err(e) => return self.fail(e),
         };
-        let name = sink_consumer_name(&self.key.connector);
+        let name = self.shared.log.sink_consumer_name(&self.key.connector);
+        let log = &self.shared.log;
         let mut consumer = loop {
+            let open = async {
+                match share {
+                    Some(share) => {
+                        log.consumer_in_share(&name, &topics, StartPosition::Earliest, share)
+                            .await
+                    }
+                    None => log.consumer(&name, &topics, StartPosition::Earliest).await,
+                }
+            };
             let opened = tokio::select! {
                 () = self.cancel.cancelled() => return,
-                r = self.shared.log.consumer(&name, &topics, StartPosition::Earliest) => r,
+                r = open => r,
             };
             match opened {
                 Ok(c) => break c,
@@ -134,11 +145,11 @@ impl TaskInstance {
                 }
                 continue;
             }
-            let mut offsets: BTreeMap<String, u64> = BTreeMap::new();
+            let mut offsets: BTreeMap<TopicPartition, u64> = BTreeMap::new();
             let mut tokens = Vec::with_capacity(delivered.len());
             let mut records = Vec::with_capacity(delivered.len());
             for d in delivered {
-                let next = offsets.entry(d.record.topic.clone()).or_insert(0);
+                let next = offsets.entry(d.record.topic_partition()).or_insert(0);
                 *next = (*next).max(d.record.offset + 1);
                 tokens.push(d.ack);
                 records.push(d.record);
@@ -321,7 +332,7 @@ mod tests {
             Ok(())
         }
 
-        async fn flush(&mut self, _offsets: &BTreeMap<String, u64>) -> PluginResult<()> {
+        async fn flush(&mut self, _offsets: &BTreeMap<TopicPartition, u64>) -> PluginResult<()> {
             self.probe.flush_attempts.fetch_add(1, Ordering::SeqCst);
             if self.probe.fail_flush.load(Ordering::SeqCst) {
                 return Err("disk full".into());
@@ -365,6 +376,7 @@ mod tests {
                 value: i.to_string().into_bytes(),
                 headers: Vec::new(),
                 timestamp_ms: None,
+                partition: None,
             })
             .collect();
         log.append("t", batch).await.expect("append");
@@ -416,6 +428,7 @@ mod tests {
                 incarnation: "i".into(),
                 executor_epoch: 0,
             },
+            partition_share: None,
         };
         let task = Arc::new(TaskInstance::new(&plugin, &req, shared).expect("plugin slot"));
         assert_eq!(start(task.clone(), req).await, InstanceState::Running);
@@ -433,7 +446,7 @@ mod tests {
         let _ = stop(&task, StopCause::Requested, WAIT).await;
         let mut reader = log
             .consumer(
-                &sink_consumer_name("c"),
+                &log.sink_consumer_name("c"),
                 &["t".to_string()],
                 StartPosition::Earliest,
             )
@@ -467,18 +480,23 @@ mod tests {
         );
     }
     #[test]
-    fn unflushed_records_keep_the_highest_next_offset_per_topic_and_the_oldest_put_time() {
+    fn unflushed_records_keep_the_highest_next_offset_per_topic_partition_and_the_oldest_put_time()
+    {
         let token = |position| AckToken {
             topic: "t".into(),
             position,
             handle: String::new(),
         };
         let mut unflushed = Unflushed::default();
-        unflushed.add(vec![token(0), token(1)], BTreeMap::from([("t".into(), 2)]));
+        let (p0, p1) = (TopicPartition::new("t", 0), TopicPartition::new("t", 1));
+        unflushed.add(
+            vec![token(0), token(1)],
+            BTreeMap::from([(p0.clone(), 2), (p1.clone(), 9)]),
+        );
         let first = unflushed.since;
-        unflushed.add(vec![token(2)], BTreeMap::from([("t".into(), 3)]));
+        unflushed.add(vec![token(2)], BTreeMap::from([(p0.clone(), 3)]));
         assert_eq!(unflushed.tokens.len(), 3);
-        assert_eq!(unflushed.offsets, BTreeMap::from([("t".into(), 3)]));
+        assert_eq!(unflushed.offsets, BTreeMap::from([(p0, 3), (p1, 9)]));
         assert!(first.is_some());
         assert_eq!(unflushed.since, first);
     }

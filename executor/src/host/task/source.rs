@@ -320,6 +320,7 @@ impl TaskInstance {
     /// stop began are drained into the log, bounded by [`STOP_DRAIN_TIMEOUT_MS`].
     async fn append_all(&self, records: &[SourceRecord]) -> Result<(), SourceExit> {
         for (topic, batch) in by_topic(records) {
+            self.prepare_topic(&topic).await?;
             loop {
                 let appended = tokio::select! {
                     biased;
@@ -339,6 +340,39 @@ impl TaskInstance {
             }
         }
         Ok(())
+    }
+
+    /// Before the first append to `topic`: when the connector has topic creation rules,
+    /// asks the log to create the topic with its group's settings (an existing topic is
+    /// used as it is), retrying failures like an append.
+    async fn prepare_topic(&self, topic: &str) -> Result<(), SourceExit> {
+        let Some(rules) = &self.topic_creation else {
+            return Ok(());
+        };
+        if super::lock(&self.topics_prepared).contains(topic) {
+            return Ok(());
+        }
+        let settings = rules.settings_for(topic);
+        loop {
+            let prepared = tokio::select! {
+                biased;
+                () = self.drain_deadline() => return Err(SourceExit::Abandoned),
+                r = self.shared.log.prepare_topic(topic, settings) => r,
+            };
+            match prepared {
+                Ok(()) => {
+                    super::lock(&self.topics_prepared).insert(topic.to_owned());
+                    return Ok(());
+                }
+                Err(e) => {
+                    tracing::warn!(connector = %self.key.connector, task = self.key.task, topic = %topic,
+                        error = %e, "creating the topic failed; retrying");
+                    if !self.backoff().await {
+                        return Err(SourceExit::Stopped);
+                    }
+                }
+            }
+        }
     }
 
     /// Commits `offsets` to the control plane and, when that landed and `plugin_commit`,
@@ -434,6 +468,7 @@ fn by_topic(records: &[SourceRecord]) -> Vec<(String, Vec<LogRecord>)> {
             value: r.value.clone(),
             headers: r.headers.clone(),
             timestamp_ms: r.timestamp_ms,
+            partition: None,
         };
         match groups.iter_mut().find(|(t, _)| *t == r.topic) {
             Some((_, batch)) => batch.push(record),
@@ -456,6 +491,7 @@ mod tests {
             value: Vec::new(),
             headers: Vec::new(),
             timestamp_ms: None,
+            partition: None,
             source_partition: partition,
             source_offset: json!({ "position": position }),
             data: None,

@@ -13,11 +13,26 @@ use rdkafka::producer::FutureRecord;
 
 use wharf::sdk::SinkRecord;
 
-use super::super::LogRecord;
+use super::super::{LogError, LogRecord};
 
-/// The Kafka record of `record` for `topic`, partition left to the producer's partitioner.
-pub(super) fn to_kafka<'a>(topic: &'a str, record: &'a LogRecord) -> FutureRecord<'a, [u8], [u8]> {
+/// The Kafka record of `record` for `topic`: in the record's partition when it names one,
+/// else in the one the producer's partitioner picks.
+///
+/// # Errors
+/// A partition above Kafka's largest (`i32::MAX`), naming it.
+pub(super) fn to_kafka<'a>(
+    topic: &'a str,
+    record: &'a LogRecord,
+) -> Result<FutureRecord<'a, [u8], [u8]>, LogError> {
     let mut out = FutureRecord::to(topic).payload(record.value.as_slice());
+    if let Some(partition) = record.partition {
+        let partition = i32::try_from(partition).map_err(|_| {
+            LogError::InvalidConfig(format!(
+                "partition {partition} of a record for topic {topic:?} is not a Kafka partition"
+            ))
+        })?;
+        out = out.partition(partition);
+    }
     if let Some(key) = &record.key {
         out = out.key(key.as_slice());
     }
@@ -36,7 +51,7 @@ pub(super) fn to_kafka<'a>(topic: &'a str, record: &'a LogRecord) -> FutureRecor
         );
         out = out.headers(headers);
     }
-    out
+    Ok(out)
 }
 
 /// The [`LogRecord`] a Kafka message holds (see the module doc for null values).
@@ -57,6 +72,7 @@ pub(super) fn from_kafka(message: &impl Message) -> LogRecord {
         value: message.payload().map(<[u8]>::to_vec).unwrap_or_default(),
         headers,
         timestamp_ms: message.timestamp().to_millis(),
+        partition: None,
     }
 }
 
@@ -103,8 +119,9 @@ mod tests {
             value: b"v".to_vec(),
             headers: vec![("h".into(), vec![0, 13, 10]), ("h".into(), vec![])],
             timestamp_ms: Some(1_700_000_000_000),
+            partition: None,
         };
-        let out = to_kafka("t", &record);
+        let out = to_kafka("t", &record).expect("record");
         assert_eq!(out.topic, "t");
         assert_eq!(out.key, Some(&[0u8, 255][..]));
         assert_eq!(out.payload, Some(&b"v"[..]));
@@ -126,8 +143,9 @@ mod tests {
             value: b"v".to_vec(),
             headers: vec![],
             timestamp_ms: None,
+            partition: None,
         };
-        let out = to_kafka("t", &record);
+        let out = to_kafka("t", &record).expect("record");
         assert_eq!(out.key, None);
         assert!(out.headers.is_none());
         assert_eq!(out.timestamp, None, "the producer's clock stamps it");
@@ -152,8 +170,29 @@ mod tests {
                 value: vec![],
                 headers: vec![("n".into(), vec![])],
                 timestamp_ms: Some(5),
+                partition: None,
             }
         );
+    }
+
+    #[test]
+    fn a_record_naming_its_partition_goes_there_and_one_past_kafkas_range_is_refused() {
+        let record = LogRecord {
+            key: None,
+            value: b"v".to_vec(),
+            headers: vec![],
+            timestamp_ms: None,
+            partition: Some(3),
+        };
+        assert_eq!(to_kafka("t", &record).expect("record").partition, Some(3));
+        let too_far = LogRecord {
+            partition: Some(u32::MAX),
+            ..record
+        };
+        match to_kafka("t", &too_far) {
+            Err(LogError::InvalidConfig(msg)) => assert!(msg.contains("4294967295"), "{msg}"),
+            other => panic!("{:?}", other.map(|r| r.partition)),
+        }
     }
 
     #[test]
@@ -169,6 +208,7 @@ mod tests {
             value: vec![3; 10],
             headers: vec![("ab".into(), vec![4; 3])],
             timestamp_ms: None,
+            partition: None,
         };
         assert_eq!(
             record_bytes(&record.into_sink_record("t", 0)),

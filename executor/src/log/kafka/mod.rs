@@ -16,16 +16,16 @@
 //! - **A named consumer** is the Kafka consumer group of that name, which holds its
 //!   committed offsets (see `reader.rs`: partitions are assigned by the log, not by the
 //!   group protocol; acknowledgements commit each partition's contiguous acknowledged
-//!   prefix). An acknowledgement's token carries the record's partition in its handle.
+//!   prefix). A sink connector's is named as Kafka Connect names it ([`group_name`]). An
+//!   acknowledgement's token carries the record's partition in its handle.
+//! - **A sink task's reader** ([`RecordLog::consumer_in_share`]) reads only the partitions
+//!   of its [`PartitionShare`], which the control plane gave the task, and finds partitions
+//!   added to its topics later.
 //! - **Deleting a consumer** deletes its group (DeleteGroups), so a consumer made again
 //!   under that name starts from its configured position.
 //!
 //! # Not yet
-//! - Readers on several log handles (executors) of one consumer each read every
-//!   partition: the records are shared only among the readers of one handle. Dividing
-//!   partitions among executors is the control plane's part, not done yet.
-//! - Partitions added to an existing topic are not picked up by an open consumer.
-//! - TLS, SASL, client property passthrough and topic creation settings.
+//! - TLS, SASL, client property passthrough and topic creation settings (docs/kafka.md).
 
 mod layout;
 mod reader;
@@ -41,9 +41,10 @@ use rdkafka::client::DefaultClientContext;
 use rdkafka::error::{KafkaError, RDKafkaErrorCode};
 use rdkafka::producer::{DeliveryFuture, FutureProducer};
 
-use super::{LogConsumer, LogError, LogRecord, RecordLog, StartPosition};
+use super::{LogConsumer, LogError, LogRecord, PartitionShare, RecordLog, StartPosition};
 use reader::Group;
-pub use reader::{KafkaReader, TOPIC_RECHECK_INTERVAL};
+pub use reader::{KafkaReader, PARTITION_RECHECK_INTERVAL, TOPIC_RECHECK_INTERVAL};
+use settings::Role;
 pub use settings::{
     DEFAULT_KAFKA_REQUEST_TIMEOUT_MS, DEFAULT_TOPIC_PARTITIONS, KafkaConfig, MAX_TOPIC_NAME_CHARS,
     check_topic_name,
@@ -60,8 +61,18 @@ fn unavailable(what: &str, err: impl std::fmt::Display) -> LogError {
     LogError::Unavailable(format!("{what}: {err}"))
 }
 
-/// Named consumers of one handle, by (name, topics): readers share them.
-type Groups = tokio::sync::Mutex<HashMap<(String, Vec<String>), Weak<Group>>>;
+/// Named consumers of one handle, by (name, topics, share): readers share them.
+type Groups = tokio::sync::Mutex<HashMap<GroupKey, Weak<Group>>>;
+/// (consumer name, topics, partition share).
+type GroupKey = (String, Vec<String>, Option<PartitionShare>);
+
+/// The consumer group of sink connector `connector`, named as Kafka Connect names it
+/// (`connect-<name>`, Connect's `SinkUtils.consumerGroupId`), so that Kafka's tools and
+/// lag exporters find a Wharf sink where they find a Connect one. The one place that
+/// names it.
+pub fn group_name(connector: &str) -> String {
+    format!("connect-{connector}")
+}
 
 /// The Kafka backend. Cheap to clone.
 #[derive(Clone)]
@@ -88,8 +99,8 @@ impl KafkaLog {
     /// librdkafka refuses the client configuration.
     pub async fn connect(config: KafkaConfig) -> Result<Self, LogError> {
         config.validate()?;
-        let producer: FutureProducer = rdkafka::ClientConfig::new()
-            .set("bootstrap.servers", config.bootstrap_servers())
+        let producer: FutureProducer = config
+            .client_config(Role::Producer)?
             .set("enable.idempotence", "true")
             .set("acks", "all")
             .set("partitioner", "murmur2_random")
@@ -97,8 +108,8 @@ impl KafkaLog {
             .set("allow.auto.create.topics", "false")
             .create()
             .map_err(|e| unavailable("create Kafka producer", e))?;
-        let admin: AdminClient<DefaultClientContext> = rdkafka::ClientConfig::new()
-            .set("bootstrap.servers", config.bootstrap_servers())
+        let admin: AdminClient<DefaultClientContext> = config
+            .client_config(Role::Admin)?
             .create()
             .map_err(|e| unavailable("create Kafka admin client", e))?;
         Ok(Self {
@@ -127,17 +138,36 @@ impl KafkaLog {
     }
 
     /// Creates `topic` unless this process already knows it exists (an existing topic
-    /// is used as it is).
+    /// is used as it is): with [`KafkaConfig::topic_partitions`] partitions and the
+    /// brokers' default replication factor.
     async fn ensure_topic(&self, topic: &str) -> Result<(), LogError> {
+        let settings = wharf::topic_creation::TopicSettings {
+            partitions: self.inner.config.topic_partitions,
+            replication_factor: -1,
+            configs: std::collections::BTreeMap::new(),
+        };
+        self.create_topic(topic, &settings).await
+    }
+
+    /// Creates `topic` with `settings` unless this process already knows it exists; a
+    /// topic the brokers already hold is used as it is.
+    async fn create_topic(
+        &self,
+        topic: &str,
+        settings: &wharf::topic_creation::TopicSettings,
+    ) -> Result<(), LogError> {
         if self.known_topics().contains(topic) {
             return Ok(());
         }
         check_topic_name(topic)?;
-        let new = NewTopic::new(
+        let mut new = NewTopic::new(
             topic,
-            self.inner.config.topic_partitions,
-            TopicReplication::Fixed(-1),
+            settings.partitions,
+            TopicReplication::Fixed(settings.replication_factor),
         );
+        for (name, value) in &settings.configs {
+            new = new.set(name, value);
+        }
         let results = self
             .inner
             .admin
@@ -164,7 +194,7 @@ impl KafkaLog {
             match self
                 .inner
                 .producer
-                .send_result(layout::to_kafka(topic, record))
+                .send_result(layout::to_kafka(topic, record)?)
             {
                 Ok(delivery) => {
                     in_flight.push(delivery);
@@ -180,6 +210,34 @@ impl KafkaLog {
                 Err((e, _)) => return Err(unavailable(&format!("produce to {topic:?}"), e)),
             }
         }
+    }
+}
+
+impl KafkaLog {
+    /// A reader of the group `consumer` on `topics`, in `share` (`None`: every partition);
+    /// readers of one (name, topics, share) on this handle share one Kafka consumer.
+    async fn reader(
+        &self,
+        consumer: &str,
+        topics: &[String],
+        start: StartPosition,
+        share: Option<PartitionShare>,
+    ) -> Result<Box<dyn LogConsumer>, LogError> {
+        for topic in topics {
+            check_topic_name(topic)?;
+        }
+        let key = (consumer.to_string(), topics.to_vec(), share);
+        let mut groups = self.inner.groups.lock().await;
+        groups.retain(|_, group| group.strong_count() > 0);
+        let group = match groups.get(&key).and_then(Weak::upgrade) {
+            Some(group) => group,
+            None => {
+                let group = Group::open(&self.inner.config, consumer, topics, start, share).await?;
+                groups.insert(key, Arc::downgrade(&group));
+                group
+            }
+        };
+        Ok(Box::new(KafkaReader::new(group)))
     }
 }
 
@@ -243,32 +301,50 @@ impl RecordLog for KafkaLog {
         topics: &[String],
         start: StartPosition,
     ) -> Result<Box<dyn LogConsumer>, LogError> {
-        for topic in topics {
-            check_topic_name(topic)?;
+        self.reader(consumer, topics, start, None).await
+    }
+
+    async fn consumer_in_share(
+        &self,
+        consumer: &str,
+        topics: &[String],
+        start: StartPosition,
+        share: PartitionShare,
+    ) -> Result<Box<dyn LogConsumer>, LogError> {
+        self.reader(consumer, topics, start, Some(share)).await
+    }
+
+    fn sink_consumer_name(&self, connector: &str) -> String {
+        group_name(connector)
+    }
+
+    async fn prepare_topic(
+        &self,
+        topic: &str,
+        settings: &wharf::topic_creation::TopicSettings,
+    ) -> Result<(), LogError> {
+        if !self.inner.config.topic_creation_enable {
+            // The worker's switch is off (Connect's `topic.creation.enable=false`): the
+            // connector's settings are ignored and the first append creates the topic as
+            // any other.
+            return Ok(());
         }
-        let key = (consumer.to_string(), topics.to_vec());
-        let mut groups = self.inner.groups.lock().await;
-        groups.retain(|_, group| group.strong_count() > 0);
-        let group = match groups.get(&key).and_then(Weak::upgrade) {
-            Some(group) => group,
-            None => {
-                let group = Group::open(&self.inner.config, consumer, topics, start).await?;
-                groups.insert(key, Arc::downgrade(&group));
-                group
-            }
-        };
-        Ok(Box::new(KafkaReader::new(group)))
+        self.create_topic(topic, settings).await
     }
 
     async fn delete_consumer(&self, consumer: &str) -> Result<(), LogError> {
-        self.inner.groups.lock().await.retain(|(name, _), group| {
-            if name == consumer
-                && let Some(group) = group.upgrade()
-            {
-                group.mark_deleted();
-            }
-            name != consumer
-        });
+        self.inner
+            .groups
+            .lock()
+            .await
+            .retain(|(name, _, _), group| {
+                if name == consumer
+                    && let Some(group) = group.upgrade()
+                {
+                    group.mark_deleted();
+                }
+                name != consumer
+            });
         let results = self
             .inner
             .admin

@@ -1,9 +1,11 @@
-//! Reading a Kafka record log: a named consumer of one log handle is one Kafka consumer
-//! (consumer group = the name) shared by that handle's readers.
+//! Reading a Kafka record log: a named consumer of one log handle, in one partition share
+//! (or none), is one Kafka consumer (consumer group = the name) shared by that handle's
+//! readers of it.
 //!
 //! Partitions are assigned by the log, not by the group's rebalance protocol: the
-//! consumer takes every partition of its topics (`incremental_assign`) and keeps its
-//! position in the group's committed offsets. A position comes from the group's committed
+//! consumer takes the partitions of its topics that its share owns (every one without a
+//! share; `incremental_assign`), looks for new ones every [`PARTITION_RECHECK_INTERVAL`],
+//! and keeps its position in the group's committed offsets. A position comes from the group's committed
 //! offset; without one, [`StartPosition::Earliest`] starts at the partition's first record
 //! and [`StartPosition::Latest`] at its end, which is committed at once so that a restart
 //! keeps that start. A topic absent when the consumer opened is looked for again every
@@ -30,11 +32,16 @@ use rdkafka::{Offset, TopicPartitionList};
 use tokio::sync::Notify;
 use tokio::time::Instant;
 
-use super::super::{AckToken, Delivered, LogConsumer, LogError, LogLimits, StartPosition};
+use super::super::{
+    AckToken, Delivered, LogConsumer, LogError, LogLimits, PartitionShare, StartPosition,
+};
 use super::{KafkaConfig, layout, unavailable};
 
-/// How often a waiting reader looks again for subscribed topics that did not exist yet.
+/// How often a reader looks again for subscribed topics that did not exist yet.
 pub const TOPIC_RECHECK_INTERVAL: Duration = Duration::from_millis(500);
+/// How often a reader looks for partitions added to its topics (Kafka's consumer finds
+/// them on its metadata refresh, `metadata.max.age.ms`, 5 minutes by default).
+pub const PARTITION_RECHECK_INTERVAL: Duration = Duration::from_secs(2);
 
 /// (topic, partition).
 type PartitionKey = (String, i32);
@@ -47,10 +54,17 @@ struct Assigned {
     missing: Vec<String>,
 }
 
-/// One named consumer of one log handle: a Kafka consumer in the group of that name.
+/// One named consumer of one log handle: a Kafka consumer in the group of that name,
+/// reading the partitions of its share (every partition without one).
 pub(super) struct Group {
     name: String,
     consumer: StreamConsumer,
+    /// The topics it reads.
+    topics: Vec<String>,
+    /// The partitions it reads; `None`: every partition of its topics.
+    share: Option<PartitionShare>,
+    /// Where a partition without a committed offset starts.
+    start: StartPosition,
     /// Set when the log deleted the group while readers still used it.
     deleted: AtomicBool,
     limits: LogLimits,
@@ -66,9 +80,9 @@ pub(super) struct Group {
 
 #[derive(Default)]
 struct GroupState {
-    /// Subscribed topics without partitions yet.
+    /// Topics without partitions yet.
     missing: Vec<String>,
-    /// When the missing topics are looked for next.
+    /// When the topics' partitions are looked for next.
     next_check: Option<Instant>,
     partitions: HashMap<PartitionKey, PartitionState>,
     /// Records a dropped reader held, delivered before the buffer.
@@ -97,16 +111,48 @@ impl PartitionState {
     }
 }
 
+/// The partitions of `topic` (of `ids`) that a reader with `share` takes and does not
+/// hold yet.
+fn partitions_to_take(
+    topic: &str,
+    ids: impl IntoIterator<Item = i32>,
+    share: Option<PartitionShare>,
+    held: impl Fn(&str, i32) -> bool,
+) -> Vec<i32> {
+    ids.into_iter()
+        .filter(|&p| {
+            let ours = match (share, u32::try_from(p)) {
+                (None, _) => true,
+                (Some(share), Ok(p)) => share.owns(topic, p),
+                (Some(_), Err(_)) => false,
+            };
+            ours && !held(topic, p)
+        })
+        .collect()
+}
+
+/// When the partitions are looked for next: soon while a topic is absent, else at the
+/// slower pace that finds partitions added to a topic.
+fn next_check_after(missing: &[String]) -> Duration {
+    if missing.is_empty() {
+        PARTITION_RECHECK_INTERVAL
+    } else {
+        TOPIC_RECHECK_INTERVAL
+    }
+}
+
 impl Group {
-    /// Creates the group's consumer and assigns the partitions of `topics` that exist.
+    /// Creates the group's consumer and assigns the partitions of `topics` (in `share`)
+    /// that exist.
     pub(super) async fn open(
         config: &KafkaConfig,
         name: &str,
         topics: &[String],
         start: StartPosition,
+        share: Option<PartitionShare>,
     ) -> Result<Arc<Self>, LogError> {
-        let consumer: StreamConsumer = rdkafka::ClientConfig::new()
-            .set("bootstrap.servers", config.bootstrap_servers())
+        let consumer: StreamConsumer = config
+            .client_config(super::settings::Role::Consumer)?
             .set("group.id", name)
             .set("enable.auto.commit", "false")
             .set("enable.auto.offset.store", "false")
@@ -117,6 +163,9 @@ impl Group {
         let group = Arc::new(Self {
             name: name.to_string(),
             consumer,
+            topics: topics.to_vec(),
+            share,
+            start,
             deleted: AtomicBool::new(false),
             limits: config.limits,
             request_timeout: Duration::from_millis(config.request_timeout_ms),
@@ -129,7 +178,7 @@ impl Group {
             assign_lock: Mutex::new(()),
         });
         let assigning = group.clone();
-        tokio::task::spawn_blocking(move || assigning.assign_missing(start))
+        tokio::task::spawn_blocking(move || assigning.assign_new())
             .await
             .map_err(|e| unavailable("assign partitions", e))??;
         Ok(group)
@@ -156,43 +205,57 @@ impl Group {
             .unwrap_or_else(|poisoned| poisoned.into_inner())
     }
 
-    /// Assigns the partitions of the missing topics that exist now, at the group's
-    /// committed offsets or `start` (blocking: metadata, offsets and commit requests).
-    fn assign_missing(&self, start: StartPosition) -> Result<(), LogError> {
+    /// Assigns the partitions of its topics (in its share) that exist now and it does not
+    /// read yet, at the group's committed offsets or its start position (blocking:
+    /// metadata, offsets and commit requests). A partition that appeared after the first
+    /// assignment (a topic created later, a partition added) starts at its first record.
+    fn assign_new(&self) -> Result<(), LogError> {
         let _assigning = self
             .assign_lock
             .lock()
             .unwrap_or_else(|poisoned| poisoned.into_inner());
-        let missing = std::mem::take(&mut self.state().missing);
-        let result = self.assign(&missing, start);
+        let first = self.state().partitions.is_empty() && self.state().next_check.is_none();
+        let start = if first {
+            self.start
+        } else {
+            StartPosition::Earliest
+        };
+        let result = self.assign(start);
         let mut state = self.state();
-        state.next_check = Some(Instant::now() + TOPIC_RECHECK_INTERVAL);
         match result {
             Ok(assigned) => {
                 state.partitions.extend(assigned.partitions);
+                state.next_check = Some(Instant::now() + next_check_after(&assigned.missing));
                 state.missing = assigned.missing;
                 Ok(())
             }
             Err(err) => {
-                state.missing = missing;
+                state.next_check = Some(Instant::now() + TOPIC_RECHECK_INTERVAL);
                 Err(err)
             }
         }
     }
 
-    fn assign(&self, topics: &[String], start: StartPosition) -> Result<Assigned, LogError> {
+    fn assign(&self, start: StartPosition) -> Result<Assigned, LogError> {
         let timeout = self.request_timeout;
         let mut wanted = TopicPartitionList::new();
         let mut missing = Vec::new();
-        for topic in topics {
+        for topic in &self.topics {
             let metadata = self
                 .consumer
                 .fetch_metadata(Some(topic), timeout)
                 .map_err(|e| unavailable(&format!("metadata of topic {topic:?}"), e))?;
             match metadata.topics().first() {
                 Some(t) if t.error().is_none() && !t.partitions().is_empty() => {
-                    for p in t.partitions() {
-                        wanted.add_partition(topic, p.id());
+                    let state = self.state();
+                    let take = partitions_to_take(
+                        topic,
+                        t.partitions().iter().map(|p| p.id()),
+                        self.share,
+                        |topic, p| state.partitions.contains_key(&(topic.to_string(), p)),
+                    );
+                    for p in take {
+                        wanted.add_partition(topic, p);
                     }
                 }
                 _ => missing.push(topic.clone()),
@@ -262,7 +325,11 @@ impl Group {
     fn push(&self, message: OwnedMessage) {
         let (partition, offset) = (message.partition(), message.offset());
         let topic = message.topic().to_string();
-        let record = layout::from_kafka(&message).into_sink_record(&topic, as_position(offset));
+        let record = layout::from_kafka(&message).into_sink_record_at(
+            &topic,
+            u32::try_from(partition).unwrap_or_default(),
+            as_position(offset),
+        );
         let ack = AckToken {
             topic: topic.clone(),
             position: as_position(offset),
@@ -299,13 +366,20 @@ impl Group {
         out
     }
 
-    fn recheck_due(&self) -> Option<Instant> {
-        let state = self.state();
-        if state.missing.is_empty() {
-            None
-        } else {
-            state.next_check.or(Some(Instant::now()))
+    /// When its topics' partitions are looked for next.
+    fn recheck_due(&self) -> Instant {
+        self.state().next_check.unwrap_or_else(Instant::now)
+    }
+
+    /// Looks for new partitions when that is due (see [`Group::assign_new`]).
+    async fn recheck_if_due(self: &Arc<Self>) -> Result<(), LogError> {
+        if self.recheck_due() > Instant::now() {
+            return Ok(());
         }
+        let group = self.clone();
+        tokio::task::spawn_blocking(move || group.assign_new())
+            .await
+            .map_err(|e| unavailable("assign partitions", e))?
     }
 
     /// Takes `acked` off the outstanding records and commits the partitions whose
@@ -398,6 +472,7 @@ impl LogConsumer for KafkaReader {
         }
         loop {
             self.group.check_not_deleted()?;
+            self.group.recheck_if_due().await?;
             // Nothing awaits between receiving and returning: a fetch dropped midway
             // leaves what it received in the group's buffer.
             self.group.drain(max)?;
@@ -414,15 +489,7 @@ impl LogConsumer for KafkaReader {
             if now >= deadline {
                 return Ok(Vec::new());
             }
-            let recheck = self.group.recheck_due();
-            if recheck.is_some_and(|at| at <= now) {
-                let group = self.group.clone();
-                tokio::task::spawn_blocking(move || group.assign_missing(StartPosition::Earliest))
-                    .await
-                    .map_err(|e| unavailable("assign partitions", e))??;
-                continue;
-            }
-            let until = recheck.map_or(deadline, |at| at.min(deadline));
+            let until = self.group.recheck_due().min(deadline);
             let group = &self.group;
             tokio::select! {
                 received = group.consumer.recv() => match received {
@@ -507,6 +574,46 @@ mod tests {
     #[test]
     fn nothing_is_committed_before_a_record_was_received() {
         assert_eq!(partition(&[], None, -1).commit_position(), None);
+    }
+
+    #[test]
+    fn a_reader_without_a_share_takes_every_partition_it_does_not_hold() {
+        let take = partitions_to_take("t", 0..4, None, |_, p| p == 1);
+        assert_eq!(take, [0, 2, 3]);
+    }
+
+    #[test]
+    fn a_reader_in_a_share_takes_only_the_partitions_the_share_owns() {
+        let share = PartitionShare::new(1, 2).expect("share");
+        let take = partitions_to_take("t", 0..8, Some(share), |_, _| false);
+        assert!(!take.is_empty());
+        assert!(
+            take.iter()
+                .all(|p| share.owns("t", u32::try_from(*p).expect("p")))
+        );
+        let other = PartitionShare::new(0, 2).expect("share");
+        let rest = partitions_to_take("t", 0..8, Some(other), |_, _| false);
+        assert_eq!(take.len() + rest.len(), 8);
+    }
+
+    #[test]
+    fn a_partition_added_later_is_taken_once_by_its_owner() {
+        let share = PartitionShare::new(0, 1).expect("share");
+        let held = [0, 1];
+        let take = partitions_to_take("t", 0..3, Some(share), |_, p| held.contains(&p));
+        assert_eq!(take, [2]);
+    }
+
+    #[test]
+    fn a_negative_partition_id_is_never_taken_in_a_share() {
+        let share = PartitionShare::new(0, 1).expect("share");
+        assert!(partitions_to_take("t", [-1], Some(share), |_, _| false).is_empty());
+    }
+
+    #[test]
+    fn an_absent_topic_is_looked_for_sooner_than_new_partitions() {
+        assert_eq!(next_check_after(&["t".into()]), TOPIC_RECHECK_INTERVAL);
+        assert_eq!(next_check_after(&[]), PARTITION_RECHECK_INTERVAL);
     }
 
     #[test]

@@ -1,6 +1,8 @@
 //! The Kafka backend's settings (`--record-log kafka://HOST:PORT[,HOST:PORT...]`) and the
 //! topic names Kafka accepts.
 
+use std::collections::BTreeMap;
+
 use super::super::{LogError, LogLimits};
 
 /// Default timeout of one request to the brokers (metadata, offsets, topic creation,
@@ -10,6 +12,36 @@ pub const DEFAULT_KAFKA_REQUEST_TIMEOUT_MS: u64 = 10_000;
 pub const DEFAULT_TOPIC_PARTITIONS: i32 = 1;
 /// Longest topic name Kafka accepts.
 pub const MAX_TOPIC_NAME_CHARS: usize = 249;
+
+/// Which kind of Kafka client a setting is for.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub enum Role {
+    /// The producer of appends.
+    Producer,
+    /// A sink's consumer.
+    Consumer,
+    /// The admin client (topics, groups).
+    Admin,
+}
+
+impl Role {
+    /// The role and property of a passthrough option (`producer.linger.ms` ->
+    /// (Producer, `linger.ms`)), as Kafka Connect's worker keys name them.
+    fn of_passthrough(option: &str) -> Option<(Self, &str)> {
+        [
+            ("producer.", Role::Producer),
+            ("consumer.", Role::Consumer),
+            ("admin.", Role::Admin),
+        ]
+        .into_iter()
+        .find_map(|(prefix, role)| {
+            option
+                .strip_prefix(prefix)
+                .filter(|p| !p.is_empty())
+                .map(|p| (role, p))
+        })
+    }
+}
 
 /// Settings of the Kafka record log.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -22,6 +54,77 @@ pub struct KafkaConfig {
     pub topic_partitions: i32,
     /// Fetch and in-flight bounds.
     pub limits: LogLimits,
+    /// Whether source connectors' topic creation settings (KIP-158) apply: Kafka
+    /// Connect's worker setting `topic.creation.enable` (default true), given as the
+    /// record log's option `?topic.creation.enable=false`.
+    pub topic_creation_enable: bool,
+    /// librdkafka settings of the connection to the brokers (TLS, SASL), from the record
+    /// log's options: `security.protocol`, `ssl.*` file locations, `sasl.mechanism`,
+    /// `sasl.username` and `sasl.password.file` (the password is read from that file when
+    /// the clients are made, never given on the command line).
+    pub security: BTreeMap<String, String>,
+    /// librdkafka properties passed through to one kind of client (Kafka Connect's worker
+    /// keys `producer.*`, `consumer.*`, `admin.*`), allowed by [`passthrough_refusal`].
+    pub passthrough: BTreeMap<(Role, String), String>,
+}
+
+/// The record log options that set the connection's security, and whether each names a
+/// file that must exist.
+const SECURITY_OPTIONS: [(&str, bool); 7] = [
+    ("security.protocol", false),
+    ("ssl.ca.location", true),
+    ("ssl.certificate.location", true),
+    ("ssl.key.location", true),
+    ("sasl.mechanism", false),
+    ("sasl.username", false),
+    ("sasl.password.file", true),
+];
+
+/// librdkafka properties Wharf sets itself for its guarantees, which a passthrough may
+/// not change: the brokers and security (set by the options above), the idempotent
+/// producer with `acks=all` and Connect's partitioner (at least once, per-key order), the
+/// consumer's group, manual commits and start position (offsets committed only after
+/// `flush`), topic auto-creation (topics are created by the log).
+const RESERVED: [&str; 14] = [
+    "bootstrap.servers",
+    "metadata.broker.list",
+    "enable.idempotence",
+    "acks",
+    "request.required.acks",
+    "partitioner",
+    "delivery.timeout.ms",
+    "group.id",
+    "enable.auto.commit",
+    "enable.auto.offset.store",
+    "auto.offset.reset",
+    "allow.auto.create.topics",
+    "transactional.id",
+    "isolation.level",
+];
+
+/// Why librdkafka property `name` may not be passed through, or `None` when it may: the
+/// reserved properties, anything of the connection's security (its own options, so that
+/// secrets stay out of the passthrough), and callbacks or plugins (code librdkafka would
+/// load).
+pub fn passthrough_refusal(name: &str) -> Option<String> {
+    if RESERVED.contains(&name) {
+        return Some(format!(
+            "{name} is set by Wharf's Kafka log for its delivery guarantees"
+        ));
+    }
+    if name.starts_with("security.")
+        || name.starts_with("ssl.")
+        || name.starts_with("ssl_")
+        || name.starts_with("sasl.")
+    {
+        return Some(format!(
+            "{name} is a security setting: use the record log's security options (docs/kafka.md)"
+        ));
+    }
+    if name.starts_with("plugin.") || name.contains("_cb") || name == "opaque" {
+        return Some(format!("{name} loads code or sets a callback"));
+    }
+    None
 }
 
 impl KafkaConfig {
@@ -32,33 +135,70 @@ impl KafkaConfig {
             request_timeout_ms: DEFAULT_KAFKA_REQUEST_TIMEOUT_MS,
             topic_partitions: DEFAULT_TOPIC_PARTITIONS,
             limits: LogLimits::default(),
+            topic_creation_enable: true,
+            security: BTreeMap::new(),
+            passthrough: BTreeMap::new(),
         }
     }
 
     /// Reads the Kafka form of a record-log spec: `kafka://` then brokers separated by
-    /// commas, each `HOST:PORT` (a later one may repeat `kafka://`).
+    /// commas, each `HOST:PORT` (a later one may repeat `kafka://`), then options after
+    /// `?`, `&`-separated: `topic.creation.enable=true|false`.
     ///
     /// # Errors
-    /// [`LogError::InvalidConfig`] naming the broker that is wrong, or an option (none is
-    /// accepted yet).
+    /// [`LogError::InvalidConfig`] naming the broker or the option that is wrong.
     pub(in crate::log) fn from_spec(spec: &str) -> Result<Self, LogError> {
-        let brokers = spec.strip_prefix("kafka://").unwrap_or(spec);
-        if let Some((_, query)) = brokers.split_once('?') {
-            return Err(LogError::InvalidConfig(format!(
-                "unknown record log option {query:?} (a kafka:// log takes none)"
-            )));
-        }
-        let config = Self::new(
+        let rest = spec.strip_prefix("kafka://").unwrap_or(spec);
+        let (brokers, query) = rest.split_once('?').unwrap_or((rest, ""));
+        let mut config = Self::new(
             brokers
                 .split(',')
                 .map(str::trim)
                 .map(|b| b.strip_prefix("kafka://").unwrap_or(b)),
         );
+        for option in query.split('&').filter(|o| !o.is_empty()) {
+            match option.split_once('=') {
+                Some(("topic.creation.enable", value)) => {
+                    config.topic_creation_enable = match value {
+                        "true" => true,
+                        "false" => false,
+                        _ => {
+                            return Err(LogError::InvalidConfig(format!(
+                                "record log option topic.creation.enable must be true or false, got {value:?}"
+                            )));
+                        }
+                    };
+                }
+                Some((name, value)) if SECURITY_OPTIONS.iter().any(|(o, _)| *o == name) => {
+                    config.security.insert(name.to_owned(), value.to_owned());
+                }
+                Some((name, value)) if Role::of_passthrough(name).is_some() => {
+                    let Some((role, property)) = Role::of_passthrough(name) else {
+                        continue;
+                    };
+                    if let Some(why) = passthrough_refusal(property) {
+                        return Err(LogError::InvalidConfig(format!(
+                            "record log option {name}: {why}"
+                        )));
+                    }
+                    config
+                        .passthrough
+                        .insert((role, property.to_owned()), value.to_owned());
+                }
+                _ => {
+                    let name = option.split_once('=').map_or(option, |(n, _)| n);
+                    return Err(LogError::InvalidConfig(format!(
+                        "unknown record log option {name:?} (a kafka:// log takes topic.creation.enable, security.protocol, ssl.ca.location, ssl.certificate.location, ssl.key.location, sasl.mechanism, sasl.username, sasl.password.file, and producer.*, consumer.*, admin.* librdkafka properties)"
+                    )));
+                }
+            }
+        }
         config.validate()?;
         Ok(config)
     }
 
-    /// Checks the limits, the topic partitions and that every broker is `HOST:PORT`.
+    /// Checks the limits, the topic partitions, that every broker is `HOST:PORT`, the
+    /// security options' values and that the files they name exist.
     ///
     /// # Errors
     /// [`LogError::InvalidConfig`] naming what is wrong.
@@ -72,6 +212,28 @@ impl KafkaConfig {
         }
         if self.brokers.is_empty() {
             return Err(LogError::InvalidConfig("no Kafka broker given".into()));
+        }
+        for (name, value) in &self.security {
+            let names_a_file = SECURITY_OPTIONS.iter().any(|(o, file)| o == name && *file);
+            if names_a_file && !std::path::Path::new(value).is_file() {
+                return Err(LogError::InvalidConfig(format!(
+                    "record log option {name}: no file at {value:?}"
+                )));
+            }
+            let known = match name.as_str() {
+                "security.protocol" => {
+                    ["plaintext", "ssl", "sasl_plaintext", "sasl_ssl"].contains(&value.as_str())
+                }
+                "sasl.mechanism" => {
+                    ["PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512"].contains(&value.as_str())
+                }
+                _ => true,
+            };
+            if !known {
+                return Err(LogError::InvalidConfig(format!(
+                    "record log option {name} does not take {value:?} (security.protocol: plaintext, ssl, sasl_plaintext, sasl_ssl; sasl.mechanism: PLAIN, SCRAM-SHA-256, SCRAM-SHA-512)"
+                )));
+            }
         }
         for broker in &self.brokers {
             let port_ok = broker
@@ -90,12 +252,61 @@ impl KafkaConfig {
     pub(super) fn bootstrap_servers(&self) -> String {
         self.brokers.join(",")
     }
+
+    /// The librdkafka settings every client of `role` starts from: the brokers, the
+    /// connection's security (the SASL password read from its file) and the role's
+    /// passthrough properties.
+    ///
+    /// # Errors
+    /// [`LogError::InvalidConfig`] when the password file cannot be read (naming the
+    /// option, never the content).
+    pub(super) fn client_config(&self, role: Role) -> Result<rdkafka::ClientConfig, LogError> {
+        let mut config = rdkafka::ClientConfig::new();
+        config.set("bootstrap.servers", self.bootstrap_servers());
+        for (name, value) in &self.security {
+            if name == "sasl.password.file" {
+                let password = std::fs::read_to_string(value).map_err(|e| {
+                    LogError::InvalidConfig(format!(
+                        "record log option sasl.password.file {value:?}: {e}"
+                    ))
+                })?;
+                config.set("sasl.password", password.trim_end_matches(['\r', '\n']));
+            } else {
+                config.set(name, value);
+            }
+        }
+        for ((r, name), value) in &self.passthrough {
+            if *r == role {
+                config.set(name, value);
+            }
+        }
+        Ok(config)
+    }
 }
 
 impl std::fmt::Display for KafkaConfig {
-    /// The spec form: `kafka://a:9092,b:9092`.
+    /// The spec form: `kafka://a:9092,b:9092` (and `?topic.creation.enable=false` when
+    /// off).
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        write!(f, "kafka://{}", self.brokers.join(","))
+        write!(f, "kafka://{}", self.brokers.join(","))?;
+        let mut options: Vec<String> = Vec::new();
+        if !self.topic_creation_enable {
+            options.push("topic.creation.enable=false".into());
+        }
+        // No secret is ever an option's value: the password is in a file.
+        options.extend(self.security.iter().map(|(k, v)| format!("{k}={v}")));
+        options.extend(self.passthrough.iter().map(|((role, k), v)| {
+            let prefix = match role {
+                Role::Producer => "producer",
+                Role::Consumer => "consumer",
+                Role::Admin => "admin",
+            };
+            format!("{prefix}.{k}={v}")
+        }));
+        if !options.is_empty() {
+            write!(f, "?{}", options.join("&"))?;
+        }
+        Ok(())
     }
 }
 
@@ -169,7 +380,102 @@ mod tests {
     #[test]
     fn an_option_is_refused_naming_it() {
         let msg = refusal("kafka://a:9092?partitions=3");
-        assert!(msg.contains("partitions=3"), "{msg}");
+        assert!(msg.contains("\"partitions\""), "{msg}");
+    }
+
+    #[test]
+    fn topic_creation_can_be_switched_off_and_a_wrong_value_is_refused() {
+        let config =
+            KafkaConfig::from_spec("kafka://a:9092?topic.creation.enable=false").expect("spec");
+        assert!(!config.topic_creation_enable);
+        assert_eq!(
+            config.to_string(),
+            "kafka://a:9092?topic.creation.enable=false"
+        );
+        assert!(
+            KafkaConfig::from_spec("kafka://a:9092?topic.creation.enable=true")
+                .expect("spec")
+                .topic_creation_enable
+        );
+        let msg = refusal("kafka://a:9092?topic.creation.enable=yes");
+        assert!(
+            msg.contains("topic.creation.enable") && msg.contains("yes"),
+            "{msg}"
+        );
+    }
+
+    #[test]
+    fn security_options_are_taken_and_a_wrong_value_or_missing_file_is_refused() {
+        let dir = tempfile::tempdir().expect("dir");
+        let ca = dir.path().join("ca.pem");
+        std::fs::write(&ca, "x").expect("ca");
+        let spec = format!(
+            "kafka://a:9093?security.protocol=sasl_ssl&ssl.ca.location={}&sasl.mechanism=SCRAM-SHA-512&sasl.username=u",
+            ca.display()
+        );
+        let config = KafkaConfig::from_spec(&spec).expect("spec");
+        assert_eq!(
+            config.security.get("sasl.mechanism").map(String::as_str),
+            Some("SCRAM-SHA-512")
+        );
+        assert!(config.to_string().contains("security.protocol=sasl_ssl"));
+        let msg = refusal("kafka://a:9093?security.protocol=tls");
+        assert!(
+            msg.contains("security.protocol") && msg.contains("\"tls\""),
+            "{msg}"
+        );
+        let msg = refusal("kafka://a:9093?ssl.ca.location=/nonexistent/ca.pem");
+        assert!(
+            msg.contains("ssl.ca.location") && msg.contains("no file"),
+            "{msg}"
+        );
+        let msg = refusal("kafka://a:9093?sasl.password=secret");
+        assert!(
+            msg.contains("\"sasl.password\"") && !msg.contains("secret"),
+            "{msg}"
+        );
+    }
+
+    #[test]
+    fn the_sasl_password_is_read_from_its_file_into_the_client_only() {
+        let dir = tempfile::tempdir().expect("dir");
+        let file = dir.path().join("password");
+        std::fs::write(&file, "s3cret\n").expect("password");
+        let spec = format!(
+            "kafka://a:9093?security.protocol=sasl_plaintext&sasl.mechanism=PLAIN&sasl.username=u&sasl.password.file={}",
+            file.display()
+        );
+        let config = KafkaConfig::from_spec(&spec).expect("spec");
+        assert!(!config.to_string().contains("s3cret"));
+        assert!(!format!("{config:?}").contains("s3cret"));
+        let client = config.client_config(Role::Producer).expect("client");
+        assert_eq!(client.get("sasl.password"), Some("s3cret"));
+        assert_eq!(client.get("sasl.username"), Some("u"));
+    }
+
+    #[test]
+    fn passthrough_properties_go_to_their_client_and_reserved_ones_are_refused() {
+        let config = KafkaConfig::from_spec(
+            "kafka://a:9092?producer.linger.ms=5&consumer.fetch.min.bytes=1024&admin.request.timeout.ms=3000",
+        )
+        .expect("spec");
+        let producer = config.client_config(Role::Producer).expect("producer");
+        assert_eq!(producer.get("linger.ms"), Some("5"));
+        assert_eq!(producer.get("fetch.min.bytes"), None);
+        let consumer = config.client_config(Role::Consumer).expect("consumer");
+        assert_eq!(consumer.get("fetch.min.bytes"), Some("1024"));
+        for (option, what) in [
+            ("producer.acks=1", "delivery guarantees"),
+            ("producer.enable.idempotence=false", "delivery guarantees"),
+            ("consumer.enable.auto.commit=true", "delivery guarantees"),
+            ("consumer.group.id=x", "delivery guarantees"),
+            ("producer.sasl.password=x", "security setting"),
+            ("admin.ssl.key.password=x", "security setting"),
+            ("producer.plugin.library.paths=/x", "loads code"),
+        ] {
+            let msg = refusal(&format!("kafka://a:9092?{option}"));
+            assert!(msg.contains(what), "{option}: {msg}");
+        }
     }
 
     #[test]
