@@ -444,21 +444,25 @@ impl CallKind {
                 "ConnectorAdmin",
                 "CreateConnector" | "PutConnectorConfig" | "PauseConnector" | "ResumeConnector"
                 | "StopConnector" | "RestartConnector" | "RestartTask" | "DeleteConnector"
-                | "RetryCleanup" | "AlterOffsets" | "ResetOffsets",
+                | "RetryCleanup" | "AlterOffsets" | "ResetOffsets" | "AdoptOrphanedResources",
             )
-            | ("ExecutorRegistry", "RegisterExecutor" | "RequestTaskReconfiguration") => {
+            | (
+                "ExecutorRegistry",
+                "RegisterExecutor" | "RequestTaskReconfiguration" | "RecordResources",
+            ) => {
                 CallKind::Change
             }
             (
                 "Executor",
                 "StartConnector" | "StopConnector" | "ComputeTaskConfigs" | "StartTask"
-                | "StopTask",
+                | "StopTask" | "GetSinkOffsets" | "AlterSinkOffsets",
             ) => CallKind::Delegated,
             (
                 "ConnectorAdmin",
                 "GetConnector" | "ListConnectors" | "GetConnectorStatus"
                 | "ValidateConnectorConfig" | "ListConnectorPlugins" | "GetOffsets"
-                | "ListExecutors" | "WatchConnector" | "ListAuditEntries",
+                | "ListExecutors" | "WatchConnector" | "ListAuditEntries"
+                | "GetConnectorResources" | "ListOrphanedResources",
             )
             // ValidateConfig runs the plugin's checks and changes nothing.
             | ("Executor", "ListAssignments" | "ValidateConfig")
@@ -1042,7 +1046,7 @@ mod tests {
                 }
             }
         }
-        assert_eq!(seen, 32, "every wharf.v1 method was checked");
+        assert_eq!(seen, 38, "every wharf.v1 method was checked");
     }
 
     #[test]

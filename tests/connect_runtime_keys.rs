@@ -1,5 +1,5 @@
 //! A Kafka Connect config is never half-applied: a Kafka Connect runtime key Wharf does
-//! not implement (exactly-once support, topic creation, client overrides, ...) or a
+//! not implement (exactly-once support, client overrides, ...) or a
 //! reference to a config provider Wharf does not implement (`${vault:...}`) is refused
 //! naming the key, over gRPC and REST, with nothing stored; validate reports each as an
 //! error on its key; a config of the plugin's keys and the runtime keys Wharf implements
@@ -20,7 +20,6 @@ use wharf_harness::rest::start_with_rest;
 /// implemented: tests/pipeline.rs.)
 const CONNECT_ONLY: &[(&str, &str)] = &[
     ("exactly.once.support", "required"),
-    ("topic.creation.default.partitions", "3"),
     ("producer.override.linger.ms", "5"),
     ("offsets.storage.topic", "kc-offsets"),
 ];

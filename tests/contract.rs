@@ -200,10 +200,21 @@ fn validate_config_answers_key_names_and_messages_never_values() {
     let keys = c.field("ValidateConfigResponse", "keys");
     assert_eq!(keys.type_name(), format!(".{PACKAGE}.ConfigKeyErrors"));
     assert_eq!(keys.label(), Label::Repeated);
+    // Besides the keys, what the plugin would provision: resources named by kind, name
+    // and a locator that by the SDK's contract holds no secret (docs/resources.md).
+    let declared = c.field("ValidateConfigResponse", "declared_resources");
+    assert_eq!(declared.type_name(), format!(".{PACKAGE}.Resource"));
+    assert_eq!(declared.label(), Label::Repeated);
+    c.assert_scalar(
+        "ValidateConfigResponse",
+        "declared_resources_error",
+        declared.number() + 1,
+        Type::String,
+    );
     assert_eq!(
         c.message("ValidateConfigResponse").field.len(),
-        1,
-        "keys only"
+        3,
+        "keys, declared resources and why they could not be declared, only"
     );
 }
 
@@ -331,6 +342,24 @@ const CONNECTOR_ADMIN: &[Rpc] = &[
         "ListAuditEntriesResponse",
         false,
     ),
+    (
+        "GetConnectorResources",
+        "GetConnectorResourcesRequest",
+        "GetConnectorResourcesResponse",
+        false,
+    ),
+    (
+        "ListOrphanedResources",
+        "ListOrphanedResourcesRequest",
+        "ListOrphanedResourcesResponse",
+        false,
+    ),
+    (
+        "AdoptOrphanedResources",
+        "AdoptOrphanedResourcesRequest",
+        "AdoptOrphanedResourcesResponse",
+        false,
+    ),
 ];
 
 const EXECUTOR: &[Rpc] = &[
@@ -366,6 +395,18 @@ const EXECUTOR: &[Rpc] = &[
         "ValidateConfigResponse",
         false,
     ),
+    (
+        "GetSinkOffsets",
+        "GetSinkOffsetsRequest",
+        "GetSinkOffsetsResponse",
+        false,
+    ),
+    (
+        "AlterSinkOffsets",
+        "AlterSinkOffsetsRequest",
+        "AlterSinkOffsetsResponse",
+        false,
+    ),
 ];
 
 const EXECUTOR_REGISTRY: &[Rpc] = &[
@@ -392,6 +433,12 @@ const EXECUTOR_REGISTRY: &[Rpc] = &[
         "RequestTaskReconfiguration",
         "RequestTaskReconfigurationRequest",
         "RequestTaskReconfigurationResponse",
+        false,
+    ),
+    (
+        "RecordResources",
+        "RecordResourcesRequest",
+        "RecordResourcesResponse",
         false,
     ),
 ];

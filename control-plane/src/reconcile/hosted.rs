@@ -92,7 +92,7 @@ impl Cluster {
     /// Corrects the status from a heartbeat that lists everything `executor` (at `epoch`)
     /// hosts: an instance recorded RUNNING there that two heartbeats in a row did not list
     /// is gone without the control plane stopping it, and is recorded FAILED with a trace
-    /// naming the executor ([`gone_trace`]); the operator's restart runs it again.
+    /// naming the executor (`gone_trace`); the operator's restart runs it again.
     ///
     /// # Errors
     /// Store failures.

@@ -1,11 +1,11 @@
 //! Plugins out of process: a plugin that runs as a child process of the executor,
 //! speaking the plugin protocol (proto/wharf/v1/plugin.proto, docs/plugins-out-of-process.md)
 //! over its stdio, offered to the rest of the executor as an ordinary
-//! [`Plugin`](wharf::sdk::Plugin) whose instances are proxies: the host, the lifecycle
+//! [`Plugin`] whose instances are proxies: the host, the lifecycle
 //! contract, the metrics and the deletion path treat it like any plugin.
 //!
 //! One process per `[[process]]` entry of `--plugin-processes` ([`spec`]) hosts every
-//! instance of the plugins it offers, multiplexed by request id ([`conn`]). It is started
+//! instance of the plugins it offers, multiplexed by request id (`conn`). It is started
 //! and described when the settings are read, so the plugins it offers are advertised at
 //! registration; when it dies its instances fail (the death text names the exit status and
 //! the stderr tail) and the next instance starts a fresh process. An instance abandoned
@@ -50,7 +50,7 @@ impl PluginProcess {
     ///
     /// # Errors
     /// Text naming the process: it could not be started, did not answer, or answered
-    /// something unusable ([`check_described`]).
+    /// something unusable (`check_described`).
     pub fn start(spec: ProcessSpec) -> Result<Arc<Self>, String> {
         let conn = Conn::spawn(&spec).map_err(|e| spawn_error(&spec, &e))?;
         let answer = conn.call_blocking(describe_request(), spec.describe_timeout);

@@ -64,7 +64,7 @@ pub struct KafkaConfig {
     /// the clients are made, never given on the command line).
     pub security: BTreeMap<String, String>,
     /// librdkafka properties passed through to one kind of client (Kafka Connect's worker
-    /// keys `producer.*`, `consumer.*`, `admin.*`), allowed by [`passthrough_refusal`].
+    /// keys `producer.*`, `consumer.*`, `admin.*`), allowed by `passthrough_refusal`.
     pub passthrough: BTreeMap<(Role, String), String>,
 }
 

@@ -1,7 +1,7 @@
 //! Converters (Kafka Connect's `Converter` and `HeaderConverter`): how a record's key,
 //! value and header bytes are read into Connect data and written back. The ones of
 //! Apache Kafka 3.9 that Wharf implements, by class name, simple name or Wharf's short
-//! alias ([`Converter::parse`]): `JsonConverter` (`json`), `StringConverter` (`string`),
+//! alias (`Converter::parse`): `JsonConverter` (`json`), `StringConverter` (`string`),
 //! `ByteArrayConverter` (`bytes`), and for headers `SimpleHeaderConverter` (`simple`).
 
 pub mod json;
