@@ -70,12 +70,15 @@ pub fn orphan_wire(o: &OrphanRecord) -> pb::OrphanedResource {
 /// one stop per task then the connector instance, each on its host at its generation,
 /// or cleanup-only on a live executor when it has none (`live` says whether an executor
 /// holds a lease); the created entries not yet removed are removed (kept under
-/// `keep_resources`), adopted ones kept. Pure.
+/// `keep_resources`), adopted ones kept; a sink's log consumer is named as the cluster's
+/// record log names it (`record_log`: an executor's canonical log, empty when unknown).
+/// Pure.
 pub fn deletion_plan(
     rec: &ConnectorRecord,
     mode: DeletionMode,
     offsets: usize,
     is_sink: bool,
+    record_log: &str,
     live: &dyn Fn(&str) -> bool,
 ) -> pb::DeletionPlan {
     let step = |task: Option<u32>, i: &crate::model::Instance| {
@@ -116,10 +119,21 @@ pub fn deletion_plan(
         keep,
         offsets: u32::try_from(offsets).unwrap_or(u32::MAX),
         consumer_groups: if is_sink {
-            vec![format!("wharf-sink-{}", rec.name)]
+            vec![sink_consumer_name(record_log, &rec.name)]
         } else {
             Vec::new()
         },
+    }
+}
+
+/// The name a sink connector's position goes by on `record_log`: Kafka Connect's
+/// consumer group `connect-<name>` on Kafka, the log consumer `wharf-sink-<name>` on the
+/// embedded and JetStream logs (the executor's `RecordLog::sink_consumer_name`). Pure.
+fn sink_consumer_name(record_log: &str, connector: &str) -> String {
+    if record_log.starts_with("kafka://") {
+        format!("connect-{connector}")
+    } else {
+        format!("wharf-sink-{connector}")
     }
 }
 
@@ -240,7 +254,14 @@ impl Admin {
                 .iter()
                 .any(|e| e.id == id && !e.lost && cluster.holds_lease(&e.id, e.epoch))
         };
-        Ok(deletion_plan(&rec, mode, offsets, is_sink, &live))
+        // Every live executor of a cluster uses the same log (plan/record_log.rs).
+        let record_log = execs
+            .iter()
+            .find(|e| live(&e.id) && !e.record_log.is_empty())
+            .map_or("", |e| e.record_log.as_str());
+        Ok(deletion_plan(
+            &rec, mode, offsets, is_sink, record_log, &live,
+        ))
     }
 }
 
@@ -310,7 +331,7 @@ mod tests {
                 EntryState::Confirmed,
             ),
         ];
-        let p = deletion_plan(&r, DeletionMode::Cleanup, 2, true, &|_| true);
+        let p = deletion_plan(&r, DeletionMode::Cleanup, 2, true, "embedded:/d", &|_| true);
         let names = |v: &[pb::ResourceEntry]| -> Vec<String> {
             v.iter()
                 .map(|e| e.resource.as_ref().unwrap().name.clone())
@@ -320,13 +341,22 @@ mod tests {
         assert_eq!(names(&p.keep), ["users"]);
         assert_eq!(p.offsets, 2);
         assert_eq!(p.consumer_groups, ["wharf-sink-c"]);
+        let on_kafka = deletion_plan(
+            &r,
+            DeletionMode::Cleanup,
+            2,
+            true,
+            "kafka://k1:9092",
+            &|_| true,
+        );
+        assert_eq!(on_kafka.consumer_groups, ["connect-c"]);
     }
 
     #[test]
     fn the_plan_under_keep_resources_keeps_everything_and_stops_with_false() {
         let mut r = rec("c");
         r.resources = vec![entry(queue("mine"), EntryState::Confirmed)];
-        let p = deletion_plan(&r, DeletionMode::KeepResources, 0, false, &|_| true);
+        let p = deletion_plan(&r, DeletionMode::KeepResources, 0, false, "", &|_| true);
         assert!(p.remove.is_empty());
         assert_eq!(p.keep.len(), 1);
         assert!(p.steps.iter().all(|s| !s.connector_deleted));
@@ -348,7 +378,7 @@ mod tests {
             executor: Some("e2".into()),
             ..r.connector.clone()
         }];
-        let p = deletion_plan(&r, DeletionMode::Cleanup, 0, false, &|e| e == "e1");
+        let p = deletion_plan(&r, DeletionMode::Cleanup, 0, false, "", &|e| e == "e1");
         assert_eq!(p.steps.len(), 2);
         assert_eq!((p.steps[0].task, p.steps[0].cleanup_only), (Some(0), true));
         assert_eq!(

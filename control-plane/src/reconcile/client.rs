@@ -123,28 +123,40 @@ impl ExecutorClients {
         }
     }
 
-    /// `r` with executor `executor`'s deletion token in its metadata, when the stop it
-    /// carries has `connector_deleted = true` and the token is known.
+    /// `r` with executor `exec`'s deletion token in its metadata, when the stop it carries
+    /// has `connector_deleted = true`.
+    ///
+    /// # Errors
+    /// [`CallError::Unreachable`] when that token is not known yet (a control plane that
+    /// just started learns it from the executor's next heartbeat or registration): the
+    /// executor would refuse the stop, so it is not sent, and the finalizer tries again
+    /// without counting an attempt.
     fn with_deletion_token<T>(
         &self,
         mut r: tonic::Request<T>,
-        executor: &str,
+        exec: &ExecutorRecord,
         connector_deleted: bool,
-    ) -> tonic::Request<T> {
+    ) -> Result<tonic::Request<T>, CallError> {
         if !connector_deleted {
-            return r;
+            return Ok(r);
         }
         let token = self
             .deletion_tokens
             .lock()
             .unwrap_or_else(std::sync::PoisonError::into_inner)
-            .get(executor)
+            .get(&exec.id)
             .cloned();
-        if let Some(v) = token.and_then(|t| tonic::metadata::MetadataValue::try_from(t).ok()) {
-            r.metadata_mut()
-                .insert(wharf::identity::DELETION_TOKEN_HEADER, v);
+        match token.and_then(|t| tonic::metadata::MetadataValue::try_from(t).ok()) {
+            Some(v) => {
+                r.metadata_mut()
+                    .insert(wharf::identity::DELETION_TOKEN_HEADER, v);
+                Ok(r)
+            }
+            None => Err(CallError::Unreachable {
+                address: exec.address.clone(),
+                message: "its deletion token is not known yet (it comes with the executor's next heartbeat or registration)".to_owned(),
+            }),
         }
-        r
     }
 
     fn client(&self, exec: &ExecutorRecord) -> Result<ExecutorClient<Channel>, CallError> {
@@ -203,7 +215,7 @@ impl ExecutorClients {
         let t = stop_call_timeout_ms(req.timeout_ms);
         let deleted = req.connector_deleted;
         self.client(exec)?
-            .stop_connector(self.with_deletion_token(Self::request(req, t), &exec.id, deleted))
+            .stop_connector(self.with_deletion_token(Self::request(req, t), exec, deleted)?)
             .await
             .map(tonic::Response::into_inner)
             .map_err(|s| classify(&exec.address, s))
@@ -244,7 +256,7 @@ impl ExecutorClients {
         let t = stop_call_timeout_ms(req.timeout_ms);
         let deleted = req.connector_deleted;
         self.client(exec)?
-            .stop_task(self.with_deletion_token(Self::request(req, t), &exec.id, deleted))
+            .stop_task(self.with_deletion_token(Self::request(req, t), exec, deleted)?)
             .await
             .map(tonic::Response::into_inner)
             .map_err(|s| classify(&exec.address, s))
