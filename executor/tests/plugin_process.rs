@@ -303,9 +303,13 @@ async fn a_killed_process_fails_its_instances_with_its_exit_status_and_the_next_
 
     // SAFETY: a signal to the test's own child process.
     assert_eq!(unsafe { libc::kill(pid, libc::SIGKILL) }, 0);
+    let began = Instant::now();
     let err = loop {
         match task.poll().await {
-            Ok(_) => tokio::time::sleep(Duration::from_millis(5)).await,
+            Ok(_) => {
+                assert!(began.elapsed() < WAIT, "poll still answers after SIGKILL");
+                tokio::time::sleep(Duration::from_millis(5)).await;
+            }
             Err(e) => break e.to_string(),
         }
     };
