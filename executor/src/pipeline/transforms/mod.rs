@@ -4,6 +4,7 @@
 //! Connect documents them (and as its sources read). [`build_transform`] and
 //! [`build_predicate`] make one from its keys; an error names the key.
 
+mod cast;
 mod fields;
 mod predicates;
 mod record;
@@ -87,7 +88,7 @@ pub fn build_transform(
     };
     let c = Keys(config);
     Ok(match base {
-        "Cast" => Box::new(fields::Cast::new(side, &c)?),
+        "Cast" => Box::new(cast::Cast::new(side, &c)?),
         "DropHeaders" => Box::new(record::DropHeaders::new(&c)?),
         "ExtractField" => Box::new(fields::ExtractField::new(side, &c)?),
         "Filter" => Box::new(record::Filter),
