@@ -1,21 +1,30 @@
-//! Pauses of either side of a lease, with real processes: SIGSTOP of the control plane or
-//! of an executor for about a lease (half a lease to two), then SIGCONT. After each,
-//! within a few leases, every executor and the control plane agree on one epoch (the
-//! control plane's ListExecutors against each executor's own ListAssignments), every
-//! executor is ALIVE, every task of the connectors runs again, and a line appended after
-//! the pause reaches the file sink (docs/contract.md, "Executor self-fencing").
+//! Pauses of any part of a cluster, with real processes: SIGSTOP of the control plane, of
+//! an executor or of the control plane's etcd for about a lease (half a lease to two),
+//! then SIGCONT (issue 41, point 1). After each, within a few leases, every executor and
+//! the control plane agree on one epoch (the control plane's ListExecutors against each
+//! executor's own ListAssignments), every executor is ALIVE, every task of the connectors
+//! runs again, and the line appended during the pause and one appended after it reach
+//! the file sink, with every line before them (docs/contract.md, "Executor
+//! self-fencing").
 //!
 //! The executors share the loopback NATS JetStream as their record log, so that the
 //! file-source and the file-sink may land on different executors.
 //!
-//! The randomized case prints its seed; `WHARF_PAUSE_SEED=<seed>` replays it.
+//! The randomized cases print their seed; `WHARF_PAUSE_SEED=<seed>` replays one. The
+//! second runs the control plane on a test-owned etcd (free ports, its own data dir: the
+//! shared etcd on 2379 is never paused) and pauses etcd too: past two thirds of the
+//! election TTL the lone replica steps down, and after SIGCONT it leads again once it sat
+//! out one TTL (docs/state.md, "Leader election"); the executors, fenced meanwhile or
+//! not, must end at one agreed epoch.
 //!
-//! Build first: `cargo build --workspace --bins`.
+//! Needs the `etcd` binary (Debian `etcd-server`, see scripts/setup-services). Build
+//! first: `cargo build -p wharf-control-plane -p wharf-executor-stock`.
 
 use std::time::{Duration, Instant};
 
 use serde_json::{Value, json};
 use wharf_harness::cluster::{TestCluster, call_at};
+use wharf_harness::etcd::TestEtcd;
 use wharf_harness::lines::{append_lines, sink_numbers};
 use wharf_harness::rng::Rng;
 use wharf_harness::{KeepOnFailure, Proc, wait_until};
@@ -35,10 +44,14 @@ const NATS_URL: &str = "nats://127.0.0.1:4222";
 const EXECUTORS: usize = 3;
 /// Tasks of the test-source connector (spread over the executors).
 const SOURCE_TASKS: usize = 3;
+/// Election TTL of the control plane on etcd, in seconds: a failover (the TTL plus a
+/// second) fits in [`LEASE_MS`] as docs/state.md asks, so an etcd pause shorter than the
+/// lease minus the TTL and the sit-out fences no executor, and a longer one fences them.
+const ELECTION_TTL_SECS: u32 = 3;
 
-/// A control plane (redb store) and `n` executors on the shared JetStream log, with
-/// [`LEASE_MS`] and [`HEARTBEAT_MS`].
-async fn start(n: usize) -> TestCluster {
+/// A control plane and `n` executors on the shared JetStream log, with [`LEASE_MS`] and
+/// [`HEARTBEAT_MS`]; the control plane's store is redb, or what `store_flags` choose.
+async fn start(n: usize, store_flags: Vec<String>) -> TestCluster {
     let dir = KeepOnFailure::new();
     let cp_dir = dir.path().join("cp");
     let port = wharf_harness::audit::free_port();
@@ -53,7 +66,10 @@ async fn start(n: usize) -> TestCluster {
             LEASE_MS.to_string(),
             "--heartbeat-interval-ms".into(),
             HEARTBEAT_MS.to_string(),
-        ],
+        ]
+        .into_iter()
+        .chain(store_flags)
+        .collect(),
         &cp_dir,
     );
     let addr = cp.listen_addr().await;
@@ -125,12 +141,26 @@ impl Pipeline {
         p
     }
 
-    /// Appends the next line and waits until the sink wrote it.
-    async fn append_and_deliver(&mut self, within: Duration) {
-        let n = self.next;
-        append_lines(&self.input, n..n + 1);
+    /// Appends the next line (not waiting for it).
+    fn append(&mut self) {
+        append_lines(&self.input, self.next..self.next + 1);
         self.next += 1;
-        self.delivered(n, within).await;
+    }
+
+    /// Appends the next line and waits until the sink wrote it and every line before
+    /// it: no record appended so far, during a pause included, is lost.
+    async fn append_and_deliver(&mut self, within: Duration) {
+        self.append();
+        let all = self.next;
+        wait_until(
+            &format!("lines 0..{all} in the sink's file"),
+            within,
+            || async {
+                let written = sink_numbers(&self.output);
+                (0..all).all(|n| written.contains(&n)).then_some(())
+            },
+        )
+        .await;
     }
 
     async fn delivered(&self, n: u64, within: Duration) {
@@ -248,28 +278,49 @@ fn tail(text: &str, lines: usize) -> String {
 enum Target {
     ControlPlane,
     Executor(usize),
+    /// The control plane's (test-owned) etcd.
+    Etcd,
 }
 
-/// Holds `target` stopped for `length` (the fault itself), then resumes it; returns
-/// when it was resumed.
-async fn pause(c: &TestCluster, target: Target, length: Duration) -> Instant {
-    let p = match target {
-        Target::ControlPlane => &c.cp,
-        Target::Executor(i) => &c.executors[i],
-    };
-    p.freeze().await;
-    tokio::time::sleep(length).await;
-    p.thaw();
+/// Holds `target` stopped for `length` (the fault itself), appending a line to the
+/// pipeline's input halfway, then resumes it; returns when it was resumed. `etcd`: the
+/// cluster's etcd, for [`Target::Etcd`].
+async fn pause(
+    c: &TestCluster,
+    etcd: Option<&TestEtcd>,
+    pipeline: &mut Pipeline,
+    target: Target,
+    length: Duration,
+) -> Instant {
+    match target {
+        Target::ControlPlane => c.cp.freeze().await,
+        Target::Executor(i) => c.executors[i].freeze().await,
+        Target::Etcd => etcd.expect("a cluster on etcd").freeze().await,
+    }
+    tokio::time::sleep(length / 2).await;
+    pipeline.append();
+    tokio::time::sleep(length - length / 2).await;
+    match target {
+        Target::ControlPlane => c.cp.thaw(),
+        Target::Executor(i) => c.executors[i].thaw(),
+        Target::Etcd => etcd.expect("a cluster on etcd").thaw(),
+    }
     Instant::now()
+}
+
+/// A pause length: half a lease to two leases.
+fn random_length(rng: &mut Rng) -> Duration {
+    let half = u64::from(LEASE_MS) / 2;
+    Duration::from_millis(half + rng.below(3 * half + 1))
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_control_plane_paused_past_the_lease_and_its_executors_agree_again() {
-    let c = start(EXECUTORS).await;
+    let c = start(EXECUTORS, Vec::new()).await;
     let mut pipeline = Pipeline::create(&c).await;
     agrees_again(&c, &mut pipeline, Instant::now(), "before any pause").await;
     let length = Duration::from_millis(u64::from(LEASE_MS) * 2);
-    let resumed = pause(&c, Target::ControlPlane, length).await;
+    let resumed = pause(&c, None, &mut pipeline, Target::ControlPlane, length).await;
     agrees_again(&c, &mut pipeline, resumed, "control plane paused 2 leases").await;
     let log = c.cp_log();
     println!(
@@ -288,7 +339,7 @@ const RANDOM_PAUSES: usize = 3;
 async fn random_pauses_of_either_side_leave_one_agreed_epoch_after_each() {
     let (mut rng, seed) = Rng::from_env("WHARF_PAUSE_SEED");
     println!("pause sequence seed: {seed} (replay with WHARF_PAUSE_SEED={seed})");
-    let c = start(EXECUTORS).await;
+    let c = start(EXECUTORS, Vec::new()).await;
     let mut pipeline = Pipeline::create(&c).await;
     agrees_again(&c, &mut pipeline, Instant::now(), "before any pause").await;
     for i in 0..RANDOM_PAUSES {
@@ -296,12 +347,40 @@ async fn random_pauses_of_either_side_leave_one_agreed_epoch_after_each() {
             0 => Target::ControlPlane,
             e => Target::Executor(e as usize - 1),
         };
-        // Half a lease to two leases.
-        let half = u64::from(LEASE_MS) / 2;
-        let length = Duration::from_millis(half + rng.below(3 * half + 1));
+        let length = random_length(&mut rng);
         let what = format!("pause {i} (seed {seed}): {target:?} for {length:?}");
         println!("{what}");
-        let resumed = pause(&c, target, length).await;
+        let resumed = pause(&c, None, &mut pipeline, target, length).await;
+        agrees_again(&c, &mut pipeline, resumed, &what).await;
+    }
+}
+
+/// A control plane on a test-owned etcd: each run pauses etcd, the control plane and
+/// one executor, once each, in a random order and for random lengths, so that every
+/// kind of pause is seen in every run (the order and lengths vary).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn random_pauses_of_etcd_the_control_plane_or_an_executor_leave_one_agreed_epoch_after_each()
+{
+    let (mut rng, seed) = Rng::from_env("WHARF_PAUSE_SEED");
+    println!("pause sequence seed: {seed} (replay with WHARF_PAUSE_SEED={seed})");
+    let etcd = TestEtcd::start();
+    let c = start(EXECUTORS, etcd.store_flags(ELECTION_TTL_SECS)).await;
+    let mut pipeline = Pipeline::create(&c).await;
+    agrees_again(&c, &mut pipeline, Instant::now(), "before any pause").await;
+    let mut targets = vec![
+        Target::Etcd,
+        Target::ControlPlane,
+        Target::Executor(rng.below(EXECUTORS as u64) as usize),
+    ];
+    // Fisher-Yates, from the seed.
+    for i in (1..targets.len()).rev() {
+        targets.swap(i, rng.below(i as u64 + 1) as usize);
+    }
+    for (i, target) in targets.into_iter().enumerate() {
+        let length = random_length(&mut rng);
+        let what = format!("pause {i} (seed {seed}, etcd store): {target:?} for {length:?}");
+        println!("{what}");
+        let resumed = pause(&c, Some(&etcd), &mut pipeline, target, length).await;
         agrees_again(&c, &mut pipeline, resumed, &what).await;
     }
 }
