@@ -2,7 +2,7 @@
 //! and executor (NATS JetStream record log), a test-owned RabbitMQ node and SQLite files.
 //!
 //! - two `rabbitmq-sink` connectors on one queue: the second is refused at create, naming
-//!   the first; a queue the user declared before is adopted, survives the deletion with its
+//!   the first, also when its URI spells the broker `LOCALHOST.` instead of `127.0.0.1`; a queue the user declared before is adopted, survives the deletion with its
 //!   messages; the deletion plan (dry run) lists exactly the queues the deletion removes;
 //! - a `sqlite-audit` connector whose database file was moved away: its deletion does not
 //!   report success, the step names the audit table and the 3 triggers; forcing it leaves
@@ -10,7 +10,10 @@
 //! - dry run then deletion of a `sqlite-audit` connector: the plan's entries are exactly
 //!   what leaves `sqlite_master`; the watched table (adopted) stays;
 //! - the control plane killed with kill -9 after a connector recorded its resources: the
-//!   ledger is there after the restart and the deletion removes the resources.
+//!   ledger is there after the restart and the deletion removes the resources;
+//! - a forced `sqlite-audit` deletion's orphans purged: a purge while the file is still
+//!   away leaves them listed with the error; once it is back, the purge removes them from
+//!   `sqlite_master` and from the list.
 //!
 //! Build first: `cargo build -p wharf-control-plane -p wharf-executor-stock`.
 
@@ -178,6 +181,21 @@ async fn a_second_sink_on_a_queue_is_refused_and_a_users_queue_outlives_the_sink
         );
         assert!(c.try_status("second").is_none(), "nothing stored");
     }
+    // The same broker spelled `LOCALHOST.` instead of 127.0.0.1 is the same queue.
+    let mut spelled = sink(SHARED);
+    spelled["rabbitmq.uri"] = json!(rabbit.uri().replace("127.0.0.1", "LOCALHOST."));
+    let r = call_at(
+        &c.cp_addr,
+        "wharf.v1.ConnectorAdmin/CreateConnector",
+        &json!({ "name": "second", "config": spelled }),
+    );
+    assert_eq!(r.code, 9, "FAILED_PRECONDITION: {}", r.err);
+    assert!(
+        r.err.contains(&format!("queue {SHARED}")) && r.err.contains("\"first\""),
+        "{}",
+        r.err
+    );
+    assert!(c.try_status("second").is_none(), "nothing stored");
     assert_eq!(ledger(&c, "first"), first);
 
     // The plan of deleting "first", then the deletion: what the plan removes is what
@@ -487,6 +505,112 @@ async fn a_control_plane_killed_between_intent_and_confirmation_keeps_the_entrie
     );
 }
 
+/// The orphans of `connector` in ListOrphanedResources.
+fn orphans_of(c: &Cluster, connector: &str) -> Vec<Value> {
+    let orphans = c.call("ListOrphanedResources", json!({}));
+    orphans["orphans"]
+        .as_array()
+        .cloned()
+        .unwrap_or_default()
+        .into_iter()
+        .filter(|o| o["connector"] == connector)
+        .collect()
+}
+
+/// A forced deletion leaves the audit table and its triggers as orphans; purging them
+/// runs the connector instance's cleanup again (a cleanup-only instance with the sealed
+/// config, stopped with `true`): while the file is away it releases nothing and the
+/// orphans stay listed with the error; with the file back it removes them from
+/// `sqlite_master` and the list is empty.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_forced_deletions_orphans_are_purged_from_the_sqlite_file_and_leave_the_list() {
+    let c = Cluster::start(1).await;
+    let db = c.dir.path().join("purge.db");
+    sqlite_db(&db);
+    let before = sqlite_objects(&db);
+    c.call(
+        "CreateConnector",
+        json!({ "name": "purged", "config": sqlite_config(&db, "ledger-purge") }),
+    );
+    c.wait_state("purged", "STATE_RUNNING", "STATE_RUNNING", 1, None)
+        .await;
+    let provisioned = sqlite_objects(&db);
+    assert!(provisioned.len() > before.len(), "{provisioned:?}");
+
+    // The file moves away, the deletion cannot clean, the operator forces it.
+    let moved = c.dir.path().join("purge-away.db");
+    std::fs::rename(&db, &moved).unwrap();
+    c.call("DeleteConnector", json!({ "name": "purged" }));
+    let r = c.call(
+        "DeleteConnector",
+        json!({ "name": "purged", "force": true }),
+    );
+    assert_eq!(r["deleted"], true, "{r}");
+    let ours = orphans_of(&c, "purged");
+    assert_eq!(ours.len(), 4, "the audit table and 3 triggers: {ours:?}");
+    for o in &ours {
+        assert_eq!(
+            o["entry"]["resource"]["locator"]["path"],
+            db.display().to_string(),
+            "{o}"
+        );
+        assert_eq!(o["purgeable"], true, "{o}");
+    }
+    let ids: Vec<Value> = ours.iter().map(|o| o["id"].clone()).collect();
+
+    // Purged while the file is still away: nothing is released, all stay, with the error.
+    let r = c.call("PurgeOrphanedResources", json!({ "ids": ids }));
+    assert!(r["purged"].as_array().is_none_or(Vec::is_empty), "{r}");
+    let left = orphans_of(&c, "purged");
+    assert_eq!(left.len(), 4, "{left:?}");
+    for o in &left {
+        let e = o["purgeError"].as_str().unwrap_or_default();
+        assert!(e.contains("neither released nor found absent"), "{o}");
+    }
+    assert_eq!(sqlite_objects(&moved), provisioned, "nothing dropped");
+
+    // The file is back: the purge removes the objects, and the orphans leave the list.
+    std::fs::rename(&moved, &db).unwrap();
+    let r = c.call("PurgeOrphanedResources", json!({ "ids": ids }));
+    let purged: BTreeSet<String> = r["purged"]
+        .as_array()
+        .cloned()
+        .unwrap_or_default()
+        .iter()
+        .filter_map(|v| v.as_str().map(str::to_owned))
+        .collect();
+    assert_eq!(purged.len(), 4, "{r}");
+    assert!(orphans_of(&c, "purged").is_empty());
+    assert_eq!(
+        sqlite_objects(&db),
+        before,
+        "the audit table, its triggers and the owners table are gone; the watched table stays"
+    );
+
+    // An id that is no longer an orphan is refused, naming it.
+    let r = call_at(
+        &c.cp_addr,
+        "wharf.v1.ConnectorAdmin/PurgeOrphanedResources",
+        &json!({ "ids": [ids[0]] }),
+    );
+    assert_eq!(r.code, 3, "INVALID_ARGUMENT: {}", r.err);
+    assert!(r.err.contains("ids[0]"), "{}", r.err);
+
+    // The name is free again, and a new connector of it starts above the purge's
+    // generation (the executor refuses an older one).
+    c.call(
+        "CreateConnector",
+        json!({ "name": "purged", "config": sqlite_config(&db, "ledger-purge-2") }),
+    );
+    c.wait_state("purged", "STATE_RUNNING", "STATE_RUNNING", 1, None)
+        .await;
+    c.call(
+        "DeleteConnector",
+        json!({ "name": "purged", "wait": true, "wait_timeout_ms": 30000 }),
+    );
+    assert_eq!(sqlite_objects(&db), before);
+}
+
 /// `cleanup.policy = give-up`: the moved file's deletion fails its one attempt, is given
 /// up, finishes, and leaves the audit table and triggers as orphans with reason give-up.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -594,6 +718,22 @@ async fn the_rest_gateway_serves_the_ledger_the_plan_and_refuses_a_second_claim(
             "POST",
             "/resources/orphaned/adopt",
             &json!({ "connector": "rest-a", "ids": ["no-such-orphan"] }),
+        )
+        .await;
+    assert_eq!(bad.status, 400, "{}", bad.body);
+    assert!(
+        bad.body["message"]
+            .as_str()
+            .unwrap_or_default()
+            .contains("ids[0]"),
+        "{}",
+        bad.body
+    );
+    let bad = rest
+        .json(
+            "POST",
+            "/resources/orphaned/purge",
+            &json!({ "ids": ["no-such-orphan"] }),
         )
         .await;
     assert_eq!(bad.status, 400, "{}", bad.body);

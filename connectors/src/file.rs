@@ -8,6 +8,13 @@
 //! an fsync (the runtime calls it once per several batches, and acknowledges the records
 //! only after it returned).
 //!
+//! `file-sink`'s file is in its connector's resource ledger (docs/resources.md) as
+//! **adopted**, whether the sink created it or it was there before: it holds the records
+//! the sink delivered, the output the user asked for, so a deletion keeps it (as it
+//! always did) and stop(true) never removes it. The connector declares it, so a second
+//! `file-sink` on the same file is refused at create (two appenders would interleave
+//! their lines).
+//!
 //! Both touch only paths under the executor's `--file-root` ([`FileRoot`]): a relative
 //! `file` is taken under it, an absolute one must lie under it, `..` is refused, and a
 //! symbolic link that leads outside is refused (docs/security.md). An executor without a
@@ -68,8 +75,23 @@ impl FileRoot {
         &self.canonical
     }
 
+    /// Where `requested` (a `file` config value) lies under the root by the lexical
+    /// decision alone ([`place_under`], against the canonical root, then the root as
+    /// configured). No file system access.
+    ///
+    /// # Errors
+    /// The [`PathRefusal`].
+    pub fn place(&self, requested: &str) -> Result<PathBuf, PathRefusal> {
+        match place_under(&self.canonical, requested) {
+            Err(PathRefusal::OutsideRoot) if self.given != self.canonical => {
+                place_under(&self.given, requested)
+            }
+            decided => decided,
+        }
+    }
+
     /// Where `requested` (a `file` config value) lies under the root: the lexical
-    /// decision ([`place_under`]), then every existing part of the path resolved, so
+    /// decision ([`FileRoot::place`]), then every existing part of the path resolved, so
     /// that a symbolic link leading outside the root is refused too.
     ///
     /// # Errors
@@ -81,13 +103,7 @@ impl FileRoot {
                 self.canonical.display()
             )
         };
-        let path = match place_under(&self.canonical, requested) {
-            Err(PathRefusal::OutsideRoot) if self.given != self.canonical => {
-                place_under(&self.given, requested)
-            }
-            decided => decided,
-        }
-        .map_err(explain)?;
+        let path = self.place(requested).map_err(explain)?;
         // The deepest part that exists, a dangling link included (a sink's file may not
         // exist yet, but opening a dangling link would create its target).
         let mut existing = path.as_path();
@@ -261,7 +277,7 @@ pub fn sink_plugin(root: FileRoot) -> Plugin {
             ),
         connector: {
             let root = root.clone();
-            Arc::new(move || Box::new(FileConnector::new(root.clone())))
+            Arc::new(move || Box::new(FileConnector::sink(root.clone())))
         },
         task: TaskFactory::Sink(Arc::new(move || Box::new(FileSinkTask::new(root.clone())))),
     }
@@ -272,6 +288,8 @@ pub fn sink_plugin(root: FileRoot) -> Plugin {
 struct FileConnector {
     root: FileRoot,
     config: ConfigMap,
+    /// `file-sink`'s: it declares its file (a second sink on it is refused).
+    sink: bool,
 }
 
 impl FileConnector {
@@ -279,8 +297,26 @@ impl FileConnector {
         Self {
             root,
             config: ConfigMap::new(),
+            sink: false,
         }
     }
+
+    fn sink(root: FileRoot) -> Self {
+        Self {
+            sink: true,
+            ..Self::new(root)
+        }
+    }
+}
+
+/// The ledger entry of a sink's file at `path`: adopted (a deletion keeps it; see the
+/// module's doc). Pure.
+pub fn sink_file_resource(path: &Path) -> wharf_sdk::Resource {
+    wharf_sdk::Resource::adopted(
+        wharf_sdk::ResourceKind::File,
+        path.display().to_string(),
+        wharf_sdk::Locator::default().path(path.display().to_string()),
+    )
 }
 
 #[async_trait]
@@ -297,6 +333,19 @@ impl Connector for FileConnector {
         } else {
             vec![self.config.clone()]
         })
+    }
+
+    fn declared_resources(&self, config: &ConfigMap) -> PluginResult<Vec<wharf_sdk::Resource>> {
+        if !self.sink {
+            return Ok(Vec::new());
+        }
+        // The lexical place only (no I/O); a value the root refuses declares nothing
+        // here and fails the start, naming `config "file"`.
+        Ok(config
+            .get("file")
+            .and_then(|f| self.root.place(f).ok())
+            .map(|p| vec![sink_file_resource(&p)])
+            .unwrap_or_default())
     }
 }
 
@@ -420,14 +469,21 @@ fn json_line(value: &[u8]) -> String {
 
 #[async_trait]
 impl SinkTask for FileSinkTask {
-    async fn start(&mut self, _ctx: TaskContext, config: ConfigMap) -> PluginResult<()> {
+    async fn start(&mut self, ctx: TaskContext, config: ConfigMap) -> PluginResult<()> {
         let path = self.root.resolve(required(&config, "file")?)?;
+        // In the ledger before the open that may create it; adopted either way.
+        let resource = sink_file_resource(&path);
+        if ctx.cleanup_only {
+            return Ok(());
+        }
+        ctx.resources.intend(&resource).await?;
         let file = std::fs::OpenOptions::new()
             .create(true)
             .append(true)
             .open(&path)
             .map_err(|e| format!("cannot open {}: {e}", path.display()))?;
         self.file = Some(file);
+        ctx.resources.confirm(&resource).await?;
         Ok(())
     }
 
@@ -456,6 +512,7 @@ mod tests {
 
     use super::*;
     use tokio_util::sync::CancellationToken;
+    use wharf_sdk::LedgerChange;
 
     fn ctx(offsets: BTreeMap<String, serde_json::Value>) -> TaskContext {
         TaskContext {
@@ -690,6 +747,42 @@ mod tests {
             .expect_err("outside");
         assert!(err.to_string().contains("config \"file\""), "{err}");
         assert!(!target.exists(), "nothing written outside the root");
+    }
+
+    #[tokio::test]
+    async fn the_sink_records_its_file_as_adopted_before_opening_it_and_declares_it() {
+        let dir = tempfile::tempdir().unwrap();
+        let root = FileRoot::new(dir.path()).unwrap();
+        let ledger = Arc::new(wharf_sdk::MemoryLedger::default());
+        let mut c = ctx(BTreeMap::new());
+        c.resources = wharf_sdk::Resources::new(ledger.clone(), wharf_sdk::ResourceOwner::Task(0));
+        let mut config = ConfigMap::new();
+        config.insert("file".into(), "out.jsonl".into());
+        config.insert("topics".into(), "t".into());
+        let mut sink = FileSinkTask::new(root.clone());
+        sink.start(c, config.clone()).await.unwrap();
+        let path = root.path().join("out.jsonl");
+        let changes: Vec<LedgerChange> =
+            ledger.changes().into_iter().map(|(_, _, ch)| ch).collect();
+        assert_eq!(changes, [LedgerChange::Intent, LedgerChange::Confirm]);
+        let entry = &ledger.entries()[0];
+        assert_eq!(entry.resource.origin, wharf_sdk::Origin::Adopted);
+        assert_eq!(entry.resource.locator.path, path.display().to_string());
+        // stop(true) keeps the file and releases nothing.
+        SinkTask::stop_with(&mut sink, true).await.unwrap();
+        assert!(path.exists());
+        assert_eq!(ledger.changes().len(), 2);
+        let declared = FileConnector::sink(root.clone())
+            .declared_resources(&config)
+            .unwrap();
+        assert!(declared[0].same_as(&entry.resource), "{declared:?}");
+        assert!(
+            FileConnector::new(root)
+                .declared_resources(&config)
+                .unwrap()
+                .is_empty(),
+            "a source declares nothing"
+        );
     }
 
     #[test]

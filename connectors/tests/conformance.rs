@@ -1,6 +1,7 @@
 //! The built-in audit sources pass the conformance kit (`wharf-testkit`), each check its
 //! own test: sqlite-audit against real SQLite files, postgres-audit against the real
-//! PostgreSQL on 127.0.0.1:5432 (scripts/setup-services).
+//! PostgreSQL on 127.0.0.1:5432 (scripts/setup-services); file-sink passes the kit's
+//! ledger checks against a real file (its file is adopted: kept by a deletion).
 
 use std::collections::BTreeSet;
 use std::path::PathBuf;
@@ -15,6 +16,70 @@ use wharf_testkit::{Kit, Probe};
 
 /// Watched tables every kit connector uses: the user's, never to be removed.
 const TABLES: [&str; 2] = ["orders", "items"];
+
+// ---- file-sink --------------------------------------------------------------------
+
+/// file-sink owns nothing outside: its file is the user's output, adopted in its ledger
+/// and kept by a deletion, so the probe lists nothing owned (the kit's ledger checks take
+/// a plugin that only adopts).
+struct FileProbe;
+
+#[async_trait]
+impl Probe for FileProbe {
+    async fn owned(
+        &self,
+        _connector: &str,
+        _config: &ConfigMap,
+    ) -> Result<BTreeSet<String>, String> {
+        Ok(BTreeSet::new())
+    }
+}
+
+fn file_sink_kit() -> (tempfile::TempDir, Kit<FileProbe>) {
+    let dir = tempfile::tempdir().unwrap();
+    let root = wharf_connectors::file::FileRoot::new(dir.path()).unwrap();
+    let kit = Kit::new(
+        wharf_connectors::file::sink_plugin(root),
+        |name| {
+            [
+                ("file", format!("{name}.jsonl")),
+                ("topics", "t".to_owned()),
+            ]
+            .into_iter()
+            .map(|(k, v)| (k.to_owned(), v))
+            .collect()
+        },
+        FileProbe,
+    )
+    .ledger_required();
+    (dir, kit)
+}
+
+#[tokio::test]
+async fn file_sink_declares_its_file_before_opening_it() {
+    file_sink_kit()
+        .1
+        .ledger_declares_before_creating()
+        .await
+        .unwrap();
+}
+
+#[tokio::test]
+async fn file_sink_plain_stop_releases_nothing() {
+    file_sink_kit()
+        .1
+        .plain_stop_releases_nothing()
+        .await
+        .unwrap();
+}
+
+#[tokio::test]
+async fn file_sink_delete_keeps_and_never_releases_its_adopted_file() {
+    let (dir, kit) = file_sink_kit();
+    kit.delete_releases_every_created_entry().await.unwrap();
+    let left: Vec<_> = std::fs::read_dir(dir.path()).unwrap().flatten().collect();
+    assert!(!left.is_empty(), "the deletion kept the sink's output");
+}
 
 // ---- sqlite-audit ---------------------------------------------------------------
 

@@ -4,7 +4,9 @@
 A connector provisions a directory `<root>/dir-<connector>` holding an `owner` file (its
 incarnation) and a `shared` file; each task adds `task-<n>`. Only a deletion removes them,
 and only when the incarnation owns them. The user's own `<root>/user-data.txt` is never
-touched. Every call is appended to `<root>/events.log` ("<pid> <call> <name> ...").
+touched. Each goes into the resource ledger (docs/resources.md): the directory and the
+task files as created (intended before they are made, released when a deletion removed
+them, absent when it found them gone), the user's file as adopted. Every call is appended to `<root>/events.log` ("<pid> <call> <name> ...").
 
 dir-source's tasks produce `emit` records (values `<connector>-<n>`, one per poll) to
 `topic`; with `poll.blocks=true` a poll never returns. dir-sink's tasks append each record
@@ -12,7 +14,8 @@ value to `<root>/dir-<connector>/sink-<task>.out` on flush.
 
 DIR_PLUGIN_PREFIX, when set, is put before both plugin names (two processes of this
 plugin in one executor then offer different names). The environment variable DIR_PLUGIN_DEFECT makes it wrong on purpose, as the kit's tests
-do: drops-on-plain-stop, second-delete-errors, drops-pre-existing, ignores-incarnation.
+do: drops-on-plain-stop, second-delete-errors, drops-pre-existing, ignores-incarnation,
+skips-ledger (records nothing), releases-nothing (never releases what it removed).
 """
 
 import os
@@ -22,7 +25,7 @@ import threading
 import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from wharf_plugin import ConfigKey, PluginDef, Record, log, serve  # noqa: E402
+from wharf_plugin import ConfigKey, PluginDef, Record, Resource, log, serve  # noqa: E402
 
 DEFECT = os.environ.get("DIR_PLUGIN_DEFECT", "none")
 USER_FILE = "user-data.txt"
@@ -38,6 +41,20 @@ def owner_of(d):
             return f.read()
     except FileNotFoundError:
         return None
+
+
+def entry(kind, path, origin="created"):
+    """The ledger entry of a file or directory at `path`."""
+    return Resource(kind, os.path.basename(path), {"path": path}, origin)
+
+
+def record(ctx_resources, change, resource):
+    """A ledger change, unless the defect skips the ledger (or its releases)."""
+    if DEFECT == "skips-ledger":
+        return
+    if DEFECT == "releases-nothing" and change in ("release", "absent"):
+        return
+    getattr(ctx_resources, change)(resource)
 
 
 def event(config, *words):
@@ -59,16 +76,24 @@ class DirConnector:
     def start(self, ctx, config):
         self.config, self.name, self.incarnation = config, ctx.connector, ctx.incarnation
         self.dir = dir_of(ctx.connector, config)
+        self.resources = ctx.resources
         event(config, "connector-start", ctx.connector, "cleanup_only=%s" % ctx.cleanup_only)
         if ctx.cleanup_only:
             return
         owner = owner_of(self.dir)
         if owner is not None and owner != ctx.incarnation and DEFECT != "ignores-incarnation":
             raise RuntimeError("%s is owned by %s" % (self.dir, owner))
+        made = entry("directory", self.dir)
+        record(self.resources, "intend", made)
         os.makedirs(self.dir, exist_ok=True)
         with open(os.path.join(self.dir, "owner"), "w") as f:
             f.write(ctx.incarnation)
         open(os.path.join(self.dir, "shared"), "w").close()
+        record(self.resources, "confirm", made)
+        user = os.path.join(config["root"], USER_FILE)
+        if os.path.exists(user):
+            record(self.resources, "intend", entry("file", user, "adopted"))
+            record(self.resources, "confirm", entry("file", user, "adopted"))
 
     def task_configs(self, max_tasks):
         return [{} for _ in range(max_tasks)]
@@ -80,8 +105,11 @@ class DirConnector:
         owner = owner_of(self.dir)
         if owner is not None and (owner == self.incarnation or DEFECT == "ignores-incarnation"):
             shutil.rmtree(self.dir)
+            record(self.resources, "release", entry("directory", self.dir))
         elif owner is None and not os.path.exists(self.dir) and DEFECT == "second-delete-errors":
             raise RuntimeError("%s is gone" % self.dir)
+        elif owner is None and not os.path.exists(self.dir):
+            record(self.resources, "absent", entry("directory", self.dir))
         if deleted and DEFECT == "drops-pre-existing":
             try:
                 os.remove(os.path.join(self.config["root"], USER_FILE))
@@ -97,8 +125,11 @@ class DirTask:
         self.file = os.path.join(d, "task-%d" % ctx.task)
         self.incarnation = ctx.incarnation
         event(self.config, "task-start", self.name, "cleanup_only=%s" % ctx.cleanup_only)
+        self.resources = ctx.resources
         if not ctx.cleanup_only:
+            record(self.resources, "intend", entry("file", self.file))
             open(self.file, "w").close()
+            record(self.resources, "confirm", entry("file", self.file))
         self.partition = {"connector": ctx.connector, "task": ctx.task}
         known = ctx.read_offsets([self.partition]) if not ctx.cleanup_only else {}
         self.next = 0
@@ -139,8 +170,9 @@ class DirTask:
             return
         try:
             os.remove(self.file)
+            record(self.resources, "release", entry("file", self.file))
         except FileNotFoundError:
-            pass
+            record(self.resources, "absent", entry("file", self.file))
 
 
 CONFIG = [

@@ -19,6 +19,15 @@ A plugin defines classes with the SDK's calls and hands them to `serve`:
 
     serve([PluginDef("my-source", "1.0", "source", MyConnector, MyTask, config=[...])])
 
+What an instance provisions outside goes into its connector's resource ledger
+(docs/resources.md) through its context, before it is created and after:
+
+    r = Resource("table", "audit", locator={"host": "db:5432", "database": "app"})
+    ctx.resources.intend(r)      # raises when refused (another connector holds it)
+    create_table()
+    ctx.resources.confirm(r)
+    # in stop(True), once removed: ctx.resources.release(r) (or .absent(r) if gone)
+
 Each instance runs its calls in a thread of its own, in order, so that one instance's
 blocking poll never delays another's stop. An exception in a call answers it with an
 error whose text is the exception's. stdout carries only frames: log to stderr.
@@ -131,9 +140,13 @@ def g_map(f, num):
 DESCRIBE, CONNECTOR_START, CONNECTOR_TASK_CONFIGS, CONNECTOR_VALIDATE = 2, 3, 4, 5
 CONNECTOR_STOP, TASK_START, TASK_POLL, TASK_COMMIT, TASK_PUT = 6, 7, 8, 9, 10
 TASK_FLUSH, TASK_STOP, CANCEL, RELEASE, OFFSETS_ANSWER = 11, 12, 13, 14, 15
+RECORD_ANSWER = 16
 # PluginToRuntime body fields.
 A_DESCRIBE, A_ERROR, A_OK, A_TASK_CONFIGS, A_VALIDATE, A_POLL = 2, 3, 4, 5, 6, 7
-R_READ_OFFSETS, R_RECONFIGURE, R_RAISE_ERROR = 8, 9, 10
+R_READ_OFFSETS, R_RECONFIGURE, R_RAISE_ERROR, R_RECORD_RESOURCES = 8, 9, 10, 11
+# wharf.v1.ResourceChange and wharf.v1.ResourceOrigin values.
+INTENT, CONFIRM, RELEASE_CHANGE, ABSENT = 1, 2, 3, 4
+ORIGINS = {"created": 1, "adopted": 2}
 
 CONFIG_TYPES = {"string": 1, "int": 2, "long": 3, "boolean": 4, "list": 5, "password": 6, "double": 7}
 IMPORTANCE = {"high": 1, "medium": 2, "low": 3}
@@ -194,6 +207,65 @@ class Record:
         return out
 
 
+class Resource:
+    """An external resource (wharf.v1.Resource): a lowercase kind ("table", "queue",
+    "file", or another [a-z0-9_] name), its name, where it lives (`locator`: host,
+    database, vhost, path; never a secret) and whether this incarnation creates it
+    ("created": a deletion removes it) or only uses what was there ("adopted")."""
+
+    def __init__(self, kind, name, locator=None, origin="created"):
+        self.kind, self.name, self.origin = kind, name, origin
+        self.locator = dict(locator or {})
+
+    def encode(self):
+        loc = self.locator
+        locator = (f_bytes(1, loc.get("host", "")) + f_bytes(2, loc.get("database", ""))
+                   + f_bytes(3, loc.get("vhost", "")) + f_bytes(4, loc.get("path", "")))
+        return (f_bytes(1, self.kind) + f_bytes(2, self.name) + f_bytes(3, locator, always=True)
+                + f_int(4, ORIGINS[self.origin]))
+
+    def __repr__(self):
+        return "%s %s (%s)" % (self.kind, self.name, self.locator)
+
+
+class LedgerRefused(Exception):
+    """The runtime did not record a ledger change; the text says why."""
+
+
+class Resources:
+    """An instance's handle on its connector's resource ledger: each call returns once
+    the control plane stored the change, and raises LedgerRefused otherwise."""
+
+    def __init__(self, server, instance_id):
+        self._server, self._id = server, instance_id
+
+    def _record(self, resource, change):
+        rid, event = self._server.next_id(), threading.Event()
+        self._server.waiting[rid] = [event, None]
+        body = f_int(1, self._id) + f_bytes(2, resource.encode(), always=True) + f_int(3, change)
+        _send(rid, R_RECORD_RESOURCES, body)
+        event.wait()
+        error = g_str(self._server.waiting.pop(rid)[1], 1)
+        if error:
+            raise LedgerRefused(error)
+
+    def intend(self, resource):
+        """Before creating (or adopting) it: must not be created when this raises."""
+        self._record(resource, INTENT)
+
+    def confirm(self, resource):
+        """It exists now."""
+        self._record(resource, CONFIRM)
+
+    def release(self, resource):
+        """A stop with connector_deleted = True removed it."""
+        self._record(resource, RELEASE_CHANGE)
+
+    def absent(self, resource):
+        """Checked: it is not there (removed already)."""
+        self._record(resource, ABSENT)
+
+
 class SinkRecord:
     """A record given to a sink task's put."""
 
@@ -237,6 +309,7 @@ class Context:
         else:
             self.connector, self.incarnation = g_str(f, 3), g_str(f, 4)
             self.cleanup_only, self.executor_id = bool(g_int(f, 5)), g_str(f, 6)
+        self.resources = Resources(server, instance_id)
 
     def request_task_reconfiguration(self):
         _send(self._server.next_id(), R_RECONFIGURE, f_int(1, self._id))
@@ -399,10 +472,10 @@ class Server:
             if inst is not None:
                 inst.released = True
                 inst.calls.put(None)
-        elif OFFSETS_ANSWER in f:
+        elif OFFSETS_ANSWER in f or RECORD_ANSWER in f:
             slot = self.waiting.get(rid)
             if slot is not None:
-                slot[1] = decode(f[OFFSETS_ANSWER][-1])
+                slot[1] = decode(f[OFFSETS_ANSWER if OFFSETS_ANSWER in f else RECORD_ANSWER][-1])
                 slot[0].set()
         else:
             log("wharf_plugin: unknown message", sorted(f))

@@ -126,17 +126,19 @@ fn kit_of(plugin: Plugin) -> (tempfile::TempDir, Kit<DirProbe>) {
     let root = tmp.path().to_path_buf();
     std::fs::write(root.join("user-data.txt"), b"the user's").unwrap();
     let r = root.display().to_string();
+    // The plugin records its resources over the protocol (record_resources): the kit
+    // fails, rather than skips, a ledger check it could not run.
     let kit = Kit::new(
         plugin,
         move |_name| [("root".to_owned(), r.clone())].into(),
         DirProbe { root },
-    );
+    )
+    .ledger_required();
     (tmp, kit)
 }
 
-/// The kit's resource-ledger checks: the plugin protocol does not carry the ledger yet
-/// (docs/plugins-out-of-process.md, "Limits"), so a plugin process records nothing and
-/// the kit skips them (it fails them only under `Kit::ledger_required`).
+/// The kit's resource-ledger checks, which a plugin process passes through the
+/// protocol's `record_resources` (docs/plugins-out-of-process.md).
 const LEDGER_CHECKS: [&str; 3] = [
     "ledger_declares_before_creating",
     "plain_stop_releases_nothing",
@@ -151,8 +153,29 @@ fn skipped(report: &wharf_testkit::Report) -> Vec<&'static str> {
 async fn a_python_source_passes_every_check_of_the_kit() {
     let (_tmp, kit) = kit_of(the(&plugins("none"), "dir-source"));
     let report = kit.all().await.unwrap();
-    assert_eq!(skipped(&report), LEDGER_CHECKS, "{report}");
-    assert_eq!(report.passed, &wharf_testkit::CHECKS[..10], "{report}");
+    assert!(skipped(&report).is_empty(), "{report}");
+    assert_eq!(report.passed, &wharf_testkit::CHECKS[..13], "{report}");
+    for check in LEDGER_CHECKS {
+        assert!(report.passed.contains(&check), "{report}");
+    }
+}
+
+/// A plugin process whose ledger is wrong fails the ledger checks through the protocol:
+/// one that records nothing, and one that removes its directory without releasing it.
+#[tokio::test]
+async fn the_ledger_checks_catch_a_plugin_process_that_skips_its_ledger() {
+    let (_tmp, kit) = kit_of(the(&plugins("skips-ledger"), "dir-source"));
+    let err = kit.ledger_declares_before_creating().await.unwrap_err();
+    assert!(err.message.contains("recorded nothing"), "{err}");
+
+    let (_tmp, kit) = kit_of(the(&plugins("releases-nothing"), "dir-source"));
+    kit.ledger_declares_before_creating().await.unwrap();
+    kit.plain_stop_releases_nothing().await.unwrap();
+    let err = kit.delete_releases_every_created_entry().await.unwrap_err();
+    assert!(
+        err.message.contains("still confirmed after the deletion"),
+        "{err}"
+    );
 }
 
 #[tokio::test]
@@ -162,13 +185,16 @@ async fn a_python_sink_passes_every_check_of_the_kit_records_included() {
     assert_eq!(sink.kind(), PluginKind::Sink);
     let (_tmp, kit) = kit_of(sink);
     let report = kit.all().await.unwrap();
-    assert_eq!(skipped(&report), LEDGER_CHECKS, "{report}");
+    assert!(skipped(&report).is_empty(), "{report}");
     assert!(
         report
             .passed
             .contains(&"sink_acknowledges_only_flushed_records"),
         "{report}"
     );
+    for check in LEDGER_CHECKS {
+        assert!(report.passed.contains(&check), "{report}");
+    }
 }
 
 #[tokio::test]

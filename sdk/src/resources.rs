@@ -30,6 +30,8 @@ use serde::{Deserialize, Serialize};
 
 use crate::PluginResult;
 
+mod canonical;
+
 /// What kind of external resource an entry is. The named kinds are the ones Wharf's
 /// metrics and docs group by; anything else is [`ResourceKind::Other`].
 #[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
@@ -171,6 +173,17 @@ impl Locator {
     }
 }
 
+impl Locator {
+    /// This locator of a resource of `kind` in canonical form: loopback names and
+    /// addresses as `127.0.0.1`, host names in lowercase without a trailing dot, the
+    /// kind's default port when none is named, a path without repeated slashes or `.`
+    /// segments (the rules are in `resources/canonical.rs`; no DNS look-up).
+    #[must_use]
+    pub fn canonical(&self, kind: &ResourceKind) -> Locator {
+        canonical::canonical(self, kind)
+    }
+}
+
 impl std::fmt::Display for Locator {
     /// `host=H database=D vhost=V path=P`, the parts that are set, or `-` when none is.
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
@@ -254,8 +267,13 @@ impl Resource {
     }
 
     /// True when both name the same resource (kind, name and locator; the origin aside).
+    /// Locators are compared in their canonical form ([`Locator::canonical`]), so
+    /// `localhost:5672` and `127.0.0.1:5672` are one place.
     pub fn same_as(&self, other: &Resource) -> bool {
-        self.kind == other.kind && self.name == other.name && self.locator == other.locator
+        self.kind == other.kind
+            && self.name == other.name
+            && (self.locator == other.locator
+                || self.locator.canonical(&self.kind) == other.locator.canonical(&other.kind))
     }
 }
 
@@ -602,6 +620,20 @@ mod tests {
             locator: Locator::default().host("other:5672").vhost("/"),
             ..q.clone()
         }));
+    }
+
+    #[test]
+    fn two_spellings_of_one_broker_are_one_resource() {
+        let local = Resource::created(
+            ResourceKind::Queue,
+            "q",
+            Locator::default().host("LOCALHOST.").vhost("/"),
+        );
+        assert!(queue().same_as(&queue()));
+        let mut loopback = queue();
+        loopback.locator.host = "127.0.0.1:5672".into();
+        assert!(local.same_as(&loopback));
+        assert!(!local.same_as(&queue()), "h:5672 is another host");
     }
 
     #[tokio::test]

@@ -17,8 +17,11 @@ use crate::model::resources::{
 use crate::model::{ConnectorRecord, DeletionMode};
 use crate::reconcile::now_ms;
 
-/// Most orphans one AdoptOrphanedResources call moves.
+/// Most orphans one AdoptOrphanedResources or PurgeOrphanedResources call names.
 pub const MAX_ADOPT_IDS: usize = 1024;
+
+/// Most bytes of a purge's error kept on an orphan.
+const MAX_PURGE_ERROR_BYTES: usize = 2048;
 
 /// The refusal text when one of `wanted` (what connector `connector` would provision or
 /// is about to) is held by another connector of `all` (its own record is left out);
@@ -55,7 +58,7 @@ pub fn entry_wire(e: &LedgerEntry) -> pb::ResourceEntry {
     }
 }
 
-/// The wire form of an orphan.
+/// The wire form of an orphan (never its cleanup context: that holds the config).
 pub fn orphan_wire(o: &OrphanRecord) -> pb::OrphanedResource {
     pb::OrphanedResource {
         id: o.id.clone(),
@@ -63,7 +66,35 @@ pub fn orphan_wire(o: &OrphanRecord) -> pb::OrphanedResource {
         entry: Some(entry_wire(&o.entry)),
         reason: o.reason.as_str().to_owned(),
         orphaned_at_ms: o.orphaned_at_ms,
+        purge_error: o.purge_error.clone(),
+        purgeable: o.cleanup.is_some(),
     }
+}
+
+/// The orphans `ids` names, in order, or the error naming the first id that is none
+/// (`ids[i]`) or a list of the wrong size. Pure.
+fn chosen_orphans<'a>(
+    ids: &[String],
+    orphans: &'a [OrphanRecord],
+) -> ApiResult<Vec<&'a OrphanRecord>> {
+    if ids.is_empty() || ids.len() > MAX_ADOPT_IDS {
+        return Err(ApiError::InvalidArgument {
+            field: "ids".into(),
+            reason: format!("must list 1 to {MAX_ADOPT_IDS} orphan ids"),
+        });
+    }
+    ids.iter()
+        .enumerate()
+        .map(|(i, id)| {
+            orphans
+                .iter()
+                .find(|o| &o.id == id)
+                .ok_or_else(|| ApiError::InvalidArgument {
+                    field: format!("ids[{i}]"),
+                    reason: format!("{id:?} is not an orphaned resource"),
+                })
+        })
+        .collect()
 }
 
 /// The plan of deleting `rec` in `mode` (with `offsets` committed source partitions):
@@ -173,28 +204,24 @@ impl Admin {
         ids: &[String],
         connector: &str,
     ) -> ApiResult<Vec<pb::ResourceEntry>> {
-        if ids.is_empty() || ids.len() > MAX_ADOPT_IDS {
-            return Err(ApiError::InvalidArgument {
-                field: "ids".into(),
-                reason: format!("must list 1 to {MAX_ADOPT_IDS} orphan ids"),
-            });
-        }
+        let orphans = self.cluster.store.orphans()?;
+        let chosen: Vec<OrphanRecord> = chosen_orphans(ids, &orphans)?
+            .into_iter()
+            .cloned()
+            .collect();
         let rec = self.existing(connector)?;
         if rec.deleting {
             return Err(ApiError::StillDeleting(connector.to_owned()));
         }
-        let orphans = self.cluster.store.orphans()?;
-        let mut chosen = Vec::with_capacity(ids.len());
-        for (i, id) in ids.iter().enumerate() {
-            match orphans.iter().find(|o| &o.id == id) {
-                Some(o) => chosen.push(o.clone()),
-                None => {
-                    return Err(ApiError::InvalidArgument {
-                        field: format!("ids[{i}]"),
-                        reason: format!("{id:?} is not an orphaned resource"),
-                    });
-                }
-            }
+        if let Some(o) = chosen
+            .iter()
+            .find(|o| self.cluster.purges.running(&o.connector))
+        {
+            return Err(ApiError::WrongState {
+                name: o.connector.clone(),
+                reason: "has a purge of its orphaned resources running; adopt them once it ended"
+                    .into(),
+            });
         }
         let now = now_ms();
         let changed =
@@ -230,6 +257,98 @@ impl Admin {
         self.cluster.store.remove_orphans(&ids)?;
         info!(connector = %connector, orphans = ids.len(), "orphaned resources adopted");
         self.resources(connector)
+    }
+
+    /// PurgeOrphanedResources / `POST /resources/orphaned/purge`: runs the cleanup of
+    /// the owners of the orphans `ids` (one cleanup-only instance per connector
+    /// incarnation and instance, stopped with `connector_deleted = true`; tasks first)
+    /// and forgets every orphan of those owners that the plugin released or found
+    /// absent. The others stay listed with the error. Returns the purged ids and the
+    /// orphans of those owners still listed.
+    ///
+    /// # Errors
+    /// INVALID_ARGUMENT for no ids, too many, an id that is not an orphan, or one left
+    /// before orphans kept their cleanup context (nothing runs); FAILED_PRECONDITION
+    /// when a connector of an orphan's name exists again or is still being deleted (its
+    /// instances and the purge's would share a name on the executors); store errors.
+    pub async fn purge_orphans(
+        &self,
+        ids: &[String],
+    ) -> ApiResult<(Vec<String>, Vec<pb::OrphanedResource>)> {
+        let cluster = &self.cluster;
+        let orphans = cluster.store.orphans()?;
+        let chosen = chosen_orphans(ids, &orphans)?;
+        for (i, o) in chosen.iter().enumerate() {
+            if o.cleanup.is_none() {
+                return Err(ApiError::InvalidArgument {
+                    field: format!("ids[{i}]"),
+                    reason: format!(
+                        "{:?} was left before orphans kept their cleanup context: remove it by hand at its locator, or adopt it",
+                        o.id
+                    ),
+                });
+            }
+        }
+        let mut names: Vec<&str> = chosen.iter().map(|o| o.connector.as_str()).collect();
+        names.sort_unstable();
+        names.dedup();
+        for name in &names {
+            if cluster.store.connector(name)?.is_some() || cluster.deletions.in_flight(name) {
+                return Err(ApiError::WrongState {
+                    name: (*name).to_owned(),
+                    reason: "exists again (or is still being deleted): a purge would run its cleanup under the same name; delete it first, or adopt the orphans into it".into(),
+                });
+            }
+        }
+        let groups = crate::model::resources::purge_groups(&chosen, &orphans);
+        let mut purged = Vec::new();
+        let mut remaining = Vec::new();
+        for group in groups {
+            let name = group[0].connector.clone();
+            // A create of this name waits until the purge ended (as after a forced
+            // deletion whose stop is in flight).
+            cluster.deletions.set_in_flight(&name, true);
+            let outcomes = self.purge_group(&name, &group).await;
+            cluster.deletions.set_in_flight(&name, false);
+            let outcomes = outcomes?;
+            let mut gone = Vec::new();
+            let mut left = Vec::new();
+            for (o, outcome) in group.iter().zip(outcomes) {
+                match outcome {
+                    Ok(()) => gone.push(o.id.clone()),
+                    Err(error) => {
+                        let mut o = (*o).clone();
+                        o.purge_error =
+                            crate::model::text::bounded(&error, MAX_PURGE_ERROR_BYTES).into_owned();
+                        left.push(o);
+                    }
+                }
+            }
+            cluster.store.put_orphans(&left)?;
+            cluster.store.remove_orphans(&gone)?;
+            remaining.extend(left.iter().map(orphan_wire));
+            purged.extend(gone);
+        }
+        info!(
+            purged = purged.len(),
+            remaining = remaining.len(),
+            "orphaned resources purged"
+        );
+        Ok((purged, remaining))
+    }
+
+    /// Runs the purge of one owner's orphans `group` of connector `name`, unless a
+    /// connector of that name was created meanwhile.
+    async fn purge_group(
+        &self,
+        name: &str,
+        group: &[&OrphanRecord],
+    ) -> ApiResult<Vec<Result<(), String>>> {
+        if self.cluster.store.connector(name)?.is_some() {
+            let why = "a connector of this name was created meanwhile; purge not run".to_owned();
+            return Ok(group.iter().map(|_| Err(why.clone())).collect());
+        }
+        Ok(crate::reconcile::finalizer::purge_owner(&self.cluster, group).await?)
     }
 
     /// The plan of deleting `name` in `mode` (`DeleteConnector { dry_run }`); changes

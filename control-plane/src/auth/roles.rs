@@ -144,6 +144,8 @@ pub enum AdminAction {
     /// AdoptOrphanedResources (moves orphans into a connector's ledger: afterwards no
     /// list shows them as left behind).
     AdoptOrphanedResources,
+    /// PurgeOrphanedResources (runs a deleted connector's cleanup code again, on demand).
+    PurgeOrphanedResources,
     /// REST only: `GET /admin/loggers[/{logger}]` (reads log levels).
     GetLoggers,
     /// REST only: `PUT /admin/loggers/{logger}` (changes what this process logs, so it
@@ -178,6 +180,7 @@ impl AdminAction {
             AdminAction::GetConnectorResources => "GetConnectorResources",
             AdminAction::ListOrphanedResources => "ListOrphanedResources",
             AdminAction::AdoptOrphanedResources => "AdoptOrphanedResources",
+            AdminAction::PurgeOrphanedResources => "PurgeOrphanedResources",
             AdminAction::GetLoggers => "GetLoggers",
             AdminAction::SetLoggerLevel => "SetLoggerLevel",
         }
@@ -199,6 +202,7 @@ impl AdminAction {
             | AdminAction::AlterOffsets
             | AdminAction::ResetOffsets
             | AdminAction::AdoptOrphanedResources
+            | AdminAction::PurgeOrphanedResources
             | AdminAction::SetLoggerLevel => true,
             AdminAction::GetConnector
             | AdminAction::ListConnectors
@@ -247,6 +251,7 @@ impl AdminAction {
             | AdminAction::AlterOffsets
             | AdminAction::ResetOffsets
             | AdminAction::AdoptOrphanedResources
+            | AdminAction::PurgeOrphanedResources
             | AdminAction::SetLoggerLevel => Role::Admin,
         }
     }
@@ -333,6 +338,7 @@ mod tests {
             (X::GetConnectorResources, [A, A, A]),
             (X::ListOrphanedResources, [A, A, A]),
             (X::AdoptOrphanedResources, [AD, AD, A]),
+            (X::PurgeOrphanedResources, [AD, AD, A]),
         ]
     }
 
@@ -367,6 +373,7 @@ mod tests {
             | AdminAction::GetConnectorResources
             | AdminAction::ListOrphanedResources
             | AdminAction::AdoptOrphanedResources
+            | AdminAction::PurgeOrphanedResources
             | AdminAction::GetLoggers
             | AdminAction::SetLoggerLevel => table().iter().any(|(x, _)| *x == a),
         }
@@ -383,9 +390,9 @@ mod tests {
                 cells += 1;
             }
         }
-        // 23 RPCs, DeleteConnector split into 4 modes, and 2 REST-only calls: 28 actions
+        // 24 RPCs, DeleteConnector split into 4 modes, and 2 REST-only calls: 29 actions
         // times 3 roles.
-        assert_eq!(cells, 28 * 3);
+        assert_eq!(cells, 29 * 3);
     }
 
     #[test]

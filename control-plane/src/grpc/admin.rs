@@ -316,6 +316,18 @@ impl ConnectorAdmin for AdminService {
         }))
     }
 
+    async fn purge_orphaned_resources(
+        &self,
+        request: Request<pb::PurgeOrphanedResourcesRequest>,
+    ) -> Result<Response<pb::PurgeOrphanedResourcesResponse>, Status> {
+        let req = request.into_inner();
+        let (purged, remaining) = self.admin.purge_orphans(&req.ids).await?;
+        Ok(Response::new(pb::PurgeOrphanedResourcesResponse {
+            purged,
+            remaining,
+        }))
+    }
+
     type WatchConnectorStream = ReceiverStream<Result<pb::WatchConnectorResponse, Status>>;
 
     async fn watch_connector(

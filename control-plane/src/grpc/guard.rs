@@ -257,6 +257,16 @@ impl ConnectorAdmin for GuardedAdmin {
         .await
     }
 
+    async fn purge_orphaned_resources(
+        &self,
+        request: Request<pb::PurgeOrphanedResourcesRequest>,
+    ) -> Answer<pb::PurgeOrphanedResourcesResponse> {
+        self.guarded(request, AdminAction::PurgeOrphanedResources, "", |r| {
+            self.inner.purge_orphaned_resources(r)
+        })
+        .await
+    }
+
     async fn retry_cleanup(
         &self,
         request: Request<pb::RetryCleanupRequest>,

@@ -595,10 +595,30 @@ impl ExecutorRegistry for RegistryService {
         // One claim decision at a time, so that two connectors' intents on one resource
         // cannot both pass the check before either is stored.
         let _claiming = self.claiming.lock().await;
-        let rec = store
-            .connector(&req.connector)
-            .map_err(ApiError::from)?
-            .ok_or_else(|| ApiError::ConnectorNotFound(req.connector.clone()))?;
+        let Some(rec) = store.connector(&req.connector).map_err(ApiError::from)? else {
+            // A purge's cleanup-only instance: its connector is gone from the store, its
+            // releases go to the purge (docs/resources.md, "Orphans").
+            return match self.cluster.purges.record(
+                &req.connector,
+                &req.executor_id,
+                req.task,
+                req.generation,
+                &req.incarnation,
+                &changes,
+                crate::reconcile::now_ms(),
+            ) {
+                None => Err(ApiError::ConnectorNotFound(req.connector.clone()).into()),
+                Some(Ok(())) => Ok(Response::new(pb::RecordResourcesResponse {})),
+                Some(Err(reason)) => {
+                    warn!(executor = %req.executor_id, connector = %req.connector, %reason, "purge ledger change refused");
+                    Err(ApiError::LedgerFenced {
+                        connector: req.connector.clone(),
+                        reason,
+                    }
+                    .into())
+                }
+            };
+        };
         let deletion = if rec.deleting {
             store.deletion(&req.connector).map_err(ApiError::from)?
         } else {

@@ -58,7 +58,33 @@ impl OrphanReason {
     }
 }
 
-/// A ledger entry that a deletion left behind; kept until an admin adopts it.
+/// What a purge needs to run an orphan's cleanup again: the owner instance's config as
+/// the deletion had it sealed (secrets included: an orphan is stored sealed like a
+/// deletion, and this never leaves the control plane but in a cleanup-only start).
+#[derive(Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct OrphanCleanup {
+    /// The plugin.
+    pub plugin: String,
+    /// The connector's last config.
+    pub config: wharf::sdk::ConfigMap,
+    /// The owner task's config (empty for the connector instance).
+    #[serde(default, skip_serializing_if = "wharf::sdk::ConfigMap::is_empty")]
+    pub task_config: wharf::sdk::ConfigMap,
+    /// `cleanup.timeout.ms` of the connector.
+    pub cleanup_timeout_ms: u32,
+}
+
+impl std::fmt::Debug for OrphanCleanup {
+    /// The plugin and the timeout only: the config may hold secrets.
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("OrphanCleanup")
+            .field("plugin", &self.plugin)
+            .field("cleanup_timeout_ms", &self.cleanup_timeout_ms)
+            .finish_non_exhaustive()
+    }
+}
+
+/// A ledger entry that a deletion left behind; kept until an admin adopts or purges it.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct OrphanRecord {
     /// `<incarnation>-<index>`: the same when a finished deletion is written again.
@@ -71,6 +97,21 @@ pub struct OrphanRecord {
     pub reason: OrphanReason,
     /// When the deletion finished, Unix milliseconds.
     pub orphaned_at_ms: i64,
+    /// How to run its owner's cleanup again (PurgeOrphanedResources); `None` for an
+    /// orphan stored before it was kept.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cleanup: Option<OrphanCleanup>,
+    /// Why the last purge did not remove it; empty when none failed.
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub purge_error: String,
+}
+
+impl OrphanRecord {
+    /// The instance whose cleanup removes it: its connector, the incarnation that
+    /// recorded it, and the owner.
+    pub fn owner_key(&self) -> (&str, &str, ResourceOwner) {
+        (&self.connector, &self.entry.incarnation, self.entry.owner)
+    }
 }
 
 /// Why a ledger change was refused.
@@ -299,14 +340,16 @@ pub fn unaccounted_error(left: &[&LedgerEntry]) -> String {
 }
 
 /// The entries that outlive a deletion of `incarnation` finished without their cleanup:
-/// created ones neither released nor found absent, as orphans. Pure.
+/// created ones neither released nor found absent, as orphans, each with what a purge
+/// needs to run its owner's cleanup again (`sealed`, the deletion's context). Pure.
 pub fn orphans_of(
     connector: &str,
     ledger: &[LedgerEntry],
-    incarnation: &str,
+    sealed: &super::SealedContext,
     reason: OrphanReason,
     now_ms: i64,
 ) -> Vec<OrphanRecord> {
+    let incarnation = &sealed.incarnation;
     ledger
         .iter()
         .enumerate()
@@ -317,8 +360,69 @@ pub fn orphans_of(
             entry: e.clone(),
             reason,
             orphaned_at_ms: now_ms,
+            cleanup: Some(OrphanCleanup {
+                plugin: sealed.plugin.clone(),
+                config: sealed.config.clone(),
+                task_config: match e.owner {
+                    ResourceOwner::Connector => wharf::sdk::ConfigMap::new(),
+                    ResourceOwner::Task(t) => sealed
+                        .task_configs
+                        .get(t as usize)
+                        .cloned()
+                        .unwrap_or_default(),
+                },
+                cleanup_timeout_ms: sealed.cleanup_timeout_ms,
+            }),
+            purge_error: String::new(),
         })
         .collect()
+}
+
+/// The owners whose cleanup a purge of `chosen` runs, one per (connector, incarnation,
+/// owner), tasks before the connector instance (as a deletion runs them), each with
+/// every stored orphan of that owner (`all`: the chosen ones and the others its stop
+/// cleans as well). Pure.
+pub fn purge_groups<'a>(
+    chosen: &[&'a OrphanRecord],
+    all: &'a [OrphanRecord],
+) -> Vec<Vec<&'a OrphanRecord>> {
+    let mut keys: Vec<(&str, &str, ResourceOwner)> = Vec::new();
+    for o in chosen {
+        if !keys.contains(&o.owner_key()) {
+            keys.push(o.owner_key());
+        }
+    }
+    // Tasks first, then connector instances; otherwise in the order asked.
+    keys.sort_by_key(|(_, _, owner)| match owner {
+        ResourceOwner::Task(_) => 0,
+        ResourceOwner::Connector => 1,
+    });
+    keys.into_iter()
+        .map(|k| all.iter().filter(|o| o.owner_key() == k).collect())
+        .collect()
+}
+
+/// What a purge's stop did to one orphan: `Ok` when `ledger` (the entries the purge's
+/// instance released or found absent, starting from the orphans) accounts for it, else
+/// the reason it stays listed (`stop_error`: the stop itself failed). Pure.
+pub fn purge_outcome(
+    orphan: &OrphanRecord,
+    ledger: &[LedgerEntry],
+    stop_error: Option<&str>,
+) -> Result<(), String> {
+    let accounted = ledger.iter().any(|e| {
+        e.owner == orphan.entry.owner
+            && e.resource.same_as(&orphan.entry.resource)
+            && e.state.accounted()
+    });
+    match (accounted, stop_error) {
+        (true, _) => Ok(()),
+        (false, Some(error)) => Err(error.to_owned()),
+        (false, None) => Err(format!(
+            "stop(true) returned but the plugin neither released nor found absent {}",
+            orphan.entry.resource
+        )),
+    }
 }
 
 #[cfg(test)]
@@ -580,10 +684,104 @@ mod tests {
                 EntryState::Confirmed,
             ),
         ];
-        let o = orphans_of("c", &ledger, "i1", OrphanReason::Force, 7);
+        let o = orphans_of("c", &ledger, &sealed(), OrphanReason::Force, 7);
         assert_eq!(o.len(), 1);
         assert_eq!(o[0].id, "i1-0");
         assert_eq!(o[0].entry.resource.name, "a");
         assert_eq!(o[0].reason.as_str(), "force");
+        let cleanup = o[0].cleanup.as_ref().unwrap();
+        assert_eq!(cleanup.plugin, "p");
+        assert!(cleanup.task_config.is_empty(), "owned by the connector");
+    }
+
+    fn sealed() -> crate::model::SealedContext {
+        crate::model::SealedContext {
+            config: [("password".to_owned(), "s3cret".to_owned())]
+                .into_iter()
+                .collect(),
+            plugin: "p".into(),
+            incarnation: "i1".into(),
+            task_configs: vec![[("t".to_owned(), "0".to_owned())].into_iter().collect()],
+            task_hosts: Vec::new(),
+            connector_host: crate::model::Instance::unassigned(),
+            offsets: Vec::new(),
+            cleanup_timeout_ms: 5000,
+            cleanup_max_attempts: 1,
+            gives_up: false,
+            resources: Vec::new(),
+        }
+    }
+
+    fn orphan(id: &str, r: Resource, owner: ResourceOwner) -> OrphanRecord {
+        let mut o = orphans_of(
+            "c",
+            &[entry(r, owner, EntryState::Confirmed)],
+            &sealed(),
+            OrphanReason::Force,
+            1,
+        )
+        .remove(0);
+        o.id = id.into();
+        o
+    }
+
+    #[test]
+    fn a_task_orphan_carries_its_tasks_config_and_the_debug_form_no_secret() {
+        let o = orphan("x", queue("q"), ResourceOwner::Task(0));
+        let cleanup = o.cleanup.as_ref().unwrap();
+        assert_eq!(cleanup.task_config.get("t").map(String::as_str), Some("0"));
+        assert!(!format!("{o:?}").contains("s3cret"));
+    }
+
+    #[test]
+    fn a_purge_runs_one_cleanup_per_owner_tasks_first_with_every_orphan_of_that_owner() {
+        let all = vec![
+            orphan("c1", queue("a"), ResourceOwner::Connector),
+            orphan("t1", queue("b"), ResourceOwner::Task(0)),
+            orphan("c2", queue("c"), ResourceOwner::Connector),
+        ];
+        let groups = purge_groups(&[&all[0], &all[1]], &all);
+        let ids: Vec<Vec<&str>> = groups
+            .iter()
+            .map(|g| g.iter().map(|o| o.id.as_str()).collect())
+            .collect();
+        assert_eq!(ids, [vec!["t1"], vec!["c1", "c2"]]);
+    }
+
+    #[test]
+    fn another_incarnations_orphans_are_another_owner() {
+        let mut other = orphan("old", queue("a"), ResourceOwner::Connector);
+        other.entry.incarnation = "i0".into();
+        let all = vec![orphan("new", queue("a"), ResourceOwner::Connector), other];
+        assert_eq!(purge_groups(&[&all[0]], &all).len(), 1);
+        assert_eq!(purge_groups(&[&all[0]], &all)[0].len(), 1);
+    }
+
+    #[test]
+    fn a_purged_orphan_is_one_the_plugin_released_or_found_absent() {
+        let o = orphan("x", queue("a"), ResourceOwner::Connector);
+        let mut l = vec![o.entry.clone()];
+        assert!(purge_outcome(&o, &l, None).unwrap_err().contains("queue a"));
+        l[0].state = EntryState::Absent;
+        assert_eq!(purge_outcome(&o, &l, None), Ok(()));
+        l[0].state = EntryState::Released;
+        assert_eq!(
+            purge_outcome(&o, &l, Some("boom")),
+            Ok(()),
+            "released before it failed"
+        );
+    }
+
+    #[test]
+    fn a_failed_purge_stop_leaves_the_orphan_with_the_stops_error() {
+        let o = orphan("x", queue("a"), ResourceOwner::Connector);
+        assert_eq!(
+            purge_outcome(
+                &o,
+                std::slice::from_ref(&o.entry),
+                Some("no live executor offers plugin p")
+            ),
+            Err("no live executor offers plugin p".to_owned())
+        );
     }
 }

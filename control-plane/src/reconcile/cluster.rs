@@ -52,6 +52,8 @@ pub struct Cluster {
     pub executors: Executors,
     /// The finalizer's record of the deletions it runs, read by the admin API.
     pub deletions: Deletions,
+    /// The purges of orphaned resources that run, and their instances' ledgers.
+    pub purges: super::purges::Purges,
     pub(super) herder_wake: Notify,
     pub(super) finalizer_wake: Notify,
     changes: broadcast::Sender<String>,
@@ -118,6 +120,7 @@ impl Cluster {
             lease,
             executors,
             deletions: Deletions::default(),
+            purges: super::purges::Purges::default(),
             herder_wake: Notify::new(),
             finalizer_wake: Notify::new(),
             changes,

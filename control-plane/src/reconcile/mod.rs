@@ -1,6 +1,6 @@
 //! Acting on decisions: the herder ([`herder`]), its start path ([`start`]), the deletion
 //! finalizer ([`finalizer`]) and the record of its deletions ([`deletions`]), the executor
-//! client ([`client`]), status corrections from heartbeats (`hosted.rs`) and the state they
+//! client ([`client`]), the purges of orphaned resources that run ([`purges`]), status corrections from heartbeats (`hosted.rs`) and the state they
 //! share ([`cluster`]: store, the executor table of [`crate::executors`], wake-ups).
 //! Decisions themselves are pure functions in [`crate::plan`] and [`crate::executors`].
 //!
@@ -17,6 +17,7 @@ pub mod finalizer;
 pub mod herder;
 mod hosted;
 mod load;
+pub mod purges;
 pub mod start;
 
 pub use crate::executors::{ExecutorView, Lease, LeaseConfig};

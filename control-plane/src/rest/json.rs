@@ -355,7 +355,7 @@ pub fn resource_entry(e: &pb::ResourceEntry) -> Value {
 }
 
 /// An orphan (Wharf's extension): the entry's fields plus `"id"`, `"connector"`,
-/// `"reason"` and `"orphaned_at_ms"`.
+/// `"reason"`, `"orphaned_at_ms"`, `"purgeable"` and `"purge_error"`.
 pub fn orphan(o: &pb::OrphanedResource) -> Value {
     let mut v = o
         .entry
@@ -367,6 +367,8 @@ pub fn orphan(o: &pb::OrphanedResource) -> Value {
         m.insert("connector".into(), Value::String(o.connector.clone()));
         m.insert("reason".into(), Value::String(o.reason.clone()));
         m.insert("orphaned_at_ms".into(), json!(o.orphaned_at_ms));
+        m.insert("purgeable".into(), Value::Bool(o.purgeable));
+        m.insert("purge_error".into(), Value::String(o.purge_error.clone()));
     }
     v
 }

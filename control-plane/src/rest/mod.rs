@@ -45,7 +45,7 @@ use self::loggers::Loggers;
 use self::loggers::{all_loggers, logger, set_logger};
 use self::offsets::{alter_offsets, offsets, reset_offsets};
 use self::plugins::{plugin_config, plugins, validate};
-use self::resources::{adopt, orphaned, resources};
+use self::resources::{adopt, orphaned, purge, resources};
 use crate::admin::Admin;
 use crate::admin::guard::Guard;
 
@@ -120,6 +120,7 @@ impl Gateway {
             .route("/connectors/{name}/resources", get(resources))
             .route("/resources/orphaned", get(orphaned))
             .route("/resources/orphaned/adopt", post(adopt))
+            .route("/resources/orphaned/purge", post(purge))
             .route("/connector-plugins", get(plugins))
             .route("/connector-plugins/{class}/config", get(plugin_config))
             .route("/connector-plugins/{class}/config/validate", put(validate))

@@ -1,6 +1,6 @@
 //! Wharf's resource-ledger routes (extensions, docs/rest.md): `GET
-//! /connectors/{name}/resources`, `GET /resources/orphaned` and `POST
-//! /resources/orphaned/adopt`.
+//! /connectors/{name}/resources`, `GET /resources/orphaned`, `POST
+//! /resources/orphaned/adopt` and `POST /resources/orphaned/purge`.
 
 use axum::body::Body;
 use axum::extract::{Path, State};
@@ -46,23 +46,39 @@ pub(super) async fn adopt(State(g): State<Gateway>, headers: HeaderMap, body: Bo
             ));
         }
     };
-    let ids: Vec<String> = match v.get("ids") {
+    let ids = orphan_ids(&v)?;
+    let entries = g.admin.adopt_orphans(&ids, &connector)?;
+    ok(json!({
+        "name": connector,
+        "resources": entries.iter().map(json::resource_entry).collect::<Vec<_>>(),
+    }))
+}
+
+/// The `"ids"` of a body: the orphan ids from `GET /resources/orphaned`.
+fn orphan_ids(v: &Value) -> Result<Vec<String>, RestError> {
+    match v.get("ids") {
         Some(Value::Array(a)) => a
             .iter()
             .map(|i| match i {
                 Value::String(s) => Ok(s.clone()),
                 _ => Err(RestError::BadRequest("ids must be strings".into())),
             })
-            .collect::<Result<_, _>>()?,
-        _ => {
-            return Err(RestError::BadRequest(
-                "the body needs \"ids\": the orphan ids from GET /resources/orphaned".into(),
-            ));
-        }
-    };
-    let entries = g.admin.adopt_orphans(&ids, &connector)?;
+            .collect(),
+        _ => Err(RestError::BadRequest(
+            "the body needs \"ids\": the orphan ids from GET /resources/orphaned".into(),
+        )),
+    }
+}
+
+/// `POST /resources/orphaned/purge` with `{"ids": [ID, ...]}`: runs the cleanup of their
+/// owners; answers `{"purged": [ID], "remaining": [orphan]}` (the orphans of those owners
+/// still listed, each with its `purge_error`).
+pub(super) async fn purge(State(g): State<Gateway>, headers: HeaderMap, body: Body) -> RestResult {
+    let v = json_body(&headers, body).await?;
+    let ids = orphan_ids(&v)?;
+    let (purged, remaining) = g.admin.purge_orphans(&ids).await?;
     ok(json!({
-        "name": connector,
-        "resources": entries.iter().map(json::resource_entry).collect::<Vec<_>>(),
+        "purged": purged,
+        "remaining": remaining.iter().map(json::orphan).collect::<Vec<_>>(),
     }))
 }

@@ -957,4 +957,24 @@ impl StateStore for EtcdStore {
             Ok(())
         })
     }
+
+    fn reserve_generation(&self) -> Result<u64, StoreError> {
+        self.run(|i| async move {
+            let fk = i.key(GENERATION_FLOOR_KEY);
+            for _ in 0..CAS_ATTEMPTS {
+                let (floor, floor_rev) = i.counter(GENERATION_FLOOR_KEY).await?;
+                let g = floor.max(1);
+                let compares = vec![Compare::mod_revision(
+                    fk.clone(),
+                    CompareOp::Equal,
+                    floor_rev,
+                )];
+                let ops = vec![TxnOp::put(fk.clone(), (g + 1).to_string(), None)];
+                if let TxnResult::Done = i.txn(compares, ops, vec![]).await? {
+                    return Ok(g);
+                }
+            }
+            Err(contended("the generation floor"))
+        })
+    }
 }

@@ -205,6 +205,11 @@ pub trait StateStore: Send + Sync + 'static {
     fn put_orphans(&self, orphans: &[OrphanRecord]) -> Result<(), StoreError>;
     /// Removes the orphans with these ids (an id not stored is ignored).
     fn remove_orphans(&self, ids: &[String]) -> Result<(), StoreError>;
+    /// Takes a generation above every one a connector or a finished deletion used, for
+    /// an instance outside any connector (a purge's cleanup-only instance): raises the
+    /// generation floor past it, so a connector created later starts above it and its
+    /// starts are not refused as stale by the executor that ran the purge.
+    fn reserve_generation(&self) -> Result<u64, StoreError>;
 }
 
 /// Runs `wait` (a synchronous wait for the store: a redb batch's commit, an etcd call

@@ -46,6 +46,13 @@ const EXIT_POLL_MS: u64 = 10;
 /// will come.
 type Reply = Box<dyn FnOnce(Result<Answer, String>) + Send>;
 
+/// Records one ledger change of an instance (the plugin's `record_resources`) and calls
+/// the reply with the outcome once it is stored; must not block (the stdout reader calls
+/// it).
+pub(crate) type RecordLedger = Arc<
+    dyn Fn(pb::PluginRecordResources, Box<dyn FnOnce(Result<(), String>) + Send>) + Send + Sync,
+>;
+
 /// What the connection keeps of an instance living in the process.
 pub(crate) struct Hooks {
     /// Called when the plugin asks for a task reconfiguration (connector instances).
@@ -59,6 +66,9 @@ pub(crate) struct Hooks {
     /// death (connector instances: `ConnectorContext::raise_error`); without it the
     /// error waits in `raised` for the next call.
     pub raise: Option<Arc<dyn Fn(String) + Send + Sync>>,
+    /// Records the instance's resource-ledger changes (`record_resources`); without it
+    /// they are refused.
+    pub ledger: Option<RecordLedger>,
 }
 
 #[derive(Default)]
@@ -332,7 +342,7 @@ impl Conn {
     }
 
     /// Answers what the plugin sent.
-    fn dispatch(&self, msg: pb::PluginToRuntime) {
+    fn dispatch(self: &Arc<Self>, msg: pb::PluginToRuntime) {
         let id = msg.request_id;
         let Some(body) = msg.body else {
             tracing::warn!(plugin_process = %self.process, request_id = id, "message without a body ignored");
@@ -368,6 +378,28 @@ impl Conn {
                 };
                 if let Some(raise) = hook {
                     raise(req.message);
+                }
+            }
+            Answer::RecordResources(req) => {
+                let hook = self
+                    .lock()
+                    .instances
+                    .get(&req.instance_id)
+                    .and_then(|h| h.ledger.clone());
+                let conn = self.clone();
+                let reply: Box<dyn FnOnce(Result<(), String>) + Send> = Box::new(move |r| {
+                    let error = r.err().unwrap_or_default();
+                    conn.send(
+                        id,
+                        Ask::RecordResources(pb::PluginRecordResourcesResult { error }),
+                    );
+                });
+                match hook {
+                    Some(record) => record(req, reply),
+                    None => reply(Err(format!(
+                        "no instance {} with a resource ledger in this process",
+                        req.instance_id
+                    ))),
                 }
             }
             answer @ (Answer::Describe(_)

@@ -15,7 +15,53 @@ use wharf::sdk::{
 };
 
 use super::PluginProcess;
-use super::conn::{Answer, Ask, Conn, Hooks};
+use super::conn::{Answer, Ask, Conn, Hooks, RecordLedger};
+
+/// The hook through which an instance's `record_resources` requests reach its
+/// `resources` (the executor's ledger, [`wharf::sdk::Resources`]): each is run on the
+/// current tokio runtime and answered once stored. A request whose change or resource
+/// does not parse is answered with the field at fault.
+fn ledger_hook(resources: wharf::sdk::Resources) -> RecordLedger {
+    let runtime = tokio::runtime::Handle::current();
+    Arc::new(move |req: pb::PluginRecordResources, reply| {
+        let Some(change) = wharf::wire::ledger_change_from(req.change) else {
+            return reply(Err(
+                "record_resources.change must be INTENT, CONFIRM, RELEASE or ABSENT".into(),
+            ));
+        };
+        let Some(resource) = req.resource.as_ref() else {
+            return reply(Err("record_resources.resource is required".into()));
+        };
+        if change == wharf::sdk::LedgerChange::Intent
+            && !matches!(
+                pb::ResourceOrigin::try_from(resource.origin),
+                Ok(pb::ResourceOrigin::Created | pb::ResourceOrigin::Adopted)
+            )
+        {
+            return reply(Err(
+                "record_resources.resource.origin must be CREATED or ADOPTED on an intent".into(),
+            ));
+        }
+        let resource = wharf::wire::resource_from(resource, wharf::sdk::Origin::Created);
+        let resources = resources.clone();
+        // Not awaited: the reply answers the plugin when the control plane did. The
+        // request comes on the process's stdout reader thread, outside any runtime.
+        let _runtime = runtime.enter();
+        drop(wharf::task::spawn(
+            wharf::task::TaskKind::Detached,
+            "plugin ledger change",
+            async move {
+                let outcome = match change {
+                    wharf::sdk::LedgerChange::Intent => resources.intend(&resource).await,
+                    wharf::sdk::LedgerChange::Confirm => resources.confirm(&resource).await,
+                    wharf::sdk::LedgerChange::Release => resources.release(&resource).await,
+                    wharf::sdk::LedgerChange::Absent => resources.absent(&resource).await,
+                };
+                reply(outcome.map_err(|e| e.to_string()));
+            },
+        ));
+    })
+}
 
 /// An instance living in a plugin process.
 struct Bound {
@@ -71,6 +117,7 @@ pub(crate) fn answer_name(answer: &Answer) -> &'static str {
         Answer::ReadOffsets(_) => "read_offsets",
         Answer::RequestTaskReconfiguration(_) => "request_task_reconfiguration",
         Answer::RaiseError(_) => "raise_error",
+        Answer::RecordResources(_) => "record_resources",
     }
 }
 
@@ -131,6 +178,7 @@ impl Connector for ProxyConnector {
             offsets: BTreeMap::new(),
             raised: None,
             raise: Some(Arc::new(move |error| raiser.raise_error(error))),
+            ledger: Some(ledger_hook(ctx.resources().clone())),
         };
         let bound = self.bound.insert(Bound::place(&self.process, hooks).await?);
         let start = pb::PluginConnectorStart {
@@ -282,6 +330,7 @@ async fn start_task_into(
         offsets: ctx.offsets.clone(),
         raised: None,
         raise: None,
+        ledger: Some(ledger_hook(ctx.resources.clone())),
     };
     let bound = slot.insert(Bound::place(process, hooks).await?);
     let start = pb::PluginTaskStart {

@@ -90,7 +90,36 @@ pub(crate) fn delete_problem(entries: &[LedgerEntry]) -> Option<String> {
     None
 }
 
+/// Whether a start whose probe lists nothing owned is still checked: its ledger holds
+/// entries and all are adopted (a plugin that provisions nothing of its own, only uses
+/// what is there: `file-sink`'s output file). A probe that lists nothing beside created
+/// entries, or beside an empty ledger, is a probe that misses them. Pure.
+pub(crate) fn only_adopts(entries: &[LedgerEntry]) -> bool {
+    !entries.is_empty() && entries.iter().all(|e| e.resource.origin == Origin::Adopted)
+}
+
 impl<P: Probe> Kit<P> {
+    /// The start of a ledger check: [`Kit::provisioned`]'s, except that a plugin that only
+    /// adopts may own nothing the probe lists ([`only_adopts`]).
+    async fn ledger_provisioned(
+        &self,
+        check: &'static str,
+        name: &str,
+    ) -> Result<(Running, std::collections::BTreeSet<String>), CheckFailed> {
+        let mut r = self
+            .start(check, name, crate::FIRST_INCARNATION, self.tasks_max, false)
+            .await?;
+        let owned = self.owned(check, &r).await?;
+        if owned.is_empty() && !only_adopts(&r.ledger.entries()) {
+            self.delete_at_end(check, &mut r).await?;
+            return Err(fail(
+                check,
+                format!("after start the probe lists nothing that {name} owns: check the probe"),
+            ));
+        }
+        Ok((r, owned))
+    }
+
     /// The ledger of `r` is empty while the probe lists `owned`: a failure under
     /// [`Kit::ledger_required`], else a skip; the connector is deleted first either way.
     async fn empty_ledger(
@@ -119,7 +148,7 @@ impl<P: Probe> Kit<P> {
     pub async fn ledger_declares_before_creating(&self) -> CheckResult {
         const CHECK: &str = "ledger_declares_before_creating";
         let name = self.name("ledger", "a");
-        let (mut r, owned) = self.provisioned(CHECK, &name, self.tasks_max).await?;
+        let (mut r, owned) = self.ledger_provisioned(CHECK, &name).await?;
         self.empty_ledger(CHECK, &mut r, &owned).await?;
         if let Some(problem) = start_problem(&r.ledger.entries(), &r.ledger.changes()) {
             self.delete_at_end(CHECK, &mut r).await?;
@@ -135,7 +164,7 @@ impl<P: Probe> Kit<P> {
     pub async fn plain_stop_releases_nothing(&self) -> CheckResult {
         const CHECK: &str = "plain_stop_releases_nothing";
         let name = self.name("ledger", "b");
-        let (mut r, owned) = self.provisioned(CHECK, &name, self.tasks_max).await?;
+        let (mut r, owned) = self.ledger_provisioned(CHECK, &name).await?;
         self.empty_ledger(CHECK, &mut r, &owned).await?;
         let before = r.ledger.changes().len();
         self.stop(CHECK, &mut r, false).await?;
@@ -176,7 +205,7 @@ impl<P: Probe> Kit<P> {
     pub async fn delete_releases_every_created_entry(&self) -> CheckResult {
         const CHECK: &str = "delete_releases_every_created_entry";
         let name = self.name("ledger", "c");
-        let (mut r, owned) = self.provisioned(CHECK, &name, self.tasks_max).await?;
+        let (mut r, owned) = self.ledger_provisioned(CHECK, &name).await?;
         self.empty_ledger(CHECK, &mut r, &owned).await?;
         self.delete(CHECK, &mut r).await?;
         match delete_problem(&r.ledger.entries()) {
@@ -202,6 +231,20 @@ mod tests {
             resource: r,
             state,
         }
+    }
+
+    #[test]
+    fn a_ledger_of_adopted_entries_only_needs_nothing_owned() {
+        let adopted = table().with_origin(Origin::Adopted);
+        assert!(only_adopts(&[entry(
+            adopted.clone(),
+            EntryState::Confirmed
+        )]));
+        assert!(!only_adopts(&[]), "an empty ledger");
+        assert!(!only_adopts(&[
+            entry(adopted, EntryState::Confirmed),
+            entry(table(), EntryState::Confirmed)
+        ]));
     }
 
     #[test]

@@ -464,6 +464,12 @@ async fn admin_call(channel: AuthChannel, name: &str, body: &Value) -> Result<Ca
             })
             .await
         }
+        "PurgeOrphanedResources" => {
+            unary(&m, body, |r: pb::PurgeOrphanedResourcesRequest| {
+                c.purge_orphaned_resources(r)
+            })
+            .await
+        }
         _ => Err(not_unary()),
     }
 }

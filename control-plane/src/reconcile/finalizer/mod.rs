@@ -84,8 +84,11 @@ pub use self::step::{
 use super::cluster::{Cluster, HerderError, RECONCILE_INTERVAL_MS, now_ms};
 use crate::model::{CleanupState, CleanupStep, DeletionRecord};
 
+mod purge;
 mod round;
 mod step;
+
+pub use self::purge::purge_owner;
 
 /// Runs the finalizer until `cancel` fires.
 ///
@@ -240,13 +243,8 @@ fn keep_orphans(cluster: &Cluster, d: &DeletionRecord) -> Result<(), HerderError
     let Some(rec) = cluster.store.connector(&d.name)? else {
         return Ok(());
     };
-    let orphans = crate::model::resources::orphans_of(
-        &d.name,
-        &rec.resources,
-        &d.sealed.incarnation,
-        reason,
-        now_ms(),
-    );
+    let orphans =
+        crate::model::resources::orphans_of(&d.name, &rec.resources, &d.sealed, reason, now_ms());
     if orphans.is_empty() {
         return Ok(());
     }

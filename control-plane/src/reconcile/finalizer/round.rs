@@ -184,7 +184,7 @@ where
 }
 
 /// Starts a cleanup-only instance at `generation` on `exec`, then stops it with `true`.
-async fn start_then_stop(
+pub(super) async fn start_then_stop(
     cluster: &Cluster,
     d: &DeletionRecord,
     task: Option<u32>,

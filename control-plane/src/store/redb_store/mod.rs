@@ -133,6 +133,7 @@ enum Write {
     },
     PutOrphans(Vec<OrphanRecord>),
     RemoveOrphans(Vec<String>),
+    ReserveGeneration,
 }
 
 /// What a write returns.
@@ -140,6 +141,7 @@ enum Done {
     Created(CreateOutcome),
     Applied(bool),
     Executor(ExecutorRecord),
+    Generation(u64),
     Unit,
 }
 
@@ -481,6 +483,14 @@ impl Shared {
                 }
                 Ok((Done::Unit, removed))
             }
+            Write::ReserveGeneration => {
+                // The floor is the next generation a new connector (or a purge) may use.
+                let g = apply::generation_floor(&t.meta)?.max(1);
+                t.meta
+                    .insert(GENERATION_FLOOR_KEY, g + 1)
+                    .map_err(unavailable)?;
+                Ok((Done::Generation(g), true))
+            }
         }
     }
 }
@@ -585,14 +595,18 @@ impl Drop for RedbStore {
 fn expect_bool(a: Answer) -> Result<bool, StoreError> {
     match a? {
         Done::Applied(b) => Ok(b),
-        Done::Created(_) | Done::Executor(_) | Done::Unit => Err(unexpected()),
+        Done::Created(_) | Done::Executor(_) | Done::Generation(_) | Done::Unit => {
+            Err(unexpected())
+        }
     }
 }
 
 fn expect_unit(a: Answer) -> Result<(), StoreError> {
     match a? {
         Done::Unit => Ok(()),
-        Done::Created(_) | Done::Executor(_) | Done::Applied(_) => Err(unexpected()),
+        Done::Created(_) | Done::Executor(_) | Done::Applied(_) | Done::Generation(_) => {
+            Err(unexpected())
+        }
     }
 }
 
@@ -648,7 +662,9 @@ impl StateStore for RedbStore {
     fn create_connector(&self, rec: &ConnectorRecord) -> Result<CreateOutcome, StoreError> {
         match self.write(Write::CreateConnector(rec.clone()))? {
             Done::Created(o) => Ok(o),
-            Done::Applied(_) | Done::Executor(_) | Done::Unit => Err(unexpected()),
+            Done::Applied(_) | Done::Executor(_) | Done::Generation(_) | Done::Unit => {
+                Err(unexpected())
+            }
         }
     }
 
@@ -738,7 +754,9 @@ impl StateStore for RedbStore {
             record_log: record_log.to_owned(),
         })? {
             Done::Executor(e) => Ok(e),
-            Done::Applied(_) | Done::Created(_) | Done::Unit => Err(unexpected()),
+            Done::Applied(_) | Done::Created(_) | Done::Generation(_) | Done::Unit => {
+                Err(unexpected())
+            }
         }
     }
 
@@ -842,6 +860,15 @@ impl StateStore for RedbStore {
         expect_unit(self.write(Write::RemoveOrphans(ids.to_vec())))
     }
 
+    fn reserve_generation(&self) -> Result<u64, StoreError> {
+        match self.write(Write::ReserveGeneration)? {
+            Done::Generation(g) => Ok(g),
+            Done::Applied(_) | Done::Created(_) | Done::Executor(_) | Done::Unit => {
+                Err(unexpected())
+            }
+        }
+    }
+
     fn audit_entries(&self, query: &AuditQuery) -> Result<AuditPage, StoreError> {
         let tx = self.shared.db.begin_read().map_err(unavailable)?;
         let t = tx.open_table(AUDIT).map_err(unavailable)?;
@@ -940,6 +967,17 @@ mod tests {
         assert!(s.connector("a").unwrap().unwrap().next_generation >= used);
         assert!(s.offsets("a").unwrap().is_empty());
         assert_eq!(s.offsets("ab").unwrap().len(), 1);
+    }
+
+    #[test]
+    fn a_reserved_generation_is_below_every_later_connectors() {
+        let dir = tempfile::tempdir().unwrap();
+        let s = store(dir.path());
+        let g1 = s.reserve_generation().unwrap();
+        let g2 = s.reserve_generation().unwrap();
+        assert!(g1 >= 1 && g2 > g1, "{g1} {g2}");
+        s.create_connector(&rec("a")).unwrap();
+        assert!(s.connector("a").unwrap().unwrap().next_generation > g2);
     }
 
     #[test]
