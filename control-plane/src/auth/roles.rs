@@ -144,6 +144,10 @@ pub enum AdminAction {
     /// AdoptOrphanedResources (moves orphans into a connector's ledger: afterwards no
     /// list shows them as left behind).
     AdoptOrphanedResources,
+    /// GetConnectorTopics (KIP-558: reads a connector's active topics).
+    GetConnectorTopics,
+    /// ResetConnectorTopics (KIP-558: empties a connector's active topics).
+    ResetConnectorTopics,
     /// REST only: `GET /admin/loggers[/{logger}]` (reads log levels).
     GetLoggers,
     /// REST only: `PUT /admin/loggers/{logger}` (changes what this process logs, so it
@@ -178,6 +182,8 @@ impl AdminAction {
             AdminAction::GetConnectorResources => "GetConnectorResources",
             AdminAction::ListOrphanedResources => "ListOrphanedResources",
             AdminAction::AdoptOrphanedResources => "AdoptOrphanedResources",
+            AdminAction::GetConnectorTopics => "GetConnectorTopics",
+            AdminAction::ResetConnectorTopics => "ResetConnectorTopics",
             AdminAction::GetLoggers => "GetLoggers",
             AdminAction::SetLoggerLevel => "SetLoggerLevel",
         }
@@ -199,6 +205,7 @@ impl AdminAction {
             | AdminAction::AlterOffsets
             | AdminAction::ResetOffsets
             | AdminAction::AdoptOrphanedResources
+            | AdminAction::ResetConnectorTopics
             | AdminAction::SetLoggerLevel => true,
             AdminAction::GetConnector
             | AdminAction::ListConnectors
@@ -211,6 +218,7 @@ impl AdminAction {
             | AdminAction::ListAuditEntries
             | AdminAction::GetConnectorResources
             | AdminAction::ListOrphanedResources
+            | AdminAction::GetConnectorTopics
             | AdminAction::GetLoggers => false,
         }
     }
@@ -228,6 +236,7 @@ impl AdminAction {
             | AdminAction::WatchConnector
             | AdminAction::GetConnectorResources
             | AdminAction::ListOrphanedResources
+            | AdminAction::GetConnectorTopics
             | AdminAction::GetLoggers => Role::Viewer,
             AdminAction::CreateConnector
             | AdminAction::PutConnectorConfig
@@ -237,6 +246,7 @@ impl AdminAction {
             | AdminAction::RestartConnector
             | AdminAction::RestartTask
             | AdminAction::DeleteConnector(DeleteMode::Cleanup)
+            | AdminAction::ResetConnectorTopics
             | AdminAction::ListAuditEntries => Role::Operator,
             // Calls that can leave a plugin's external resources behind, skip or replay
             // data, or re-run cleanup code on demand.
@@ -333,6 +343,8 @@ mod tests {
             (X::GetConnectorResources, [A, A, A]),
             (X::ListOrphanedResources, [A, A, A]),
             (X::AdoptOrphanedResources, [AD, AD, A]),
+            (X::GetConnectorTopics, [A, A, A]),
+            (X::ResetConnectorTopics, [OP, A, A]),
         ]
     }
 
@@ -367,6 +379,8 @@ mod tests {
             | AdminAction::GetConnectorResources
             | AdminAction::ListOrphanedResources
             | AdminAction::AdoptOrphanedResources
+            | AdminAction::GetConnectorTopics
+            | AdminAction::ResetConnectorTopics
             | AdminAction::GetLoggers
             | AdminAction::SetLoggerLevel => table().iter().any(|(x, _)| *x == a),
         }
@@ -383,9 +397,9 @@ mod tests {
                 cells += 1;
             }
         }
-        // 23 RPCs, DeleteConnector split into 4 modes, and 2 REST-only calls: 28 actions
+        // 25 RPCs, DeleteConnector split into 4 modes, and 2 REST-only calls: 30 actions
         // times 3 roles.
-        assert_eq!(cells, 28 * 3);
+        assert_eq!(cells, 30 * 3);
     }
 
     #[test]
