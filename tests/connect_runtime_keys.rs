@@ -14,13 +14,13 @@ use serde_json::{Value, json};
 use wharf_harness::cluster::{INVALID_ARGUMENT, NOT_FOUND, TestCluster};
 use wharf_harness::rest::start_with_rest;
 
-/// Kafka Connect runtime keys Wharf does not implement (exactly-once support, topic
-/// creation, client overrides, a connector's own offsets topic), each with a value
+/// Kafka Connect runtime keys Wharf does not implement (exactly-once support, a
+/// connector's own offsets topic), each with a value
 /// Connect would accept. (Converters, transforms, predicates and `errors.*` are
 /// implemented: tests/pipeline.rs.)
 const CONNECT_ONLY: &[(&str, &str)] = &[
     ("exactly.once.support", "required"),
-    ("producer.override.linger.ms", "5"),
+    ("transaction.boundary", "poll"),
     ("offsets.storage.topic", "kc-offsets"),
 ];
 

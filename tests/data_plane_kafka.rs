@@ -239,6 +239,17 @@ async fn a_plain_producers_topic_reaches_a_wharf_sink_and_deletion_removes_its_g
         30,
         "keep_resources kept the committed offsets"
     );
+    // The ledger's record of it: an orphan kept by keep_resources.
+    let r = c.call("ListOrphanedResources", json!({}));
+    assert_eq!(r.code, 0, "{}", r.err);
+    let kept = r.body["orphans"].as_array().cloned().unwrap_or_default();
+    assert!(
+        kept.iter().any(|o| o["connector"] == "plain-sink"
+            && o["entry"]["resource"]["kind"] == "consumer_group"
+            && o["entry"]["resource"]["name"] == group
+            && o["reason"] == "keep_resources"),
+        "the kept group is listed as an orphan: {kept:?}"
+    );
     let third = c.dir.path().join("third.jsonl");
     let r = c.call("CreateConnector", file_sink("plain-sink", "plain", &third));
     assert_eq!(r.code, 0, "{}", r.err);

@@ -6,6 +6,8 @@
 //! cleanup finished on another executor and left nothing in the catalog. Every process
 //! runs with mutual TLS (certificates from `wharf-control-plane certs`), admin calls carry
 //! a bearer token or the admin client certificate, and a call with neither is refused.
+//! The Kafka flavour (`RECORD_LOG=kafka`) runs the same on a tansu broker the script
+//! starts, and checks the sink's active topics and its consumer group in its ledger.
 //!
 //! Build first: `cargo build -p wharf-control-plane -p wharf-executor-stock`.
 
@@ -25,6 +27,20 @@ const EXIT_POLL_INTERVAL_MS: u64 = 100;
 
 #[test]
 fn multi_host_example_passes_its_own_checks() {
+    run_example("nats", &[]);
+}
+
+#[test]
+fn multi_host_example_on_kafka_passes_its_own_checks() {
+    run_example(
+        "kafka",
+        &["through Kafka consumer group connect-mh-sink (in its resource ledger)"],
+    );
+}
+
+/// Runs the script with `RECORD_LOG=record_log` and checks its output, which must also
+/// hold each of `also`.
+fn run_example(record_log: &str, also: &[&str]) {
     let dir = KeepOnFailure::new();
     let work = dir.path().join("work");
     let output = dir.path().join("run.out");
@@ -35,6 +51,7 @@ fn multi_host_example_passes_its_own_checks() {
         .env("WORK_DIR", &work)
         .env("WHARF_BIN_DIR", wharf_harness::bin_dir())
         .env("STEP_TIMEOUT_S", STEP_TIMEOUT_SECS.to_string())
+        .env("RECORD_LOG", record_log)
         .stdin(Stdio::null())
         .stdout(log.try_clone().expect("clone"))
         .stderr(log)
@@ -69,6 +86,12 @@ fn multi_host_example_passes_its_own_checks() {
                     && text.contains("every executor is reached over mutual TLS"),
                 "the script did not show the cluster running with mutual TLS:\n{text}"
             );
+            for line in also {
+                assert!(
+                    text.contains(line),
+                    "the script did not show {line:?}:\n{text}"
+                );
+            }
         }
         Some(s) => panic!("examples/multi-host/run.sh failed ({s}):\n{text}"),
         None => {

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Wharf across hosts, on one machine: one control plane (127.0.0.1) and three executor
 # processes on their own loopback addresses (127.0.0.2, .3, .4) sharing a NATS JetStream
-# record log, a `postgres-audit` connector feeding a `file-sink` across them; then an
+# record log (or, with RECORD_LOG=kafka, a Kafka-protocol broker: tansu from
+# scripts/setup-services), a `postgres-audit` connector feeding a `file-sink` across them; then an
 # executor is killed (kill -9) as its connector is deleted, and the cleanup (drop the
 # triggers, the trigger function and the audit table) finishes on another executor.
 # Every connection is mutual TLS with certificates made by `wharf-control-plane certs`;
@@ -21,6 +22,9 @@ pg_host="${PGHOST:-127.0.0.1}"
 pg_port="${PGPORT:-5432}"
 grpcurl="${GRPCURL:-grpcurl}"
 nats_server="${NATS_SERVER:-$(command -v nats-server || echo /usr/sbin/nats-server)}"
+# The shared record log: nats (JetStream, the default) or kafka (a tansu broker).
+record_log_kind="${RECORD_LOG:-nats}"
+case "$record_log_kind" in nats | kafka) ;; *) printf 'RECORD_LOG must be nats or kafka, not %s\n' "$record_log_kind" >&2; exit 2 ;; esac
 # Short lease so that a killed executor is noticed in seconds (default 10000 ms).
 lease_ms=2000
 heartbeat_ms=200
@@ -35,7 +39,7 @@ say() { printf '%s\n' "$*"; }
 step() { printf '\n==> %s\n' "$*"; }
 fail() {
   printf '\nFAILED: %s\n' "$*" >&2
-  printf 'Logs and data: %s (control plane: cp.log, executors: exec-N.log, nats: nats.log)\n' "$work" >&2
+  printf 'Logs and data: %s (control plane: cp.log, executors: exec-N.log, record log: nats.log or kafka.log)\n' "$work" >&2
   exit 1
 }
 
@@ -79,8 +83,13 @@ admin_cert() { # admin_cert METHOD: as the admin client certificate (-cacert/-ce
 sql() { psql -h "$pg_host" -p "$pg_port" -U "$pg_user" -d "$db" -qAtc "$1"; }
 
 step "[1/8] checking what this example needs"
-for tool in "$grpcurl" jq psql "$nats_server"; do
-  command -v "$tool" >/dev/null 2>&1 || fail "$tool not found: run scripts/setup-services (installs and starts PostgreSQL, NATS, grpcurl; installs jq), or install it"
+log_tool="$nats_server"
+if [[ "$record_log_kind" == kafka ]]; then
+  log_tool="${TANSU:-$("$repo/scripts/setup-services" tansu-path 2>/dev/null || true)}"
+  [[ -n "$log_tool" ]] || fail "no tansu broker: run scripts/setup-services kafka (or set TANSU)"
+fi
+for tool in "$grpcurl" jq psql "$log_tool"; do
+  command -v "$tool" >/dev/null 2>&1 || fail "$tool not found: run scripts/setup-services (installs and starts PostgreSQL, NATS, grpcurl, tansu; installs jq), or install it"
 done
 if [[ ! -x "$bin/wharf-control-plane" || ! -x "$bin/wharf-executor" ]]; then
   say "    building wharf-control-plane and wharf-executor (cargo shows progress)"
@@ -94,15 +103,27 @@ done
 psql -h "$pg_host" -p "$pg_port" -U "$pg_user" -d postgres -qAtc "CREATE DATABASE $db" >/dev/null
 say "    PostgreSQL $pg_host:$pg_port as $pg_user, database $db; work dir $work"
 
-step "[2/8] starting NATS JetStream, the control plane and three executors"
-mkdir -p "$work/nats"
-"$nats_server" -a 127.0.0.1 -p -1 -js -sd "$work/nats/js" --ports_file_dir "$work/nats" >"$work/nats.log" 2>&1 &
-pids+=($!)
-ports_path() { find "$work/nats" -maxdepth 1 -name '*.ports' | head -n 1; }
-ports_file() { [[ -n "$(ports_path)" ]]; }
-wait_for "nats-server to listen" ports_file
-nats_url="$(jq -r '.nats[0]' "$(ports_path)")"
-say "    NATS JetStream at $nats_url"
+if [[ "$record_log_kind" == kafka ]]; then
+  step "[2/8] starting a Kafka broker (tansu), the control plane and three executors"
+  kafka_port="$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')"
+  "$log_tool" broker --listener-url "tcp://127.0.0.1:$kafka_port" --advertised-listener-url "tcp://127.0.0.1:$kafka_port" \
+    --storage-engine memory://tansu/ >"$work/kafka.log" 2>&1 &
+  pids+=($!)
+  kafka_listens() { (exec 3<>"/dev/tcp/127.0.0.1/$kafka_port") 2>/dev/null; }
+  wait_for "the Kafka broker to listen" kafka_listens
+  record_log="kafka://127.0.0.1:$kafka_port"
+  say "    Kafka broker (tansu) at 127.0.0.1:$kafka_port; the sink's position is the consumer group connect-mh-sink"
+else
+  step "[2/8] starting NATS JetStream, the control plane and three executors"
+  mkdir -p "$work/nats"
+  "$nats_server" -a 127.0.0.1 -p -1 -js -sd "$work/nats/js" --ports_file_dir "$work/nats" >"$work/nats.log" 2>&1 &
+  pids+=($!)
+  ports_path() { find "$work/nats" -maxdepth 1 -name '*.ports' | head -n 1; }
+  ports_file() { [[ -n "$(ports_path)" ]]; }
+  wait_for "nats-server to listen" ports_file
+  record_log="$(jq -r '.nats[0]' "$(ports_path)")"
+  say "    NATS JetStream at $record_log"
+fi
 
 # Certificates for every process and an admin client (docs/security.md, "Creating
 # certificates"): server certificates name the loopback address each process listens on.
@@ -134,7 +155,7 @@ say "    a call without a token or client certificate: Unauthenticated"
 declare -A exec_pid
 for i in 1 2 3; do
   RUST_LOG="${RUST_LOG:-info}" "$bin/wharf-executor" --listen "127.0.0.$((i + 1)):0" --control-plane "https://$cp" \
-    --data-dir "$work/exec-$i" --executor-id "exec-$i" --record-log "$nats_url" --graceful-timeout-ms 5000 \
+    --data-dir "$work/exec-$i" --executor-id "exec-$i" --record-log "$record_log" --graceful-timeout-ms 5000 \
     --file-root "$work" $(tls "executor-exec-$i") \
     >"$work/exec-$i.log" 2>&1 &
   pids+=($!)
@@ -175,11 +196,19 @@ triggers() { sql "SELECT count(*) FROM pg_trigger t JOIN pg_class c ON c.oid = t
 [[ "$(triggers)" == 2 ]] || fail "expected 2 audit triggers on customers and orders, found $(triggers)"
 say "    postgres-audit provisioned: audit table public.wharf_mh_audit, 2 triggers"
 
-step "[4/8] inserting rows; the change records cross executors through NATS into the sink file"
+step "[4/8] inserting rows; the change records cross executors through the record log ($record_log_kind) into the sink file"
 sql "INSERT INTO customers (name) VALUES ('Ada'), ('Grace'); INSERT INTO orders (customer_id, amount_cents) VALUES (1, 4200);"
 sink_has() { [[ -f "$sink_file" && "$(wc -l <"$sink_file")" -ge 3 ]]; }
 wait_for "3 change records in $sink_file" sink_has
 jq -c '{table, operation, new}' "$sink_file" | sed 's/^/    /'
+if [[ "$record_log_kind" == kafka ]]; then
+  topics_of() { admin GetConnectorTopics "{\"name\":\"$1\"}" | jq -r '.topics // [] | join(",")'; }
+  sink_topics() { [[ "$(topics_of mh-sink)" == mh.audit ]]; }
+  wait_for "mh-sink's active topics (KIP-558) to show mh.audit" sink_topics
+  group="$(admin GetConnectorResources '{"name":"mh-sink"}' | jq -r '.entries[] | select(.resource.kind == "consumer_group") | .resource.name')"
+  [[ "$group" == connect-mh-sink ]] || fail "mh-sink's ledger does not hold its consumer group connect-mh-sink (got '$group')"
+  say "    mh-sink reads topic mh.audit through Kafka consumer group $group (in its resource ledger)"
+fi
 
 step "[5/8] killing (kill -9) the executor that runs pg-audit task 0, and deleting pg-audit"
 victim="$(admin GetConnectorStatus '{"name":"pg-audit"}' | jq -r '.status.tasks[] | select((.task // 0) == 0) | .status.executorId')"

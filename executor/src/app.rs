@@ -304,6 +304,7 @@ impl ExecutorApp {
         let log = crate::log::open(&record_log)
             .await
             .map_err(AppError::RecordLog)?;
+        let checked_log = log.clone();
         let plugin_infos = plugins.iter().map(wharf::wire::plugin_info).collect();
         let registry = Arc::new(
             Registry::with_tls(
@@ -341,7 +342,10 @@ impl ExecutorApp {
             registry.clone(),
         ));
         let metrics_addr = metrics.as_ref().map(|(_, bound)| *bound);
-        let mut loops = vec![spawn_health_loop(&registry, health, &cancel)];
+        let mut loops = vec![
+            spawn_health_loop(&registry, health, &cancel),
+            spawn_log_check_loop(checked_log, &registry, &cancel),
+        ];
         loops.extend(metrics.map(|bound| {
             wharf::observability::spawn_serve(
                 TaskKind::Service,
@@ -464,6 +468,32 @@ fn spawn_health_loop(
             cancel.child_token(),
         ),
     )
+}
+
+/// Checks the record log every [`crate::log::LOG_CHECK_INTERVAL_MS`] and keeps the
+/// outcome in the registry: health names a log that does not answer (a Kafka broker
+/// that is unreachable), and the heartbeats carry the Kafka cluster id.
+fn spawn_log_check_loop(
+    log: Arc<dyn crate::log::RecordLog>,
+    registry: &Arc<Registry>,
+    cancel: &CancellationToken,
+) -> JoinHandle<()> {
+    let registry = registry.clone();
+    let cancel = cancel.child_token();
+    spawn(TaskKind::Service, "record log check", async move {
+        let interval = Duration::from_millis(crate::log::LOG_CHECK_INTERVAL_MS);
+        loop {
+            let check = tokio::select! {
+                () = cancel.cancelled() => return,
+                c = log.check() => c,
+            };
+            registry.set_log_check(check);
+            tokio::select! {
+                () = cancel.cancelled() => return,
+                () = tokio::time::sleep(interval) => {}
+            }
+        }
+    })
 }
 
 /// Serves `router` on `listener` until `cancel`.

@@ -197,6 +197,7 @@ macro_rules! stop_request {
             incarnation: $r.incarnation,
             executor_epoch: $r.executor_epoch,
             deletion_token: $token,
+            created_topics: Vec::new(),
         }
     };
 }
@@ -329,9 +330,13 @@ impl pb::executor_server::Executor for ExecutorService {
         let span = DirectSpan::server("/wharf.v1.Executor/StopTask", request.metadata());
         span.around(async move {
             let token = deletion_token(request.metadata());
-            let r = request.into_inner();
-            let task = task_key(r.task)?;
-            let req = stop_request!(r, token);
+            let mut r = request.into_inner();
+            let task = task_key(r.task.take())?;
+            let created_topics = std::mem::take(&mut r.created_topics);
+            let req = StopRequest {
+                created_topics,
+                ..stop_request!(r, token)
+            };
             let answer = self.host.stop_task(&task, &req).await?;
             Ok(Response::new(stop_response!(pb::StopTaskResponse, answer)))
         })

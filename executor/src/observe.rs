@@ -61,6 +61,18 @@ pub fn executor_health(standing: LeaseStanding, registered_once: bool) -> Health
     }
 }
 
+/// `health` with the record log's `problem` (from its latest check) added: a healthy
+/// registration over a log that does not answer is unhealthy, naming what is
+/// unreachable. Pure.
+pub fn with_log_problem(health: Health, problem: Option<&str>) -> Health {
+    match (health, problem) {
+        (health, None) => health,
+        (Health::Healthy, Some(p)) => Health::Unhealthy(format!("record log: {p}")),
+        (Health::Starting(why), Some(p)) => Health::Starting(format!("{why}; record log: {p}")),
+        (Health::Unhealthy(why), Some(p)) => Health::Unhealthy(format!("{why}; record log: {p}")),
+    }
+}
+
 /// One per-task counter family: name, help text, whether it is a source's, its value.
 type RecordFamily = (&'static str, &'static str, bool, fn(&RecordStats) -> f64);
 
@@ -84,10 +96,7 @@ impl Probe for ExecutorProbe {
     }
 
     fn health(&self) -> Health {
-        executor_health(
-            self.registry.lease_standing(),
-            self.registry.registered_once(),
-        )
+        registry_health(&self.registry)
     }
 
     fn render_state(&self, out: &mut Exposition) {
@@ -193,10 +202,14 @@ impl Probe for ExecutorProbe {
     }
 }
 
-/// The executor's health now, from its registration: what
+/// The executor's health now, from its registration and its record log's latest check:
+/// what
 /// [`wharf::observability::watch_health`] checks every [`HEALTH_INTERVAL_MS`].
 pub fn registry_health(registry: &Registry) -> Health {
-    executor_health(registry.lease_standing(), registry.registered_once())
+    with_log_problem(
+        executor_health(registry.lease_standing(), registry.registered_once()),
+        registry.log_problem().as_deref(),
+    )
 }
 
 #[cfg(test)]
@@ -232,6 +245,31 @@ mod tests {
                 Health::Unhealthy(m) if m.contains("lease")
             ));
         }
+    }
+
+    #[test]
+    fn a_log_without_a_problem_leaves_the_health_as_it_is() {
+        assert_eq!(with_log_problem(Health::Healthy, None), Health::Healthy);
+    }
+
+    #[test]
+    fn a_healthy_registration_over_a_log_that_does_not_answer_is_unhealthy() {
+        assert_eq!(
+            with_log_problem(Health::Healthy, Some("Kafka broker unreachable: a:1")),
+            Health::Unhealthy("record log: Kafka broker unreachable: a:1".into())
+        );
+    }
+
+    #[test]
+    fn a_log_problem_is_added_to_a_starting_or_unhealthy_reason() {
+        assert_eq!(
+            with_log_problem(Health::Starting("s".into()), Some("p")),
+            Health::Starting("s; record log: p".into())
+        );
+        assert_eq!(
+            with_log_problem(Health::Unhealthy("u".into()), Some("p")),
+            Health::Unhealthy("u; record log: p".into())
+        );
     }
 
     #[test]

@@ -140,6 +140,7 @@ pub struct Fence {
 enum Report {
     Task(pb::TaskStatusReport),
     Connector(pb::ConnectorStatusReport),
+    Topics(pb::ActiveTopicsReport),
 }
 
 /// Registry client shared by the host and the background loops.
@@ -178,6 +179,9 @@ pub struct Registry {
     hosted: std::sync::OnceLock<HostedSource>,
     /// Set by the first registration: tells "starting" from "fenced" in health.
     registered_once: std::sync::atomic::AtomicBool,
+    /// The last check of the record log ([`Registry::set_log_check`]): its problem shows
+    /// in health, its Kafka cluster id rides on the heartbeats.
+    log_check: Mutex<crate::log::LogCheck>,
 }
 
 /// Lists what the executor hosts, on the wire (connector instances, tasks).
@@ -269,6 +273,7 @@ impl Registry {
             service: std::sync::OnceLock::new(),
             hosted: std::sync::OnceLock::new(),
             registered_once: std::sync::atomic::AtomicBool::new(false),
+            log_check: Mutex::default(),
         })
     }
 
@@ -298,6 +303,27 @@ impl Registry {
     /// Where this executor stands with its lease now.
     pub fn lease_standing(&self) -> LeaseStanding {
         lease_standing(self.epoch(), *lock(&self.lease_until), Instant::now())
+    }
+
+    /// Keeps the outcome of the latest record-log check; a change of its problem is
+    /// logged (a WARN when the log stops answering, INFO when it answers again).
+    pub fn set_log_check(&self, check: crate::log::LogCheck) {
+        let mut last = lock(&self.log_check);
+        match (&last.problem, &check.problem) {
+            (None, Some(problem)) => {
+                tracing::warn!(executor = %self.executor_id, problem = %problem, "the record log does not answer");
+            }
+            (Some(_), None) => {
+                tracing::info!(executor = %self.executor_id, "the record log answers again");
+            }
+            (None, None) | (Some(_), Some(_)) => {}
+        }
+        *last = check;
+    }
+
+    /// Why the record log could not serve at its latest check; `None` when it answered.
+    pub fn log_problem(&self) -> Option<String> {
+        lock(&self.log_check).problem.clone()
     }
 
     /// True once this client registered at least once (it may have been fenced since).
@@ -374,6 +400,14 @@ impl Registry {
             generation,
             state: state as i32,
             error,
+        }));
+    }
+
+    /// Queues topics a task of `connector` used (KIP-558 active topics) for ReportStatus.
+    pub fn report_active_topics(&self, connector: &str, topics: Vec<String>) {
+        self.queue(Report::Topics(pb::ActiveTopicsReport {
+            connector: connector.to_owned(),
+            topics,
         }));
     }
 
@@ -635,6 +669,10 @@ impl Registry {
                     connectors,
                     tasks,
                     deletion_token: lock(&self.deletion_token).clone(),
+                    record_log_cluster_id: lock(&self.log_check)
+                        .cluster_id
+                        .clone()
+                        .unwrap_or_default(),
                 };
                 let (used, mut client) = self.client();
                 let sent = Instant::now();
@@ -704,6 +742,7 @@ impl Registry {
                 match r {
                     Report::Task(t) => req.tasks.push(t.clone()),
                     Report::Connector(c) => req.connectors.push(c.clone()),
+                    Report::Topics(t) => req.active_topics.push(t.clone()),
                 }
             }
             let n = pending.len();

@@ -437,6 +437,11 @@ pub const CLEANUP_TIMEOUT_MS: &str = "cleanup.timeout.ms";
 pub const CLEANUP_MAX_ATTEMPTS: &str = "cleanup.max.attempts";
 /// Config key: `keep-trying` or `give-up` after `cleanup.max.attempts`.
 pub const CLEANUP_POLICY: &str = "cleanup.policy";
+/// Config key (`true` or `false`, default `false`): whether a deletion deletes the Kafka
+/// topics the connector's tasks created through topic creation (KIP-158). Off, they are
+/// kept (recorded as adopted in the ledger); a topic that existed before is never
+/// deleted (docs/kafka.md).
+pub const CLEANUP_DELETE_CREATED_TOPICS: &str = "cleanup.delete.created.topics";
 /// Default of [`CLEANUP_TIMEOUT_MS`], in milliseconds.
 pub const DEFAULT_CLEANUP_TIMEOUT_MS: u32 = 30_000;
 /// Default of [`CLEANUP_MAX_ATTEMPTS`].
@@ -474,6 +479,10 @@ pub fn runtime_config_def() -> ConfigDef {
             ConfigKey::new(CLEANUP_POLICY, ConfigType::String, Importance::Low, "After cleanup.max.attempts: keep-trying stays DELETING until retried or forced; give-up finishes the deletion and keeps a leak report.")
                 .default_value("keep-trying")
                 .one_of(&["keep-trying", "give-up"]),
+        )
+        .define(
+            ConfigKey::new(CLEANUP_DELETE_CREATED_TOPICS, ConfigType::Boolean, Importance::Low, "Whether deleting the connector deletes the Kafka topics its tasks created through topic creation (topic.creation.*); a topic that existed before is never deleted.")
+                .default_value("false"),
         )
 }
 

@@ -82,9 +82,10 @@ mod source;
 mod transform;
 
 pub use config_def::{
-    CLEANUP_MAX_ATTEMPTS, CLEANUP_POLICY, CLEANUP_TIMEOUT_MS, CONNECTOR_CLASS, ConfigDef,
-    ConfigKey, ConfigType, ConfigValue, DEFAULT_CLEANUP_MAX_ATTEMPTS, DEFAULT_CLEANUP_TIMEOUT_MS,
-    DEFAULT_STOP_TIMEOUT_MS, Importance, REDACTED, RequiredWhen, TASKS_MAX, runtime_config_def,
+    CLEANUP_DELETE_CREATED_TOPICS, CLEANUP_MAX_ATTEMPTS, CLEANUP_POLICY, CLEANUP_TIMEOUT_MS,
+    CONNECTOR_CLASS, ConfigDef, ConfigKey, ConfigType, ConfigValue, DEFAULT_CLEANUP_MAX_ATTEMPTS,
+    DEFAULT_CLEANUP_TIMEOUT_MS, DEFAULT_STOP_TIMEOUT_MS, Importance, REDACTED, RequiredWhen,
+    TASKS_MAX, runtime_config_def,
 };
 pub use connector::Connector;
 pub use context::{ConnectorContext, TaskContext};

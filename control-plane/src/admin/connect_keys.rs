@@ -1,6 +1,6 @@
 //! Kafka Connect's connector-level runtime keys, and which of them Wharf implements: a
-//! config that carries one Wharf does not implement (exactly-once support, topic
-//! creation, client overrides) is refused naming the key, never stored and silently
+//! config that carries one Wharf does not implement (exactly-once support, a connector's
+//! own offsets topic, ...) is refused naming the key, never stored and silently
 //! ignored (converters, transforms, predicates and `errors.*` are implemented: an
 //! executor checks their values, docs/pipeline.md); so is a value with a
 //! config-provider reference (KIP-297) to a provider Wharf does not implement, or of a
@@ -223,10 +223,9 @@ pub fn support(key: ConnectKey) -> Support {
             "a connector's own offsets topic",
             "remove the key; a source's offsets live in the control plane's store",
         ),
-        ConnectKey::ClientOverride => not(
-            "Kafka client overrides",
-            "remove the key; Wharf's record log has no per-connector client settings",
-        ),
+        // Per-connector Kafka client overrides (KIP-458): an executor checks them against
+        // its record log's policy (ValidateConfig; refused on a log that is not Kafka).
+        ConnectKey::ClientOverride => Support::Implemented,
         ConnectKey::ConfigReload => not("config.action.reload", "remove the key"),
     }
 }
@@ -449,7 +448,7 @@ mod tests {
     }
 
     #[test]
-    fn client_overrides_and_config_reload_are_refused() {
+    fn client_overrides_are_implemented_and_config_reload_is_refused() {
         for k in [
             "producer.override.linger.ms",
             "consumer.override.max.poll.records",
@@ -461,7 +460,7 @@ mod tests {
             classify("config.action.reload"),
             Some(ConnectKey::ConfigReload)
         );
-        assert!(refused(ConnectKey::ClientOverride));
+        assert!(!refused(ConnectKey::ClientOverride));
         assert!(refused(ConnectKey::ConfigReload));
     }
 

@@ -22,6 +22,7 @@ pub mod resources;
 mod config;
 mod deletion;
 mod offsets;
+mod topics;
 
 use std::collections::{BTreeMap, HashMap};
 use std::sync::Arc;

@@ -146,6 +146,10 @@ pub enum AdminAction {
     AdoptOrphanedResources,
     /// PurgeOrphanedResources (runs a deleted connector's cleanup code again, on demand).
     PurgeOrphanedResources,
+    /// GetConnectorTopics (KIP-558: reads a connector's active topics).
+    GetConnectorTopics,
+    /// ResetConnectorTopics (KIP-558: empties a connector's active topics).
+    ResetConnectorTopics,
     /// REST only: `GET /admin/loggers[/{logger}]` (reads log levels).
     GetLoggers,
     /// REST only: `PUT /admin/loggers/{logger}` (changes what this process logs, so it
@@ -181,6 +185,8 @@ impl AdminAction {
             AdminAction::ListOrphanedResources => "ListOrphanedResources",
             AdminAction::AdoptOrphanedResources => "AdoptOrphanedResources",
             AdminAction::PurgeOrphanedResources => "PurgeOrphanedResources",
+            AdminAction::GetConnectorTopics => "GetConnectorTopics",
+            AdminAction::ResetConnectorTopics => "ResetConnectorTopics",
             AdminAction::GetLoggers => "GetLoggers",
             AdminAction::SetLoggerLevel => "SetLoggerLevel",
         }
@@ -203,6 +209,7 @@ impl AdminAction {
             | AdminAction::ResetOffsets
             | AdminAction::AdoptOrphanedResources
             | AdminAction::PurgeOrphanedResources
+            | AdminAction::ResetConnectorTopics
             | AdminAction::SetLoggerLevel => true,
             AdminAction::GetConnector
             | AdminAction::ListConnectors
@@ -215,6 +222,7 @@ impl AdminAction {
             | AdminAction::ListAuditEntries
             | AdminAction::GetConnectorResources
             | AdminAction::ListOrphanedResources
+            | AdminAction::GetConnectorTopics
             | AdminAction::GetLoggers => false,
         }
     }
@@ -232,6 +240,7 @@ impl AdminAction {
             | AdminAction::WatchConnector
             | AdminAction::GetConnectorResources
             | AdminAction::ListOrphanedResources
+            | AdminAction::GetConnectorTopics
             | AdminAction::GetLoggers => Role::Viewer,
             AdminAction::CreateConnector
             | AdminAction::PutConnectorConfig
@@ -241,6 +250,7 @@ impl AdminAction {
             | AdminAction::RestartConnector
             | AdminAction::RestartTask
             | AdminAction::DeleteConnector(DeleteMode::Cleanup)
+            | AdminAction::ResetConnectorTopics
             | AdminAction::ListAuditEntries => Role::Operator,
             // Calls that can leave a plugin's external resources behind, skip or replay
             // data, or re-run cleanup code on demand.
@@ -339,6 +349,8 @@ mod tests {
             (X::ListOrphanedResources, [A, A, A]),
             (X::AdoptOrphanedResources, [AD, AD, A]),
             (X::PurgeOrphanedResources, [AD, AD, A]),
+            (X::GetConnectorTopics, [A, A, A]),
+            (X::ResetConnectorTopics, [OP, A, A]),
         ]
     }
 
@@ -374,6 +386,8 @@ mod tests {
             | AdminAction::ListOrphanedResources
             | AdminAction::AdoptOrphanedResources
             | AdminAction::PurgeOrphanedResources
+            | AdminAction::GetConnectorTopics
+            | AdminAction::ResetConnectorTopics
             | AdminAction::GetLoggers
             | AdminAction::SetLoggerLevel => table().iter().any(|(x, _)| *x == a),
         }
@@ -390,9 +404,9 @@ mod tests {
                 cells += 1;
             }
         }
-        // 24 RPCs, DeleteConnector split into 4 modes, and 2 REST-only calls: 29 actions
+        // 26 RPCs, DeleteConnector split into 4 modes, and 2 REST-only calls: 31 actions
         // times 3 roles.
-        assert_eq!(cells, 29 * 3);
+        assert_eq!(cells, 31 * 3);
     }
 
     #[test]

@@ -327,6 +327,21 @@ impl ConnectorAdmin for AdminService {
             remaining,
         }))
     }
+    async fn get_connector_topics(
+        &self,
+        request: Request<pb::GetConnectorTopicsRequest>,
+    ) -> Result<Response<pb::GetConnectorTopicsResponse>, Status> {
+        let topics = self.admin.topics(&request.into_inner().name)?;
+        Ok(Response::new(pb::GetConnectorTopicsResponse { topics }))
+    }
+
+    async fn reset_connector_topics(
+        &self,
+        request: Request<pb::ResetConnectorTopicsRequest>,
+    ) -> Result<Response<pb::ResetConnectorTopicsResponse>, Status> {
+        self.admin.reset_topics(&request.into_inner().name).await?;
+        Ok(Response::new(pb::ResetConnectorTopicsResponse {}))
+    }
 
     type WatchConnectorStream = ReceiverStream<Result<pb::WatchConnectorResponse, Status>>;
 

@@ -266,6 +266,27 @@ impl ConnectorAdmin for GuardedAdmin {
         })
         .await
     }
+    async fn get_connector_topics(
+        &self,
+        request: Request<pb::GetConnectorTopicsRequest>,
+    ) -> Answer<pb::GetConnectorTopicsResponse> {
+        let name = request.get_ref().name.clone();
+        self.guarded(request, AdminAction::GetConnectorTopics, &name, |r| {
+            self.inner.get_connector_topics(r)
+        })
+        .await
+    }
+
+    async fn reset_connector_topics(
+        &self,
+        request: Request<pb::ResetConnectorTopicsRequest>,
+    ) -> Answer<pb::ResetConnectorTopicsResponse> {
+        let name = request.get_ref().name.clone();
+        self.guarded(request, AdminAction::ResetConnectorTopics, &name, |r| {
+            self.inner.reset_connector_topics(r)
+        })
+        .await
+    }
 
     async fn retry_cleanup(
         &self,

@@ -414,6 +414,8 @@ impl ExecutorRegistry for RegistryService {
         self.cluster
             .clients
             .set_deletion_token(&req.executor_id, &req.deletion_token);
+        self.cluster
+            .note_kafka_cluster_id(&req.record_log_cluster_id);
         if req.reports_hosted {
             let hosted =
                 req.connectors
@@ -474,6 +476,21 @@ impl ExecutorRegistry for RegistryService {
             })
         });
         for result in futures::future::join_all(updates).await {
+            result.map_err(ApiError::from)?;
+        }
+        // KIP-558 active topics: a write only when a connector's set grows.
+        let topic_updates = req.active_topics.iter().map(|report| {
+            self.cluster
+                .record_connector_batched(&report.connector, move |r| {
+                    let grew = !r.deleting
+                        && crate::model::topics::merge_active_topics(
+                            &mut r.active_topics,
+                            &report.topics,
+                        );
+                    grew.then_some(((), false))
+                })
+        });
+        for result in futures::future::join_all(topic_updates).await {
             result.map_err(ApiError::from)?;
         }
         Ok(Response::new(pb::ReportStatusResponse {}))

@@ -5,6 +5,7 @@
 mod audit;
 pub mod resources;
 pub mod text;
+pub mod topics;
 
 pub use audit::{
     AuditEntry, AuditPage, AuditQuery, AuditRetention, DEFAULT_AUDIT_MAX_AGE_DAYS,
@@ -296,6 +297,10 @@ pub struct ConnectorRecord {
     /// claim on one of these is refused even before this one started.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub declared: Vec<resources::Resource>,
+    /// KIP-558 active topics: what its tasks wrote to or read from since it was created or
+    /// the set was last reset (`topics::merge_active_topics`).
+    #[serde(default, skip_serializing_if = "std::collections::BTreeSet::is_empty")]
+    pub active_topics: std::collections::BTreeSet<String>,
     /// Store revision this copy was read at (set by the store).
     #[serde(skip)]
     pub revision: u64,
@@ -320,6 +325,7 @@ impl ConnectorRecord {
             deleting: false,
             resources: Vec::new(),
             declared: Vec::new(),
+            active_topics: std::collections::BTreeSet::new(),
             revision: 0,
         }
     }

@@ -343,6 +343,9 @@ pub struct StopCall {
     /// current one: a stop retried after the executor registered again, which only a
     /// stop it already claimed answers (from its record); `None` sends the current one.
     pub executor_epoch: Option<u64>,
+    /// A task's deletion stop: the topics it created through topic creation that the
+    /// ledger still holds ([`crate::model::topics::created_topics_of`]).
+    pub created_topics: Vec<String>,
 }
 
 impl StopCall {
@@ -497,6 +500,7 @@ impl ExecutorClients {
                         timeout_ms: s.timeout_ms,
                         incarnation: s.incarnation.clone(),
                         executor_epoch: s.executor_epoch.unwrap_or(exec.epoch),
+                        created_topics: s.created_topics.clone(),
                     },
                 )
                 .await

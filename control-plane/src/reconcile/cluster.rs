@@ -62,6 +62,9 @@ pub struct Cluster {
     /// The last walk of the instances recorded RUNNING, behind the async lock that the
     /// one correction walking holds ([`super::hosted`]).
     pub(super) last_walk: tokio::sync::Mutex<Option<LastWalk>>,
+    /// The Kafka cluster id the executors' heartbeats last carried (their record log is
+    /// Kafka): `GET /`'s `kafka_cluster_id`.
+    kafka_cluster_id: Mutex<Option<String>>,
 }
 
 /// What the next herder pass must look at.
@@ -130,6 +133,7 @@ impl Cluster {
             }),
             task_starts: tokio::sync::Semaphore::new(MAX_TASK_STARTS_IN_FLIGHT),
             last_walk: tokio::sync::Mutex::new(None),
+            kafka_cluster_id: Mutex::new(None),
         }))
     }
 
@@ -488,6 +492,31 @@ impl Cluster {
             }
         }
         Err(HerderError::Contended(name.to_owned()))
+    }
+}
+
+impl Cluster {
+    /// Keeps the Kafka cluster id an executor's heartbeat carried (empty: none).
+    pub fn note_kafka_cluster_id(&self, id: &str) {
+        if id.is_empty() {
+            return;
+        }
+        let mut kept = self
+            .kafka_cluster_id
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        if kept.as_deref() != Some(id) {
+            *kept = Some(id.to_owned());
+        }
+    }
+
+    /// The Kafka cluster id of the cluster's record log, once an executor on Kafka
+    /// reported it since this control plane started.
+    pub fn kafka_cluster_id(&self) -> Option<String> {
+        self.kafka_cluster_id
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .clone()
     }
 }
 

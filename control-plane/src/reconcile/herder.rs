@@ -800,6 +800,7 @@ async fn stop_false(
         timeout_ms: 0,
         incarnation: rec.incarnation.clone(),
         executor_epoch: None,
+        created_topics: Vec::new(),
     };
     match cluster
         .call(exec, CallKind::Stop, cluster.clients.stop_on(exec, &call))

@@ -73,6 +73,8 @@ pub fn rest_access(
         }
         ("PUT", "/connector-plugins/{class}/config/validate") => X::ValidateConnectorConfig,
         ("GET", "/connectors/{name}/resources") => X::GetConnectorResources,
+        ("GET", "/connectors/{name}/topics") => X::GetConnectorTopics,
+        ("PUT", "/connectors/{name}/topics/reset") => X::ResetConnectorTopics,
         ("GET", "/resources/orphaned") => X::ListOrphanedResources,
         ("POST", "/resources/orphaned/adopt") => X::AdoptOrphanedResources,
         ("POST", "/resources/orphaned/purge") => X::PurgeOrphanedResources,
@@ -343,6 +345,18 @@ mod tests {
                 "/resources/orphaned",
                 cleanup,
                 Action(X::ListOrphanedResources),
+            ),
+            (
+                Method::GET,
+                "/connectors/{name}/topics",
+                cleanup,
+                Action(X::GetConnectorTopics),
+            ),
+            (
+                Method::PUT,
+                "/connectors/{name}/topics/reset",
+                cleanup,
+                Action(X::ResetConnectorTopics),
             ),
             (
                 Method::POST,

@@ -18,11 +18,17 @@ use crate::auth::Principal;
 use crate::model::TargetState;
 use axum::extract::ConnectInfo;
 
-pub(super) async fn root() -> RestResult {
+/// `GET /`: versions, and `kafka_cluster_id`: the Kafka cluster's id when the record log
+/// is Kafka (once an executor reported it), else [`CLUSTER_ID`].
+pub(super) async fn root(State(g): State<Gateway>) -> RestResult {
+    let cluster_id = g
+        .admin
+        .kafka_cluster_id()
+        .unwrap_or_else(|| CLUSTER_ID.to_owned());
     ok(json!({
         "version": CONNECT_API_VERSION,
         "commit": concat!("wharf-", env!("CARGO_PKG_VERSION")),
-        "kafka_cluster_id": CLUSTER_ID,
+        "kafka_cluster_id": cluster_id,
         "wharf_version": env!("CARGO_PKG_VERSION"),
     }))
 }

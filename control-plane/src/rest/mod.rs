@@ -45,7 +45,7 @@ use self::loggers::Loggers;
 use self::loggers::{all_loggers, logger, set_logger};
 use self::offsets::{alter_offsets, offsets, reset_offsets};
 use self::plugins::{plugin_config, plugins, validate};
-use self::resources::{adopt, orphaned, purge, resources};
+use self::resources::{adopt, orphaned, purge, reset_topics, resources, topics};
 use crate::admin::Admin;
 use crate::admin::guard::Guard;
 
@@ -54,7 +54,8 @@ use crate::admin::guard::Guard;
 pub const MAX_BODY_BYTES: usize = 4 * 1024 * 1024;
 /// The Kafka Connect REST API level this gateway answers as, in `GET /`.
 pub const CONNECT_API_VERSION: &str = "4.0.0";
-/// `kafka_cluster_id` in `GET /`: Wharf has no Kafka cluster behind it.
+/// `kafka_cluster_id` in `GET /` when the record log is not Kafka (or no executor on
+/// Kafka reported its cluster's id yet).
 pub const CLUSTER_ID: &str = "wharf";
 
 /// Shared state of the handlers.
@@ -118,6 +119,8 @@ impl Gateway {
                 get(offsets).patch(alter_offsets).delete(reset_offsets),
             )
             .route("/connectors/{name}/resources", get(resources))
+            .route("/connectors/{name}/topics", get(topics))
+            .route("/connectors/{name}/topics/reset", put(reset_topics))
             .route("/resources/orphaned", get(orphaned))
             .route("/resources/orphaned/adopt", post(adopt))
             .route("/resources/orphaned/purge", post(purge))

@@ -1,10 +1,13 @@
 //! Wharf's resource-ledger routes (extensions, docs/rest.md): `GET
 //! /connectors/{name}/resources`, `GET /resources/orphaned`, `POST
 //! /resources/orphaned/adopt` and `POST /resources/orphaned/purge`.
+//! /connectors/{name}/resources`, `GET /resources/orphaned` and `POST
+//! /resources/orphaned/adopt`; and Kafka Connect's KIP-558 active-topic routes, `GET
+//! /connectors/{name}/topics` and `PUT /connectors/{name}/topics/reset`.
 
 use axum::body::Body;
 use axum::extract::{Path, State};
-use axum::http::HeaderMap;
+use axum::http::{HeaderMap, StatusCode};
 use serde_json::{Value, json};
 
 use super::error::RestError;
@@ -81,4 +84,25 @@ pub(super) async fn purge(State(g): State<Gateway>, headers: HeaderMap, body: Bo
         "purged": purged,
         "remaining": remaining.iter().map(json::orphan).collect::<Vec<_>>(),
     }))
+/// `GET /connectors/{name}/topics` (KIP-558): `{"<name>": {"topics": [topic, ...]}}`, as
+/// Kafka Connect answers it.
+pub(super) async fn topics(
+    State(g): State<Gateway>,
+    p: Result<Path<String>, axum::extract::rejection::PathRejection>,
+) -> RestResult {
+    let name = path_part(p)?;
+    let topics = g.admin.topics(&name)?;
+    let mut body = serde_json::Map::new();
+    body.insert(name, json!({ "topics": topics }));
+    ok(Value::Object(body))
+}
+
+/// `PUT /connectors/{name}/topics/reset` (KIP-558): 200 with an empty body, as Kafka
+/// Connect answers it.
+pub(super) async fn reset_topics(
+    State(g): State<Gateway>,
+    p: Result<Path<String>, axum::extract::rejection::PathRejection>,
+) -> RestResult {
+    g.admin.reset_topics(&path_part(p)?).await?;
+    empty(StatusCode::OK)
 }

@@ -218,6 +218,7 @@ mod tests {
             incarnation: incarnation.to_owned(),
             executor_epoch: 0,
             deletion_token: String::new(),
+            created_topics: Vec::new(),
         };
         pick_for_stop(slot, &req, "task t-0", |i| (i.0, i.1)).map(|i| i.0)
     }
@@ -244,6 +245,7 @@ mod tests {
             cause: StopCause::Deleted,
             timeout_ms: 0,
             deletion_token: String::new(),
+            created_topics: Vec::new(),
         };
         let instance = claimed_here.map(|c| (c, INC));
         stop_admission(&req, instance.as_ref().map(|i| i as &dyn StopFacts))

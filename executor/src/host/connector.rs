@@ -126,7 +126,23 @@ impl Instance for ConnectorInstance {
             req.assignment.generation,
             &req.assignment.incarnation,
         ));
-        self.plugin.spawn_start(&self.slot, ctx, req.config.clone())
+        let started = self.plugin.spawn_start(&self.slot, ctx, req.config.clone());
+        let Some(group) = self.consumer_group() else {
+            return started;
+        };
+        // The sink's consumer group is a created resource of the connector instance: its
+        // deletion deletes it (below), keep_resources and force leave it as an orphan.
+        let resources = self.runtime_resources();
+        tokio::spawn(async move {
+            let recorded = async {
+                resources.intend(&group).await?;
+                resources.confirm(&group).await
+            }
+            .await;
+            let started = started.await.map_err(panic_text)?;
+            recorded.map_err(|e| e.to_string())?;
+            started
+        })
     }
 
     fn after_start(instance: &Arc<Self>, _state: &InstanceState, _req: &StartConnector) {
@@ -143,6 +159,44 @@ impl Instance for ConnectorInstance {
 
     fn consumer_deleted_with_it(&self) -> Option<String> {
         (self.kind == PluginKind::Sink).then(|| self.shared.log.sink_consumer_name(&self.name))
+    }
+
+    fn runtime_cleanup(&self) -> futures::future::BoxFuture<'_, Result<(), String>> {
+        Box::pin(async move {
+            // Deleted by the stop already (`consumer_deleted_with_it`): released here.
+            let Some(group) = self.consumer_group() else {
+                return Ok(());
+            };
+            self.runtime_resources()
+                .release(&group)
+                .await
+                .map_err(|e| e.to_string())
+        })
+    }
+}
+
+impl ConnectorInstance {
+    /// A sink's consumer group as a ledger entry, when the log records its resources
+    /// (Kafka: `connect-<name>` at the cluster's brokers).
+    fn consumer_group(&self) -> Option<wharf::sdk::Resource> {
+        let name = self.consumer_deleted_with_it()?;
+        let locator = self.shared.log.resource_locator()?;
+        Some(wharf::sdk::Resource::created(
+            wharf::sdk::ResourceKind::ConsumerGroup,
+            name,
+            locator,
+        ))
+    }
+
+    /// This instance's handle on its connector's ledger, for what the runtime records.
+    fn runtime_resources(&self) -> wharf::sdk::Resources {
+        super::ledger::RegistryLedger::resources(
+            self.shared.registry.clone(),
+            &self.name,
+            wharf::sdk::ResourceOwner::Connector,
+            self.life.generation,
+            &self.incarnation,
+        )
     }
 }
 

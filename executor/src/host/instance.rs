@@ -257,6 +257,17 @@ pub(crate) trait Instance: Send + Sync + Sized + 'static {
         None
     }
 
+    /// Keeps what a stop request names for its deletion's cleanup (a task's created
+    /// topics), before the stop runs; nothing by default.
+    fn note_stop_request(&self, _req: &super::StopRequest) {}
+
+    /// What the runtime removes (or records as kept) for this instance after its
+    /// deletion-aware stop returned Ok and its consumer was deleted: the ledger entries
+    /// the runtime itself recorded. Nothing by default.
+    fn runtime_cleanup(&self) -> futures::future::BoxFuture<'_, Result<(), String>> {
+        Box::pin(std::future::ready(Ok(())))
+    }
+
     /// True while abandoned: the stop timed out and the plugin's call has not returned.
     fn abandoned(&self) -> bool {
         self.life().abandoned() && !self.slot().exited()

@@ -56,9 +56,9 @@ pub use error::HostError;
 pub use instance::InstanceState;
 pub use stop::{StopCause, StopOutcome, StopRecord, StopResult};
 pub use task::{
-    LOG_RETRY_BACKOFF_MS, OFFSET_COMMIT_INTERVAL_MS, OFFSET_COMMIT_RETRY_BACKOFF_MS,
-    SINK_BATCH_MAX_RECORDS, SINK_FETCH_WAIT_MS, SINK_FLUSH_INTERVAL_MS, SINK_FLUSH_MAX_RECORDS,
-    STOP_DRAIN_TIMEOUT_MS, TOPICS,
+    ACTIVE_TOPIC_REPORT_INTERVAL, LOG_RETRY_BACKOFF_MS, OFFSET_COMMIT_INTERVAL_MS,
+    OFFSET_COMMIT_RETRY_BACKOFF_MS, SINK_BATCH_MAX_RECORDS, SINK_FETCH_WAIT_MS,
+    SINK_FLUSH_INTERVAL_MS, SINK_FLUSH_MAX_RECORDS, STOP_DRAIN_TIMEOUT_MS, TOPICS,
 };
 
 use admission::{StopAdmission, lease_refusal, listed, pick_for_stop, stop_admission};
@@ -135,6 +135,8 @@ pub struct StopRequest {
     /// when none): a stop with `connector_deleted = true` runs only with the one of this
     /// executor's registration ([`Host::admits_deletion`]).
     pub deletion_token: String,
+    /// A task's deletion stop: the topics it created that the ledger still holds.
+    pub created_topics: Vec<String>,
 }
 
 /// A hosted instance as ListAssignments shows it.
@@ -296,10 +298,19 @@ impl Host {
         let custom = self.shared.transforms.clone();
         let providers = self.shared.providers.get().cloned().unwrap_or_default();
         let own = config.clone();
+        let log = self.shared.log.clone();
         let checked = tokio::task::spawn_blocking({
             let def = def.clone();
             move || {
                 let mut errors = validate::key_errors(&def, &config);
+                // What only the record log sees: Kafka client overrides under its
+                // policy, topic names the brokers would refuse.
+                for (key, why) in log.config_problems(&config) {
+                    match errors.iter_mut().find(|(k, _)| *k == key) {
+                        Some((_, messages)) => messages.push(why),
+                        None => errors.push((key, vec![why])),
+                    }
+                }
                 // The record pipeline's keys (converters, transforms, predicates,
                 // errors.*), each problem on its key.
                 for (key, why) in crate::pipeline::validate(
@@ -584,6 +595,7 @@ impl Host {
     ) -> Result<StopAnswer, HostError> {
         let what = I::id_of(key).what();
         let instance = self.admit_stop(req, &what, slots, key)?;
+        instance.note_stop_request(req);
         let result = stop::stop(&instance, req.cause, self.stop_timeout(req.timeout_ms)).await;
         Ok(StopAnswer {
             result,

@@ -166,6 +166,16 @@ async fn run_stop<I: Instance>(instance: &I, cause: StopCause, timeout: Duration
         }
         Some(_) | None => (outcome, error),
     };
+    // What the runtime recorded in the ledger itself (a sink's consumer group, a
+    // source's created topics) is accounted for after the plugin's own cleanup.
+    let (outcome, error) = if connector_deleted && outcome == StopOutcome::Stopped {
+        match instance.runtime_cleanup().await {
+            Ok(()) => (outcome, error),
+            Err(e) => (StopOutcome::Failed, Some(e)),
+        }
+    } else {
+        (outcome, error)
+    };
     let record = StopRecord {
         outcome,
         connector_deleted,

@@ -24,6 +24,10 @@ use async_trait::async_trait;
 use wharf::sdk::{SinkRecord, SourceRecord};
 
 pub use config::{EmbeddedConfig, LogConfig, RECORD_LOG_FORMS};
+
+/// How often the executor checks its record log ([`RecordLog::check`]), in
+/// milliseconds.
+pub const LOG_CHECK_INTERVAL_MS: u64 = 2_000;
 pub use embedded::EmbeddedLog;
 pub use jetstream::{JetStreamLog, JetStreamOptions, NatsConfig, NatsCredentials, NatsSecurity};
 pub use kafka::{KafkaConfig, KafkaLog};
@@ -276,6 +280,27 @@ pub struct PositionChange {
     pub next: Option<u64>,
 }
 
+/// What a check of the log's backend found ([`RecordLog::check`]).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct LogCheck {
+    /// Why the log cannot serve now, naming what is unreachable; `None` when it answered.
+    pub problem: Option<String>,
+    /// The Kafka cluster id, from a Kafka log that answered; `None` otherwise.
+    pub cluster_id: Option<String>,
+}
+
+/// What [`RecordLog::prepare_topic`] did.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum TopicPrepared {
+    /// It created the topic with the settings.
+    Created,
+    /// The topic existed: used as it is.
+    Existed,
+    /// Nothing: the log creates no topic from settings (topic creation is off, or the
+    /// log has no partitions); the first append creates an absent topic as any other.
+    NotCreated,
+}
+
 /// A durable, append-only log of topics.
 #[async_trait]
 pub trait RecordLog: Send + Sync {
@@ -295,14 +320,74 @@ pub trait RecordLog: Send + Sync {
 
     /// Creates `topic` with `settings` (a source connector's topic creation rules, KIP-158)
     /// unless it exists; an existing topic is used as it is. The one-partition logs have
-    /// no such settings: their default does nothing.
+    /// no such settings: their default does nothing ([`TopicPrepared::NotCreated`]).
     async fn prepare_topic(
         &self,
         topic: &str,
         settings: &wharf::topic_creation::TopicSettings,
-    ) -> Result<(), LogError> {
+    ) -> Result<TopicPrepared, LogError> {
         let _ = (topic, settings);
-        Ok(())
+        Ok(TopicPrepared::NotCreated)
+    }
+
+    /// Whether [`RecordLog::prepare_topic`] would create `topic` now (topic creation is
+    /// on and the topic is absent): a source records its intent in the ledger first. The
+    /// default (logs that create nothing from settings) is false.
+    async fn will_create_topic(&self, topic: &str) -> Result<bool, LogError> {
+        let _ = topic;
+        Ok(false)
+    }
+
+    /// Deletes `topic` (a deleted connector's created topic, under
+    /// `cleanup.delete.created.topics`); a topic that is gone already is no error.
+    ///
+    /// # Errors
+    /// [`LogError::Unsupported`] from a log that creates no topics (the default).
+    async fn delete_topic(&self, topic: &str) -> Result<(), LogError> {
+        Err(LogError::Unsupported(format!(
+            "this record log does not delete topics ({topic})"
+        )))
+    }
+
+    /// The problems of connector config `config` that only the log can see, as `(key,
+    /// why)`: Kafka's per-connector client overrides under its policy (KIP-458) and topic
+    /// names Kafka refuses (a sink's `topics`, its dead letter queue's topic). Checked by
+    /// ValidateConfig, so that a create is refused naming the key. The default refuses
+    /// every client override: only a Kafka log has clients to override.
+    fn config_problems(&self, config: &wharf::sdk::ConfigMap) -> Vec<(String, String)> {
+        config
+            .keys()
+            .filter(|k| kafka::client_override(k).is_some())
+            .map(|k| {
+                (
+                    k.clone(),
+                    "a Kafka client override (KIP-458) needs a kafka:// record log".to_owned(),
+                )
+            })
+            .collect()
+    }
+
+    /// The log a task of a connector with `config` uses: this one, or (a Kafka config
+    /// with client overrides) one with the connector's own clients. `None`: this one.
+    ///
+    /// # Errors
+    /// [`LogError::InvalidConfig`] naming a refused override;
+    /// [`LogError::Unavailable`] when a client cannot be made.
+    fn with_client_overrides(
+        &self,
+        config: &wharf::sdk::ConfigMap,
+    ) -> Result<Option<Arc<dyn RecordLog>>, LogError> {
+        match self.config_problems(config).into_iter().next() {
+            Some((key, why)) => Err(LogError::InvalidConfig(format!("{key}: {why}"))),
+            None => Ok(None),
+        }
+    }
+
+    /// Where the resources the runtime records for this log live (a Kafka cluster's
+    /// brokers): the ledger's locator of a sink's consumer group and of created topics.
+    /// `None` (the default): the runtime records no resource of this log.
+    fn resource_locator(&self) -> Option<wharf::sdk::Locator> {
+        None
     }
 
     /// Opens one sink task's reader of the consumer called `consumer`: as
@@ -325,6 +410,13 @@ pub trait RecordLog: Send + Sync {
     /// as Kafka Connect names it (`connect-<name>`).
     fn sink_consumer_name(&self, connector: &str) -> String {
         format!("wharf-sink-{connector}")
+    }
+
+    /// Checks that the backend answers (the executor's health follows it, every
+    /// `LOG_CHECK_INTERVAL`). The embedded log has nothing to reach and JetStream's
+    /// client reconnects on its own: their default finds no problem.
+    async fn check(&self) -> LogCheck {
+        LogCheck::default()
     }
 
     /// Forgets the consumer's acknowledged positions, so that a consumer created again

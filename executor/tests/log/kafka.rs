@@ -15,7 +15,7 @@ use rdkafka::{ClientConfig, Offset, TopicPartitionList};
 use wharf::topic_creation::TopicSettings;
 use wharf_executor::log::{
     KafkaConfig, KafkaLog, LogConsumer, LogError, LogRecord, PartitionShare, RecordLog,
-    StartPosition,
+    StartPosition, TopicPrepared,
 };
 
 use crate::common::{
@@ -572,14 +572,22 @@ fn settings(partitions: i32) -> TopicSettings {
 async fn a_prepared_topic_is_created_with_its_settings_and_an_existing_one_is_left_alone() {
     let kafka = TestKafka::start();
     let log = open(&kafka).await;
-    log.prepare_topic("made", &settings(3))
-        .await
-        .expect("prepare");
+    assert!(log.will_create_topic("made").await.expect("will create"));
+    assert_eq!(
+        log.prepare_topic("made", &settings(3))
+            .await
+            .expect("prepare"),
+        TopicPrepared::Created
+    );
     assert_eq!(partitions_of(&kafka, "made"), 3);
     create_topic(&kafka, "there", 2).await;
-    log.prepare_topic("there", &settings(5))
-        .await
-        .expect("prepare existing");
+    assert!(!log.will_create_topic("there").await.expect("will create"));
+    assert_eq!(
+        log.prepare_topic("there", &settings(5))
+            .await
+            .expect("prepare existing"),
+        TopicPrepared::Existed
+    );
     assert_eq!(
         partitions_of(&kafka, "there"),
         2,
@@ -595,7 +603,11 @@ async fn with_topic_creation_off_a_prepared_topic_is_created_as_any_other() {
         ..KafkaConfig::new([kafka.broker.as_str()])
     };
     let log = KafkaLog::connect(config).await.expect("connect");
-    log.prepare_topic("t", &settings(3)).await.expect("prepare");
+    assert!(!log.will_create_topic("t").await.expect("will create"));
+    assert_eq!(
+        log.prepare_topic("t", &settings(3)).await.expect("prepare"),
+        TopicPrepared::NotCreated
+    );
     assert_eq!(
         partitions_of(&kafka, "t"),
         0,

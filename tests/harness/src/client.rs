@@ -470,6 +470,18 @@ async fn admin_call(channel: AuthChannel, name: &str, body: &Value) -> Result<Ca
             })
             .await
         }
+        "GetConnectorTopics" => {
+            unary(&m, body, |r: pb::GetConnectorTopicsRequest| {
+                c.get_connector_topics(r)
+            })
+            .await
+        }
+        "ResetConnectorTopics" => {
+            unary(&m, body, |r: pb::ResetConnectorTopicsRequest| {
+                c.reset_connector_topics(r)
+            })
+            .await
+        }
         _ => Err(not_unary()),
     }
 }

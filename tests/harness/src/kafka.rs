@@ -220,6 +220,13 @@ impl TestKafka {
         seen
     }
 
+    /// The cluster id the broker answers in its metadata, as a plain client reads it.
+    pub fn cluster_id(&self) -> Option<String> {
+        let consumer: BaseConsumer = self.client().create().expect("consumer");
+        consumer.fetch_metadata(None, CLIENT_TIMEOUT).ok()?;
+        consumer.client().fetch_cluster_id(CLIENT_TIMEOUT)
+    }
+
     /// The consumer groups the broker lists (ListGroups).
     pub fn groups(&self) -> Vec<String> {
         let consumer: BaseConsumer = self.client().create().expect("consumer");

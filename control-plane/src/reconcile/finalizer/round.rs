@@ -300,6 +300,16 @@ pub(super) async fn stop(
     epoch: Option<u64>,
 ) -> Attempt {
     let timeout_ms = d.sealed.cleanup_timeout_ms;
+    // A task's deletion stop names the topics it created (KIP-158) that the ledger still
+    // holds, read from the live ledger (releases land there), else the sealed copy.
+    let created_topics = match (task, deletion.is_some_and(DeletionMode::connector_deleted)) {
+        (Some(t), true) => {
+            let live = cluster.store.connector(&d.name).ok().flatten();
+            let ledger = live.as_ref().map_or(&d.sealed.resources, |r| &r.resources);
+            crate::model::topics::created_topics_of(ledger, t, &d.sealed.incarnation)
+        }
+        (Some(_) | None, _) => Vec::new(),
+    };
     let request = StopCall {
         connector: d.name.clone(),
         task,
@@ -308,6 +318,7 @@ pub(super) async fn stop(
         timeout_ms,
         incarnation: d.sealed.incarnation.clone(),
         executor_epoch: epoch,
+        created_topics,
     };
     let call = cluster.clients.stop_on(exec, &request);
     // A frozen or partitioned host would hold this deletion until the call's deadline

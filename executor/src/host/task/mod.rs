@@ -14,6 +14,7 @@
 //! runtime, through the instance's slot (`crate::runtime::PluginSlot`); the loops, which
 //! only await those calls and the record log, run on the executor's runtime.
 
+mod active_topics;
 mod records;
 mod sink;
 mod source;
@@ -34,6 +35,7 @@ use super::{Shared, StartTask, lock};
 use crate::runtime::PluginSlot;
 use wharf::task::{TaskKind, spawn};
 
+pub use active_topics::ACTIVE_TOPIC_REPORT_INTERVAL;
 pub use sink::{
     SINK_BATCH_MAX_RECORDS, SINK_FETCH_WAIT_MS, SINK_FLUSH_INTERVAL_MS, SINK_FLUSH_MAX_RECORDS,
 };
@@ -76,6 +78,9 @@ pub(crate) struct TaskInstance {
     stop_began: OnceLock<(Instant, bool)>,
     work: Mutex<Option<JoinHandle<()>>>,
     shared: Arc<Shared>,
+    /// The record log its loops use: the executor's, or (a Kafka connector with client
+    /// overrides, KIP-458) one with this task's own clients.
+    log: Arc<dyn crate::log::RecordLog>,
     /// Record counts of the work loop, for the metrics listener.
     pub stats: crate::counters::RecordStats,
     /// The connector's record pipeline (converters, transforms, `errors.*`), taken by
@@ -90,6 +95,78 @@ pub(crate) struct TaskInstance {
     topic_creation: Option<wharf::topic_creation::TopicCreation>,
     /// Topics this source task already prepared (created or found).
     topics_prepared: Mutex<std::collections::HashSet<String>>,
+    /// KIP-558: when each topic it used was last reported.
+    active_topics: Mutex<active_topics::ActiveTopics>,
+    /// A deletion's stop: the topics this task created that the ledger still holds
+    /// (`StopTaskRequest.created_topics`).
+    created_topics: Mutex<Vec<String>>,
+    /// `cleanup.delete.created.topics` of the connector config.
+    delete_created_topics: bool,
+}
+
+impl TaskInstance {
+    /// This task's handle on its connector's ledger, for what the runtime records itself
+    /// (the topics a source creates through topic creation).
+    fn runtime_resources(&self) -> wharf::sdk::Resources {
+        crate::host::ledger::RegistryLedger::resources(
+            self.shared.registry.clone(),
+            &self.key.connector,
+            wharf::sdk::ResourceOwner::Task(self.key.task),
+            self.life.generation,
+            &self.incarnation,
+        )
+    }
+
+    /// The ledger entry of `topic` created through topic creation, when the log records
+    /// resources (Kafka).
+    fn created_topic(&self, topic: &str) -> Option<wharf::sdk::Resource> {
+        self.log.resource_locator().map(|locator| {
+            wharf::sdk::Resource::created(wharf::sdk::ResourceKind::Topic, topic, locator)
+        })
+    }
+
+    /// After a deletion's stop: removes (under `cleanup.delete.created.topics=true`) or
+    /// records as kept (adopted) each topic the control plane named as created by this
+    /// task, so that the deletion accounts for every one. A topic that existed before
+    /// was never recorded as created, so it is never named here.
+    async fn clean_up_created_topics(&self) -> Result<(), String> {
+        let topics = std::mem::take(&mut *lock(&self.created_topics));
+        if topics.is_empty() {
+            return Ok(());
+        }
+        let resources = self.runtime_resources();
+        for topic in topics {
+            let Some(entry) = self.created_topic(&topic) else {
+                return Ok(());
+            };
+            if self.delete_created_topics {
+                self.log
+                    .delete_topic(&topic)
+                    .await
+                    .map_err(|e| format!("cannot delete created topic {topic}: {e}"))?;
+                resources.release(&entry).await.map_err(|e| e.to_string())?;
+                tracing::info!(connector = %self.key.connector, task = self.key.task, topic = %topic,
+                    "deleted the topic the connector created (cleanup.delete.created.topics=true)");
+            } else {
+                // Kept by the config's choice: recorded as adopted, which no deletion
+                // removes and which the deletion's accounting does not wait for.
+                let kept = entry.with_origin(wharf::sdk::Origin::Adopted);
+                resources.intend(&kept).await.map_err(|e| e.to_string())?;
+            }
+        }
+        Ok(())
+    }
+
+    /// Reports the topics of `used` that are due ([`active_topics::ActiveTopics::due`])
+    /// as the connector's active topics (KIP-558).
+    fn note_active_topics<'a>(&self, used: impl IntoIterator<Item = &'a str>) {
+        let due = lock(&self.active_topics).due(used, Instant::now());
+        if !due.is_empty() {
+            self.shared
+                .registry
+                .report_active_topics(&self.key.connector, due);
+        }
+    }
 }
 
 impl Instance for TaskInstance {
@@ -125,6 +202,11 @@ impl Instance for TaskInstance {
             format!("invalid record pipeline config: {}", named.join("; "))
         })?;
         let plugin_name = plugin.name.clone();
+        let log = shared
+            .log
+            .with_client_overrides(&req.connector_config)
+            .map_err(|e| e.to_string())?
+            .unwrap_or_else(|| shared.log.clone());
         let slot = shared.plugin_slot()?;
         let plugin = match &plugin.task {
             TaskFactory::Source(make) => TaskPlugin::Source(PluginCell::new(make())),
@@ -140,12 +222,19 @@ impl Instance for TaskInstance {
             stop_began: OnceLock::new(),
             work: Mutex::new(None),
             shared,
+            log,
             stats: crate::counters::RecordStats::default(),
             pipeline: Mutex::new(Some(pipeline)),
             errant: records::Errant::default(),
             plugin_name,
             topic_creation: topic_creation_of(req),
             topics_prepared: Mutex::default(),
+            active_topics: Mutex::default(),
+            created_topics: Mutex::default(),
+            delete_created_topics: req
+                .connector_config
+                .get(wharf::sdk::CLEANUP_DELETE_CREATED_TOPICS)
+                .is_some_and(|v| v.trim().eq_ignore_ascii_case("true")),
         })
     }
 
@@ -246,6 +335,16 @@ impl Instance for TaskInstance {
         let _ = self.stop_began.set((started, cause.connector_deleted()));
         self.cancel.cancel();
         lock(&self.work).take()
+    }
+
+    fn note_stop_request(&self, req: &super::StopRequest) {
+        if req.cause.connector_deleted() {
+            lock(&self.created_topics).clone_from(&req.created_topics);
+        }
+    }
+
+    fn runtime_cleanup(&self) -> futures::future::BoxFuture<'_, Result<(), String>> {
+        Box::pin(self.clean_up_created_topics())
     }
 
     fn plugin_stop(&self) -> (&dyn CellStop, &'static str) {

@@ -272,7 +272,7 @@ impl TaskInstance {
                 () = self.drain_deadline() => {
                     return Err(format!("writing {n} records to the dead letter queue {topic} did not finish before the stop"));
                 }
-                r = self.shared.log.append(topic, dead.clone()) => r,
+                r = self.log.append(topic, dead.clone()) => r,
             };
             match appended {
                 Ok(_) => {

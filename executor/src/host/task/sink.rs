@@ -70,8 +70,8 @@ impl TaskInstance {
             Ok(t) => t,
             Err(e) => return self.fail(e),
         };
-        let name = self.shared.log.sink_consumer_name(&self.key.connector);
-        let log = &self.shared.log;
+        let name = self.log.sink_consumer_name(&self.key.connector);
+        let log = &self.log;
         let mut consumer = loop {
             let open = async {
                 match share {
@@ -102,6 +102,8 @@ impl TaskInstance {
         let mut unflushed = Unflushed::default();
         let mut next: Vec<Delivered> = Vec::new();
         loop {
+            // A turn of the loop: topics used meanwhile are reported when due.
+            self.note_active_topics([]);
             // Records put but not flushed: wait one flush interval for more, then flush. Not
             // less: a JetStream pull that expires before the server reads it is never
             // answered, and the client gives up only seconds later.
@@ -145,6 +147,7 @@ impl TaskInstance {
                 }
                 continue;
             }
+            self.note_active_topics(delivered.iter().map(|d| d.record.topic.as_str()));
             let mut offsets: BTreeMap<TopicPartition, u64> = BTreeMap::new();
             let mut tokens = Vec::with_capacity(delivered.len());
             let mut records = Vec::with_capacity(delivered.len());

@@ -16,7 +16,7 @@ use wharf::sdk::{SourceRecord, SourceTask};
 
 use super::{STOP_DRAIN_TIMEOUT_MS, TaskInstance};
 use crate::host::panic_text;
-use crate::log::LogRecord;
+use crate::log::{LogRecord, TopicPrepared};
 use wharf::task::{TaskKind, spawn};
 
 /// Shortest time between the starts of two offset commits of one source task, in
@@ -279,6 +279,8 @@ impl TaskInstance {
                 () = sleep_until_some(due) => {}
                 polled = join_some(poll) => {
                     *poll = None;
+                    // A turn of the loop: topics used meanwhile are reported when due.
+                    self.note_active_topics([]);
                     let records = match polled {
                         Ok(Ok(Some(records))) => records,
                         Ok(Ok(None)) => continue,
@@ -325,10 +327,13 @@ impl TaskInstance {
                 let appended = tokio::select! {
                     biased;
                     () = self.drain_deadline() => return Err(SourceExit::Abandoned),
-                    r = self.shared.log.append(&topic, batch.clone()) => r,
+                    r = self.log.append(&topic, batch.clone()) => r,
                 };
                 match appended {
-                    Ok(_) => break,
+                    Ok(_) => {
+                        self.note_active_topics([topic.as_str()]);
+                        break;
+                    }
                     Err(e) => {
                         tracing::warn!(connector = %self.key.connector, task = self.key.task, topic = %topic,
                             error = %e, "append to the record log failed; retrying");
@@ -357,7 +362,7 @@ impl TaskInstance {
             let prepared = tokio::select! {
                 biased;
                 () = self.drain_deadline() => return Err(SourceExit::Abandoned),
-                r = self.shared.log.prepare_topic(topic, settings) => r,
+                r = self.prepare_topic_once(topic, settings) => r,
             };
             match prepared {
                 Ok(()) => {
@@ -373,6 +378,50 @@ impl TaskInstance {
                 }
             }
         }
+    }
+
+    /// One attempt at [`TaskInstance::prepare_topic`], with the ledger: a topic the log
+    /// is about to create is recorded (intent) before and confirmed after, as a created
+    /// topic of this task; a topic that exists is never recorded as created (one that
+    /// appeared between the check and the create is recorded as adopted).
+    async fn prepare_topic_once(
+        &self,
+        topic: &str,
+        settings: &wharf::topic_creation::TopicSettings,
+    ) -> Result<(), String> {
+        let log = &self.log;
+        let entry = match self.created_topic(topic) {
+            Some(entry)
+                if log
+                    .will_create_topic(topic)
+                    .await
+                    .map_err(|e| e.to_string())? =>
+            {
+                Some(entry)
+            }
+            Some(_) | None => None,
+        };
+        let resources = self.runtime_resources();
+        if let Some(entry) = &entry {
+            resources.intend(entry).await.map_err(|e| e.to_string())?;
+        }
+        let prepared = log
+            .prepare_topic(topic, settings)
+            .await
+            .map_err(|e| e.to_string())?;
+        if let Some(entry) = entry {
+            match prepared {
+                TopicPrepared::Created => {
+                    resources.confirm(&entry).await.map_err(|e| e.to_string())?;
+                }
+                TopicPrepared::Existed | TopicPrepared::NotCreated => {
+                    let found = entry.with_origin(wharf::sdk::Origin::Adopted);
+                    resources.intend(&found).await.map_err(|e| e.to_string())?;
+                    resources.confirm(&found).await.map_err(|e| e.to_string())?;
+                }
+            }
+        }
+        Ok(())
     }
 
     /// Commits `offsets` to the control plane and, when that landed and `plugin_commit`,

@@ -39,9 +39,9 @@ use async_trait::async_trait;
 use rdkafka::admin::{AdminClient, AdminOptions, NewTopic, TopicReplication};
 use rdkafka::client::DefaultClientContext;
 use rdkafka::error::{KafkaError, RDKafkaErrorCode};
-use rdkafka::producer::{DeliveryFuture, FutureProducer};
+use rdkafka::producer::{DeliveryFuture, FutureProducer, Producer};
 
-use super::{LogConsumer, LogError, LogRecord, PartitionShare, RecordLog, StartPosition};
+use super::{LogCheck, LogConsumer, LogError, LogRecord, PartitionShare, RecordLog, StartPosition};
 use reader::Group;
 pub use reader::{KafkaReader, PARTITION_RECHECK_INTERVAL, TOPIC_RECHECK_INTERVAL};
 use settings::Role;
@@ -49,6 +49,7 @@ pub use settings::{
     DEFAULT_KAFKA_REQUEST_TIMEOUT_MS, DEFAULT_TOPIC_PARTITIONS, KafkaConfig, MAX_TOPIC_NAME_CHARS,
     check_topic_name,
 };
+pub use settings::{OverridePolicy, client_override, librdkafka_refusal, override_refusal};
 
 /// How long librdkafka keeps trying to deliver a record before its append fails
 /// (`delivery.timeout.ms`): Kafka Connect's producer default, two minutes.
@@ -56,6 +57,13 @@ const DELIVERY_TIMEOUT_MS: &str = "120000";
 /// Wait before sending again when librdkafka's send queue is full and this append has
 /// nothing of its own in flight to wait for.
 const QUEUE_FULL_BACKOFF: Duration = Duration::from_millis(10);
+/// Longest a broker check's metadata request may take, in milliseconds (the request
+/// timeout when that is shorter).
+pub const BROKER_CHECK_TIMEOUT_MS: u64 = 5_000;
+/// Longest a broker check waits for a TCP connection to one bootstrap broker, in
+/// milliseconds (only after the metadata request failed, to name the brokers that are
+/// unreachable).
+pub const BROKER_CONNECT_TIMEOUT_MS: u64 = 1_000;
 
 fn unavailable(what: &str, err: impl std::fmt::Display) -> LogError {
     LogError::Unavailable(format!("{what}: {err}"))
@@ -98,6 +106,15 @@ impl KafkaLog {
     /// [`LogError::InvalidConfig`] when a setting is wrong, [`LogError::Unavailable`] when
     /// librdkafka refuses the client configuration.
     pub async fn connect(config: KafkaConfig) -> Result<Self, LogError> {
+        Self::connect_now(config)
+    }
+
+    /// As [`KafkaLog::connect`], without awaiting: making the clients does not wait for
+    /// the brokers.
+    ///
+    /// # Errors
+    /// As [`KafkaLog::connect`].
+    pub fn connect_now(config: KafkaConfig) -> Result<Self, LogError> {
         config.validate()?;
         let producer: FutureProducer = config
             .client_config(Role::Producer)?
@@ -146,7 +163,7 @@ impl KafkaLog {
             replication_factor: -1,
             configs: std::collections::BTreeMap::new(),
         };
-        self.create_topic(topic, &settings).await
+        self.create_topic(topic, &settings).await.map(|_| ())
     }
 
     /// Creates `topic` with `settings` unless this process already knows it exists; a
@@ -155,9 +172,9 @@ impl KafkaLog {
         &self,
         topic: &str,
         settings: &wharf::topic_creation::TopicSettings,
-    ) -> Result<(), LogError> {
+    ) -> Result<super::TopicPrepared, LogError> {
         if self.known_topics().contains(topic) {
-            return Ok(());
+            return Ok(super::TopicPrepared::Existed);
         }
         check_topic_name(topic)?;
         let mut new = NewTopic::new(
@@ -174,11 +191,44 @@ impl KafkaLog {
             .create_topics([&new], &self.admin_options())
             .await
             .map_err(|e| unavailable(&format!("create topic {topic:?}"), e))?;
+        let existed = results
+            .iter()
+            .any(|r| matches!(r, Err((_, RDKafkaErrorCode::TopicAlreadyExists))));
         admin_outcome(results, RDKafkaErrorCode::TopicAlreadyExists, || {
             format!("create topic {topic:?}")
         })?;
         self.known_topics().insert(topic.to_string());
-        Ok(())
+        Ok(if existed {
+            super::TopicPrepared::Existed
+        } else {
+            super::TopicPrepared::Created
+        })
+    }
+
+    /// Whether the brokers hold `topic` (a metadata request through the producer, which
+    /// never asks the brokers to create a topic).
+    async fn topic_exists(&self, topic: &str) -> Result<bool, LogError> {
+        if self.known_topics().contains(topic) {
+            return Ok(true);
+        }
+        check_topic_name(topic)?;
+        let log = self.clone();
+        let name = topic.to_owned();
+        let timeout = Duration::from_millis(self.inner.config.request_timeout_ms);
+        tokio::task::spawn_blocking(move || {
+            let metadata = log
+                .inner
+                .producer
+                .client()
+                .fetch_metadata(Some(&name), timeout)
+                .map_err(|e| unavailable(&format!("metadata of topic {name:?}"), e))?;
+            Ok(metadata
+                .topics()
+                .first()
+                .is_some_and(|t| t.error().is_none() && !t.partitions().is_empty()))
+        })
+        .await
+        .map_err(|e| unavailable("metadata", e))?
     }
 
     /// Sends `record` to `topic`, waiting for this append's deliveries in flight while
@@ -238,6 +288,51 @@ impl KafkaLog {
             }
         };
         Ok(Box::new(KafkaReader::new(group)))
+    }
+}
+
+impl KafkaLog {
+    /// The bootstrap brokers that refuse a TCP connection (or time out), each with why.
+    async fn unreachable_brokers(&self) -> Vec<(String, String)> {
+        let probes = self.inner.config.brokers.iter().map(|broker| async move {
+            let connect = tokio::net::TcpStream::connect(broker.as_str());
+            let limit = Duration::from_millis(BROKER_CONNECT_TIMEOUT_MS);
+            match tokio::time::timeout(limit, connect).await {
+                Ok(Ok(_)) => None,
+                Ok(Err(e)) => Some((broker.clone(), e.to_string())),
+                Err(_) => Some((
+                    broker.clone(),
+                    format!("no connection within {BROKER_CONNECT_TIMEOUT_MS} ms"),
+                )),
+            }
+        });
+        futures::future::join_all(probes)
+            .await
+            .into_iter()
+            .flatten()
+            .collect()
+    }
+}
+
+/// The health text of a failed broker check: the bootstrap brokers that are unreachable
+/// (`unreachable`: broker and why), or, when every one accepts connections, that they
+/// did not answer; with the metadata request's `error`. Pure.
+fn broker_problem(brokers: &[String], unreachable: &[(String, String)], error: &str) -> String {
+    if unreachable.is_empty() {
+        format!(
+            "Kafka brokers {} accept connections but did not answer a metadata request: {error}",
+            brokers.join(", ")
+        )
+    } else {
+        let named: Vec<String> = unreachable
+            .iter()
+            .map(|(broker, why)| format!("{broker} ({why})"))
+            .collect();
+        format!(
+            "Kafka broker{} unreachable: {}; metadata request: {error}",
+            if unreachable.len() == 1 { "" } else { "s" },
+            named.join(", ")
+        )
     }
 }
 
@@ -322,14 +417,107 @@ impl RecordLog for KafkaLog {
         &self,
         topic: &str,
         settings: &wharf::topic_creation::TopicSettings,
-    ) -> Result<(), LogError> {
+    ) -> Result<super::TopicPrepared, LogError> {
         if !self.inner.config.topic_creation_enable {
             // The worker's switch is off (Connect's `topic.creation.enable=false`): the
             // connector's settings are ignored and the first append creates the topic as
             // any other.
-            return Ok(());
+            return Ok(super::TopicPrepared::NotCreated);
         }
         self.create_topic(topic, settings).await
+    }
+
+    async fn will_create_topic(&self, topic: &str) -> Result<bool, LogError> {
+        Ok(self.inner.config.topic_creation_enable && !self.topic_exists(topic).await?)
+    }
+
+    async fn delete_topic(&self, topic: &str) -> Result<(), LogError> {
+        check_topic_name(topic)?;
+        let results = self
+            .inner
+            .admin
+            .delete_topics(&[topic], &self.admin_options())
+            .await
+            .map_err(|e| unavailable(&format!("delete topic {topic:?}"), e))?;
+        admin_outcome(results, RDKafkaErrorCode::UnknownTopicOrPartition, || {
+            format!("delete topic {topic:?}")
+        })?;
+        self.known_topics().remove(topic);
+        Ok(())
+    }
+
+    fn config_problems(&self, config: &wharf::sdk::ConfigMap) -> Vec<(String, String)> {
+        let mut problems = self.inner.config.override_problems(config);
+        // Topic names the brokers would refuse: found here, at create, instead of at the
+        // first append (a dead letter queue's topic would hold its sink's partition).
+        for key in ["topics", "errors.deadletterqueue.topic.name"] {
+            let Some(value) = config.get(key) else {
+                continue;
+            };
+            let refused = value
+                .split(',')
+                .map(str::trim)
+                .filter(|t| !t.is_empty())
+                .find_map(|t| check_topic_name(t).err());
+            if let Some(e) = refused {
+                let why = match e {
+                    LogError::InvalidConfig(why) => why,
+                    other => other.to_string(),
+                };
+                problems.push((key.to_owned(), why));
+            }
+        }
+        problems
+    }
+
+    fn with_client_overrides(
+        &self,
+        config: &wharf::sdk::ConfigMap,
+    ) -> Result<Option<Arc<dyn RecordLog>>, LogError> {
+        match self.inner.config.with_overrides(config)? {
+            Some(own) => Ok(Some(Arc::new(KafkaLog::connect_now(own)?))),
+            None => Ok(None),
+        }
+    }
+
+    fn resource_locator(&self) -> Option<wharf::sdk::Locator> {
+        Some(wharf::sdk::Locator::default().host(self.inner.config.canonical_brokers()))
+    }
+
+    async fn check(&self) -> LogCheck {
+        let log = self.clone();
+        let timeout = Duration::from_millis(
+            self.inner
+                .config
+                .request_timeout_ms
+                .min(BROKER_CHECK_TIMEOUT_MS),
+        );
+        let answered = tokio::task::spawn_blocking(move || {
+            let client = log.inner.admin.inner();
+            client
+                .fetch_metadata(None, timeout)
+                .map(|_| client.fetch_cluster_id(timeout))
+        })
+        .await;
+        let error = match answered {
+            Ok(Ok(cluster_id)) => {
+                return LogCheck {
+                    problem: None,
+                    cluster_id,
+                };
+            }
+            Ok(Err(e)) => e.to_string(),
+            Err(join) => format!("the check did not finish: {join}"),
+        };
+        let unreachable = self.unreachable_brokers().await;
+        LogCheck {
+            problem: Some(broker_problem(
+                &self.inner.config.brokers,
+                &unreachable,
+                &error,
+            )),
+            cluster_id: None,
+        }
     }
 
     async fn delete_consumer(&self, consumer: &str) -> Result<(), LogError> {
@@ -365,6 +553,38 @@ mod tests {
         admin_outcome(results, RDKafkaErrorCode::TopicAlreadyExists, || {
             "create topic \"t\"".to_string()
         })
+    }
+
+    #[test]
+    fn a_broker_check_names_the_unreachable_brokers() {
+        let brokers = ["a:9092".to_string(), "b:9092".to_string()];
+        let text = broker_problem(
+            &brokers,
+            &[("b:9092".into(), "Connection refused".into())],
+            "timed out",
+        );
+        assert_eq!(
+            text,
+            "Kafka broker unreachable: b:9092 (Connection refused); metadata request: timed out"
+        );
+        let both = broker_problem(
+            &brokers,
+            &[("a:9092".into(), "x".into()), ("b:9092".into(), "y".into())],
+            "e",
+        );
+        assert!(
+            both.starts_with("Kafka brokers unreachable: a:9092 (x), b:9092 (y)"),
+            "{both}"
+        );
+    }
+
+    #[test]
+    fn a_broker_check_says_when_every_broker_accepts_connections() {
+        let text = broker_problem(&["a:9092".to_string()], &[], "timed out");
+        assert_eq!(
+            text,
+            "Kafka brokers a:9092 accept connections but did not answer a metadata request: timed out"
+        );
     }
 
     #[test]

@@ -25,6 +25,15 @@ pub enum Role {
 }
 
 impl Role {
+    /// Its prefix in option and config keys: `producer`, `consumer`, `admin`.
+    pub fn prefix(self) -> &'static str {
+        match self {
+            Role::Producer => "producer",
+            Role::Consumer => "consumer",
+            Role::Admin => "admin",
+        }
+    }
+
     /// The role and property of a passthrough option (`producer.linger.ms` ->
     /// (Producer, `linger.ms`)), as Kafka Connect's worker keys name them.
     fn of_passthrough(option: &str) -> Option<(Self, &str)> {
@@ -66,6 +75,90 @@ pub struct KafkaConfig {
     /// librdkafka properties passed through to one kind of client (Kafka Connect's worker
     /// keys `producer.*`, `consumer.*`, `admin.*`), allowed by `passthrough_refusal`.
     pub passthrough: BTreeMap<(Role, String), String>,
+    /// Which per-connector client overrides (`producer.override.*`,
+    /// `consumer.override.*`, `admin.override.*`, KIP-458) a connector config may carry:
+    /// Kafka Connect's worker setting `connector.client.config.override.policy`, given as
+    /// the record log's option of that name (default `All`, Connect's since 3.0).
+    pub override_policy: OverridePolicy,
+}
+
+/// Kafka Connect's `connector.client.config.override.policy` (KIP-458; its default became
+/// `All` in Apache Kafka 3.0, KIP-732).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum OverridePolicy {
+    /// No override is allowed.
+    None,
+    /// Only the client's principal: `security.protocol`, `sasl.mechanism`,
+    /// `sasl.username`, `sasl.password` (librdkafka's counterparts of Connect's
+    /// `security.protocol`, `sasl.mechanism` and `sasl.jaas.config`).
+    Principal,
+    /// Every property a passthrough may set ([`passthrough_refusal`]), and the principal's.
+    #[default]
+    All,
+}
+
+impl OverridePolicy {
+    /// The policy named `name` (Connect's aliases `None`, `Principal`, `All`).
+    fn parse(name: &str) -> Option<Self> {
+        match name {
+            "None" => Some(OverridePolicy::None),
+            "Principal" => Some(OverridePolicy::Principal),
+            "All" => Some(OverridePolicy::All),
+            _ => None,
+        }
+    }
+
+    /// Its name, as the option takes it.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            OverridePolicy::None => "None",
+            OverridePolicy::Principal => "Principal",
+            OverridePolicy::All => "All",
+        }
+    }
+}
+
+/// The librdkafka properties of a client's principal, which the `Principal` policy lets a
+/// connector override.
+const PRINCIPAL_PROPERTIES: [&str; 4] = [
+    "security.protocol",
+    "sasl.mechanism",
+    "sasl.username",
+    "sasl.password",
+];
+
+/// The role and property of a per-connector override key (`producer.override.linger.ms`
+/// -> (Producer, `linger.ms`)); `None` for any other key. Pure.
+pub fn client_override(key: &str) -> Option<(Role, &str)> {
+    [
+        ("producer.override.", Role::Producer),
+        ("consumer.override.", Role::Consumer),
+        ("admin.override.", Role::Admin),
+    ]
+    .into_iter()
+    .find_map(|(prefix, role)| {
+        key.strip_prefix(prefix)
+            .filter(|p| !p.is_empty())
+            .map(|p| (role, p))
+    })
+}
+
+/// Why `policy` refuses a connector's override of librdkafka property `property`, or
+/// `None` when it allows it. Pure.
+pub fn override_refusal(policy: OverridePolicy, property: &str) -> Option<String> {
+    let principal = PRINCIPAL_PROPERTIES.contains(&property);
+    match policy {
+        OverridePolicy::None => Some(
+            "the executors' connector.client.config.override.policy is None: no client override is allowed".to_owned(),
+        ),
+        OverridePolicy::Principal if principal => None,
+        OverridePolicy::Principal => Some(format!(
+            "the executors' connector.client.config.override.policy is Principal: only {} may be overridden",
+            PRINCIPAL_PROPERTIES.join(", ")
+        )),
+        OverridePolicy::All if principal => None,
+        OverridePolicy::All => passthrough_refusal(property),
+    }
 }
 
 /// The record log options that set the connection's security, and whether each names a
@@ -138,6 +231,7 @@ impl KafkaConfig {
             topic_creation_enable: true,
             security: BTreeMap::new(),
             passthrough: BTreeMap::new(),
+            override_policy: OverridePolicy::default(),
         }
     }
 
@@ -169,8 +263,17 @@ impl KafkaConfig {
                         }
                     };
                 }
+                Some(("connector.client.config.override.policy", value)) => {
+                    config.override_policy = OverridePolicy::parse(value).ok_or_else(|| {
+                        LogError::InvalidConfig(format!(
+                            "record log option connector.client.config.override.policy must be None, Principal or All, got {value:?}"
+                        ))
+                    })?;
+                }
                 Some((name, value)) if SECURITY_OPTIONS.iter().any(|(o, _)| *o == name) => {
-                    config.security.insert(name.to_owned(), value.to_owned());
+                    config
+                        .security
+                        .insert(name.to_owned(), security_value(name, value));
                 }
                 Some((name, value)) if Role::of_passthrough(name).is_some() => {
                     let Some((role, property)) = Role::of_passthrough(name) else {
@@ -188,7 +291,7 @@ impl KafkaConfig {
                 _ => {
                     let name = option.split_once('=').map_or(option, |(n, _)| n);
                     return Err(LogError::InvalidConfig(format!(
-                        "unknown record log option {name:?} (a kafka:// log takes topic.creation.enable, security.protocol, ssl.ca.location, ssl.certificate.location, ssl.key.location, sasl.mechanism, sasl.username, sasl.password.file, and producer.*, consumer.*, admin.* librdkafka properties)"
+                        "unknown record log option {name:?} (a kafka:// log takes topic.creation.enable, connector.client.config.override.policy, security.protocol, ssl.ca.location, ssl.certificate.location, ssl.key.location, sasl.mechanism, sasl.username, sasl.password.file, and producer.*, consumer.*, admin.* librdkafka properties)"
                     )));
                 }
             }
@@ -235,6 +338,16 @@ impl KafkaConfig {
                 )));
             }
         }
+        // librdkafka's own check of every passthrough property and value, at start
+        // rather than when the first client of that role is made (a sink's consumer).
+        for ((role, name), value) in &self.passthrough {
+            librdkafka_refusal(name, value).map_or(Ok(()), |why| {
+                Err(LogError::InvalidConfig(format!(
+                    "record log option {}.{name}: {why}",
+                    role.prefix()
+                )))
+            })?;
+        }
         for broker in &self.brokers {
             let port_ok = broker
                 .rsplit_once(':')
@@ -251,6 +364,19 @@ impl KafkaConfig {
     /// The brokers as librdkafka's `bootstrap.servers` takes them.
     pub(super) fn bootstrap_servers(&self) -> String {
         self.brokers.join(",")
+    }
+
+    /// The brokers lowercased, sorted, without repeats, joined by commas: where the
+    /// ledger says a Kafka resource lives (the same on every executor of the cluster).
+    pub fn canonical_brokers(&self) -> String {
+        let mut brokers: Vec<String> = self
+            .brokers
+            .iter()
+            .map(|b| b.to_ascii_lowercase())
+            .collect();
+        brokers.sort();
+        brokers.dedup();
+        brokers.join(",")
     }
 
     /// The librdkafka settings every client of `role` starts from: the brokers, the
@@ -295,18 +421,88 @@ impl std::fmt::Display for KafkaConfig {
         }
         // No secret is ever an option's value: the password is in a file.
         options.extend(self.security.iter().map(|(k, v)| format!("{k}={v}")));
-        options.extend(self.passthrough.iter().map(|((role, k), v)| {
-            let prefix = match role {
-                Role::Producer => "producer",
-                Role::Consumer => "consumer",
-                Role::Admin => "admin",
-            };
-            format!("{prefix}.{k}={v}")
-        }));
+        if self.override_policy != OverridePolicy::default() {
+            options.push(format!(
+                "connector.client.config.override.policy={}",
+                self.override_policy.as_str()
+            ));
+        }
+        options.extend(
+            self.passthrough
+                .iter()
+                .map(|((role, k), v)| format!("{}.{k}={v}", role.prefix())),
+        );
         if !options.is_empty() {
             write!(f, "?{}", options.join("&"))?;
         }
         Ok(())
+    }
+}
+
+/// Why librdkafka refuses property `name` set to `value` (an unknown property, a value
+/// out of its range), or `None` when it takes it. Makes no client.
+pub fn librdkafka_refusal(name: &str, value: &str) -> Option<String> {
+    rdkafka::ClientConfig::new()
+        .set(name, value)
+        .create_native_config()
+        .err()
+        .map(|e| format!("librdkafka refuses it: {e}"))
+}
+
+impl KafkaConfig {
+    /// The problems of a connector config's client overrides under this log's policy
+    /// and librdkafka's checks, as `(key, why)`, by key; none for a config without
+    /// overrides. Names no value.
+    pub fn override_problems<'a>(
+        &self,
+        config: impl IntoIterator<Item = (&'a String, &'a String)>,
+    ) -> Vec<(String, String)> {
+        let mut problems: Vec<(String, String)> = config
+            .into_iter()
+            .filter_map(|(key, value)| {
+                let (_, property) = client_override(key)?;
+                override_refusal(self.override_policy, property)
+                    .or_else(|| librdkafka_refusal(property, value))
+                    .map(|why| (key.clone(), why))
+            })
+            .collect();
+        problems.sort();
+        problems
+    }
+
+    /// This log's settings with a connector's client overrides added to the passthrough
+    /// (they win over the executor's); `None` when the config has none.
+    ///
+    /// # Errors
+    /// [`LogError::InvalidConfig`] naming the first refused override key.
+    pub fn with_overrides<'a>(
+        &self,
+        config: impl IntoIterator<Item = (&'a String, &'a String)> + Clone,
+    ) -> Result<Option<Self>, LogError> {
+        if let Some((key, why)) = self.override_problems(config.clone()).into_iter().next() {
+            return Err(LogError::InvalidConfig(format!("{key}: {why}")));
+        }
+        let mut out = self.clone();
+        let mut any = false;
+        for (key, value) in config {
+            if let Some((role, property)) = client_override(key) {
+                out.passthrough
+                    .insert((role, property.to_owned()), value.clone());
+                any = true;
+            }
+        }
+        Ok(any.then_some(out))
+    }
+}
+
+/// The value of security option `name` as Wharf keeps it: `security.protocol` in lower
+/// case (librdkafka reads its values case-insensitively, and Kafka's Java clients write
+/// them upper case: `SASL_SSL`), every other value as given. Pure.
+fn security_value(name: &str, value: &str) -> String {
+    if name == "security.protocol" {
+        value.to_ascii_lowercase()
+    } else {
+        value.to_owned()
     }
 }
 
@@ -437,6 +633,19 @@ mod tests {
     }
 
     #[test]
+    fn the_security_protocol_is_taken_in_any_case() {
+        for given in ["PLAINTEXT", "Sasl_Ssl", "ssl"] {
+            let config =
+                KafkaConfig::from_spec(&format!("kafka://a:9093?security.protocol={given}"))
+                    .expect("spec");
+            assert_eq!(
+                config.security.get("security.protocol").map(String::as_str),
+                Some(given.to_ascii_lowercase().as_str())
+            );
+        }
+    }
+
+    #[test]
     fn the_sasl_password_is_read_from_its_file_into_the_client_only() {
         let dir = tempfile::tempdir().expect("dir");
         let file = dir.path().join("password");
@@ -476,6 +685,117 @@ mod tests {
             let msg = refusal(&format!("kafka://a:9092?{option}"));
             assert!(msg.contains(what), "{option}: {msg}");
         }
+    }
+
+    #[test]
+    fn the_override_policy_none_refuses_every_override() {
+        let why = override_refusal(OverridePolicy::None, "linger.ms").expect("refused");
+        assert!(why.contains("None"), "{why}");
+    }
+
+    #[test]
+    fn the_override_policy_principal_allows_only_the_principal() {
+        assert_eq!(
+            override_refusal(OverridePolicy::Principal, "sasl.username"),
+            None
+        );
+        let why = override_refusal(OverridePolicy::Principal, "linger.ms").expect("refused");
+        assert!(
+            why.contains("Principal") && why.contains("sasl.username"),
+            "{why}"
+        );
+    }
+
+    #[test]
+    fn the_override_policy_all_allows_what_a_passthrough_may_set_and_the_principal() {
+        assert_eq!(override_refusal(OverridePolicy::All, "linger.ms"), None);
+        assert_eq!(override_refusal(OverridePolicy::All, "sasl.password"), None);
+        let why = override_refusal(OverridePolicy::All, "acks").expect("refused");
+        assert!(why.contains("delivery guarantees"), "{why}");
+        assert!(override_refusal(OverridePolicy::All, "ssl.key.location").is_some());
+    }
+
+    #[test]
+    fn override_keys_name_their_client() {
+        assert_eq!(
+            client_override("producer.override.linger.ms"),
+            Some((Role::Producer, "linger.ms"))
+        );
+        assert_eq!(
+            client_override("consumer.override.fetch.min.bytes"),
+            Some((Role::Consumer, "fetch.min.bytes"))
+        );
+        assert_eq!(
+            client_override("admin.override.request.timeout.ms"),
+            Some((Role::Admin, "request.timeout.ms"))
+        );
+        assert_eq!(client_override("producer.override."), None);
+        assert_eq!(client_override("producer.linger.ms"), None);
+    }
+
+    #[test]
+    fn a_connectors_overrides_are_checked_by_policy_then_by_librdkafka() {
+        let config = KafkaConfig::new(["a:9092"]);
+        let connector: BTreeMap<String, String> = [
+            ("producer.override.linger.ms", "5"),
+            ("producer.override.no.such.property", "1"),
+            ("consumer.override.enable.auto.commit", "true"),
+            ("topics", "t"),
+        ]
+        .into_iter()
+        .map(|(k, v)| (k.to_owned(), v.to_owned()))
+        .collect();
+        let problems = config.override_problems(&connector);
+        let keys: Vec<&str> = problems.iter().map(|(k, _)| k.as_str()).collect();
+        assert_eq!(
+            keys,
+            [
+                "consumer.override.enable.auto.commit",
+                "producer.override.no.such.property"
+            ]
+        );
+        assert!(problems[1].1.contains("librdkafka"), "{:?}", problems[1]);
+        let refused = config.with_overrides(&connector).expect_err("refused");
+        assert!(
+            refused
+                .to_string()
+                .contains("consumer.override.enable.auto.commit")
+        );
+        let fine: BTreeMap<String, String> =
+            [("producer.override.linger.ms".to_owned(), "5".to_owned())].into();
+        let with = config
+            .with_overrides(&fine)
+            .expect("ok")
+            .expect("overrides");
+        let producer = with.client_config(Role::Producer).expect("producer");
+        assert_eq!(producer.get("linger.ms"), Some("5"));
+        assert!(
+            config
+                .with_overrides(&BTreeMap::new())
+                .expect("ok")
+                .is_none()
+        );
+    }
+
+    #[test]
+    fn the_override_policy_is_an_option_and_a_wrong_one_is_refused() {
+        let config = KafkaConfig::from_spec(
+            "kafka://a:9092?connector.client.config.override.policy=Principal",
+        )
+        .expect("spec");
+        assert_eq!(config.override_policy, OverridePolicy::Principal);
+        assert!(config.to_string().contains("override.policy=Principal"));
+        let msg = refusal("kafka://a:9092?connector.client.config.override.policy=some");
+        assert!(msg.contains("None, Principal or All"), "{msg}");
+    }
+
+    #[test]
+    fn a_passthrough_property_librdkafka_does_not_know_is_refused_at_start() {
+        let msg = refusal("kafka://a:9092?consumer.no.such.property=1");
+        assert!(
+            msg.contains("consumer.no.such.property") && msg.contains("librdkafka"),
+            "{msg}"
+        );
     }
 
     #[test]
