@@ -357,7 +357,7 @@ pub fn write_value(
         (SchemaType::Int8, Value::Int8(n)) => write_int(out, i64::from(*n)),
         (SchemaType::Int16, Value::Int16(n)) => write_int(out, i64::from(*n)),
         (SchemaType::Int32, Value::Int32(n)) => write_int(out, i64::from(*n)),
-        (SchemaType::Int64, Value::Int64(n)) => write_int(out, i64::from(*n)),
+        (SchemaType::Int64, Value::Int64(n)) => write_int(out, *n),
         (SchemaType::Float32, Value::Float32(f)) => write_f32(out, *f),
         (SchemaType::Float64, Value::Float64(f)) => write_f64(out, *f),
         (SchemaType::Boolean, Value::Boolean(b)) => {
