@@ -92,6 +92,12 @@ pub fn substitute<E>(
     Ok(out)
 }
 
+/// Prefix of the environment variables the `env` provider never gives: the executor's
+/// own settings (`WHARF_NATS_PASSWORD` among them). A rule both binaries know, so that
+/// the control plane refuses such a reference at create rather than the executor at
+/// start.
+pub const RESERVED_ENV_PREFIX: &str = "WHARF_";
+
 /// A config provider Wharf implements.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
 pub enum ProviderKind {
@@ -207,6 +213,11 @@ pub fn check_reference(r: &Reference<'_>) -> Result<ProviderKind, ReferenceError
         ProviderKind::Env => {
             if r.path.is_some_and(|p| !p.is_empty()) {
                 return Err(malformed("the env provider takes no path: ${env:VARIABLE}"));
+            }
+            if r.key.starts_with(RESERVED_ENV_PREFIX) {
+                return Err(malformed(
+                    "variables named WHARF_* are the executor's own settings and never given by the env provider; give the value another name",
+                ));
             }
         }
     }
@@ -364,6 +375,19 @@ mod tests {
                 "{v}"
             );
         }
+    }
+
+    #[test]
+    fn the_executors_own_variables_are_refused_before_any_start() {
+        for v in ["${env:WHARF_NATS_PASSWORD}", "${env::WHARF_X}"] {
+            let e = check_value(v).unwrap_err();
+            assert!(
+                matches!(&e, ReferenceError::Malformed { .. })
+                    && e.to_string().contains("own settings"),
+                "{v}: {e}"
+            );
+        }
+        assert_eq!(check_value("${env:NOT_WHARF_X}"), Ok(()));
     }
 
     #[test]

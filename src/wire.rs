@@ -15,6 +15,19 @@ pub fn plugin_info(plugin: &Plugin) -> pb::PluginInfo {
     }
 }
 
+/// Wire form of a custom transform or predicate.
+pub fn transform_plugin_info(plugin: &crate::sdk::TransformPlugin) -> pb::TransformPluginInfo {
+    pb::TransformPluginInfo {
+        name: plugin.name.clone(),
+        version: plugin.version.clone(),
+        kind: match plugin.kind {
+            crate::sdk::TransformKind::Transformation(_) => pb::TransformPluginKind::Transformation,
+            crate::sdk::TransformKind::Predicate(_) => pb::TransformPluginKind::Predicate,
+        } as i32,
+        config_defs: plugin.config_def.keys.iter().map(config_key_def).collect(),
+    }
+}
+
 /// Wire value of a plugin kind.
 pub fn plugin_kind(kind: PluginKind) -> pb::PluginKind {
     match kind {

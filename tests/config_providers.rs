@@ -285,3 +285,156 @@ async fn a_password_from_a_file_provider_reaches_the_plugin_and_never_comes_back
         assert!(!log.contains(PASSWORD), "password in a process log");
     }
 }
+
+/// What a failed start may show. The plugin's start error quotes the value a reference
+/// resolved to and a PASSWORD-typed value (`test.start.fail.message`, `test.secret`);
+/// the executor hides both before the error becomes a status, a log line or a stored
+/// record. A reference to one of the executor's own variables (`${env:WHARF_*}`) is
+/// refused at create and by validate, naming the key. A start that failed on an
+/// unresolvable reference leaves an instance whose stop completes at once: the
+/// connector is stopped (`false`) and deleted without `force` (`true`), promptly.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_failed_start_shows_no_resolved_or_secret_value_and_its_stops_complete_promptly() {
+    const RESOLVED: &str = "res0lved-Pr0vider-Val-93a1";
+    const SECRET: &str = "typed-S3cret-Val-52be";
+    let mut c = TestCluster::start(0).await;
+    let secrets = c.dir.path().join("secrets");
+    std::fs::create_dir_all(&secrets).expect("secrets dir");
+    std::fs::write(
+        secrets.join("s.properties"),
+        format!("password={RESOLVED}\n"),
+    )
+    .expect("properties file");
+    c.add_executor_with(
+        0,
+        vec![
+            "--config-providers".into(),
+            "file,env".into(),
+            "--config-provider-root".into(),
+            secrets.display().to_string(),
+        ],
+    )
+    .await;
+    c.wait_alive(1).await;
+    let mut outputs: Vec<String> = Vec::new();
+
+    // The executor's own variables: refused before anything is stored, naming the key.
+    let mut envy = c.source_config("envy", 1);
+    envy["test.topic"] = json!("${env:WHARF_NATS_PASSWORD}");
+    let r = c.call("CreateConnector", json!({ "name": "envy", "config": envy }));
+    assert_eq!(r.code, INVALID_ARGUMENT, "{}", r.err);
+    assert!(
+        r.err.contains("config[test.topic]") && r.err.contains("own settings"),
+        "{}",
+        r.err
+    );
+    let v = c.call("ValidateConnectorConfig", json!({ "config": envy }));
+    assert_eq!(v.code, 0, "{}", v.err);
+    assert!(
+        v.body["errorCount"].as_u64().unwrap_or(0) >= 1
+            && v.body.to_string().contains("own settings"),
+        "{}",
+        v.body
+    );
+    assert_eq!(
+        c.call("GetConnector", json!({ "name": "envy" })).code,
+        wharf_harness::cluster::NOT_FOUND
+    );
+
+    // A plugin whose start error quotes what it was given.
+    let name = "leaky";
+    let mut cfg = c.source_config(name, 1);
+    cfg["test.start.fail.message"] = json!("login with ${file:s.properties:password} refused");
+    cfg["test.secret"] = json!(SECRET);
+    let r = c.call("CreateConnector", json!({ "name": name, "config": cfg }));
+    assert_eq!(r.code, 0, "{}", r.err);
+    let s = c.wait_state(name, "STATE_FAILED", "STATE_FAILED", 0).await;
+    let error = s["connector"]["error"].as_str().unwrap_or_default();
+    // The whole value that held the reference is hidden too (a URL around a password).
+    assert!(
+        error.contains("injected start failure: [hidden] (secret [hidden])"),
+        "{error}"
+    );
+    for (method, body) in [
+        ("GetConnectorStatus", json!({ "name": name })),
+        ("GetConnector", json!({ "name": name })),
+        ("ListConnectors", json!({ "expand_status": true })),
+        ("ListAuditEntries", json!({})),
+    ] {
+        let r = c.call(method, body);
+        assert_eq!(r.code, 0, "{method}: {}", r.err);
+        outputs.push(r.body.to_string());
+    }
+
+    // A start that failed on an unresolvable reference: a stop(false) completes at once
+    // (the target STOPPED), then the deletion's stop(true), without force.
+    let name = "unresolvable";
+    let mut cfg = c.source_config(name, 1);
+    cfg["test.topic"] = json!("${file:s.properties:nope}");
+    let r = c.call("CreateConnector", json!({ "name": name, "config": cfg }));
+    assert_eq!(r.code, 0, "{}", r.err);
+    let s = c.wait_state(name, "STATE_FAILED", "STATE_FAILED", 0).await;
+    let error = s["connector"]["error"].as_str().unwrap_or_default();
+    assert!(
+        error.contains("config[test.topic]: ${file:s.properties:nope} cannot be resolved"),
+        "{error}"
+    );
+    assert_eq!(c.call("StopConnector", json!({ "name": name })).code, 0);
+    let s = c
+        .wait_state(name, "STATE_STOPPED", "STATE_STOPPED", 0)
+        .await;
+    assert!(
+        !s.to_string().contains("timed out"),
+        "the stop(false) of a never-started instance waited: {s}"
+    );
+    let began = std::time::Instant::now();
+    let del = c.call("DeleteConnector", json!({ "name": name, "wait": true }));
+    assert_eq!(del.code, 0, "{}", del.err);
+    assert_eq!(del.body["deleted"], true, "{}", del.body);
+    assert!(
+        began.elapsed() < std::time::Duration::from_secs(10),
+        "the deletion took {:?}",
+        began.elapsed()
+    );
+    // Deleted while FAILED, straight from the failed start (a cleanup-only instance
+    // fails to resolve the same reference and its stop(true) completes at once).
+    let name = "unresolvable-2";
+    let mut cfg = c.source_config(name, 1);
+    cfg["test.topic"] = json!("${file:s.properties:nope}");
+    assert_eq!(
+        c.call("CreateConnector", json!({ "name": name, "config": cfg }))
+            .code,
+        0
+    );
+    c.wait_state(name, "STATE_FAILED", "STATE_FAILED", 0).await;
+    let began = std::time::Instant::now();
+    let del = c.call("DeleteConnector", json!({ "name": name, "wait": true }));
+    assert_eq!(del.body["deleted"], true, "{} {}", del.body, del.err);
+    assert!(
+        began.elapsed() < std::time::Duration::from_secs(10),
+        "the deletion took {:?}",
+        began.elapsed()
+    );
+
+    let store = bytes_of(&c.store_file());
+    for value in [RESOLVED, SECRET] {
+        for out in &outputs {
+            assert!(!out.contains(value), "{value} in an admin answer: {out}");
+        }
+        let needle = value.as_bytes();
+        assert!(
+            !store.windows(needle.len()).any(|w| w == needle),
+            "{value} in the store file"
+        );
+        let mut logs = vec![c.cp_log()];
+        logs.extend(c.executors.iter().map(|e| e.log()));
+        for log in logs {
+            assert!(!log.contains(value), "{value} in a process log");
+        }
+    }
+    let executor_log = c.executors[0].log();
+    assert!(
+        executor_log.contains("connector start failed") && executor_log.contains("WARN"),
+        "a failed start is a warning"
+    );
+}

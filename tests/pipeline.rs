@@ -360,3 +360,121 @@ async fn a_bad_transform_config_is_refused_naming_its_key_and_nothing_is_stored(
     );
     assert_eq!(r.code, 0, "the fixed config is accepted: {}", r.err);
 }
+
+/// The executor's default converters (`--value-converter`, Kafka Connect's worker
+/// `value.converter`) apply to a connector that names none, and a connector's own
+/// converter overrides them; a source's converters write the log's bytes with no
+/// transform configured: JsonConverter with `schemas.enable=true` (Connect's default)
+/// wraps a plain JSON value in the envelope, as Connect's converter writes a schemaless
+/// value, and without schemas it writes the compact JSON Connect writes.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn default_converters_apply_and_a_sources_converters_write_the_log_without_transforms() {
+    let mut c = TestCluster::start(0).await;
+    c.add_executor_with(
+        0,
+        vec![
+            "--value-converter".into(),
+            "org.apache.kafka.connect.json.JsonConverter".into(),
+        ],
+    )
+    .await;
+    c.wait_alive(1).await;
+    let input = c.dir.path().join("in.jsonl");
+    write_lines(
+        &input,
+        &[r#"{ "n" : 1 }"#.to_owned(), r#"{"n":2}"#.to_owned()],
+    );
+
+    // The executor's JsonConverter (schemas enabled), no transform: the envelope.
+    let enveloped = c.dir.path().join("enveloped.jsonl");
+    create(
+        &c,
+        "env-src",
+        json!({ "connector.class": "file-source", "file": input.display().to_string(), "topic": "env" }),
+    );
+    create(&c, "env-sink", sink(&c, "env-sink", "env", &enveloped, &[]));
+    // A connector's own converter overrides the default: the bytes as they are.
+    let raw = c.dir.path().join("raw.jsonl");
+    create(
+        &c,
+        "raw-src",
+        json!({
+            "connector.class": "file-source", "file": input.display().to_string(), "topic": "raw",
+            "value.converter": "org.apache.kafka.connect.converters.ByteArrayConverter",
+        }),
+    );
+    create(
+        &c,
+        "raw-sink",
+        sink(
+            &c,
+            "raw-sink",
+            "raw",
+            &raw,
+            &[(
+                "value.converter",
+                "org.apache.kafka.connect.storage.StringConverter",
+            )],
+        ),
+    );
+    // Its own JsonConverter without schemas: the compact JSON Connect writes.
+    let compact = c.dir.path().join("compact.jsonl");
+    create(
+        &c,
+        "compact-src",
+        json!({
+            "connector.class": "file-source", "file": input.display().to_string(), "topic": "compact",
+            "value.converter": "json", "value.converter.schemas.enable": "false",
+        }),
+    );
+    create(
+        &c,
+        "compact-sink",
+        sink(
+            &c,
+            "compact-sink",
+            "compact",
+            &compact,
+            &[
+                ("value.converter", "json"),
+                ("value.converter.schemas.enable", "false"),
+            ],
+        ),
+    );
+    wait_until("both records through each pair", CONVERGE, || async {
+        [&enveloped, &raw, &compact]
+            .iter()
+            .all(|p| records(p).len() >= 2)
+            .then_some(())
+    })
+    .await;
+    let values = |p: &Path| -> Vec<String> {
+        records(p)
+            .iter()
+            .map(|r| r["value"].as_str().unwrap_or_default().to_owned())
+            .collect()
+    };
+    assert_eq!(
+        values(&enveloped),
+        [
+            r#"{"schema":null,"payload":{"n":1}}"#,
+            r#"{"schema":null,"payload":{"n":2}}"#
+        ]
+    );
+    assert_eq!(values(&raw), [r#"{ "n" : 1 }"#, r#"{"n":2}"#]);
+    assert_eq!(values(&compact), [r#"{"n":1}"#, r#"{"n":2}"#]);
+    // A connector's converter option without its converter: refused, naming the key.
+    let r = c.call(
+        "CreateConnector",
+        json!({ "name": "half", "config": {
+            "connector.class": "file-source", "file": input.display().to_string(), "topic": "half",
+            "value.converter.schemas.enable": "false",
+        }}),
+    );
+    assert_eq!(r.code, INVALID_ARGUMENT, "{}", r.err);
+    assert!(
+        r.err.contains("config[value.converter.schemas.enable]"),
+        "{}",
+        r.err
+    );
+}

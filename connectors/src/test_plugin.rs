@@ -11,6 +11,7 @@
 //! Knobs (config keys, read by the connector and by its tasks; task configs copy the
 //! connector config): `test.tasks`, `test.poll.block.ms`, `test.ignore.cancel`,
 //! `test.stop.delay.ms`, `test.stop.block.ms`, `test.stop.fail.times`, `test.start.fail`,
+//! `test.start.fail.message` (the start fails quoting it and the PASSWORD `test.secret`),
 //! `test.records.per.poll`, `test.topic`, `test.poll.panic` (poll panics),
 //! `test.start.delay.ms` (a task's start sleeps first) and `test.records.path` (the sink
 //! appends one JSON line per record it is given, `{"instance","task","executor","topic",
@@ -54,12 +55,30 @@ struct Knobs {
     stop_block_ms: u64,
     stop_fail_times: u32,
     start_fail: bool,
+    /// `test.start.fail.message`: the start fails quoting it (and `test.secret`).
+    start_fail_message: Option<String>,
+    /// `test.secret`: a PASSWORD-typed value a failing start quotes.
+    secret: Option<String>,
     records_per_poll: u32,
     topic: Option<String>,
     poll_panic: bool,
 }
 
 impl Knobs {
+    /// The start's injected failure, if any: a plugin that quotes what it was given in
+    /// its error (as a database driver quotes a user or a URL), so that tests can check
+    /// the executor hides it.
+    fn start_failure(&self) -> Option<String> {
+        match (&self.start_fail_message, self.start_fail) {
+            (Some(message), _) => Some(format!(
+                "test.start.fail: injected start failure: {message} (secret {})",
+                self.secret.as_deref().unwrap_or("none")
+            )),
+            (None, true) => Some("test.start.fail: injected start failure".to_owned()),
+            (None, false) => None,
+        }
+    }
+
     fn parse(config: &ConfigMap) -> Result<Self, String> {
         Ok(Self {
             lifecycle: PathBuf::from(required(config, LIFECYCLE_PATH)?),
@@ -70,6 +89,8 @@ impl Knobs {
             stop_block_ms: parse_opt(config, "test.stop.block.ms")?.unwrap_or(0),
             stop_fail_times: parse_opt(config, "test.stop.fail.times")?.unwrap_or(0),
             start_fail: parse_opt(config, "test.start.fail")?.unwrap_or(false),
+            start_fail_message: config.get("test.start.fail.message").cloned(),
+            secret: config.get("test.secret").cloned(),
             records_per_poll: parse_opt(config, "test.records.per.poll")?.unwrap_or(1),
             topic: config.get("test.topic").cloned(),
             poll_panic: parse_opt(config, "test.poll.panic")?.unwrap_or(false),
@@ -189,6 +210,8 @@ fn config_def() -> ConfigDef {
         .define(ConfigKey::new("test.stop.block.ms", ConfigType::Long, Importance::Low, "How long stop_with blocks its thread (ignoring cancellation) before returning, in milliseconds."))
         .define(ConfigKey::new("test.stop.fail.times", ConfigType::Int, Importance::Low, "The first N stop_with(true) calls of this connector fail (counted across instances and executors)."))
         .define(ConfigKey::new("test.start.fail", ConfigType::Boolean, Importance::Low, "When true, start fails."))
+        .define(ConfigKey::new("test.start.fail.message", ConfigType::String, Importance::Low, "When set, start fails with an error quoting it and test.secret (a plugin that quotes its config in errors)."))
+        .define(ConfigKey::new("test.secret", ConfigType::Password, Importance::Low, "A secret value, quoted by the error of test.start.fail.message."))
         .define(ConfigKey::new("test.records.per.poll", ConfigType::Int, Importance::Low, "Records returned by each poll; default 1."))
         .define(ConfigKey::new("test.poll.panic", ConfigType::Boolean, Importance::Low, "When true, poll panics (to show that a panic fails only that task)."))
         .define(ConfigKey::new("test.start.delay.ms", ConfigType::Long, Importance::Low, "How long a task's start sleeps before returning, in milliseconds."))
@@ -241,8 +264,7 @@ impl Connector for TestConnector {
         };
         let knobs = Knobs::parse(&config);
         let result = match &knobs {
-            Ok(k) if k.start_fail => Err("test.start.fail: injected start failure".to_owned()),
-            Ok(_) => Ok(()),
+            Ok(k) => k.start_failure().map_or(Ok(()), Err),
             Err(e) => Err(e.clone()),
         };
         self.recorder.record(
@@ -293,13 +315,7 @@ async fn start_task(recorder: &Recorder, config: &ConfigMap) -> Result<Knobs, St
     if let Ok(Some(ms)) = parse_opt::<u64>(config, "test.start.delay.ms") {
         tokio::time::sleep(Duration::from_millis(ms)).await;
     }
-    let knobs = Knobs::parse(config).and_then(|k| {
-        if k.start_fail {
-            Err("test.start.fail: injected start failure".to_owned())
-        } else {
-            Ok(k)
-        }
-    });
+    let knobs = Knobs::parse(config).and_then(|k| k.start_failure().map_or(Ok(k), Err));
     recorder.record(
         "start",
         None,

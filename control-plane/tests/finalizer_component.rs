@@ -245,6 +245,7 @@ async fn setup(
             plugins: vec![plugin],
             version: "test".into(),
             record_log: String::new(),
+            transforms: Vec::new(),
         })
         .await
         .unwrap()

@@ -36,15 +36,19 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
             config.insert(k.to_owned(), v.to_owned());
         }
         let mut line = json!({ "case": case["name"] });
-        let mut pipeline =
-            match Pipeline::new(&config, PluginKind::Sink, ConverterDefaults::default(), &[]) {
-                Ok(p) => p,
-                Err(_) => {
-                    line["config_error"] = json!(true);
-                    println!("{line}");
-                    continue;
-                }
-            };
+        let mut pipeline = match Pipeline::new(
+            &config,
+            PluginKind::Sink,
+            &ConverterDefaults::default(),
+            &[],
+        ) {
+            Ok(p) => p,
+            Err(_) => {
+                line["config_error"] = json!(true);
+                println!("{line}");
+                continue;
+            }
+        };
         let mut out = Vec::new();
         for (offset, r) in case["records"]
             .as_array()

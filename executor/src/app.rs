@@ -65,6 +65,11 @@ pub struct ExecutorConfig {
     /// Custom transforms and predicates connector configs may name beside the built-in
     /// ones (docs/pipeline.md).
     pub transforms: Vec<wharf::sdk::TransformPlugin>,
+    /// The converters of a connector that names none (`--key-converter`,
+    /// `--value-converter`, `--header-converter`, `--converter-option`; Kafka Connect's
+    /// worker `key.converter` and the rest): `ByteArrayConverter` for keys and values and
+    /// `SimpleHeaderConverter` for headers by default.
+    pub converter_defaults: crate::pipeline::ConverterDefaults,
     /// The plugin processes (`--plugin-processes`) behind the out-of-process plugins among
     /// `plugins`, whose own config checks join ValidateConfig.
     pub plugin_processes: Vec<std::sync::Arc<crate::process::PluginProcess>>,
@@ -111,6 +116,7 @@ impl ExecutorConfig {
             plugin_threads: DEFAULT_PLUGIN_THREADS,
             plugins: Vec::new(),
             transforms: Vec::new(),
+            converter_defaults: crate::pipeline::ConverterDefaults::default(),
             plugin_processes: Vec::new(),
             file_root: None,
             config_providers: crate::providers::ConfigProviders::none(),
@@ -264,6 +270,7 @@ impl ExecutorApp {
             record_log,
             plugins,
             transforms,
+            converter_defaults,
             plugin_processes,
             file_root,
             config_providers,
@@ -315,7 +322,13 @@ impl ExecutorApp {
                 wharf::tls::ClientTls::from_option(tls.as_ref()),
             )
             .map_err(AppError::Registry)?
-            .with_record_log(record_log.identity()),
+            .with_record_log(record_log.identity())
+            .with_transforms(
+                transforms
+                    .iter()
+                    .map(wharf::wire::transform_plugin_info)
+                    .collect(),
+            ),
         );
         let host = Arc::new(
             Host::new(
@@ -332,7 +345,8 @@ impl ExecutorApp {
                 source,
             })?
             .with_config_providers(config_providers.clone())
-            .with_transforms(transforms),
+            .with_transforms(transforms)
+            .with_converter_defaults(converter_defaults.clone()),
         );
         let (router, health) = executor_router(host.clone())?;
         write_listen_addr(&data_dir, local_addr)?;
@@ -370,6 +384,7 @@ impl ExecutorApp {
             record_log = %record_log, plugin_threads = plugin_threads.get(),
             file_root = %file_root.as_deref().map_or_else(|| "none (no file plugins)".into(), |p| p.display().to_string()),
             config_providers = %config_providers.describe(),
+            default_converters = %converter_defaults.describe(),
             "executor serving");
         Ok(RunningExecutor {
             local_addr,

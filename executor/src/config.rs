@@ -149,6 +149,32 @@ pub struct Cli {
     /// outside are refused. Must exist; required with either provider.
     #[arg(long, env = "WHARF_CONFIG_PROVIDER_ROOT", value_name = "DIR")]
     pub config_provider_root: Option<PathBuf>,
+    /// Converter of record keys for a connector whose config names no `key.converter`
+    /// (Kafka Connect's worker `key.converter`): a Connect class name, its simple name or
+    /// Wharf's alias (`json`, `string`, `bytes`); docs/pipeline.md. A connector's own
+    /// `key.converter` overrides it. [default: ByteArrayConverter, the bytes unchanged]
+    #[arg(long, env = "WHARF_KEY_CONVERTER", value_name = "CLASS")]
+    pub key_converter: Option<String>,
+    /// As --key-converter, for record values (Connect's worker `value.converter`).
+    /// [default: ByteArrayConverter]
+    #[arg(long, env = "WHARF_VALUE_CONVERTER", value_name = "CLASS")]
+    pub value_converter: Option<String>,
+    /// As --key-converter, for headers a transform sets (Connect's worker
+    /// `header.converter`). [default: SimpleHeaderConverter]
+    #[arg(long, env = "WHARF_HEADER_CONVERTER", value_name = "CLASS")]
+    pub header_converter: Option<String>,
+    /// An option of a default converter, under Connect's worker key:
+    /// `value.converter.schemas.enable=false`. Repeatable (in WHARF_CONVERTER_OPTIONS,
+    /// comma-separated; in the --config file, the table `converter_options`); a flag's
+    /// key wins over the file's. A connector that names its own converter gets only its
+    /// own options, as in Connect.
+    #[arg(
+        long = "converter-option",
+        env = "WHARF_CONVERTER_OPTIONS",
+        value_name = "KEY=VALUE",
+        value_delimiter = ','
+    )]
+    pub converter_options: Vec<String>,
     /// TOML file listing plugin processes: plugins that run as child processes speaking
     /// the plugin protocol over their stdio (docs/plugins-out-of-process.md). Each is
     /// started and described at start; the plugins it offers are offered beside the
@@ -211,6 +237,15 @@ pub struct FileConfig {
     pub config_providers: Option<String>,
     /// See `--config-provider-root`.
     pub config_provider_root: Option<PathBuf>,
+    /// See `--key-converter`.
+    pub key_converter: Option<String>,
+    /// See `--value-converter`.
+    pub value_converter: Option<String>,
+    /// See `--header-converter`.
+    pub header_converter: Option<String>,
+    /// See `--converter-option`: a table of Connect's worker keys, such as
+    /// `"value.converter.schemas.enable" = "false"`.
+    pub converter_options: Option<std::collections::BTreeMap<String, String>>,
     /// See `--plugin-processes`.
     pub plugin_processes: Option<PathBuf>,
     /// `metrics_listen`, `log_format`, `otlp_endpoint`.
@@ -285,6 +320,10 @@ impl Cli {
             file_root,
             config_providers,
             config_provider_root,
+            key_converter,
+            value_converter,
+            header_converter,
+            converter_options,
             plugin_processes,
             observability,
             tls,
@@ -310,6 +349,10 @@ impl Cli {
             file_root: file_file_root,
             config_providers: file_config_providers,
             config_provider_root: file_config_provider_root,
+            key_converter: file_key_converter,
+            value_converter: file_value_converter,
+            header_converter: file_header_converter,
+            converter_options: file_converter_options,
             plugin_processes: file_plugin_processes,
             observability: file_observability,
             tls: file_tls,
@@ -377,6 +420,18 @@ impl Cli {
             &out.data_dir,
             nats,
         )?;
+        out.converter_defaults = converter_defaults_setting(
+            [
+                ("key.converter", key_converter.or(file_key_converter)),
+                ("value.converter", value_converter.or(file_value_converter)),
+                (
+                    "header.converter",
+                    header_converter.or(file_header_converter),
+                ),
+            ],
+            file_converter_options.unwrap_or_default(),
+            &converter_options,
+        )?;
         out.plugins = plugins;
         // Last, once every other setting is known to be good: this starts processes.
         if let Some(path) = plugin_processes.or(file_plugin_processes) {
@@ -409,6 +464,50 @@ impl Cli {
         out.otlp_endpoint = observability.otlp_endpoint;
         Ok(out)
     }
+}
+
+/// The executor's default converters: the classes (flag > environment > file) and the
+/// options (the file's table, then `--converter-option`'s `KEY=VALUE`s, a later key
+/// winning), checked as a connector's converter keys are.
+///
+/// # Errors
+/// [`ConfigError::Invalid`] naming the flag of the first bad setting
+/// (`--value-converter`, `--converter-option`, ...) and the key.
+fn converter_defaults_setting(
+    classes: [(&'static str, Option<String>); 3],
+    file_options: std::collections::BTreeMap<String, String>,
+    flag_options: &[String],
+) -> Result<crate::pipeline::ConverterDefaults, ConfigError> {
+    let mut settings: wharf::sdk::ConfigMap = file_options.into_iter().collect();
+    for option in flag_options.iter().filter(|o| !o.trim().is_empty()) {
+        let Some((key, value)) = option.split_once('=') else {
+            return Err(ConfigError::Invalid {
+                field: "--converter-option",
+                reason: format!(
+                    "{option:?} is not KEY=VALUE (for example value.converter.schemas.enable=false)"
+                ),
+            });
+        };
+        settings.insert(key.trim().to_owned(), value.trim().to_owned());
+    }
+    for (key, class) in classes {
+        if let Some(class) = class {
+            settings.insert(key.to_owned(), class);
+        }
+    }
+    crate::pipeline::ConverterDefaults::parse(settings).map_err(|problems| {
+        let (key, why) = problems.into_iter().next().unwrap_or_default();
+        let field = match key.as_str() {
+            "key.converter" => "--key-converter",
+            "value.converter" => "--value-converter",
+            "header.converter" => "--header-converter",
+            _ => "--converter-option",
+        };
+        ConfigError::Invalid {
+            field,
+            reason: format!("{key}: {why}"),
+        }
+    })
 }
 
 /// Reads the `--plugin-processes` file, starts and describes each process, and returns
@@ -695,6 +794,61 @@ mod tests {
     }
 
     #[test]
+    fn default_converters_come_from_flags_and_the_file_and_bad_ones_name_their_flag() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let file = dir.path().join("ex.toml");
+        std::fs::write(
+            &file,
+            "listen = \"127.0.0.2:7070\"\ncontrol_plane = \"http://127.0.0.1:7000\"\ndata_dir = \"/tmp/e\"\nvalue_converter = \"string\"\nkey_converter = \"json\"\n[converter_options]\n\"key.converter.schemas.enable\" = \"true\"\n",
+        )
+        .expect("write");
+        let build = |extra: &[&str]| {
+            let mut args = vec!["wharf-executor", "--config", file.to_str().expect("utf8")];
+            args.extend_from_slice(extra);
+            Cli::try_parse_from(args).expect("parses").build()
+        };
+        let config = build(&[
+            "--value-converter",
+            "json",
+            "--converter-option",
+            "value.converter.schemas.enable=false",
+            "--converter-option",
+            "key.converter.schemas.enable=false",
+        ])
+        .expect("builds");
+        let expected = crate::pipeline::ConverterDefaults::parse(
+            [
+                ("key.converter", "json"),
+                ("key.converter.schemas.enable", "false"),
+                ("value.converter", "json"),
+                ("value.converter.schemas.enable", "false"),
+            ]
+            .into_iter()
+            .map(|(k, v)| (k.to_owned(), v.to_owned()))
+            .collect(),
+        )
+        .expect("valid");
+        assert_eq!(config.converter_defaults, expected);
+        for (extra, field) in [
+            (vec!["--value-converter", "avro"], "--value-converter"),
+            (
+                vec!["--converter-option", "schemas.enable"],
+                "--converter-option",
+            ),
+            (
+                vec!["--converter-option", "value.converter.schemas.enable=false"],
+                "--converter-option",
+            ),
+        ] {
+            let Err(e) = build(&extra) else {
+                panic!("{extra:?} accepted");
+            };
+            let e = e.to_string();
+            assert!(e.contains(field), "{extra:?}: {e}");
+        }
+    }
+
+    #[test]
     fn plugin_threads_come_from_flag_file_or_default_and_an_absurd_count_is_refused() {
         let dir = tempfile::tempdir().expect("tempdir");
         let file = dir.path().join("ex.toml");
@@ -769,6 +923,10 @@ mod tests {
             file_root: None,
             config_providers: None,
             config_provider_root: None,
+            key_converter: None,
+            value_converter: None,
+            header_converter: None,
+            converter_options: Vec::new(),
             plugin_processes: None,
             observability: Default::default(),
             tls: Default::default(),

@@ -21,9 +21,7 @@ use std::path::{Component, Path, PathBuf};
 use wharf::config_provider::{self, ProviderKind, Reference, check_reference, has_reference};
 use wharf::sdk::ConfigMap;
 
-/// Prefix of the environment variables the `env` provider never gives: the executor's
-/// own settings (`WHARF_NATS_PASSWORD` among them).
-pub const RESERVED_ENV_PREFIX: &str = "WHARF_";
+pub use wharf::config_provider::RESERVED_ENV_PREFIX;
 
 /// The config providers this executor offers, and where `file` and `directory` read.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
@@ -156,12 +154,8 @@ impl ConfigProviders {
         };
         let (kind, path) = self.admit(r).map_err(err)?;
         match (kind, path) {
+            // `admit` refused the executor's own variables (RESERVED_ENV_PREFIX).
             (ProviderKind::Env, _) => {
-                if r.key.starts_with(RESERVED_ENV_PREFIX) {
-                    return Err(err(format!(
-                        "variables named {RESERVED_ENV_PREFIX}* are the executor's own settings and never given"
-                    )));
-                }
                 std::env::var(r.key).map_err(|e| err(format!("variable {:?}: {e}", r.key)))
             }
             (ProviderKind::File | ProviderKind::Directory, None) => Err(err("no path".to_owned())),
@@ -209,6 +203,20 @@ impl ConfigProviders {
         &self,
         config: &ConfigMap,
     ) -> Result<(ConfigMap, BTreeSet<String>), String> {
+        self.resolve_config_hiding(config, &mut Vec::new())
+    }
+
+    /// As [`ConfigProviders::resolve_config`], adding to `hidden` every value a
+    /// reference stood for and every whole value that held one: what a plugin's error
+    /// text must never carry out of the executor ([`redact_values`]).
+    ///
+    /// # Errors
+    /// As [`ConfigProviders::resolve_config`].
+    pub fn resolve_config_hiding(
+        &self,
+        config: &ConfigMap,
+        hidden: &mut Vec<String>,
+    ) -> Result<(ConfigMap, BTreeSet<String>), String> {
         let mut out = config.clone();
         let mut resolved = BTreeSet::new();
         let mut keys: Vec<&String> = config.keys().collect();
@@ -218,8 +226,13 @@ impl ConfigProviders {
             if !has_reference(value) {
                 continue;
             }
-            let v = config_provider::substitute(value, |r| self.resolve(r))
-                .map_err(|e| format!("config[{key}]: {e}"))?;
+            let v = config_provider::substitute(value, |r| {
+                let v = self.resolve(r)?;
+                hidden.push(v.clone());
+                Ok::<_, ResolveError>(v)
+            })
+            .map_err(|e| format!("config[{key}]: {e}"))?;
+            hidden.push(v.clone());
             out.insert(key.clone(), v);
             resolved.insert(key.clone());
         }
@@ -377,6 +390,34 @@ fn unescape(raw: &str) -> String {
             }
             Some(other) => out.push(other),
             None => {}
+        }
+    }
+    out
+}
+
+/// `text` (a plugin's error, about to become a status report or a log line) with every
+/// one of `hidden` (resolved provider values, secret-typed config values) replaced by
+/// [`wharf::sdk::REDACTED`]: a plugin may quote the value it was given, and what it
+/// quotes must not leave the executor. Longer values go first, so that a value that
+/// contains another is hidden whole; an empty value hides nothing.
+pub fn redact_values(text: &str, hidden: &[String]) -> String {
+    let mut values: Vec<&str> = hidden
+        .iter()
+        .map(String::as_str)
+        .filter(|v| !v.is_empty())
+        .collect();
+    values.sort_by_key(|v| std::cmp::Reverse(v.len()));
+    values.dedup();
+    let mut out = text.to_owned();
+    for v in values {
+        if out.contains(v) {
+            out = out.replace(v, wharf::sdk::REDACTED);
+        }
+        // A value with surrounding whitespace (a directory provider's file ending in a
+        // newline) is often quoted trimmed.
+        let trimmed = v.trim();
+        if !trimmed.is_empty() && trimmed != v && out.contains(trimmed) {
+            out = out.replace(trimmed, wharf::sdk::REDACTED);
         }
     }
     out
@@ -562,6 +603,33 @@ mod tests {
         assert_eq!(
             ConfigProviders::parse(" ", None),
             Ok(ConfigProviders::none())
+        );
+    }
+
+    #[test]
+    fn resolving_collects_every_value_a_reference_stood_for() {
+        let dir = root_with(&[("db.properties", "password=s3cr3t\nuser=bob\n")]);
+        let p = all(dir.path());
+        let mut hidden = Vec::new();
+        p.resolve_config_hiding(
+            &map(&[("url", "pg://${file:db.properties:user}@h"), ("plain", "x")]),
+            &mut hidden,
+        )
+        .expect("resolved");
+        assert_eq!(hidden, ["bob", "pg://bob@h"]);
+    }
+
+    #[test]
+    fn redaction_hides_every_value_longest_first_and_leaves_the_rest() {
+        let hidden = vec!["s3cr3t".to_owned(), "xs3cr3ty".to_owned(), String::new()];
+        assert_eq!(
+            redact_values("login xs3cr3ty then s3cr3t failed", &hidden),
+            "login [hidden] then [hidden] failed"
+        );
+        assert_eq!(redact_values("nothing here", &hidden), "nothing here");
+        assert_eq!(
+            redact_values("file said pa55", &["pa55\n".to_owned()]),
+            "file said [hidden]"
         );
     }
 

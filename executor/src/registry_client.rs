@@ -155,6 +155,8 @@ pub struct Registry {
     plugins: Vec<pb::PluginInfo>,
     /// The record log's identity, sent at registration (empty: not reported).
     record_log: String,
+    /// The custom transforms and predicates, sent at registration.
+    transforms: Vec<pb::TransformPluginInfo>,
     epoch: AtomicU64,
     /// The deletion token the control plane gave the current registration: what a stop
     /// with `connector_deleted = true` must carry ([`Registry::admits_deletion`]). Empty
@@ -220,6 +222,13 @@ impl Registry {
         self
     }
 
+    /// The custom transforms and predicates to register with the plugins.
+    #[must_use]
+    pub fn with_transforms(mut self, transforms: Vec<pb::TransformPluginInfo>) -> Self {
+        self.transforms = transforms;
+        self
+    }
+
     /// As [`Registry::new`], speaking TLS to `https://` URLs with `tls` (an `https://`
     /// URL without TLS is [`RegistryError::InvalidUrl`]: never silently plaintext).
     ///
@@ -261,6 +270,7 @@ impl Registry {
             advertised,
             plugins,
             record_log: String::new(),
+            transforms: Vec::new(),
             epoch: AtomicU64::new(0),
             deletion_token: Mutex::new(String::new()),
             lease_until: Mutex::new(None),
@@ -606,6 +616,7 @@ impl Registry {
             plugins: self.plugins.clone(),
             version: env!("CARGO_PKG_VERSION").to_owned(),
             record_log: self.record_log.clone(),
+            transforms: self.transforms.clone(),
         };
         let (used, mut client) = self.client();
         client

@@ -209,6 +209,19 @@ impl Admin {
             .collect())
     }
 
+    /// The custom transforms and predicates of live executors, sorted by name, each with
+    /// the executors that have it (`GET /connector-plugins?connectorsOnly=false`).
+    ///
+    /// # Errors
+    /// Store errors.
+    pub fn transform_list(&self) -> ApiResult<Vec<pb::TransformPluginEntry>> {
+        let cluster = &self.cluster;
+        let execs = cluster.store.executors()?;
+        Ok(convert::live_transforms(&execs, &|e| {
+            !e.lost && cluster.holds_lease(&e.id, e.epoch)
+        }))
+    }
+
     /// `GET /connector-plugins/{class}/config` (KIP-769): the plugin's keys after the
     /// runtime's.
     ///

@@ -164,6 +164,7 @@ mod tests {
             plugins: Vec::new(),
             lost,
             record_log: String::new(),
+            transforms: Vec::new(),
         }
     }
 

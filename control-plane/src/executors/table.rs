@@ -441,6 +441,7 @@ mod tests {
             plugins: Vec::new(),
             lost: false,
             record_log: String::new(),
+            transforms: Vec::new(),
         }
     }
 

@@ -50,6 +50,7 @@ mod tests {
             plugins: Vec::new(),
             lost: false,
             record_log: String::new(),
+            transforms: Vec::new(),
         };
         ExecutorView {
             all: BTreeMap::from([("a".into(), rec("a", 2)), ("b".into(), rec("b", 1))]),

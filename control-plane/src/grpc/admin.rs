@@ -147,6 +147,7 @@ impl ConnectorAdmin for AdminService {
     ) -> Result<Response<pb::ListConnectorPluginsResponse>, Status> {
         Ok(Response::new(pb::ListConnectorPluginsResponse {
             plugins: self.admin.plugin_list()?,
+            transforms: self.admin.transform_list()?,
         }))
     }
 

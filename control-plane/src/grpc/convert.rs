@@ -354,6 +354,41 @@ pub fn validate_spec(spec: &ConnectorSpec, def: &ConfigDef) -> Result<(), ApiErr
     Ok(())
 }
 
+/// The custom transforms and predicates of a registration, as stored.
+pub fn transform_records(
+    transforms: &[pb::TransformPluginInfo],
+) -> Vec<crate::model::TransformRecord> {
+    transforms
+        .iter()
+        .map(|t| crate::model::TransformRecord {
+            name: t.name.clone(),
+            info: t.encode_to_vec(),
+        })
+        .collect()
+}
+
+/// The custom transforms and predicates of the live executors, by name, with the
+/// executors that have each: the wire form of the last live executor having it (one that
+/// does not decode is left out).
+pub fn live_transforms(
+    executors: &[ExecutorRecord],
+    live: &dyn Fn(&ExecutorRecord) -> bool,
+) -> Vec<pb::TransformPluginEntry> {
+    let mut by_name: std::collections::BTreeMap<String, pb::TransformPluginEntry> =
+        Default::default();
+    for e in executors.iter().filter(|e| live(e)) {
+        for t in &e.transforms {
+            let Ok(info) = pb::TransformPluginInfo::decode(t.info.as_slice()) else {
+                continue;
+            };
+            let entry = by_name.entry(t.name.clone()).or_default();
+            entry.plugin = Some(info);
+            entry.executor_ids.push(e.id.clone());
+        }
+    }
+    by_name.into_values().collect()
+}
+
 /// Plugin records as stored from a registration.
 pub fn plugin_records(plugins: &[pb::PluginInfo]) -> Vec<PluginRecord> {
     plugins

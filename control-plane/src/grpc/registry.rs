@@ -108,10 +108,11 @@ impl RegistryService {
             }
         })?;
         store
-            .register_executor_with_log(
+            .register_executor_with_transforms(
                 &req.executor_id,
                 &req.advertised_address,
                 convert::plugin_records(&req.plugins),
+                convert::transform_records(&req.transforms),
                 &req.record_log,
             )
             .map_err(ApiError::from)

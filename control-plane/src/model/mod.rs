@@ -634,6 +634,16 @@ pub struct PluginRecord {
     pub info: Vec<u8>,
 }
 
+/// A custom transform or predicate as an executor advertised it, kept as its wire
+/// encoding (`wharf.v1.TransformPluginInfo`).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct TransformRecord {
+    /// Its name (what `transforms.<alias>.type` gives).
+    pub name: String,
+    /// `wharf.v1.TransformPluginInfo`, protobuf-encoded.
+    pub info: Vec<u8>,
+}
+
 /// A registered executor.
 #[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct ExecutorRecord {
@@ -651,6 +661,10 @@ pub struct ExecutorRecord {
     /// `embedded:DIR`); empty when it reported none (see [`crate::plan::record_log`]).
     #[serde(default)]
     pub record_log: String,
+    /// Its custom transforms and predicates (none for an executor built without them, or
+    /// registered by an older version).
+    #[serde(default)]
+    pub transforms: Vec<TransformRecord>,
 }
 
 impl ExecutorRecord {

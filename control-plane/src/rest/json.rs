@@ -287,6 +287,23 @@ pub fn plugin(p: &pb::ConnectorPluginInfo) -> Value {
     })
 }
 
+/// A custom transform or predicate as Connect's `PluginInfo` (`class`, `type`
+/// `transformation` or `predicate`, `version`), with the executors that have it.
+pub fn transform_plugin(p: &pb::TransformPluginEntry) -> Value {
+    let info = p.plugin.clone().unwrap_or_default();
+    let kind = match pb::TransformPluginKind::try_from(info.kind) {
+        Ok(pb::TransformPluginKind::Transformation) => "transformation",
+        Ok(pb::TransformPluginKind::Predicate) => "predicate",
+        Ok(pb::TransformPluginKind::Unspecified) | Err(_) => "unknown",
+    };
+    json!({
+        "class": info.name,
+        "type": kind,
+        "version": info.version,
+        "wharf_executors": p.executor_ids,
+    })
+}
+
 /// The converters, transforms and predicates built into every executor, as Connect's
 /// `PluginInfo` (`class`, `type`, `version`) of `connectorsOnly=false`.
 pub fn builtin_pipeline_plugins() -> Vec<Value> {

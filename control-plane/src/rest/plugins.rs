@@ -16,7 +16,8 @@ use crate::auth::audit::bounded_name;
 /// `GET /connector-plugins`: the connector plugins the executors offer; with
 /// `connectorsOnly=false` (Connect's default is `true`) also the converters, transforms
 /// and predicates every executor has built in, typed as Connect types them
-/// (`converter`, `header_converter`, `transformation`, `predicate`).
+/// (`converter`, `header_converter`, `transformation`, `predicate`), and the custom
+/// transforms and predicates live executors registered.
 pub(super) async fn plugins(State(g): State<Gateway>, q: RawQuery) -> RestResult {
     let pairs = query_pairs(&q)?;
     let given = pairs.iter().any(|(k, _)| k == "connectorsOnly");
@@ -24,6 +25,7 @@ pub(super) async fn plugins(State(g): State<Gateway>, q: RawQuery) -> RestResult
     let mut all: Vec<serde_json::Value> = g.admin.plugin_list()?.iter().map(json::plugin).collect();
     if !connectors_only {
         all.extend(json::builtin_pipeline_plugins());
+        all.extend(g.admin.transform_list()?.iter().map(json::transform_plugin));
     }
     ok(json!(all))
 }

@@ -647,11 +647,12 @@ impl StateStore for EtcdStore {
         })
     }
 
-    fn register_executor_with_log(
+    fn register_executor_with_transforms(
         &self,
         id: &str,
         address: &str,
         plugins: Vec<PluginRecord>,
+        transforms: Vec<crate::model::TransformRecord>,
         record_log: &str,
     ) -> Result<ExecutorRecord, StoreError> {
         let (id, address, record_log) = (id.to_owned(), address.to_owned(), record_log.to_owned());
@@ -666,6 +667,7 @@ impl StateStore for EtcdStore {
                     plugins: plugins.clone(),
                     lost: false,
                     record_log: record_log.clone(),
+                    transforms: transforms.clone(),
                 };
                 let ops = vec![
                     TxnOp::put(ek.clone(), (epoch + 1).to_string(), None),

@@ -168,6 +168,18 @@ pub trait StateStore: Send + Sync + 'static {
         address: &str,
         plugins: Vec<PluginRecord>,
         record_log: &str,
+    ) -> Result<ExecutorRecord, StoreError> {
+        self.register_executor_with_transforms(id, address, plugins, Vec::new(), record_log)
+    }
+    /// As [`StateStore::register_executor_with_log`], keeping the executor's custom
+    /// transforms and predicates in the record too.
+    fn register_executor_with_transforms(
+        &self,
+        id: &str,
+        address: &str,
+        plugins: Vec<PluginRecord>,
+        transforms: Vec<crate::model::TransformRecord>,
+        record_log: &str,
     ) -> Result<ExecutorRecord, StoreError>;
     /// One executor.
     fn executor(&self, id: &str) -> Result<Option<ExecutorRecord>, StoreError>;

@@ -100,9 +100,14 @@ impl Instance for ConnectorInstance {
     fn resolve_references(
         req: &mut StartConnector,
         providers: &crate::providers::ConfigProviders,
+        hidden: &mut Vec<String>,
     ) -> Result<(), String> {
-        req.config = providers.resolve_config(&req.config)?.0;
+        req.config = providers.resolve_config_hiding(&req.config, hidden)?.0;
         Ok(())
+    }
+
+    fn configs(req: &StartConnector) -> Vec<&ConfigMap> {
+        vec![&req.config]
     }
 
     fn spawn_start(&self, req: &StartConnector) -> tokio::task::JoinHandle<Result<(), String>> {
@@ -210,7 +215,7 @@ impl ConnectorInstance {
         ) {
             return;
         }
-        let state = InstanceState::Failed(error);
+        let state = InstanceState::Failed(self.life.redact(error));
         if self.life.set_state_unless_stopping(state.clone()) {
             tracing::warn!(connector = %self.name, generation = self.life.generation,
                 state = ?state, "connector failed: its plugin raised an error");

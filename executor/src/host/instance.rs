@@ -12,7 +12,7 @@ use tokio::task::JoinHandle;
 use tokio::time::Instant;
 use wharf::ids::TaskKey;
 use wharf::pb::v1 as pb;
-use wharf::sdk::{ConfigMap, Plugin};
+use wharf::sdk::{ConfigDef, ConfigMap, Plugin};
 use wharf::task::{TaskKind, spawn};
 
 use super::plugin::CellStop;
@@ -61,6 +61,9 @@ pub(crate) struct Lifecycle {
     /// Set when the stop overran its timeout: the instance was abandoned.
     abandoned: AtomicBool,
     done: Arc<watch::Sender<Option<StopRecord>>>,
+    /// Values a plugin's error text must never carry out of the executor: what its
+    /// config's references resolved to and its secret-typed values (set at start).
+    hidden: std::sync::OnceLock<Vec<String>>,
 }
 
 impl Lifecycle {
@@ -73,6 +76,17 @@ impl Lifecycle {
             claimed: AtomicBool::new(false),
             abandoned: AtomicBool::new(false),
             done: Arc::new(watch::channel(None).0),
+            hidden: std::sync::OnceLock::new(),
+        }
+    }
+
+    /// `text` (a plugin's error) with every value it must not show replaced
+    /// ([`crate::providers::redact_values`]): applied wherever a plugin's error becomes a
+    /// state, a status report or a log line.
+    pub fn redact(&self, text: String) -> String {
+        match self.hidden.get() {
+            Some(hidden) if !hidden.is_empty() => crate::providers::redact_values(&text, hidden),
+            Some(_) | None => text,
         }
     }
 
@@ -235,7 +249,11 @@ pub(crate) trait Instance: Send + Sync + Sized + 'static {
     fn resolve_references(
         req: &mut Self::Start,
         providers: &crate::providers::ConfigProviders,
+        hidden: &mut Vec<String>,
     ) -> Result<(), String>;
+    /// The configs `req` hands the plugin (resolved once [`Instance::resolve_references`]
+    /// ran): where its secret-typed values are.
+    fn configs(req: &Self::Start) -> Vec<&ConfigMap>;
 
     /// Spawns the plugin's start for `req` on its slot.
     fn spawn_start(&self, req: &Self::Start) -> JoinHandle<Result<(), String>>;
@@ -282,30 +300,70 @@ pub(crate) fn report_state<I: Instance>(instance: &I, state: &InstanceState) {
         .report(instance.shared(), instance.life().generation, state, error);
 }
 
+/// The values of `configs` that `def` keeps secret (typed PASSWORD, marked secret or
+/// named like a secret): what an error must not quote.
+fn secret_values(def: &ConfigDef, configs: &[&ConfigMap]) -> Vec<String> {
+    configs
+        .iter()
+        .flat_map(|config| {
+            let redacted = def.redact(config);
+            config
+                .iter()
+                .filter(move |(k, v)| redacted.get(*k).is_some_and(|r| r != *v))
+                .map(|(_, v)| v.clone())
+                .collect::<Vec<_>>()
+        })
+        .collect()
+}
+
 /// Runs the plugin's start once, then what follows for its kind ([`Instance::after_start`]):
-/// the start's state, or the stop's when a stop began meanwhile.
-pub(crate) async fn start<I: Instance>(instance: Arc<I>, mut req: I::Start) -> InstanceState {
+/// the start's state, or the stop's when a stop began meanwhile. `def` is the plugin's
+/// config definition (which keys are secret).
+pub(crate) async fn start<I: Instance>(
+    instance: Arc<I>,
+    mut req: I::Start,
+    def: &ConfigDef,
+) -> InstanceState {
     let none = crate::providers::ConfigProviders::none();
     let providers = instance.shared().providers.get().unwrap_or(&none);
-    // An unresolvable reference fails the start before the plugin sees anything.
-    let result = match I::resolve_references(&mut req, providers) {
-        Ok(()) => instance
-            .spawn_start(&req)
-            .await
-            .unwrap_or_else(|e| Err(panic_text(e))),
-        Err(e) => Err(e),
+    let life = instance.life();
+    let mut hidden = Vec::new();
+    // An unresolvable reference fails the start before the plugin sees anything; the
+    // plugin never starts, so a stop (true or false) has no plugin call to wait for.
+    let result = match I::resolve_references(&mut req, providers, &mut hidden) {
+        Ok(()) => {
+            hidden.extend(secret_values(def, &I::configs(&req)));
+            let _ = life.hidden.set(hidden);
+            instance
+                .spawn_start(&req)
+                .await
+                .unwrap_or_else(|e| Err(panic_text(e)))
+        }
+        Err(e) => {
+            instance.plugin_stop().0.never_started();
+            Err(e)
+        }
     };
     let state = match result {
         Ok(()) if I::start_facts(&req).assignment.paused => InstanceState::Paused,
         Ok(()) => InstanceState::Running,
-        Err(e) => InstanceState::Failed(e),
+        // The plugin's text may quote what it was given: redacted before it is a state.
+        Err(e) => InstanceState::Failed(life.redact(e)),
     };
-    let life = instance.life();
     let (generation, cleanup_only) = (life.generation, life.cleanup_only);
-    match instance.id() {
-        InstanceId::Connector(name) => tracing::info!(connector = %name, generation,
+    // A failed start needs the operator (a config to fix): WARN, with the reason.
+    match (instance.id(), &state) {
+        (InstanceId::Connector(name), InstanceState::Failed(error)) => {
+            tracing::warn!(connector = %name,
+            generation, cleanup_only, error = %error, "connector start failed")
+        }
+        (InstanceId::Task(key), InstanceState::Failed(error)) => {
+            tracing::warn!(connector = %key.connector,
+            task = key.task, generation, cleanup_only, error = %error, "task start failed")
+        }
+        (InstanceId::Connector(name), _) => tracing::info!(connector = %name, generation,
             cleanup_only, state = ?state, "connector started"),
-        InstanceId::Task(key) => tracing::info!(connector = %key.connector, task = key.task,
+        (InstanceId::Task(key), _) => tracing::info!(connector = %key.connector, task = key.task,
             generation, cleanup_only, state = ?state, "task started"),
     }
     if !life.set_state_unless_stopping(state.clone()) {

@@ -195,6 +195,8 @@ pub(crate) struct Shared {
     pub providers: std::sync::OnceLock<crate::providers::ConfigProviders>,
     /// Custom transforms and predicates, beside the built-in ones (docs/pipeline.md).
     pub transforms: Vec<wharf::sdk::TransformPlugin>,
+    /// The converters of a connector that names none (Connect's worker converters).
+    pub converter_defaults: crate::pipeline::ConverterDefaults,
 }
 
 impl Shared {
@@ -251,6 +253,7 @@ impl Host {
                 pool: PluginPool::start(plugin_threads)?,
                 providers: std::sync::OnceLock::new(),
                 transforms: Vec::new(),
+                converter_defaults: crate::pipeline::ConverterDefaults::default(),
             }),
             plugins: plugins.into_iter().map(|p| (p.name.clone(), p)).collect(),
             default_stop_timeout,
@@ -279,6 +282,15 @@ impl Host {
         self
     }
 
+    /// This host with the executor's default converters (before any instance starts).
+    #[must_use]
+    pub fn with_converter_defaults(mut self, defaults: crate::pipeline::ConverterDefaults) -> Self {
+        if let Some(shared) = Arc::get_mut(&mut self.shared) {
+            shared.converter_defaults = defaults;
+        }
+        self
+    }
+
     /// Checks `config` with plugin `plugin`'s full definition (the runtime's keys, then
     /// the plugin's, validators included): `(key, messages)` for each key with an error,
     /// in definition order, secret values never in a message. `None` when this executor
@@ -296,6 +308,7 @@ impl Host {
         let def = wharf::sdk::runtime_config_def().merged(&found.config_def);
         let kind = found.kind();
         let custom = self.shared.transforms.clone();
+        let converter_defaults = self.shared.converter_defaults.clone();
         let providers = self.shared.providers.get().cloned().unwrap_or_default();
         let own = config.clone();
         let log = self.shared.log.clone();
@@ -313,12 +326,9 @@ impl Host {
                 }
                 // The record pipeline's keys (converters, transforms, predicates,
                 // errors.*), each problem on its key.
-                for (key, why) in crate::pipeline::validate(
-                    &config,
-                    kind,
-                    crate::pipeline::ConverterDefaults::default(),
-                    &custom,
-                ) {
+                for (key, why) in
+                    crate::pipeline::validate(&config, kind, &converter_defaults, &custom)
+                {
                     match errors.iter_mut().find(|(k, _)| *k == key) {
                         Some((_, messages)) => messages.push(why),
                         None => errors.push((key, vec![why])),
@@ -578,7 +588,7 @@ impl Host {
             for old in superseded {
                 stop::stop(&old, StopCause::Superseded, timeout).await;
             }
-            instance::start(instance, req).await
+            instance::start(instance, req, &plugin.config_def).await
         });
         Ok(handle
             .await

@@ -108,6 +108,12 @@ pub(crate) trait CellStop: Send + Sync {
     /// abandoned instance gets no stop; dropping it closes what it holds, such as a
     /// database connection and the task that drives it).
     fn end_calls(&self, slot: &PluginSlot, outcome: StopOutcome);
+
+    /// The start never reached the plugin (a config-provider reference could not be
+    /// resolved): the plugin is dropped unstarted and the cell unlocked, so that the
+    /// stop finds no call in progress and calls no plugin (the SDK promises `start`
+    /// first). The stop then completes at once.
+    fn never_started(&self);
 }
 
 #[async_trait::async_trait]
@@ -149,6 +155,12 @@ impl<P: PluginCalls> CellStop for PluginCell<P> {
             ),
         );
         Some((connector_deleted, handle))
+    }
+
+    fn never_started(&self) {
+        if let Some(mut guard) = lock(&self.start_guard).take() {
+            *guard = P::dropped();
+        }
     }
 
     fn end_calls(&self, slot: &PluginSlot, outcome: StopOutcome) {

@@ -152,6 +152,8 @@ async fn run_stop<I: Instance>(instance: &I, cause: StopCause, timeout: Duration
     let deadline = started + timeout;
     let (outcome, error, connector_deleted) =
         stop_plugin(instance, cause, started, deadline, timeout).await;
+    // The plugin's text may quote a resolved or secret value.
+    let error = error.map(|e| instance.life().redact(e));
     // Pending calls are cancelled; an abandoned one stuck in its call ends when it returns.
     instance.plugin_stop().0.end_calls(instance.slot(), outcome);
     let (outcome, error) = match instance.consumer_deleted_with_it() {

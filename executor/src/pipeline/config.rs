@@ -17,27 +17,88 @@ use super::transforms::{self, parse_list};
 /// A key that is wrong and why: `(key, message)`.
 pub type KeyProblem = (String, String);
 
-/// The converters an executor uses for a connector that names none (the worker's
-/// `key.converter`, `value.converter` and `header.converter` in Kafka Connect). Wharf's
-/// defaults keep records' bytes as they are (`ByteArrayConverter`) and headers as Connect
-/// does (`SimpleHeaderConverter`).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+/// The converters an executor uses for a connector that names none: Kafka Connect's
+/// worker-level `key.converter`, `value.converter`, `header.converter` and their options
+/// (`value.converter.schemas.enable`, ...), set on the executor
+/// (`--key-converter`, `--converter-option`, docs/configuration.md). Without them, Wharf
+/// keeps records' bytes as they are (`ByteArrayConverter`) and headers as Connect does
+/// (`SimpleHeaderConverter`).
+///
+/// As in Connect, a connector that sets `<which>.converter` gets that class with its own
+/// `<which>.converter.*` options only; one that does not gets the executor's converter
+/// with the executor's options (a connector's option without its class is refused, where
+/// Connect would ignore it).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct ConverterDefaults {
-    /// For keys.
-    pub key: ConverterClass,
-    /// For values.
-    pub value: ConverterClass,
-    /// For headers.
-    pub header: ConverterClass,
+    /// Connect's worker keys: `<which>.converter` and `<which>.converter.<option>`.
+    settings: ConfigMap,
 }
 
-impl Default for ConverterDefaults {
-    fn default() -> Self {
-        Self {
-            key: ConverterClass::ByteArray,
-            value: ConverterClass::ByteArray,
-            header: ConverterClass::SimpleHeader,
+/// The three converter keys, by the prefix their options go under.
+pub const CONVERTER_KEYS: [&str; 3] = ["key.converter", "value.converter", "header.converter"];
+
+impl ConverterDefaults {
+    /// The defaults Connect's worker keys in `settings` name (`key.converter`,
+    /// `key.converter.schemas.enable`, ...).
+    ///
+    /// # Errors
+    /// Each problem on its key: a key that is not a converter's or its option, an
+    /// unknown class, a bad option.
+    pub fn parse(settings: ConfigMap) -> Result<Self, Vec<KeyProblem>> {
+        let mut problems: Vec<KeyProblem> = settings
+            .keys()
+            .filter(|k| {
+                !CONVERTER_KEYS
+                    .iter()
+                    .any(|c| *k == c || k.strip_prefix(c).is_some_and(|r| r.starts_with('.')))
+            })
+            .map(|k| {
+                (
+                    k.clone(),
+                    "not a converter key: key.converter, value.converter, header.converter or an option under one of them".to_owned(),
+                )
+            })
+            .collect();
+        let builtin = Self::default();
+        for which in ["key", "value", "header"] {
+            converter(&settings, which, &builtin, &mut problems);
         }
+        if problems.is_empty() {
+            Ok(Self { settings })
+        } else {
+            problems.sort();
+            Err(problems)
+        }
+    }
+
+    /// The class of `which` (`key`, `value`, `header`) when a connector names none.
+    fn class(&self, which: &str) -> ConverterClass {
+        self.settings
+            .get(&format!("{which}.converter"))
+            .and_then(|c| ConverterClass::parse(c))
+            .unwrap_or(match which {
+                "header" => ConverterClass::SimpleHeader,
+                _ => ConverterClass::ByteArray,
+            })
+    }
+
+    /// The class names, for the executor's start log line: `key=..., value=..., header=...`.
+    pub fn describe(&self) -> String {
+        let mut out = ["key", "value", "header"]
+            .map(|w| format!("{w}={}", self.class(w).class_name()))
+            .join(", ");
+        let options: Vec<String> = self
+            .settings
+            .iter()
+            .filter(|(k, _)| !CONVERTER_KEYS.contains(&k.as_str()))
+            .map(|(k, v)| format!("{k}={v}"))
+            .collect();
+        if !options.is_empty() {
+            let mut options = options;
+            options.sort();
+            out.push_str(&format!(" ({})", options.join(", ")));
+        }
+        out
     }
 }
 
@@ -137,14 +198,35 @@ fn parse_bool(key: &str, value: &str) -> Result<bool, KeyProblem> {
     }
 }
 
-/// Reads `<which>.converter` and its options (`<which>.converter.*`).
+/// Reads `<which>.converter` and its options (`<which>.converter.*`) from `config`, or,
+/// when it does not name the class, the executor's from `defaults`.
 fn converter(
     config: &ConfigMap,
     which: &str,
-    default: ConverterClass,
+    defaults: &ConverterDefaults,
     problems: &mut Vec<KeyProblem>,
 ) -> Converter {
     let key = format!("{which}.converter");
+    let default = defaults.class(which);
+    let config = if config.contains_key(&key) {
+        config
+    } else {
+        // Connect configures the worker's converter with the worker's options only: a
+        // connector's option without its class would be ignored, so it is refused.
+        for opt in config.keys().filter(|k| {
+            k.strip_prefix(key.as_str())
+                .is_some_and(|r| r.starts_with('.'))
+        }) {
+            problems.push((
+                opt.clone(),
+                format!(
+                    "an option of {key}, which this config does not set: the executor's default converter ({}) keeps the executor's options, as Kafka Connect's worker converter does; set {key} too",
+                    default.class_name()
+                ),
+            ));
+        }
+        &defaults.settings
+    };
     let class = match config.get(&key) {
         None => default,
         Some(name) => match ConverterClass::parse(name) {
@@ -334,13 +416,13 @@ const ALIAS_KEYS: [&str; 3] = ["type", "predicate", "negate"];
 pub fn parse(
     config: &ConfigMap,
     kind: PluginKind,
-    defaults: ConverterDefaults,
+    defaults: &ConverterDefaults,
     custom: &[TransformPlugin],
 ) -> Result<Parsed, Vec<KeyProblem>> {
     let mut problems = Vec::new();
-    let key = converter(config, "key", defaults.key, &mut problems);
-    let value = converter(config, "value", defaults.value, &mut problems);
-    let header = converter(config, "header", defaults.header, &mut problems);
+    let key = converter(config, "key", defaults, &mut problems);
+    let value = converter(config, "value", defaults, &mut problems);
+    let header = converter(config, "header", defaults, &mut problems);
     let errors = error_policy(config, kind, &mut problems);
 
     let predicate_aliases = aliases(config, "predicates", &mut problems);
@@ -542,7 +624,7 @@ mod tests {
     }
 
     fn problems(pairs: &[(&str, &str)], kind: PluginKind) -> Vec<KeyProblem> {
-        match parse(&cfg(pairs), kind, ConverterDefaults::default(), &[]) {
+        match parse(&cfg(pairs), kind, &ConverterDefaults::default(), &[]) {
             Ok(_) => Vec::new(),
             Err(p) => p,
         }
@@ -595,7 +677,7 @@ mod tests {
         let Ok(parsed) = parse(
             &cfg(&config),
             PluginKind::Sink,
-            ConverterDefaults::default(),
+            &ConverterDefaults::default(),
             &[],
         ) else {
             panic!("refused");
@@ -705,6 +787,104 @@ mod tests {
                 ("errors.deadletterqueue.topic.name", "dlq")
             ]),
             ["errors.deadletterqueue.topic.name"]
+        );
+    }
+
+    fn defaults(pairs: &[(&str, &str)]) -> ConverterDefaults {
+        match ConverterDefaults::parse(cfg(pairs)) {
+            Ok(d) => d,
+            Err(p) => panic!("refused: {p:?}"),
+        }
+    }
+
+    #[test]
+    fn the_executors_default_converter_and_its_options_apply_to_a_config_naming_none() {
+        let d = defaults(&[
+            ("value.converter", "json"),
+            ("value.converter.schemas.enable", "false"),
+        ]);
+        let Ok(parsed) = parse(&ConfigMap::new(), PluginKind::Sink, &d, &[]) else {
+            panic!("refused");
+        };
+        assert_eq!(
+            parsed.value,
+            Converter::Json(JsonSettings {
+                schemas_enable: false,
+                ..JsonSettings::default()
+            })
+        );
+        assert_eq!(parsed.key, Converter::ByteArray);
+        assert_eq!(parsed.header, Converter::SimpleHeader);
+    }
+
+    #[test]
+    fn a_connectors_own_converter_overrides_the_default_with_its_own_options_only() {
+        let d = defaults(&[
+            ("value.converter", "json"),
+            ("value.converter.schemas.enable", "false"),
+        ]);
+        let Ok(parsed) = parse(
+            &cfg(&[("value.converter", "json")]),
+            PluginKind::Sink,
+            &d,
+            &[],
+        ) else {
+            panic!("refused");
+        };
+        assert_eq!(parsed.value, Converter::Json(JsonSettings::default()));
+        let Ok(parsed) = parse(
+            &cfg(&[("value.converter", "string")]),
+            PluginKind::Sink,
+            &d,
+            &[],
+        ) else {
+            panic!("refused");
+        };
+        assert_eq!(parsed.value, Converter::String);
+    }
+
+    #[test]
+    fn a_connectors_option_without_its_converter_is_refused_naming_it() {
+        let d = defaults(&[("value.converter", "json")]);
+        let Err(p) = parse(
+            &cfg(&[("value.converter.schemas.enable", "false")]),
+            PluginKind::Sink,
+            &d,
+            &[],
+        ) else {
+            panic!("accepted");
+        };
+        assert_eq!(p[0].0, "value.converter.schemas.enable");
+        assert!(p[0].1.contains("set value.converter too"), "{}", p[0].1);
+    }
+
+    #[test]
+    fn bad_executor_defaults_are_refused_on_their_keys() {
+        let Err(p) = ConverterDefaults::parse(cfg(&[
+            ("value.converter", "avro"),
+            ("key.converter", "json"),
+            ("key.converter.schemas.enabled", "false"),
+            ("converter.x", "1"),
+        ])) else {
+            panic!("accepted");
+        };
+        let keys: Vec<&str> = p.iter().map(|(k, _)| k.as_str()).collect();
+        assert_eq!(
+            keys,
+            [
+                "converter.x",
+                "key.converter.schemas.enabled",
+                "value.converter"
+            ]
+        );
+        assert_eq!(
+            defaults(&[]).describe(),
+            format!(
+                "key={}, value={}, header={}",
+                super::super::convert::BYTE_ARRAY_CONVERTER,
+                super::super::convert::BYTE_ARRAY_CONVERTER,
+                super::super::convert::SIMPLE_HEADER_CONVERTER
+            )
         );
     }
 }

@@ -35,7 +35,7 @@ pub struct Pipeline {
 pub fn validate(
     config: &ConfigMap,
     kind: PluginKind,
-    defaults: ConverterDefaults,
+    defaults: &ConverterDefaults,
     custom: &[TransformPlugin],
 ) -> Vec<KeyProblem> {
     match config::parse(config, kind, defaults, custom) {
@@ -57,7 +57,7 @@ impl Pipeline {
     pub fn new(
         config: &ConfigMap,
         kind: PluginKind,
-        defaults: ConverterDefaults,
+        defaults: &ConverterDefaults,
         custom: &[TransformPlugin],
     ) -> Result<Self, Vec<KeyProblem>> {
         Ok(Self {
@@ -116,6 +116,19 @@ impl Pipeline {
         })
     }
 
+    fn read_source(
+        conv: &Converter,
+        stage: Stage,
+        bytes: Option<&[u8]>,
+    ) -> Result<Data, StageError> {
+        conv.source_to_data(bytes).map_err(|message| StageError {
+            stage,
+            class: conv.class_name().to_owned(),
+            message,
+            retriable: false,
+        })
+    }
+
     fn write(conv: &Converter, stage: Stage, data: &Data) -> Result<Option<Vec<u8>>, StageError> {
         conv.from_data(data).map_err(|message| StageError {
             stage,
@@ -143,8 +156,10 @@ impl Pipeline {
     }
 
     /// One source record through the pipeline: `Ok(None)` when a transform dropped it.
-    /// A plugin's bytes are read by the converters only when a transform needs the value;
-    /// without transforms they are taken as written in the converters' format.
+    /// A plugin's bytes are read by the key and value converters
+    /// ([`Converter::source_to_data`]) and written back by them, transforms or not, so
+    /// that the bytes on the log are those Connect's converter writes; byte-array
+    /// converters without transforms pass them unchanged.
     ///
     /// # Errors
     /// The stage that failed.
@@ -160,9 +175,9 @@ impl Pipeline {
             source_offset,
             data,
         } = record;
-        let (key_data, value_data, raw) = match data {
-            Some(RecordData { key, value }) => (key, value, None),
-            None if self.parsed.steps.is_empty() => {
+        let (key_data, value_data) = match data {
+            Some(RecordData { key, value }) => (key, value),
+            None if self.is_identity() => {
                 return Ok(Some(SourceRecord {
                     topic,
                     key,
@@ -176,16 +191,14 @@ impl Pipeline {
                 }));
             }
             None => (
-                Self::read(&self.parsed.key, Stage::KeyConverter, key.as_deref())?,
-                Self::read(
+                Self::read_source(&self.parsed.key, Stage::KeyConverter, key.as_deref())?,
+                Self::read_source(
                     &self.parsed.value,
                     Stage::ValueConverter,
                     value_bytes(&value),
                 )?,
-                Some(()),
             ),
         };
-        let _ = raw;
         let connect = ConnectRecord {
             topic,
             partition: partition.and_then(|p| i32::try_from(p).ok()),
@@ -285,7 +298,7 @@ mod tests {
     }
 
     fn pipeline(config: &ConfigMap, kind: PluginKind) -> Pipeline {
-        match Pipeline::new(config, kind, ConverterDefaults::default(), &[]) {
+        match Pipeline::new(config, kind, &ConverterDefaults::default(), &[]) {
             Ok(p) => p,
             Err(problems) => panic!("refused: {problems:?}"),
         }
@@ -466,14 +479,19 @@ mod tests {
         let Ok(mut p) = Pipeline::new(
             &config,
             PluginKind::Sink,
-            ConverterDefaults::default(),
+            &ConverterDefaults::default(),
             &[upper_plugin()],
         ) else {
             panic!("refused");
         };
         let out = p.sink(sink_record("abc")).unwrap().unwrap();
         assert_eq!(out.value, b"ABC".to_vec());
-        let problems = validate(&config, PluginKind::Sink, ConverterDefaults::default(), &[]);
+        let problems = validate(
+            &config,
+            PluginKind::Sink,
+            &ConverterDefaults::default(),
+            &[],
+        );
         assert_eq!(
             problems[0].0, "transforms.up.type",
             "unknown without the plugin"
@@ -491,7 +509,7 @@ mod tests {
         let Ok(mut p) = Pipeline::new(
             &config,
             PluginKind::Sink,
-            ConverterDefaults::default(),
+            &ConverterDefaults::default(),
             &[upper_plugin()],
         ) else {
             panic!("refused");
@@ -502,6 +520,79 @@ mod tests {
             (e.stage, e.class.as_str()),
             (Stage::Transformation, "com.example.Upper")
         );
+    }
+
+    fn bytes_record(key: Option<&str>, value: &str) -> SourceRecord {
+        SourceRecord {
+            partition: None,
+            topic: "t".into(),
+            key: key.map(|k| k.as_bytes().to_vec()),
+            value: value.as_bytes().to_vec(),
+            headers: Vec::new(),
+            timestamp_ms: None,
+            source_partition: json!({}),
+            source_offset: json!({}),
+            data: None,
+        }
+    }
+
+    #[test]
+    fn a_source_value_is_wrapped_in_the_envelope_without_any_transform() {
+        let config = cfg(&[("value.converter", "json")]);
+        let mut p = pipeline(&config, PluginKind::Source);
+        let out = p
+            .source(bytes_record(None, r#"{ "b": 1, "a": [true] }"#))
+            .unwrap()
+            .unwrap();
+        assert_eq!(
+            String::from_utf8(out.value).unwrap(),
+            r#"{"schema":null,"payload":{"a":[true],"b":1}}"#
+        );
+    }
+
+    #[test]
+    fn a_source_value_already_in_the_envelope_keeps_its_schema() {
+        let config = cfg(&[("value.converter", "json")]);
+        let mut p = pipeline(&config, PluginKind::Source);
+        let written = r#"{"schema":{"type":"string","optional":false},"payload":"hi"}"#;
+        let out = p.source(bytes_record(None, written)).unwrap().unwrap();
+        assert_eq!(String::from_utf8(out.value).unwrap(), written);
+    }
+
+    #[test]
+    fn a_source_key_and_value_are_rewritten_by_their_converters_without_transforms() {
+        let config = cfg(&[
+            ("key.converter", "json"),
+            ("key.converter.schemas.enable", "false"),
+            ("value.converter", "json"),
+            ("value.converter.schemas.enable", "false"),
+        ]);
+        let mut p = pipeline(&config, PluginKind::Source);
+        let out = p
+            .source(bytes_record(Some(" 7 "), "{\"x\" : 1.50}"))
+            .unwrap()
+            .unwrap();
+        assert_eq!(out.key.as_deref(), Some(b"7".as_slice()));
+        assert_eq!(out.value, br#"{"x":1.5}"#.to_vec());
+    }
+
+    #[test]
+    fn a_source_value_that_is_not_json_fails_in_the_value_converter_stage_without_transforms() {
+        let config = cfg(&[("value.converter", "json")]);
+        let mut p = pipeline(&config, PluginKind::Source);
+        let e = p.source(bytes_record(None, "not json")).unwrap_err();
+        assert_eq!(e.stage, Stage::ValueConverter);
+    }
+
+    #[test]
+    fn byte_array_converters_without_transforms_pass_a_source_record_unchanged() {
+        let mut p = pipeline(&ConfigMap::new(), PluginKind::Source);
+        let out = p
+            .source(bytes_record(Some("k"), "\u{1}raw"))
+            .unwrap()
+            .unwrap();
+        assert_eq!(out.value, b"\x01raw".to_vec());
+        assert_eq!(out.key.as_deref(), Some(b"k".as_slice()));
     }
 
     #[test]

@@ -1181,6 +1181,7 @@ mod plan_tests {
             }],
             lost: false,
             record_log: String::new(),
+            transforms: Vec::new(),
         }
     }
 

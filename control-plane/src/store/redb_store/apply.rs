@@ -172,6 +172,7 @@ pub(super) fn register_executor(
     t: &mut Tables<'_>,
     view: &mut View<'_>,
     (id, address, plugins, record_log): (String, String, Vec<PluginRecord>, String),
+    transforms: Vec<crate::model::TransformRecord>,
 ) -> Applied {
     let epoch = next_counter(&mut t.meta, EPOCH_KEY)?;
     let rev = next_counter(&mut t.meta, REVISION_KEY)?;
@@ -182,6 +183,7 @@ pub(super) fn register_executor(
         plugins,
         lost: false,
         record_log,
+        transforms,
     };
     let bytes = encode(sealer, rev, &rec)?;
     t.execs

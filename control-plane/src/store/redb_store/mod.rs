@@ -109,6 +109,7 @@ enum Write {
         id: String,
         address: String,
         plugins: Vec<PluginRecord>,
+        transforms: Vec<crate::model::TransformRecord>,
         record_log: String,
     },
     MarkExecutorLost {
@@ -446,8 +447,15 @@ impl Shared {
                 id,
                 address,
                 plugins,
+                transforms,
                 record_log,
-            } => apply::register_executor(sealer, t, view, (id, address, plugins, record_log)),
+            } => apply::register_executor(
+                sealer,
+                t,
+                view,
+                (id, address, plugins, record_log),
+                transforms,
+            ),
             Write::MarkExecutorLost { id, epoch } => {
                 apply::mark_executor_lost(sealer, t, view, id, epoch)
             }
@@ -740,17 +748,19 @@ impl StateStore for RedbStore {
         Box::pin(async move { expect_bool(done.await) })
     }
 
-    fn register_executor_with_log(
+    fn register_executor_with_transforms(
         &self,
         id: &str,
         address: &str,
         plugins: Vec<PluginRecord>,
+        transforms: Vec<crate::model::TransformRecord>,
         record_log: &str,
     ) -> Result<ExecutorRecord, StoreError> {
         match self.write(Write::RegisterExecutor {
             id: id.to_owned(),
             address: address.to_owned(),
             plugins,
+            transforms,
             record_log: record_log.to_owned(),
         })? {
             Done::Executor(e) => Ok(e),

@@ -1,7 +1,10 @@
 //! The custom executor (`spool-executor`, built from this crate) next to the stock
 //! `wharf-control-plane`: it registers with its plugin, a `file-source` -> `spool-sink`
 //! pipeline moves lines into the spool directory, and deleting the sink connector
-//! removes the directory it provisioned.
+//! removes the directory it provisioned. Its custom transform and predicate are listed by
+//! the control plane's Kafka Connect REST gateway (`GET
+//! /connector-plugins?connectorsOnly=false`, with the built-in ones), accepted by its
+//! validate, and applied to the sink's records.
 //!
 //! Needs the stock control plane binary in the same target dir: `scripts/test` builds
 //! the workspace first (`cargo build --workspace --bins`).
@@ -82,6 +85,49 @@ where
     }
 }
 
+/// One HTTP/1.1 request to the REST gateway at `addr` on a fresh connection: the status
+/// and the JSON body.
+async fn http(
+    addr: &str,
+    method: &str,
+    path: &str,
+    body: Option<&serde_json::Value>,
+) -> (u16, serde_json::Value) {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let mut stream = tokio::net::TcpStream::connect(addr).await.unwrap();
+    let body = body.map(|b| b.to_string()).unwrap_or_default();
+    let request = format!(
+        "{method} {path} HTTP/1.1\r\nhost: {addr}\r\naccept: application/json\r\ncontent-type: application/json\r\ncontent-length: {}\r\nconnection: close\r\n\r\n{body}",
+        body.len()
+    );
+    stream.write_all(request.as_bytes()).await.unwrap();
+    let mut answer = Vec::new();
+    stream.read_to_end(&mut answer).await.unwrap();
+    let text = String::from_utf8_lossy(&answer);
+    let (head, rest) = text.split_once("\r\n\r\n").unwrap_or((&text, ""));
+    let status: u16 = head
+        .split_whitespace()
+        .nth(1)
+        .and_then(|s| s.parse().ok())
+        .unwrap_or(0);
+    // The gateway answers with a length or chunks; a chunked body is one chunk here.
+    let json_text = if head
+        .to_ascii_lowercase()
+        .contains("transfer-encoding: chunked")
+    {
+        rest.split_once("\r\n")
+            .map_or("", |(_, r)| r)
+            .rsplit_once("\r\n0\r\n")
+            .map_or("", |(b, _)| b)
+    } else {
+        rest
+    };
+    (
+        status,
+        serde_json::from_str(json_text).unwrap_or(serde_json::Value::Null),
+    )
+}
+
 fn config(pairs: &[(&str, String)]) -> std::collections::HashMap<String, String> {
     pairs
         .iter()
@@ -101,6 +147,8 @@ async fn a_custom_executor_runs_its_plugin_for_the_stock_control_plane_and_clean
             "127.0.0.1:0",
             "--data-dir",
             cp_dir.to_str().unwrap(),
+            "--rest-listen",
+            "127.0.0.1:0",
         ],
         &cp_dir,
     );
@@ -110,6 +158,10 @@ async fn a_custom_executor_runs_its_plugin_for_the_stock_control_plane_and_clean
     })
     .await;
     let url = format!("http://{addr}");
+    let rest = std::fs::read_to_string(cp_dir.join("rest.addr"))
+        .unwrap()
+        .trim()
+        .to_owned();
     let exec_dir = work.join("exec");
     let _exec = spawn(
         Path::new(env!("CARGO_BIN_EXE_spool-executor")),
@@ -151,6 +203,52 @@ async fn a_custom_executor_runs_its_plugin_for_the_stock_control_plane_and_clean
     })
     .await;
 
+    // Connect's plugin list: the custom transform and predicate beside the built-in ones.
+    let (status, listed) = http(
+        &rest,
+        "GET",
+        "/connector-plugins?connectorsOnly=false",
+        None,
+    )
+    .await;
+    assert_eq!(status, 200, "{listed}");
+    let types: Vec<(String, String)> = listed
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|p| {
+            (
+                p["class"].as_str().unwrap_or_default().to_owned(),
+                p["type"].as_str().unwrap_or_default().to_owned(),
+            )
+        })
+        .collect();
+    for (class, kind) in [
+        (wharf_example_custom_connector::UPPER_CASE, "transformation"),
+        (wharf_example_custom_connector::VALUE_CONTAINS, "predicate"),
+        (
+            "org.apache.kafka.connect.transforms.MaskField$Value",
+            "transformation",
+        ),
+        (
+            "org.apache.kafka.connect.transforms.predicates.TopicNameMatches",
+            "predicate",
+        ),
+        ("spool-sink", "sink"),
+    ] {
+        assert!(
+            types.contains(&(class.to_owned(), kind.to_owned())),
+            "{class} ({kind}) not listed: {listed}"
+        );
+    }
+    let (_, connectors_only) = http(&rest, "GET", "/connector-plugins", None).await;
+    assert!(
+        !connectors_only
+            .to_string()
+            .contains(wharf_example_custom_connector::UPPER_CASE),
+        "{connectors_only}"
+    );
+
     let input = work.join("input.txt");
     let text: String = (0..LINES).map(|i| format!("line {i}\n")).collect();
     std::fs::write(&input, text).unwrap();
@@ -168,26 +266,67 @@ async fn a_custom_executor_runs_its_plugin_for_the_stock_control_plane_and_clean
         })
         .await
         .expect("create file-source");
-    admin
-        .create_connector(CreateConnectorRequest {
-            name: "spooled".into(),
-            config: config(&[
-                ("connector.class", "spool-sink".into()),
-                ("spool.root", spool_root.display().to_string()),
-                ("spool.dir", "out".into()),
-                ("topics", "lines".into()),
-            ]),
-            ..Default::default()
-        })
-        .await
-        .expect("create spool-sink");
+    // The sink upper-cases the lines that contain "5", with the custom transform and
+    // predicate: validate accepts them (and names a missing predicate key), then the
+    // connector is created through REST.
+    let sink = serde_json::json!({
+        "connector.class": "spool-sink",
+        "spool.root": spool_root.display().to_string(),
+        "spool.dir": "out",
+        "topics": "lines",
+        "value.converter": "org.apache.kafka.connect.storage.StringConverter",
+        "transforms": "up",
+        "transforms.up.type": wharf_example_custom_connector::UPPER_CASE,
+        "transforms.up.predicate": "five",
+        "predicates": "five",
+        "predicates.five.type": wharf_example_custom_connector::VALUE_CONTAINS,
+        "predicates.five.text": "5",
+    });
+    let (status, v) = http(
+        &rest,
+        "PUT",
+        "/connector-plugins/spool-sink/config/validate",
+        Some(&sink),
+    )
+    .await;
+    assert_eq!((status, v["error_count"].as_u64()), (200, Some(0)), "{v}");
+    let mut missing = sink.clone();
+    missing
+        .as_object_mut()
+        .unwrap()
+        .remove("predicates.five.text");
+    let (_, v) = http(
+        &rest,
+        "PUT",
+        "/connector-plugins/spool-sink/config/validate",
+        Some(&missing),
+    )
+    .await;
+    assert_eq!(v["error_count"].as_u64(), Some(1), "{v}");
+    assert!(v.to_string().contains("predicates.five.text"), "{v}");
+    let (status, created) = http(
+        &rest,
+        "POST",
+        "/connectors",
+        Some(&serde_json::json!({ "name": "spooled", "config": sink })),
+    )
+    .await;
+    assert_eq!(status, 201, "{created}");
 
     let spool = spool_root.join("out");
-    wait_for("every line in the spool", work, || {
+    let got = wait_for("every line in the spool", work, || {
         let got = std::fs::read_to_string(spool.join("task-0.jsonl")).unwrap_or_default();
-        async move { (got.lines().count() >= LINES).then_some(()) }
+        async move { (got.lines().count() >= LINES).then_some(got) }
     })
     .await;
+    let values: Vec<String> = got
+        .lines()
+        .filter_map(|l| serde_json::from_str::<serde_json::Value>(l).ok())
+        .filter_map(|l| l["value"].as_str().map(str::to_owned))
+        .collect();
+    assert!(values.contains(&"LINE 5".to_owned()), "{values:?}");
+    assert!(values.contains(&"LINE 15".to_owned()), "{values:?}");
+    assert!(values.contains(&"line 4".to_owned()), "{values:?}");
     assert!(
         spool
             .join(wharf_example_custom_connector::OWNER_FILE)

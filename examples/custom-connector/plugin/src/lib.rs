@@ -369,6 +369,78 @@ impl SinkTask for SpoolTask {
     }
 }
 
+/// Name of the example's custom transform (`transforms.<alias>.type`): upper-cases a
+/// string value (read by `value.converter=string`).
+pub const UPPER_CASE: &str = "com.example.spool.UpperCase";
+
+/// Name of the example's custom predicate (`predicates.<alias>.type`): true when the
+/// string value contains its `text` key.
+pub const VALUE_CONTAINS: &str = "com.example.spool.ValueContains";
+
+/// The custom transform an executor registers with `ExecutorBuilder::transform`, beside
+/// its plugins (Kafka Connect's transformation plugins).
+pub fn upper_case_transform() -> wharf_sdk::TransformPlugin {
+    wharf_sdk::TransformPlugin {
+        name: UPPER_CASE.to_owned(),
+        version: env!("CARGO_PKG_VERSION").to_owned(),
+        config_def: ConfigDef::new(),
+        kind: wharf_sdk::TransformKind::Transformation(Arc::new(|_config: &ConfigMap| {
+            Ok(Box::new(UpperCase) as Box<dyn wharf_sdk::Transformation>)
+        })),
+    }
+}
+
+/// The custom predicate an executor registers with `ExecutorBuilder::transform`.
+pub fn value_contains_predicate() -> wharf_sdk::TransformPlugin {
+    wharf_sdk::TransformPlugin {
+        name: VALUE_CONTAINS.to_owned(),
+        version: env!("CARGO_PKG_VERSION").to_owned(),
+        config_def: ConfigDef::new().define(
+            ConfigKey::new(
+                "text",
+                ConfigType::String,
+                Importance::High,
+                "The text the record's string value must contain.",
+            )
+            .required(),
+        ),
+        kind: wharf_sdk::TransformKind::Predicate(Arc::new(|config: &ConfigMap| {
+            let text = config.get("text").cloned().ok_or_else(|| {
+                (
+                    "text".to_owned(),
+                    "Missing required configuration \"text\" which has no default value."
+                        .to_owned(),
+                )
+            })?;
+            Ok(Box::new(ValueContains(text)) as Box<dyn wharf_sdk::Predicate>)
+        })),
+    }
+}
+
+/// Upper-cases a string value; other values pass unchanged.
+struct UpperCase;
+
+impl wharf_sdk::Transformation for UpperCase {
+    fn apply(
+        &mut self,
+        mut record: wharf_sdk::ConnectRecord,
+    ) -> Result<Option<wharf_sdk::ConnectRecord>, wharf_sdk::TransformError> {
+        if let wharf_sdk::data::Value::String(s) = &mut record.value.value {
+            *s = s.to_uppercase();
+        }
+        Ok(Some(record))
+    }
+}
+
+/// True when the string value contains the text.
+struct ValueContains(String);
+
+impl wharf_sdk::Predicate for ValueContains {
+    fn test(&self, record: &wharf_sdk::ConnectRecord) -> bool {
+        matches!(&record.value.value, wharf_sdk::data::Value::String(s) if s.contains(&self.0))
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -191,7 +191,7 @@ impl Instance for TaskInstance {
         let pipeline = crate::pipeline::Pipeline::new(
             &req.connector_config,
             kind,
-            crate::pipeline::ConverterDefaults::default(),
+            &shared.converter_defaults,
             &shared.transforms,
         )
         .map_err(|problems| {
@@ -261,10 +261,17 @@ impl Instance for TaskInstance {
     fn resolve_references(
         req: &mut StartTask,
         providers: &crate::providers::ConfigProviders,
+        hidden: &mut Vec<String>,
     ) -> Result<(), String> {
-        req.connector_config = providers.resolve_config(&req.connector_config)?.0;
-        req.task_config = providers.resolve_config(&req.task_config)?.0;
+        req.connector_config = providers
+            .resolve_config_hiding(&req.connector_config, hidden)?
+            .0;
+        req.task_config = providers.resolve_config_hiding(&req.task_config, hidden)?.0;
         Ok(())
+    }
+
+    fn configs(req: &StartTask) -> Vec<&wharf::sdk::ConfigMap> {
+        vec![&req.connector_config, &req.task_config]
     }
 
     fn spawn_start(&self, req: &StartTask) -> JoinHandle<Result<(), String>> {
@@ -365,6 +372,7 @@ impl TaskInstance {
     }
 
     fn fail(&self, error: String) {
+        let error = self.life.redact(error);
         tracing::warn!(connector = %self.key.connector, task = self.key.task, generation = self.life.generation,
             error = %error, "task failed");
         let state = InstanceState::Failed(error);

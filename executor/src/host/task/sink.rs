@@ -400,6 +400,7 @@ mod tests {
             .expect("plugin runtime"),
             providers: Default::default(),
             transforms: Vec::new(),
+            converter_defaults: Default::default(),
         });
         let probe = Arc::new(Probe::default());
         probe.fail_flush.store(fail_flush, Ordering::SeqCst);
@@ -434,7 +435,10 @@ mod tests {
             partition_share: None,
         };
         let task = Arc::new(TaskInstance::new(&plugin, &req, shared).expect("plugin slot"));
-        assert_eq!(start(task.clone(), req).await, InstanceState::Running);
+        assert_eq!(
+            start(task.clone(), req, &plugin.config_def).await,
+            InstanceState::Running
+        );
         if fail_flush {
             wait_for("the failed flush", || {
                 matches!(task.life.state(), InstanceState::Failed(_))

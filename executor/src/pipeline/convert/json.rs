@@ -72,20 +72,55 @@ pub fn from_connect(settings: &JsonSettings, data: &Data) -> Result<Option<Vec<u
 /// Connect's `DataException` texts: bytes that are not JSON, an envelope missing with
 /// `schemas.enable`, a payload that does not fit its schema.
 pub fn to_connect(settings: &JsonSettings, bytes: Option<&[u8]>) -> Result<Data, String> {
+    read(settings, bytes, Envelope::Required)
+}
+
+/// Reads the JSON bytes a source plugin gave: as [`to_connect`], except that with
+/// `schemas.enable` JSON that is not an envelope is the plugin's schemaless value (what
+/// a Connect source gives as a value without a schema), so that it is written back in
+/// the envelope with `"schema":null` as Connect's converter writes such a value.
+///
+/// # Errors
+/// As [`to_connect`], but for a missing envelope.
+pub fn source_to_connect(settings: &JsonSettings, bytes: Option<&[u8]>) -> Result<Data, String> {
+    read(settings, bytes, Envelope::IfPresent)
+}
+
+/// Whether reading with `schemas.enable` requires the envelope.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Envelope {
+    /// Connect's rule for bytes from the log: an error without it.
+    Required,
+    /// A source plugin's bytes: without it, a schemaless value.
+    IfPresent,
+}
+
+fn read(settings: &JsonSettings, bytes: Option<&[u8]>, envelope: Envelope) -> Result<Data, String> {
     let Some(bytes) = bytes else {
         return Ok(Data::NULL);
     };
+    if !settings.schemas_enable {
+        // Straight into Connect's value: no `serde_json::Value` tree to build and copy.
+        return serde_json::from_slice::<Schemaless>(bytes)
+            .map(|s| Data::schemaless(s.0))
+            .map_err(|e| {
+                format!(
+                    "Converting byte[] to Kafka Connect data failed due to serialization error: {e}"
+                )
+            });
+    }
     let json: serde_json::Value = serde_json::from_slice(bytes).map_err(|e| {
         format!("Converting byte[] to Kafka Connect data failed due to serialization error: {e}")
     })?;
     if settings.schemas_enable {
-        let envelope = match &json {
-            serde_json::Value::Object(o)
+        let envelope = match (&json, envelope) {
+            (serde_json::Value::Object(o), _)
                 if o.len() == 2 && o.contains_key("schema") && o.contains_key("payload") =>
             {
                 o
             }
-            _ => {
+            (_, Envelope::IfPresent) => return Ok(Data::schemaless(read_value(None, &json)?)),
+            (_, Envelope::Required) => {
                 return Err("JsonConverter with schemas.enable requires \"schema\" and \"payload\" fields and may not contain additional fields. If you are trying to deserialize plain JSON data, set schemas.enable=false in your converter configuration.".into());
             }
         };
@@ -97,6 +132,85 @@ pub fn to_connect(settings: &JsonSettings, bytes: Option<&[u8]>) -> Result<Data,
         Ok(Data { schema, value })
     } else {
         Ok(Data::schemaless(read_value(None, &json)?))
+    }
+}
+
+/// A schemaless value read straight from JSON text: what `read_value(None, ..)` gives
+/// for the `serde_json::Value` of the same text (objects as maps with their keys sorted,
+/// a repeated key's last value kept; integers as INT64, other numbers as FLOAT64).
+struct Schemaless(Value);
+
+impl<'de> serde::Deserialize<'de> for Schemaless {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        d.deserialize_any(SchemalessVisitor).map(Schemaless)
+    }
+}
+
+struct SchemalessVisitor;
+
+impl<'de> serde::de::Visitor<'de> for SchemalessVisitor {
+    type Value = Value;
+
+    fn expecting(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("any JSON value")
+    }
+
+    fn visit_bool<E>(self, b: bool) -> Result<Value, E> {
+        Ok(Value::Boolean(b))
+    }
+
+    fn visit_i64<E>(self, n: i64) -> Result<Value, E> {
+        Ok(Value::Int64(n))
+    }
+
+    fn visit_u64<E>(self, n: u64) -> Result<Value, E> {
+        // As `Number::as_i64`, then `as_f64`.
+        Ok(i64::try_from(n).map_or(Value::Float64(n as f64), Value::Int64))
+    }
+
+    fn visit_f64<E>(self, n: f64) -> Result<Value, E> {
+        Ok(Value::Float64(n))
+    }
+
+    fn visit_str<E>(self, s: &str) -> Result<Value, E> {
+        Ok(Value::String(s.to_owned()))
+    }
+
+    fn visit_string<E>(self, s: String) -> Result<Value, E> {
+        Ok(Value::String(s))
+    }
+
+    fn visit_unit<E>(self) -> Result<Value, E> {
+        Ok(Value::Null)
+    }
+
+    fn visit_none<E>(self) -> Result<Value, E> {
+        Ok(Value::Null)
+    }
+
+    fn visit_some<D: serde::Deserializer<'de>>(self, d: D) -> Result<Value, D::Error> {
+        d.deserialize_any(self)
+    }
+
+    fn visit_seq<A: serde::de::SeqAccess<'de>>(self, mut seq: A) -> Result<Value, A::Error> {
+        let mut items = Vec::with_capacity(seq.size_hint().unwrap_or(0));
+        while let Some(Schemaless(v)) = seq.next_element()? {
+            items.push(v);
+        }
+        Ok(Value::Array(items))
+    }
+
+    fn visit_map<A: serde::de::MapAccess<'de>>(self, mut map: A) -> Result<Value, A::Error> {
+        let mut entries = std::collections::BTreeMap::new();
+        while let Some((k, Schemaless(v))) = map.next_entry::<String, Schemaless>()? {
+            entries.insert(k, v);
+        }
+        Ok(Value::Map(
+            entries
+                .into_iter()
+                .map(|(k, v)| (Value::String(k), v))
+                .collect(),
+        ))
     }
 }
 
@@ -240,10 +354,10 @@ pub fn write_value(
         )
     };
     match (kind, value) {
-        (SchemaType::Int8, Value::Int8(n)) => out.extend_from_slice(n.to_string().as_bytes()),
-        (SchemaType::Int16, Value::Int16(n)) => out.extend_from_slice(n.to_string().as_bytes()),
-        (SchemaType::Int32, Value::Int32(n)) => out.extend_from_slice(n.to_string().as_bytes()),
-        (SchemaType::Int64, Value::Int64(n)) => out.extend_from_slice(n.to_string().as_bytes()),
+        (SchemaType::Int8, Value::Int8(n)) => write_int(out, i64::from(*n)),
+        (SchemaType::Int16, Value::Int16(n)) => write_int(out, i64::from(*n)),
+        (SchemaType::Int32, Value::Int32(n)) => write_int(out, i64::from(*n)),
+        (SchemaType::Int64, Value::Int64(n)) => write_int(out, *n),
         (SchemaType::Float32, Value::Float32(f)) => write_f32(out, *f),
         (SchemaType::Float64, Value::Float64(f)) => write_f64(out, *f),
         (SchemaType::Boolean, Value::Boolean(b)) => {
@@ -375,6 +489,13 @@ fn write_logical(
         }
     }
     Ok(())
+}
+
+/// An integer's decimal digits, written without an intermediate `String`.
+fn write_int(out: &mut Vec<u8>, n: i64) {
+    use std::io::Write;
+    // Writing into a Vec cannot fail.
+    let _ = write!(out, "{n}");
 }
 
 /// A JSON string as Jackson writes it: `"` and `\` escaped, the control characters as
@@ -795,6 +916,24 @@ mod tests {
             schemas_enable: false,
             ..JsonSettings::default()
         }
+    }
+
+    #[test]
+    fn schemaless_json_is_read_straight_as_through_a_json_tree() {
+        for input in [
+            r#"{"b":1,"a":[true,null,1.5,"x\u00e9"],"b":{"z":-3,"y":18446744073709551615}}"#,
+            r#"[1e3, -0, 12, "s", {}]"#,
+            "\"only a string\"",
+            "null",
+            "9223372036854775807",
+        ] {
+            let direct = to_connect(&plain(), Some(input.as_bytes())).unwrap();
+            let tree: serde_json::Value = serde_json::from_str(input).unwrap();
+            let through = Data::schemaless(read_value(None, &tree).unwrap());
+            assert_eq!(direct, through, "{input}");
+        }
+        let e = to_connect(&plain(), Some(b"{not json")).unwrap_err();
+        assert!(e.contains("serialization error"), "{e}");
     }
 
     fn text(settings: &JsonSettings, data: &Data) -> String {

@@ -111,6 +111,21 @@ impl Converter {
         }
     }
 
+    /// Reads the bytes a source plugin gave (`None`: absent): as [`Converter::to_data`],
+    /// except that `JsonConverter` with `schemas.enable` takes JSON without the envelope
+    /// as the plugin's schemaless value ([`json::source_to_connect`]).
+    ///
+    /// # Errors
+    /// The converter's `DataException` text.
+    pub fn source_to_data(&self, bytes: Option<&[u8]>) -> Result<Data, String> {
+        match self {
+            Converter::Json(settings) => json::source_to_connect(settings, bytes),
+            Converter::ByteArray | Converter::String | Converter::SimpleHeader => {
+                self.to_data(bytes)
+            }
+        }
+    }
+
     /// Writes data as bytes (`fromConnectData`); `None` for a null.
     ///
     /// # Errors

@@ -9,7 +9,8 @@ use wharf::sdk::data::{Data, Decimal, Field, HeaderValue, Schema, SchemaType, Va
 use wharf::sdk::{ConnectRecord, TransformError, Transformation};
 
 use super::{
-    KeyError, Keys, Side, field_value, map_get, map_put, name_set, require_map, require_struct,
+    KeyError, Keys, Side, field_value, into_map, map_get, map_put, name_set, require_map,
+    require_struct,
 };
 use crate::pipeline::convert::values::java_to_string;
 
@@ -105,22 +106,21 @@ fn mask_with(v: &Value, r: &str) -> Result<Value, TransformError> {
 
 impl Transformation for MaskField {
     fn apply(&mut self, mut r: ConnectRecord) -> Out {
-        let data = self.side.take(&mut r);
-        let out = match &data.schema {
+        let Data { schema, value } = self.side.take(&mut r);
+        let out = match schema {
             None => {
-                let map = require_map(&data.value, "mask fields")?;
-                let mut updated = map.clone();
+                let mut map = into_map(value, "mask fields")?;
                 for f in &self.fields {
-                    let masked = self.masked(map_get(map, f))?;
-                    map_put(&mut updated, f, masked);
+                    let masked = self.masked(map_get(&map, f))?;
+                    map_put(&mut map, f, masked);
                 }
-                Data::schemaless(Value::Map(updated))
+                Data::schemaless(Value::Map(map))
             }
             Some(schema) => {
-                let values = require_struct(&data.value, "mask fields")?;
+                let values = require_struct(&value, "mask fields")?;
                 let mut updated = Vec::with_capacity(schema.fields.len());
                 for f in &schema.fields {
-                    let v = field_value(values, schema, &f.name, self.replace_null_with_default);
+                    let v = field_value(values, &schema, &f.name, self.replace_null_with_default);
                     let v = if self.fields.contains(&f.name) {
                         self.masked(v)?
                     } else {
@@ -128,7 +128,7 @@ impl Transformation for MaskField {
                     };
                     updated.push((f.name.clone(), v));
                 }
-                Data::new(schema.clone(), Value::Struct(updated))
+                Data::new(schema, Value::Struct(updated))
             }
         };
         self.side.set(&mut r, out);
@@ -182,22 +182,27 @@ impl Transformation for ReplaceField {
         if self.side.get(&r).value.is_null() {
             return Ok(Some(r));
         }
-        let data = self.side.take(&mut r);
-        let out = match &data.schema {
+        let Data { schema, value } = self.side.take(&mut r);
+        let out = match &schema {
             None => {
-                let map = require_map(&data.value, "field replacement")?;
-                let updated = map
-                    .iter()
+                let updated = into_map(value, "field replacement")?
+                    .into_iter()
                     .filter_map(|(k, v)| {
                         let name = k.as_str()?;
-                        self.keep(name)
-                            .then(|| (Value::String(self.renamed(name).to_owned()), v.clone()))
+                        if !self.keep(name) {
+                            return None;
+                        }
+                        let key = match self.renames.get(name) {
+                            Some(new) => Value::String(new.clone()),
+                            None => k,
+                        };
+                        Some((key, v))
                     })
                     .collect();
                 Data::schemaless(Value::Map(updated))
             }
             Some(schema) => {
-                let values = require_struct(&data.value, "field replacement")?;
+                let values = require_struct(&value, "field replacement")?;
                 let mut new_schema = schema.struct_basics();
                 let mut updated = Vec::new();
                 for f in schema.fields.iter().filter(|f| self.keep(&f.name)) {
@@ -350,17 +355,17 @@ impl Transformation for InsertField {
         if self.side.get(&r).value.is_null() {
             return Ok(Some(r));
         }
-        let data = self.side.take(&mut r);
-        let out = match &data.schema {
+        let Data { schema, value } = self.side.take(&mut r);
+        let out = match &schema {
             None => {
-                let mut updated = require_map(&data.value, "field insertion")?.clone();
+                let mut updated = into_map(value, "field insertion")?;
                 for (name, v, _) in self.inserts(&r, false)? {
                     map_put(&mut updated, &name, v);
                 }
                 Data::schemaless(Value::Map(updated))
             }
             Some(schema) => {
-                let values = require_struct(&data.value, "field insertion")?;
+                let values = require_struct(&value, "field insertion")?;
                 let mut new_schema = schema.struct_basics();
                 new_schema.fields = schema.fields.clone();
                 let mut updated: Vec<(String, Value)> = schema

@@ -235,6 +235,18 @@ fn require_map<'a>(
     }
 }
 
+/// As [`require_map`], taking the map: a transform that owns the record's value changes
+/// it in place rather than copying it.
+fn into_map(value: Value, purpose: &str) -> Result<Vec<(Value, Value)>, TransformError> {
+    match value {
+        Value::Map(m) => Ok(m),
+        other => Err(TransformError::new(format!(
+            "Only Map objects supported in absence of schema for [{purpose}], found: {}",
+            other.java_class()
+        ))),
+    }
+}
+
 /// `Requirements.requireStruct`: a value with a schema must be a struct.
 fn require_struct<'a>(
     value: &'a Value,
