@@ -221,7 +221,7 @@ async fn a_deletion_says_cleanup_is_not_supported_by_a_plugin_without_a_deletion
     );
     assert_eq!(steps[0]["connectorDeleted"], true, "{steps}");
     let a = rest.get("/connectors/plain/status").await;
-    let rest_steps = a.body["deletion"]["steps"].clone();
+    let rest_steps = a.body["wharf_deletion"]["steps"].clone();
     assert_eq!(rest_steps[0]["cleanup_not_supported"], true, "{}", a.body);
     std::fs::write(&gate, b"").unwrap();
     wait_until("plain deleted", CONVERGE, || async {
