@@ -12,6 +12,8 @@ pub fn plugin_info(plugin: &Plugin) -> pb::PluginInfo {
         version: plugin.version.clone(),
         kind: plugin_kind(plugin.kind()) as i32,
         config_defs: plugin.config_def.keys.iter().map(config_key_def).collect(),
+        // A Rust plugin does not say: its SDK stop_with may be implemented.
+        ..Default::default()
     }
 }
 

@@ -11,6 +11,7 @@
 
 pub mod audit;
 pub mod audit_names;
+pub mod debezium_postgres;
 pub mod file;
 pub mod pg_tls;
 pub mod postgres_audit;

@@ -237,6 +237,7 @@ async fn setup(
         version: "1".into(),
         kind: pb::PluginKind::Source as i32,
         config_defs: vec![],
+        ..Default::default()
     };
     let epoch = registry
         .register_executor(pb::RegisterExecutorRequest {

@@ -73,6 +73,11 @@ pub struct ExecutorConfig {
     /// The plugin processes (`--plugin-processes`) behind the out-of-process plugins among
     /// `plugins`, whose own config checks join ValidateConfig.
     pub plugin_processes: Vec<std::sync::Arc<crate::process::PluginProcess>>,
+    /// Plugins whose connector deletion the executor cleans up on the plugin's behalf
+    /// (a [`crate::PluginAdapter`] made them deletion-aware, as Debezium's
+    /// PostgreSQL connector in the stock executor): advertised as deletion-aware
+    /// connectors whatever their class says.
+    pub cleaned_by_executor: Vec<String>,
     /// The file plugins' root (`--file-root`), canonical; `None`: no file plugins. The
     /// plugins carry it themselves; this copy is for the start log line.
     pub file_root: Option<PathBuf>,
@@ -118,6 +123,7 @@ impl ExecutorConfig {
             transforms: Vec::new(),
             converter_defaults: crate::pipeline::ConverterDefaults::default(),
             plugin_processes: Vec::new(),
+            cleaned_by_executor: Vec::new(),
             file_root: None,
             config_providers: crate::providers::ConfigProviders::none(),
             tls: None,
@@ -272,6 +278,7 @@ impl ExecutorApp {
             transforms,
             converter_defaults,
             plugin_processes,
+            cleaned_by_executor,
             file_root,
             config_providers,
             tls,
@@ -312,7 +319,16 @@ impl ExecutorApp {
             .await
             .map_err(AppError::RecordLog)?;
         let checked_log = log.clone();
-        let plugin_infos = plugins.iter().map(wharf::wire::plugin_info).collect();
+        let plugin_infos = plugins
+            .iter()
+            .map(|p| {
+                crate::process::plugin_path::advertised_info(
+                    p,
+                    &plugin_processes,
+                    cleaned_by_executor.contains(&p.name),
+                )
+            })
+            .collect();
         let registry = Arc::new(
             Registry::with_tls(
                 &control_plane,

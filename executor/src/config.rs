@@ -181,6 +181,16 @@ pub struct Cli {
     /// built-in ones. [default: none]
     #[arg(long, env = "WHARF_PLUGIN_PROCESSES", value_name = "FILE")]
     pub plugin_processes: Option<PathBuf>,
+    /// Kafka Connect's plugin.path, comma-separated: every connector class found in the
+    /// jars there is offered under its class name, run in the JVM plugin host, one JVM
+    /// per plugin location (each directory or jar directly inside a DIR;
+    /// docs/kafka-connect-connectors.md). Needs `java` in PATH. [default: none]
+    #[arg(long, env = "WHARF_PLUGIN_PATH", value_name = "DIR[,DIR...]")]
+    pub plugin_path: Option<String>,
+    /// Classpath of the JVM plugin host: its classes and the Connect jars it runs on.
+    /// [default: `jvm-host/*` beside the executor binary, as `jvm-host/build` writes it]
+    #[arg(long, env = "WHARF_JVM_HOST_CLASSPATH", value_name = "CLASSPATH")]
+    pub jvm_host_classpath: Option<String>,
     /// `--metrics-listen`, `--log-format`, `--otlp-endpoint`.
     #[command(flatten)]
     pub observability: ObservabilityArgs,
@@ -248,6 +258,10 @@ pub struct FileConfig {
     pub converter_options: Option<std::collections::BTreeMap<String, String>>,
     /// See `--plugin-processes`.
     pub plugin_processes: Option<PathBuf>,
+    /// See `--plugin-path`.
+    pub plugin_path: Option<String>,
+    /// See `--jvm-host-classpath`.
+    pub jvm_host_classpath: Option<String>,
     /// `metrics_listen`, `log_format`, `otlp_endpoint`.
     #[serde(flatten)]
     pub observability: ObservabilityFile,
@@ -325,6 +339,8 @@ impl Cli {
             header_converter,
             converter_options,
             plugin_processes,
+            plugin_path,
+            jvm_host_classpath,
             observability,
             tls,
             insecure,
@@ -354,6 +370,8 @@ impl Cli {
             header_converter: file_header_converter,
             converter_options: file_converter_options,
             plugin_processes: file_plugin_processes,
+            plugin_path: file_plugin_path,
+            jvm_host_classpath: file_jvm_host_classpath,
             observability: file_observability,
             tls: file_tls,
             insecure: file_insecure,
@@ -443,6 +461,18 @@ impl Cli {
                 reason: e.to_string(),
             })?;
         }
+        if let Some(dirs) = plugin_path.or(file_plugin_path) {
+            let host = crate::process::plugin_path::JvmHost::new(
+                jvm_host_classpath.or(file_jvm_host_classpath),
+            );
+            let found = plugin_path_processes(&dirs, &host)?;
+            out.plugins.extend(found.iter().flat_map(|p| p.plugins()));
+            out.plugin_processes.extend(found);
+            crate::launcher::check_names(&out.plugins).map_err(|e| ConfigError::Invalid {
+                field: "--plugin-path",
+                reason: e.to_string(),
+            })?;
+        }
         // The source checked the root; the start log line shows it resolved.
         out.file_root = plugin_settings
             .file_root
@@ -529,6 +559,31 @@ fn process_plugins(
     let specs = crate::process::spec::parse(&text, base)
         .map_err(|e| invalid(format!("{}: {e}", path.display())))?;
     crate::process::start_processes(specs).map_err(invalid)
+}
+
+/// Starts the JVMs of `--plugin-path` (comma-separated directories).
+///
+/// # Errors
+/// [`ConfigError::Invalid`] naming `--plugin-path`: no directory given, one cannot be
+/// read, or a location's JVM cannot be started or described.
+fn plugin_path_processes(
+    dirs: &str,
+    host: &crate::process::plugin_path::JvmHost,
+) -> Result<Vec<std::sync::Arc<crate::process::PluginProcess>>, ConfigError> {
+    let invalid = |reason: String| ConfigError::Invalid {
+        field: "--plugin-path",
+        reason,
+    };
+    let dirs: Vec<PathBuf> = dirs
+        .split(',')
+        .map(str::trim)
+        .filter(|d| !d.is_empty())
+        .map(PathBuf::from)
+        .collect();
+    if dirs.is_empty() {
+        return Err(invalid("names no directory".into()));
+    }
+    crate::process::plugin_path::start(&dirs, host).map_err(invalid)
 }
 
 /// A secret from the environment; Debug prints a placeholder.
@@ -928,6 +983,8 @@ mod tests {
             header_converter: None,
             converter_options: Vec::new(),
             plugin_processes: None,
+            plugin_path: None,
+            jvm_host_classpath: None,
             observability: Default::default(),
             tls: Default::default(),
             insecure: false,

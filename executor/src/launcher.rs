@@ -56,9 +56,16 @@ impl Executor {
             source: no_plugins,
             plugins: Vec::new(),
             transforms: Vec::new(),
+            adapter: None,
         }
     }
 }
+
+/// Makes a plugin deletion-aware on its behalf, or says it does not concern it
+/// (`None`): the stock executor adapts Debezium's PostgreSQL connector, whose slot and
+/// publication it drops on deletion. Applied to every plugin once the settings are read
+/// (those of `--plugin-path` and `--plugin-processes` included).
+pub type PluginAdapter = fn(Plugin) -> Option<Plugin>;
 
 /// What an executor's settings say about the plugins that depend on them, read like
 /// every other setting (flag, `WHARF_*` variable, `--config` file) and handed to the
@@ -129,9 +136,17 @@ pub struct ExecutorBuilder {
     source: PluginSource,
     plugins: Vec<Plugin>,
     transforms: Vec<wharf::sdk::TransformPlugin>,
+    adapter: Option<PluginAdapter>,
 }
 
 impl ExecutorBuilder {
+    /// Adapts the plugins `adapter` concerns, once the settings are read (see
+    /// [`PluginAdapter`]); their connectors are advertised as deletion-aware.
+    pub fn adapt_plugins(mut self, adapter: PluginAdapter) -> Self {
+        self.adapter = Some(adapter);
+        self
+    }
+
     /// Adds a plugin, advertised to the control plane under [`Plugin::name`] next to the
     /// others; its name MUST differ from every other plugin's (those of the source
     /// included).
@@ -210,9 +225,21 @@ impl ExecutorBuilder {
             .map_err(|e| format!("{e}\n(see --help and docs/configuration.md)"))
     }
 
-    /// `config` with this builder's custom transforms.
+    /// `config` with this builder's custom transforms, and its plugins adapted.
     fn with_transforms(&self, mut config: ExecutorConfig) -> ExecutorConfig {
         config.transforms.clone_from(&self.transforms);
+        if let Some(adapt) = self.adapter {
+            config.plugins = std::mem::take(&mut config.plugins)
+                .into_iter()
+                .map(|p| match adapt(p.clone()) {
+                    Some(adapted) => {
+                        config.cleaned_by_executor.push(adapted.name.clone());
+                        adapted
+                    }
+                    None => p,
+                })
+                .collect();
+        }
         config
     }
 

@@ -24,5 +24,6 @@ pub mod registry_client;
 pub(crate) mod runtime;
 
 pub use launcher::{
-    BuilderError, Executor, ExecutorBuilder, PluginSettings, PluginSource, no_plugins,
+    BuilderError, Executor, ExecutorBuilder, PluginAdapter, PluginSettings, PluginSource,
+    no_plugins,
 };

@@ -123,6 +123,8 @@ pub fn deletion_plan(
             generation: i.generation,
             cleanup_only: host.is_none(),
             connector_deleted: mode.connector_deleted(),
+            // Marked with the plugin's definition (plan::deletion_support).
+            cleanup_not_supported: false,
         }
     };
     let mut steps: Vec<pb::DeletionPlanStep> = rec
@@ -362,10 +364,9 @@ impl Admin {
             return Err(ApiError::StillDeleting(name.to_owned()));
         }
         let offsets = self.cluster.store.offsets(name)?.len();
-        let is_sink = self
-            .plugins()?
-            .get(&rec.plugin)
-            .is_some_and(|p| p.info.kind == pb::PluginKind::Sink as i32);
+        let plugins = self.plugins()?;
+        let plugin = plugins.get(&rec.plugin).map(|p| &p.info);
+        let is_sink = plugin.is_some_and(|p| p.kind == pb::PluginKind::Sink as i32);
         let cluster = &self.cluster;
         let execs = cluster.store.executors()?;
         let live = |id: &str| {
@@ -378,9 +379,9 @@ impl Admin {
             .iter()
             .find(|e| live(&e.id) && !e.record_log.is_empty())
             .map_or("", |e| e.record_log.as_str());
-        Ok(deletion_plan(
-            &rec, mode, offsets, is_sink, record_log, &live,
-        ))
+        let mut plan = deletion_plan(&rec, mode, offsets, is_sink, record_log, &live);
+        crate::plan::deletion_support::mark_plan(&mut plan, plugin);
+        Ok(plan)
     }
 }
 

@@ -504,7 +504,11 @@ pub fn connector_status(
                 status: Some(instance(t, deleting, Of::Task)),
             })
             .collect(),
-        deletion: deletion.map(deletion_status),
+        deletion: deletion.map(|d| {
+            let mut status = deletion_status(d);
+            crate::plan::deletion_support::mark_status(&mut status, plugin);
+            status
+        }),
         target_state: target_to_pb(rec.target) as i32,
     }
 }
@@ -541,6 +545,8 @@ pub fn deletion_status(d: &crate::model::DeletionRecord) -> pb::DeletionStatus {
                     | crate::model::CleanupState::Skipped => 0,
                 },
                 forced: s.forced,
+                // Marked with the plugin's definition (plan::deletion_support).
+                cleanup_not_supported: false,
             })
             .collect(),
     }

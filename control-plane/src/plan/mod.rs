@@ -2,6 +2,7 @@
 //! See `README.md` beside this file. No I/O here; the herder applies the moves and bumps
 //! the generation of every moved unit.
 
+pub mod deletion_support;
 pub mod hosted;
 pub mod partitions;
 pub mod plugin_defs;

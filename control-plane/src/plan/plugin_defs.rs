@@ -121,6 +121,7 @@ mod tests {
             version: version.into(),
             kind: pb::PluginKind::Source as i32,
             config_defs: keys,
+            ..Default::default()
         }
     }
 

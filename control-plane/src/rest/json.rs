@@ -182,6 +182,7 @@ pub fn deletion(d: &pb::DeletionStatus) -> Value {
             "exhausted": s.exhausted,
             "next_attempt_ms": s.next_attempt_ms,
             "forced": s.forced,
+            "cleanup_not_supported": s.cleanup_not_supported,
         })).collect::<Vec<_>>(),
     })
 }
@@ -404,6 +405,7 @@ pub fn deletion_plan(p: &pb::DeletionPlan) -> Value {
             "generation": s.generation,
             "cleanup_only": s.cleanup_only,
             "connector_deleted": s.connector_deleted,
+            "cleanup_not_supported": s.cleanup_not_supported,
         })).collect::<Vec<_>>(),
         "remove": p.remove.iter().map(resource_entry).collect::<Vec<_>>(),
         "keep": p.keep.iter().map(resource_entry).collect::<Vec<_>>(),

@@ -14,6 +14,7 @@
 
 mod conn;
 pub mod frame;
+pub mod plugin_path;
 mod proxy;
 pub mod spec;
 

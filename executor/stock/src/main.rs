@@ -7,5 +7,6 @@ use std::process::ExitCode;
 fn main() -> ExitCode {
     wharf_executor::Executor::builder()
         .plugins_from(wharf_executor_stock::builtin_plugins)
+        .adapt_plugins(wharf_connectors::debezium_postgres::adapt)
         .run_from_args()
 }

@@ -73,7 +73,7 @@ pub fn pg_bin_dir() -> PathBuf {
 }
 
 /// `(uid, gid)` to run PostgreSQL as: the `postgres` user under root, else none.
-fn run_as() -> Option<(u32, u32)> {
+pub(crate) fn run_as() -> Option<(u32, u32)> {
     use std::os::unix::fs::MetadataExt;
     // /proc/self belongs to the process's effective user.
     let uid = std::fs::metadata("/proc/self").map(|m| m.uid()).ok()?;
@@ -92,7 +92,7 @@ fn run_as() -> Option<(u32, u32)> {
     ))
 }
 
-fn chown_tree(path: &Path, owner: Option<(u32, u32)>) {
+pub(crate) fn chown_tree(path: &Path, owner: Option<(u32, u32)>) {
     let Some((uid, gid)) = owner else { return };
     std::os::unix::fs::chown(path, Some(uid), Some(gid)).expect("chown");
     if path.is_dir() {
@@ -102,7 +102,7 @@ fn chown_tree(path: &Path, owner: Option<(u32, u32)>) {
     }
 }
 
-fn command(program: PathBuf, owner: Option<(u32, u32)>) -> Command {
+pub(crate) fn command(program: PathBuf, owner: Option<(u32, u32)>) -> Command {
     use std::os::unix::process::CommandExt;
     let mut c = Command::new(program);
     if let Some((uid, gid)) = owner {
@@ -215,7 +215,7 @@ impl TlsPostgres {
     }
 }
 
-fn append(path: &Path, text: &str) {
+pub(crate) fn append(path: &Path, text: &str) {
     use std::io::Write;
     let mut f = std::fs::OpenOptions::new()
         .append(true)

@@ -34,7 +34,6 @@ import org.apache.kafka.connect.connector.Connector;
 import org.apache.kafka.connect.connector.ConnectorContext;
 import org.apache.kafka.connect.connector.Task;
 import org.apache.kafka.connect.data.SchemaAndValue;
-import org.apache.kafka.connect.json.JsonConverter;
 import org.apache.kafka.connect.sink.SinkConnector;
 import org.apache.kafka.connect.sink.SinkRecord;
 import org.apache.kafka.connect.sink.SinkTask;
@@ -48,8 +47,10 @@ import org.apache.kafka.connect.storage.OffsetStorageReader;
  * Wharf's JVM plugin host: runs Kafka Connect connector classes as an out-of-process Wharf
  * plugin, speaking the plugin protocol (proto/wharf/v1/plugin.proto,
  * docs/plugins-out-of-process.md) over stdin/stdout. Arguments: the connector classes to
- * offer (on the classpath). Records cross as bytes made by Connect's JsonConverter
- * (schemas.enable=true, Connect's default) for keys and values.
+ * offer (on the classpath), or --scan LOCATION... to offer every connector class found
+ * there (a plugin.path location, PluginScan). Records cross as bytes made by the
+ * connector's key.converter / value.converter (Converters: JsonConverter with
+ * schemas.enable=true when unset, Connect's usual default).
  *
  * <p>KIP-883/KIP-901: a stop with connector_deleted=true calls a PUBLIC stop(boolean) of the
  * connector or task class, found with Class.getMethod (inherited included), with true; every
@@ -85,12 +86,26 @@ public final class PluginHost {
     OutputStream frames = new java.io.FileOutputStream(java.io.FileDescriptor.out);
     System.setOut(System.err);
     PluginHost host = new PluginHost(frames);
-    for (String name : args) {
-      Class<?> c = Class.forName(name);
-      if (!Connector.class.isAssignableFrom(c)) {
-        throw new IllegalArgumentException(name + " is not a Kafka Connect Connector");
+    if (args.length > 0 && args[0].equals("--scan")) {
+      // A plugin.path location: its connectors are found, not named.
+      List<java.io.File> locations = new ArrayList<>();
+      for (int i = 1; i < args.length; i++) locations.add(new java.io.File(args[i]));
+      long began = System.nanoTime();
+      PluginScan.Found found = PluginScan.scan(locations);
+      // Connectors load their own classes (drivers, ServiceLoader lookups) through the
+      // context class loader; every thread the host makes inherits this one.
+      Thread.currentThread().setContextClassLoader(found.loader);
+      for (Class<? extends Connector> c : found.connectors) host.plugins.put(c.getName(), c);
+      System.err.println("wharf-jvm-host: scanned " + locations + " in "
+          + (System.nanoTime() - began) / 1_000_000 + " ms");
+    } else {
+      for (String name : args) {
+        Class<?> c = Class.forName(name);
+        if (!Connector.class.isAssignableFrom(c)) {
+          throw new IllegalArgumentException(name + " is not a Kafka Connect Connector");
+        }
+        host.plugins.put(name, c.asSubclass(Connector.class));
       }
-      host.plugins.put(name, c.asSubclass(Connector.class));
     }
     System.err.println("wharf-jvm-host: offering " + host.plugins.keySet());
     DataInputStream in = new DataInputStream(System.in);
@@ -273,37 +288,64 @@ public final class PluginHost {
 
   Msg describe() throws Exception {
     Msg m = new Msg().u64(1, PROTOCOL_VERSION);
-    for (Map.Entry<String, Class<? extends Connector>> p : plugins.entrySet()) {
-      Connector c = p.getValue().getDeclaredConstructor().newInstance();
-      int kind = SinkConnector.class.isAssignableFrom(p.getValue()) ? 2 : 1;
-      Msg info = new Msg().str(1, p.getKey()).str(2, c.version()).u64(3, kind);
-      ConfigDef def = c.config();
-      if (def != null) {
-        for (ConfigDef.ConfigKey k : def.configKeys().values()) {
-          Msg key = new Msg().str(1, k.name).u64(2, configType(k.type));
-          boolean required = k.defaultValue == ConfigDef.NO_DEFAULT_VALUE;
-          if (!required && k.defaultValue != null) key.strAlways(3, defaultText(k));
-          key.u64(4, importance(k.importance)).str(5, k.documentation == null ? "" : k.documentation);
-          key.u64(6, k.type == ConfigDef.Type.PASSWORD ? 1 : 0).u64(7, required ? 1 : 0);
-          info.msg(4, key);
-        }
+    for (Map.Entry<String, Class<? extends Connector>> p : new ArrayList<>(plugins.entrySet())) {
+      try {
+        m.msg(2, describe(p.getKey(), p.getValue()));
+      } catch (Throwable t) {
+        // A class found by a scan that cannot even describe itself (a missing optional
+        // dependency) is not offered; the others are.
+        System.err.println("wharf-jvm-host: " + p.getKey() + " is not offered: cannot describe it: " + t);
+        plugins.remove(p.getKey());
       }
-      m.msg(2, info);
     }
     return m;
   }
 
+  /** One connector class as a PluginInfo: name, version, kind, deletion support, keys. */
+  Msg describe(String name, Class<? extends Connector> cls) throws Exception {
+    Connector c = cls.getDeclaredConstructor().newInstance();
+    int kind = SinkConnector.class.isAssignableFrom(cls) ? 2 : 1;
+    Msg info = new Msg().str(1, name).str(2, c.version()).u64(3, kind);
+    // KIP-883/KIP-901: whether a deletion's stop(true) reaches the connector class and
+    // its task class (wharf.v1.DeletionSupport: 1 declared, 2 none).
+    info.u64(5, deletionAware(cls) ? 1 : 2);
+    Class<? extends Task> taskClass = c.taskClass();
+    if (taskClass != null) info.u64(6, deletionAware(taskClass) ? 1 : 2);
+    ConfigDef def = c.config();
+    if (def != null) {
+      for (ConfigDef.ConfigKey k : def.configKeys().values()) {
+        Msg key = new Msg().str(1, k.name).u64(2, configType(k.type));
+        boolean required = k.defaultValue == ConfigDef.NO_DEFAULT_VALUE;
+        if (!required && k.defaultValue != null) key.strAlways(3, defaultText(k));
+        key.u64(4, importance(k.importance)).str(5, k.documentation == null ? "" : k.documentation);
+        key.u64(6, k.type == ConfigDef.Type.PASSWORD ? 1 : 0).u64(7, required ? 1 : 0);
+        info.msg(4, key);
+      }
+    }
+    return info;
+  }
+
   // ---- instances -----------------------------------------------------------------
+
+  /** The class's public stop(boolean), inherited included, or null. */
+  static Method deletionStop(Class<?> c) {
+    try {
+      Method m = c.getMethod("stop", boolean.class);
+      return Modifier.isPublic(m.getModifiers()) ? m : null;
+    } catch (NoSuchMethodException e) {
+      return null;
+    }
+  }
+
+  /** True when a deletion reaches the class: it has a public stop(boolean). */
+  static boolean deletionAware(Class<?> c) {
+    return deletionStop(c) != null;
+  }
 
   /** The KIP-883/901 stop: a public stop(boolean) when the class has one, else stop(). */
   static String stop(Object target, boolean deleted) throws Exception {
-    Method m;
-    try {
-      m = target.getClass().getMethod("stop", boolean.class);
-    } catch (NoSuchMethodException e) {
-      m = null;
-    }
-    if (m != null && Modifier.isPublic(m.getModifiers())) {
+    Method m = deletionStop(target.getClass());
+    if (m != null) {
       m.invoke(target, deleted);
       return "stop(" + deleted + ")";
     }
@@ -322,8 +364,11 @@ public final class PluginHost {
     String name;
     String topic = "";
     final Map<String, Object> offsets = new HashMap<>();
-    final JsonConverter keys = new JsonConverter();
-    final JsonConverter values = new JsonConverter();
+    /** The connector's converters (set at a task's start; Connect's defaults before). */
+    volatile Converters converters = Converters.json();
+    /** Records polled since the last commit: Connect's commitRecord is called for each
+     * once the record log acknowledged them (Debezium tracks the offset to flush there). */
+    final List<SourceRecord> uncommitted = new ArrayList<>();
     final Set<TopicPartition> assigned = new HashSet<>();
 
     Instance(long id) {
@@ -333,8 +378,6 @@ public final class PluginHost {
         t.setDaemon(true);
         return t;
       });
-      keys.configure(Map.of("schemas.enable", "true"), true);
-      values.configure(Map.of("schemas.enable", "true"), false);
     }
 
     void run(long requestId, Call call) {
@@ -363,6 +406,25 @@ public final class PluginHost {
     Instance i = instances.get(id);
     if (i == null) error(requestId, new IllegalStateException("no instance " + id + " in this host"));
     return i;
+  }
+
+  /**
+   * An offset as Connect's offset store gives it back: integral numbers as Long (Jackson
+   * reads small ones as Integer, and connectors cast to Long: Debezium's LSN).
+   */
+  @SuppressWarnings("unchecked")
+  static Map<String, Object> longs(Map<String, Object> offset) {
+    Map<String, Object> out = new java.util.LinkedHashMap<>();
+    for (Map.Entry<String, Object> e : offset.entrySet()) {
+      Object v = e.getValue();
+      if (v instanceof Integer || v instanceof Short || v instanceof Byte) {
+        v = ((Number) v).longValue();
+      } else if (v instanceof Map) {
+        v = longs((Map<String, Object>) v);
+      }
+      out.put(e.getKey(), v);
+    }
+    return out;
   }
 
   static String canonical(Object partition) throws IOException {
@@ -469,7 +531,7 @@ public final class PluginHost {
       Map<String, String> taskConfig = map(b, 9);
       for (Map<Integer, List<Object>> o : msgs(b, 10)) {
         inst.offsets.put(canonical(JSON.readValue(str(o, 1), Map.class)),
-            JSON.readValue(str(o, 2), Map.class));
+            longs(JSON.readValue(str(o, 2), Map.class)));
       }
       String topics = connectorConfig.getOrDefault("topics", "");
       for (String t : topics.split(",")) {
@@ -478,6 +540,7 @@ public final class PluginHost {
       inst.run(rid, () -> {
         Class<? extends Connector> c = plugins.get(plugin);
         if (c == null) throw new IllegalArgumentException("no plugin " + plugin + " in this host");
+        inst.converters = Converters.of(connectorConfig);
         Class<? extends Task> taskClass = c.getDeclaredConstructor().newInstance().taskClass();
         Task task = taskClass.getDeclaredConstructor().newInstance();
         inst.obj = task;
@@ -509,6 +572,7 @@ public final class PluginHost {
         Msg m = new Msg();
         if (records != null) {
           for (SourceRecord r : records) m.msg(1, sourceRecord(inst, r));
+          inst.uncommitted.addAll(records);
         }
         inst.answerField = A_POLL;
         return m;
@@ -517,7 +581,13 @@ public final class PluginHost {
       Instance inst = instance(num(decode(raw(f, TASK_COMMIT)), 1), rid);
       if (inst == null) return;
       inst.run(rid, () -> {
-        ((SourceTask) inst.obj).commit();
+        SourceTask task = (SourceTask) inst.obj;
+        // The records polled so far are in the record log: Connect's per-record
+        // acknowledgement (null metadata: Wharf's log has no Kafka RecordMetadata), then
+        // the commit.
+        for (SourceRecord r : inst.uncommitted) task.commitRecord(r, null);
+        inst.uncommitted.clear();
+        task.commit();
         return null;
       });
     } else if (f.containsKey(TASK_PUT)) {
@@ -530,9 +600,9 @@ public final class PluginHost {
         for (Map<Integer, List<Object>> r : records) {
           String topic = str(r, 1);
           SchemaAndValue key = raw(r, 2) == null ? SchemaAndValue.NULL
-              : inst.keys.toConnectData(topic, raw(r, 2));
+              : inst.converters.keys.toConnectData(topic, raw(r, 2));
           byte[] v = raw(r, 3);
-          SchemaAndValue value = inst.values.toConnectData(topic, v == null ? new byte[0] : v);
+          SchemaAndValue value = inst.converters.values.toConnectData(topic, v == null ? new byte[0] : v);
           Long ts = r.containsKey(5) ? num(r, 5) : null;
           out.add(new SinkRecord(topic, 0, key.schema(), key.value(), value.schema(), value.value(),
               num(r, 6), ts, ts == null ? TimestampType.NO_TIMESTAMP_TYPE : TimestampType.CREATE_TIME));
@@ -577,9 +647,9 @@ public final class PluginHost {
   Msg sourceRecord(Instance inst, SourceRecord r) throws IOException {
     Msg m = new Msg().str(1, r.topic());
     if (r.key() != null || r.keySchema() != null) {
-      m.bytes(2, inst.keys.fromConnectData(r.topic(), r.keySchema(), r.key()));
+      m.bytes(2, inst.converters.keys.fromConnectData(r.topic(), r.keySchema(), r.key()));
     }
-    byte[] v = inst.values.fromConnectData(r.topic(), r.valueSchema(), r.value());
+    byte[] v = inst.converters.values.fromConnectData(r.topic(), r.valueSchema(), r.value());
     if (v != null) m.bytes(3, v);
     if (r.timestamp() != null) m.u64(5, r.timestamp());
     m.strAlways(6, JSON.writeValueAsString(r.sourcePartition() == null ? Map.of() : r.sourcePartition()));

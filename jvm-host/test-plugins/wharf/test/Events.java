@@ -14,5 +14,22 @@ final class Events {
     }
   }
 
+  /**
+   * Waits (at most a minute) until the file named by stop.gate.file exists, when the config
+   * names one: a test holds a stop there to look at a deletion in progress.
+   */
+  static void gate(Map<String, String> config) {
+    String gate = config.get("stop.gate.file");
+    if (gate == null || gate.isEmpty()) return;
+    long deadline = System.nanoTime() + 60_000_000_000L;
+    while (!new java.io.File(gate).exists() && System.nanoTime() < deadline) {
+      try {
+        Thread.sleep(20);
+      } catch (InterruptedException e) {
+        return;
+      }
+    }
+  }
+
   private Events() {}
 }

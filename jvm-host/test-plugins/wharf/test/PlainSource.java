@@ -13,9 +13,10 @@ public class PlainSource extends SourceConnector {
   @Override public void start(Map<String, String> props) { config = props; Events.write(config, "connector start"); }
   @Override public Class<? extends Task> taskClass() { return PlainTask.class; }
   @Override public List<Map<String, String>> taskConfigs(int max) { return List.of(config); }
-  @Override public void stop() { Events.write(config, "connector stop()"); }
+  @Override public void stop() { Events.write(config, "connector stop()"); Events.gate(config); }
   @Override public ConfigDef config() {
-    return new ConfigDef().define("events.file", ConfigDef.Type.STRING, ConfigDef.Importance.HIGH, "where calls are written");
+    return new ConfigDef().define("events.file", ConfigDef.Type.STRING, ConfigDef.Importance.HIGH, "where calls are written")
+        .define("stop.gate.file", ConfigDef.Type.STRING, "", ConfigDef.Importance.LOW, "stop() waits until this file exists");
   }
   @Override public String version() { return "1.0"; }
 }
