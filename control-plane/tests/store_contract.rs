@@ -310,6 +310,8 @@ fn ledger_contract(s: &dyn StateStore) {
         entry: entry.clone(),
         reason: OrphanReason::Force,
         orphaned_at_ms: at,
+        cleanup: None,
+        purge_error: String::new(),
     };
     s.put_orphans(&[orphan("i1-1", 20), orphan("i1-0", 10)])
         .unwrap();

@@ -84,6 +84,8 @@ pub(super) async fn purge(State(g): State<Gateway>, headers: HeaderMap, body: Bo
         "purged": purged,
         "remaining": remaining.iter().map(json::orphan).collect::<Vec<_>>(),
     }))
+}
+
 /// `GET /connectors/{name}/topics` (KIP-558): `{"<name>": {"topics": [topic, ...]}}`, as
 /// Kafka Connect answers it.
 pub(super) async fn topics(
