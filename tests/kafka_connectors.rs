@@ -173,7 +173,7 @@ async fn active_topics_and_the_cluster_id_come_from_the_kafka_log() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn created_topics_and_the_sinks_group_are_resources_and_go_only_as_configured() {
-    let (c, kafka, _rest) = kafka_cluster(1).await;
+    let (mut c, kafka, _rest) = kafka_cluster(1).await;
     kafka.create_topic("kr-there", 1).await;
     let input = c.dir.path().join("in.jsonl");
     append_lines(&input, 0..3);
@@ -247,6 +247,9 @@ async fn created_topics_and_the_sinks_group_are_resources_and_go_only_as_configu
             .then_some(())
     })
     .await;
+    // Its executor is gone (kill -9), so no cleanup can run: force ends the deletion
+    // (a force sent while the executor answers may race a cleanup that already ran).
+    c.executors[0].kill9();
     let r = c.call(
         "DeleteConnector",
         json!({ "name": "kr-sink", "force": true }),
@@ -355,4 +358,36 @@ async fn an_executor_whose_brokers_are_unreachable_is_not_serving_and_names_them
         body.contains(&broker) && body.contains("unreachable"),
         "/ready names the broker: {body}"
     );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn under_the_policy_none_every_client_override_is_refused_at_create() {
+    let mut c = TestCluster::start_with(0, Vec::new()).await;
+    let kafka = TestKafka::start(&c.dir.path().join("kafka"));
+    let log = format!(
+        "{}?connector.client.config.override.policy=None",
+        kafka.record_log()
+    );
+    c.add_executor_with(0, vec!["--record-log".into(), log])
+        .await;
+    c.wait_alive(1).await;
+    let output = c.dir.path().join("out.jsonl");
+    let r = c.call(
+        "CreateConnector",
+        json!({ "name": "kn-sink", "config": file_sink(
+            &output,
+            "kn-in",
+            &[("consumer.override.fetch.wait.max.ms", "50")],
+        ) }),
+    );
+    assert_eq!(r.code, 3, "INVALID_ARGUMENT: {}", r.err);
+    assert!(
+        r.err
+            .contains("config[consumer.override.fetch.wait.max.ms]")
+            && r.err.contains("None"),
+        "{}",
+        r.err
+    );
+    assert!(c.status("kn-sink").is_none(), "nothing stored");
+    create(&c, "kn-sink", file_sink(&output, "kn-in", &[]));
 }

@@ -23,9 +23,12 @@
 //!   added to its topics later.
 //! - **Deleting a consumer** deletes its group (DeleteGroups), so a consumer made again
 //!   under that name starts from its configured position.
-//!
-//! # Not yet
-//! - TLS, SASL, client property passthrough and topic creation settings (docs/kafka.md).
+//! - **Checks** ([`RecordLog::check`]) ask the brokers for metadata: the executor's health
+//!   names the bootstrap brokers that are unreachable, and the answer's cluster id goes to
+//!   the control plane.
+//! - **A connector's client overrides** (KIP-458, `producer.override.*`, ...) are checked
+//!   under the log's policy ([`override_refusal`]) and give its tasks a log with clients
+//!   of their own ([`RecordLog::with_client_overrides`]).
 
 mod layout;
 mod reader;
