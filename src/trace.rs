@@ -444,7 +444,8 @@ impl CallKind {
                 "ConnectorAdmin",
                 "CreateConnector" | "PutConnectorConfig" | "PauseConnector" | "ResumeConnector"
                 | "StopConnector" | "RestartConnector" | "RestartTask" | "DeleteConnector"
-                | "RetryCleanup" | "AlterOffsets" | "ResetOffsets" | "AdoptOrphanedResources",
+                | "RetryCleanup" | "AlterOffsets" | "ResetOffsets" | "AdoptOrphanedResources"
+                | "PurgeOrphanedResources" | "ResetConnectorTopics",
             )
             | (
                 "ExecutorRegistry",
@@ -462,7 +463,7 @@ impl CallKind {
                 "GetConnector" | "ListConnectors" | "GetConnectorStatus"
                 | "ValidateConnectorConfig" | "ListConnectorPlugins" | "GetOffsets"
                 | "ListExecutors" | "WatchConnector" | "ListAuditEntries"
-                | "GetConnectorResources" | "ListOrphanedResources",
+                | "GetConnectorResources" | "ListOrphanedResources" | "GetConnectorTopics",
             )
             // ValidateConfig runs the plugin's checks and changes nothing.
             | ("Executor", "ListAssignments" | "ValidateConfig")
@@ -1046,7 +1047,7 @@ mod tests {
                 }
             }
         }
-        assert_eq!(seen, 38, "every wharf.v1 method was checked");
+        assert_eq!(seen, 41, "every wharf.v1 method was checked");
     }
 
     #[test]

@@ -360,6 +360,24 @@ const CONNECTOR_ADMIN: &[Rpc] = &[
         "AdoptOrphanedResourcesResponse",
         false,
     ),
+    (
+        "PurgeOrphanedResources",
+        "PurgeOrphanedResourcesRequest",
+        "PurgeOrphanedResourcesResponse",
+        false,
+    ),
+    (
+        "GetConnectorTopics",
+        "GetConnectorTopicsRequest",
+        "GetConnectorTopicsResponse",
+        false,
+    ),
+    (
+        "ResetConnectorTopics",
+        "ResetConnectorTopicsRequest",
+        "ResetConnectorTopicsResponse",
+        false,
+    ),
 ];
 
 const EXECUTOR: &[Rpc] = &[
