@@ -38,6 +38,10 @@ const LEASE_MS: u32 = 8_000;
 const HEARTBEAT_MS: u32 = 1_000;
 /// How long the cluster has to agree again after a pause ends: a few leases.
 const AGREE_WITHIN: Duration = Duration::from_millis(3 * LEASE_MS as u64);
+/// The least time the lines get to reach the sink once the cluster agrees, even when it
+/// agreed at the end of [`AGREE_WITHIN`]: a source or sink task started again at that
+/// moment first opens its file and binds its consumer (on a loaded machine, seconds).
+const DELIVER_AFTER_AGREEMENT: Duration = Duration::from_millis(LEASE_MS as u64);
 /// The shared record log (the loopback NATS JetStream of the test machine).
 const NATS_URL: &str = "nats://127.0.0.1:4222";
 /// Executors in each cluster.
@@ -243,16 +247,55 @@ fn disagreement(c: &TestCluster, n: usize, pipeline: &Pipeline) -> Option<String
     None
 }
 
+/// The key prefix of the control plane on etcd (the default).
+const ETCD_PREFIX: &str = "/wharf/";
+
+/// Why the control plane does not lead now, or `None` when it does: the leader key in
+/// `etcd` is the one its last election created (the revision its "elected leader" line
+/// names). A control plane resumed after its election lease expired still acts as leader
+/// until its renewal fails; its agreement with the executors then holds only until it
+/// steps down, so it does not count.
+async fn not_leading(c: &TestCluster, etcd: &TestEtcd) -> Option<String> {
+    let log = c.cp_log();
+    let elected = log
+        .lines()
+        .rev()
+        .find(|l| l.contains("elected leader"))
+        .and_then(|l| l.split("revision=").nth(1))
+        .and_then(|r| r.split_whitespace().next())
+        .and_then(|r| r.parse::<i64>().ok());
+    let key = etcd.leader_revision(ETCD_PREFIX).await;
+    match (elected, key) {
+        (Some(e), Some(k)) if e == k => None,
+        (elected, key) => Some(format!(
+            "the control plane does not lead: its last election at revision {elected:?}, \
+             the leader key in etcd at {key:?}"
+        )),
+    }
+}
+
 /// Waits until the cluster agrees again ([`disagreement`]) and a line appended now is
-/// delivered, both within [`AGREE_WITHIN`] of `resumed`; panics with what disagreed.
-async fn agrees_again(c: &TestCluster, pipeline: &mut Pipeline, resumed: Instant, what: &str) {
+/// delivered, both within [`AGREE_WITHIN`] of `resumed` (the delivery at least
+/// [`DELIVER_AFTER_AGREEMENT`] after the agreement); on etcd the control plane must also
+/// lead ([`not_leading`]). Panics with what disagreed.
+async fn agrees_again(
+    c: &TestCluster,
+    etcd: Option<&TestEtcd>,
+    pipeline: &mut Pipeline,
+    resumed: Instant,
+    what: &str,
+) {
     let mut last = String::new();
     while resumed.elapsed() < AGREE_WITHIN {
-        match disagreement(c, EXECUTORS, pipeline) {
+        let leading = match etcd {
+            Some(etcd) => not_leading(c, etcd).await,
+            None => None,
+        };
+        match leading.or_else(|| disagreement(c, EXECUTORS, pipeline)) {
             None => {
                 let left = AGREE_WITHIN.saturating_sub(resumed.elapsed());
                 pipeline
-                    .append_and_deliver(left.max(Duration::from_secs(1)))
+                    .append_and_deliver(left.max(DELIVER_AFTER_AGREEMENT))
                     .await;
                 println!("{what}: agreed again after {:?}", resumed.elapsed());
                 return;
@@ -338,10 +381,17 @@ fn random_length_on_etcd(rng: &mut Rng, target: Target) -> Duration {
 async fn a_control_plane_paused_past_the_lease_and_its_executors_agree_again() {
     let c = start(EXECUTORS, Vec::new()).await;
     let mut pipeline = Pipeline::create(&c).await;
-    agrees_again(&c, &mut pipeline, Instant::now(), "before any pause").await;
+    agrees_again(&c, None, &mut pipeline, Instant::now(), "before any pause").await;
     let length = Duration::from_millis(u64::from(LEASE_MS) * 2);
     let resumed = pause(&c, None, &mut pipeline, Target::ControlPlane, length).await;
-    agrees_again(&c, &mut pipeline, resumed, "control plane paused 2 leases").await;
+    agrees_again(
+        &c,
+        None,
+        &mut pipeline,
+        resumed,
+        "control plane paused 2 leases",
+    )
+    .await;
     let log = c.cp_log();
     println!(
         "control plane: {} registrations after the pause, {} superseded while probed",
@@ -361,7 +411,7 @@ async fn random_pauses_of_either_side_leave_one_agreed_epoch_after_each() {
     println!("pause sequence seed: {seed} (replay with WHARF_PAUSE_SEED={seed})");
     let c = start(EXECUTORS, Vec::new()).await;
     let mut pipeline = Pipeline::create(&c).await;
-    agrees_again(&c, &mut pipeline, Instant::now(), "before any pause").await;
+    agrees_again(&c, None, &mut pipeline, Instant::now(), "before any pause").await;
     for i in 0..RANDOM_PAUSES {
         let target = match rng.below(EXECUTORS as u64 + 1) {
             0 => Target::ControlPlane,
@@ -371,7 +421,7 @@ async fn random_pauses_of_either_side_leave_one_agreed_epoch_after_each() {
         let what = format!("pause {i} (seed {seed}): {target:?} for {length:?}");
         println!("{what}");
         let resumed = pause(&c, None, &mut pipeline, target, length).await;
-        agrees_again(&c, &mut pipeline, resumed, &what).await;
+        agrees_again(&c, None, &mut pipeline, resumed, &what).await;
     }
 }
 
@@ -387,7 +437,14 @@ async fn random_pauses_of_etcd_the_control_plane_or_an_executor_leave_one_agreed
     let etcd = TestEtcd::start();
     let c = start(EXECUTORS, etcd.store_flags(ELECTION_TTL_SECS)).await;
     let mut pipeline = Pipeline::create(&c).await;
-    agrees_again(&c, &mut pipeline, Instant::now(), "before any pause").await;
+    agrees_again(
+        &c,
+        Some(&etcd),
+        &mut pipeline,
+        Instant::now(),
+        "before any pause",
+    )
+    .await;
     let mut targets = vec![
         Target::Etcd,
         Target::ControlPlane,
@@ -402,6 +459,6 @@ async fn random_pauses_of_etcd_the_control_plane_or_an_executor_leave_one_agreed
         let what = format!("pause {i} (seed {seed}, etcd store): {target:?} for {length:?}");
         println!("{what}");
         let resumed = pause(&c, Some(&etcd), &mut pipeline, target, length).await;
-        agrees_again(&c, &mut pipeline, resumed, &what).await;
+        agrees_again(&c, Some(&etcd), &mut pipeline, resumed, &what).await;
     }
 }
