@@ -15,7 +15,10 @@
 //! shared etcd on 2379 is never paused) and pauses etcd too: past two thirds of the
 //! election TTL the lone replica steps down, and after SIGCONT it leads again once it sat
 //! out one TTL (docs/state.md, "Leader election"); the executors, fenced meanwhile or
-//! not, must end at one agreed epoch.
+//! not, must end at one agreed epoch. The third runs two replicas on a test-owned etcd
+//! (the executors given both URLs) and pauses either replica too: a paused leader is
+//! replaced, and once resumed it steps down. On etcd, agreement also needs a replica to
+//! lead: the leader key in etcd is the one its last election created.
 //!
 //! Needs the `etcd` binary (Debian `etcd-server`, see scripts/setup-services). Build
 //! first: `cargo build -p wharf-control-plane -p wharf-executor-stock`.
@@ -38,6 +41,10 @@ const LEASE_MS: u32 = 8_000;
 const HEARTBEAT_MS: u32 = 1_000;
 /// How long the cluster has to agree again after a pause ends: a few leases.
 const AGREE_WITHIN: Duration = Duration::from_millis(3 * LEASE_MS as u64);
+/// The least time the lines get to reach the sink once the cluster agrees, even when it
+/// agreed at the end of [`AGREE_WITHIN`]: a source or sink task started again at that
+/// moment first opens its file and binds its consumer (on a loaded machine, seconds).
+const DELIVER_AFTER_AGREEMENT: Duration = Duration::from_millis(LEASE_MS as u64);
 /// The shared record log (the loopback NATS JetStream of the test machine).
 const NATS_URL: &str = "nats://127.0.0.1:4222";
 /// Executors in each cluster.
@@ -243,16 +250,66 @@ fn disagreement(c: &TestCluster, n: usize, pipeline: &Pipeline) -> Option<String
     None
 }
 
+/// The key prefix of the control plane on etcd (the default).
+const ETCD_PREFIX: &str = "/wharf/";
+
+/// The test-owned etcd of a cluster on etcd, and its second control-plane replica if it
+/// has one (the first is [`TestCluster::cp`]).
+struct Replicas {
+    etcd: TestEtcd,
+    second: Option<Proc>,
+}
+
+/// The revision of the last "elected leader" line of a replica's log.
+fn last_elected(log: &str) -> Option<i64> {
+    log.lines()
+        .rev()
+        .find(|l| l.contains("elected leader"))
+        .and_then(|l| l.split("revision=").nth(1))
+        .and_then(|r| r.split_whitespace().next())
+        .and_then(|r| r.parse::<i64>().ok())
+}
+
+/// Why no replica leads now, or `None` when one does: the leader key in etcd is the one
+/// a replica's last election created (the revision its "elected leader" line names). A
+/// replica resumed after its election lease expired still acts as leader until its
+/// renewal fails; an agreement with the executors then holds only until it steps down,
+/// so it does not count.
+async fn not_leading(c: &TestCluster, replicas: &Replicas) -> Option<String> {
+    let mut elected = vec![last_elected(&c.cp_log())];
+    elected.extend(replicas.second.iter().map(|p| last_elected(&p.log())));
+    let key = replicas.etcd.leader_revision(ETCD_PREFIX).await;
+    if key.is_some() && elected.contains(&key) {
+        return None;
+    }
+    Some(format!(
+        "no replica leads: their last elections at revisions {elected:?}, the leader key \
+         in etcd at {key:?}"
+    ))
+}
+
 /// Waits until the cluster agrees again ([`disagreement`]) and a line appended now is
-/// delivered, both within [`AGREE_WITHIN`] of `resumed`; panics with what disagreed.
-async fn agrees_again(c: &TestCluster, pipeline: &mut Pipeline, resumed: Instant, what: &str) {
+/// delivered, both within [`AGREE_WITHIN`] of `resumed` (the delivery at least
+/// [`DELIVER_AFTER_AGREEMENT`] after the agreement); on etcd a replica must also lead
+/// ([`not_leading`]). Panics with what disagreed.
+async fn agrees_again(
+    c: &TestCluster,
+    etcd: Option<&Replicas>,
+    pipeline: &mut Pipeline,
+    resumed: Instant,
+    what: &str,
+) {
     let mut last = String::new();
     while resumed.elapsed() < AGREE_WITHIN {
-        match disagreement(c, EXECUTORS, pipeline) {
+        let leading = match etcd {
+            Some(replicas) => not_leading(c, replicas).await,
+            None => None,
+        };
+        match leading.or_else(|| disagreement(c, EXECUTORS, pipeline)) {
             None => {
                 let left = AGREE_WITHIN.saturating_sub(resumed.elapsed());
                 pipeline
-                    .append_and_deliver(left.max(Duration::from_secs(1)))
+                    .append_and_deliver(left.max(DELIVER_AFTER_AGREEMENT))
                     .await;
                 println!("{what}: agreed again after {:?}", resumed.elapsed());
                 return;
@@ -280,6 +337,8 @@ enum Target {
     Executor(usize),
     /// The control plane's (test-owned) etcd.
     Etcd,
+    /// The second control-plane replica on etcd ([`Replicas::second`]), whichever leads.
+    SecondReplica,
 }
 
 /// Holds `target` stopped for `length` (the fault itself), appending a line to the
@@ -287,15 +346,18 @@ enum Target {
 /// cluster's etcd, for [`Target::Etcd`].
 async fn pause(
     c: &TestCluster,
-    etcd: Option<&TestEtcd>,
+    etcd: Option<&Replicas>,
     pipeline: &mut Pipeline,
     target: Target,
     length: Duration,
 ) -> Instant {
+    let on_etcd = || etcd.expect("a cluster on etcd");
+    let second = || on_etcd().second.as_ref().expect("a second replica");
     match target {
         Target::ControlPlane => c.cp.freeze().await,
         Target::Executor(i) => c.executors[i].freeze().await,
-        Target::Etcd => etcd.expect("a cluster on etcd").freeze().await,
+        Target::Etcd => on_etcd().etcd.freeze().await,
+        Target::SecondReplica => second().freeze().await,
     }
     tokio::time::sleep(length / 2).await;
     pipeline.append();
@@ -303,7 +365,8 @@ async fn pause(
     match target {
         Target::ControlPlane => c.cp.thaw(),
         Target::Executor(i) => c.executors[i].thaw(),
-        Target::Etcd => etcd.expect("a cluster on etcd").thaw(),
+        Target::Etcd => on_etcd().etcd.thaw(),
+        Target::SecondReplica => second().thaw(),
     }
     Instant::now()
 }
@@ -330,7 +393,7 @@ fn random_length_on_etcd(rng: &mut Rng, target: Target) -> Duration {
             let span = longest - SHORTEST_ETCD_PAUSE_MS;
             Duration::from_millis(SHORTEST_ETCD_PAUSE_MS + rng.below(span + 1))
         }
-        Target::ControlPlane | Target::Executor(_) => random_length(rng),
+        Target::ControlPlane | Target::SecondReplica | Target::Executor(_) => random_length(rng),
     }
 }
 
@@ -338,10 +401,17 @@ fn random_length_on_etcd(rng: &mut Rng, target: Target) -> Duration {
 async fn a_control_plane_paused_past_the_lease_and_its_executors_agree_again() {
     let c = start(EXECUTORS, Vec::new()).await;
     let mut pipeline = Pipeline::create(&c).await;
-    agrees_again(&c, &mut pipeline, Instant::now(), "before any pause").await;
+    agrees_again(&c, None, &mut pipeline, Instant::now(), "before any pause").await;
     let length = Duration::from_millis(u64::from(LEASE_MS) * 2);
     let resumed = pause(&c, None, &mut pipeline, Target::ControlPlane, length).await;
-    agrees_again(&c, &mut pipeline, resumed, "control plane paused 2 leases").await;
+    agrees_again(
+        &c,
+        None,
+        &mut pipeline,
+        resumed,
+        "control plane paused 2 leases",
+    )
+    .await;
     let log = c.cp_log();
     println!(
         "control plane: {} registrations after the pause, {} superseded while probed",
@@ -361,7 +431,7 @@ async fn random_pauses_of_either_side_leave_one_agreed_epoch_after_each() {
     println!("pause sequence seed: {seed} (replay with WHARF_PAUSE_SEED={seed})");
     let c = start(EXECUTORS, Vec::new()).await;
     let mut pipeline = Pipeline::create(&c).await;
-    agrees_again(&c, &mut pipeline, Instant::now(), "before any pause").await;
+    agrees_again(&c, None, &mut pipeline, Instant::now(), "before any pause").await;
     for i in 0..RANDOM_PAUSES {
         let target = match rng.below(EXECUTORS as u64 + 1) {
             0 => Target::ControlPlane,
@@ -371,7 +441,7 @@ async fn random_pauses_of_either_side_leave_one_agreed_epoch_after_each() {
         let what = format!("pause {i} (seed {seed}): {target:?} for {length:?}");
         println!("{what}");
         let resumed = pause(&c, None, &mut pipeline, target, length).await;
-        agrees_again(&c, &mut pipeline, resumed, &what).await;
+        agrees_again(&c, None, &mut pipeline, resumed, &what).await;
     }
 }
 
@@ -386,8 +456,10 @@ async fn random_pauses_of_etcd_the_control_plane_or_an_executor_leave_one_agreed
     println!("pause sequence seed: {seed} (replay with WHARF_PAUSE_SEED={seed})");
     let etcd = TestEtcd::start();
     let c = start(EXECUTORS, etcd.store_flags(ELECTION_TTL_SECS)).await;
+    let replicas = Replicas { etcd, second: None };
+    let etcd = Some(&replicas);
     let mut pipeline = Pipeline::create(&c).await;
-    agrees_again(&c, &mut pipeline, Instant::now(), "before any pause").await;
+    agrees_again(&c, etcd, &mut pipeline, Instant::now(), "before any pause").await;
     let mut targets = vec![
         Target::Etcd,
         Target::ControlPlane,
@@ -401,7 +473,100 @@ async fn random_pauses_of_etcd_the_control_plane_or_an_executor_leave_one_agreed
         let length = random_length_on_etcd(&mut rng, target);
         let what = format!("pause {i} (seed {seed}, etcd store): {target:?} for {length:?}");
         println!("{what}");
-        let resumed = pause(&c, Some(&etcd), &mut pipeline, target, length).await;
-        agrees_again(&c, &mut pipeline, resumed, &what).await;
+        let resumed = pause(&c, etcd, &mut pipeline, target, length).await;
+        agrees_again(&c, etcd, &mut pipeline, resumed, &what).await;
     }
+}
+
+/// Two control-plane replicas on a test-owned etcd, the executors given both URLs: each
+/// run pauses etcd, each replica and one executor, once each, in a random order and for
+/// random lengths. A paused leader is replaced by the other replica; once resumed it
+/// must step down without disturbing the executors' agreement with the new leader.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn random_pauses_of_two_replicas_etcd_or_an_executor_leave_one_agreed_epoch_after_each() {
+    let (mut rng, seed) = Rng::from_env("WHARF_PAUSE_SEED");
+    println!("pause sequence seed: {seed} (replay with WHARF_PAUSE_SEED={seed})");
+    let (c, replicas) = start_replicated(EXECUTORS).await;
+    let etcd = Some(&replicas);
+    let mut pipeline = Pipeline::create(&c).await;
+    agrees_again(&c, etcd, &mut pipeline, Instant::now(), "before any pause").await;
+    let mut targets = vec![
+        Target::Etcd,
+        Target::ControlPlane,
+        Target::SecondReplica,
+        Target::Executor(rng.below(EXECUTORS as u64) as usize),
+    ];
+    for i in (1..targets.len()).rev() {
+        targets.swap(i, rng.below(i as u64 + 1) as usize);
+    }
+    for (i, target) in targets.into_iter().enumerate() {
+        let length = random_length_on_etcd(&mut rng, target);
+        let what = format!("pause {i} (seed {seed}, two replicas): {target:?} for {length:?}");
+        println!("{what}");
+        let resumed = pause(&c, etcd, &mut pipeline, target, length).await;
+        agrees_again(&c, etcd, &mut pipeline, resumed, &what).await;
+    }
+}
+
+/// Two control-plane replicas on a test-owned etcd (the first is the cluster's `cp`, the
+/// address admin calls go to: a follower forwards them) and `n` executors given both
+/// URLs, on the shared JetStream log, with [`LEASE_MS`] and [`ELECTION_TTL_SECS`].
+async fn start_replicated(n: usize) -> (TestCluster, Replicas) {
+    let etcd = TestEtcd::start();
+    let dir = KeepOnFailure::new();
+    let key: [u8; 32] = rand::random();
+    let replica = |name: &str| {
+        wharf_harness::etcd::control_plane_replica_with_ttl(
+            dir.path(),
+            name,
+            &etcd.endpoint,
+            ETCD_PREFIX,
+            &key,
+            LEASE_MS,
+            ELECTION_TTL_SECS,
+            &[],
+        )
+    };
+    let mut a = replica("cp-a");
+    let addr = a.listen_addr().await;
+    let mut b = replica("cp-b");
+    let b_addr = b.listen_addr().await;
+    let urls = format!("http://{addr},http://{b_addr}");
+    let mut executors = Vec::new();
+    for i in 0..n {
+        let id = format!("exec-{}", i + 1);
+        let d = dir.path().join(&id);
+        let args = vec![
+            "--listen".into(),
+            format!("127.0.0.{}:0", i + 2),
+            "--control-plane".into(),
+            urls.clone(),
+            "--data-dir".into(),
+            d.display().to_string(),
+            "--executor-id".into(),
+            id,
+            "--graceful-timeout-ms".into(),
+            "3000".into(),
+            "--nats-url".into(),
+            NATS_URL.into(),
+        ];
+        let mut p = Proc::spawn(wharf_harness::bin("wharf-executor"), args, &d);
+        p.listen_addr().await;
+        executors.push(p);
+    }
+    let c = TestCluster {
+        dir,
+        cp: a,
+        addr,
+        executors,
+        tls: None,
+    };
+    c.wait_alive(n).await;
+    (
+        c,
+        Replicas {
+            etcd,
+            second: Some(b),
+        },
+    )
 }

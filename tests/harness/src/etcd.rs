@@ -11,6 +11,8 @@ use std::time::{Duration, Instant};
 pub const ETCD_START_TIMEOUT_MS: u64 = 20_000;
 /// Pause between two health probes, in milliseconds.
 const ETCD_PROBE_INTERVAL_MS: u64 = 50;
+/// Bound on one read of [`TestEtcd::leader_revision`], in milliseconds.
+pub const ETCD_PROBE_TIMEOUT_MS: u64 = 1_000;
 
 /// The files of an etcd that serves clients over TLS.
 #[derive(Debug, Clone)]
@@ -97,6 +99,26 @@ impl TestEtcd {
             async move { stopped.then_some(()) }
         })
         .await;
+    }
+
+    /// The `create_revision` of `<prefix>leader`, the key the elected control-plane
+    /// replica created (plaintext etcd only); `None` when no replica leads, or when etcd
+    /// gives no answer within [`ETCD_PROBE_TIMEOUT_MS`].
+    pub async fn leader_revision(&self, prefix: &str) -> Option<i64> {
+        let bound = Duration::from_millis(ETCD_PROBE_TIMEOUT_MS);
+        let options = etcd_client::ConnectOptions::new()
+            .with_connect_timeout(bound)
+            .with_timeout(bound);
+        let read = async {
+            let mut client = etcd_client::Client::connect([self.endpoint.as_str()], Some(options))
+                .await
+                .ok()?;
+            let got = client.get(format!("{prefix}leader"), None).await.ok()?;
+            got.kvs()
+                .first()
+                .map(etcd_client::KeyValue::create_revision)
+        };
+        tokio::time::timeout(bound, read).await.ok().flatten()
     }
 
     /// Resumes an etcd frozen by [`TestEtcd::freeze`] (SIGCONT).
