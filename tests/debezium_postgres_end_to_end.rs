@@ -208,7 +208,19 @@ async fn debezium_postgres_streams_through_wharf_and_its_slot_is_dropped_on_dele
         "the slot survives the executor's death"
     );
 
-    // DELETE: Wharf drops the slot and the publication on Debezium's behalf.
+    // DELETE: Wharf drops the slot and the publication on Debezium's behalf. The plan
+    // says so: the connector's step cleans up (Wharf does it), the task's cannot (the
+    // Java task has no stop(boolean)).
+    let plan = c.call("DeleteConnector", json!({ "name": "cdc", "dry_run": true }));
+    let steps = plan.body["plan"]["steps"]
+        .as_array()
+        .cloned()
+        .unwrap_or_default();
+    let marks: Vec<bool> = steps
+        .iter()
+        .map(|s| s["cleanupNotSupported"] == true)
+        .collect();
+    assert_eq!(marks, [true, false], "{}", plan.body);
     let r = c.call(
         "DeleteConnector",
         json!({ "name": "cdc", "wait": true, "wait_timeout_ms": 60000 }),

@@ -55,13 +55,19 @@ fn compile_host(dir: &Path) -> String {
         .map(|j| libs.join(j).display().to_string())
         .collect();
     let classes = dir.join("classes");
-    let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("jvm-host/src/wharf/host/PluginHost.java");
+    let sources: Vec<PathBuf> =
+        std::fs::read_dir(Path::new(env!("CARGO_MANIFEST_DIR")).join("jvm-host/src/wharf/host"))
+            .unwrap()
+            .flatten()
+            .map(|e| e.path())
+            .filter(|p| p.extension().is_some_and(|x| x == "java"))
+            .collect();
     let status = Command::new("javac")
         .arg("-d")
         .arg(&classes)
         .arg("-cp")
         .arg(jars.join(":"))
-        .arg(&src)
+        .args(&sources)
         .status()
         .expect("javac runs");
     assert!(status.success(), "javac failed");

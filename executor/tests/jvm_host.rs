@@ -351,3 +351,116 @@ async fn file_stream_source_and_sink_run_in_the_jvm_host() {
     task.stop_with(false).await.unwrap();
     assert_eq!(std::fs::read_to_string(&output).unwrap(), "alpha\nbeta\n");
 }
+
+#[tokio::test]
+async fn records_are_converted_with_the_connectors_own_converters() {
+    let tmp = tempfile::tempdir().unwrap();
+    let plugins = host(
+        tmp.path(),
+        &[
+            "org.apache.kafka.connect.file.FileStreamSourceConnector",
+            "org.apache.kafka.connect.file.FileStreamSinkConnector",
+        ],
+    );
+    let source = the(
+        &plugins,
+        "org.apache.kafka.connect.file.FileStreamSourceConnector",
+    );
+    let input = tmp.path().join("in.txt");
+    std::fs::write(&input, "alpha\n").unwrap();
+    // value.converter as Connect reads it: the class, then its options by prefix.
+    let config: ConfigMap = [
+        ("file".to_owned(), input.display().to_string()),
+        ("topic".to_owned(), "lines".to_owned()),
+        (
+            "value.converter".to_owned(),
+            "org.apache.kafka.connect.json.JsonConverter".to_owned(),
+        ),
+        (
+            "value.converter.schemas.enable".to_owned(),
+            "false".to_owned(),
+        ),
+    ]
+    .into();
+    let mut connector = (source.connector)();
+    connector
+        .start(
+            ConnectorContext::new("conv", "i1", false, "test", Arc::new(|| {})),
+            config.clone(),
+        )
+        .await
+        .unwrap();
+    let configs = connector.task_configs(1).await.unwrap();
+    let TaskFactory::Source(make) = &source.task else {
+        panic!("a source")
+    };
+    let mut task = make();
+    task.start(task_ctx("conv", &config), configs[0].clone())
+        .await
+        .unwrap();
+    let mut records = Vec::new();
+    while records.is_empty() {
+        records.extend(task.poll().await.unwrap());
+    }
+    assert_eq!(
+        String::from_utf8_lossy(&records[0].value),
+        "\"alpha\"",
+        "schemaless JSON, no envelope"
+    );
+    task.stop_with(false).await.unwrap();
+    connector.stop_with(false).await.unwrap();
+
+    // A sink reads with its own: StringConverter bytes are the line itself.
+    let sink = the(
+        &plugins,
+        "org.apache.kafka.connect.file.FileStreamSinkConnector",
+    );
+    let output = tmp.path().join("out.txt");
+    let config: ConfigMap = [
+        ("file".to_owned(), output.display().to_string()),
+        ("topics".to_owned(), "lines".to_owned()),
+        (
+            "value.converter".to_owned(),
+            "org.apache.kafka.connect.storage.StringConverter".to_owned(),
+        ),
+    ]
+    .into();
+    let TaskFactory::Sink(make) = &sink.task else {
+        panic!("a sink")
+    };
+    let mut task = make();
+    task.start(task_ctx("conv-sink", &config), config.clone())
+        .await
+        .unwrap();
+    task.put(vec![SinkRecord {
+        partition: 0,
+        topic: "lines".to_owned(),
+        key: None,
+        value: b"plain text".to_vec(),
+        headers: Vec::new(),
+        timestamp_ms: None,
+        offset: 0,
+        data: None,
+    }])
+    .await
+    .unwrap();
+    task.flush(&[(TopicPartition::new("lines", 0), 1)].into())
+        .await
+        .unwrap();
+    task.stop_with(false).await.unwrap();
+    assert_eq!(std::fs::read_to_string(&output).unwrap(), "plain text\n");
+
+    // A converter class that does not exist fails the start naming the key.
+    let TaskFactory::Sink(make) = &sink.task else {
+        panic!("a sink")
+    };
+    let mut bad = make();
+    let mut config = config;
+    config.insert("value.converter".to_owned(), "no.such.Converter".to_owned());
+    let err = bad
+        .start(task_ctx("conv-bad", &config), config.clone())
+        .await
+        .unwrap_err();
+    assert!(err.to_string().contains("config[value.converter]"), "{err}");
+    let _ = bad.stop_with(false).await;
+}

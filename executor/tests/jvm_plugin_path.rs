@@ -84,7 +84,7 @@ fn test_plugin_jar(dir: &Path, jar: &Path) {
     assert!(status.success(), "jar failed");
 }
 
-fn info<'a>(processes: &'a [Arc<PluginProcess>], name: &str) -> pb::PluginInfo {
+fn info(processes: &[Arc<PluginProcess>], name: &str) -> pb::PluginInfo {
     processes
         .iter()
         .flat_map(|p| p.plugins())

@@ -427,6 +427,12 @@ public final class PluginHost {
     return out;
   }
 
+  /** A JSON object's text as a map. */
+  @SuppressWarnings("unchecked")
+  static Map<String, Object> jsonObject(String text) throws IOException {
+    return JSON.readValue(text, Map.class);
+  }
+
   static String canonical(Object partition) throws IOException {
     return JSON.writeValueAsString(JSON.readTree(JSON.writeValueAsString(partition)));
   }
@@ -531,7 +537,7 @@ public final class PluginHost {
       Map<String, String> taskConfig = map(b, 9);
       for (Map<Integer, List<Object>> o : msgs(b, 10)) {
         inst.offsets.put(canonical(JSON.readValue(str(o, 1), Map.class)),
-            longs(JSON.readValue(str(o, 2), Map.class)));
+            longs(jsonObject(str(o, 2))));
       }
       String topics = connectorConfig.getOrDefault("topics", "");
       for (String t : topics.split(",")) {
