@@ -186,7 +186,33 @@ async fn a_python_plugin_moves_records_and_hears_stop_true_exactly_on_deletion()
             .all(|s| s == "deleted=false")
     );
 
-    // Delete: exactly one stop(true) for the task and the connector, the last ones.
+    // The plugin recorded its resources over the protocol: the control plane's ledger
+    // holds the directory and the task's file, created and confirmed.
+    let r = c.call("GetConnectorResources", json!({ "name": "py" }));
+    assert_eq!(r.code, 0, "{}", r.err);
+    let ledger: Vec<(String, String, String)> = r.body["entries"]
+        .as_array()
+        .cloned()
+        .unwrap_or_default()
+        .iter()
+        .map(|e| {
+            let res = &e["resource"];
+            (
+                res["kind"].as_str().unwrap_or_default().to_owned(),
+                res["name"].as_str().unwrap_or_default().to_owned(),
+                e["state"].as_str().unwrap_or_default().to_owned(),
+            )
+        })
+        .collect();
+    for (kind, name) in [("directory", "dir-py"), ("file", "task-0")] {
+        assert!(
+            ledger.contains(&(kind.to_owned(), name.to_owned(), "confirmed".to_owned())),
+            "{ledger:?}"
+        );
+    }
+
+    // Delete: exactly one stop(true) for the task and the connector, the last ones (the
+    // deletion finishes only once the plugin released what it recorded).
     let r = c.call("DeleteConnector", json!({ "name": "py" }));
     assert_eq!(r.code, 0, "{}", r.err);
     wait_deleted(&c, "py").await;

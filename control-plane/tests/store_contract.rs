@@ -281,8 +281,8 @@ fn audit_contract(s: &dyn StateStore) {
 /// removed by id.
 fn ledger_contract(s: &dyn StateStore) {
     use wharf_control_plane::model::resources::{
-        EntryState, LedgerEntry, Locator, OrphanReason, OrphanRecord, Resource, ResourceKind,
-        ResourceOwner,
+        EntryState, LedgerEntry, Locator, OrphanCleanup, OrphanReason, OrphanRecord, Resource,
+        ResourceKind, ResourceOwner,
     };
     let entry = LedgerEntry {
         resource: Resource::created(
@@ -310,7 +310,15 @@ fn ledger_contract(s: &dyn StateStore) {
         entry: entry.clone(),
         reason: OrphanReason::Force,
         orphaned_at_ms: at,
-        cleanup: None,
+        // The purge's context holds the connector's config, secrets included: sealed.
+        cleanup: Some(OrphanCleanup {
+            plugin: "p".into(),
+            config: [("connection.password".to_owned(), SECRET.to_owned())]
+                .into_iter()
+                .collect(),
+            task_config: Default::default(),
+            cleanup_timeout_ms: 1000,
+        }),
         purge_error: String::new(),
     };
     s.put_orphans(&[orphan("i1-1", 20), orphan("i1-0", 10)])
@@ -323,6 +331,17 @@ fn ledger_contract(s: &dyn StateStore) {
     let left = s.orphans().unwrap();
     assert_eq!(left.len(), 1);
     assert_eq!(left[0], orphan("i1-1", 20));
+
+    // A purge's generation is above every one handed out, and below every later
+    // connector's.
+    let g1 = s.reserve_generation().unwrap();
+    let g2 = s.reserve_generation().unwrap();
+    assert!(g2 > g1, "{g1} {g2}");
+    assert_eq!(
+        s.create_connector(&rec("after-purge")).unwrap(),
+        CreateOutcome::Created
+    );
+    assert!(s.connector("after-purge").unwrap().unwrap().next_generation > g2);
 }
 
 fn etcd_store(etcd: &TestEtcd, prefix: &str, dir: &std::path::Path) -> EtcdStore {

@@ -616,12 +616,15 @@ impl ExecutorRegistry for RegistryService {
         let Some(rec) = store.connector(&req.connector).map_err(ApiError::from)? else {
             // A purge's cleanup-only instance: its connector is gone from the store, its
             // releases go to the purge (docs/resources.md, "Orphans").
+            let from = crate::reconcile::purges::Recorder {
+                executor: &req.executor_id,
+                task: req.task,
+                generation: req.generation,
+                incarnation: &req.incarnation,
+            };
             return match self.cluster.purges.record(
                 &req.connector,
-                &req.executor_id,
-                req.task,
-                req.generation,
-                &req.incarnation,
+                &from,
                 &changes,
                 crate::reconcile::now_ms(),
             ) {

@@ -25,15 +25,28 @@ pub struct PurgeRun {
     pub ledger: Vec<LedgerEntry>,
 }
 
-/// Whether a ledger change from `executor` at `generation` for `task` of `incarnation`
-/// belongs to `run`: only its own cleanup-only instance records into it. Pure.
-pub fn purge_admission(
-    run: &PurgeRun,
-    executor: &str,
-    task: Option<u32>,
-    generation: u64,
-    incarnation: &str,
-) -> Result<(), String> {
+/// The instance a ledger change comes from, as its executor names it.
+#[derive(Debug, Clone, Copy)]
+pub struct Recorder<'a> {
+    /// The executor.
+    pub executor: &'a str,
+    /// The task; `None` for the connector instance.
+    pub task: Option<u32>,
+    /// The instance's generation.
+    pub generation: u64,
+    /// The incarnation it runs for.
+    pub incarnation: &'a str,
+}
+
+/// Whether a ledger change from `from` belongs to `run`: only its own cleanup-only
+/// instance records into it. Pure.
+pub fn purge_admission(run: &PurgeRun, from: &Recorder<'_>) -> Result<(), String> {
+    let Recorder {
+        executor,
+        task,
+        generation,
+        incarnation,
+    } = *from;
     let owner = match task {
         Some(t) => ResourceOwner::Task(t),
         None => ResourceOwner::Connector,
@@ -90,30 +103,26 @@ impl Purges {
     pub fn record(
         &self,
         connector: &str,
-        executor: &str,
-        task: Option<u32>,
-        generation: u64,
-        incarnation: &str,
+        from: &Recorder<'_>,
         changes: &[(Resource, LedgerChange)],
         now_ms: i64,
     ) -> Option<Result<(), String>> {
         let mut runs = self.runs();
         let run = runs.get_mut(connector)?;
-        Some(
-            purge_admission(run, executor, task, generation, incarnation).and_then(|()| {
-                let owner = run.owner;
-                apply_changes(
-                    connector,
-                    &mut run.ledger,
-                    owner,
-                    incarnation,
-                    changes,
-                    now_ms,
-                )
-                .map(|_| ())
-                .map_err(|e| e.to_string())
-            }),
-        )
+        let incarnation = from.incarnation;
+        Some(purge_admission(run, from).and_then(|()| {
+            let owner = run.owner;
+            apply_changes(
+                connector,
+                &mut run.ledger,
+                owner,
+                incarnation,
+                changes,
+                now_ms,
+            )
+            .map(|_| ())
+            .map_err(|e| e.to_string())
+        }))
     }
 }
 
@@ -146,21 +155,35 @@ mod tests {
         }
     }
 
+    fn from<'a>(
+        executor: &'a str,
+        task: Option<u32>,
+        generation: u64,
+        incarnation: &'a str,
+    ) -> Recorder<'a> {
+        Recorder {
+            executor,
+            task,
+            generation,
+            incarnation,
+        }
+    }
+
     #[test]
     fn the_purges_own_instance_is_admitted() {
-        assert_eq!(purge_admission(&run(), "e1", None, 9, "i1"), Ok(()));
+        assert_eq!(purge_admission(&run(), &from("e1", None, 9, "i1")), Ok(()));
     }
 
     #[test]
     fn another_incarnation_is_refused() {
-        assert!(purge_admission(&run(), "e1", None, 9, "i2").is_err());
+        assert!(purge_admission(&run(), &from("e1", None, 9, "i2")).is_err());
     }
 
     #[test]
     fn another_executor_generation_or_owner_is_refused() {
-        assert!(purge_admission(&run(), "e2", None, 9, "i1").is_err());
-        assert!(purge_admission(&run(), "e1", None, 8, "i1").is_err());
-        assert!(purge_admission(&run(), "e1", Some(0), 9, "i1").is_err());
+        assert!(purge_admission(&run(), &from("e2", None, 9, "i1")).is_err());
+        assert!(purge_admission(&run(), &from("e1", None, 8, "i1")).is_err());
+        assert!(purge_admission(&run(), &from("e1", Some(0), 9, "i1")).is_err());
     }
 
     #[test]
@@ -169,15 +192,13 @@ mod tests {
         assert!(p.begin("c", run()));
         assert!(!p.begin("c", run()), "one purge per name");
         assert!(
-            p.record("other", "e1", None, 9, "i1", &[], 1).is_none(),
+            p.record("other", &from("e1", None, 9, "i1"), &[], 1)
+                .is_none(),
             "no purge of that name"
         );
         let r = p.record(
             "c",
-            "e1",
-            None,
-            9,
-            "i1",
+            &from("e1", None, 9, "i1"),
             &[(queue(), LedgerChange::Release)],
             1,
         );
