@@ -94,6 +94,7 @@ async fn a_destructive_stop_queued_at_a_frozen_executor_does_not_run_after_the_n
                 timeout_ms: 0,
                 incarnation: old_incarnation,
                 executor_epoch: epoch,
+                created_topics: Vec::new(),
             })
             .await
     });
