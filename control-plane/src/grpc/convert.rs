@@ -644,6 +644,75 @@ pub fn audit_entry(e: AuditEntry) -> pb::AuditEntry {
 mod tests {
     use super::*;
 
+    fn executor_with(
+        id: &str,
+        lost: bool,
+        transforms: &[(&str, pb::TransformPluginKind)],
+    ) -> ExecutorRecord {
+        let infos: Vec<pb::TransformPluginInfo> = transforms
+            .iter()
+            .map(|(name, kind)| pb::TransformPluginInfo {
+                name: (*name).to_owned(),
+                version: "1".into(),
+                kind: *kind as i32,
+                config_defs: Vec::new(),
+            })
+            .collect();
+        ExecutorRecord {
+            id: id.into(),
+            address: format!("http://{id}"),
+            epoch: 1,
+            plugins: Vec::new(),
+            lost,
+            record_log: String::new(),
+            transforms: transform_records(&infos),
+        }
+    }
+
+    #[test]
+    fn custom_transforms_are_listed_by_name_with_the_live_executors_that_have_them() {
+        use pb::TransformPluginKind::{Predicate, Transformation};
+        let mut undecodable = executor_with("e4", false, &[]);
+        undecodable.transforms.push(crate::model::TransformRecord {
+            name: "broken".into(),
+            info: vec![0xff, 0xff],
+        });
+        let execs = [
+            executor_with(
+                "e1",
+                false,
+                &[("b.Up", Transformation), ("a.Is", Predicate)],
+            ),
+            executor_with("e2", false, &[("b.Up", Transformation)]),
+            executor_with("e3", true, &[("c.Gone", Transformation)]),
+            undecodable,
+        ];
+        let listed = live_transforms(&execs, &|e| !e.lost);
+        let names: Vec<(String, Vec<String>)> = listed
+            .iter()
+            .map(|t| {
+                (
+                    t.plugin
+                        .as_ref()
+                        .map(|p| p.name.clone())
+                        .unwrap_or_default(),
+                    t.executor_ids.clone(),
+                )
+            })
+            .collect();
+        assert_eq!(
+            names,
+            [
+                ("a.Is".to_owned(), vec!["e1".to_owned()]),
+                ("b.Up".to_owned(), vec!["e1".to_owned(), "e2".to_owned()]),
+            ]
+        );
+        assert_eq!(
+            listed[0].plugin.as_ref().map(|p| p.kind),
+            Some(Predicate as i32)
+        );
+    }
+
     #[test]
     fn a_paused_connectors_running_connector_instance_is_paused() {
         let s = state_to_pb(InstanceState::Running, TargetState::Paused, Of::Connector);

@@ -373,3 +373,39 @@ pub(crate) async fn start<I: Instance>(
     I::after_start(&instance, &state, &req);
     state
 }
+
+#[cfg(test)]
+mod tests {
+    use wharf::sdk::{ConfigKey, ConfigType, Importance};
+
+    use super::*;
+
+    #[test]
+    fn the_secret_values_are_those_of_password_marked_or_secret_looking_keys() {
+        let def = ConfigDef::new()
+            .define(ConfigKey::new(
+                "db.pw",
+                ConfigType::Password,
+                Importance::High,
+                "",
+            ))
+            .define(ConfigKey::new("host", ConfigType::String, Importance::High, "").secret())
+            .define(ConfigKey::new(
+                "topic",
+                ConfigType::String,
+                Importance::High,
+                "",
+            ));
+        let connector: ConfigMap = [("db.pw", "p1"), ("topic", "t"), ("api.key", "k1")]
+            .into_iter()
+            .map(|(k, v)| (k.to_owned(), v.to_owned()))
+            .collect();
+        let task: ConfigMap = [("host", "h1")]
+            .into_iter()
+            .map(|(k, v)| (k.to_owned(), v.to_owned()))
+            .collect();
+        let mut got = secret_values(&def, &[&connector, &task]);
+        got.sort();
+        assert_eq!(got, ["h1", "k1", "p1"]);
+    }
+}

@@ -111,8 +111,12 @@ impl Transformation for MaskField {
             None => {
                 let mut map = into_map(value, "mask fields")?;
                 for f in &self.fields {
-                    let masked = self.masked(map_get(&map, f))?;
-                    map_put(&mut map, f, masked);
+                    // The field's value is taken out and masked in its place (a missing
+                    // one is a null, masked and added, as Connect does).
+                    match map.iter_mut().find(|(k, _)| k.as_str() == Some(f.as_str())) {
+                        Some((_, v)) => *v = self.masked(std::mem::replace(v, Value::Null))?,
+                        None => map_put(&mut map, f, self.masked(Value::Null)?),
+                    }
                 }
                 Data::schemaless(Value::Map(map))
             }
