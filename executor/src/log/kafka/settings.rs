@@ -92,7 +92,8 @@ pub enum OverridePolicy {
     /// `sasl.username`, `sasl.password` (librdkafka's counterparts of Connect's
     /// `security.protocol`, `sasl.mechanism` and `sasl.jaas.config`).
     Principal,
-    /// Every property a passthrough may set ([`passthrough_refusal`]), and the principal's.
+    /// Every property a passthrough may set (those `passthrough_refusal` allows), and the
+    /// principal's.
     #[default]
     All,
 }
