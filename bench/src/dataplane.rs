@@ -140,7 +140,8 @@ fn line(t_ns: u64) -> String {
     format!("{head}{}\"}}\n", "x".repeat(pad))
 }
 
-fn append_lines(path: &Path, n: usize) -> anyhow::Result<()> {
+/// Appends `n` record lines carrying the current time to `path`.
+pub(crate) fn append_lines(path: &Path, n: usize) -> anyhow::Result<()> {
     let mut f = std::fs::OpenOptions::new()
         .create(true)
         .append(true)
@@ -310,14 +311,43 @@ pub async fn pipeline(
         bail!("{tag}: the sink kept landing on the source's executor {src_host}");
     }
 
-    // Throughput: all records written at once; rate from the first to the last arrival
-    // (the source's idle poll wait before it sees the file is not the pipeline's rate).
-    append_lines(&src, BULK_RECORDS)?;
+    let (rate, latencies) = measure_files(&src, &sink, tag).await?;
+    let placement = (src_host, sink_host);
+    for name in [&src_name, &sink_name] {
+        delete_wait(cluster, name).await?;
+    }
+    let _ = std::fs::remove_file(&src);
+    let _ = std::fs::remove_file(&sink);
+    Ok(PipelineRun {
+        rate,
+        latencies,
+        placement,
+    })
+}
+
+/// Throughput and end-to-end latency of a running file -> file pipeline (Wharf's or
+/// Kafka Connect's) that reads `src` and writes `sink`, both empty. A warm-up line first
+/// (written, then awaited in the sink file), so that both ends are reading before the clock
+/// runs; then [`BULK_RECORDS`] lines at once, rate = records / (first arrival -> last
+/// one); then the paced phase, latency = read in the sink file - the time in the line.
+pub async fn measure_files(src: &Path, sink: &Path, tag: &str) -> anyhow::Result<(f64, Vec<f64>)> {
     let mut tail = Tail {
-        path: sink.clone(),
+        path: sink.to_path_buf(),
         pos: 0,
         partial: String::new(),
     };
+    append_lines(src, 1)?;
+    let t0 = Instant::now();
+    while tail.read()?.is_empty() {
+        if t0.elapsed() > Duration::from_secs(PIPELINE_DEADLINE_S) {
+            bail!("{tag}: the warm-up line did not arrive");
+        }
+        tokio::time::sleep(Duration::from_millis(TAIL_POLL_MS)).await;
+    }
+
+    // Throughput: all records written at once; rate from the first to the last arrival
+    // (the source's idle poll wait before it sees the file is not the pipeline's rate).
+    append_lines(src, BULK_RECORDS)?;
     let t0 = Instant::now();
     let mut first: Option<(Instant, usize)> = None;
     let mut seen = 0usize;
@@ -334,11 +364,10 @@ pub async fn pipeline(
     }
     let (t_first, n_first) = first.context("no record arrived")?;
     let rate = (BULK_RECORDS - n_first) as f64 / t_first.elapsed().as_secs_f64().max(1e-6);
-    let placement = (src_host, sink_host);
 
     // Paced phase: records written with their time; latency = seen in the sink file - t.
     let writer = {
-        let src = src.clone();
+        let src = src.to_path_buf();
         tokio::spawn(async move {
             for _ in 0..PACED_BATCHES {
                 append_lines(&src, PACED_BATCH_RECORDS)?;
@@ -354,7 +383,8 @@ pub async fn pipeline(
         let lines = tail.read()?;
         let now = now_ns();
         for l in lines {
-            let v: serde_json::Value = serde_json::from_str(&l)?;
+            let v: serde_json::Value = serde_json::from_str(&l)
+                .with_context(|| format!("{tag}: a line in the sink file is not JSON: {l:?}"))?;
             let sent = v.get("t").and_then(serde_json::Value::as_u64).unwrap_or(0);
             latencies.push(now.saturating_sub(sent) as f64 / 1e6);
         }
@@ -364,16 +394,7 @@ pub async fn pipeline(
         tokio::time::sleep(Duration::from_millis(TAIL_POLL_MS)).await;
     }
     writer.await??;
-    for name in [&src_name, &sink_name] {
-        delete_wait(cluster, name).await?;
-    }
-    let _ = std::fs::remove_file(&src);
-    let _ = std::fs::remove_file(&sink);
-    Ok(PipelineRun {
-        rate,
-        latencies,
-        placement,
-    })
+    Ok((rate, latencies))
 }
 
 fn raw_records() -> Vec<LogRecord> {

@@ -8,6 +8,7 @@
 
 mod dataplane;
 mod deletion;
+mod kafka_peer;
 mod observe;
 mod peer;
 mod procs;
@@ -278,7 +279,10 @@ async fn main() -> anyhow::Result<()> {
     }
     if args.wants("dataplane") || args.wants("kafka") {
         eprintln!("[bench] data plane through Kafka (tansu), {DATAPLANE_RUNS} runs");
-        r.kafka = Some(run_kafka(&args, &root).await?);
+        let (k, tuned, peer) = run_kafka(&args, &root).await?;
+        r.kafka = Some(k);
+        r.kafka_tuned = Some(tuned);
+        r.kafka_peer = Some(peer);
     }
     if args.wants("scale") {
         run_scale(&args, &root, started, &remaining, &mut r).await?;
@@ -349,6 +353,11 @@ struct Results {
     jetstream: Option<dataplane::BackendResult>,
     /// File source -> Kafka (a tansu broker) -> file sink, beside raw rdkafka.
     kafka: Option<dataplane::BackendResult>,
+    /// Kafka Connect's file pipeline and FileStreamSource in Wharf's JVM host and in Kafka
+    /// Connect, on the same broker as `kafka`.
+    kafka_peer: Option<kafka_peer::KafkaPeer>,
+    /// `kafka` with [`KAFKA_FETCH_WAIT_OPTION`].
+    kafka_tuned: Option<dataplane::BackendResult>,
     target: Vec<scale::ScalePoint>,
     /// The target step's runs with metrics scraped and spans exported (issue 16), each
     /// paired with the off run of the same index (the order alternates).
@@ -449,48 +458,101 @@ async fn run_jetstream(
     Ok(out)
 }
 
+/// The `--record-log` of the Kafka runs: `kafka://BROKER`, plus `WHARF_BENCH_KAFKA_OPTIONS`
+/// (`?consumer.fetch.wait.max.ms=...`, docs/kafka.md) when set, for before/after
+/// comparisons of client settings (bench/NOTES.md).
+fn kafka_record_log(broker: &str) -> String {
+    let options = std::env::var("WHARF_BENCH_KAFKA_OPTIONS").unwrap_or_default();
+    format!("kafka://{broker}{options}")
+}
+
+/// What the Kafka rows give Wharf's consumers beside the default: the fetch wait Kafka
+/// Connect's workers get in this bench (`consumer.fetch.max.wait.ms=10`), since tansu
+/// answers a fetch only when its wait ran out (bench/NOTES.md, docs/kafka.md).
+pub const KAFKA_FETCH_WAIT_OPTION: &str = "?consumer.fetch.wait.max.ms=10";
+
+/// Wharf's Kafka pipeline with its default client settings and with
+/// [`KAFKA_FETCH_WAIT_OPTION`], beside the raw client, then Kafka Connect on the same
+/// broker.
 async fn run_kafka(
     args: &Args,
     root: &std::path::Path,
-) -> anyhow::Result<dataplane::BackendResult> {
+) -> anyhow::Result<(
+    dataplane::BackendResult,
+    dataplane::BackendResult,
+    kafka_peer::KafkaPeer,
+)> {
     let mut out = dataplane::BackendResult::default();
+    let mut tuned = dataplane::BackendResult::default();
     let dir = root.join("dp-kafka");
     let kafka = procs::Tansu::start(&dir.join("tansu")).await?;
     let opts = procs::ClusterOptions {
-        record_log: Some(format!("kafka://{}", kafka.broker)),
+        record_log: Some(kafka_record_log(&kafka.broker)),
+        ..procs::ClusterOptions::plain(1)
+    };
+    let tuned_opts = procs::ClusterOptions {
+        record_log: Some(format!("kafka://{}{KAFKA_FETCH_WAIT_OPTION}", kafka.broker)),
         ..procs::ClusterOptions::plain(1)
     };
     for r in 0..DATAPLANE_RUNS {
         out.raw
             .push(dataplane::raw_kafka(&kafka.broker, &format!("k{r}")).await?);
-        // As for JetStream: the source starts on exec-1, exec-2 joins and takes the sink.
-        let croot = dir.join(format!("cluster-{r}"));
-        let mut cluster = procs::Cluster::start(&args.bin_dir, &croot, &opts).await?;
-        let split = dataplane::Split {
-            bin_dir: &args.bin_dir,
-            root: &croot,
-            opts: &opts,
-        };
-        out.runs.push(
-            dataplane::pipeline(
-                &mut cluster,
-                &dir.join("files"),
-                &format!("k{r}"),
-                Some(split),
-                false,
-            )
-            .await?,
-        );
-        eprintln!(
-            "[bench] kafka run {r}: raw {:.0}/s pipeline {:.0}/s p50 {:.1} ms p99 {:.1} ms placement {:?}",
-            out.raw[r],
-            out.runs[r].rate,
-            crate::stats::quantile(&out.runs[r].latencies, 0.5),
-            crate::stats::quantile(&out.runs[r].latencies, 0.99),
-            out.runs[r].placement
-        );
+        // Alternating which goes first, so that neither always runs on a warmer broker.
+        let mut order = [(false, &opts), (true, &tuned_opts)];
+        if r % 2 == 1 {
+            order.reverse();
+        }
+        for (is_tuned, opts) in order {
+            let tag = format!("{}{r}", if is_tuned { "kt" } else { "k" });
+            // As for JetStream: the source starts on exec-1, exec-2 joins and takes the sink.
+            let croot = dir.join(format!("cluster-{tag}"));
+            let mut cluster = procs::Cluster::start(&args.bin_dir, &croot, opts).await?;
+            let split = dataplane::Split {
+                bin_dir: &args.bin_dir,
+                root: &croot,
+                opts,
+            };
+            let run =
+                dataplane::pipeline(&mut cluster, &dir.join("files"), &tag, Some(split), false)
+                    .await?;
+            eprintln!(
+                "[bench] kafka run {r}{}: pipeline {:.0}/s p50 {:.1} ms p99 {:.1} ms placement {:?}",
+                if is_tuned {
+                    " with the fetch wait of Kafka Connect's workers"
+                } else {
+                    ""
+                },
+                run.rate,
+                crate::stats::quantile(&run.latencies, 0.5),
+                crate::stats::quantile(&run.latencies, 0.99),
+                run.placement
+            );
+            if is_tuned {
+                tuned.runs.push(run);
+            } else {
+                out.runs.push(run);
+            }
+        }
+        eprintln!("[bench] kafka run {r}: raw {:.0}/s", out.raw[r]);
     }
-    Ok(out)
+    tuned.raw = out.raw.clone();
+    if std::env::var("WHARF_BENCH_KAFKA_CONNECT").as_deref() == Ok("skip") {
+        return Ok((out, tuned, kafka_peer::KafkaPeer::default()));
+    }
+    let env = match &args.peer_missing {
+        Some(why) => Err(why.clone()),
+        None => peer::env_from(args.peer_env.as_ref()),
+    };
+    eprintln!("[bench] Kafka Connect's file connectors and the JVM host on the same broker");
+    let peer = kafka_peer::run(
+        &args.bin_dir,
+        &dir.join("peer"),
+        &kafka.broker,
+        env,
+        DATAPLANE_RUNS,
+    )
+    .await;
+    Ok((out, tuned, peer))
 }
 
 /// `--scale-sizes`: one run per size, each printed as one line; nothing is written.
@@ -1538,16 +1600,10 @@ fn render(r: &Results) -> String {
             .join("; ")
     );
     if let Some(k) = &r.kafka {
-        let ratio = k.rate() / k.raw_rate();
         let _ = writeln!(
             s,
-            "### Through Kafka\n\nThe same pipeline with `--record-log kafka://` on a tansu 0.6.0 broker (in-memory storage; a Kafka-protocol stand-in, not Apache Kafka: docs/kafka.md), source and sink tasks on two executors. Raw rate in the same run: a plain rdkafka producer (idempotent, `acks=all`, deliveries awaited per batch of 640) and a plain consumer (partition 0, an offset commit per 500 records) concurrently on the same broker.\n\n| backend | pipeline rec/s | raw rdkafka rec/s | pipeline / raw | e2e p50 ms | e2e p99 ms | target (>= 0.8x raw) |\n| --- | ---: | ---: | ---: | ---: | ---: | --- |\n| Kafka (tansu), two executors | {:.0} | {:.0} | {:.2}x | {:.1} | {:.1} | {} |\n",
-            k.rate(),
-            k.raw_rate(),
-            ratio,
-            k.p50(),
-            k.p99(),
-            met(ratio >= 0.8)
+            "{}",
+            kafka_peer::render(k, r.kafka_tuned.as_ref(), r.kafka_peer.as_ref())
         );
     }
     if let Some(p) = &r.peer {

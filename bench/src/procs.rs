@@ -201,6 +201,8 @@ pub struct ClusterOptions {
     /// Mutual TLS between every process (certificates made under the cluster's root with
     /// `wharf::certs`, as `wharf-control-plane certs` does; docs/security.md).
     pub mtls: bool,
+    /// More arguments of every executor (`--plugin-processes FILE`).
+    pub executor_args: Vec<String>,
 }
 
 impl ClusterOptions {
@@ -216,6 +218,7 @@ impl ClusterOptions {
             record_log: None,
             otlp_endpoint: None,
             mtls: false,
+            executor_args: Vec::new(),
         }
     }
 }
@@ -446,6 +449,7 @@ impl Cluster {
         let (extra, metrics) =
             observe_args(&format!("127.0.0.{}", i + 2), opts.otlp_endpoint.as_ref())?;
         args.extend(extra);
+        args.extend(opts.executor_args.iter().cloned());
         self.metrics.extend(metrics);
         Proc::spawn(&bin_dir.join("wharf-executor"), &args, &d)
     }

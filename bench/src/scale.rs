@@ -228,6 +228,7 @@ pub async fn run_step(
             record_log: None,
             mtls: false,
             otlp_endpoint: load.as_ref().map(|l| l.endpoint.clone()),
+            executor_args: Vec::new(),
         },
     )
     .await?;

@@ -39,6 +39,14 @@ pub struct PeerEnv {
     pub tansu_version: String,
     /// `java -version`'s first line.
     pub java_version: String,
+    /// Kafka Connect 3.9's file connectors jar (FileStreamSource, FileStreamSink), added to
+    /// the classpath of the workers that run them.
+    pub file_jar: Option<PathBuf>,
+    /// Classpath of Wharf's JVM plugin host (jvm-host/ compiled by scripts/peer-setup, and
+    /// the Connect jars it runs on).
+    pub host_classpath: Option<String>,
+    /// What the JVM host runs on, for the report.
+    pub host_version: String,
 }
 
 impl PeerEnv {
@@ -56,6 +64,9 @@ impl PeerEnv {
             connect_version: get("PEER_CONNECT_VERSION").unwrap_or_default(),
             tansu_version: get("PEER_TANSU_VERSION").unwrap_or_default(),
             java_version: get("PEER_JAVA_VERSION").unwrap_or_default(),
+            file_jar: get("PEER_FILE_JAR").map(PathBuf::from),
+            host_classpath: get("PEER_HOST_CLASSPATH"),
+            host_version: get("PEER_HOST_VERSION").unwrap_or_default(),
         })
     }
 
@@ -303,7 +314,7 @@ logger.herder.level = INFO
 
 /// The JVM flags of Kafka's `connect-distributed.sh` (its KAFKA_HEAP_OPTS and
 /// KAFKA_JVM_PERFORMANCE_OPTS defaults), what a user who starts a worker gets.
-const JVM_FLAGS: [&str; 7] = [
+pub const JVM_FLAGS: [&str; 7] = [
     "-Xms256M",
     "-Xmx2G",
     "-XX:+UseG1GC",
@@ -328,10 +339,25 @@ impl Worker {
     /// (`GET /health` 200, KIP-1017, or `GET /connectors` 200 where there is no such
     /// endpoint).
     pub async fn start(env: &PeerEnv, dir: &Path, o: &WorkerOptions) -> anyhow::Result<Self> {
+        Self::start_with(env, dir, o, &[]).await
+    }
+
+    /// [`Worker::start`] with `extra` lines (`key=value`) after the worker's properties.
+    pub async fn start_with(
+        env: &PeerEnv,
+        dir: &Path,
+        o: &WorkerOptions,
+        extra: &[String],
+    ) -> anyhow::Result<Self> {
         std::fs::create_dir_all(dir)?;
         let port = free_port()?;
         let props = dir.join("worker.properties");
-        std::fs::write(&props, worker_properties(o, port))?;
+        let mut text = worker_properties(o, port);
+        for line in extra {
+            text.push_str(line);
+            text.push('\n');
+        }
+        std::fs::write(&props, text)?;
         let log4j = dir.join("log4j2.properties");
         std::fs::write(&log4j, LOG4J2_PROPERTIES)?;
         let mut args: Vec<String> = JVM_FLAGS.iter().map(|s| s.to_string()).collect();
@@ -382,6 +408,13 @@ impl Worker {
     pub fn log(&self) -> String {
         std::fs::read_to_string(self.proc.dir.join("process.log")).unwrap_or_default()
     }
+}
+
+/// Unix time now, milliseconds (the clock of the worker's log lines).
+pub fn now_ms() -> i64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_millis() as i64)
 }
 
 /// The JoinGroup waits in a worker's log, as (start, end) Unix milliseconds: from a
