@@ -394,6 +394,23 @@ async fn a_release_on_stop_false_fails_plain_stop_releases_nothing() {
     );
 }
 
+/// A plain stop that removes a resource without a word in the ledger: the ledger looks
+/// right, the probe shows it gone.
+#[tokio::test]
+async fn a_removal_on_stop_false_without_a_release_fails_plain_stop_releases_nothing() {
+    let (_tmp, kit) = kit(Defect::DropsOnPlainStop);
+    let err = kit.plain_stop_releases_nothing().await.unwrap_err();
+    assert_eq!(err.check, "plain_stop_releases_nothing");
+    assert!(
+        err.message
+            .starts_with("stop(false) on every task and the connector removed")
+            && err
+                .message
+                .contains("only a deletion (stop(true)) may remove resources"),
+        "{err}"
+    );
+}
+
 #[tokio::test]
 async fn a_delete_that_never_releases_fails_delete_releases_every_created_entry() {
     let (_tmp, kit) = kit(Defect::KeepsLedgerAfterDelete);
