@@ -15,8 +15,8 @@ use std::time::Duration;
 
 use wharf_executor::process::{PluginProcess, ProcessSpec, start_processes};
 use wharf_sdk::{
-    CancellationToken, ConfigMap, ConnectorContext, Plugin, SinkRecord, TaskContext, TaskFactory,
-    TopicPartition,
+    CancellationToken, ConfigMap, ConnectorContext, Plugin, SinkRecord, SourceRecord, TaskContext,
+    TaskFactory, TopicPartition,
 };
 
 /// The Connect jars: `WHARF_CONNECT_LIBS`, else what `scripts/setup-services
@@ -463,4 +463,160 @@ async fn records_are_converted_with_the_connectors_own_converters() {
         .unwrap_err();
     assert!(err.to_string().contains("config[value.converter]"), "{err}");
     let _ = bad.stop_with(false).await;
+}
+
+/// Starts a source task of `plugin` with `config` (connector first, as the runtime does)
+/// and polls until `n` records arrived; stops both.
+async fn poll_records(
+    plugin: &Plugin,
+    name: &str,
+    config: &ConfigMap,
+    n: usize,
+) -> Vec<SourceRecord> {
+    let mut connector = (plugin.connector)();
+    connector
+        .start(
+            ConnectorContext::new(name, "i1", false, "test", Arc::new(|| {})),
+            config.clone(),
+        )
+        .await
+        .unwrap();
+    let configs = connector.task_configs(1).await.unwrap();
+    let TaskFactory::Source(make) = &plugin.task else {
+        panic!("a source")
+    };
+    let mut task = make();
+    task.start(task_ctx(name, config), configs[0].clone())
+        .await
+        .unwrap();
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
+    let mut records = Vec::new();
+    while records.len() < n {
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "{n} records within 30 s, got {records:?}"
+        );
+        records.extend(task.poll().await.unwrap());
+    }
+    task.stop_with(false).await.unwrap();
+    connector.stop_with(false).await.unwrap();
+    records
+}
+
+fn headers(record: &SourceRecord) -> Vec<(&str, &[u8])> {
+    record
+        .headers
+        .iter()
+        .map(|(k, v)| (k.as_str(), v.as_slice()))
+        .collect()
+}
+
+#[tokio::test]
+async fn headers_cross_both_ways_through_the_connectors_header_converter() {
+    let tmp = tempfile::tempdir().unwrap();
+    let plugins = host(
+        tmp.path(),
+        &["wharf.test.HeaderSource", "wharf.test.HeaderSink"],
+    );
+    let source = the(&plugins, "wharf.test.HeaderSource");
+    let config: ConfigMap = [("topic".to_owned(), "events".to_owned())].into();
+    let records = poll_records(&source, "hdr", &config, 2).await;
+
+    // Connect's default header.converter, SimpleHeaderConverter: a string header is its
+    // UTF-8 bytes, an int its decimal text; order and repeated keys are kept.
+    assert_eq!(
+        headers(&records[0]),
+        [("trace", &b"abc-123"[..]), ("attempt", &b"42"[..])]
+    );
+    assert_eq!(
+        headers(&records[1]),
+        [
+            ("trace", "héllo ✓".as_bytes()),
+            ("attempt", &b"-7"[..]),
+            ("tag", &b"a"[..]),
+            ("tag", &b"b"[..]),
+            // The protocol's header value has no null: a null crosses as empty bytes.
+            ("nothing", &b""[..]),
+        ]
+    );
+
+    // A sink task gets them back as Connect headers read by SimpleHeaderConverter, which
+    // infers the type from the text as a Connect worker's does (the smallest integer type).
+    let sink = the(&plugins, "wharf.test.HeaderSink");
+    let events = tmp.path().join("sink.events");
+    let sink_config: ConfigMap = [
+        ("events.file".to_owned(), events.display().to_string()),
+        ("topics".to_owned(), "events".to_owned()),
+    ]
+    .into();
+    let TaskFactory::Sink(make) = &sink.task else {
+        panic!("a sink")
+    };
+    let mut task = make();
+    task.start(task_ctx("hdr-sink", &sink_config), sink_config.clone())
+        .await
+        .unwrap();
+    let sink_records = records
+        .iter()
+        .enumerate()
+        .map(|(i, r)| SinkRecord {
+            partition: 0,
+            topic: r.topic.clone(),
+            key: r.key.clone(),
+            value: r.value.clone(),
+            headers: r.headers.clone(),
+            timestamp_ms: None,
+            offset: i as u64,
+            data: None,
+        })
+        .collect();
+    task.put(sink_records).await.unwrap();
+    task.stop_with(false).await.unwrap();
+    let seen = std::fs::read_to_string(&events).unwrap();
+    assert_eq!(
+        seen.lines().collect::<Vec<_>>(),
+        [
+            "0 trace=abc-123 (STRING, String)",
+            "0 attempt=42 (INT8, Byte)",
+            "1 trace=héllo ✓ (STRING, String)",
+            "1 attempt=-7 (INT8, Byte)",
+            "1 tag=a (STRING, String)",
+            "1 tag=b (STRING, String)",
+            "1 nothing= (STRING, String)",
+        ]
+    );
+
+    // The connector's own header.converter, configured by its prefix: schemaless JSON.
+    let mut json = config.clone();
+    json.insert(
+        "header.converter".to_owned(),
+        "org.apache.kafka.connect.json.JsonConverter".to_owned(),
+    );
+    json.insert(
+        "header.converter.schemas.enable".to_owned(),
+        "false".to_owned(),
+    );
+    let records = poll_records(&source, "hdr-json", &json, 2).await;
+    assert_eq!(
+        headers(&records[0]),
+        [("trace", &b"\"abc-123\""[..]), ("attempt", &b"42"[..])]
+    );
+
+    // A class that is not a HeaderConverter fails the start naming the key.
+    let mut bad = sink_config.clone();
+    bad.insert(
+        "header.converter".to_owned(),
+        "org.apache.kafka.connect.file.FileStreamSinkConnector".to_owned(),
+    );
+    let mut task = make();
+    let err = task
+        .start(task_ctx("hdr-bad", &bad), bad.clone())
+        .await
+        .unwrap_err();
+    assert!(
+        err.to_string()
+            .contains("config[header.converter]: org.apache.kafka.connect.file.FileStreamSinkConnector is not a Kafka Connect HeaderConverter"),
+        "{err}"
+    );
+    let _ = task.stop_with(false).await;
 }

@@ -34,6 +34,8 @@ import org.apache.kafka.connect.connector.Connector;
 import org.apache.kafka.connect.connector.ConnectorContext;
 import org.apache.kafka.connect.connector.Task;
 import org.apache.kafka.connect.data.SchemaAndValue;
+import org.apache.kafka.connect.header.ConnectHeaders;
+import org.apache.kafka.connect.header.Header;
 import org.apache.kafka.connect.sink.SinkConnector;
 import org.apache.kafka.connect.sink.SinkRecord;
 import org.apache.kafka.connect.sink.SinkTask;
@@ -50,7 +52,8 @@ import org.apache.kafka.connect.storage.OffsetStorageReader;
  * offer (on the classpath), or --scan LOCATION... to offer every connector class found
  * there (a plugin.path location, PluginScan). Records cross as bytes made by the
  * connector's key.converter / value.converter (Converters: JsonConverter with
- * schemas.enable=true when unset, Connect's usual default).
+ * schemas.enable=true when unset, Connect's usual default); their headers as bytes made
+ * by its header.converter (SimpleHeaderConverter when unset, Connect's default).
  *
  * <p>KIP-883/KIP-901: a stop with connector_deleted=true calls a PUBLIC stop(boolean) of the
  * connector or task class, found with Class.getMethod (inherited included), with true; every
@@ -611,7 +614,8 @@ public final class PluginHost {
           SchemaAndValue value = inst.converters.values.toConnectData(topic, v == null ? new byte[0] : v);
           Long ts = r.containsKey(5) ? num(r, 5) : null;
           out.add(new SinkRecord(topic, 0, key.schema(), key.value(), value.schema(), value.value(),
-              num(r, 6), ts, ts == null ? TimestampType.NO_TIMESTAMP_TYPE : TimestampType.CREATE_TIME));
+              num(r, 6), ts, ts == null ? TimestampType.NO_TIMESTAMP_TYPE : TimestampType.CREATE_TIME,
+              sinkHeaders(inst, topic, msgs(r, 4))));
         }
         ((SinkTask) inst.obj).put(out);
         return null;
@@ -657,10 +661,30 @@ public final class PluginHost {
     }
     byte[] v = inst.converters.values.fromConnectData(r.topic(), r.valueSchema(), r.value());
     if (v != null) m.bytes(3, v);
+    for (Header h : r.headers()) {
+      // PluginHeader: key 1, value 2. The protocol has no null value: a null header
+      // value (SimpleHeaderConverter writes null for it) crosses as empty bytes.
+      byte[] hv = inst.converters.headers.fromConnectHeader(r.topic(), h.key(), h.schema(), h.value());
+      m.msg(4, new Msg().strAlways(1, h.key()).bytes(2, hv == null ? new byte[0] : hv));
+    }
     if (r.timestamp() != null) m.u64(5, r.timestamp());
     m.strAlways(6, JSON.writeValueAsString(r.sourcePartition() == null ? Map.of() : r.sourcePartition()));
     m.strAlways(7, JSON.writeValueAsString(r.sourceOffset() == null ? Map.of() : r.sourceOffset()));
     return m;
+  }
+
+  /**
+   * A Wharf sink record's headers (PluginHeader: key 1, value 2), in order, as Connect data
+   * read with the connector's header.converter, as a Connect worker builds a SinkRecord's.
+   */
+  static ConnectHeaders sinkHeaders(Instance inst, String topic, List<Map<Integer, List<Object>>> headers) {
+    ConnectHeaders out = new ConnectHeaders();
+    for (Map<Integer, List<Object>> h : headers) {
+      String key = str(h, 1);
+      byte[] v = raw(h, 2);
+      out.add(key, inst.converters.headers.toConnectHeader(topic, key, v == null ? new byte[0] : v));
+    }
+    return out;
   }
 
   /** Connect's OffsetStorageReader over the offsets the task was started with. */

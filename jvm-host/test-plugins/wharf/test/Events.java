@@ -2,12 +2,13 @@ package wharf.test;
 
 import java.io.FileWriter;
 import java.io.IOException;
+import java.nio.charset.StandardCharsets;
 import java.util.Map;
 
-/** Appends what a test plugin was called with to the file its config names. */
+/** Appends what a test plugin was called with to the file its config names, in UTF-8. */
 final class Events {
   static void write(Map<String, String> config, String line) {
-    try (FileWriter w = new FileWriter(config.get("events.file"), true)) {
+    try (FileWriter w = new FileWriter(config.get("events.file"), StandardCharsets.UTF_8, true)) {
       w.write(line + "\n");
     } catch (IOException e) {
       throw new RuntimeException(e);
