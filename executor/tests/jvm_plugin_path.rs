@@ -121,6 +121,8 @@ fn every_connector_class_of_a_plugin_path_is_offered_one_jvm_per_location() {
         names(&processes[1]),
         [
             "wharf.test.DeletionAwareSource",
+            "wharf.test.HeaderSink",
+            "wharf.test.HeaderSource",
             "wharf.test.PlainSource",
             "wharf.test.PrivateStopSource"
         ]
