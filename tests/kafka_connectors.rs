@@ -213,6 +213,27 @@ async fn created_topics_and_the_sinks_group_are_resources_and_go_only_as_configu
         );
     }
 
+    // The plans say what the deletions then do: a created topic is removed only under
+    // the key.
+    for (name, removed) in [("kr-made", false), ("kr-made-del", true)] {
+        let r = c.call("DeleteConnector", json!({ "name": name, "dry_run": true }));
+        assert_eq!(r.code, 0, "{name}: {}", r.err);
+        let listed = |list: &str| {
+            r.body["plan"][list]
+                .as_array()
+                .cloned()
+                .unwrap_or_default()
+                .iter()
+                .any(|e| e["resource"]["kind"] == "topic" && e["resource"]["name"] == name)
+        };
+        assert_eq!(
+            (listed("remove"), listed("keep")),
+            (removed, !removed),
+            "{name}: {}",
+            r.body
+        );
+    }
+
     // Deletion: only the created topic under the key goes; a pre-existing one never.
     for name in ["kr-made", "kr-made-del", "kr-there", "kr-there-del"] {
         let r = c.call("DeleteConnector", json!({ "name": name }));

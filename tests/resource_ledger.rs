@@ -748,3 +748,71 @@ async fn the_rest_gateway_serves_the_ledger_the_plan_and_refuses_a_second_claim(
     let gone = rest.empty("DELETE", "/connectors/rest-a?wait=true").await;
     assert_eq!(gone.status, 204, "{}", gone.body);
 }
+
+/// An orphan a live connector uses again is not purged: a purge's `stop(true)` would
+/// remove it under that connector (here a queue that a keep_resources deletion left and a
+/// new sink adopted, with its messages).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_purge_of_an_orphan_another_connector_uses_is_refused_and_changes_nothing() {
+    let rabbit_dir = KeepOnFailure::new();
+    let mut rabbit = TestRabbit::spawn(rabbit_dir.path());
+    let c = Cluster::start(1).await;
+    rabbit.wait_ready().await;
+    const QUEUE: &str = "kept.then.adopted.q";
+    let sink = || {
+        json!({
+            "connector.class": "rabbitmq-sink", "tasks.max": "1",
+            "topics": "ledger-purge-t", "rabbitmq.uri": rabbit.uri(), "queue": QUEUE,
+        })
+    };
+    c.call(
+        "CreateConnector",
+        json!({ "name": "kept", "config": sink() }),
+    );
+    c.wait_state("kept", "STATE_RUNNING", "STATE_RUNNING", 1, None)
+        .await;
+    let r = c.call(
+        "DeleteConnector",
+        json!({ "name": "kept", "keep_resources": true, "wait": true, "wait_timeout_ms": 30000 }),
+    );
+    assert_eq!(r["deleted"], true, "{r}");
+    let left = orphans_of(&c, "kept");
+    let ids: Vec<Value> = left.iter().map(|o| o["id"].clone()).collect();
+    assert!(
+        left.iter().any(|o| o["entry"]["resource"]["name"] == QUEUE),
+        "{left:?}"
+    );
+    assert!(rabbit.queue_exists(QUEUE).await.unwrap());
+
+    // A new sink on the same queue adopts it and holds it.
+    c.call(
+        "CreateConnector",
+        json!({ "name": "user", "config": sink() }),
+    );
+    c.wait_state("user", "STATE_RUNNING", "STATE_RUNNING", 1, None)
+        .await;
+
+    let r = call_at(
+        &c.cp_addr,
+        "wharf.v1.ConnectorAdmin/PurgeOrphanedResources",
+        &json!({ "ids": ids }),
+    );
+    assert_eq!(r.code, 9, "FAILED_PRECONDITION: {}", r.err);
+    assert!(
+        r.err.contains("\"user\"") && r.err.contains(QUEUE),
+        "names the connector using it: {}",
+        r.err
+    );
+    assert!(rabbit.queue_exists(QUEUE).await.unwrap(), "the queue stays");
+    assert_eq!(
+        orphans_of(&c, "kept").len(),
+        left.len(),
+        "the orphans stay listed"
+    );
+    let s = c.try_status("user").expect("user exists");
+    assert_eq!(s["connector"]["state"], "STATE_RUNNING", "{s}");
+    c.call(
+        "DeleteConnector",
+        json!({ "name": "user", "wait": true, "wait_timeout_ms": 30000 }),
+    );
+}

@@ -11,8 +11,8 @@ use wharf::pb::v1 as pb;
 
 use super::{Admin, ApiError, ApiResult};
 use crate::model::resources::{
-    EntryState, Holder, LedgerEntry, Origin, OrphanRecord, Resource, ResourceOwner, claim_refusal,
-    holder_of,
+    EntryState, Holder, LedgerEntry, Origin, OrphanRecord, Resource, ResourceKind, ResourceOwner,
+    claim_refusal, holder_of,
 };
 use crate::model::{ConnectorRecord, DeletionMode};
 use crate::reconcile::now_ms;
@@ -42,6 +42,33 @@ pub fn second_claim(
         })
         .collect();
     holder_of(wanted, &others).map(|(r, h)| claim_refusal(r, &h))
+}
+
+/// Why a purge of `groups` (every orphan of each owner whose cleanup would run) must not
+/// run: the first orphan whose resource a live connector of `all` declared or keeps in
+/// its ledger (created or adopted, not yet released), named with that connector. A
+/// purge's `stop(true)` removes what the owner created, so it would remove the resource
+/// under the connector now using it. `None` when no live connector holds any. Pure.
+pub fn purge_blocker(
+    groups: &[Vec<&OrphanRecord>],
+    all: &[Arc<ConnectorRecord>],
+) -> Option<String> {
+    groups.iter().flatten().find_map(|o| {
+        let r = &o.entry.resource;
+        all.iter()
+            .find(|c| {
+                c.declared.iter().any(|d| d.same_as(r))
+                    || c.resources
+                        .iter()
+                        .any(|e| e.resource.same_as(r) && !e.state.accounted())
+            })
+            .map(|c| {
+                format!(
+                    "orphan {:?} ({r}) is in use by connector {:?}: a purge would remove it under that connector; adopt the orphan into {:?} instead, or delete that connector first",
+                    o.id, c.name, c.name
+                )
+            })
+    })
 }
 
 /// The wire form of a ledger entry.
@@ -136,12 +163,21 @@ pub fn deletion_plan(
     steps.push(step(None, &rec.connector));
     let mut remove = Vec::new();
     let mut keep = Vec::new();
+    // Created topics go with the connector only when its config says so (docs/kafka.md).
+    let deletes_topics = rec
+        .config
+        .get(wharf::sdk::CLEANUP_DELETE_CREATED_TOPICS)
+        .is_some_and(|v| v.trim().eq_ignore_ascii_case("true"));
     for e in &rec.resources {
+        let kept_topic = e.resource.kind == ResourceKind::Topic && !deletes_topics;
         match (e.resource.origin, e.state.accounted(), mode) {
             // Already gone: neither removed nor kept.
             (Origin::Created, true, _) => {}
-            (Origin::Created, false, DeletionMode::Cleanup) => remove.push(entry_wire(e)),
-            (Origin::Created, false, DeletionMode::KeepResources) | (Origin::Adopted, _, _) => {
+            (Origin::Created, false, DeletionMode::Cleanup) if !kept_topic => {
+                remove.push(entry_wire(e))
+            }
+            (Origin::Created, false, DeletionMode::Cleanup | DeletionMode::KeepResources)
+            | (Origin::Adopted, _, _) => {
                 keep.push(entry_wire(e));
             }
         }
@@ -303,6 +339,12 @@ impl Admin {
             }
         }
         let groups = crate::model::resources::purge_groups(&chosen, &orphans);
+        if let Some(reason) = purge_blocker(&groups, &cluster.store.connectors_shared()?) {
+            return Err(ApiError::WrongState {
+                name: groups[0][0].connector.clone(),
+                reason,
+            });
+        }
         let mut purged = Vec::new();
         let mut remaining = Vec::new();
         for group in groups {
@@ -470,6 +512,84 @@ mod tests {
             &|_| true,
         );
         assert_eq!(on_kafka.consumer_groups, ["connect-c"]);
+    }
+
+    fn topic(name: &str) -> Resource {
+        Resource::created(
+            ResourceKind::Topic,
+            name,
+            Locator::default().host("k1:9092"),
+        )
+    }
+
+    #[test]
+    fn the_plan_keeps_a_created_topic_unless_the_config_deletes_created_topics() {
+        let mut r = rec("c");
+        r.resources = vec![entry(topic("t"), EntryState::Confirmed)];
+        let p = deletion_plan(
+            &r,
+            DeletionMode::Cleanup,
+            0,
+            false,
+            "kafka://k1:9092",
+            &|_| true,
+        );
+        assert!(p.remove.is_empty());
+        assert_eq!(p.keep.len(), 1);
+        r.config
+            .insert("cleanup.delete.created.topics".into(), "true".into());
+        let p = deletion_plan(
+            &r,
+            DeletionMode::Cleanup,
+            0,
+            false,
+            "kafka://k1:9092",
+            &|_| true,
+        );
+        assert_eq!(p.remove.len(), 1);
+        assert!(p.keep.is_empty());
+    }
+
+    fn orphan(id: &str, r: Resource) -> OrphanRecord {
+        OrphanRecord {
+            id: id.into(),
+            connector: "gone".into(),
+            entry: entry(r, EntryState::Confirmed),
+            reason: crate::model::resources::OrphanReason::KeepResources,
+            orphaned_at_ms: 0,
+            cleanup: None,
+            purge_error: String::new(),
+        }
+    }
+
+    #[test]
+    fn a_purge_is_blocked_by_a_live_connector_that_declared_the_resource() {
+        let o = orphan("i-0", queue("q"));
+        let mut live = rec("user");
+        live.declared = vec![queue("q").with_origin(Origin::Adopted)];
+        let why = purge_blocker(&[vec![&o]], &[Arc::new(live)]).unwrap();
+        assert!(why.contains("connector \"user\""), "{why}");
+        assert!(why.contains("i-0"), "{why}");
+    }
+
+    #[test]
+    fn a_purge_is_blocked_by_a_live_connector_whose_ledger_adopted_the_resource() {
+        let o = orphan("i-0", queue("q"));
+        let mut live = rec("user");
+        live.resources = vec![entry(
+            queue("q").with_origin(Origin::Adopted),
+            EntryState::Confirmed,
+        )];
+        assert!(purge_blocker(&[vec![&o]], &[Arc::new(live)]).is_some());
+    }
+
+    #[test]
+    fn a_purge_runs_when_no_live_connector_holds_the_resource() {
+        let o = orphan("i-0", queue("q"));
+        let mut other = rec("other");
+        other.declared = vec![queue("another")];
+        other.resources = vec![entry(queue("q"), EntryState::Released)];
+        assert!(purge_blocker(&[vec![&o]], &[Arc::new(other)]).is_none());
     }
 
     #[test]
