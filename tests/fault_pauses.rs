@@ -1,6 +1,6 @@
 //! Pauses of any part of a cluster, with real processes: SIGSTOP of the control plane, of
 //! an executor or of the control plane's etcd for about a lease (half a lease to two),
-//! then SIGCONT (issue 41, point 1). After each, within a few leases, every executor and
+//! then SIGCONT. After each, within a few leases, every executor and
 //! the control plane agree on one epoch (the control plane's ListExecutors against each
 //! executor's own ListAssignments), every executor is ALIVE, every task of the connectors
 //! runs again, and the line appended during the pause and one appended after it reach

@@ -10,7 +10,7 @@ use std::time::Duration;
 
 use tokio_postgres::{Client, NoTls};
 
-use crate::postgres_tls::{append, chown_tree, command, pg_bin_dir, run_as};
+use crate::postgres_tls::{append, chown_tree, command, initdb, pg_bin_dir, run_as};
 use crate::wait_until;
 
 /// Superuser of the cluster.
@@ -38,19 +38,7 @@ impl LogicalPostgres {
         let bin = pg_bin_dir();
         let data = dir.path().join("data");
         chown_tree(dir.path(), owner);
-        let out = command(bin.join("initdb"), owner)
-            .arg("-D")
-            .arg(&data)
-            .args(["-U", SUPERUSER, "--auth=trust", "--no-sync", "-E", "UTF8"])
-            .stdout(Stdio::null())
-            .stderr(Stdio::piped())
-            .output()
-            .expect("spawn initdb");
-        assert!(
-            out.status.success(),
-            "initdb failed: {}",
-            String::from_utf8_lossy(&out.stderr)
-        );
+        initdb(&bin, owner, &data);
         let port = crate::audit::free_port();
         append(
             &data.join("postgresql.conf"),

@@ -102,6 +102,24 @@ pub(crate) fn chown_tree(path: &Path, owner: Option<(u32, u32)>) {
     }
 }
 
+/// Runs `initdb` into `data` as `owner`: superuser `SUPERUSER`, trust auth, UTF8; panics
+/// with initdb's stderr when it fails.
+pub(crate) fn initdb(bin: &Path, owner: Option<(u32, u32)>, data: &Path) {
+    let out = command(bin.join("initdb"), owner)
+        .arg("-D")
+        .arg(data)
+        .args(["-U", SUPERUSER, "--auth=trust", "--no-sync", "-E", "UTF8"])
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .output()
+        .expect("spawn initdb");
+    assert!(
+        out.status.success(),
+        "initdb failed: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
 pub(crate) fn command(program: PathBuf, owner: Option<(u32, u32)>) -> Command {
     use std::os::unix::process::CommandExt;
     let mut c = Command::new(program);
@@ -132,19 +150,7 @@ impl TlsPostgres {
         let certs = write_ca_and_server_cert(&dir.path().join("certs"), names);
         chown_tree(dir.path(), owner);
         // The temp dir is 0700: the server's user must be able to enter it.
-        let status = command(bin.join("initdb"), owner)
-            .arg("-D")
-            .arg(&data)
-            .args(["-U", SUPERUSER, "--auth=trust", "--no-sync", "-E", "UTF8"])
-            .stdout(Stdio::null())
-            .stderr(Stdio::piped())
-            .output()
-            .expect("spawn initdb");
-        assert!(
-            status.status.success(),
-            "initdb failed: {}",
-            String::from_utf8_lossy(&status.stderr)
-        );
+        initdb(&bin, owner, &data);
         let port = crate::audit::free_port();
         let conf = format!(
             "listen_addresses = '127.0.0.1'\nport = {port}\nunix_socket_directories = '{sock}'\n\
