@@ -305,6 +305,19 @@ async fn a_record_the_sink_reports_errant_reaches_the_dead_letter_queue() {
     assert_eq!(records(&out).len(), 49);
 }
 
+/// Kafka Connect 4.x refuses a sink whose `topics` names a topic twice (connect-runtime
+/// 4.3.0's `SinkConnectorConfig`); Wharf accepted it and the sink ran, delivering nothing.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_sink_naming_a_topic_twice_is_refused_and_nothing_is_stored() {
+    let c = TestCluster::start(1).await;
+    let cfg = sink(&c, "twice", "a, b,a", &c.dir.path().join("out.jsonl"), &[]);
+    let r = c.call("CreateConnector", json!({ "name": "twice", "config": cfg }));
+    assert_eq!(r.code, INVALID_ARGUMENT, "{}", r.err);
+    assert!(r.err.contains("config[topics]"), "{}", r.err);
+    assert!(r.err.contains("\"a\""), "names the topic: {}", r.err);
+    assert!(c.status("twice").is_none(), "nothing stored");
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_bad_transform_config_is_refused_naming_its_key_and_nothing_is_stored() {
     let c = TestCluster::start(1).await;

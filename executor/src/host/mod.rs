@@ -316,6 +316,18 @@ impl Host {
             let def = def.clone();
             move || {
                 let mut errors = validate::key_errors(&def, &config);
+                let repeated = match kind {
+                    wharf::sdk::PluginKind::Sink => config
+                        .get(TOPICS)
+                        .and_then(|t| validate::duplicate_topic(t)),
+                    wharf::sdk::PluginKind::Source => None,
+                };
+                if let Some(why) = repeated {
+                    match errors.iter_mut().find(|(k, _)| k == TOPICS) {
+                        Some((_, messages)) => messages.push(why),
+                        None => errors.push((TOPICS.to_owned(), vec![why])),
+                    }
+                }
                 // What only the record log sees: Kafka client overrides under its
                 // policy, topic names the brokers would refuse.
                 for (key, why) in log.config_problems(&config) {

@@ -32,6 +32,24 @@ pub fn key_errors(def: &ConfigDef, config: &ConfigMap) -> Vec<(String, Vec<Strin
         .collect()
 }
 
+/// What is wrong with a sink's `topics` list: a topic named twice, as Kafka Connect
+/// 4.x refuses it (`SinkConnectorConfig` defines `topics` with
+/// `ConfigDef.ValidList.anyNonDuplicateValues`, connect-runtime 4.3.0); the message
+/// names the first repeated topic. `None` when every name is there once. Pure.
+pub fn duplicate_topic(topics: &str) -> Option<String> {
+    let mut seen = std::collections::HashSet::new();
+    topics
+        .split(',')
+        .map(str::trim)
+        .filter(|t| !t.is_empty())
+        .find(|t| !seen.insert(*t))
+        .map(|t| {
+            format!(
+                "values must not be duplicated: topic {t:?} is listed more than once; name each topic once"
+            )
+        })
+}
+
 /// `errors` of a config whose values may hold config-provider references: a key whose
 /// value has one is checked by `check` (is its provider configured here, does its path
 /// lie under the root) instead of the validators, which would judge the reference's
@@ -101,6 +119,20 @@ mod tests {
     use wharf::sdk::{ConfigKey, ConfigType, Importance};
 
     use super::*;
+
+    #[test]
+    fn a_topic_named_twice_is_named() {
+        let why = duplicate_topic("a, b,a").unwrap_or_default();
+        assert!(why.contains("\"a\""), "{why}");
+        assert!(why.contains("duplicated"), "{why}");
+    }
+
+    #[test]
+    fn distinct_topics_pass() {
+        assert_eq!(duplicate_topic("a,b,c"), None);
+        assert_eq!(duplicate_topic("a"), None);
+        assert_eq!(duplicate_topic("a,,b"), None);
+    }
 
     fn config(pairs: &[(&str, &str)]) -> ConfigMap {
         pairs

@@ -434,5 +434,8 @@ fn topics_of(req: &StartTask) -> Result<Vec<String>, String> {
     if topics.is_empty() {
         return Err(format!("configuration {TOPICS:?} names no topic"));
     }
+    if let Some(why) = super::validate::duplicate_topic(raw) {
+        return Err(format!("configuration {TOPICS:?}: {why}"));
+    }
     Ok(topics)
 }
