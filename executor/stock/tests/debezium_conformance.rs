@@ -7,8 +7,10 @@
 //! publication are in the connector's ledger, intent before confirmation; that
 //! `stop(false)` releases nothing and leaves the slot; that a deletion leaves no created
 //! entry unaccounted and neither the slot nor the publication in the database. The kit's
-//! cleanup checks run too, except the two on incarnations, which the adapter does not pass
-//! yet (see the ignored test at the end).
+//! cleanup checks run too, and the two on incarnations (the owner mark on the
+//! publication: a late cleanup spares a re-created connector's slot, a start refuses a
+//! kept one). A last test runs Debezium and the adapter's drop over TLS only
+//! (`database.sslmode = verify-full`), on a PostgreSQL that admits no plaintext client.
 //!
 //! Needs Java (a JDK: `java`, `javac`, `jar`) and the Connect/Debezium jars
 //! (`scripts/setup-services connect`, which `scripts/test` runs); without them each test
@@ -25,6 +27,7 @@ use wharf_connectors::debezium_postgres::{self, CLASS};
 use wharf_executor::process::plugin_path::{self, JvmHost};
 use wharf_harness::jvm;
 use wharf_harness::logical_postgres::LogicalPostgres;
+use wharf_harness::postgres_tls::TlsPostgres;
 use wharf_harness::tokio_postgres::Client;
 use wharf_sdk::{
     ConfigMap, ConnectorContext, EntryState, MemoryLedger, ResourceKind, ResourceOwner, Resources,
@@ -349,7 +352,7 @@ fn kit(s: Setup) -> (LogicalPostgres, tempfile::TempDir, Kit<SlotProbe>) {
 }
 
 /// Runs `checks` of `kit`; panics naming every one that failed, with the server's log.
-async fn pass(kit: &Kit<SlotProbe>, pg: &LogicalPostgres, checks: &[&str]) {
+async fn pass(kit: &Kit<SlotProbe>, log: impl Fn() -> String, checks: &[&str]) {
     let mut failed = Vec::new();
     for check in checks {
         if let Err(e) = kit.run(check).await {
@@ -360,7 +363,7 @@ async fn pass(kit: &Kit<SlotProbe>, pg: &LogicalPostgres, checks: &[&str]) {
         failed.is_empty(),
         "{}\npostgres log:\n{}",
         failed.join("\n"),
-        pg.log()
+        log()
     );
 }
 
@@ -375,7 +378,7 @@ async fn debezium_postgres_in_the_jvm_host_passes_the_kits_ledger_and_cleanup_ch
     let (pg, _dir, kit) = kit(s);
     pass(
         &kit,
-        &pg,
+        || pg.log(),
         &[
             "ledger_declares_before_creating",
             "plain_stop_releases_nothing",
@@ -392,14 +395,11 @@ async fn debezium_postgres_in_the_jvm_host_passes_the_kits_ledger_and_cleanup_ch
     .await;
 }
 
-/// Not passed yet: the adapter drops a slot by its name alone and Debezium takes over an
-/// existing slot, so a late cleanup of a deleted incarnation drops the slot of the
-/// connector created again under the same name, and a connector created again after a
-/// delete with `keep_resources` starts on the kept slot. The ledger's second-claim refusal
-/// is the control plane's, which the kit does not run; the adapter would need an owner
-/// mark in the database (a comment on the publication, say).
+/// The owner mark on the publication: a late cleanup of a deleted incarnation leaves the
+/// slot and the publication of the connector created again under the same name, and a
+/// start of a new incarnation refuses what a deletion with `keep_resources` kept (the
+/// ledger's second-claim refusal is the control plane's, which the kit does not run).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-#[ignore = "the Debezium adapter keeps no owner mark: another incarnation's slot is dropped or taken over"]
 async fn debezium_postgres_in_the_jvm_host_spares_and_refuses_another_incarnations_slot() {
     let Some(s) =
         setup("debezium_postgres_in_the_jvm_host_spares_and_refuses_another_incarnations_slot")
@@ -410,10 +410,52 @@ async fn debezium_postgres_in_the_jvm_host_spares_and_refuses_another_incarnatio
     let (pg, _dir, kit) = kit(s);
     pass(
         &kit,
-        &pg,
+        || pg.log(),
         &[
             "late_cleanup_leaves_a_re_created_connector",
             "start_refuses_what_another_incarnation_kept",
+        ],
+    )
+    .await;
+}
+
+/// Debezium and the adapter over TLS only: the server admits no plaintext client, the
+/// connector verifies the server's certificate (`verify-full` with the test's CA); the
+/// adapter's check at start, its mark and its drop on deletion connect the same way.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn debezium_postgres_in_the_jvm_host_drops_its_slot_over_tls() {
+    if let Some(why) = missing_jvm_parts() {
+        eprintln!("skipped debezium_postgres_in_the_jvm_host_drops_its_slot_over_tls: {why}");
+        return;
+    }
+    let pg = TlsPostgres::start_logical(&["127.0.0.1"]).await;
+    let db = pg.client("127.0.0.1", "postgres").await;
+    db.batch_execute("CREATE TABLE items (id bigint PRIMARY KEY, name text)")
+        .await
+        .expect("the watched table");
+    let dir = tempfile::tempdir().expect("temp dir");
+    let plugin = adapted_debezium(dir.path()).await;
+    let (port, ca) = (pg.port, pg.certs.ca.display().to_string());
+    let plain = config_for(port);
+    let over_tls = move |name: &str| {
+        let mut c = plain(name);
+        c.insert("database.sslmode".into(), "verify-full".into());
+        c.insert("database.sslrootcert".into(), ca.clone());
+        c
+    };
+    let kit = Kit::new(plugin, over_tls, SlotProbe { db })
+        .name_prefix("dbz-tls")
+        .tasks_max(1)
+        .call_timeout(CALL_TIMEOUT)
+        .cleanup_timeout(CLEANUP_TIMEOUT)
+        .ledger_required();
+    pass(
+        &kit,
+        || pg.log(),
+        &[
+            "delete_releases_every_created_entry",
+            "delete_removes_everything",
+            "plain_stops_keep_resources",
         ],
     )
     .await;

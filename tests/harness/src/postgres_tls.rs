@@ -143,6 +143,16 @@ impl TlsPostgres {
     /// Starts a cluster whose certificate names `names` (for example
     /// `["localhost", "127.0.0.1"]`), and waits until it answers a verify-full client.
     pub async fn start(names: &[&str]) -> TlsPostgres {
+        Self::start_with(names, false).await
+    }
+
+    /// [`TlsPostgres::start`] with `wal_level = logical` and replication connections
+    /// admitted over TLS, for change-data-capture clients (Debezium).
+    pub async fn start_logical(names: &[&str]) -> TlsPostgres {
+        Self::start_with(names, true).await
+    }
+
+    async fn start_with(names: &[&str], logical: bool) -> TlsPostgres {
         let dir = tempfile::tempdir().expect("temp dir");
         let owner = run_as();
         let bin = pg_bin_dir();
@@ -161,12 +171,18 @@ impl TlsPostgres {
             key = certs.key.display(),
         );
         append(&data.join("postgresql.conf"), &conf);
-        // TCP only over TLS; the local socket (unused by the tests) trusts.
-        std::fs::write(
-            data.join("pg_hba.conf"),
+        let mut hba = String::from(
             "local all all trust\nhostssl all all 127.0.0.1/32 trust\nhostssl all all ::1/128 trust\n",
-        )
-        .expect("pg_hba.conf");
+        );
+        if logical {
+            append(
+                &data.join("postgresql.conf"),
+                "wal_level = logical\nmax_replication_slots = 8\nmax_wal_senders = 8\n",
+            );
+            hba.push_str("hostssl replication all 127.0.0.1/32 trust\n");
+        }
+        // TCP only over TLS; the local socket (unused by the tests) trusts.
+        std::fs::write(data.join("pg_hba.conf"), hba).expect("pg_hba.conf");
         chown_tree(&data, owner);
         let log = std::fs::File::create(dir.path().join("postgres.log")).expect("log");
         chown_tree(&dir.path().join("postgres.log"), owner);
