@@ -201,17 +201,35 @@ impl<'de> serde::de::Visitor<'de> for SchemalessVisitor {
     }
 
     fn visit_map<A: serde::de::MapAccess<'de>>(self, mut map: A) -> Result<Value, A::Error> {
-        let mut entries = std::collections::BTreeMap::new();
+        // One vector, sorted and deduplicated in place: the order and the values of a
+        // `BTreeMap` of the keys, without its nodes.
+        let mut entries = Vec::new();
         while let Some((k, Schemaless(v))) = map.next_entry::<String, Schemaless>()? {
-            entries.insert(k, v);
+            entries.push((Value::String(k), v));
         }
-        Ok(Value::Map(
-            entries
-                .into_iter()
-                .map(|(k, v)| (Value::String(k), v))
-                .collect(),
-        ))
+        Ok(Value::Map(sorted_last_wins(entries)))
     }
+}
+
+/// Entries with string keys sorted by key (byte order, as `String`'s `Ord`), a repeated
+/// key keeping its last value in the place of its first: a `BTreeMap`'s `insert` order.
+fn sorted_last_wins(mut entries: Vec<(Value, Value)>) -> Vec<(Value, Value)> {
+    fn key(e: &(Value, Value)) -> &str {
+        e.0.as_str().unwrap_or_default()
+    }
+    if entries.windows(2).all(|w| key(&w[0]) < key(&w[1])) {
+        return entries;
+    }
+    // Stable: of equal keys the last one read stays the last one.
+    entries.sort_by(|a, b| key(a).cmp(key(b)));
+    entries.dedup_by(|later, kept| {
+        let same = key(later) == key(kept);
+        if same {
+            std::mem::swap(&mut later.1, &mut kept.1);
+        }
+        same
+    });
+    entries
 }
 
 fn write_schema(out: &mut Vec<u8>, schema: &Schema, settings: &JsonSettings) -> Result<(), String> {
@@ -491,11 +509,27 @@ fn write_logical(
     Ok(())
 }
 
-/// An integer's decimal digits, written without an intermediate `String`.
+/// An integer's decimal digits, written without an intermediate `String` or the
+/// formatting machinery.
 fn write_int(out: &mut Vec<u8>, n: i64) {
-    use std::io::Write;
-    // Writing into a Vec cannot fail.
-    let _ = write!(out, "{n}");
+    // Digits from the last; 20 bytes hold `i64::MIN`'s sign and 19 digits.
+    let mut buf = [0u8; 20];
+    let mut i = buf.len();
+    let mut rest = n.unsigned_abs();
+    loop {
+        i -= 1;
+        // `rest % 10` is below 10: the cast keeps it.
+        buf[i] = b'0' + (rest % 10) as u8;
+        rest /= 10;
+        if rest == 0 {
+            break;
+        }
+    }
+    if n < 0 {
+        i -= 1;
+        buf[i] = b'-';
+    }
+    out.extend_from_slice(&buf[i..]);
 }
 
 /// A JSON string as Jackson writes it: `"` and `\` escaped, the control characters as
@@ -926,6 +960,9 @@ mod tests {
             "\"only a string\"",
             "null",
             "9223372036854775807",
+            r#"{"a":1,"b":2,"c":3}"#,
+            r#"{"k":1,"a":0,"k":2,"é":4,"k":3,"Z":5,"":6}"#,
+            r#"{"x":{"q":1,"q":[2]},"x":{"p":0,"p":1}}"#,
         ] {
             let direct = to_connect(&plain(), Some(input.as_bytes())).unwrap();
             let tree: serde_json::Value = serde_json::from_str(input).unwrap();
@@ -934,6 +971,24 @@ mod tests {
         }
         let e = to_connect(&plain(), Some(b"{not json")).unwrap_err();
         assert!(e.contains("serialization error"), "{e}");
+    }
+
+    #[test]
+    fn integers_are_written_as_their_decimal_digits() {
+        for n in [
+            0,
+            7,
+            -7,
+            10,
+            -10,
+            1_700_000_000_000_000_000,
+            i64::MAX,
+            i64::MIN,
+        ] {
+            let mut out = Vec::new();
+            write_int(&mut out, n);
+            assert_eq!(String::from_utf8(out).unwrap(), n.to_string());
+        }
     }
 
     fn text(settings: &JsonSettings, data: &Data) -> String {

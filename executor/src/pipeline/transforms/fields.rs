@@ -189,20 +189,14 @@ impl Transformation for ReplaceField {
         let Data { schema, value } = self.side.take(&mut r);
         let out = match &schema {
             None => {
-                let updated = into_map(value, "field replacement")?
-                    .into_iter()
-                    .filter_map(|(k, v)| {
-                        let name = k.as_str()?;
-                        if !self.keep(name) {
-                            return None;
-                        }
-                        let key = match self.renames.get(name) {
-                            Some(new) => Value::String(new.clone()),
-                            None => k,
-                        };
-                        Some((key, v))
-                    })
-                    .collect();
+                // In place: the map is the record's own.
+                let mut updated = into_map(value, "field replacement")?;
+                updated.retain(|(k, _)| k.as_str().is_some_and(|name| self.keep(name)));
+                for (k, _) in &mut updated {
+                    if let Some(new) = k.as_str().and_then(|name| self.renames.get(name)) {
+                        *k = Value::String(new.clone());
+                    }
+                }
                 Data::schemaless(Value::Map(updated))
             }
             Some(schema) => {
@@ -301,12 +295,9 @@ impl InsertField {
         Ok(me)
     }
 
-    /// The (name, value, schema) of each insertion for `r`, in Connect's order.
-    fn inserts(
-        &self,
-        r: &ConnectRecord,
-        with_schema: bool,
-    ) -> Result<Vec<(String, Value, Schema)>, TransformError> {
+    /// The (name, value, schema) of each insertion for `r` into a struct, in Connect's
+    /// order.
+    fn inserts(&self, r: &ConnectRecord) -> Result<Vec<(String, Value, Schema)>, TransformError> {
         let opt = |s: Schema, optional: bool| if optional { s.optional() } else { s };
         let mut out = Vec::new();
         if let Some(f) = &self.topic {
@@ -324,11 +315,7 @@ impl InsertField {
             ));
         }
         if let Some(f) = &self.offset {
-            let offset = r.offset.ok_or_else(|| {
-                TransformError::new(
-                    "Only SinkRecord supported for [field insertion], found: org.apache.kafka.connect.source.SourceRecord",
-                )
-            })?;
+            let offset = r.offset.ok_or_else(only_sink_records)?;
             out.push((
                 f.name.clone(),
                 Value::Int64(offset as i64),
@@ -336,12 +323,11 @@ impl InsertField {
             ));
         }
         if let (Some(f), Some(ts)) = (&self.timestamp, r.timestamp_ms) {
-            let v = if with_schema {
-                Value::Timestamp(ts)
-            } else {
-                Value::Int64(ts)
-            };
-            out.push((f.name.clone(), v, opt(Schema::timestamp(), f.optional)));
+            out.push((
+                f.name.clone(),
+                Value::Timestamp(ts),
+                opt(Schema::timestamp(), f.optional),
+            ));
         }
         if let (Some(f), Some(v)) = (&self.static_field, &self.static_value) {
             out.push((
@@ -352,6 +338,39 @@ impl InsertField {
         }
         Ok(out)
     }
+
+    /// Puts the insertions for `r` into a schemaless map, in the order of
+    /// [`InsertField::inserts`], without building their schemas.
+    fn insert_schemaless(
+        &self,
+        r: &ConnectRecord,
+        map: &mut Vec<(Value, Value)>,
+    ) -> Result<(), TransformError> {
+        if let Some(f) = &self.topic {
+            map_put(map, &f.name, Value::String(r.topic.clone()));
+        }
+        if let (Some(f), Some(p)) = (&self.partition, r.partition) {
+            map_put(map, &f.name, Value::Int32(p));
+        }
+        if let Some(f) = &self.offset {
+            let offset = r.offset.ok_or_else(only_sink_records)?;
+            map_put(map, &f.name, Value::Int64(offset as i64));
+        }
+        if let (Some(f), Some(ts)) = (&self.timestamp, r.timestamp_ms) {
+            map_put(map, &f.name, Value::Int64(ts));
+        }
+        if let (Some(f), Some(v)) = (&self.static_field, &self.static_value) {
+            map_put(map, &f.name, Value::String(v.clone()));
+        }
+        Ok(())
+    }
+}
+
+/// InsertField's refusal of an offset field on a source record.
+fn only_sink_records() -> TransformError {
+    TransformError::new(
+        "Only SinkRecord supported for [field insertion], found: org.apache.kafka.connect.source.SourceRecord",
+    )
 }
 
 impl Transformation for InsertField {
@@ -363,9 +382,7 @@ impl Transformation for InsertField {
         let out = match &schema {
             None => {
                 let mut updated = into_map(value, "field insertion")?;
-                for (name, v, _) in self.inserts(&r, false)? {
-                    map_put(&mut updated, &name, v);
-                }
+                self.insert_schemaless(&r, &mut updated)?;
                 Data::schemaless(Value::Map(updated))
             }
             Some(schema) => {
@@ -407,7 +424,7 @@ impl Transformation for InsertField {
                     });
                     updated.push((f.name.clone(), Value::Null));
                 }
-                for (name, v, _) in self.inserts(&r, true)? {
+                for (name, v, _) in self.inserts(&r)? {
                     if let Some(slot) = updated.iter_mut().rev().find(|(n, _)| *n == name) {
                         slot.1 = v;
                     }
