@@ -525,6 +525,7 @@ mod tests {
             offsets,
             cancel: CancellationToken::new(),
             errant_reporter: None,
+            sink_seek: None,
             resources: wharf_sdk::Resources::detached(wharf_sdk::ResourceOwner::Task(0)),
         }
     }

@@ -132,6 +132,7 @@ fn task_ctx(
         offsets,
         cancel: CancellationToken::new(),
         errant_reporter: None,
+        sink_seek: None,
         resources: wharf_sdk::Resources::detached(wharf_sdk::ResourceOwner::Task(task)),
     }
 }

@@ -142,6 +142,7 @@ fn task_ctx(connector: &str, config: &ConfigMap) -> TaskContext {
         offsets: Default::default(),
         cancel: CancellationToken::new(),
         errant_reporter: None,
+        sink_seek: None,
         resources: wharf_sdk::Resources::detached(wharf_sdk::ResourceOwner::Task(0)),
     }
 }
@@ -619,4 +620,129 @@ async fn headers_cross_both_ways_through_the_connectors_header_converter() {
         "{err}"
     );
     let _ = task.stop_with(false).await;
+}
+
+/// Starts `wharf.test.ContextSink`'s task with `config` and `ctx`, puts the records
+/// `values` (offsets from 0, topic `t`), stops it; returns its events.
+async fn run_context_sink(
+    plugins: &[Plugin],
+    dir: &Path,
+    name: &str,
+    mut config: ConfigMap,
+    mut ctx: impl FnMut(&ConfigMap) -> TaskContext,
+    values: &[&str],
+) -> Vec<String> {
+    let sink = the(plugins, "wharf.test.ContextSink");
+    let events = dir.join(format!("{name}.events"));
+    config.insert("events.file".to_owned(), events.display().to_string());
+    config.insert("topics".to_owned(), "t".to_owned());
+    let TaskFactory::Sink(make) = &sink.task else {
+        panic!("a sink")
+    };
+    let mut task = make();
+    task.start(ctx(&config), config.clone()).await.unwrap();
+    let records = values
+        .iter()
+        .enumerate()
+        .map(|(i, v)| SinkRecord {
+            partition: 0,
+            topic: "t".to_owned(),
+            key: None,
+            value: format!("{{\"schema\":{{\"type\":\"string\"}},\"payload\":\"{v}\"}}")
+                .into_bytes(),
+            headers: vec![("h".to_owned(), b"x".to_vec())],
+            timestamp_ms: None,
+            offset: i as u64,
+            data: None,
+        })
+        .collect();
+    task.put(records).await.unwrap();
+    task.stop_with(false).await.unwrap();
+    std::fs::read_to_string(&events)
+        .unwrap()
+        .lines()
+        .map(str::to_owned)
+        .collect()
+}
+
+#[tokio::test]
+async fn plugin_metrics_is_a_working_registry_tagged_with_the_connector_and_task() {
+    let tmp = tempfile::tempdir().unwrap();
+    let plugins = host(tmp.path(), &["wharf.test.ContextSink"]);
+    let events = run_context_sink(
+        &plugins,
+        tmp.path(),
+        "metered",
+        ConfigMap::new(),
+        |c| task_ctx("metered", c),
+        &["a"],
+    )
+    .await;
+    assert_eq!(
+        events,
+        ["metrics {connector=metered, task=0}", "put 0 a"],
+        "pluginMetrics() made a metric and its sensor recorded the put"
+    );
+}
+
+#[tokio::test]
+async fn a_reported_record_reaches_the_runtimes_reporter_only_with_a_dead_letter_queue() {
+    let tmp = tempfile::tempdir().unwrap();
+    let plugins = host(tmp.path(), &["wharf.test.ContextSink"]);
+    let reported: Arc<std::sync::Mutex<Vec<(SinkRecord, String)>>> = Arc::default();
+    let seen = reported.clone();
+    let with_reporter = move |c: &ConfigMap| {
+        let seen = seen.clone();
+        let mut ctx = task_ctx("errant", c);
+        ctx.errant_reporter = Some(wharf_sdk::ErrantRecordReporter::new(Arc::new(
+            move |r: &SinkRecord, e: &str| {
+                seen.lock().unwrap().push((r.clone(), e.to_owned()));
+                Ok(())
+            },
+        )));
+        ctx
+    };
+    // No dead letter queue: Connect's errantRecordReporter() is null.
+    let config: ConfigMap = [
+        ("report.at".to_owned(), "1".to_owned()),
+        ("errors.tolerance".to_owned(), "all".to_owned()),
+    ]
+    .into();
+    let events = run_context_sink(
+        &plugins,
+        tmp.path(),
+        "no-dlq",
+        config.clone(),
+        with_reporter.clone(),
+        &["a", "b", "c"],
+    )
+    .await;
+    assert_eq!(events[1..], ["put 0 a", "no reporter", "put 2 c"]);
+    assert!(reported.lock().unwrap().is_empty());
+
+    let mut dlq = config;
+    dlq.insert(
+        "errors.deadletterqueue.topic.name".to_owned(),
+        "dead".to_owned(),
+    );
+    let events = run_context_sink(
+        &plugins,
+        tmp.path(),
+        "dlq",
+        dlq,
+        with_reporter,
+        &["a", "b", "c"],
+    )
+    .await;
+    assert_eq!(events[1..], ["put 0 a", "reported 1", "put 2 c"]);
+    let reported = reported.lock().unwrap();
+    assert_eq!(reported.len(), 1, "one record reported");
+    let (record, error) = &reported[0];
+    assert_eq!((record.topic.as_str(), record.offset), ("t", 1));
+    assert_eq!(
+        String::from_utf8_lossy(&record.value),
+        r#"{"schema":{"type":"string","optional":false},"payload":"b"}"#
+    );
+    assert_eq!(record.headers, [("h".to_owned(), b"x".to_vec())]);
+    assert_eq!(error, "java.lang.IllegalStateException: cannot write b");
 }

@@ -120,6 +120,7 @@ fn every_connector_class_of_a_plugin_path_is_offered_one_jvm_per_location() {
     assert_eq!(
         names(&processes[1]),
         [
+            "wharf.test.ContextSink",
             "wharf.test.DeletionAwareSource",
             "wharf.test.HeaderSink",
             "wharf.test.HeaderSource",

@@ -257,6 +257,7 @@ fn task_ctx(connector: &str, task: u32, connector_config: &ConfigMap) -> TaskCon
         offsets: Default::default(),
         cancel: CancellationToken::new(),
         errant_reporter: None,
+        sink_seek: None,
         resources: wharf_sdk::Resources::detached(wharf_sdk::ResourceOwner::Task(0)),
     }
 }

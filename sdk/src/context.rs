@@ -122,6 +122,9 @@ pub struct TaskContext {
     /// A sink task's errant record reporter (Kafka Connect's
     /// `SinkTaskContext.errantRecordReporter`, KIP-610); `None` for a source task.
     pub errant_reporter: Option<crate::ErrantRecordReporter>,
+    /// A sink task's way to move its consumer positions (Kafka Connect's
+    /// `SinkTaskContext.offset`); `None` for a source task.
+    pub sink_seek: Option<crate::SinkSeek>,
     /// This task's handle on the connector's resource ledger (owner: this task): declare
     /// each per-task resource before creating it, release it once `stop_with(true)`
     /// removed it (docs/resources.md).

@@ -95,7 +95,7 @@ pub use resources::{
     EntryState, LedgerChange, LedgerEntry, Locator, MemoryLedger, Origin, Resource, ResourceKind,
     ResourceLedger, ResourceOwner, Resources,
 };
-pub use sink::SinkTask;
+pub use sink::{SinkSeek, SinkTask};
 pub use source::SourceTask;
 /// The token in [`TaskContext::cancel`]: a plugin selects on its `cancelled()` in a long
 /// wait, without a dependency of its own on `tokio-util`.

@@ -1,4 +1,5 @@
 use std::collections::BTreeMap;
+use std::sync::Arc;
 
 use async_trait::async_trait;
 
@@ -50,5 +51,37 @@ pub trait SinkTask: Send {
     async fn stop_with(&mut self, connector_deleted: bool) -> PluginResult<()> {
         let _ = connector_deleted;
         self.stop().await
+    }
+}
+
+/// Moves a sink task's consumer positions (Kafka Connect's `SinkTaskContext.offset`):
+/// each topic-partition named is delivered again from the offset given, a rewind, or from
+/// further on. The runtime applies it before the task's next `put`, after flushing and
+/// acknowledging what was put. Given in [`TaskContext::sink_seek`](crate::TaskContext::sink_seek)
+/// to sink tasks.
+#[derive(Clone)]
+pub struct SinkSeek {
+    seek: SeekFn,
+}
+
+/// What a [`SinkSeek`] calls: per topic-partition, the next offset to deliver.
+pub type SeekFn = Arc<dyn Fn(BTreeMap<TopicPartition, u64>) + Send + Sync>;
+
+impl SinkSeek {
+    /// A seek that calls `seek` (the runtime builds it).
+    pub fn new(seek: SeekFn) -> Self {
+        Self { seek }
+    }
+
+    /// Asks for each topic-partition of `offsets` to be delivered from its offset on.
+    /// Later requests for the same partition replace earlier ones.
+    pub fn seek(&self, offsets: BTreeMap<TopicPartition, u64>) {
+        (self.seek)(offsets);
+    }
+}
+
+impl std::fmt::Debug for SinkSeek {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("SinkSeek").finish_non_exhaustive()
     }
 }

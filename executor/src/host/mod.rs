@@ -197,6 +197,9 @@ pub(crate) struct Shared {
     pub transforms: Vec<wharf::sdk::TransformPlugin>,
     /// The converters of a connector that names none (Connect's worker converters).
     pub converter_defaults: crate::pipeline::ConverterDefaults,
+    /// The plugins run by plugin processes: their tasks get the executor's converter
+    /// settings in their connector config (the JVM host converts records itself).
+    pub process_plugins: std::collections::BTreeSet<String>,
 }
 
 impl Shared {
@@ -254,6 +257,7 @@ impl Host {
                 providers: std::sync::OnceLock::new(),
                 transforms: Vec::new(),
                 converter_defaults: crate::pipeline::ConverterDefaults::default(),
+                process_plugins: std::collections::BTreeSet::new(),
             }),
             plugins: plugins.into_iter().map(|p| (p.name.clone(), p)).collect(),
             default_stop_timeout,
@@ -370,6 +374,14 @@ impl Host {
         mut self,
         processes: Vec<Arc<crate::process::PluginProcess>>,
     ) -> Self {
+        if let Some(shared) = Arc::get_mut(&mut self.shared) {
+            shared.process_plugins = self
+                .plugins
+                .keys()
+                .filter(|name| processes.iter().any(|p| p.offers(name)))
+                .cloned()
+                .collect();
+        }
         self.processes = processes;
         self
     }

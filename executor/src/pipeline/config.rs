@@ -71,6 +71,25 @@ impl ConverterDefaults {
         }
     }
 
+    /// `config` with the executor's converter settings for each converter it does not
+    /// name (`<which>.converter` absent): the executor's class and options under it, as
+    /// a Connect worker hands its converters to a connector that sets none. Settings the
+    /// operator did not give are not added (the plugin keeps its own default).
+    pub fn fill(&self, config: &ConfigMap) -> ConfigMap {
+        let mut out = config.clone();
+        for which in CONVERTER_KEYS {
+            if config.contains_key(which) {
+                continue;
+            }
+            for (k, v) in &self.settings {
+                if k == which || k.strip_prefix(which).is_some_and(|r| r.starts_with('.')) {
+                    out.insert(k.clone(), v.clone());
+                }
+            }
+        }
+        out
+    }
+
     /// The class of `which` (`key`, `value`, `header`) when a connector names none.
     fn class(&self, which: &str) -> ConverterClass {
         self.settings
@@ -795,6 +814,40 @@ mod tests {
             Ok(d) => d,
             Err(p) => panic!("refused: {p:?}"),
         }
+    }
+
+    #[test]
+    fn fill_adds_the_executors_converters_a_config_names_none_of() {
+        let d = defaults(&[
+            ("header.converter", "simple"),
+            ("value.converter", "json"),
+            ("value.converter.schemas.enable", "false"),
+        ]);
+        assert_eq!(
+            d.fill(&cfg(&[("topics", "t")])),
+            cfg(&[
+                ("topics", "t"),
+                ("header.converter", "simple"),
+                ("value.converter", "json"),
+                ("value.converter.schemas.enable", "false"),
+            ])
+        );
+    }
+
+    #[test]
+    fn fill_keeps_a_converter_the_config_names_with_its_own_options_only() {
+        let d = defaults(&[
+            ("value.converter", "json"),
+            ("value.converter.schemas.enable", "false"),
+        ]);
+        let own = cfg(&[("value.converter", "string")]);
+        assert_eq!(d.fill(&own), own);
+    }
+
+    #[test]
+    fn fill_adds_nothing_the_operator_did_not_set() {
+        let own = cfg(&[("topics", "t")]);
+        assert_eq!(ConverterDefaults::default().fill(&own), own);
     }
 
     #[test]

@@ -69,6 +69,12 @@ pub(crate) struct Hooks {
     /// Records the instance's resource-ledger changes (`record_resources`); without it
     /// they are refused.
     pub ledger: Option<RecordLedger>,
+    /// Moves a sink task's consumer positions (`sink_seek`); without it the request is
+    /// dropped with a log line.
+    pub seek: Option<wharf::sdk::SinkSeek>,
+    /// Takes the records a sink task reports as failed (`report_errant`); without it the
+    /// report is dropped with a log line.
+    pub errant: Option<wharf::sdk::ErrantRecordReporter>,
 }
 
 #[derive(Default)]
@@ -378,6 +384,59 @@ impl Conn {
                 };
                 if let Some(raise) = hook {
                     raise(req.message);
+                }
+            }
+            Answer::SinkSeek(req) => {
+                let hook = self
+                    .lock()
+                    .instances
+                    .get(&req.instance_id)
+                    .and_then(|h| h.seek.clone());
+                match hook {
+                    Some(seek) => seek.seek(
+                        req.offsets
+                            .into_iter()
+                            .map(|o| {
+                                (
+                                    wharf::sdk::TopicPartition::new(o.topic, o.partition),
+                                    o.offset,
+                                )
+                            })
+                            .collect(),
+                    ),
+                    None => {
+                        tracing::warn!(plugin_process = %self.process, instance = req.instance_id,
+                        "sink_seek from an instance that is not a sink task: ignored")
+                    }
+                }
+            }
+            Answer::ReportErrant(req) => {
+                let hook = self
+                    .lock()
+                    .instances
+                    .get(&req.instance_id)
+                    .and_then(|h| h.errant.clone());
+                match (hook, req.record) {
+                    (Some(reporter), Some(r)) => {
+                        let record = wharf::sdk::SinkRecord {
+                            topic: r.topic,
+                            partition: r.partition,
+                            offset: r.offset,
+                            key: r.key,
+                            value: r.value,
+                            headers: r.headers.into_iter().map(|h| (h.key, h.value)).collect(),
+                            timestamp_ms: r.timestamp_ms,
+                            data: None,
+                        };
+                        if let Err(e) = reporter.report(&record, &req.error) {
+                            tracing::warn!(plugin_process = %self.process, instance = req.instance_id,
+                                error = %e, "a record the sink task reported was refused");
+                        }
+                    }
+                    (hook, _) => {
+                        tracing::warn!(plugin_process = %self.process, instance = req.instance_id,
+                        reporter = hook.is_some(), "report_errant without a record, or from an instance that is not a sink task: ignored")
+                    }
                 }
             }
             Answer::RecordResources(req) => {

@@ -92,8 +92,52 @@ fn is_location(path: &Path) -> bool {
                 .is_some_and(|x| x.eq_ignore_ascii_case("jar")))
 }
 
-/// The plugin process of one location. Pure.
-pub fn spec(location: &Path, host: &JvmHost) -> ProcessSpec {
+/// The file of a directory location whose lines are its JVM's options (heap, system
+/// properties): Connect runs every plugin in the worker's JVM, whose options
+/// (`KAFKA_HEAP_OPTS`, `KAFKA_OPTS`) an operator sets per worker; here each location has
+/// a JVM of its own, so its options sit beside its jars.
+pub const JVM_OPTIONS_FILE: &str = "jvm.options";
+
+/// The options of a `jvm.options` text: one per line, trimmed; blank lines and lines
+/// starting with `#` skipped. Pure.
+///
+/// # Errors
+/// Text naming the line of an option that is not one (not starting with `-`): a class
+/// or jar there would replace the host's main class.
+pub fn parse_jvm_options(text: &str) -> Result<Vec<String>, String> {
+    let mut out = Vec::new();
+    for (i, line) in text.lines().enumerate() {
+        let line = line.trim();
+        if line.is_empty() || line.starts_with('#') {
+            continue;
+        }
+        if !line.starts_with('-') {
+            return Err(format!(
+                "line {}: {line:?} is not a JVM option (options start with -)",
+                i + 1
+            ));
+        }
+        out.push(line.to_owned());
+    }
+    Ok(out)
+}
+
+/// The JVM options of `location`: its `jvm.options` when it is a directory holding one,
+/// else none.
+///
+/// # Errors
+/// Text naming the file that cannot be read or holds something other than options.
+pub fn location_jvm_options(location: &Path) -> Result<Vec<String>, String> {
+    let file = location.join(JVM_OPTIONS_FILE);
+    if !location.is_dir() || !file.is_file() {
+        return Ok(Vec::new());
+    }
+    let text = std::fs::read_to_string(&file).map_err(|e| format!("{}: {e}", file.display()))?;
+    parse_jvm_options(&text).map_err(|e| format!("{}: {e}", file.display()))
+}
+
+/// The plugin process of one location, its JVM started with `options`. Pure.
+pub fn spec(location: &Path, host: &JvmHost, options: Vec<String>) -> ProcessSpec {
     let name = location.file_name().map_or_else(
         || location.display().to_string(),
         |n| n.to_string_lossy().into_owned(),
@@ -101,13 +145,16 @@ pub fn spec(location: &Path, host: &JvmHost) -> ProcessSpec {
     ProcessSpec {
         name: format!("plugin-path:{name}"),
         command: host.java.clone(),
-        args: vec![
-            "-cp".to_owned(),
-            host.classpath.clone(),
-            HOST_MAIN_CLASS.to_owned(),
-            "--scan".to_owned(),
-            location.display().to_string(),
-        ],
+        args: options
+            .into_iter()
+            .chain([
+                "-cp".to_owned(),
+                host.classpath.clone(),
+                HOST_MAIN_CLASS.to_owned(),
+                "--scan".to_owned(),
+                location.display().to_string(),
+            ])
+            .collect(),
         working_dir: None,
         env: Default::default(),
         describe_timeout: Duration::from_millis(PLUGIN_PATH_DESCRIBE_TIMEOUT_MS),
@@ -122,7 +169,10 @@ pub fn spec(location: &Path, host: &JvmHost) -> ProcessSpec {
 /// Text naming the directory or the location whose JVM could not be started or
 /// described.
 pub fn start(dirs: &[PathBuf], host: &JvmHost) -> Result<Vec<Arc<PluginProcess>>, String> {
-    let specs: Vec<ProcessSpec> = locations(dirs)?.iter().map(|l| spec(l, host)).collect();
+    let specs: Vec<ProcessSpec> = locations(dirs)?
+        .iter()
+        .map(|l| Ok(spec(l, host, location_jvm_options(l)?)))
+        .collect::<Result<_, String>>()?;
     let started: Vec<Result<Option<Arc<PluginProcess>>, String>> = std::thread::scope(|s| {
         let handles: Vec<_> = specs
             .into_iter()
@@ -232,7 +282,7 @@ mod tests {
             java: "java".into(),
             classpath: "/opt/wharf/jvm-host/*".into(),
         };
-        let s = spec(Path::new("/plugins/debezium-postgres"), &host);
+        let s = spec(Path::new("/plugins/debezium-postgres"), &host, Vec::new());
         assert_eq!(s.name, "plugin-path:debezium-postgres");
         assert_eq!(
             s.args,
@@ -247,6 +297,48 @@ mod tests {
         assert_eq!(
             s.describe_timeout,
             Duration::from_millis(PLUGIN_PATH_DESCRIBE_TIMEOUT_MS)
+        );
+    }
+
+    #[test]
+    fn a_locations_jvm_options_come_before_the_classpath() {
+        let host = JvmHost {
+            java: "java".into(),
+            classpath: "cp".into(),
+        };
+        let s = spec(
+            Path::new("/plugins/p"),
+            &host,
+            vec!["-Xmx256m".into(), "-Da=b".into()],
+        );
+        assert_eq!(
+            s.args,
+            [
+                "-Xmx256m",
+                "-Da=b",
+                "-cp",
+                "cp",
+                HOST_MAIN_CLASS,
+                "--scan",
+                "/plugins/p"
+            ]
+        );
+    }
+
+    #[test]
+    fn jvm_options_are_one_per_line_without_blanks_and_comments() {
+        assert_eq!(
+            parse_jvm_options("# heap\n-Xmx1g\n\n  -Dx=a b  \n").unwrap(),
+            ["-Xmx1g", "-Dx=a b"]
+        );
+    }
+
+    #[test]
+    fn a_jvm_options_line_that_is_not_an_option_is_refused_naming_it() {
+        let err = parse_jvm_options("-Xmx1g\nsome.Main\n").unwrap_err();
+        assert_eq!(
+            err,
+            "line 2: \"some.Main\" is not a JVM option (options start with -)"
         );
     }
 

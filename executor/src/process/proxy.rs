@@ -117,6 +117,8 @@ pub(crate) fn answer_name(answer: &Answer) -> &'static str {
         Answer::ReadOffsets(_) => "read_offsets",
         Answer::RequestTaskReconfiguration(_) => "request_task_reconfiguration",
         Answer::RaiseError(_) => "raise_error",
+        Answer::SinkSeek(_) => "sink_seek",
+        Answer::ReportErrant(_) => "report_errant",
         Answer::RecordResources(_) => "record_resources",
     }
 }
@@ -179,6 +181,8 @@ impl Connector for ProxyConnector {
             raised: None,
             raise: Some(Arc::new(move |error| raiser.raise_error(error))),
             ledger: Some(ledger_hook(ctx.resources().clone())),
+            seek: None,
+            errant: None,
         };
         let bound = self.bound.insert(Bound::place(&self.process, hooks).await?);
         let start = pb::PluginConnectorStart {
@@ -331,6 +335,8 @@ async fn start_task_into(
         raised: None,
         raise: None,
         ledger: Some(ledger_hook(ctx.resources.clone())),
+        seek: ctx.sink_seek.clone(),
+        errant: ctx.errant_reporter.clone(),
     };
     let bound = slot.insert(Bound::place(process, hooks).await?);
     let start = pb::PluginTaskStart {

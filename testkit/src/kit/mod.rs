@@ -713,6 +713,7 @@ fn task_context(r: &Running, i: usize, cleanup_only: bool) -> TaskContext {
         offsets: BTreeMap::new(),
         cancel: CancellationToken::new(),
         errant_reporter: None,
+        sink_seek: None,
         resources: Resources::new(r.ledger.clone(), ResourceOwner::Task(i as u32)),
     }
 }

@@ -88,6 +88,8 @@ pub(crate) struct TaskInstance {
     pipeline: Mutex<Option<crate::pipeline::Pipeline>>,
     /// What a sink reported through its errant record reporter, for the work loop.
     errant: records::Errant,
+    /// Consumer positions a sink asked for ([`wharf::sdk::SinkSeek`]), for the work loop.
+    seeks: sink::Seeks,
     /// The plugin's name (the class of a sink's reported records).
     plugin_name: String,
     /// A source's topic creation rules (KIP-158), from the connector config; `None`: the
@@ -226,6 +228,7 @@ impl Instance for TaskInstance {
             stats: crate::counters::RecordStats::default(),
             pipeline: Mutex::new(Some(pipeline)),
             errant: records::Errant::default(),
+            seeks: sink::Seeks::default(),
             plugin_name,
             topic_creation: topic_creation_of(req),
             topics_prepared: Mutex::default(),
@@ -281,7 +284,13 @@ impl Instance for TaskInstance {
             incarnation: req.assignment.incarnation.clone(),
             cleanup_only: req.assignment.cleanup_only,
             executor_id: self.shared.executor_id.clone(),
-            connector_config: req.connector_config.clone(),
+            // A plugin process converts records itself: it gets the executor's
+            // converters where the connector names none, as a Connect worker's.
+            connector_config: if self.shared.process_plugins.contains(&self.plugin_name) {
+                self.shared.converter_defaults.fill(&req.connector_config)
+            } else {
+                req.connector_config.clone()
+            },
             offsets: req.offsets.clone(),
             cancel: self.cancel.clone(),
             errant_reporter: match &self.plugin {
@@ -293,6 +302,10 @@ impl Instance for TaskInstance {
                     self.errant.clone(),
                     self.plugin_name.clone(),
                 )),
+            },
+            sink_seek: match &self.plugin {
+                TaskPlugin::Source(_) => None,
+                TaskPlugin::Sink(_) => Some(sink::seek(self.seeks.clone())),
             },
             resources: crate::host::ledger::RegistryLedger::resources(
                 self.shared.registry.clone(),

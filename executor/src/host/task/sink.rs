@@ -3,16 +3,16 @@
 //! batches. The log is acknowledged only after `flush` returned (at least once).
 
 use std::collections::BTreeMap;
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use tokio::sync::Mutex as AsyncMutex;
 use tokio::time::Instant;
-use wharf::sdk::{SinkTask, TopicPartition};
+use wharf::sdk::{SinkSeek, SinkTask, TopicPartition};
 
 use super::TaskInstance;
 use crate::host::panic_text;
-use crate::log::{AckToken, Delivered, LogConsumer, PartitionShare, StartPosition};
+use crate::log::{AckToken, Delivered, LogConsumer, PartitionShare, PositionChange, StartPosition};
 
 /// Most records a sink task gets in one `put`.
 pub const SINK_BATCH_MAX_RECORDS: usize = 500;
@@ -33,6 +33,32 @@ pub const SINK_FLUSH_INTERVAL_MS: u64 = 100;
 
 /// The plugin instance of a sink task (see `PluginCell`).
 pub(super) type SinkCell = Arc<AsyncMutex<Box<dyn SinkTask>>>;
+
+/// Consumer positions a sink task asked for and the loop did not apply yet: per
+/// topic-partition, the next offset to deliver (the latest request wins).
+pub(crate) type Seeks = Arc<Mutex<BTreeMap<TopicPartition, u64>>>;
+
+/// A sink task's [`SinkSeek`]: keeps the requests for the loop.
+pub(crate) fn seek(seeks: Seeks) -> SinkSeek {
+    SinkSeek::new(Arc::new(move |offsets: BTreeMap<TopicPartition, u64>| {
+        seeks
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .extend(offsets);
+    }))
+}
+
+/// The log's position changes for the requested `seeks`.
+fn position_changes(seeks: BTreeMap<TopicPartition, u64>) -> Vec<PositionChange> {
+    seeks
+        .into_iter()
+        .map(|(tp, next)| PositionChange {
+            topic: tp.topic,
+            partition: tp.partition,
+            next: Some(next),
+        })
+        .collect()
+}
 
 /// Records a sink task put and did not flush yet.
 #[derive(Default)]
@@ -71,30 +97,8 @@ impl TaskInstance {
             Err(e) => return self.fail(e),
         };
         let name = self.log.sink_consumer_name(&self.key.connector);
-        let log = &self.log;
-        let mut consumer = loop {
-            let open = async {
-                match share {
-                    Some(share) => {
-                        log.consumer_in_share(&name, &topics, StartPosition::Earliest, share)
-                            .await
-                    }
-                    None => log.consumer(&name, &topics, StartPosition::Earliest).await,
-                }
-            };
-            let opened = tokio::select! {
-                () = self.cancel.cancelled() => return,
-                r = open => r,
-            };
-            match opened {
-                Ok(c) => break c,
-                Err(e) => {
-                    tracing::warn!(consumer = %name, error = %e, "cannot open the log consumer; retrying");
-                    if !self.backoff().await {
-                        return;
-                    }
-                }
-            }
+        let Some(mut consumer) = self.open_consumer(&name, &topics, share).await else {
+            return;
         };
         let Some(mut pipeline) = super::lock(&self.pipeline).take() else {
             return self.fail("the record pipeline was already taken by a work loop".into());
@@ -104,6 +108,24 @@ impl TaskInstance {
         loop {
             // A turn of the loop: topics used meanwhile are reported when due.
             self.note_active_topics([]);
+            let seeks = self.take_seeks();
+            if !seeks.is_empty() {
+                // What was put is flushed and acknowledged first; what was fetched and not
+                // put comes again from the moved positions (or its acknowledged ones).
+                if let Err(e) = self
+                    .flush_and_ack(&cell, &mut consumer, &mut unflushed, &name)
+                    .await
+                {
+                    return self.fail(e);
+                }
+                next.clear();
+                drop(consumer);
+                self.move_positions(&name, seeks).await;
+                consumer = match self.open_consumer(&name, &topics, share).await {
+                    Some(c) => c,
+                    None => return,
+                };
+            }
             // Records put but not flushed: wait one flush interval for more, then flush. Not
             // less: a JetStream pull that expires before the server reads it is never
             // answered, and the client gives up only seconds later.
@@ -227,6 +249,8 @@ impl TaskInstance {
                 return self.fail(e);
             }
             if self.cancel.is_cancelled() {
+                drop(consumer);
+                self.move_positions_asked(&name).await;
                 return;
             }
         }
@@ -237,6 +261,79 @@ impl TaskInstance {
             .await
         {
             self.fail(e);
+        }
+        drop(consumer);
+        self.move_positions_asked(&name).await;
+    }
+
+    /// At the loop's end (its reader closed): positions asked during the last flush (a
+    /// sink holding back records of a paused partition asks for them again) are moved, so
+    /// that the next instance gets those records.
+    async fn move_positions_asked(&self, name: &str) {
+        let seeks = self.take_seeks();
+        if !seeks.is_empty() {
+            self.move_positions(name, seeks).await;
+        }
+    }
+
+    fn take_seeks(&self) -> BTreeMap<TopicPartition, u64> {
+        std::mem::take(
+            &mut *self
+                .seeks
+                .lock()
+                .unwrap_or_else(std::sync::PoisonError::into_inner),
+        )
+    }
+
+    /// Opens the sink's consumer, retrying with the task's backoff; `None` once the task
+    /// is cancelled.
+    async fn open_consumer(
+        &self,
+        name: &str,
+        topics: &[String],
+        share: Option<PartitionShare>,
+    ) -> Option<Box<dyn LogConsumer>> {
+        let log = &self.log;
+        loop {
+            let open = async {
+                match share {
+                    Some(share) => {
+                        log.consumer_in_share(name, topics, StartPosition::Earliest, share)
+                            .await
+                    }
+                    None => log.consumer(name, topics, StartPosition::Earliest).await,
+                }
+            };
+            let opened = tokio::select! {
+                () = self.cancel.cancelled() => return None,
+                r = open => r,
+            };
+            match opened {
+                Ok(c) => return Some(c),
+                Err(e) => {
+                    tracing::warn!(consumer = %name, error = %e, "cannot open the log consumer; retrying");
+                    if !self.backoff().await {
+                        return None;
+                    }
+                }
+            }
+        }
+    }
+
+    /// Moves the consumer's positions as the sink asked (its reader is closed). A log
+    /// that cannot move them leaves them: the request is logged and dropped.
+    async fn move_positions(&self, name: &str, seeks: BTreeMap<TopicPartition, u64>) {
+        let changes = position_changes(seeks);
+        match self.log.set_consumer_positions(name, &changes).await {
+            Ok(()) => {
+                tracing::info!(connector = %self.key.connector, task = self.key.task, consumer = %name,
+                    positions = ?changes.iter().map(|c| (c.topic.as_str(), c.partition, c.next)).collect::<Vec<_>>(),
+                    "sink consumer positions moved as the task asked");
+            }
+            Err(e) => {
+                tracing::warn!(connector = %self.key.connector, task = self.key.task, consumer = %name,
+                    error = %e, "the sink task asked to move its consumer positions; the record log cannot: ignored");
+            }
         }
     }
 
@@ -401,6 +498,7 @@ mod tests {
             providers: Default::default(),
             transforms: Vec::new(),
             converter_defaults: Default::default(),
+            process_plugins: Default::default(),
         });
         let probe = Arc::new(Probe::default());
         probe.fail_flush.store(fail_flush, Ordering::SeqCst);
@@ -486,6 +584,33 @@ mod tests {
             "the unflushed records come again from the start"
         );
     }
+    #[test]
+    fn a_seek_becomes_one_position_change_per_partition_with_the_latest_offset() {
+        let seeks: Seeks = Seeks::default();
+        let sink_seek = seek(seeks.clone());
+        sink_seek.seek(BTreeMap::from([(TopicPartition::new("t", 0), 5)]));
+        sink_seek.seek(BTreeMap::from([
+            (TopicPartition::new("t", 0), 0),
+            (TopicPartition::new("u", 1), 7),
+        ]));
+        let taken = std::mem::take(&mut *seeks.lock().unwrap());
+        assert_eq!(
+            position_changes(taken),
+            vec![
+                PositionChange {
+                    topic: "t".into(),
+                    partition: 0,
+                    next: Some(0)
+                },
+                PositionChange {
+                    topic: "u".into(),
+                    partition: 1,
+                    next: Some(7)
+                },
+            ]
+        );
+    }
+
     #[test]
     fn unflushed_records_keep_the_highest_next_offset_per_topic_partition_and_the_oldest_put_time()
     {

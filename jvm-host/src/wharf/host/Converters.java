@@ -70,10 +70,26 @@ final class Converters {
     return converter;
   }
 
+  /**
+   * The class a converter name stands for: Wharf's short names and the simple names of
+   * Connect's own converters (those the executor's --key-converter, --value-converter and
+   * --header-converter accept), else the name itself.
+   */
+  static String className(String name) {
+    switch (name) {
+      case "json": case "JsonConverter": return "org.apache.kafka.connect.json.JsonConverter";
+      case "string": case "StringConverter": return "org.apache.kafka.connect.storage.StringConverter";
+      case "bytes": case "bytearray": case "ByteArrayConverter":
+        return "org.apache.kafka.connect.converters.ByteArrayConverter";
+      case "simple": case "SimpleHeaderConverter": return DEFAULT_HEADERS;
+      default: return name;
+    }
+  }
+
   /** A new instance of the class config[key] names (`fallback` when unset), of type `type`. */
   static Object instance(Map<String, String> config, String key, String fallback, Class<?> type,
       String what) throws Exception {
-    String name = config.getOrDefault(key, "").trim();
+    String name = className(config.getOrDefault(key, "").trim());
     if (name.isEmpty()) name = fallback;
     Class<?> c;
     try {

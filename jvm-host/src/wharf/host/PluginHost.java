@@ -36,6 +36,9 @@ import org.apache.kafka.connect.connector.Task;
 import org.apache.kafka.connect.data.SchemaAndValue;
 import org.apache.kafka.connect.header.ConnectHeaders;
 import org.apache.kafka.connect.header.Header;
+import org.apache.kafka.common.metrics.Metrics;
+import org.apache.kafka.common.metrics.internals.PluginMetricsImpl;
+import org.apache.kafka.connect.sink.ErrantRecordReporter;
 import org.apache.kafka.connect.sink.SinkConnector;
 import org.apache.kafka.connect.sink.SinkRecord;
 import org.apache.kafka.connect.sink.SinkTask;
@@ -70,7 +73,8 @@ public final class PluginHost {
       RELEASE = 14, OFFSETS_ANSWER = 15;
   // PluginToRuntime body fields.
   static final int A_DESCRIBE = 2, A_ERROR = 3, A_OK = 4, A_TASK_CONFIGS = 5, A_VALIDATE = 6,
-      A_POLL = 7, R_RECONFIGURE = 9, R_RAISE_ERROR = 10;
+      A_POLL = 7, R_RECONFIGURE = 9, R_RAISE_ERROR = 10, R_SINK_SEEK = 12,
+      R_REPORT_ERRANT = 13;
 
   static final ObjectMapper JSON =
       new ObjectMapper().configure(SerializationFeature.ORDER_MAP_ENTRIES_BY_KEYS, true);
@@ -79,6 +83,8 @@ public final class PluginHost {
   final Map<Long, Instance> instances = new ConcurrentHashMap<>();
   final OutputStream out;
   final AtomicLong ids = new AtomicLong(1);
+  /** The plugins' metrics (KIP-877 pluginMetrics()): kept in this JVM, not exported. */
+  final Metrics metrics = new Metrics();
 
   PluginHost(OutputStream out) {
     this.out = out;
@@ -373,6 +379,54 @@ public final class PluginHost {
      * once the record log acknowledged them (Debezium tracks the offset to flush there). */
     final List<SourceRecord> uncommitted = new ArrayList<>();
     final Set<TopicPartition> assigned = new HashSet<>();
+    /** The partitions a sink paused (SinkTaskContext.pause) and the records of each held
+     * back since, in order; guarded by the instance. */
+    final Set<TopicPartition> paused = new HashSet<>();
+    final Map<TopicPartition, List<SinkRecord>> held = new LinkedHashMap<>();
+    /** Its pluginMetrics(), made on first use, closed (its metrics removed) at its stop. */
+    PluginMetricsImpl pluginMetrics;
+    /** Connect's metric tags of the instance: connector, and task for a task. */
+    final Map<String, String> tags = new LinkedHashMap<>();
+
+    synchronized PluginMetrics pluginMetrics() {
+      if (pluginMetrics == null) pluginMetrics = new PluginMetricsImpl(metrics, tags);
+      return pluginMetrics;
+    }
+
+    synchronized void closeMetrics() {
+      if (pluginMetrics == null) return;
+      try {
+        pluginMetrics.close();
+      } catch (IOException e) {
+        // only removes metrics from this JVM's registry
+      }
+    }
+
+    /** Takes the held records of partitions no longer paused, in order. */
+    synchronized List<SinkRecord> released() {
+      List<SinkRecord> out = new ArrayList<>();
+      held.entrySet().removeIf(e -> {
+        if (paused.contains(e.getKey())) return false;
+        out.addAll(e.getValue());
+        return true;
+      });
+      return out;
+    }
+
+    /** Holds back the records of paused partitions (and of those with records held);
+     * returns the others, in order. */
+    synchronized List<SinkRecord> deliverable(List<SinkRecord> records) {
+      List<SinkRecord> out = new ArrayList<>();
+      for (SinkRecord r : records) {
+        TopicPartition tp = new TopicPartition(r.topic(), r.kafkaPartition());
+        if (paused.contains(tp) || held.containsKey(tp)) {
+          held.computeIfAbsent(tp, k -> new ArrayList<>()).add(r);
+        } else {
+          out.add(r);
+        }
+      }
+      return out;
+    }
 
     Instance(long id) {
       this.id = id;
@@ -455,6 +509,7 @@ public final class PluginHost {
       instances.put(inst.id, inst);
       String plugin = str(b, 2);
       inst.name = str(b, 3);
+      inst.tags.put("connector", inst.name);
       Map<String, String> config = map(b, 7);
       inst.run(rid, () -> {
         Class<? extends Connector> c = plugins.get(plugin);
@@ -472,7 +527,7 @@ public final class PluginHost {
           }
 
           public PluginMetrics pluginMetrics() {
-            return null;
+            return inst.pluginMetrics();
           }
         });
         connector.start(config);
@@ -526,6 +581,7 @@ public final class PluginHost {
           }
         } finally {
           instances.remove(inst.id);
+          inst.closeMetrics();
           inst.worker.shutdown();
         }
         return null;
@@ -536,6 +592,8 @@ public final class PluginHost {
       instances.put(inst.id, inst);
       String plugin = str(b, 2);
       inst.name = str(b, 3) + "-" + num(b, 4);
+      inst.tags.put("connector", str(b, 3));
+      inst.tags.put("task", String.valueOf(num(b, 4)));
       Map<String, String> connectorConfig = map(b, 8);
       Map<String, String> taskConfig = map(b, 9);
       for (Map<Integer, List<Object>> o : msgs(b, 10)) {
@@ -564,11 +622,11 @@ public final class PluginHost {
             }
 
             public PluginMetrics pluginMetrics() {
-              return null;
+              return inst.pluginMetrics();
             }
           });
         } else {
-          ((SinkTask) task).initialize(sinkContext(inst, taskConfig));
+          ((SinkTask) task).initialize(sinkContext(inst, taskConfig, connectorConfig));
         }
         task.start(taskConfig);
         return null;
@@ -613,11 +671,14 @@ public final class PluginHost {
           byte[] v = raw(r, 3);
           SchemaAndValue value = inst.converters.values.toConnectData(topic, v == null ? new byte[0] : v);
           Long ts = r.containsKey(5) ? num(r, 5) : null;
-          out.add(new SinkRecord(topic, 0, key.schema(), key.value(), value.schema(), value.value(),
+          out.add(new SinkRecord(topic, (int) num(r, 7), key.schema(), key.value(), value.schema(), value.value(),
               num(r, 6), ts, ts == null ? TimestampType.NO_TIMESTAMP_TYPE : TimestampType.CREATE_TIME,
               sinkHeaders(inst, topic, msgs(r, 4))));
         }
-        ((SinkTask) inst.obj).put(out);
+        // Records of paused partitions are held back; those of resumed ones go first.
+        List<SinkRecord> deliver = inst.released();
+        deliver.addAll(inst.deliverable(out));
+        ((SinkTask) inst.obj).put(deliver);
         return null;
       });
     } else if (f.containsKey(TASK_FLUSH)) {
@@ -628,8 +689,26 @@ public final class PluginHost {
       for (Map<Integer, List<Object>> e : msgs(b, 2)) {
         offsets.put(new TopicPartition(str(e, 1), 0), new OffsetAndMetadata(num(e, 2)));
       }
+      for (Map<Integer, List<Object>> e : msgs(b, 3)) {
+        offsets.put(new TopicPartition(str(e, 1), (int) num(e, 2)), new OffsetAndMetadata(num(e, 3)));
+      }
       inst.run(rid, () -> {
-        ((SinkTask) inst.obj).flush(offsets);
+        SinkTask task = (SinkTask) inst.obj;
+        List<SinkRecord> resumed = inst.released();
+        if (!resumed.isEmpty()) task.put(resumed);
+        // Records still held are not flushed: the runtime delivers them again from the
+        // first one (a seek), so none is acknowledged before the task got it.
+        Map<TopicPartition, Long> back = new LinkedHashMap<>();
+        synchronized (inst) {
+          for (Map.Entry<TopicPartition, List<SinkRecord>> e : inst.held.entrySet()) {
+            long first = e.getValue().get(0).kafkaOffset();
+            back.put(e.getKey(), first);
+            offsets.put(e.getKey(), new OffsetAndMetadata(first));
+          }
+          inst.held.clear();
+        }
+        task.flush(offsets);
+        if (!back.isEmpty()) seek(inst, back);
         return null;
       });
     } else if (f.containsKey(RELEASE)) {
@@ -710,14 +789,72 @@ public final class PluginHost {
     };
   }
 
-  SinkTaskContext sinkContext(Instance inst, Map<String, String> config) {
+  /** Asks the runtime to deliver each partition again from its offset (sink_seek). */
+  void seek(Instance inst, Map<TopicPartition, Long> offsets) {
+    send(ids.incrementAndGet(), R_SINK_SEEK, unchecked(() -> {
+      Msg m = new Msg().u64(1, inst.id);
+      for (Map.Entry<TopicPartition, Long> e : offsets.entrySet()) {
+        m.msg(2, new Msg().str(1, e.getKey().topic()).u64(2, e.getKey().partition())
+            .u64(3, e.getValue()));
+      }
+      return m;
+    }));
+  }
+
+  /** A sink record as the wire's PluginSinkRecord, written by the task's converters. */
+  Msg sinkRecord(Instance inst, SinkRecord r) throws IOException {
+    Msg m = new Msg().str(1, r.topic());
+    if (r.key() != null || r.keySchema() != null) {
+      m.bytes(2, inst.converters.keys.fromConnectData(r.topic(), r.keySchema(), r.key()));
+    }
+    byte[] v = inst.converters.values.fromConnectData(r.topic(), r.valueSchema(), r.value());
+    m.bytes(3, v == null ? new byte[0] : v);
+    for (Header h : r.headers()) {
+      byte[] hv = inst.converters.headers.fromConnectHeader(r.topic(), h.key(), h.schema(), h.value());
+      m.msg(4, new Msg().strAlways(1, h.key()).bytes(2, hv == null ? new byte[0] : hv));
+    }
+    if (r.timestamp() != null) m.u64(5, r.timestamp());
+    m.u64(6, r.kafkaOffset());
+    m.u64(7, r.kafkaPartition() == null ? 0 : r.kafkaPartition());
+    return m;
+  }
+
+  /**
+   * Connect's errant record reporter when the connector has a dead letter queue under
+   * errors.tolerance=all (null otherwise, as a Connect worker without a DLQ gives): the
+   * record goes to the runtime, which writes it to the DLQ before the put's records are
+   * acknowledged.
+   */
+  ErrantRecordReporter reporter(Instance inst, Map<String, String> connectorConfig) {
+    boolean all = connectorConfig.getOrDefault("errors.tolerance", "none").trim().equals("all");
+    boolean dlq = !connectorConfig.getOrDefault("errors.deadletterqueue.topic.name", "").isBlank();
+    if (!all || !dlq) return null;
+    return (record, error) -> {
+      String text = error == null ? "reported by the task"
+          : error.getMessage() == null ? error.toString()
+          : error.getClass().getName() + ": " + error.getMessage();
+      send(ids.incrementAndGet(), R_REPORT_ERRANT, unchecked(() ->
+          new Msg().u64(1, inst.id).msg(2, sinkRecord(inst, record)).str(3, text)));
+      return java.util.concurrent.CompletableFuture.completedFuture(null);
+    };
+  }
+
+  SinkTaskContext sinkContext(Instance inst, Map<String, String> config,
+      Map<String, String> connectorConfig) {
+    ErrantRecordReporter reporter = reporter(inst, connectorConfig);
     return new SinkTaskContext() {
       public Map<String, String> configs() {
         return config;
       }
 
       public void offset(Map<TopicPartition, Long> offsets) {
-        System.err.println("wharf-jvm-host: " + inst.name + ": SinkTaskContext.offset is not supported; ignored");
+        // The runtime moves the consumer before the next put: the records from each
+        // offset are delivered again (a rewind) or skipped up to it. Records held for
+        // those partitions come again from there.
+        synchronized (inst) {
+          inst.held.keySet().removeAll(offsets.keySet());
+        }
+        seek(inst, offsets);
       }
 
       public void offset(TopicPartition tp, long offset) {
@@ -730,14 +867,26 @@ public final class PluginHost {
         return inst.assigned;
       }
 
-      public void pause(TopicPartition... partitions) {}
+      public void pause(TopicPartition... partitions) {
+        synchronized (inst) {
+          inst.paused.addAll(List.of(partitions));
+        }
+      }
 
-      public void resume(TopicPartition... partitions) {}
+      public void resume(TopicPartition... partitions) {
+        synchronized (inst) {
+          inst.paused.removeAll(List.of(partitions));
+        }
+      }
 
       public void requestCommit() {}
 
+      public ErrantRecordReporter errantRecordReporter() {
+        return reporter;
+      }
+
       public PluginMetrics pluginMetrics() {
-        return null;
+        return inst.pluginMetrics();
       }
     };
   }
