@@ -412,3 +412,70 @@ async fn under_the_policy_none_every_client_override_is_refused_at_create() {
     assert!(c.status("kn-sink").is_none(), "nothing stored");
     create(&c, "kn-sink", file_sink(&output, "kn-in", &[]));
 }
+
+/// A record the sink's converter refuses goes to the dead letter queue naming the
+/// partition it was read from (KIP-298's `__connect.errors.partition`), not partition 0.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_dead_lettered_record_names_the_partition_it_came_from() {
+    use wharf_harness::rdkafka::message::{Headers, Message};
+    let (c, kafka, _rest) = kafka_cluster(1).await;
+    kafka.create_topic("kd-in", 3).await;
+    kafka
+        .produce(
+            "kd-in",
+            &[
+                (None, json!({ "n": 0 }).to_string(), Some(0)),
+                (None, "not json".to_owned(), Some(2)),
+            ],
+        )
+        .await;
+    let output = c.dir.path().join("out.jsonl");
+    create(
+        &c,
+        "kd-sink",
+        file_sink(
+            &output,
+            "kd-in",
+            &[
+                (
+                    "value.converter",
+                    "org.apache.kafka.connect.json.JsonConverter",
+                ),
+                ("value.converter.schemas.enable", "false"),
+                ("errors.tolerance", "all"),
+                ("errors.deadletterqueue.topic.name", "kd-dlq"),
+                ("errors.deadletterqueue.context.headers.enable", "true"),
+            ],
+        ),
+    );
+    let dead = wait_until(
+        "the bad record on the dead letter queue",
+        CONVERGE,
+        || async {
+            let partitions = kafka.partitions("kd-dlq");
+            if partitions == 0 {
+                return None;
+            }
+            let read = kafka.read_all(
+                "kd-dlq",
+                i32::try_from(partitions).unwrap_or(1),
+                1,
+                CONVERGE,
+            );
+            (!read.is_empty()).then_some(read)
+        },
+    )
+    .await;
+    assert_eq!(dead.len(), 1);
+    let header = |name: &str| {
+        dead[0].headers().and_then(|hs| {
+            hs.iter()
+                .find(|h| h.key == name)
+                .and_then(|h| h.value.map(|v| String::from_utf8_lossy(v).into_owned()))
+        })
+    };
+    assert_eq!(dead[0].payload(), Some(&b"not json"[..]));
+    assert_eq!(header("__connect.errors.topic").as_deref(), Some("kd-in"));
+    assert_eq!(header("__connect.errors.partition").as_deref(), Some("2"));
+    assert_eq!(header("__connect.errors.offset").as_deref(), Some("0"));
+}

@@ -169,7 +169,8 @@ impl TaskInstance {
         let mut out = Vec::with_capacity(records.len());
         let mut dead = Vec::new();
         for record in records {
-            let (topic, offset) = (record.topic.clone(), record.offset);
+            let (topic, partition, offset) =
+                (record.topic.clone(), record.partition, record.offset);
             let original = (policy.dlq_topic.is_some() || policy.log_messages)
                 .then(|| sink_log_record(&record));
             match self
@@ -186,7 +187,7 @@ impl TaskInstance {
                         if let (Some(_), Some(original)) = (&policy.dlq_topic, original) {
                             let ctx = ErrantContext {
                                 topic: &topic,
-                                partition: 0,
+                                partition: i32::try_from(partition).unwrap_or(i32::MAX),
                                 offset,
                                 connector: &self.key.connector,
                                 task: self.key.task,
@@ -240,7 +241,7 @@ impl TaskInstance {
             if policy.dlq_topic.is_some() {
                 let ctx = ErrantContext {
                     topic: &record.topic,
-                    partition: 0,
+                    partition: i32::try_from(record.partition).unwrap_or(i32::MAX),
                     offset: record.offset,
                     connector: &self.key.connector,
                     task: self.key.task,
