@@ -57,10 +57,11 @@
 //!   deletion waits at most about one lease for a host that went silent.
 //! - A stop(true) that the executor completed but whose answer was lost is sent again;
 //!   the executor replays the recorded outcome, also after it fenced itself and
-//!   registered again (it is asked at the recorded epoch, `step::ask_record_first`). Only
-//!   where that record is gone (the executor process restarted) or the host cannot be
-//!   asked (silent, or lost) does a re-hosted attempt run the plugin's cleanup a second
-//!   time (at least once).
+//!   registered again (it is asked at the recorded epoch, `step::ask_record_first`; a
+//!   host registered again that is not live yet, its lease still to be granted or silent,
+//!   is waited for). Only where that record is gone (the executor process restarted) or
+//!   the host is gone (never registered again, or its new epoch lost too) does a
+//!   re-hosted attempt run the plugin's cleanup a second time (at least once).
 //! - `force` skips what is left even if a stop is in flight; that stop may still finish.
 //!   Until it has ended the name cannot be taken again ([`super::deletions::Deletions::in_flight`]).
 //! - A stop sent to a frozen executor holds up that deletion (not others) until that

@@ -121,6 +121,27 @@ fn registered(view: &ExecutorView, id: &str) -> Option<(u64, Host)> {
     Some((view.all.get(id)?.epoch, *view.health.get(id)?))
 }
 
+/// What [`ask_record_first`] knows of an executor's current registration.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+struct Registration {
+    /// The epoch the store has it registered at.
+    epoch: u64,
+    /// Its health at that epoch ([`ExecutorView::host`]).
+    health: Host,
+    /// The store marked that epoch lost (its lease ran out): it is gone, not on its way.
+    marked_lost: bool,
+}
+
+/// The executor `id`'s current registration in `view`; `None` when not registered.
+fn registration(view: &ExecutorView, id: &str) -> Option<Registration> {
+    let record = view.all.get(id)?;
+    Some(Registration {
+        epoch: record.epoch,
+        health: *view.health.get(id)?,
+        marked_lost: record.lost,
+    })
+}
+
 /// The first call of step `idx`, from facts only (the record and the executor view):
 /// the unit's cell of [`decide`]. Every instance that still exists on a live executor,
 /// failed ones included, is stopped itself; a cleanup-only instance is only for a unit
@@ -154,9 +175,12 @@ pub(super) fn plan_step(d: &DeletionRecord, idx: usize, view: &ExecutorView) -> 
             }),
         },
         Action::CleanupOnly => {
-            let now = host.executor.as_deref().and_then(|id| registered(view, id));
-            match live {
-                Some(exec) if ask_record_first(hosted, host.epoch, now) => {
+            let now = host
+                .executor
+                .as_deref()
+                .and_then(|id| registration(view, id));
+            match (ask_record_first(hosted, host.epoch, now), live) {
+                (RecordFirst::Ask, Some(exec)) => {
                     // Addressed to the recorded epoch: only a stop this executor already
                     // claimed is answered (from its record); anything else is refused and
                     // the cleanup re-hosted.
@@ -167,7 +191,10 @@ pub(super) fn plan_step(d: &DeletionRecord, idx: usize, view: &ExecutorView) -> 
                         epoch: Some(host.epoch),
                     }
                 }
-                Some(_) | None => Plan::Outcome(Attempt::Rehost),
+                (RecordFirst::Wait, _) | (RecordFirst::Ask, None) => Plan::Outcome(Attempt::Wait {
+                    error: "host executor registered again and is not live yet; it is asked for the record of its stop first".into(),
+                }),
+                (RecordFirst::Rehost, _) => Plan::Outcome(Attempt::Rehost),
             }
         }
         Action::Done => Plan::Outcome(Attempt::Done {
@@ -228,31 +255,49 @@ fn plan_rehosted(mode: DeletionMode, step: &CleanupStep, view: &ExecutorView) ->
     }
 }
 
+/// What a deleted unit that [`decide`] would re-host does first ([`ask_record_first`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum RecordFirst {
+    /// Ask the recorded host, at the recorded epoch, for the record of its stop.
+    Ask,
+    /// The recorded host registered again but cannot be asked yet: ask it once it can.
+    Wait,
+    /// No record to ask for, or nobody left to hold it: re-host the cleanup.
+    Rehost,
+}
+
 /// Whether a deleted unit that [`decide`] would re-host is first asked for at its
 /// recorded host (docs/contract.md, "A completed stop is replayed"): when that executor
 /// registered again since the instance was recorded (same id, a newer epoch, for
-/// instance after fencing itself during a control-plane failover) and is live now, it
-/// may hold the record of the stop(true) already run there, whose answer was lost. The
-/// stop then goes to it at the recorded epoch and generation: the executor answers from
-/// the record, or refuses (nothing claimed there, or the record is gone) and the cleanup
-/// is re-hosted, so a cleanup runs twice only where its record is gone (at least once).
+/// instance after fencing itself during a control-plane failover), it may hold the
+/// record of the stop(true) already run there, whose answer was lost. The stop then goes
+/// to it at the recorded epoch and generation: the executor answers from the record, or
+/// refuses (nothing claimed there, or the record is gone) and the cleanup is re-hosted,
+/// so a cleanup runs twice only where its record is gone (at least once).
+///
+/// It is asked only while live. Registered again but not live yet, it is waited for
+/// rather than passed over: a registration is in the store before its identity probe
+/// and its lease grant (Lost until then, for as long as the probe takes under load), and
+/// a host silent at its new epoch is left to its lease (contract point 14). Re-hosting
+/// then would run the cleanup a second time beside the record of the first. Only a new
+/// epoch the store marked lost (its lease ran out) is given up on.
 ///
 /// `hosted` is the recorded instance, `recorded_epoch` the epoch it was recorded under,
-/// `now` the executor's current epoch and health (`None`: not registered).
-fn ask_record_first(hosted: Hosted, recorded_epoch: u64, now: Option<(u64, Host)>) -> bool {
+/// `now` the executor's current registration (`None`: not registered).
+fn ask_record_first(hosted: Hosted, recorded_epoch: u64, now: Option<Registration>) -> RecordFirst {
     match hosted {
         // Nothing was started there, or its stop overran: no completed stop to replay.
-        Hosted::Absent | Hosted::Abandoned => false,
+        Hosted::Absent | Hosted::Abandoned => RecordFirst::Rehost,
         Hosted::Starting | Hosted::Running | Hosted::Failed | Hosted::Stopping => match now {
-            None => false,
-            Some((epoch, health)) => {
-                let registered_again = epoch > recorded_epoch;
-                match health {
-                    Host::Live => registered_again,
-                    // A silent host would hold the call; a lost one cannot answer.
-                    Host::Unresponsive | Host::Lost => false,
-                }
-            }
+            None => RecordFirst::Rehost,
+            // Not registered again: its lease at the recorded epoch ran out (or it was
+            // forgotten) and nothing since says it is back.
+            Some(r) if r.epoch <= recorded_epoch => RecordFirst::Rehost,
+            Some(r) => match (r.health, r.marked_lost) {
+                (Host::Live, true | false) => RecordFirst::Ask,
+                (Host::Lost, true) => RecordFirst::Rehost,
+                (Host::Lost, false) | (Host::Unresponsive, _) => RecordFirst::Wait,
+            },
         },
     }
 }
@@ -994,6 +1039,15 @@ mod tests {
         ));
     }
 
+    /// The host's registration now: at `epoch`, `health`, not marked lost.
+    fn now(epoch: u64, health: Host) -> Option<Registration> {
+        Some(Registration {
+            epoch,
+            health,
+            marked_lost: false,
+        })
+    }
+
     #[test]
     fn a_host_that_registered_again_is_asked_for_the_record_of_the_stop() {
         for hosted in [
@@ -1002,62 +1056,77 @@ mod tests {
             Hosted::Failed,
             Hosted::Stopping,
         ] {
-            assert!(ask_record_first(
-                hosted,
-                RECORDED,
-                Some((RECORDED + 1, Host::Live))
-            ));
+            assert_eq!(
+                ask_record_first(hosted, RECORDED, now(RECORDED + 1, Host::Live)),
+                RecordFirst::Ask
+            );
         }
     }
 
     #[test]
     fn a_unit_never_started_is_re_hosted_without_asking() {
-        assert!(!ask_record_first(
-            Hosted::Absent,
-            RECORDED,
-            Some((RECORDED + 1, Host::Live))
-        ));
+        assert_eq!(
+            ask_record_first(Hosted::Absent, RECORDED, now(RECORDED + 1, Host::Live)),
+            RecordFirst::Rehost
+        );
     }
 
     #[test]
     fn an_abandoned_instance_is_re_hosted_without_asking() {
-        assert!(!ask_record_first(
-            Hosted::Abandoned,
-            RECORDED,
-            Some((RECORDED + 1, Host::Live))
-        ));
+        assert_eq!(
+            ask_record_first(Hosted::Abandoned, RECORDED, now(RECORDED + 1, Host::Live)),
+            RecordFirst::Rehost
+        );
     }
 
     #[test]
     fn a_host_that_is_not_registered_is_not_asked() {
-        assert!(!ask_record_first(Hosted::Running, RECORDED, None));
+        assert_eq!(
+            ask_record_first(Hosted::Running, RECORDED, None),
+            RecordFirst::Rehost
+        );
     }
 
     #[test]
     fn a_host_whose_lease_ran_out_at_the_recorded_epoch_is_not_asked() {
-        assert!(!ask_record_first(
-            Hosted::Running,
-            RECORDED,
-            Some((RECORDED, Host::Lost))
-        ));
+        assert_eq!(
+            ask_record_first(Hosted::Running, RECORDED, now(RECORDED, Host::Lost)),
+            RecordFirst::Rehost
+        );
     }
 
     #[test]
-    fn a_host_registered_again_but_silent_is_not_asked() {
-        assert!(!ask_record_first(
-            Hosted::Running,
-            RECORDED,
-            Some((RECORDED + 1, Host::Unresponsive))
-        ));
+    fn a_host_registered_again_but_silent_is_waited_for() {
+        assert_eq!(
+            ask_record_first(
+                Hosted::Running,
+                RECORDED,
+                now(RECORDED + 1, Host::Unresponsive)
+            ),
+            RecordFirst::Wait
+        );
+    }
+
+    #[test]
+    fn a_host_registered_again_whose_lease_is_not_granted_yet_is_waited_for() {
+        // In the store at its new epoch, its identity probe still running: no lease yet.
+        assert_eq!(
+            ask_record_first(Hosted::Running, RECORDED, now(RECORDED + 1, Host::Lost)),
+            RecordFirst::Wait
+        );
     }
 
     #[test]
     fn a_host_registered_again_and_lost_again_is_not_asked() {
-        assert!(!ask_record_first(
-            Hosted::Running,
-            RECORDED,
-            Some((RECORDED + 1, Host::Lost))
-        ));
+        let lost_again = Registration {
+            epoch: RECORDED + 1,
+            health: Host::Lost,
+            marked_lost: true,
+        };
+        assert_eq!(
+            ask_record_first(Hosted::Running, RECORDED, Some(lost_again)),
+            RecordFirst::Rehost
+        );
     }
 }
 
@@ -1259,6 +1328,33 @@ mod plan_tests {
             is_stop(&plan, "e1", GENERATION, true, Some(RECORDED)),
             "{plan:?}"
         );
+    }
+
+    #[test]
+    fn an_instance_whose_host_registered_again_and_awaits_its_lease_waits_for_it() {
+        // Its new epoch is in the store, its lease not granted yet (no health but Lost),
+        // while another executor is live: the cleanup is not moved there.
+        let d = deletion(DeletionMode::Cleanup, InstanceState::Running);
+        let plan = plan_step(
+            &d,
+            0,
+            &view(&[("e1", RECORDED + 1, Host::Lost), ("e2", 1, Host::Live)]),
+        );
+        assert!(
+            matches!(plan, Plan::Outcome(Attempt::Wait { .. })),
+            "{plan:?}"
+        );
+    }
+
+    #[test]
+    fn an_instance_whose_host_registered_again_and_was_lost_again_is_re_hosted() {
+        let d = deletion(DeletionMode::Cleanup, InstanceState::Running);
+        let mut v = view(&[("e1", RECORDED + 1, Host::Lost), ("e2", 1, Host::Live)]);
+        if let Some(e1) = v.all.get_mut("e1") {
+            e1.lost = true;
+        }
+        let plan = plan_step(&d, 0, &v);
+        assert!(matches!(plan, Plan::Outcome(Attempt::Rehost)), "{plan:?}");
     }
 
     #[test]
