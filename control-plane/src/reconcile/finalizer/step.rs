@@ -242,6 +242,15 @@ fn plan_rehosted(mode: DeletionMode, step: &CleanupStep, view: &ExecutorView) ->
                     error: "executor of the cleanup-only instance does not answer heartbeats"
                         .into(),
                 }),
+                // Registered again and awaiting its lease (Lost until it is granted): it
+                // may hold the record of the stop already sent, as in ask_record_first.
+                (Host::Lost, _)
+                    if registration(view, &step.executor).is_some_and(|r| !r.marked_lost) =>
+                {
+                    Plan::Outcome(Attempt::Wait {
+                        error: "executor of the cleanup-only instance registered again and is not live yet; its stop is asked for once it is".into(),
+                    })
+                }
                 (Host::Live, None) | (Host::Lost, _) => Plan::Outcome(Attempt::Rehost),
             }
         }
@@ -1412,6 +1421,37 @@ mod plan_tests {
             matches!(plan, Plan::Outcome(Attempt::Wait { .. })),
             "{plan:?}"
         );
+    }
+
+    #[test]
+    fn a_cleanup_only_instance_whose_host_registered_again_and_awaits_its_lease_waits() {
+        let d = rehosted(
+            deletion(DeletionMode::Cleanup, InstanceState::Running),
+            CleanupState::Running,
+        );
+        let plan = plan_step(
+            &d,
+            0,
+            &view(&[("e2", 2, Host::Lost), ("e1", 1, Host::Live)]),
+        );
+        assert!(
+            matches!(plan, Plan::Outcome(Attempt::Wait { .. })),
+            "{plan:?}"
+        );
+    }
+
+    #[test]
+    fn a_cleanup_only_instance_whose_host_was_marked_lost_is_re_hosted_again() {
+        let d = rehosted(
+            deletion(DeletionMode::Cleanup, InstanceState::Running),
+            CleanupState::Running,
+        );
+        let mut v = view(&[("e2", 2, Host::Lost), ("e1", 1, Host::Live)]);
+        if let Some(e2) = v.all.get_mut("e2") {
+            e2.lost = true;
+        }
+        let plan = plan_step(&d, 0, &v);
+        assert!(matches!(plan, Plan::Outcome(Attempt::Rehost)), "{plan:?}");
     }
 
     #[test]
