@@ -584,6 +584,100 @@ async fn a_connect_client_gets_connects_status_codes_and_json_shapes() {
     assert_eq!(rest.get("/connectors/rc-put").await.status, 404);
 }
 
+/// The ConfigKeyInfo called `name` in a plugin config answer.
+fn config_key<'a>(a: &'a Answer, name: &str) -> &'a Value {
+    a.body
+        .as_array()
+        .unwrap_or_else(|| panic!("an array: {a:?}"))
+        .iter()
+        .find(|k| k["name"] == name)
+        .unwrap_or_else(|| panic!("{name} listed: {}", a.body))
+}
+
+/// KIP-769 for transformation and predicate plugins: the built-in ones' keys as Connect's
+/// classes define them, under the class name with `$` percent-encoded (as Connect clients
+/// send it) or literal, and without the runtime's connector keys.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_built_in_transforms_or_predicates_config_lists_its_keys() {
+    let (_c, rest) = start(1).await;
+
+    for path in [
+        "/connector-plugins/org.apache.kafka.connect.transforms.MaskField%24Value/config",
+        "/connector-plugins/org.apache.kafka.connect.transforms.MaskField$Value/config",
+    ] {
+        let a = rest.get(path).await;
+        assert_eq!(a.status, 200, "{path}: {a:?}");
+        let names: Vec<&str> = a
+            .body
+            .as_array()
+            .expect("an array")
+            .iter()
+            .filter_map(|k| k["name"].as_str())
+            .collect();
+        assert_eq!(
+            names,
+            ["fields", "replacement", "replace.null.with.default"],
+            "{path}"
+        );
+        let fields = config_key(&a, "fields");
+        for (k, v) in [
+            ("type", json!("LIST")),
+            ("required", json!(true)),
+            ("default_value", Value::Null),
+            ("importance", json!("HIGH")),
+        ] {
+            assert_eq!(fields[k], v, "{k}: {fields}");
+        }
+        let replacement = config_key(&a, "replacement");
+        for (k, v) in [
+            ("type", json!("STRING")),
+            ("required", json!(false)),
+            ("default_value", Value::Null),
+            ("importance", json!("LOW")),
+        ] {
+            assert_eq!(replacement[k], v, "{k}: {replacement}");
+        }
+        for k in ["documentation", "group", "width", "display_name"] {
+            assert!(replacement[k].is_string(), "{k}: {replacement}");
+        }
+        assert!(replacement["order_in_group"].is_number(), "{replacement}");
+        assert_eq!(
+            config_key(&a, "replace.null.with.default")["default_value"],
+            "true"
+        );
+    }
+
+    let a = rest
+        .get("/connector-plugins/org.apache.kafka.connect.transforms.predicates.TopicNameMatches/config")
+        .await;
+    assert_eq!(a.status, 200, "{a:?}");
+    assert_eq!(a.body.as_array().map(Vec::len), Some(1), "{}", a.body);
+    let pattern = config_key(&a, "pattern");
+    assert_eq!(pattern["type"], "STRING", "{pattern}");
+    assert_eq!(pattern["required"], true, "{pattern}");
+    assert_eq!(pattern["importance"], "MEDIUM", "{pattern}");
+
+    // A built-in without keys answers an empty list; a name that is not built in (the
+    // simple name, a class of the wrong package) is 404.
+    let a = rest
+        .get("/connector-plugins/org.apache.kafka.connect.transforms.predicates.RecordIsTombstone/config")
+        .await;
+    assert_eq!((a.status, a.body.clone()), (200, json!([])), "{a:?}");
+    for class in [
+        "MaskField%24Value",
+        "org.apache.kafka.connect.transforms.predicates.MaskField%24Value",
+        "org.apache.kafka.connect.transforms.NoSuchTransform",
+    ] {
+        assert_error(
+            &rest
+                .get(&format!("/connector-plugins/{class}/config"))
+                .await,
+            404,
+            "not found",
+        );
+    }
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_deletion_waiting_for_its_executor_shows_deleting_with_the_waiting_step_then_404() {
     let (mut c, rest) = start(1).await;

@@ -103,7 +103,8 @@ pub use tokio_util::sync::CancellationToken;
 pub use transform::{
     BUILTIN_CONVERTERS, BUILTIN_HEADER_CONVERTERS, BUILTIN_PREDICATES, BUILTIN_TRANSFORMS,
     ConnectRecord, ErrantRecordReporter, Predicate, PredicateFactory, TransformError,
-    TransformFactory, TransformKind, TransformPlugin, Transformation,
+    TransformFactory, TransformKind, TransformPlugin, Transformation, builtin_predicate_config_def,
+    builtin_transform_config_def,
 };
 
 /// Config as given by the operator or produced by a connector: key to value, both text.

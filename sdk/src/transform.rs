@@ -8,7 +8,11 @@
 //! [`TransformPlugin`]s it was built with, and gives the transform the keys under
 //! `transforms.<alias>.` without that prefix. docs/pipeline.md shows a record's way.
 
+mod builtin_defs;
+
 use std::sync::Arc;
+
+pub use self::builtin_defs::{builtin_predicate_config_def, builtin_transform_config_def};
 
 use crate::data::{Data, HeaderValue};
 use crate::{ConfigDef, ConfigMap, PluginError, SinkRecord};
@@ -16,6 +20,7 @@ use crate::{ConfigDef, ConfigMap, PluginError, SinkRecord};
 /// The transforms every executor has built in, under Kafka Connect 3.9's class names
 /// (docs/pipeline.md); the control plane lists them in `GET
 /// /connector-plugins?connectorsOnly=false` as Connect lists its transformation plugins.
+/// Each one's keys: [`builtin_transform_config_def`].
 pub const BUILTIN_TRANSFORMS: &[&str] = &[
     "org.apache.kafka.connect.transforms.Cast$Key",
     "org.apache.kafka.connect.transforms.Cast$Value",
@@ -45,7 +50,8 @@ pub const BUILTIN_TRANSFORMS: &[&str] = &[
     "org.apache.kafka.connect.transforms.ValueToKey",
 ];
 
-/// The predicates every executor has built in (Kafka Connect 3.9's class names).
+/// The predicates every executor has built in (Kafka Connect 3.9's class names); each
+/// one's keys: [`builtin_predicate_config_def`].
 pub const BUILTIN_PREDICATES: &[&str] = &[
     "org.apache.kafka.connect.transforms.predicates.HasHeaderKey",
     "org.apache.kafka.connect.transforms.predicates.RecordIsTombstone",

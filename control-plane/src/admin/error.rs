@@ -21,7 +21,8 @@ pub enum ApiError {
     /// No connector of that name.
     #[error("connector {0:?} not found")]
     ConnectorNotFound(String),
-    /// No live executor offers a plugin of that name.
+    /// No live executor offers a plugin of that name, and no transform or predicate is
+    /// built in under it.
     #[error("plugin {0:?} not found: no registered executor offers it")]
     PluginNotFound(String),
     /// No task of that number (the connector exists).

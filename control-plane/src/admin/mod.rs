@@ -222,21 +222,33 @@ impl Admin {
         }))
     }
 
-    /// `GET /connector-plugins/{class}/config` (KIP-769): the plugin's keys after the
-    /// runtime's.
+    /// `GET /connector-plugins/{class}/config` (KIP-769): a connector plugin's keys after
+    /// the runtime's; a transform's or predicate's own keys (as Connect answers for
+    /// transformation and predicate plugins): a built-in one's from the SDK, a custom
+    /// one's as a live executor registered it.
     ///
     /// # Errors
-    /// NOT_FOUND when no live executor offers `class`.
+    /// NOT_FOUND when `class` is neither built in nor offered by a live executor.
     pub fn plugin_config(&self, class: &str) -> ApiResult<Vec<pb::ConfigKeyDef>> {
         let plugins = self.plugins()?;
-        let Some(p) = plugins.get(class).filter(|p| !p.live_on.is_empty()) else {
-            return Err(ApiError::PluginNotFound(class.to_owned()));
-        };
-        Ok(convert::full_def(Some(&p.info))
-            .keys
-            .iter()
-            .map(wharf::wire::config_key_def)
-            .collect())
+        if let Some(p) = plugins.get(class).filter(|p| !p.live_on.is_empty()) {
+            return Ok(convert::full_def(Some(&p.info))
+                .keys
+                .iter()
+                .map(wharf::wire::config_key_def)
+                .collect());
+        }
+        if let Some(def) = wharf::sdk::builtin_transform_config_def(class)
+            .or_else(|| wharf::sdk::builtin_predicate_config_def(class))
+        {
+            return Ok(def.keys.iter().map(wharf::wire::config_key_def).collect());
+        }
+        self.transform_list()?
+            .into_iter()
+            .filter_map(|t| t.plugin)
+            .find(|p| p.name == class)
+            .map(|p| p.config_defs)
+            .ok_or_else(|| ApiError::PluginNotFound(class.to_owned()))
     }
 
     /// Pause, resume (target STARTED) or stop a connector that is not being deleted.

@@ -149,50 +149,13 @@ pub struct Parsed {
     pub errors: ErrorPolicy,
 }
 
-/// The keys a built-in transform or predicate reads (any other under its alias is
-/// refused rather than ignored).
-fn builtin_keys(simple: &str) -> &'static [&'static str] {
-    let base = simple.split('$').next().unwrap_or(simple);
-    match base {
-        "Cast" => &["spec", "replace.null.with.default"],
-        "DropHeaders" => &["headers"],
-        "ExtractField" => &["field", "field.syntax.version", "replace.null.with.default"],
-        "Filter" | "RecordIsTombstone" => &[],
-        "Flatten" => &["delimiter"],
-        "HeaderFrom" => &[
-            "fields",
-            "headers",
-            "operation",
-            "replace.null.with.default",
-        ],
-        "HoistField" => &["field"],
-        "InsertField" => &[
-            "topic.field",
-            "partition.field",
-            "offset.field",
-            "timestamp.field",
-            "static.field",
-            "static.value",
-            "replace.null.with.default",
-        ],
-        "InsertHeader" => &["header", "value.literal"],
-        "MaskField" => &["fields", "replacement", "replace.null.with.default"],
-        "RegexRouter" => &["regex", "replacement"],
-        "ReplaceField" => &["exclude", "include", "renames", "replace.null.with.default"],
-        "SetSchemaMetadata" => &["schema.name", "schema.version", "replace.null.with.default"],
-        "TimestampConverter" => &[
-            "field",
-            "target.type",
-            "format",
-            "unix.precision",
-            "replace.null.with.default",
-        ],
-        "TimestampRouter" => &["topic.format", "timestamp.format"],
-        "ValueToKey" => &["fields", "replace.null.with.default"],
-        "HasHeaderKey" => &["name"],
-        "TopicNameMatches" => &["pattern"],
-        _ => &[],
-    }
+/// The keys a built-in transform or predicate reads, from its definition in the SDK (any
+/// other under its alias is refused rather than ignored); `def` is `None` only for a name
+/// the SDK does not list, which `builtin_transform_name`/`builtin_predicate_name` never
+/// give (a unit test holds the lists equal).
+fn builtin_keys(def: Option<wharf::sdk::ConfigDef>) -> Vec<String> {
+    def.map(|d| d.keys.into_iter().map(|k| k.name).collect())
+        .unwrap_or_default()
 }
 
 /// The keys of `config` under `prefix`, without it.
@@ -461,7 +424,11 @@ pub fn parse(
             continue;
         };
         let made = if let Some(name) = transforms::builtin_predicate_name(class) {
-            unknown_keys(&own, &prefix, builtin_keys(name), &["type"], &mut problems);
+            let keys = builtin_keys(wharf::sdk::builtin_predicate_config_def(&format!(
+                "{}.{name}",
+                transforms::PREDICATES_PACKAGE
+            )));
+            unknown_keys(&own, &prefix, &keys, &["type"], &mut problems);
             transforms::build_predicate(name, &without(&own, &["type"]))
         } else if let Some(TransformKind::Predicate(make)) =
             custom.iter().find(|c| c.name == *class).map(|c| &c.kind)
@@ -527,13 +494,11 @@ pub fn parse(
             },
         };
         let made = if let Some(name) = transforms::builtin_transform_name(&class) {
-            unknown_keys(
-                &own,
-                &prefix,
-                builtin_keys(name),
-                &ALIAS_KEYS,
-                &mut problems,
-            );
+            let keys = builtin_keys(wharf::sdk::builtin_transform_config_def(&format!(
+                "{}.{name}",
+                transforms::TRANSFORMS_PACKAGE
+            )));
+            unknown_keys(&own, &prefix, &keys, &ALIAS_KEYS, &mut problems);
             transforms::build_transform(name, &without(&own, &ALIAS_KEYS))
         } else if let Some(TransformKind::Transformation(make)) =
             custom.iter().find(|c| c.name == class).map(|c| &c.kind)
@@ -614,12 +579,12 @@ fn without(own: &ConfigMap, keys: &[&str]) -> ConfigMap {
 fn unknown_keys(
     own: &ConfigMap,
     prefix: &str,
-    allowed: &[&str],
+    allowed: &[String],
     runtime: &[&str],
     problems: &mut Vec<KeyProblem>,
 ) {
     for k in own.keys() {
-        if !allowed.contains(&k.as_str()) && !runtime.contains(&k.as_str()) {
+        if !allowed.contains(k) && !runtime.contains(&k.as_str()) {
             problems.push((
                 format!("{prefix}{k}"),
                 format!(

@@ -4,7 +4,8 @@
 //! removes the directory it provisioned. Its custom transform and predicate are listed by
 //! the control plane's Kafka Connect REST gateway (`GET
 //! /connector-plugins?connectorsOnly=false`, with the built-in ones), accepted by its
-//! validate, and applied to the sink's records.
+//! validate, described by `GET /connector-plugins/{class}/config`, and applied to the
+//! sink's records.
 //!
 //! Needs the stock control plane binary in the same target dir: `scripts/test` builds
 //! the workspace first (`cargo build --workspace --bins`).
@@ -241,6 +242,31 @@ async fn a_custom_executor_runs_its_plugin_for_the_stock_control_plane_and_clean
             "{class} ({kind}) not listed: {listed}"
         );
     }
+    // KIP-769: the custom predicate's keys, as its executor registered them.
+    let (status, keys) = http(
+        &rest,
+        "GET",
+        &format!(
+            "/connector-plugins/{}/config",
+            wharf_example_custom_connector::VALUE_CONTAINS
+        ),
+        None,
+    )
+    .await;
+    assert_eq!(status, 200, "{keys}");
+    let text = keys
+        .as_array()
+        .and_then(|k| k.iter().find(|k| k["name"] == "text"))
+        .unwrap_or_else(|| panic!("text listed: {keys}"));
+    assert_eq!(
+        (&text["type"], &text["required"], &text["importance"]),
+        (
+            &serde_json::json!("STRING"),
+            &serde_json::json!(true),
+            &serde_json::json!("HIGH")
+        ),
+        "{text}"
+    );
     let (_, connectors_only) = http(&rest, "GET", "/connector-plugins", None).await;
     assert!(
         !connectors_only

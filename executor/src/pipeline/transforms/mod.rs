@@ -328,6 +328,68 @@ mod tests {
             assert!(super::builtin_transform_name(c).is_some(), "{c}");
         }
     }
+
+    /// A value each required key of a built-in transform or predicate accepts.
+    fn sample(key: &str) -> &'static str {
+        match key {
+            "spec" => "int32",
+            "operation" => "copy",
+            "target.type" => "unix",
+            _ => "x",
+        }
+    }
+
+    /// The SDK's definitions say which keys are required: with those set (and, for the
+    /// two that need one of their optional keys, SetSchemaMetadata and InsertField, that
+    /// key) each built-in is made; without any one of them it is refused naming that key.
+    #[test]
+    fn the_required_keys_of_each_definition_are_the_ones_the_builder_requires() {
+        let classes = wharf::sdk::BUILTIN_TRANSFORMS
+            .iter()
+            .map(|c| (c, wharf::sdk::builtin_transform_config_def(c), true))
+            .chain(
+                wharf::sdk::BUILTIN_PREDICATES
+                    .iter()
+                    .map(|c| (c, wharf::sdk::builtin_predicate_config_def(c), false)),
+            );
+        for (class, def, is_transform) in classes {
+            let def = def.expect("every built-in has a definition");
+            let build = |config: &wharf::sdk::ConfigMap| -> Result<(), super::KeyError> {
+                if is_transform {
+                    let name = super::builtin_transform_name(class).expect("built in");
+                    super::build_transform(name, config).map(drop)
+                } else {
+                    let name = super::builtin_predicate_name(class).expect("built in");
+                    super::build_predicate(name, config).map(drop)
+                }
+            };
+            let required: Vec<&str> = def
+                .keys
+                .iter()
+                .filter(|k| k.required)
+                .map(|k| k.name.as_str())
+                .collect();
+            let mut full: wharf::sdk::ConfigMap = required
+                .iter()
+                .map(|k| ((*k).to_owned(), sample(k).to_owned()))
+                .collect();
+            if class.contains("SetSchemaMetadata") {
+                full.insert("schema.name".into(), "x".into());
+            }
+            if class.contains("InsertField") {
+                full.insert("topic.field".into(), "x".into());
+            }
+            assert!(build(&full).is_ok(), "{class} with {full:?}");
+            for key in &required {
+                let mut missing = full.clone();
+                missing.remove(*key);
+                match build(&missing) {
+                    Err((k, _)) => assert_eq!(k, *key, "{class}"),
+                    Ok(()) => panic!("{class} made without {key}"),
+                }
+            }
+        }
+    }
 }
 
 #[cfg(test)]
