@@ -306,9 +306,10 @@ async fn a_record_the_sink_reports_errant_reaches_the_dead_letter_queue() {
 }
 
 /// Kafka Connect 4.x refuses a sink whose `topics` names a topic twice (connect-runtime
-/// 4.3.0's `SinkConnectorConfig`); Wharf accepted it and the sink ran, delivering nothing.
+/// 4.3.0's `SinkConnectorConfig`), or that has none; Wharf accepted both (the first ran
+/// and delivered nothing, the second failed at its start).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_sink_naming_a_topic_twice_is_refused_and_nothing_is_stored() {
+async fn a_sink_naming_a_topic_twice_or_none_is_refused_and_nothing_is_stored() {
     let c = TestCluster::start(1).await;
     let cfg = sink(&c, "twice", "a, b,a", &c.dir.path().join("out.jsonl"), &[]);
     let r = c.call("CreateConnector", json!({ "name": "twice", "config": cfg }));
@@ -316,6 +317,15 @@ async fn a_sink_naming_a_topic_twice_is_refused_and_nothing_is_stored() {
     assert!(r.err.contains("config[topics]"), "{}", r.err);
     assert!(r.err.contains("\"a\""), "names the topic: {}", r.err);
     assert!(c.status("twice").is_none(), "nothing stored");
+
+    // Without topics: refused at create whatever the plugin's own definition says, as
+    // Connect's runtime refuses a sink with neither topics nor topics.regex.
+    let mut cfg = sink(&c, "none", "x", &c.dir.path().join("out.jsonl"), &[]);
+    cfg.as_object_mut().map(|o| o.remove("topics"));
+    let r = c.call("CreateConnector", json!({ "name": "none", "config": cfg }));
+    assert_eq!(r.code, INVALID_ARGUMENT, "{}", r.err);
+    assert!(r.err.contains("config[topics]"), "{}", r.err);
+    assert!(c.status("none").is_none(), "nothing stored");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -31,7 +31,7 @@
 //! than `pgoutput`) there is nowhere to put the mark: the slot is then taken and dropped
 //! by its name alone, as before.
 //!
-//! TLS: `database.sslmode` as Debezium's JDBC driver reads it ([`tls_of`]): `disable`,
+//! TLS: `database.sslmode` as Debezium's JDBC driver reads it (`tls_of`): `disable`,
 //! `allow` and `prefer` (the default; both try TLS first here, without checking the
 //! certificate, and fall back to plaintext), `require` (encrypted, no certificate check),
 //! `verify-ca` and `verify-full` with `database.sslrootcert` (a PEM CA file, required).
@@ -501,7 +501,7 @@ fn refusal(config: &ConfigMap, step: &StartStep, me: &OwnerMark) -> Option<Strin
     match step {
         StartStep::Proceed => None,
         StartStep::RefuseKept { incarnation } => Some(format!(
-            "{what} belong to incarnation {incarnation} of connector {} (deleted with keep_resources), not to this one ({}): Debezium would take them over, and a later deletion of either would drop what the other uses; drop them by hand (pg_drop_replication_slot, DROP PUBLICATION) or name another slot.name and publication.name",
+            "{what} belong to incarnation {incarnation} of connector {} (deleted with keep_resources), not to this one ({}): Debezium would take them over, and a later deletion of either would drop what the other uses; drop them by hand (pg_drop_replication_slot, DROP PUBLICATION), or to take them over clear the owner mark (COMMENT ON PUBLICATION ... IS NULL; the next start marks them for this incarnation), or name another slot.name and publication.name",
             me.connector, me.incarnation
         )),
         StartStep::RefuseClaimed { connector } => Some(format!(

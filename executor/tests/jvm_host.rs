@@ -686,7 +686,8 @@ async fn plugin_metrics_is_a_working_registry_tagged_with_the_connector_and_task
 }
 
 #[tokio::test]
-async fn a_reported_record_reaches_the_runtimes_reporter_only_with_a_dead_letter_queue() {
+async fn a_reported_record_reaches_the_runtimes_reporter_only_with_a_dead_letter_queue_or_error_logging()
+ {
     let tmp = tempfile::tempdir().unwrap();
     let plugins = host(tmp.path(), &["wharf.test.ContextSink"]);
     let reported: Arc<std::sync::Mutex<Vec<(SinkRecord, String)>>> = Arc::default();
@@ -719,6 +720,26 @@ async fn a_reported_record_reaches_the_runtimes_reporter_only_with_a_dead_letter
     .await;
     assert_eq!(events[1..], ["put 0 a", "no reporter", "put 2 c"]);
     assert!(reported.lock().unwrap().is_empty());
+
+    // Error logging on, no dead letter queue: Connect gives a reporter too
+    // (SinkConnectorConfig.enableErrantRecordReporter: a DLQ or errors.log.enable).
+    let mut logged = config.clone();
+    logged.insert("errors.log.enable".to_owned(), "true".to_owned());
+    let events = run_context_sink(
+        &plugins,
+        tmp.path(),
+        "logged",
+        logged,
+        with_reporter.clone(),
+        &["a", "b", "c"],
+    )
+    .await;
+    assert_eq!(events[1..], ["put 0 a", "reported 1", "put 2 c"]);
+    assert_eq!(
+        std::mem::take(&mut *reported.lock().unwrap()).len(),
+        1,
+        "one record reported with errors.log.enable"
+    );
 
     let mut dlq = config;
     dlq.insert(

@@ -320,14 +320,19 @@ impl Host {
             let def = def.clone();
             move || {
                 let mut errors = validate::key_errors(&def, &config);
-                let repeated = match kind {
-                    wharf::sdk::PluginKind::Sink => config
-                        .get(TOPICS)
-                        .and_then(|t| validate::duplicate_topic(t)),
+                // Every sink reads topics, whatever its own definition says (a Java
+                // connector's ConfigDef has no `topics`: Connect's runtime checks it).
+                let topics_problem = match kind {
+                    wharf::sdk::PluginKind::Sink => {
+                        validate::sink_topics_problem(config.get(TOPICS).map(String::as_str))
+                    }
                     wharf::sdk::PluginKind::Source => None,
                 };
-                if let Some(why) = repeated {
+                if let Some(why) = topics_problem {
+                    let blank = config.get(TOPICS).is_none_or(|t| t.trim().is_empty());
                     match errors.iter_mut().find(|(k, _)| k == TOPICS) {
+                        // The plugin's definition refused the missing value already.
+                        Some(_) if blank => {}
                         Some((_, messages)) => messages.push(why),
                         None => errors.push((TOPICS.to_owned(), vec![why])),
                     }

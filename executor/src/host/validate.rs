@@ -32,6 +32,23 @@ pub fn key_errors(def: &ConfigDef, config: &ConfigMap) -> Vec<(String, Vec<Strin
         .collect()
 }
 
+/// What is wrong with a sink's `topics` (`None`: the key is absent): missing or naming
+/// no topic, as Kafka Connect refuses a sink connector without `topics` or
+/// `topics.regex` (Wharf has no `topics.regex`), or naming a topic twice
+/// ([`duplicate_topic`]). `None` when it names each of its topics once. Pure.
+pub fn sink_topics_problem(topics: Option<&str>) -> Option<String> {
+    match topics {
+        None => {
+            Some("missing: a sink connector must name the topics it reads (comma-separated)".into())
+        }
+        Some(t) if t.split(',').all(|x| x.trim().is_empty()) => Some(
+            "names no topic: a sink connector must name the topics it reads (comma-separated)"
+                .into(),
+        ),
+        Some(t) => duplicate_topic(t),
+    }
+}
+
 /// What is wrong with a sink's `topics` list: a topic named twice, as Kafka Connect
 /// 4.x refuses it (`SinkConnectorConfig` defines `topics` with
 /// `ConfigDef.ValidList.anyNonDuplicateValues`, connect-runtime 4.3.0); the message
@@ -125,6 +142,14 @@ mod tests {
         let why = duplicate_topic("a, b,a").unwrap_or_default();
         assert!(why.contains("\"a\""), "{why}");
         assert!(why.contains("duplicated"), "{why}");
+    }
+
+    #[test]
+    fn a_sink_without_topics_or_with_none_named_is_told_so() {
+        assert!(sink_topics_problem(None).is_some_and(|w| w.starts_with("missing")));
+        assert!(sink_topics_problem(Some(" , ")).is_some_and(|w| w.starts_with("names no topic")));
+        assert!(sink_topics_problem(Some("a,a")).is_some_and(|w| w.contains("duplicated")));
+        assert_eq!(sink_topics_problem(Some("a,b")), None);
     }
 
     #[test]

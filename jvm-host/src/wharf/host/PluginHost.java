@@ -820,15 +820,18 @@ public final class PluginHost {
   }
 
   /**
-   * Connect's errant record reporter when the connector has a dead letter queue under
-   * errors.tolerance=all (null otherwise, as a Connect worker without a DLQ gives): the
-   * record goes to the runtime, which writes it to the DLQ before the put's records are
-   * acknowledged.
+   * Connect's errant record reporter under errors.tolerance=all when the connector has a
+   * dead letter queue or errors.log.enable=true (as Connect's
+   * SinkConnectorConfig.enableErrantRecordReporter decides): the record goes to the
+   * runtime, which logs it and writes it to the DLQ before the put's records are
+   * acknowledged. Null otherwise: under errors.tolerance=none the task's own failure
+   * fails it, where Connect's reporter would fail it on the report.
    */
   ErrantRecordReporter reporter(Instance inst, Map<String, String> connectorConfig) {
     boolean all = connectorConfig.getOrDefault("errors.tolerance", "none").trim().equals("all");
     boolean dlq = !connectorConfig.getOrDefault("errors.deadletterqueue.topic.name", "").isBlank();
-    if (!all || !dlq) return null;
+    boolean log = connectorConfig.getOrDefault("errors.log.enable", "false").trim().equalsIgnoreCase("true");
+    if (!all || (!dlq && !log)) return null;
     return (record, error) -> {
       String text = error == null ? "reported by the task"
           : error.getMessage() == null ? error.toString()
