@@ -50,6 +50,9 @@ pub struct PipelineRun {
     pub latencies: Vec<f64>,
     /// Executors hosting the source task and the sink task.
     pub placement: (String, String),
+    /// CPU time (user + system) the cluster's executor processes spent per record in the
+    /// throughput phase, microseconds; `None` when not measured.
+    pub cpu_us_per_record: Option<f64>,
 }
 
 /// The source's record pipeline in the chained runs: JSON converters without schemas on
@@ -311,7 +314,8 @@ pub async fn pipeline(
         bail!("{tag}: the sink kept landing on the source's executor {src_host}");
     }
 
-    let (rate, latencies) = measure_files(&src, &sink, tag).await?;
+    let pids: Vec<u32> = cluster.executors.iter().map(|(p, _)| p.pid()).collect();
+    let (rate, latencies, cpu_us_per_record) = measure_files_cpu(&src, &sink, tag, &pids).await?;
     let placement = (src_host, sink_host);
     for name in [&src_name, &sink_name] {
         delete_wait(cluster, name).await?;
@@ -322,7 +326,28 @@ pub async fn pipeline(
         rate,
         latencies,
         placement,
+        cpu_us_per_record,
     })
+}
+
+/// CPU time (user + system) of a process so far, in clock ticks; `None` when
+/// `/proc/<pid>/stat` cannot be read (another OS, or the process ended).
+fn cpu_ticks(pid: u32) -> Option<u64> {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    // Fields after the command name, which is in parentheses and may hold spaces.
+    let rest = stat.rsplit_once(')')?.1;
+    let fields: Vec<&str> = rest.split_whitespace().collect();
+    // utime and stime are fields 14 and 15 of the line, 12 and 13 after `) `.
+    let utime: u64 = fields.get(11)?.parse().ok()?;
+    let stime: u64 = fields.get(12)?.parse().ok()?;
+    Some(utime + stime)
+}
+
+/// Clock ticks per second of `/proc/<pid>/stat` (`getconf CLK_TCK`; 100 on Linux).
+const CLK_TCK: f64 = 100.0;
+
+fn cpu_ticks_sum(pids: &[u32]) -> Option<u64> {
+    pids.iter().map(|p| cpu_ticks(*p)).sum()
 }
 
 /// Throughput and end-to-end latency of a running file -> file pipeline (Wharf's or
@@ -331,6 +356,18 @@ pub async fn pipeline(
 /// runs; then [`BULK_RECORDS`] lines at once, rate = records / (first arrival -> last
 /// one); then the paced phase, latency = read in the sink file - the time in the line.
 pub async fn measure_files(src: &Path, sink: &Path, tag: &str) -> anyhow::Result<(f64, Vec<f64>)> {
+    let (rate, latencies, _) = measure_files_cpu(src, sink, tag, &[]).await?;
+    Ok((rate, latencies))
+}
+
+/// [`measure_files`], and the CPU time the processes `pids` spent per record in the
+/// throughput phase (microseconds; `None` without pids).
+pub async fn measure_files_cpu(
+    src: &Path,
+    sink: &Path,
+    tag: &str,
+    pids: &[u32],
+) -> anyhow::Result<(f64, Vec<f64>, Option<f64>)> {
     let mut tail = Tail {
         path: sink.to_path_buf(),
         pos: 0,
@@ -347,6 +384,11 @@ pub async fn measure_files(src: &Path, sink: &Path, tag: &str) -> anyhow::Result
 
     // Throughput: all records written at once; rate from the first to the last arrival
     // (the source's idle poll wait before it sees the file is not the pipeline's rate).
+    let cpu_before = if pids.is_empty() {
+        None
+    } else {
+        cpu_ticks_sum(pids)
+    };
     append_lines(src, BULK_RECORDS)?;
     let t0 = Instant::now();
     let mut first: Option<(Instant, usize)> = None;
@@ -362,6 +404,9 @@ pub async fn measure_files(src: &Path, sink: &Path, tag: &str) -> anyhow::Result
         }
         tokio::time::sleep(Duration::from_millis(TAIL_POLL_MS)).await;
     }
+    let cpu_us_per_record = cpu_before
+        .zip(cpu_ticks_sum(pids))
+        .map(|(a, b)| (b.saturating_sub(a)) as f64 / CLK_TCK * 1e6 / BULK_RECORDS as f64);
     let (t_first, n_first) = first.context("no record arrived")?;
     let rate = (BULK_RECORDS - n_first) as f64 / t_first.elapsed().as_secs_f64().max(1e-6);
 
@@ -394,7 +439,7 @@ pub async fn measure_files(src: &Path, sink: &Path, tag: &str) -> anyhow::Result
         tokio::time::sleep(Duration::from_millis(TAIL_POLL_MS)).await;
     }
     writer.await??;
-    Ok((rate, latencies))
+    Ok((rate, latencies, cpu_us_per_record))
 }
 
 fn raw_records() -> Vec<LogRecord> {

@@ -270,6 +270,7 @@ async fn connect_files(
             rate,
             latencies,
             placement: (worker.id.clone(), worker.id.clone()),
+            cpu_us_per_record: None,
         });
         delete(&worker, &src_name).await?;
         delete(&worker, &sink_name).await?;

@@ -68,13 +68,14 @@ const SETUP_S: f64 = 5.0;
 const DEFAULT_BUDGET_S: u64 = 1_250;
 
 /// Command line.
-const USAGE: &str = "usage: wharf-bench --bin-dir DIR --out FILE [--budget-s N] [--only deletion,dataplane,kafka,scale,peer] [--no-mtls] [--scale-once] [--scale-sizes N,N] [--peer-env FILE | --peer-missing REASON] [--keep]";
+const USAGE: &str = "usage: wharf-bench --bin-dir DIR --out FILE [--budget-s N] [--only deletion,dataplane,embedded,kafka,scale,peer] [--no-mtls] [--scale-once] [--scale-sizes N,N] [--peer-env FILE | --peer-missing REASON] [--keep]";
 
 struct Args {
     bin_dir: PathBuf,
     out: PathBuf,
     budget: Duration,
-    /// Sections to run (all when empty): deletion, dataplane, scale, peer.
+    /// Sections to run (all when empty): deletion, dataplane, scale, peer; `embedded` runs the
+    /// data plane's embedded rows alone.
     only: Vec<String>,
     /// The Kafka Connect peer's env file (written by scripts/peer-setup).
     peer_env: Option<PathBuf>,
@@ -123,7 +124,7 @@ fn args() -> anyhow::Result<Option<Args>> {
             "--only" => {
                 only = it
                     .next()
-                    .context("--only deletion,dataplane,kafka,scale,peer")?
+                    .context("--only deletion,dataplane,embedded,kafka,scale,peer")?
                     .split(',')
                     .map(str::to_owned)
                     .collect()
@@ -272,6 +273,10 @@ async fn main() -> anyhow::Result<()> {
         }
         r.deletion_observed = Some(on);
     }
+    if args.only.iter().any(|s| s == "embedded") && !args.wants("dataplane") {
+        eprintln!("[bench] data plane, embedded only, {DATAPLANE_RUNS} runs");
+        r.embedded = Some(run_embedded(&args, &root).await?);
+    }
     if args.wants("dataplane") {
         eprintln!("[bench] 4/4 data plane (embedded, JetStream), {DATAPLANE_RUNS} runs each");
         r.embedded = Some(run_embedded(&args, &root).await?);
@@ -410,8 +415,12 @@ async fn run_embedded(
             .await?,
         );
         eprintln!(
-            "[bench] embedded run {r}: raw {:.0}/s pipeline {:.0}/s, with JSON converters and 3 transforms {:.0}/s",
-            out.raw[r], out.runs[r].rate, out.chained[r].rate
+            "[bench] embedded run {r}: raw {:.0}/s pipeline {:.0}/s, with JSON converters and 3 transforms {:.0}/s; executor CPU per record {:.2} us without, {:.2} us with",
+            out.raw[r],
+            out.runs[r].rate,
+            out.chained[r].rate,
+            out.runs[r].cpu_us_per_record.unwrap_or(f64::NAN),
+            out.chained[r].cpu_us_per_record.unwrap_or(f64::NAN)
         );
     }
     Ok(out)

@@ -1,5 +1,6 @@
-//! The source work loop of a task: poll → append → commit. Three things overlap: the next
-//! `poll` runs while the records of the previous one are appended, and an offset commit
+//! The source work loop of a task: poll → pipeline → append → commit. Three things overlap:
+//! the next `poll` and the record pipeline on its records run while the records of the
+//! previous one are appended, and an offset commit
 //! (with the plugin's `commit` after it) runs while both go on. Offsets enter a commit
 //! only after the log acknowledged their records (at least once); commits are coalesced
 //! (the latest per source partition wins).
@@ -34,8 +35,30 @@ pub const OFFSET_COMMIT_RETRY_BACKOFF_MS: u64 = 500;
 
 /// The plugin instance of a source task (see `PluginCell`).
 pub(super) type SourceCell = Arc<AsyncMutex<Box<dyn SourceTask>>>;
-/// A spawned `poll`: its records, or `None` when the stop began before it ran.
-type PollHandle = JoinHandle<Result<Option<Vec<SourceRecord>>, String>>;
+/// The task's record pipeline, used by one spawned poll at a time.
+type SharedPipeline = Arc<AsyncMutex<crate::pipeline::Pipeline>>;
+/// A spawned `poll` with the record pipeline after it.
+type PollHandle = JoinHandle<Polled>;
+
+/// What a spawned poll hands the work loop.
+enum Polled {
+    /// The stop began before the poll ran or before its records went on.
+    Stopped,
+    /// The records to append (after the pipeline) and the offsets of every record polled.
+    Records(Vec<SourceRecord>, PollOffsets),
+    /// The poll or the pipeline failed: the task's failure text.
+    Failed(String),
+}
+
+/// A plugin call's handle that cancels the call when dropped, so that cancelling the
+/// spawned poll cancels the plugin's `poll` in it.
+struct AbortOnDrop<T>(JoinHandle<T>);
+
+impl<T> Drop for AbortOnDrop<T> {
+    fn drop(&mut self) {
+        self.0.abort();
+    }
+}
 
 /// Why a source work loop ended.
 enum SourceExit {
@@ -188,11 +211,12 @@ impl TaskInstance {
     pub(super) async fn source_loop(self: Arc<Self>, cell: SourceCell) {
         let mut poll = None;
         let mut commits = SourceCommits::new();
-        let Some(mut pipeline) = super::lock(&self.pipeline).take() else {
+        let Some(pipeline) = super::lock(&self.pipeline).take() else {
             return self.fail("the record pipeline was already taken by a work loop".into());
         };
+        let pipeline = Arc::new(AsyncMutex::new(pipeline));
         let exit = self
-            .source_work(&cell, &mut poll, &mut commits, &mut pipeline)
+            .source_work(&cell, &mut poll, &mut commits, &pipeline)
             .await;
         if let Some(poll) = poll {
             // Cancel the pending poll before the stop runs (a cancel-safe poll is dropped
@@ -220,14 +244,50 @@ impl TaskInstance {
         }
     }
 
-    fn spawn_poll(&self, cell: &SourceCell) -> PollHandle {
+    /// Spawns the next `poll` and, once it returned, the record pipeline on its records,
+    /// so that the pipeline of one poll runs while the records of the previous one are
+    /// appended (an append waits for the log's durable write; the pipeline is CPU work).
+    /// The poll's offsets are taken before the pipeline: whatever a transform does to the
+    /// records (drops or changes them), the poll's offsets are committed once the log
+    /// acknowledged what was appended.
+    fn spawn_poll(self: &Arc<Self>, cell: &SourceCell, pipeline: &SharedPipeline) -> PollHandle {
         let (p, cancel) = (cell.clone(), self.cancel.clone());
-        self.slot.spawn("source poll", async move {
+        let plugin_poll = AbortOnDrop(self.slot.spawn("source poll", async move {
             let mut g = p.lock_owned().await;
             if cancel.is_cancelled() {
                 return Ok(None);
             }
             g.poll().await.map(Some).map_err(|e| e.to_string())
+        }));
+        let (me, pipeline) = (self.clone(), pipeline.clone());
+        spawn(TaskKind::Awaited, "source poll and pipeline", async move {
+            let mut plugin_poll = plugin_poll;
+            let records = match (&mut plugin_poll.0).await {
+                Ok(Ok(Some(records))) => records,
+                Ok(Ok(None)) => return Polled::Stopped,
+                Ok(Err(e)) => return Polled::Failed(format!("poll failed: {e}")),
+                Err(join) => return Polled::Failed(panic_text(join)),
+            };
+            if records.is_empty() {
+                return Polled::Records(records, PollOffsets::default());
+            }
+            me.stats.add_records(
+                records.len(),
+                records
+                    .iter()
+                    .map(|r| crate::counters::record_bytes(r.key.as_ref(), &r.value))
+                    .sum(),
+            );
+            // Fenced: nothing polled after the stop began reaches the log.
+            if me.cancel.is_cancelled() {
+                return Polled::Stopped;
+            }
+            let (records, offsets) = split_poll(records);
+            let mut pipeline = pipeline.lock().await;
+            match me.source_pipeline(&mut pipeline, records).await {
+                Ok(records) => Polled::Records(records, offsets),
+                Err(e) => Polled::Failed(e),
+            }
         })
     }
 
@@ -236,14 +296,14 @@ impl TaskInstance {
         cell: &SourceCell,
         poll: &mut Option<PollHandle>,
         commits: &mut SourceCommits,
-        pipeline: &mut crate::pipeline::Pipeline,
+        pipeline: &SharedPipeline,
     ) -> SourceExit {
         loop {
             if self.cancel.is_cancelled() {
                 return SourceExit::Stopped;
             }
             if poll.is_none() {
-                *poll = Some(self.spawn_poll(cell));
+                *poll = Some(self.spawn_poll(cell, pipeline));
             }
             let due = commits.due();
             if due.is_some_and(|at| at <= Instant::now()) {
@@ -281,33 +341,21 @@ impl TaskInstance {
                     *poll = None;
                     // A turn of the loop: topics used meanwhile are reported when due.
                     self.note_active_topics([]);
-                    let records = match polled {
-                        Ok(Ok(Some(records))) => records,
-                        Ok(Ok(None)) => continue,
-                        Ok(Err(e)) => return SourceExit::Failed(format!("poll failed: {e}")),
+                    let (records, offsets) = match polled {
+                        Ok(Polled::Records(records, offsets)) => (records, offsets),
+                        Ok(Polled::Stopped) => continue,
+                        Ok(Polled::Failed(e)) => return SourceExit::Failed(e),
                         Err(join) => return SourceExit::Failed(panic_text(join)),
                     };
-                    if records.is_empty() {
+                    if offsets.records == 0 {
                         continue;
                     }
-                    self.stats.add_records(
-                        records.len(),
-                        records.iter().map(|r| crate::counters::record_bytes(r.key.as_ref(), &r.value)).sum(),
-                    );
                     // Fenced: nothing polled after the stop began reaches the log.
                     if self.cancel.is_cancelled() {
                         return SourceExit::Stopped;
                     }
-                    // The next poll runs while these records are appended.
-                    *poll = Some(self.spawn_poll(cell));
-                    // The offsets first: whatever happens to the records between here and
-                    // the append (a transform may drop or change them), the poll's offsets
-                    // are committed once the log acknowledged what was appended.
-                    let (records, offsets) = split_poll(records);
-                    let records = match self.source_pipeline(pipeline, records).await {
-                        Ok(r) => r,
-                        Err(e) => return SourceExit::Failed(e),
-                    };
+                    // The next poll (and its pipeline) runs while these records are appended.
+                    *poll = Some(self.spawn_poll(cell, pipeline));
                     if let Err(exit) = self.append_all(&records).await {
                         return exit;
                     }
