@@ -62,6 +62,9 @@ pub struct Cluster {
     /// The last walk of the instances recorded RUNNING, behind the async lock that the
     /// one correction walking holds ([`super::hosted`]).
     pub(super) last_walk: tokio::sync::Mutex<Option<LastWalk>>,
+    /// The stops with `false` the herder sent and the executor answered, for the
+    /// heartbeat correction ([`super::herder_stops`]).
+    pub(super) herder_stops: super::herder_stops::HerderStops,
     /// The Kafka cluster id the executors' heartbeats last carried (their record log is
     /// Kafka): `GET /`'s `kafka_cluster_id`.
     kafka_cluster_id: Mutex<Option<String>>,
@@ -133,6 +136,7 @@ impl Cluster {
             }),
             task_starts: tokio::sync::Semaphore::new(MAX_TASK_STARTS_IN_FLIGHT),
             last_walk: tokio::sync::Mutex::new(None),
+            herder_stops: super::herder_stops::HerderStops::default(),
             kafka_cluster_id: Mutex::new(None),
         }))
     }

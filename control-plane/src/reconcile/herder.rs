@@ -809,6 +809,10 @@ async fn stop_false(
         Ok(s) => {
             info!(connector = %name, task = task, generation = inst.generation,
                 executor = %exec.id, connector_deleted = false, outcome = ?s.outcome, error = %s.error, "stopped");
+            cluster.herder_stops.note(
+                (name.to_owned(), task, inst.generation),
+                std::time::Instant::now(),
+            );
             true
         }
         Err(e @ CallError::Refused { .. }) => {

@@ -2,7 +2,9 @@
 //! instance recorded RUNNING there that two heartbeats in a row did not list is gone
 //! without the control plane stopping it: it is recorded FAILED with a trace naming the
 //! executor, and runs again when the operator restarts it ([`crate::plan::hosted`]
-//! decides).
+//! decides). One this control plane's herder stopped, whose record of the stop a failed
+//! store write lost, is recorded UNASSIGNED instead and placed again
+//! ([`super::herder_stops`]).
 //!
 //! A heartbeat is answered before its correction reads the store: the answer renews the
 //! executor's lease, and a correction waits on the store (with an etcd that stopped
@@ -108,6 +110,9 @@ impl Cluster {
             .missing(executor, epoch, &hosted);
         let previous = self.executors.record_hosted(executor, epoch, now.clone());
         for (name, task, generation) in hosted::gone(&previous, &now) {
+            let stopped_here = self
+                .herder_stops
+                .stopped(&(name.clone(), task, generation), std::time::Instant::now());
             let changed = self
                 .modify_connector_batched(&name, |r| {
                     if r.deleting {
@@ -123,21 +128,51 @@ impl Cluster {
                     {
                         return None;
                     }
-                    // FAILED on its (live) executor: the herder keeps it as it is, and the
-                    // operator's restart runs it again. Started again on its own, a plugin
-                    // whose stop dropped its resources would re-create them empty and show
-                    // RUNNING.
-                    cur.state = cur.state.on(InstanceEvent::Failed);
-                    cur.error = gone_trace(generation, executor);
+                    match gone_event(stopped_here) {
+                        // The herder stopped it and its record of the stop was not
+                        // written: unassigned, and placed again as the herder meant.
+                        InstanceEvent::Unassigned => {
+                            cur.state = cur.state.on(InstanceEvent::Unassigned);
+                            cur.executor = None;
+                            cur.epoch = 0;
+                            cur.error.clear();
+                        }
+                        // FAILED on its (live) executor: the herder keeps it as it is, and
+                        // the operator's restart runs it again. Started again on its own, a
+                        // plugin whose stop dropped its resources would re-create them
+                        // empty and show RUNNING.
+                        event => {
+                            cur.state = cur.state.on(event);
+                            cur.error = gone_trace(generation, executor);
+                        }
+                    }
                     Some(())
                 })
                 .await?;
-            if changed.is_some() {
-                warn!(connector = %name, task = task, generation, executor = %executor,
-                    "executor no longer hosts this instance, and the control plane did not stop it; recorded FAILED, not started again until restarted");
+            match (changed, stopped_here) {
+                (Some(()), true) => {
+                    warn!(connector = %name, task = task, generation, executor = %executor,
+                        "executor no longer hosts this instance, which the herder stopped without recording it; recorded UNASSIGNED, placed again");
+                    self.changed(&name);
+                }
+                (Some(()), false) => {
+                    warn!(connector = %name, task = task, generation, executor = %executor,
+                        "executor no longer hosts this instance, and the control plane did not stop it; recorded FAILED, not started again until restarted");
+                }
+                (None, _) => {}
             }
         }
         Ok(())
+    }
+}
+
+/// What an instance recorded RUNNING and gone from its executor becomes: UNASSIGNED when
+/// this control plane's herder stopped it (`stopped_here`: its record of the stop was not
+/// written), else FAILED (nobody here stopped it). Pure.
+pub fn gone_event(stopped_here: bool) -> InstanceEvent {
+    match stopped_here {
+        true => InstanceEvent::Unassigned,
+        false => InstanceEvent::Failed,
     }
 }
 
@@ -147,4 +182,19 @@ pub fn gone_trace(generation: u64, executor: &str) -> String {
     format!(
         "instance of generation {generation} is no longer hosted by executor {executor}, and the control plane did not stop it (another process stopped it through the executor's port, or the executor lost it); not started again on its own: restart it to run it again"
     )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn an_instance_the_herder_stopped_is_unassigned() {
+        assert_eq!(gone_event(true), InstanceEvent::Unassigned);
+    }
+
+    #[test]
+    fn an_instance_nobody_here_stopped_is_failed() {
+        assert_eq!(gone_event(false), InstanceEvent::Failed);
+    }
 }

@@ -15,6 +15,7 @@ pub mod deletions;
 pub mod fault;
 pub mod finalizer;
 pub mod herder;
+mod herder_stops;
 mod hosted;
 mod load;
 pub mod purges;
