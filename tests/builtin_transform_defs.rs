@@ -6,7 +6,6 @@
 //! same order. What `GET /connector-plugins/{class}/config` answers for a built-in is then
 //! what a Connect 4.3 worker answers, docs aside.
 
-use std::path::{Path, PathBuf};
 use std::process::Command;
 
 use wharf::sdk::{ConfigType, Importance};
@@ -47,27 +46,12 @@ public class DumpConfigDefs {
 }
 "#;
 
-fn libs() -> PathBuf {
-    if let Ok(dir) = std::env::var("WHARF_CONNECT_LIBS") {
-        return dir.into();
-    }
-    let out = Command::new(Path::new(env!("CARGO_MANIFEST_DIR")).join("scripts/setup-services"))
-        .arg("connect-libs-path")
-        .output()
-        .expect("scripts/setup-services runs");
-    assert!(
-        out.status.success(),
-        "the Connect jars are missing: run scripts/setup-services connect"
-    );
-    PathBuf::from(String::from_utf8(out.stdout).unwrap().trim())
-}
-
 /// Connect 4.3's lines for `classes`, from the Java program.
 fn connect_lines(classes: &[&str]) -> Vec<String> {
     let dir = tempfile::tempdir().unwrap();
     let source = dir.path().join("DumpConfigDefs.java");
     std::fs::write(&source, DUMPER).unwrap();
-    let libs = libs();
+    let libs = wharf_harness::jvm::connect_libs();
     let cp = JARS
         .iter()
         .map(|j| libs.join(j).display().to_string())
